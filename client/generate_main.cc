@@ -1,0 +1,153 @@
+// tandem-generate: run a model in this process and generate from a prompt.
+//   tandem-generate --model DIR --prompt "text" -n 32 [--temperature 0.8 --top_k 40 --top_p 0.95 --seed 1]
+//   tandem-generate --model DIR --prompt_ids 1,2,3 -n 8 --logprobs 5 --json
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "client/local_runtime.h"
+#include "common/log.h"
+
+ABSL_FLAG(std::string, model, "", "model directory (config.json, *.safetensors, tokenizer.model)");
+ABSL_FLAG(std::string, prompt, "", "prompt text (needs the model's tokenizer.model)");
+ABSL_FLAG(std::string, prompt_ids, "", "prompt as comma-separated token ids, e.g. 1,2,3");
+ABSL_FLAG(int32_t, n, 32, "maximum number of tokens to generate");
+ABSL_FLAG(float, temperature, 0.0f, "sampling temperature; 0 = greedy");
+ABSL_FLAG(int32_t, top_k, 0, "sample among the k most likely tokens; 0 = all");
+ABSL_FLAG(float, top_p, 1.0f, "nucleus sampling mass in (0, 1]");
+ABSL_FLAG(uint64_t, seed, 0, "random seed for sampling");
+ABSL_FLAG(std::string, stop_ids, "", "comma-separated token ids that end generation");
+ABSL_FLAG(bool, ignore_eos, false, "keep generating past the end-of-sequence token");
+ABSL_FLAG(bool, add_bos, true, "prepend the BOS token to a text prompt");
+ABSL_FLAG(int32_t, logprobs, 0, "report the top-K log probabilities at each generated position");
+ABSL_FLAG(bool, json, false, "print one JSON object instead of streaming text");
+ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all available cores");
+
+namespace {
+
+using tandem::GeneratedToken;
+using tandem::GenerationResult;
+
+absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text, const char* flag) {
+  std::vector<int32_t> ids;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    int32_t id;
+    if (!absl::SimpleAtoi(part, &id)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": \"", part, "\" is not an integer token id"));
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+nlohmann::json ToJson(const GenerationResult& r, const tandem::Model& model) {
+  nlohmann::json tokens = nlohmann::json::array();
+  std::vector<int32_t> ids;
+  for (const GeneratedToken& t : r.tokens) {
+    nlohmann::json lp = nlohmann::json::array();
+    for (const auto& [id, logprob] : t.top_logprobs) lp.push_back({id, logprob});
+    tokens.push_back({{"id", t.id}, {"text", t.text}, {"logprob", t.logprob}, {"logprobs", lp}});
+    ids.push_back(t.id);
+  }
+  const auto& tm = r.timing;
+  nlohmann::json out = {
+      {"prompt_ids", r.prompt_ids},
+      {"tokens", tokens},
+      {"finish_reason", std::string(tandem::FinishReasonName(r.finish_reason))},
+      {"timing",
+       {{"prompt_tokens", tm.prompt_tokens},
+        {"generated_tokens", tm.generated_tokens},
+        {"prefill_ms", tm.prefill_ms},
+        {"time_to_first_token_ms", tm.time_to_first_token_ms},
+        {"decode_ms", tm.decode_ms},
+        {"total_ms", tm.total_ms},
+        {"prefill_tokens_per_s", tm.prefill_tokens_per_s},
+        {"decode_tokens_per_s", tm.decode_tokens_per_s}}}};
+  if (model.tokenizer) {
+    auto text = model.tokenizer->Decode(ids);
+    if (text.ok()) out["text"] = *text;
+  }
+  return out;
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "tandem-generate: %s\n", std::string(status.message()).c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Generate text with a MoE model in this process.\n"
+                               "  tandem-generate --model DIR --prompt \"Once upon a time\" -n 32");
+  absl::ParseCommandLine(argc, argv);
+  const std::string model_dir = absl::GetFlag(FLAGS_model);
+  if (model_dir.empty()) return Fail(absl::InvalidArgumentError("--model is required (a model directory)"));
+  const bool has_text = !absl::GetFlag(FLAGS_prompt).empty();
+  const bool has_ids = !absl::GetFlag(FLAGS_prompt_ids).empty();
+  if (has_text == has_ids) return Fail(absl::InvalidArgumentError("give exactly one of --prompt or --prompt_ids"));
+
+  tandem::LocalRuntimeOptions options;
+  options.num_threads = absl::GetFlag(FLAGS_threads);
+  auto runtime = tandem::LocalRuntime::Open(model_dir, options);
+  if (!runtime.ok()) return Fail(runtime.status());
+  const tandem::Model& model = (*runtime)->model();
+
+  tandem::GenerationRequest request;
+  if (has_text) {
+    auto tokenizer = model.RequireTokenizer();
+    if (!tokenizer.ok()) return Fail(tokenizer.status());
+    auto ids = (*tokenizer)->Encode(absl::GetFlag(FLAGS_prompt), absl::GetFlag(FLAGS_add_bos));
+    if (!ids.ok()) return Fail(ids.status());
+    request.prompt_ids = *ids;
+  } else {
+    auto ids = ParseIds(absl::GetFlag(FLAGS_prompt_ids), "prompt_ids");
+    if (!ids.ok()) return Fail(ids.status());
+    request.prompt_ids = *ids;
+  }
+  auto stop_ids = ParseIds(absl::GetFlag(FLAGS_stop_ids), "stop_ids");
+  if (!stop_ids.ok()) return Fail(stop_ids.status());
+  request.stop_ids = *stop_ids;
+  request.max_tokens = absl::GetFlag(FLAGS_n);
+  request.sampling = {.temperature = absl::GetFlag(FLAGS_temperature),
+                      .top_k = absl::GetFlag(FLAGS_top_k),
+                      .top_p = absl::GetFlag(FLAGS_top_p),
+                      .seed = absl::GetFlag(FLAGS_seed)};
+  request.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+  request.logprobs = absl::GetFlag(FLAGS_logprobs);
+
+  const bool json = absl::GetFlag(FLAGS_json);
+  if (!json && has_text) {
+    std::cout << absl::GetFlag(FLAGS_prompt) << std::flush;
+  }
+  auto result = (*runtime)->generator().Generate(request, [&](const GeneratedToken& token) {
+    if (json) return;
+    if (model.tokenizer) {
+      std::cout << token.text << std::flush;
+    } else {
+      std::cout << token.id << ' ' << std::flush;
+    }
+  });
+  if (!result.ok()) return Fail(result.status());
+  if (json) {
+    std::cout << ToJson(*result, model).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  } else {
+    const auto& tm = result->timing;
+    std::cout << "\n";
+    std::fprintf(stderr, "[%lld prompt tokens, %lld generated (%s); prefill %.1f ms (%.1f tok/s), decode %.1f tok/s]\n",
+                 static_cast<long long>(tm.prompt_tokens), static_cast<long long>(tm.generated_tokens),
+                 std::string(tandem::FinishReasonName(result->finish_reason)).c_str(), tm.prefill_ms,
+                 tm.prefill_tokens_per_s, tm.decode_tokens_per_s);
+  }
+  return 0;
+}

@@ -1,0 +1,83 @@
+// The model's blueprint, read from a Hugging Face config.json.
+//
+// Two architectures, each with its own norm and router (ARCHITECTURE.md):
+//   MixtralForCausalLM — RMSNorm, router = softmax over the top-k logits, no biases.
+//   PhiMoEForCausalLM  — nn.LayerNorm (mean-subtracting, with bias), sparsemixer
+//                        router (top-2, jitter band, weights not renormalised),
+//                        biases on q/k/v/o and lm_head, longrope RoPE scaling.
+// Extra keys are ignored, as Hugging Face does; missing or inconsistent
+// fields are InvalidArgument naming the file and the field.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tandem {
+
+enum class Architecture { kMixtral, kPhiMoE };
+enum class NormKind { kRmsNorm, kLayerNorm };
+enum class RouterKind { kSoftmaxTopK, kSparseMixer };
+
+// PhiMoE's "longrope": per-frequency extension factors, chosen by whether the
+// sequence is longer than original_max_position_embeddings, and cos/sin scaled
+// by the matching mscale.
+struct RopeScaling {
+  std::string type;  // "" (none) or "longrope"
+  std::vector<double> short_factor;  // [head_dim / 2]
+  std::vector<double> long_factor;   // [head_dim / 2]
+  double short_mscale = 1.0;
+  double long_mscale = 1.0;
+  int64_t original_max_position_embeddings = 0;
+};
+
+struct ModelConfig {
+  Architecture architecture = Architecture::kMixtral;
+  std::string architecture_name;  // as in config.json, e.g. "MixtralForCausalLM"
+  std::string model_type;         // "mixtral" / "phimoe"
+
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;          // D
+  int64_t intermediate_size = 0;    // I, per expert
+  int64_t num_hidden_layers = 0;    // L
+  int64_t num_attention_heads = 0;  // H
+  int64_t num_key_value_heads = 0;  // Hkv (GQA groups)
+  int64_t head_dim = 0;             // hidden_size / H unless given
+  int64_t max_position_embeddings = 0;
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-5;  // also the LayerNorm eps for PhiMoE
+  std::optional<int64_t> sliding_window;
+  int64_t num_local_experts = 0;    // E
+  int64_t num_experts_per_tok = 0;  // K (num_experts_per_token in our glossary)
+  bool attention_bias = false;
+  bool lm_head_bias = false;
+  bool tie_word_embeddings = false;
+  double router_jitter_noise = 0.0;  // PhiMoE sparsemixer's jitter_eps
+  int32_t bos_token_id = 1;
+  std::vector<int32_t> eos_token_ids;  // config may give one id or a list
+  std::string torch_dtype;
+  RopeScaling rope_scaling;
+
+  NormKind norm_kind() const {
+    return architecture == Architecture::kPhiMoE ? NormKind::kLayerNorm : NormKind::kRmsNorm;
+  }
+  RouterKind router_kind() const {
+    return architecture == Architecture::kPhiMoE ? RouterKind::kSparseMixer : RouterKind::kSoftmaxTopK;
+  }
+  int64_t q_dim() const { return num_attention_heads * head_dim; }
+  int64_t kv_dim() const { return num_key_value_heads * head_dim; }
+
+  // Checks cross-field consistency; `source` names the file in messages.
+  absl::Status Validate(const std::string& source = "config") const;
+};
+
+absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const std::string& source);
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& config_json);
+// Writes the fields Hugging Face would write for this architecture.
+std::string ModelConfigToJson(const ModelConfig& config);
+
+}  // namespace tandem

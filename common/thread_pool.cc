@@ -1,0 +1,89 @@
+#include "common/thread_pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+
+int AvailableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  const int count = CPU_COUNT(&set);
+  return count > 0 ? count : 1;
+}
+
+ThreadPool::ThreadPool(ThreadPoolOptions options) : num_threads_(options.num_threads < 1 ? 1 : options.num_threads) {
+  // Thread 0 is the caller; threads 1..N-1 are owned here.
+  for (int t = 1; t < num_threads_; ++t) {
+    threads_.emplace_back([this, t] { WorkerLoop(t); });
+    std::string name = absl::StrCat(options.name, "-w", t).substr(0, 15);  // kernel limit
+    pthread_setname_np(threads_.back().native_handle(), name.c_str());
+    if (!options.cpus.empty()) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(options.cpus[t % options.cpus.size()], &set);
+      pthread_setaffinity_np(threads_.back().native_handle(), sizeof(set), &set);
+    }
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  start_cv_.notify_all();
+  for (auto& thread : threads_) thread.join();
+}
+
+void ThreadPool::RunTasks(int thread) {
+  for (;;) {
+    const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
+    if (task >= num_tasks_) break;
+    (*fn_)(task, thread);
+  }
+}
+
+void ThreadPool::WorkerLoop(int thread) {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      start_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+    }
+    RunTasks(thread);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--pending_workers_ == 0) done_cv_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::ParallelFor(int64_t num_tasks, const std::function<void(int64_t, int)>& fn) {
+  if (num_tasks <= 0) return;
+  if (num_threads_ == 1 || num_tasks == 1) {
+    for (int64_t i = 0; i < num_tasks; ++i) fn(i, 0);
+    return;
+  }
+  std::lock_guard<std::mutex> call_lock(call_mutex_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fn_ = &fn;
+    num_tasks_ = num_tasks;
+    next_task_.store(0, std::memory_order_relaxed);
+    pending_workers_ = num_threads_ - 1;
+    ++generation_;
+  }
+  start_cv_.notify_all();
+  RunTasks(0);
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_cv_.wait(lock, [&] { return pending_workers_ == 0; });
+  fn_ = nullptr;
+}
+
+}  // namespace tandem

@@ -1,0 +1,64 @@
+// A fixed pool of compute threads that run one parallel loop at a time.
+//
+// Work in ParallelFor is split with an atomic counter (dynamic scheduling).
+// The pool has `num_threads` workers *including* the calling thread,
+// so ParallelFor never oversubscribes the cores it was given.
+//
+// Owns its threads (joined in the destructor). ParallelFor may be called from
+// one thread at a time (the owner); calls are serialised by a mutex.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tandem {
+
+struct ThreadPoolOptions {
+  int num_threads = 1;            // total workers including the calling thread, >= 1
+  std::string name = "tandem";    // threads are named "<name>-w<i>"
+  std::vector<int> cpus;          // if non-empty, worker i is pinned to cpus[i % size]
+};
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(ThreadPoolOptions options);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return num_threads_; }
+
+  // Runs fn(task, thread) for task in [0, num_tasks); thread in [0, num_threads).
+  // Returns when every task has finished.
+  void ParallelFor(int64_t num_tasks, const std::function<void(int64_t task, int thread)>& fn);
+
+ private:
+  void WorkerLoop(int thread);
+  void RunTasks(int thread);
+
+  const int num_threads_;
+  std::vector<std::thread> threads_;
+  std::mutex call_mutex_;  // one ParallelFor at a time
+
+  std::mutex mutex_;
+  std::condition_variable start_cv_;
+  std::condition_variable done_cv_;
+  uint64_t generation_ = 0;
+  int pending_workers_ = 0;
+  bool stop_ = false;
+
+  const std::function<void(int64_t, int)>* fn_ = nullptr;
+  int64_t num_tasks_ = 0;
+  std::atomic<int64_t> next_task_{0};
+};
+
+// Number of cores this process may run on (sched_getaffinity), at least 1.
+int AvailableCores();
+
+}  // namespace tandem

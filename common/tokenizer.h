@@ -1,0 +1,82 @@
+// Text <-> token ids with a SentencePiece model (the tokenizer.model of Llama,
+// Mistral, Mixtral and Phi-3.5), and training of small BPE tokenizers for
+// synthetic models from text every Debian machine has.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+// Kept out of this header: sentencepiece's headers clash with Debian's abseil
+// (see tokenizer.cc).
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace tandem {
+
+// A loaded SentencePiece model. Immutable after Load: any thread may call its
+// const methods. Errors name the model file.
+class Tokenizer {
+ public:
+  // NotFound or InvalidArgument naming `model_file` when it is missing or not
+  // a SentencePiece model.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::filesystem::path& model_file);
+  ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_bos) const;
+  // Ids outside [0, vocab_size()) decode to nothing rather than fail: a
+  // model's embedding may be padded past the tokenizer (Phi-3.5: 32064 rows,
+  // 32000 pieces) and a sampler may pick a padding row.
+  absl::StatusOr<std::string> Decode(std::span<const int32_t> ids) const;
+  // The text one token adds when streamed: "▁" becomes a space, a byte piece
+  // (<0x0A>) its byte, a control piece (<s>, </s>) or an id outside the
+  // tokenizer nothing. Concatenating the pieces of a sequence gives Decode's
+  // text except that Decode drops the leading space of the first word (the
+  // dummy prefix SentencePiece adds when encoding).
+  std::string PieceText(int32_t id) const;
+
+  // Pieces in the tokenizer, which may be fewer than the model's vocab.
+  int32_t vocab_size() const;
+  int32_t bos_id() const;  // -1 when the model has none
+  int32_t eos_id() const;  // -1 when the model has none
+
+ private:
+  Tokenizer(std::filesystem::path path, std::unique_ptr<sentencepiece::SentencePieceProcessor> processor);
+  std::filesystem::path path_;
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+};
+
+// Where DefaultTokenizerCorpus looks: license texts, present on every Debian
+// machine, so synthetic models get a real tokenizer without any download.
+inline constexpr char kDefaultTokenizerCorpusDir[] = "/usr/share/common-licenses";
+
+// The regular files in kDefaultTokenizerCorpusDir, sorted; symlinks (GPL ->
+// GPL-3) are skipped so no text counts twice. Empty when the folder is
+// missing; TrainTokenizer then reports that no training text was found.
+std::vector<std::filesystem::path> DefaultTokenizerCorpus();
+
+struct TokenizerTrainOptions {
+  std::vector<std::filesystem::path> input_files;  // text, one sentence per line
+  std::filesystem::path model_prefix;              // writes <prefix>.model and <prefix>.vocab
+  // Upper bound: a corpus too small for it yields fewer pieces, not an error.
+  int vocab_size = 512;
+};
+
+// Trains a byte-fallback BPE model with ids unk=0, bos=1, eos=2 and no pad,
+// the layout of Llama-family tokenizers. Deterministic: the same files and
+// options give a byte-identical .model (one thread, every line read in
+// order, no sampling, so SentencePiece needs no seed). Silences
+// SentencePiece's own logging process-wide.
+absl::Status TrainTokenizer(const TokenizerTrainOptions& options);
+
+}  // namespace tandem

@@ -1,0 +1,124 @@
+#include "coordinator/cpu_backend.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/routing.h"
+#include "common/status_macros.h"
+
+namespace tandem {
+
+CpuBackend::CpuBackend(const ModelWeights* weights, ThreadPool* pool)
+    : weights_(weights), config_(weights->config), pool_(pool), rope_(weights->config) {
+  scores_.resize(static_cast<size_t>(pool ? pool->num_threads() : 1));
+}
+
+absl::Status CpuBackend::Embed(std::span<const int32_t> tokens, float* hidden) {
+  const int64_t d = config_.hidden_size;
+  const TensorView& table = weights_->embed_tokens;  // [V, D]
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const int32_t id = tokens[t];
+    if (id < 0 || id >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " at position ", t,
+                                                     " is outside the vocabulary [0, ", config_.vocab_size, ")"));
+    }
+    const size_t base = static_cast<size_t>(id) * static_cast<size_t>(d);
+    for (int64_t i = 0; i < d; ++i) hidden[static_cast<int64_t>(t) * d + i] = LoadAsF32(table.data, table.dtype, base + static_cast<size_t>(i));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> slices, int64_t num_rows, float* hidden) {
+  const LayerWeights& lw = weights_->layers[static_cast<size_t>(layer)];
+  const int64_t d = config_.hidden_size, hd = config_.head_dim;
+  const int64_t heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads;
+  const int64_t q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  Grow(normed_, num_rows * d);
+  Grow(q_, num_rows * q_dim);
+  Grow(k_, num_rows * kv_dim);
+  Grow(v_, num_rows * kv_dim);
+  Grow(attn_, num_rows * q_dim);
+  Grow(o_, num_rows * d);
+
+  // [T, D] → q [T, Hq], k/v [T, Hkv]
+  ApplyNorm(config_, lw.input_norm, hidden, num_rows, normed_.data());
+  auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
+  TANDEM_RETURN_IF_ERROR(Linear(normed_.data(), num_rows, lw.q_proj, bias(lw.q_bias), q_.data(), pool_));
+  TANDEM_RETURN_IF_ERROR(Linear(normed_.data(), num_rows, lw.k_proj, bias(lw.k_bias), k_.data(), pool_));
+  TANDEM_RETURN_IF_ERROR(Linear(normed_.data(), num_rows, lw.v_proj, bias(lw.v_bias), v_.data(), pool_));
+
+  // RoPE on q and k, then the new keys/values join each sequence's cache.
+  for (const SequenceSlice& s : slices) {
+    const bool long_factors = rope_.UseLongFactors(s.start_position + s.num_tokens - 1);
+    for (int64_t i = 0; i < s.num_tokens; ++i) {
+      const int64_t row = s.row_offset + i, position = s.start_position + i;
+      rope_.Apply(q_.data() + row * q_dim, heads, position, long_factors);
+      rope_.Apply(k_.data() + row * kv_dim, kv_heads, position, long_factors);
+      std::copy_n(k_.data() + row * kv_dim, kv_dim, s.kv->KeyRow(layer, position));
+      std::copy_n(v_.data() + row * kv_dim, kv_dim, s.kv->ValueRow(layer, position));
+    }
+  }
+
+  // Each row attends to its own sequence's keys up to its position (causal),
+  // within the sliding window when the config sets one.
+  std::vector<std::pair<const SequenceSlice*, int64_t>> rows;
+  rows.reserve(static_cast<size_t>(num_rows));
+  int64_t max_keys = 0;
+  for (const SequenceSlice& s : slices) {
+    for (int64_t i = 0; i < s.num_tokens; ++i) rows.emplace_back(&s, i);
+    max_keys = std::max(max_keys, s.start_position + s.num_tokens);
+  }
+  for (auto& scratch : scores_) Grow(scratch, max_keys);
+  auto attend = [&](int64_t r, int thread) {
+    const auto [s, i] = rows[static_cast<size_t>(r)];
+    const int64_t row = s->row_offset + i, position = s->start_position + i;
+    int64_t first = 0;
+    if (config_.sliding_window) first = std::max<int64_t>(0, position - *config_.sliding_window + 1);
+    SequenceKv* kv = s->kv;
+    AttendOneRow(q_.data() + row * q_dim, heads, kv_heads, hd, first, position - first + 1,
+                 [&](int64_t j) -> const float* { return kv->KeyRow(layer, j); },
+                 [&](int64_t j) -> const float* { return kv->ValueRow(layer, j); },
+                 scores_[static_cast<size_t>(thread)].data(), attn_.data() + row * q_dim);
+  };
+  if (pool_) {
+    pool_->ParallelFor(static_cast<int64_t>(rows.size()), attend);
+  } else {
+    for (int64_t r = 0; r < static_cast<int64_t>(rows.size()); ++r) attend(r, 0);
+  }
+
+  TANDEM_RETURN_IF_ERROR(Linear(attn_.data(), num_rows, lw.o_proj, bias(lw.o_bias), o_.data(), pool_));
+  AddInPlace(hidden, o_.data(), num_rows * d);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Router(int layer, int64_t num_rows, const float* hidden, float* moe_input,
+                                float* router_logits, int32_t* experts, float* weights) {
+  const LayerWeights& lw = weights_->layers[static_cast<size_t>(layer)];
+  ApplyNorm(config_, lw.post_attention_norm, hidden, num_rows, moe_input);
+  TANDEM_RETURN_IF_ERROR(Linear(moe_input, num_rows, lw.router, nullptr, router_logits, pool_));
+  Route(config_, router_logits, num_rows, experts, weights);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Combine(int64_t num_rows, const float* weights, const float* expert_out, float* hidden) {
+  const int64_t d = config_.hidden_size, k = config_.num_experts_per_tok;
+  for (int64_t t = 0; t < num_rows; ++t) {
+    float* h = hidden + t * d;
+    for (int64_t s = 0; s < k; ++s) {
+      const float w = weights[t * k + s];
+      const float* out = expert_out + (t * k + s) * d;
+      for (int64_t i = 0; i < d; ++i) h[i] += w * out[i];
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Logits(std::span<const int64_t> rows, const float* hidden, float* logits) {
+  const int64_t d = config_.hidden_size, n = static_cast<int64_t>(rows.size());
+  Grow(normed_, n * d);
+  for (int64_t i = 0; i < n; ++i) {
+    ApplyNorm(config_, weights_->final_norm, hidden + rows[static_cast<size_t>(i)] * d, 1, normed_.data() + i * d);
+  }
+  const float* bias = weights_->lm_head_bias.empty() ? nullptr : weights_->lm_head_bias.data();
+  return Linear(normed_.data(), n, weights_->lm_head, bias, logits, pool_);
+}
+
+}  // namespace tandem

@@ -1,0 +1,43 @@
+// The compute backend on the CPU: f32 activations, weights as stored (bf16),
+// linear layers through common/kernels/linear. Used when there is no GPU, and
+// as the reference the CUDA backend is tested against.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model_weights.h"
+#include "common/thread_pool.h"
+#include "coordinator/compute_backend.h"
+#include "coordinator/cpu_ops.h"
+
+namespace tandem {
+
+// Borrows the weights and the pool (both must outlive it). Engine thread only.
+class CpuBackend final : public ComputeBackend {
+ public:
+  CpuBackend(const ModelWeights* weights, ThreadPool* pool);
+
+  absl::Status Embed(std::span<const int32_t> tokens, float* hidden) override;
+  absl::Status Attention(int layer, std::span<const SequenceSlice> slices, int64_t num_rows, float* hidden) override;
+  absl::Status Router(int layer, int64_t num_rows, const float* hidden, float* moe_input, float* router_logits,
+                      int32_t* experts, float* weights) override;
+  absl::Status Combine(int64_t num_rows, const float* weights, const float* expert_out, float* hidden) override;
+  absl::Status Logits(std::span<const int64_t> rows, const float* hidden, float* logits) override;
+
+ private:
+  void Grow(std::vector<float>& buffer, int64_t size) {
+    if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(static_cast<size_t>(size));
+  }
+
+  const ModelWeights* weights_;
+  const ModelConfig& config_;
+  ThreadPool* pool_;
+  RotaryEmbedding rope_;
+  // Run state, reused across steps.
+  std::vector<float> normed_, q_, k_, v_, attn_, o_;
+  std::vector<std::vector<float>> scores_;  // per thread
+};
+
+}  // namespace tandem

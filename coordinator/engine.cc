@@ -1,0 +1,142 @@
+#include "coordinator/engine.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace tandem {
+namespace {
+
+double MicrosSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+}
+
+template <typename T>
+void Grow(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
+}  // namespace
+
+Engine::Engine(const ModelConfig& config, ComputeBackend* backend, ExpertExecutor* experts, EngineOptions options)
+    : config_(config), backend_(backend), experts_(experts), options_(std::move(options)) {}
+
+absl::Status Engine::Forward(std::span<const ForwardInput> inputs, std::vector<float>* logits) {
+  const auto start = std::chrono::steady_clock::now();
+  timing_ = ForwardTiming{};
+  const int64_t d = config_.hidden_size, e = config_.num_local_experts, k = config_.num_experts_per_tok;
+
+  // Lay the batch out: each input is one slice of consecutive rows.
+  std::vector<SequenceSlice> slices;
+  std::vector<int64_t> logit_rows;
+  tokens_.clear();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const ForwardInput& in = inputs[i];
+    if (in.kv == nullptr || in.tokens.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("forward input ", i, " has no sequence or no tokens"));
+    }
+    const int64_t start_position = in.kv->length();
+    const int64_t end = start_position + static_cast<int64_t>(in.tokens.size());
+    if (end > config_.max_position_embeddings) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence would reach ", end,
+                                                     " positions, past max_position_embeddings (",
+                                                     config_.max_position_embeddings, ")"));
+    }
+    TANDEM_RETURN_IF_ERROR(in.kv->Reserve(end));
+    const int64_t row_offset = static_cast<int64_t>(tokens_.size());
+    slices.push_back({in.kv, start_position, static_cast<int64_t>(in.tokens.size()), row_offset});
+    tokens_.insert(tokens_.end(), in.tokens.begin(), in.tokens.end());
+    if (in.all_logits) {
+      for (size_t j = 0; j < in.tokens.size(); ++j) logit_rows.push_back(row_offset + static_cast<int64_t>(j));
+    } else {
+      logit_rows.push_back(row_offset + static_cast<int64_t>(in.tokens.size()) - 1);
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(tokens_.size());
+  timing_.rows = rows;
+  Grow(hidden_, rows * d);
+  Grow(moe_input_, rows * d);
+  Grow(router_logits_, rows * e);
+  Grow(routing_weights_, rows * k);
+  Grow(routing_experts_, rows * k);
+  auto dump = [&](std::string_view name, int layer, const float* data, int64_t n, int64_t cols) {
+    if (options_.dump) options_.dump(name, layer, data, n, cols);
+  };
+
+  auto t = std::chrono::steady_clock::now();
+  TANDEM_RETURN_IF_ERROR(backend_->Embed(tokens_, hidden_.data()));  // [T, D]
+  timing_.embed_us = MicrosSince(t);
+  dump("embedding", -1, hidden_.data(), rows, d);
+
+  for (int layer = 0; layer < config_.num_hidden_layers; ++layer) {
+    t = std::chrono::steady_clock::now();
+    TANDEM_RETURN_IF_ERROR(backend_->Attention(layer, slices, rows, hidden_.data()));
+    timing_.attention_us += MicrosSince(t);
+    dump("attention_out", layer, hidden_.data(), rows, d);
+
+    t = std::chrono::steady_clock::now();
+    TANDEM_RETURN_IF_ERROR(backend_->Router(layer, rows, hidden_.data(), moe_input_.data(), router_logits_.data(),
+                                            routing_experts_.data(), routing_weights_.data()));
+    timing_.router_us += MicrosSince(t);
+    dump("moe_input", layer, moe_input_.data(), rows, d);
+    dump("router_logits", layer, router_logits_.data(), rows, e);
+
+    t = std::chrono::steady_clock::now();
+    TANDEM_RETURN_IF_ERROR(RunExperts(layer, rows));
+    timing_.experts_us += MicrosSince(t);
+
+    t = std::chrono::steady_clock::now();
+    if (options_.dump) {
+      // The weighted expert sum alone, for parity checks: combine into zeros.
+      Grow(moe_out_, rows * d);
+      std::fill_n(moe_out_.begin(), rows * d, 0.0f);
+      TANDEM_RETURN_IF_ERROR(backend_->Combine(rows, routing_weights_.data(), expert_out_.data(), moe_out_.data()));
+      dump("moe_out", layer, moe_out_.data(), rows, d);
+    }
+    TANDEM_RETURN_IF_ERROR(backend_->Combine(rows, routing_weights_.data(), expert_out_.data(), hidden_.data()));
+    timing_.combine_us += MicrosSince(t);
+    dump("layer_out", layer, hidden_.data(), rows, d);
+  }
+
+  t = std::chrono::steady_clock::now();
+  logits->resize(logit_rows.size() * static_cast<size_t>(config_.vocab_size));
+  TANDEM_RETURN_IF_ERROR(backend_->Logits(logit_rows, hidden_.data(), logits->data()));
+  timing_.logits_us = MicrosSince(t);
+  dump("logits", -1, logits->data(), static_cast<int64_t>(logit_rows.size()), config_.vocab_size);
+
+  for (const SequenceSlice& s : slices) s.kv->set_length(s.start_position + s.num_tokens);
+  timing_.total_us = MicrosSince(start);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::RunExperts(int layer, int64_t rows) {
+  const int64_t d = config_.hidden_size, e = config_.num_local_experts, k = config_.num_experts_per_tok;
+  // Group the T·K (token, slot) pairs by expert: counting sort.
+  std::vector<int64_t> offsets(static_cast<size_t>(e + 1), 0);
+  for (int64_t i = 0; i < rows * k; ++i) ++offsets[static_cast<size_t>(routing_experts_[i] + 1)];
+  for (int64_t x = 0; x < e; ++x) offsets[x + 1] += offsets[x];
+  Grow(slot_of_row_, rows * k);
+  Grow(expert_in_, rows * k * d);
+  Grow(expert_res_, rows * k * d);
+  Grow(expert_out_, rows * k * d);
+  std::vector<int64_t> fill(offsets.begin(), offsets.end() - 1);
+  for (int64_t i = 0; i < rows * k; ++i) {
+    const int64_t slot = fill[static_cast<size_t>(routing_experts_[i])]++;
+    slot_of_row_[i] = slot;
+    std::copy_n(moe_input_.data() + (i / k) * d, d, expert_in_.data() + slot * d);
+  }
+  std::vector<ExpertWork> work;
+  for (int64_t x = 0; x < e; ++x) {
+    const int64_t n = offsets[x + 1] - offsets[x];
+    if (n == 0) continue;  // an expert with no rows costs nothing
+    work.push_back({static_cast<int>(x), n, expert_in_.data() + offsets[x] * d, expert_res_.data() + offsets[x] * d});
+  }
+  TANDEM_RETURN_IF_ERROR(experts_->RunExperts(layer, work));
+  for (int64_t i = 0; i < rows * k; ++i) {
+    std::copy_n(expert_res_.data() + slot_of_row_[i] * d, d, expert_out_.data() + i * d);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem

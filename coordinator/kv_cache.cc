@@ -1,0 +1,72 @@
+#include "coordinator/kv_cache.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+
+absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(const KvCacheOptions& options) {
+  if (options.num_layers <= 0 || options.kv_dim <= 0 || options.block_size <= 0 || options.max_blocks <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache options must be positive: layers ", options.num_layers,
+                                                   ", kv_dim ", options.kv_dim, ", block_size ", options.block_size,
+                                                   ", max_blocks ", options.max_blocks));
+  }
+  return std::unique_ptr<KvBlockPool>(new KvBlockPool(options));
+}
+
+float* KvBlockPool::BlockBase(int32_t block) {
+  const int64_t floats_per_block = bytes_per_block() / 4;
+  return chunks_[block / kBlocksPerChunk].get() + (block % kBlocksPerChunk) * floats_per_block;
+}
+
+absl::StatusOr<int32_t> KvBlockPool::Allocate() {
+  if (free_list_.empty()) {
+    const int64_t allocated = static_cast<int64_t>(ref_counts_.size());
+    if (allocated >= options_.max_blocks) {
+      return absl::ResourceExhaustedError(absl::StrCat("KV cache full: all ", options_.max_blocks, " blocks of ",
+                                                       options_.block_size, " positions are in use"));
+    }
+    const int64_t floats_per_block = bytes_per_block() / 4;
+    chunks_.push_back(std::make_unique<float[]>(static_cast<size_t>(kBlocksPerChunk * floats_per_block)));
+    const int64_t end = std::min(allocated + kBlocksPerChunk, options_.max_blocks);
+    ref_counts_.resize(static_cast<size_t>(allocated + kBlocksPerChunk), 0);
+    for (int64_t b = end - 1; b >= allocated; --b) free_list_.push_back(static_cast<int32_t>(b));
+  }
+  const int32_t block = free_list_.back();
+  free_list_.pop_back();
+  ref_counts_[block] = 1;
+  ++blocks_in_use_;
+  return block;
+}
+
+void KvBlockPool::Retain(int32_t block) { ++ref_counts_[block]; }
+
+void KvBlockPool::Release(int32_t block) {
+  if (--ref_counts_[block] == 0) {
+    free_list_.push_back(block);
+    --blocks_in_use_;
+  }
+}
+
+float* KvBlockPool::Keys(int32_t block, int64_t layer) {
+  return BlockBase(block) + layer * options_.block_size * options_.kv_dim;
+}
+
+float* KvBlockPool::Values(int32_t block, int64_t layer) {
+  return BlockBase(block) + (options_.num_layers + layer) * options_.block_size * options_.kv_dim;
+}
+
+SequenceKv::~SequenceKv() {
+  for (int32_t block : blocks_) pool_->Release(block);
+}
+
+absl::Status SequenceKv::Reserve(int64_t new_length) {
+  const int64_t needed = (new_length + block_size() - 1) / block_size();
+  while (static_cast<int64_t>(blocks_.size()) < needed) {
+    absl::StatusOr<int32_t> block = pool_->Allocate();
+    if (!block.ok()) return block.status();
+    blocks_.push_back(*block);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tandem

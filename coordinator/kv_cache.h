@@ -1,0 +1,81 @@
+// The KV cache in fixed-size blocks, each sequence owning a block table, so
+// that sequences grow without copying and (later) beams share their common
+// prefix by reference count.
+//
+// Legend: L layers, B block_size (positions per block), Hkv·hd = kv_dim.
+// One block holds, for every layer, B positions of K and of V:
+//   keys[block]:   [L, B, kv_dim] f32      values[block]: [L, B, kv_dim] f32
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tandem {
+
+struct KvCacheOptions {
+  int64_t num_layers = 0;
+  int64_t kv_dim = 0;
+  int64_t block_size = 16;
+  int64_t max_blocks = 0;  // memory limit: blocks are allocated lazily up to this
+};
+
+// Owns the block storage. Called from the engine thread only.
+class KvBlockPool {
+ public:
+  static absl::StatusOr<std::unique_ptr<KvBlockPool>> Create(const KvCacheOptions& options);
+
+  // ResourceExhausted when max_blocks are in use.
+  absl::StatusOr<int32_t> Allocate();
+  void Retain(int32_t block);
+  void Release(int32_t block);
+
+  float* Keys(int32_t block, int64_t layer);    // [B, kv_dim]
+  float* Values(int32_t block, int64_t layer);  // [B, kv_dim]
+
+  const KvCacheOptions& options() const { return options_; }
+  int64_t blocks_in_use() const { return blocks_in_use_; }
+  int64_t bytes_per_block() const { return 2 * options_.num_layers * options_.block_size * options_.kv_dim * 4; }
+
+ private:
+  explicit KvBlockPool(const KvCacheOptions& options) : options_(options) {}
+  static constexpr int64_t kBlocksPerChunk = 32;
+  float* BlockBase(int32_t block);
+
+  KvCacheOptions options_;
+  std::vector<std::unique_ptr<float[]>> chunks_;  // kBlocksPerChunk blocks each, K then V
+  std::vector<int32_t> ref_counts_;
+  std::vector<int32_t> free_list_;
+  int64_t blocks_in_use_ = 0;
+};
+
+// One sequence's block table and length. Releases its blocks on destruction.
+class SequenceKv {
+ public:
+  explicit SequenceKv(KvBlockPool* pool) : pool_(pool) {}
+  ~SequenceKv();
+  SequenceKv(const SequenceKv&) = delete;
+  SequenceKv& operator=(const SequenceKv&) = delete;
+
+  int64_t length() const { return length_; }
+  // Makes room for positions [length, new_length); ResourceExhausted if the pool is full.
+  absl::Status Reserve(int64_t new_length);
+  void set_length(int64_t length) { length_ = length; }
+
+  float* KeyRow(int64_t layer, int64_t position) {
+    return pool_->Keys(blocks_[position / block_size()], layer) + (position % block_size()) * pool_->options().kv_dim;
+  }
+  float* ValueRow(int64_t layer, int64_t position) {
+    return pool_->Values(blocks_[position / block_size()], layer) + (position % block_size()) * pool_->options().kv_dim;
+  }
+
+ private:
+  int64_t block_size() const { return pool_->options().block_size; }
+  KvBlockPool* pool_;
+  std::vector<int32_t> blocks_;
+  int64_t length_ = 0;
+};
+
+}  // namespace tandem

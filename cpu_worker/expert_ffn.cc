@@ -1,0 +1,138 @@
+// Legend as in expert_ffn.h: R rows, D hidden size, I intermediate size.
+#include "cpu_worker/expert_ffn.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace tandem {
+namespace {
+
+// exp(x) for the SiLU: Cephes' expf polynomial (about 1 ulp on the clamped
+// range). The clamp keeps 2^n a normal float; silu saturates long before.
+inline __m256 Exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i exponent =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
+}
+
+// gate[j] = silu(gate[j]) * up[j] = gate * up / (1 + exp(-gate)), in place.
+void SiluMul(float* gate, const float* up, int64_t count) {
+  int64_t j = 0;
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (; j + 8 <= count; j += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + j);
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    const __m256 h = _mm256_div_ps(_mm256_mul_ps(g, _mm256_loadu_ps(up + j)), _mm256_add_ps(one, e));
+    _mm256_storeu_ps(gate + j, h);
+  }
+  for (; j < count; ++j) gate[j] = gate[j] * up[j] / (1.0f + std::exp(-gate[j]));
+}
+
+absl::Status CheckWeight(const LinearWeight& w, const char* name, int64_t n, int64_t k) {
+  if (w.data == nullptr) return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: ", name, " has no data"));
+  if (w.n != n || w.k != k)
+    return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: ", name, " is [", w.n, ", ", w.k,
+                                                   "], expected [", n, ", ", k, "]"));
+  return absl::OkStatus();
+}
+
+// Keeps the first error of a parallel loop; later tasks see failed() and skip.
+class FirstError {
+ public:
+  void Record(absl::Status status) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (status_.ok()) status_ = std::move(status);
+    failed_.store(true, std::memory_order_relaxed);
+  }
+  bool failed() const { return failed_.load(std::memory_order_relaxed); }
+  absl::Status status() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return status_;
+  }
+
+ private:
+  std::mutex mutex_;
+  absl::Status status_;
+  std::atomic<bool> failed_{false};
+};
+
+}  // namespace
+
+ExpertFfn::ExpertFfn(ThreadPool* pool, LinearOptions options) : pool_(pool), options_(options) {}
+
+absl::Status ExpertFfn::Run(const ExpertFfnWeights& weights, const float* x, int64_t rows, float* y) {
+  const int64_t hidden = weights.w1.k;
+  const int64_t intermediate = weights.w1.n;
+  if (rows < 0) return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: negative rows ", rows));
+  if (hidden < 1 || intermediate < 1)
+    return absl::InvalidArgumentError(
+        absl::StrCat("ExpertFfn: gate_proj is [", intermediate, ", ", hidden, "]"));
+  TANDEM_RETURN_IF_ERROR(CheckWeight(weights.w1, "gate_proj", intermediate, hidden));
+  TANDEM_RETURN_IF_ERROR(CheckWeight(weights.w3, "up_proj", intermediate, hidden));
+  TANDEM_RETURN_IF_ERROR(CheckWeight(weights.w2, "down_proj", hidden, intermediate));
+  if (rows == 0) return absl::OkStatus();
+  if (x == nullptr || y == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: null x or y for ", rows, " rows"));
+
+  const size_t scratch = static_cast<size_t>(rows * intermediate);
+  try {
+    if (gate_.size() < scratch) gate_.resize(scratch);
+    if (up_.size() < scratch) up_.resize(scratch);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("ExpertFfn: no memory for [", rows, ", ", intermediate, "] activations"));
+  }
+  float* gate = gate_.data();  // [R, I]: gate, then silu(gate) * up in place
+  float* up = up_.data();      // [R, I]
+
+  // Gate and up in one parallel pass over I: a task owns features [n0, n1) of
+  // both, so W1 and W3 stream back to back and silu(g) * u is applied while
+  // the slice is still in cache, without another pass over [R, I].
+  const int threads = pool_ == nullptr ? 1 : pool_->num_threads();
+  const int64_t features = LinearTaskFeatures(rows, weights.w1, threads, options_);
+  const int64_t tasks = (intermediate + features - 1) / features;
+  auto gate_up_task = [&](int64_t task) -> absl::Status {
+    const int64_t n0 = task * features;
+    const int64_t n1 = std::min(n0 + features, intermediate);
+    TANDEM_RETURN_IF_ERROR(LinearSlice(x, rows, weights.w1, nullptr, n0, n1, gate, intermediate, options_));
+    TANDEM_RETURN_IF_ERROR(LinearSlice(x, rows, weights.w3, nullptr, n0, n1, up, intermediate, options_));
+    for (int64_t r = 0; r < rows; ++r)
+      SiluMul(gate + r * intermediate + n0, up + r * intermediate + n0, n1 - n0);
+    return absl::OkStatus();
+  };
+  if (pool_ == nullptr || tasks == 1) {
+    for (int64_t task = 0; task < tasks; ++task) TANDEM_RETURN_IF_ERROR(gate_up_task(task));
+  } else {
+    FirstError error;
+    pool_->ParallelFor(tasks, [&](int64_t task, int) {
+      if (error.failed()) return;
+      absl::Status status = gate_up_task(task);
+      if (!status.ok()) error.Record(std::move(status));
+    });
+    TANDEM_RETURN_IF_ERROR(error.status());
+  }
+
+  // Down: [R, I] . W2[D, I]^T -> [R, D].
+  return Linear(gate, rows, weights.w2, nullptr, y, pool_, options_);
+}
+
+}  // namespace tandem

@@ -1,0 +1,36 @@
+// One expert's SwiGLU FFN on the CPU:  y = W2 · ( silu(W1 · x) ⊙ (W3 · x) ).
+//
+// Legend: R rows routed to the expert, D hidden size, I intermediate size.
+// x: [R, D] f32.  W1 (gate), W3 (up): [I, D].  W2 (down): [D, I].  y: [R, D] f32.
+// Weights are BF16, F16 or F32 as stored; accumulation is f32.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/kernels/linear.h"
+#include "common/model_weights.h"
+#include "common/thread_pool.h"
+
+namespace tandem {
+
+// The expert's three matrices (w1 gate [I, D], w2 down [D, I], w3 up [I, D]),
+// as the model's weights hold them.
+using ExpertFfnWeights = ExpertWeights;
+
+// Owns scratch buffers for the intermediate activations; not thread-safe (one
+// caller at a time), parallel inside through `pool`.
+class ExpertFfn {
+ public:
+  explicit ExpertFfn(ThreadPool* pool, LinearOptions options = {});
+  absl::Status Run(const ExpertFfnWeights& weights, const float* x, int64_t rows, float* y);
+
+ private:
+  ThreadPool* pool_;
+  LinearOptions options_;
+  std::vector<float> gate_;  // [R, I]
+  std::vector<float> up_;    // [R, I]
+};
+
+}  // namespace tandem

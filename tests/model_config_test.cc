@@ -1,0 +1,178 @@
+// config.json parsing: the real fields of each architecture, defaults as
+// Hugging Face has them, and a clear error for every missing or inconsistent field.
+#include "common/model_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/synthetic_model.h"
+
+namespace tandem {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+
+json MixtralJson() {  // mistralai/Mixtral-8x7B-v0.1's config.json
+  return json::parse(R"({
+    "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
+    "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336,
+    "max_position_embeddings": 32768, "model_type": "mixtral", "num_attention_heads": 32,
+    "num_experts_per_tok": 2, "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8,
+    "output_router_logits": false, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
+    "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.36.0.dev0", "use_cache": true, "vocab_size": 32000})");
+}
+
+json PhiMoEJson() {  // microsoft/Phi-3.5-MoE-instruct's config.json, factors shortened to their length
+  json j = json::parse(R"({
+    "architectures": ["PhiMoEForCausalLM"], "attention_bias": true, "attention_dropout": 0.0,
+    "bos_token_id": 1, "eos_token_id": 32000, "hidden_act": "silu", "hidden_dropout": 0.0, "hidden_size": 4096,
+    "initializer_range": 0.02, "input_jitter_noise": 0.01, "intermediate_size": 6400, "lm_head_bias": true,
+    "max_position_embeddings": 131072, "model_type": "phimoe", "num_attention_heads": 32,
+    "num_experts_per_tok": 2, "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 16,
+    "original_max_position_embeddings": 4096, "output_router_logits": false, "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0, "router_aux_loss_coef": 0.0, "router_jitter_noise": 0.01, "sliding_window": 131072,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 32064,
+    "auto_map": {"AutoConfig": "configuration_phimoe.PhiMoEConfig"}})");
+  std::vector<double> short_factor(64, 1.0), long_factor(64, 1.5);
+  j["rope_scaling"] = {{"type", "longrope"},       {"short_factor", short_factor},
+                       {"long_factor", long_factor}, {"short_mscale", 1.243163121016122},
+                       {"long_mscale", 1.243163121016122}, {"original_max_position_embeddings", 4096}};
+  return j;
+}
+
+absl::StatusOr<ModelConfig> Parse(const json& j) { return ParseModelConfig(j.dump(), "/models/x/config.json"); }
+
+TEST(ModelConfigTest, ReadsMixtral) {
+  auto c = Parse(MixtralJson());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, Architecture::kMixtral);
+  EXPECT_EQ(c->norm_kind(), NormKind::kRmsNorm);
+  EXPECT_EQ(c->router_kind(), RouterKind::kSoftmaxTopK);
+  EXPECT_EQ(c->hidden_size, 4096);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->kv_dim(), 1024);
+  EXPECT_EQ(c->num_local_experts, 8);
+  EXPECT_EQ(c->num_experts_per_tok, 2);
+  EXPECT_EQ(c->rope_theta, 1e6);
+  EXPECT_FALSE(c->sliding_window.has_value());
+  EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{2});
+  EXPECT_FALSE(c->attention_bias);
+}
+
+TEST(ModelConfigTest, ReadsPhiMoE) {
+  auto c = Parse(PhiMoEJson());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, Architecture::kPhiMoE);
+  EXPECT_EQ(c->norm_kind(), NormKind::kLayerNorm);
+  EXPECT_EQ(c->router_kind(), RouterKind::kSparseMixer);
+  EXPECT_TRUE(c->attention_bias);
+  EXPECT_TRUE(c->lm_head_bias);
+  EXPECT_DOUBLE_EQ(c->router_jitter_noise, 0.01);
+  EXPECT_EQ(c->sliding_window, 131072);
+  EXPECT_EQ(c->rope_scaling.type, "longrope");
+  EXPECT_EQ(c->rope_scaling.short_factor.size(), 64u);
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 4096);
+  EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{32000});
+}
+
+TEST(ModelConfigTest, AcceptsRopeTypeSpellingAndEosList) {
+  json j = PhiMoEJson();
+  j["rope_scaling"].erase("type");
+  j["rope_scaling"]["rope_type"] = "longrope";
+  j["eos_token_id"] = {32000, 32007};
+  auto c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int32_t>{32000, 32007}));
+}
+
+TEST(ModelConfigTest, HeadDimDefaultsToHiddenOverHeads) {
+  json j = MixtralJson();
+  j["head_dim"] = 64;  // explicit head_dim wins (as in newer Mistral configs)
+  auto c = Parse(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->q_dim(), 2048);
+}
+
+struct BadCase {
+  std::string name;
+  std::function<void(json&)> edit;
+  std::string field;  // the message must name it
+};
+
+class BadConfigTest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadConfigTest, NamesTheFieldAndFile) {
+  json j = GetParam().name.rfind("phi", 0) == 0 ? PhiMoEJson() : MixtralJson();
+  GetParam().edit(j);
+  auto c = Parse(j);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr(GetParam().field));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("/models/x/config.json"));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, BadConfigTest,
+    ::testing::Values(
+        BadCase{"unknown_architecture", [](json& j) { j["architectures"] = {"LlamaForCausalLM"}; }, "LlamaForCausalLM"},
+        BadCase{"no_architectures", [](json& j) { j.erase("architectures"); }, "architectures"},
+        BadCase{"model_type_mismatch", [](json& j) { j["model_type"] = "phimoe"; }, "model_type"},
+        BadCase{"missing_hidden_size", [](json& j) { j.erase("hidden_size"); }, "hidden_size"},
+        BadCase{"missing_vocab", [](json& j) { j.erase("vocab_size"); }, "vocab_size"},
+        BadCase{"missing_layers", [](json& j) { j.erase("num_hidden_layers"); }, "num_hidden_layers"},
+        BadCase{"missing_experts", [](json& j) { j.erase("num_local_experts"); }, "num_local_experts"},
+        BadCase{"missing_topk", [](json& j) { j.erase("num_experts_per_tok"); }, "num_experts_per_tok"},
+        BadCase{"missing_intermediate", [](json& j) { j.erase("intermediate_size"); }, "intermediate_size"},
+        BadCase{"missing_max_positions", [](json& j) { j.erase("max_position_embeddings"); }, "max_position_embeddings"},
+        BadCase{"string_hidden", [](json& j) { j["hidden_size"] = "4096"; }, "hidden_size"},
+        BadCase{"negative_layers", [](json& j) { j["num_hidden_layers"] = -1; }, "num_hidden_layers"},
+        BadCase{"kv_heads_not_dividing", [](json& j) { j["num_key_value_heads"] = 7; }, "num_key_value_heads"},
+        BadCase{"hidden_not_divisible", [](json& j) { j["hidden_size"] = 4095; }, "hidden_size"},
+        BadCase{"topk_above_experts", [](json& j) { j["num_experts_per_tok"] = 9; }, "num_experts_per_tok"},
+        BadCase{"zero_eps", [](json& j) { j["rms_norm_eps"] = 0; }, "rms_norm_eps"},
+        BadCase{"negative_theta", [](json& j) { j["rope_theta"] = -1.0; }, "rope_theta"},
+        BadCase{"zero_window", [](json& j) { j["sliding_window"] = 0; }, "sliding_window"},
+        BadCase{"eos_outside_vocab", [](json& j) { j["eos_token_id"] = 32000; }, "eos_token_id"},
+        BadCase{"mixtral_with_bias", [](json& j) { j["attention_bias"] = true; }, "attention_bias"},
+        BadCase{"mixtral_with_rope_scaling", [](json& j) { j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}}; },
+                "rope_scaling"},
+        BadCase{"phi_topk_3", [](json& j) { j["num_experts_per_tok"] = 3; }, "num_experts_per_tok"},
+        BadCase{"phi_short_factor_length", [](json& j) { j["rope_scaling"]["short_factor"] = {1.0, 1.0}; },
+                "short_factor"},
+        BadCase{"phi_missing_mscale", [](json& j) { j["rope_scaling"].erase("long_mscale"); }, "mscale"},
+        BadCase{"phi_missing_original_max",
+                [](json& j) { j["rope_scaling"].erase("original_max_position_embeddings"); },
+                "original_max_position_embeddings"},
+        BadCase{"phi_unknown_rope_type", [](json& j) { j["rope_scaling"]["type"] = "yarn"; }, "yarn"}),
+    [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
+
+TEST(ModelConfigTest, NotJsonNamesTheFile) {
+  auto c = ParseModelConfig("{ not json", "/models/x/config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("/models/x/config.json"));
+}
+
+TEST(ModelConfigTest, MissingFileIsNotFound) {
+  auto c = LoadModelConfig("/nonexistent/dir/config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("/nonexistent/dir/config.json"));
+}
+
+TEST(ModelConfigTest, WrittenConfigReadsBackIdentically) {
+  for (const std::string& preset : SyntheticPresets()) {
+    auto c = SyntheticConfig({.preset = preset});
+    ASSERT_TRUE(c.ok()) << c.status();
+    auto back = ParseModelConfig(ModelConfigToJson(*c), preset);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(ModelConfigToJson(*back), ModelConfigToJson(*c)) << preset;
+  }
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,146 @@
+// Loading whole model folders: what tandem-make-model writes loads back with
+// the same bytes, sharded or not, and a broken folder gives an error naming
+// the tensor or file at fault.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "common/model.h"
+#include "common/safetensors.h"
+#include "common/synthetic_model.h"
+#include "common/tensor_names.h"
+#include "tests/temp_dir_testlib.h"
+
+namespace tandem {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr SyntheticModelSpec kTiny{.preset = "tiny", .num_layers = 0, .seed = 3, .dtype = DType::kBF16};
+
+void ExpectSameBytes(const ModelWeights& a, const ModelWeights& b) {
+  ASSERT_EQ(a.layers.size(), b.layers.size());
+  EXPECT_EQ(a.total_bytes, b.total_bytes);
+  EXPECT_EQ(0, std::memcmp(a.embed_tokens.data, b.embed_tokens.data, a.embed_tokens.size_bytes));
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    EXPECT_EQ(a.layers[l].input_norm.weight, b.layers[l].input_norm.weight);
+    for (size_t e = 0; e < a.layers[l].experts.size(); ++e) {
+      const LinearWeight& x = a.layers[l].experts[e].w2;
+      const LinearWeight& y = b.layers[l].experts[e].w2;
+      ASSERT_EQ(x.n, y.n);
+      EXPECT_EQ(0, std::memcmp(x.data, y.data, static_cast<size_t>(x.n * x.k) * DTypeSize(x.dtype)));
+    }
+  }
+}
+
+class ModelLoadingTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ModelLoadingTest, WrittenModelLoadsWithTheSameBytesAsInMemory) {
+  ScopedTempDir dir;
+  ASSERT_TRUE(WriteSyntheticModel(kTiny, dir.path(), {.num_shards = GetParam(), .with_tokenizer = false}).ok());
+  auto from_disk = LoadModel(dir.path());
+  ASSERT_TRUE(from_disk.ok()) << from_disk.status();
+  auto in_memory = LoadSyntheticModel(kTiny);
+  ASSERT_TRUE(in_memory.ok()) << in_memory.status();
+  ExpectSameBytes(*(*from_disk)->weights, *(*in_memory)->weights);
+  EXPECT_EQ((*from_disk)->tokenizer, nullptr);
+  EXPECT_EQ(std::filesystem::exists(dir.path() / "model.safetensors.index.json"), GetParam() > 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shards, ModelLoadingTest, ::testing::Values(1, 3));
+
+TEST(ModelLoadingErrorsTest, TextNeedsTokenizerButIdsDoNot) {
+  auto model = LoadSyntheticModel(kTiny);
+  ASSERT_TRUE(model.ok());
+  auto tokenizer = (*model)->RequireTokenizer();
+  ASSERT_FALSE(tokenizer.ok());
+  EXPECT_EQ(tokenizer.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(tokenizer.status().message()), HasSubstr("token ids"));
+}
+
+// Writes the tiny model's tensors with one edited or dropped.
+void WriteEdited(const std::filesystem::path& dir, const std::string& victim, bool drop,
+                 std::vector<int64_t> new_shape = {}) {
+  auto config = SyntheticConfig(kTiny);
+  ASSERT_TRUE(config.ok());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json") << ModelConfigToJson(*config);
+  std::vector<TensorToWrite> tensors;
+  for (const WeightSpec& w : ExpectedWeights(*config)) {
+    if (w.name == victim && drop) continue;
+    TensorToWrite t{w.name, DType::kBF16, w.shape, {}};
+    if (w.name == victim) t.shape = new_shape;
+    int64_t n = 1;
+    for (int64_t d : t.shape) n *= d;
+    t.data.assign(static_cast<size_t>(n) * 2, 0);
+    tensors.push_back(std::move(t));
+  }
+  std::vector<const TensorToWrite*> pointers;
+  for (const auto& t : tensors) pointers.push_back(&t);
+  ASSERT_TRUE(WriteSafetensorsCheckpoint(dir, pointers, 2).ok());
+}
+
+TEST(ModelLoadingErrorsTest, MissingTensorIsNamed) {
+  ScopedTempDir dir;
+  const std::string victim = "model.layers.1.block_sparse_moe.experts.2.w3.weight";
+  WriteEdited(dir.path(), victim, /*drop=*/true);
+  auto model = LoadModel(dir.path());
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr(victim));
+}
+
+TEST(ModelLoadingErrorsTest, WrongShapeIsNamedWithBothShapes) {
+  ScopedTempDir dir;
+  const std::string victim = "model.layers.0.self_attn.k_proj.weight";
+  WriteEdited(dir.path(), victim, /*drop=*/false, {16, 64});
+  auto model = LoadModel(dir.path());
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string message(model.status().message());
+  EXPECT_THAT(message, HasSubstr(victim));
+  EXPECT_THAT(message, HasSubstr("[16, 64]"));
+  EXPECT_THAT(message, HasSubstr("[32, 64]"));
+}
+
+TEST(ModelLoadingErrorsTest, MissingShardIsNamed) {
+  ScopedTempDir dir;
+  ASSERT_TRUE(WriteSyntheticModel(kTiny, dir.path(), {.num_shards = 2, .with_tokenizer = false}).ok());
+  std::filesystem::remove(dir.path() / "model-00002-of-00002.safetensors");
+  auto model = LoadModel(dir.path());
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(std::string(model.status().message()), HasSubstr("model-00002-of-00002.safetensors"));
+}
+
+TEST(ModelLoadingErrorsTest, MissingDirectoryAndConfig) {
+  auto missing = LoadModel("/nonexistent/model");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("/nonexistent/model"));
+  ScopedTempDir dir;
+  auto no_config = LoadModel(dir.path());
+  ASSERT_FALSE(no_config.ok());
+  EXPECT_THAT(std::string(no_config.status().message()), HasSubstr("config.json"));
+}
+
+TEST(SyntheticModelTest, SameSeedSameBytesOtherSeedOtherBytes) {
+  auto a = LoadSyntheticModel(kTiny);
+  auto b = LoadSyntheticModel(kTiny);
+  SyntheticModelSpec other = kTiny;
+  other.seed = 4;
+  auto c = LoadSyntheticModel(other);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  ExpectSameBytes(*(*a)->weights, *(*b)->weights);
+  EXPECT_NE(0, std::memcmp((*a)->weights->embed_tokens.data, (*c)->weights->embed_tokens.data,
+                           (*a)->weights->embed_tokens.size_bytes));
+}
+
+TEST(SyntheticModelTest, UnknownPresetListsTheKnownOnes) {
+  auto c = SyntheticConfig({.preset = "gpt-5"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("mixtral-8x7b"));
+}
+
+}  // namespace
+}  // namespace tandem

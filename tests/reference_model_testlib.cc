@@ -1,0 +1,446 @@
+#include "tests/reference_model_testlib.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/safetensors.h"
+#include "common/tensor_view.h"
+
+namespace tandem {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Hugging Face tensor names, spelled out here rather than taken from
+// common/tensor_names so that a wrong name there cannot hide in both.
+std::string LayerName(int layer, const char* rest) { return absl::StrCat("model.layers.", layer, ".", rest); }
+std::string ExpertName(int layer, int expert, const char* matrix) {
+  return absl::StrCat("model.layers.", layer, ".block_sparse_moe.experts.", expert, ".", matrix, ".weight");
+}
+
+// Reads a stored tensor of the expected shape into doubles: [N, K] as an
+// N x K matrix, [N] as one row of N.
+absl::StatusOr<RefTensor> ReadTensor(const TensorSource& source, const std::string& name,
+                                     const std::vector<int64_t>& shape) {
+  absl::StatusOr<TensorView> view = source.Get(name);
+  if (!view.ok()) return view.status();
+  if (view->shape != shape) {
+    return absl::InvalidArgumentError(absl::StrCat("reference: tensor ", name, " has shape ", ShapeString(view->shape),
+                                                   ", expected ", ShapeString(shape)));
+  }
+  const int64_t rows = shape.size() == 2 ? shape[0] : 1;
+  const int64_t cols = shape.back();
+  RefTensor t(rows, cols);
+  for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = LoadAsF32(view->data, view->dtype, i);
+  return t;
+}
+
+absl::StatusOr<std::vector<double>> ReadVector(const TensorSource& source, const std::string& name, int64_t n) {
+  absl::StatusOr<RefTensor> t = ReadTensor(source, name, {n});
+  if (!t.ok()) return t.status();
+  return std::move(t->data);
+}
+
+double Silu(double x) { return x / (1.0 + std::exp(-x)); }
+
+// Indices of `values` by descending value; ties keep the lower index first
+// (torch.max / torch.topk on CPU report the first of equal maxima).
+std::vector<int32_t> DescendingOrder(std::span<const double> values) {
+  std::vector<int32_t> order(values.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return values[a] > values[b]; });
+  return order;
+}
+
+}  // namespace
+
+RefTensor RefTensor::FromF32(const float* values, int64_t r, int64_t c) {
+  RefTensor t(r, c);
+  for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = values[i];
+  return t;
+}
+
+const RefTensor& ReferenceForward::Get(std::string_view name, int layer) const {
+  static const RefTensor kEmpty;
+  auto it = intermediates.find({std::string(name), layer});
+  return it == intermediates.end() ? kEmpty : it->second;
+}
+
+// ---------------------------------------------------------------- weights
+
+absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(const ModelWeights& weights) {
+  const ModelConfig& c = weights.config;
+  if (weights.source == nullptr) return absl::InvalidArgumentError("reference: the weights have no tensor source");
+  const TensorSource& src = *weights.source;
+  auto model = std::unique_ptr<ReferenceModel>(new ReferenceModel(c));
+  const int64_t d = c.hidden_size, v = c.vocab_size, e = c.num_local_experts, inter = c.intermediate_size;
+  const bool layer_norm = c.architecture == Architecture::kPhiMoE;
+
+  // Assigns `expr` (a StatusOr) to `lhs` or returns its error.
+#define REF_ASSIGN(lhs, expr)                  \
+  do {                                         \
+    auto ref_tmp = (expr);                     \
+    if (!ref_tmp.ok()) return ref_tmp.status(); \
+    lhs = std::move(*ref_tmp);                 \
+  } while (0)
+
+  auto read_norm = [&](const std::string& prefix, RefNorm& norm) -> absl::Status {
+    REF_ASSIGN(norm.weight, ReadVector(src, prefix + ".weight", d));
+    if (layer_norm) REF_ASSIGN(norm.bias, ReadVector(src, prefix + ".bias", d));
+    return absl::OkStatus();
+  };
+
+  REF_ASSIGN(model->embed_tokens_, ReadTensor(src, "model.embed_tokens.weight", {v, d}));
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    RefLayer layer;
+    if (absl::Status s = read_norm(LayerName(l, "input_layernorm"), layer.input_norm); !s.ok()) return s;
+    REF_ASSIGN(layer.q_proj, ReadTensor(src, LayerName(l, "self_attn.q_proj.weight"), {c.q_dim(), d}));
+    REF_ASSIGN(layer.k_proj, ReadTensor(src, LayerName(l, "self_attn.k_proj.weight"), {c.kv_dim(), d}));
+    REF_ASSIGN(layer.v_proj, ReadTensor(src, LayerName(l, "self_attn.v_proj.weight"), {c.kv_dim(), d}));
+    REF_ASSIGN(layer.o_proj, ReadTensor(src, LayerName(l, "self_attn.o_proj.weight"), {d, c.q_dim()}));
+    if (c.attention_bias) {
+      REF_ASSIGN(layer.q_bias, ReadVector(src, LayerName(l, "self_attn.q_proj.bias"), c.q_dim()));
+      REF_ASSIGN(layer.k_bias, ReadVector(src, LayerName(l, "self_attn.k_proj.bias"), c.kv_dim()));
+      REF_ASSIGN(layer.v_bias, ReadVector(src, LayerName(l, "self_attn.v_proj.bias"), c.kv_dim()));
+      REF_ASSIGN(layer.o_bias, ReadVector(src, LayerName(l, "self_attn.o_proj.bias"), d));
+    }
+    if (absl::Status s = read_norm(LayerName(l, "post_attention_layernorm"), layer.post_attention_norm); !s.ok()) {
+      return s;
+    }
+    REF_ASSIGN(layer.router, ReadTensor(src, LayerName(l, "block_sparse_moe.gate.weight"), {e, d}));
+    for (int x = 0; x < e; ++x) {
+      RefExpert expert;
+      REF_ASSIGN(expert.w1, ReadTensor(src, ExpertName(l, x, "w1"), {inter, d}));
+      REF_ASSIGN(expert.w2, ReadTensor(src, ExpertName(l, x, "w2"), {d, inter}));
+      REF_ASSIGN(expert.w3, ReadTensor(src, ExpertName(l, x, "w3"), {inter, d}));
+      layer.experts.push_back(std::move(expert));
+    }
+    model->layers_.push_back(std::move(layer));
+  }
+  if (absl::Status s = read_norm("model.norm", model->final_norm_); !s.ok()) return s;
+  if (c.tie_word_embeddings) {
+    model->lm_head_ = model->embed_tokens_;
+  } else {
+    REF_ASSIGN(model->lm_head_, ReadTensor(src, "lm_head.weight", {v, d}));
+  }
+  if (c.lm_head_bias) REF_ASSIGN(model->lm_head_bias_, ReadVector(src, "lm_head.bias", v));
+#undef REF_ASSIGN
+  return model;
+}
+
+// ---------------------------------------------------------------- ops
+
+RefTensor ReferenceModel::RmsNorm(const RefTensor& x, const std::vector<double>& weight, double eps) {
+  RefTensor y(x.rows, x.cols);
+  for (int64_t t = 0; t < x.rows; ++t) {
+    double sum_sq = 0.0;
+    for (int64_t i = 0; i < x.cols; ++i) sum_sq += x.at(t, i) * x.at(t, i);
+    const double inv = 1.0 / std::sqrt(sum_sq / static_cast<double>(x.cols) + eps);
+    for (int64_t i = 0; i < x.cols; ++i) y.at(t, i) = x.at(t, i) * inv * weight[static_cast<size_t>(i)];
+  }
+  return y;
+}
+
+RefTensor ReferenceModel::LayerNorm(const RefTensor& x, const std::vector<double>& weight,
+                                    const std::vector<double>& bias, double eps) {
+  RefTensor y(x.rows, x.cols);
+  const double n = static_cast<double>(x.cols);
+  for (int64_t t = 0; t < x.rows; ++t) {
+    double mean = 0.0;
+    for (int64_t i = 0; i < x.cols; ++i) mean += x.at(t, i);
+    mean /= n;
+    double var = 0.0;  // biased (divides by n), as nn.LayerNorm
+    for (int64_t i = 0; i < x.cols; ++i) var += (x.at(t, i) - mean) * (x.at(t, i) - mean);
+    var /= n;
+    const double inv = 1.0 / std::sqrt(var + eps);
+    for (int64_t i = 0; i < x.cols; ++i) {
+      y.at(t, i) = (x.at(t, i) - mean) * inv * weight[static_cast<size_t>(i)] + bias[static_cast<size_t>(i)];
+    }
+  }
+  return y;
+}
+
+RefTensor ReferenceModel::Norm(const ModelConfig& config, const RefNorm& norm, const RefTensor& x) {
+  if (config.architecture == Architecture::kPhiMoE) return LayerNorm(x, norm.weight, norm.bias, config.rms_norm_eps);
+  return RmsNorm(x, norm.weight, config.rms_norm_eps);
+}
+
+RefTensor ReferenceModel::Linear(const RefTensor& x, const RefTensor& w, const std::vector<double>& bias) {
+  RefTensor y(x.rows, w.rows);
+  for (int64_t t = 0; t < x.rows; ++t) {
+    for (int64_t n = 0; n < w.rows; ++n) {
+      double acc = bias.empty() ? 0.0 : bias[static_cast<size_t>(n)];
+      for (int64_t k = 0; k < x.cols; ++k) acc += x.at(t, k) * w.at(n, k);
+      y.at(t, n) = acc;
+    }
+  }
+  return y;
+}
+
+bool ReferenceModel::UseLongRope(const ModelConfig& config, int64_t seq_len) {
+  return config.rope_scaling.type == "longrope" &&
+         seq_len > config.rope_scaling.original_max_position_embeddings;
+}
+
+void ReferenceModel::Rope(const ModelConfig& config, double* x, int64_t heads, int64_t position, int64_t seq_len) {
+  const int64_t hd = config.head_dim, half = hd / 2;
+  const bool longrope = config.rope_scaling.type == "longrope";
+  const bool use_long = UseLongRope(config, seq_len);
+  const double mscale =
+      !longrope ? 1.0 : (use_long ? config.rope_scaling.long_mscale : config.rope_scaling.short_mscale);
+  for (int64_t i = 0; i < half; ++i) {
+    // HF: inv_freq = 1 / (ext_factor * base^(2i / hd)); ext_factor = 1 without longrope.
+    double ext = 1.0;
+    if (longrope) {
+      ext = use_long ? config.rope_scaling.long_factor[static_cast<size_t>(i)]
+                     : config.rope_scaling.short_factor[static_cast<size_t>(i)];
+    }
+    const double inv_freq = 1.0 / (ext * std::pow(config.rope_theta, static_cast<double>(2 * i) / static_cast<double>(hd)));
+    const double angle = static_cast<double>(position) * inv_freq;
+    const double cos_v = std::cos(angle) * mscale, sin_v = std::sin(angle) * mscale;
+    for (int64_t h = 0; h < heads; ++h) {
+      double* v = x + h * hd;
+      // x · cos + rotate_half(x) · sin, rotate_half(x) = [-x2, x1].
+      const double a = v[i], b = v[i + half];
+      v[i] = a * cos_v - b * sin_v;
+      v[i + half] = b * cos_v + a * sin_v;
+    }
+  }
+}
+
+RefTensor ReferenceModel::Attention(const RefTensor& q, const RefTensor& k, const RefTensor& v, int64_t heads,
+                                    int64_t kv_heads, int64_t head_dim, std::optional<int64_t> sliding_window) {
+  const int64_t t_len = q.rows, n_rep = heads / kv_heads;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  RefTensor out(t_len, heads * head_dim);
+  std::vector<double> scores(static_cast<size_t>(t_len));
+  for (int64_t i = 0; i < t_len; ++i) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t kvh = h / n_rep;  // repeat_kv: head h is copy h % n_rep of kv head h / n_rep
+      double max_score = -kInf;
+      for (int64_t j = 0; j < t_len; ++j) {
+        const bool visible = j <= i && (!sliding_window || j > i - *sliding_window);
+        if (!visible) {
+          scores[static_cast<size_t>(j)] = -kInf;
+          continue;
+        }
+        double dot = 0.0;
+        for (int64_t c = 0; c < head_dim; ++c) dot += q.at(i, h * head_dim + c) * k.at(j, kvh * head_dim + c);
+        scores[static_cast<size_t>(j)] = dot * scale;
+        max_score = std::max(max_score, dot * scale);
+      }
+      double sum = 0.0;
+      for (double& s : scores) {
+        s = std::exp(s - max_score);  // masked: exp(-inf) = 0
+        sum += s;
+      }
+      for (int64_t j = 0; j < t_len; ++j) {
+        const double p = scores[static_cast<size_t>(j)] / sum;
+        if (p == 0.0) continue;
+        for (int64_t c = 0; c < head_dim; ++c) out.at(i, h * head_dim + c) += p * v.at(j, kvh * head_dim + c);
+      }
+    }
+  }
+  return out;
+}
+
+RefRouting ReferenceModel::SoftmaxTopK(std::span<const double> logits, int64_t k) {
+  // routing_weights = softmax(router_logits); topk; /= sum  (modeling_mixtral.py)
+  const double max_logit = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> probs(logits.size());
+  double sum = 0.0;
+  for (size_t e = 0; e < logits.size(); ++e) sum += probs[e] = std::exp(logits[e] - max_logit);
+  for (double& p : probs) p /= sum;
+  const std::vector<int32_t> order = DescendingOrder(logits);
+  RefRouting r;
+  double chosen_sum = 0.0;
+  for (int64_t s = 0; s < k; ++s) {
+    r.experts.push_back(order[static_cast<size_t>(s)]);
+    r.weights.push_back(probs[static_cast<size_t>(order[static_cast<size_t>(s)])]);
+    chosen_sum += r.weights.back();
+  }
+  for (double& w : r.weights) w /= chosen_sum;
+  // Only the chosen set matters (the weights are renormalised over it), so
+  // the one discontinuity is the K-th logit meeting the (K+1)-th.
+  r.margin = static_cast<size_t>(k) < logits.size()
+                 ? logits[static_cast<size_t>(order[static_cast<size_t>(k - 1)])] -
+                       logits[static_cast<size_t>(order[static_cast<size_t>(k)])]
+                 : kInf;
+  return r;
+}
+
+RefRouting ReferenceModel::SparseMixer(std::span<const double> scores, double jitter_eps) {
+  const size_t n = scores.size();
+  RefRouting r;
+  r.margin = kInf;
+  // One masked-softmax step of sparsemixer: `gates` are the scores the softmax
+  // runs over (-inf where already excluded), `threshold` their max; the mask
+  // compares the ORIGINAL scores against the threshold:
+  //   factor = scores.abs().clamp(min=threshold)
+  //   mask = ((threshold - scores) / factor) > 2 * jitter_eps
+  //   masked_gates = gates.masked_fill(mask, -inf); softmax; gather(chosen)
+  auto step = [&](const std::vector<double>& gates, int32_t chosen, double threshold) {
+    std::vector<double> masked = gates;
+    for (size_t e = 0; e < n; ++e) {
+      const double factor = std::max(std::fabs(scores[e]), threshold);
+      const double ratio = (threshold - scores[e]) / factor;
+      if (ratio > 2.0 * jitter_eps) masked[e] = -kInf;
+      // How far this score is from the band edge, in logit units: the edge is
+      // where threshold - s = 2·eps·factor. (The chosen one sits at ratio 0.)
+      if (static_cast<int32_t>(e) != chosen && gates[e] != -kInf && std::isfinite(ratio)) {
+        r.margin = std::min(r.margin, std::fabs(ratio - 2.0 * jitter_eps) * factor);
+      }
+    }
+    const double max_gate = threshold;  // the chosen one is never masked
+    double sum = 0.0;
+    for (double g : masked) sum += std::exp(g - max_gate);
+    return std::exp(masked[static_cast<size_t>(chosen)] - max_gate) / sum;
+  };
+
+  // Top-1: argmax (first of equal maxima, as torch.max).
+  std::vector<double> gates(scores.begin(), scores.end());
+  const int32_t first = DescendingOrder(scores)[0];
+  const double w1 = step(gates, first, scores[static_cast<size_t>(first)]);
+  // Top-2: the scores with the first expert scattered to -inf.
+  gates[static_cast<size_t>(first)] = -kInf;
+  const int32_t second = DescendingOrder(gates)[0];
+  const double w2 = step(gates, second, gates[static_cast<size_t>(second)]);
+  r.experts = {first, second};
+  r.weights = {w1, w2};
+  // Which expert is first, and which second, are discontinuities too.
+  const std::vector<int32_t> order = DescendingOrder(scores);
+  r.margin = std::min(r.margin, scores[static_cast<size_t>(order[0])] - scores[static_cast<size_t>(order[1])]);
+  if (n > 2) r.margin = std::min(r.margin, scores[static_cast<size_t>(order[1])] - scores[static_cast<size_t>(order[2])]);
+  return r;
+}
+
+RefRouting ReferenceModel::Route(const ModelConfig& config, std::span<const double> logits) {
+  if (config.architecture == Architecture::kPhiMoE) return SparseMixer(logits, config.router_jitter_noise);
+  return SoftmaxTopK(logits, config.num_experts_per_tok);
+}
+
+RefTensor ReferenceModel::ExpertFfn(const RefTensor& x, const RefExpert& expert) {
+  const RefTensor gate = Linear(x, expert.w1);  // [R, I]
+  const RefTensor up = Linear(x, expert.w3);    // [R, I]
+  RefTensor h(gate.rows, gate.cols);
+  for (size_t i = 0; i < h.data.size(); ++i) h.data[i] = Silu(gate.data[i]) * up.data[i];
+  return Linear(h, expert.w2);  // [R, D]
+}
+
+// ---------------------------------------------------------------- model
+
+absl::StatusOr<ReferenceForward> ReferenceModel::Forward(const std::vector<int32_t>& tokens) const {
+  const ModelConfig& c = config_;
+  const int64_t t_len = static_cast<int64_t>(tokens.size()), d = c.hidden_size;
+  if (t_len == 0) return absl::InvalidArgumentError("reference: empty sequence");
+  if (t_len > c.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat("reference: ", t_len, " tokens exceed max_position_embeddings ",
+                                                   c.max_position_embeddings));
+  }
+  ReferenceForward out;
+  out.long_rope = UseLongRope(c, t_len);
+  auto record = [&](const char* name, int layer, const RefTensor& t) { out.intermediates[{name, layer}] = t; };
+
+  RefTensor h(t_len, d);  // [T, D]
+  for (int64_t t = 0; t < t_len; ++t) {
+    const int32_t id = tokens[static_cast<size_t>(t)];
+    if (id < 0 || id >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("reference: token ", id, " at ", t, " outside the vocabulary"));
+    }
+    std::copy_n(embed_tokens_.row(id), d, h.row(t));
+  }
+  record("embedding", -1, h);
+
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const RefLayer& lw = layers_[static_cast<size_t>(l)];
+    // Attention block.
+    const RefTensor x = Norm(c, lw.input_norm, h);
+    RefTensor q = Linear(x, lw.q_proj, lw.q_bias);  // [T, H·hd]
+    RefTensor k = Linear(x, lw.k_proj, lw.k_bias);  // [T, Hkv·hd]
+    const RefTensor v = Linear(x, lw.v_proj, lw.v_bias);
+    for (int64_t t = 0; t < t_len; ++t) {
+      // One forward, one choice of longrope factors: seq_len = max(position_ids) + 1.
+      Rope(c, q.row(t), c.num_attention_heads, t, t_len);
+      Rope(c, k.row(t), c.num_key_value_heads, t, t_len);
+    }
+    const RefTensor attn = Attention(q, k, v, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+                                     c.sliding_window);
+    const RefTensor o = Linear(attn, lw.o_proj, lw.o_bias);
+    for (size_t i = 0; i < h.data.size(); ++i) h.data[i] += o.data[i];
+    record("attention_out", l, h);
+
+    // MoE block.
+    const RefTensor moe_input = Norm(c, lw.post_attention_norm, h);
+    record("moe_input", l, moe_input);
+    const RefTensor router_logits = Linear(moe_input, lw.router);  // [T, E]
+    record("router_logits", l, router_logits);
+    RefTensor moe_out(t_len, d);
+    std::vector<RefRouting> routing;
+    for (int64_t t = 0; t < t_len; ++t) {
+      RefRouting r = Route(c, std::span<const double>(router_logits.row(t), static_cast<size_t>(c.num_local_experts)));
+      RefTensor row(1, d);
+      std::copy_n(moe_input.row(t), d, row.row(0));
+      for (size_t s = 0; s < r.experts.size(); ++s) {
+        const RefTensor y = ExpertFfn(row, lw.experts[static_cast<size_t>(r.experts[s])]);
+        for (int64_t i = 0; i < d; ++i) moe_out.at(t, i) += r.weights[s] * y.at(0, i);
+      }
+      routing.push_back(std::move(r));
+    }
+    out.routing.push_back(std::move(routing));
+    record("moe_out", l, moe_out);
+    for (size_t i = 0; i < h.data.size(); ++i) h.data[i] += moe_out.data[i];
+    record("layer_out", l, h);
+  }
+
+  out.logits = Linear(Norm(c, final_norm_, h), lm_head_, lm_head_bias_);  // [T, V]
+  record("logits", -1, out.logits);
+  return out;
+}
+
+absl::StatusOr<std::vector<int32_t>> ReferenceModel::GreedyGenerate(const std::vector<int32_t>& prompt, int n) const {
+  std::vector<int32_t> sequence = prompt, generated;
+  for (int step = 0; step < n; ++step) {
+    absl::StatusOr<ReferenceForward> f = Forward(sequence);
+    if (!f.ok()) return f.status();
+    const double* last = f->logits.row(f->logits.rows - 1);
+    const int32_t next = static_cast<int32_t>(std::max_element(last, last + f->logits.cols) - last);  // first max
+    generated.push_back(next);
+    sequence.push_back(next);
+  }
+  return generated;
+}
+
+DumpHook DumpRecorder::Hook() {
+  return [this](std::string_view name, int layer, const float* data, int64_t rows, int64_t cols) {
+    tensors_[{std::string(name), layer}] = RefTensor::FromF32(data, rows, cols);
+  };
+}
+
+const RefTensor& DumpRecorder::Get(std::string_view name, int layer) const {
+  static const RefTensor kEmpty;
+  auto it = tensors_.find({std::string(name), layer});
+  return it == tensors_.end() ? kEmpty : it->second;
+}
+
+double Nmse(std::span<const double> actual, std::span<const double> reference) {
+  if (actual.size() != reference.size()) return kInf;
+  double err = 0.0, norm = 0.0;
+  for (size_t i = 0; i < reference.size(); ++i) {
+    const double diff = actual[i] - reference[i];
+    err += diff * diff;
+    norm += reference[i] * reference[i];
+  }
+  if (norm == 0.0) return err == 0.0 ? 0.0 : kInf;
+  return err / norm;
+}
+
+double Nmse(std::span<const float> actual, std::span<const double> reference) {
+  std::vector<double> a(actual.begin(), actual.end());
+  return Nmse(std::span<const double>(a), reference);
+}
+
+}  // namespace tandem

@@ -1,0 +1,192 @@
+// The oracle: a deliberately naive float64 implementation of the whole model
+// with Hugging Face semantics (modeling_mixtral.py, modeling_phimoe.py),
+// written without calling any of the engine's code (cpu_ops, routing, linear,
+// the loader's role mapping), so that a test comparing the two checks the
+// engine against the equations rather than against itself. Slow is fine: no
+// KV cache, every forward recomputes the whole sequence, plain loops.
+//
+// Weights are read by their Hugging Face names from the model's TensorSource
+// (bf16 → double, exact), so a loader that bound the wrong tensor to a role
+// (w1 vs w3, q vs k) would show up as a mismatch too.
+//
+// Legend: T tokens, D hidden, V vocab, E experts, K num_experts_per_tok,
+// H query heads, Hkv kv heads, hd head_dim, I intermediate, L layers.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model_config.h"
+#include "common/model_weights.h"
+#include "coordinator/engine.h"
+
+namespace tandem {
+
+// A row-major [rows, cols] matrix of doubles (a vector is one row).
+struct RefTensor {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::vector<double> data;
+
+  RefTensor() = default;
+  RefTensor(int64_t r, int64_t c) : rows(r), cols(c), data(static_cast<size_t>(r * c), 0.0) {}
+  static RefTensor FromF32(const float* values, int64_t r, int64_t c);
+
+  double* row(int64_t r) { return data.data() + r * cols; }
+  const double* row(int64_t r) const { return data.data() + r * cols; }
+  double& at(int64_t r, int64_t c) { return data[static_cast<size_t>(r * cols + c)]; }
+  double at(int64_t r, int64_t c) const { return data[static_cast<size_t>(r * cols + c)]; }
+};
+
+// One token's routing: experts in the router's order and their weights.
+struct RefRouting {
+  std::vector<int32_t> experts;  // [K]
+  std::vector<double> weights;   // [K]
+  // Distance to the nearest discontinuity of the router at these logits (a
+  // change of the chosen set, or for sparsemixer a logit crossing its band
+  // edge), in logit units. Rounding smaller than this cannot change the
+  // routing; tests use it to tell a routing flip from a real bug.
+  double margin = 0.0;
+};
+
+struct RefExpert {
+  RefTensor w1;  // gate_proj [I, D]
+  RefTensor w2;  // down_proj [D, I]
+  RefTensor w3;  // up_proj   [I, D]
+};
+
+struct RefNorm {
+  std::vector<double> weight;  // [D]
+  std::vector<double> bias;    // [D] LayerNorm only, empty for RMSNorm
+};
+
+struct RefLayer {
+  RefNorm input_norm;
+  RefTensor q_proj, k_proj, v_proj, o_proj;  // [Hq, D], [Hkv, D], [Hkv, D], [D, Hq]
+  std::vector<double> q_bias, k_bias, v_bias, o_bias;  // empty without attention_bias
+  RefNorm post_attention_norm;
+  RefTensor router;  // [E, D]
+  std::vector<RefExpert> experts;  // [E]
+};
+
+// Everything one reference forward computed. Intermediates are keyed by
+// (name, layer) with the engine's DumpHook names and meanings:
+//   "embedding" (-1)      [T, D]  embed_tokens[tokens]
+//   "attention_out" (l)   [T, D]  the residual stream after attention: h + o_proj(attn(norm(h)))
+//   "moe_input" (l)       [T, D]  post_attention_norm(h)
+//   "router_logits" (l)   [T, E]  gate(moe_input)
+//   "moe_out" (l)         [T, D]  Σ_k w_k · FFN_{e_k}(moe_input)
+//   "layer_out" (l)       [T, D]  attention_out + moe_out
+//   "logits" (-1)         [T, V]  lm_head(final_norm(h)) (+ bias)
+struct ReferenceForward {
+  RefTensor logits;  // [T, V]
+  std::map<std::pair<std::string, int>, RefTensor> intermediates;
+  std::vector<std::vector<RefRouting>> routing;  // [L][T]
+  bool long_rope = false;  // whether this forward used longrope's long factors
+
+  // The intermediate, or an empty tensor when there is none of that name.
+  const RefTensor& Get(std::string_view name, int layer) const;
+};
+
+class ReferenceModel {
+ public:
+  // Copies every weight into double. Fails (naming the tensor) when the
+  // model's source lacks a tensor the config implies or its shape is wrong.
+  static absl::StatusOr<std::unique_ptr<ReferenceModel>> Create(const ModelWeights& weights);
+
+  // ---- The operations, each alone (for op-by-op tests) ----
+
+  // y = x / sqrt(mean(x²) + eps) · weight, per row.
+  static RefTensor RmsNorm(const RefTensor& x, const std::vector<double>& weight, double eps);
+  // nn.LayerNorm: y = (x - mean) / sqrt(biased var + eps) · weight + bias, per row.
+  static RefTensor LayerNorm(const RefTensor& x, const std::vector<double>& weight, const std::vector<double>& bias,
+                             double eps);
+  // The config's norm (RMSNorm for Mixtral, LayerNorm for PhiMoE).
+  static RefTensor Norm(const ModelConfig& config, const RefNorm& norm, const RefTensor& x);
+
+  // y = x · Wᵀ (+ bias)       x: [T, K], w: [N, K], y: [T, N]
+  static RefTensor Linear(const RefTensor& x, const RefTensor& w, const std::vector<double>& bias = {});
+
+  // Whether a forward whose positions reach seq_len - 1 uses longrope's long
+  // factors (HF: seq_len = max(position_ids) + 1 > original_max).
+  static bool UseLongRope(const ModelConfig& config, int64_t seq_len);
+  // Rotates `heads` consecutive head_dim vectors of `x` for `position` in a
+  // forward of `seq_len` positions: rotate_half (pairs i, i + hd/2),
+  // inv_freq = 1 / theta^(2i/hd) (/ longrope factor), cos/sin · mscale.
+  static void Rope(const ModelConfig& config, double* x, int64_t heads, int64_t position, int64_t seq_len);
+
+  // Causal grouped-query attention of one sequence at positions 0..T-1:
+  // query i sees keys j with i - W < j <= i (W = sliding_window, if any);
+  // query head h reads kv head h / (H / Hkv); scores scaled by 1/sqrt(hd).
+  // q: [T, H·hd], k/v: [T, Hkv·hd], out: [T, H·hd].
+  static RefTensor Attention(const RefTensor& q, const RefTensor& k, const RefTensor& v, int64_t heads,
+                             int64_t kv_heads, int64_t head_dim, std::optional<int64_t> sliding_window);
+
+  // Mixtral: softmax over all E logits, top-K (ties: lower index), renormalised.
+  static RefRouting SoftmaxTopK(std::span<const double> logits, int64_t k);
+  // PhiMoE's sparsemixer at inference, line by line as modeling_phimoe.py
+  // (top-2, jitter band, weights not renormalised).
+  static RefRouting SparseMixer(std::span<const double> logits, double jitter_eps);
+  // The config's router.
+  static RefRouting Route(const ModelConfig& config, std::span<const double> logits);
+
+  // w2 · (silu(w1 · x) ⊙ (w3 · x)) per row.     x: [R, D], out: [R, D]
+  static RefTensor ExpertFfn(const RefTensor& x, const RefExpert& expert);
+
+  // ---- The whole model ----
+
+  // All-position logits and every intermediate of one forward over `tokens`
+  // from position 0, recomputed from scratch. InvalidArgument for an empty
+  // sequence, a token outside the vocabulary or a sequence past the context.
+  absl::StatusOr<ReferenceForward> Forward(const std::vector<int32_t>& tokens) const;
+
+  // `n` greedy tokens (argmax, ties: lower id) after `prompt`, each step a
+  // full Forward over prompt + tokens so far. EOS does not stop it: callers
+  // compare against a generator run with ignore_eos.
+  absl::StatusOr<std::vector<int32_t>> GreedyGenerate(const std::vector<int32_t>& prompt, int n) const;
+
+  const ModelConfig& config() const { return config_; }
+  const RefLayer& layer(int l) const { return layers_[static_cast<size_t>(l)]; }
+  const RefTensor& embed_tokens() const { return embed_tokens_; }
+  const RefNorm& final_norm() const { return final_norm_; }
+  const RefTensor& lm_head() const { return lm_head_; }
+  const std::vector<double>& lm_head_bias() const { return lm_head_bias_; }
+
+ private:
+  explicit ReferenceModel(const ModelConfig& config) : config_(config) {}
+
+  ModelConfig config_;
+  RefTensor embed_tokens_;  // [V, D]
+  std::vector<RefLayer> layers_;
+  RefNorm final_norm_;
+  RefTensor lm_head_;                // [V, D]
+  std::vector<double> lm_head_bias_;  // [V] or empty
+};
+
+// Collects an engine's DumpHook calls as doubles, keyed by (name, layer) like
+// ReferenceForward::intermediates. A later call under the same key replaces
+// the earlier one. The recorder must outlive the engine's use of Hook().
+class DumpRecorder {
+ public:
+  DumpHook Hook();
+  const RefTensor& Get(std::string_view name, int layer) const;  // empty when never dumped
+  void Clear() { tensors_.clear(); }
+  const std::map<std::pair<std::string, int>, RefTensor>& tensors() const { return tensors_; }
+
+ private:
+  std::map<std::pair<std::string, int>, RefTensor> tensors_;
+};
+
+// Normalised mean squared error Σ(a - b)² / Σ b², b the reference. Sizes must match.
+double Nmse(std::span<const float> actual, std::span<const double> reference);
+double Nmse(std::span<const double> actual, std::span<const double> reference);
+
+}  // namespace tandem

@@ -1,0 +1,285 @@
+#include "common/safetensors.h"
+
+#include <stdlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tandem {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// `shape` filled with 0.5 * i (exact in f16 and bf16 for the sizes used here).
+TensorToWrite MakeTensor(std::string name, DType dtype, std::vector<int64_t> shape) {
+  TensorToWrite t{.name = std::move(name), .dtype = dtype, .shape = std::move(shape)};
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  t.data.resize(static_cast<size_t>(n) * DTypeSize(dtype));
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = 0.5f * static_cast<float>(i);
+    if (dtype == DType::kF32) {
+      std::memcpy(t.data.data() + 4 * i, &v, 4);
+    } else {
+      const uint16_t h = dtype == DType::kF16 ? F32ToF16(v) : F32ToBf16(v);
+      std::memcpy(t.data.data() + 2 * i, &h, 2);
+    }
+  }
+  return t;
+}
+
+std::vector<const TensorToWrite*> Pointers(const std::vector<TensorToWrite>& tensors) {
+  std::vector<const TensorToWrite*> out;
+  for (const TensorToWrite& t : tensors) out.push_back(&t);
+  return out;
+}
+
+void ExpectSameTensor(const TensorToWrite& want, const TensorView& got) {
+  EXPECT_EQ(got.name, want.name);
+  EXPECT_EQ(got.dtype, want.dtype);
+  EXPECT_EQ(got.shape, want.shape);
+  ASSERT_EQ(got.size_bytes, want.data.size());
+  EXPECT_EQ(std::memcmp(got.data, want.data.data(), got.size_bytes), 0) << want.name;
+}
+
+class SafetensorsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::path(::testing::TempDir()) / "safetensors_test_XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Writes exactly `bytes` to dir_/name.
+  fs::path WriteBytes(const std::string& name, const std::string& bytes) {
+    const fs::path path = dir_ / name;
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+  // A hand-made safetensors file: little-endian length, `header`, `data_bytes` zeros.
+  fs::path WriteRaw(const std::string& name, const std::string& header, size_t data_bytes) {
+    std::string bytes(8, '\0');
+    for (size_t i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    return WriteBytes(name, bytes + header + std::string(data_bytes, '\0'));
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(SafetensorsTest, RoundTripsEveryDtypeAndMetadata) {
+  const std::vector<TensorToWrite> tensors = {
+      MakeTensor("w.f32", DType::kF32, {3, 5}), MakeTensor("w.f16", DType::kF16, {7}),
+      MakeTensor("w.bf16", DType::kBF16, {2, 3, 4}), MakeTensor("scalar", DType::kF32, {})};
+  const fs::path path = dir_ / "x.safetensors";
+  ASSERT_TRUE(WriteSafetensors(path, Pointers(tensors), {{"format", "pt"}}).ok());
+
+  auto file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ((*file)->metadata().at("format"), "pt");
+  ASSERT_EQ((*file)->tensors().size(), tensors.size());
+  for (const TensorToWrite& t : tensors) {
+    auto view = (*file)->Get(t.name);
+    ASSERT_TRUE(view.ok()) << view.status();
+    ExpectSameTensor(t, *view);
+  }
+  const auto bf16 = *(*file)->Get("w.bf16");
+  EXPECT_EQ(LoadAsF32(bf16.data, bf16.dtype, 5), 2.5f);
+
+  // The header is padded so the data section starts 8-byte aligned.
+  std::ifstream in(path, std::ios::binary);
+  uint64_t header_bytes = 0;
+  in.read(reinterpret_cast<char*>(&header_bytes), 8);
+  EXPECT_EQ(header_bytes % 8, 0u);
+  EXPECT_FALSE(fs::exists(dir_ / "x.safetensors.tmp"));
+}
+
+TEST_F(SafetensorsTest, ShardedCheckpointRoundTrips) {
+  std::vector<TensorToWrite> tensors;
+  for (int i = 0; i < 7; ++i) tensors.push_back(MakeTensor(absl::StrCat("layer.", i), DType::kBF16, {16, 8 * (i + 1)}));
+  ASSERT_TRUE(WriteSafetensorsCheckpoint(dir_, Pointers(tensors), 3).ok());
+  for (const char* shard : {"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                            "model-00003-of-00003.safetensors", "model.safetensors.index.json"}) {
+    EXPECT_TRUE(fs::exists(dir_ / shard)) << shard;
+  }
+  std::ifstream index(dir_ / "model.safetensors.index.json");
+  const std::string index_text((std::istreambuf_iterator<char>(index)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(index_text, HasSubstr("\"total_size\": 7168"));  // 2 bytes * 16 * 8 * (1 + ... + 7)
+
+  auto checkpoint = SafetensorsCheckpoint::Open(dir_);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  ASSERT_EQ((*checkpoint)->files().size(), 3u);
+  for (const auto& file : (*checkpoint)->files()) EXPECT_FALSE(file->tensors().empty()) << file->path();
+  EXPECT_EQ((*checkpoint)->Names().size(), tensors.size());
+  for (const TensorToWrite& t : tensors) {
+    auto view = (*checkpoint)->Get(t.name);
+    ASSERT_TRUE(view.ok()) << view.status();
+    ExpectSameTensor(t, *view);
+  }
+}
+
+TEST_F(SafetensorsTest, CheckpointWithoutIndexReadsEveryFile) {
+  const std::vector<TensorToWrite> a = {MakeTensor("a", DType::kF32, {4})};
+  const std::vector<TensorToWrite> b = {MakeTensor("b", DType::kF16, {4})};
+  ASSERT_TRUE(WriteSafetensors(dir_ / "one.safetensors", Pointers(a)).ok());
+  ASSERT_TRUE(WriteSafetensors(dir_ / "two.safetensors", Pointers(b)).ok());
+  auto checkpoint = SafetensorsCheckpoint::Open(dir_);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  EXPECT_EQ((*checkpoint)->Names(), (std::vector<std::string>{"a", "b"}));
+}
+
+TEST_F(SafetensorsTest, WriteRejectsDataOfWrongSize) {
+  TensorToWrite t = MakeTensor("w", DType::kF16, {4});
+  t.data.pop_back();
+  const fs::path path = dir_ / "x.safetensors";
+  const absl::Status status = WriteSafetensors(path, {&t});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), AllOf(HasSubstr(path.string()), HasSubstr("\"w\"")));
+  EXPECT_FALSE(fs::exists(path));
+}
+
+TEST_F(SafetensorsTest, FileShorterThanLengthPrefix) {
+  const fs::path path = WriteBytes("tiny.safetensors", "abc");
+  const absl::Status status = SafetensorsFile::Open(path).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr(path.string()));
+}
+
+TEST_F(SafetensorsTest, TruncatedDataNamesTheTensor) {
+  const std::vector<TensorToWrite> tensors = {MakeTensor("first", DType::kF32, {8}),
+                                              MakeTensor("last", DType::kF32, {8})};
+  const fs::path path = dir_ / "cut.safetensors";
+  ASSERT_TRUE(WriteSafetensors(path, Pointers(tensors)).ok());
+  fs::resize_file(path, fs::file_size(path) - 3);
+  const absl::Status status = SafetensorsFile::Open(path).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), AllOf(HasSubstr(path.string()), HasSubstr("\"last\"")));
+}
+
+TEST_F(SafetensorsTest, HeaderLengthPastEndOfFile) {
+  const fs::path path = WriteBytes("long.safetensors", std::string("\x00\x01\x00\x00\x00\x00\x00\x00{}", 10));
+  const absl::Status status = SafetensorsFile::Open(path).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), AllOf(HasSubstr(path.string()), HasSubstr("header length 256")));
+}
+
+TEST_F(SafetensorsTest, AbsurdHeaderLength) {
+  const fs::path path = WriteBytes("huge.safetensors", std::string("\x00\x00\x00\x00\x01\x00\x00\x00{}", 10));
+  const absl::Status status = SafetensorsFile::Open(path).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), AllOf(HasSubstr(path.string()), HasSubstr("100 MB")));
+}
+
+TEST_F(SafetensorsTest, MissingFileIsNotFound) {
+  const fs::path path = dir_ / "absent.safetensors";
+  const absl::Status status = SafetensorsFile::Open(path).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr(path.string()));
+}
+
+// Malformed headers: each case names the tensor (or field) its message must carry.
+struct BadHeader {
+  const char* label;
+  std::string header;
+  size_t data_bytes;
+  absl::StatusCode code;
+  std::string must_name;
+};
+
+TEST_F(SafetensorsTest, MalformedHeadersAreRejectedWithFileAndTensor) {
+  const std::vector<BadHeader> cases = {
+      {"bad json", R"({"w": {"dtype": "F32",)", 0, absl::StatusCode::kInvalidArgument, "not valid JSON"},
+      {"not an object", R"([1, 2])", 0, absl::StatusCode::kInvalidArgument, "not an object"},
+      {"unknown dtype", R"({"ids": {"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}})", 16,
+       absl::StatusCode::kInvalidArgument, "\"ids\": unsupported dtype \"I64\""},
+      {"missing shape", R"({"w": {"dtype": "F32", "data_offsets": [0, 4]}})", 4, absl::StatusCode::kInvalidArgument,
+       "\"w\": \"shape\""},
+      {"string dim", R"({"w": {"dtype": "F32", "shape": ["1"], "data_offsets": [0, 4]}})", 4,
+       absl::StatusCode::kInvalidArgument, "\"w\": \"shape\""},
+      {"negative dim", R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4,
+       absl::StatusCode::kInvalidArgument, "\"w\": negative dimension"},
+      {"missing offsets", R"({"w": {"dtype": "F32", "shape": [1]}})", 4, absl::StatusCode::kInvalidArgument,
+       "\"w\": \"data_offsets\""},
+      {"shape x size mismatch", R"({"w": {"dtype": "BF16", "shape": [2, 3], "data_offsets": [0, 8]}})", 8,
+       absl::StatusCode::kInvalidArgument, "\"w\": BF16 [2, 3] needs 12 bytes"},
+      {"begin after end", R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}})", 8,
+       absl::StatusCode::kInvalidArgument, "\"w\": data_offsets [8, 4]"},
+      {"range outside file", R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}})", 16,
+       absl::StatusCode::kDataLoss, "\"w\": data_offsets [8, 24] end past the data section"},
+      {"overlap", R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+                      "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+       16, absl::StatusCode::kInvalidArgument, "\"b\": bytes overlap those of tensor \"a\""},
+      {"metadata not strings", R"({"__metadata__": {"step": 3}})", 0, absl::StatusCode::kInvalidArgument,
+       "__metadata__ value of \"step\""},
+  };
+  for (const BadHeader& c : cases) {
+    const fs::path path = WriteRaw("bad.safetensors", c.header, c.data_bytes);
+    const absl::Status status = SafetensorsFile::Open(path).status();
+    EXPECT_EQ(status.code(), c.code) << c.label << ": " << status;
+    EXPECT_THAT(status.message(), AllOf(HasSubstr(path.string()), HasSubstr(c.must_name))) << c.label;
+  }
+}
+
+TEST_F(SafetensorsTest, GetOfAbsentTensorIsNotFound) {
+  const std::vector<TensorToWrite> tensors = {MakeTensor("w", DType::kF32, {2})};
+  ASSERT_TRUE(WriteSafetensorsCheckpoint(dir_, Pointers(tensors), 1).ok());
+  auto file = SafetensorsFile::Open(dir_ / "model.safetensors");
+  ASSERT_TRUE(file.ok()) << file.status();
+  absl::Status status = (*file)->Get("missing").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), AllOf(HasSubstr("model.safetensors"), HasSubstr("\"missing\"")));
+
+  auto checkpoint = SafetensorsCheckpoint::Open(dir_);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  status = (*checkpoint)->Get("missing").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), AllOf(HasSubstr(dir_.string()), HasSubstr("\"missing\"")));
+}
+
+TEST_F(SafetensorsTest, DirectoryWithoutSafetensorsIsNotFound) {
+  const absl::Status status = SafetensorsCheckpoint::Open(dir_).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr(dir_.string()));
+}
+
+TEST_F(SafetensorsTest, IndexNamingMissingShard) {
+  std::vector<TensorToWrite> tensors;
+  for (const char* name : {"a", "b", "c"}) tensors.push_back(MakeTensor(name, DType::kF32, {4}));
+  ASSERT_TRUE(WriteSafetensorsCheckpoint(dir_, Pointers(tensors), 3).ok());
+  fs::remove(dir_ / "model-00002-of-00003.safetensors");
+  const absl::Status status = SafetensorsCheckpoint::Open(dir_).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), AllOf(HasSubstr("model-00002-of-00003.safetensors"), HasSubstr("\"b\"")));
+}
+
+TEST_F(SafetensorsTest, IndexNamingTensorAbsentFromShard) {
+  const std::vector<TensorToWrite> tensors = {MakeTensor("a", DType::kF32, {4})};
+  ASSERT_TRUE(WriteSafetensors(dir_ / "shard.safetensors", Pointers(tensors)).ok());
+  WriteBytes("model.safetensors.index.json",
+             R"({"weight_map": {"a": "shard.safetensors", "ghost": "shard.safetensors"}})");
+  const absl::Status status = SafetensorsCheckpoint::Open(dir_).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), AllOf(HasSubstr("shard.safetensors"), HasSubstr("\"ghost\"")));
+}
+
+TEST_F(SafetensorsTest, TensorInTwoFilesIsRejected) {
+  const std::vector<TensorToWrite> tensors = {MakeTensor("dup", DType::kF32, {4})};
+  ASSERT_TRUE(WriteSafetensors(dir_ / "one.safetensors", Pointers(tensors)).ok());
+  ASSERT_TRUE(WriteSafetensors(dir_ / "two.safetensors", Pointers(tensors)).ok());
+  const absl::Status status = SafetensorsCheckpoint::Open(dir_).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              AllOf(HasSubstr("one.safetensors"), HasSubstr("two.safetensors"), HasSubstr("\"dup\"")));
+}
+
+}  // namespace
+}  // namespace tandem
