@@ -25,6 +25,9 @@ struct MemoryBandwidth {
   // a[] makes it 4 x sizeof(float) x n. Read-only streams (a GEMV) can
   // therefore go above triad_gb_s.
   double triad_with_write_allocate_gb_s = 0;
+  // Read-only stream (a sum over one array), the roofline of a GEMV, which
+  // only reads its weights. Not a STREAM kernel; reported beside it.
+  double read_gb_s = 0;
   int threads = 0;
   int64_t array_bytes = 0;
   int64_t llc_bytes = 0;  // last-level cache as the kernel reports it (sysfs)
@@ -43,8 +46,8 @@ struct FmaPeak {
   int reps = 0;
 };
 
-// Triad a[i] = b[i] + s * c[i] with AVX2 and ordinary stores, split across
-// all of `pool`'s threads (null: one thread).
+// Triad a[i] = b[i] + s * c[i] with AVX2 and ordinary stores, and a read-only
+// sum over b, split across all of `pool`'s threads (null: one thread).
 absl::StatusOr<MemoryBandwidth> MeasureMemoryBandwidth(ThreadPool* pool,
                                                        const MemoryBandwidthOptions& options = {});
 

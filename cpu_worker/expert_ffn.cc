@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -50,8 +51,8 @@ void SiluMul(float* gate, const float* up, int64_t count) {
 absl::Status CheckWeight(const LinearWeight& w, const char* name, int64_t n, int64_t k) {
   if (w.data == nullptr) return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: ", name, " has no data"));
   if (w.n != n || w.k != k)
-    return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: ", name, " is [", w.n, ", ", w.k,
-                                                   "], expected [", n, ", ", k, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ExpertFfn: ", name, " is [", w.n, ", ", w.k, "], expected [", n, ", ", k, "]"));
   return absl::OkStatus();
 }
 
@@ -75,6 +76,22 @@ class FirstError {
   std::atomic<bool> failed_{false};
 };
 
+// Runs task(t) for t in [0, tasks) on the pool; returns the first error.
+template <typename Task>
+absl::Status ParallelTasks(ThreadPool* pool, int64_t tasks, const Task& task) {
+  if (pool == nullptr || tasks == 1) {
+    for (int64_t t = 0; t < tasks; ++t) TANDEM_RETURN_IF_ERROR(task(t));
+    return absl::OkStatus();
+  }
+  FirstError error;
+  pool->ParallelFor(tasks, [&](int64_t t, int) {
+    if (error.failed()) return;
+    absl::Status status = task(t);
+    if (!status.ok()) error.Record(std::move(status));
+  });
+  return error.status();
+}
+
 }  // namespace
 
 ExpertFfn::ExpertFfn(ThreadPool* pool, LinearOptions options) : pool_(pool), options_(options) {}
@@ -93,46 +110,61 @@ absl::Status ExpertFfn::Run(const ExpertFfnWeights& weights, const float* x, int
   if (x == nullptr || y == nullptr)
     return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: null x or y for ", rows, " rows"));
 
-  const size_t scratch = static_cast<size_t>(rows * intermediate);
+  // Activations the AVX2 kernels read get row strides that do not alias in
+  // L1 (see ActivationRowStride): a copy of x, and the [R, I] intermediates.
+  const int64_t ldx = rows > 1 ? ActivationRowStride(hidden) : hidden;
+  const int64_t ldh = rows > 1 ? ActivationRowStride(intermediate) : intermediate;
   try {
-    if (gate_.size() < scratch) gate_.resize(scratch);
-    if (up_.size() < scratch) up_.resize(scratch);
+    if (ldx != hidden && x_.size() < static_cast<size_t>(rows * ldx))
+      x_.resize(static_cast<size_t>(rows * ldx));
+    if (gate_.size() < static_cast<size_t>(rows * ldh)) gate_.resize(static_cast<size_t>(rows * ldh));
+    if (up_.size() < static_cast<size_t>(rows * ldh)) up_.resize(static_cast<size_t>(rows * ldh));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         absl::StrCat("ExpertFfn: no memory for [", rows, ", ", intermediate, "] activations"));
   }
-  float* gate = gate_.data();  // [R, I]: gate, then silu(gate) * up in place
-  float* up = up_.data();      // [R, I]
+  const float* xs = x;
+  if (ldx != hidden) {
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(&x_[r * ldx], x + r * hidden, hidden * sizeof(float));
+    xs = x_.data();
+  }
+  float* gate = gate_.data();  // [R, ldh]: gate, then silu(gate) * up in place
+  float* up = up_.data();      // [R, ldh]
 
   // Gate and up in one parallel pass over I: a task owns features [n0, n1) of
   // both, so W1 and W3 stream back to back and silu(g) * u is applied while
   // the slice is still in cache, without another pass over [R, I].
   const int threads = pool_ == nullptr ? 1 : pool_->num_threads();
-  const int64_t features = LinearTaskFeatures(rows, weights.w1, threads, options_);
-  const int64_t tasks = (intermediate + features - 1) / features;
-  auto gate_up_task = [&](int64_t task) -> absl::Status {
-    const int64_t n0 = task * features;
-    const int64_t n1 = std::min(n0 + features, intermediate);
-    TANDEM_RETURN_IF_ERROR(LinearSlice(x, rows, weights.w1, nullptr, n0, n1, gate, intermediate, options_));
-    TANDEM_RETURN_IF_ERROR(LinearSlice(x, rows, weights.w3, nullptr, n0, n1, up, intermediate, options_));
-    for (int64_t r = 0; r < rows; ++r)
-      SiluMul(gate + r * intermediate + n0, up + r * intermediate + n0, n1 - n0);
-    return absl::OkStatus();
-  };
-  if (pool_ == nullptr || tasks == 1) {
-    for (int64_t task = 0; task < tasks; ++task) TANDEM_RETURN_IF_ERROR(gate_up_task(task));
-  } else {
-    FirstError error;
-    pool_->ParallelFor(tasks, [&](int64_t task, int) {
-      if (error.failed()) return;
-      absl::Status status = gate_up_task(task);
-      if (!status.ok()) error.Record(std::move(status));
-    });
-    TANDEM_RETURN_IF_ERROR(error.status());
-  }
+  const int64_t gate_features = LinearTaskFeatures(rows, weights.w1, threads, options_);
+  TANDEM_RETURN_IF_ERROR(
+      ParallelTasks(pool_, (intermediate + gate_features - 1) / gate_features, [&](int64_t t) {
+        LinearSliceArgs args{.x = xs,
+                             .ldx = ldx,
+                             .m = rows,
+                             .n_begin = t * gate_features,
+                             .n_end = std::min((t + 1) * gate_features, intermediate),
+                             .y = gate,
+                             .ldy = ldh};
+        TANDEM_RETURN_IF_ERROR(LinearSlice(weights.w1, args, options_));
+        args.y = up;
+        TANDEM_RETURN_IF_ERROR(LinearSlice(weights.w3, args, options_));
+        for (int64_t r = 0; r < rows; ++r)
+          SiluMul(gate + r * ldh + args.n_begin, up + r * ldh + args.n_begin, args.n_end - args.n_begin);
+        return absl::OkStatus();
+      }));
 
-  // Down: [R, I] . W2[D, I]^T -> [R, D].
-  return Linear(gate, rows, weights.w2, nullptr, y, pool_, options_);
+  // Down: [R, I] . W2[D, I]^T -> y [R, D].
+  const int64_t down_features = LinearTaskFeatures(rows, weights.w2, threads, options_);
+  return ParallelTasks(pool_, (hidden + down_features - 1) / down_features, [&](int64_t t) {
+    const LinearSliceArgs args{.x = gate,
+                               .ldx = ldh,
+                               .m = rows,
+                               .n_begin = t * down_features,
+                               .n_end = std::min((t + 1) * down_features, hidden),
+                               .y = y,
+                               .ldy = hidden};
+    return LinearSlice(weights.w2, args, options_);
+  });
 }
 
 }  // namespace tandem

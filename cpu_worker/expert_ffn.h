@@ -29,8 +29,9 @@ class ExpertFfn {
  private:
   ThreadPool* pool_;
   LinearOptions options_;
-  std::vector<float> gate_;  // [R, I]
-  std::vector<float> up_;    // [R, I]
+  std::vector<float> x_;     // [R, ldx] copy of x with an L1-friendly row stride
+  std::vector<float> gate_;  // [R, ldh], ldh = ActivationRowStride(I)
+  std::vector<float> up_;    // [R, ldh]
 };
 
 }  // namespace tandem

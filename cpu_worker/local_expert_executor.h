@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "common/expert_executor.h"
+#include "common/expert_partition.h"
 #include "common/thread_pool.h"
 #include "cpu_worker/expert_ffn.h"
 
@@ -24,27 +25,55 @@ struct LocalExpertExecutorStats {
   int64_t time_us = 0;
 };
 
+// split_ways: the multi-process system must give bit-for-bit the logits of
+// a single process. Under the `split` division (common/expert_partition.h)
+// each of N workers computes a partial FFN over its rows of I,
+//   p_w = W2[:, range_w] . (silu(W1[range_w] x) * (W3[range_w] x)),
+// and the coordinator sums them in worker order, out = p_0; out += p_1; ...
+// Float addition is not associative, so that differs in the last bits from
+// one full-width W2 product. With split_ways = N > 1 this executor computes
+// each expert exactly that way, over the ranges SplitIntermediate(I, N) gives
+// (the ranges PartitionExperts(kSplit) gives worker w), with the same kernels
+// and the same summation, so one process reproduces an N-worker split run
+// bit for bit. The kernels' per-element arithmetic does not depend on the
+// thread count, so the pools need not match. split_ways = 1 is the plain
+// full-width FFN, which is also what N `shard` workers compute.
+// The W2 column slice a partial needs is strided in the model's [D, I]
+// layout and the kernels take contiguous rows only, so each call copies it
+// into a scratch buffer (D x I/N weights): split_ways > 1 reads W2 about
+// twice. It is a parity mode, not a fast path.
 class LocalExpertExecutor final : public ExpertExecutor {
  public:
   // `experts` is indexed [layer][expert]; the weight memory it points to must
   // outlive the executor. `pool` may be null (single thread) and is not owned.
+  // split_ways >= 1 (see above); a value an expert's I cannot be split into
+  // is reported by RunExperts as InvalidArgument.
   LocalExpertExecutor(std::vector<std::vector<ExpertFfnWeights>> experts, ThreadPool* pool,
-                      LinearOptions options = {});
+                      LinearOptions options = {}, int split_ways = 1);
 
   // InvalidArgument naming the layer/expert for an index out of range, a
   // negative row count or null input/output; otherwise ExpertFfn's status.
   // Entries are run one after the other, each parallel over the pool.
   absl::Status RunExperts(int layer, std::span<const ExpertWork> work) override;
 
-  LocalExpertExecutorStats stats() const;       // since construction or ResetStats
-  LocalExpertExecutorStats last_call() const;   // the most recent RunExperts
+  LocalExpertExecutorStats stats() const;      // since construction or ResetStats
+  LocalExpertExecutorStats last_call() const;  // the most recent RunExperts
   void ResetStats();
 
   int num_layers() const { return static_cast<int>(experts_.size()); }
+  int split_ways() const { return split_ways_; }
 
  private:
+  // FFN_e as split_ways partials summed in worker order, into `output`.
+  absl::Status RunSplit(const ExpertFfnWeights& weights, const float* input, int64_t rows, float* output);
+
   std::vector<std::vector<ExpertFfnWeights>> experts_;  // [layer][expert]
-  ExpertFfn ffn_;  // owns the [R, I] scratch, reused across calls
+  ThreadPool* pool_;
+  int split_ways_;
+  ExpertFfn ffn_;                 // owns the [R, I] scratch, reused across calls
+  std::vector<uint8_t> w2_part_;  // [D, S] one W2 column slice, contiguous (split_ways > 1)
+  std::vector<float> partial_;    // [R, D] p_w for w > 0 (split_ways > 1)
+  std::vector<float> sum_;        // [R, D] p_0 + p_1 + ... (split_ways > 1)
 
   mutable std::mutex stats_mutex_;  // stats may be read by a metrics thread
   LocalExpertExecutorStats totals_;

@@ -29,9 +29,15 @@ struct StoredWeight {
     for (int64_t i = 0; i < n * k; ++i) {
       const float v = dist(rng);
       switch (dtype) {
-        case DType::kF32: reinterpret_cast<float*>(bytes.data())[i] = v; break;
-        case DType::kF16: reinterpret_cast<uint16_t*>(bytes.data())[i] = F32ToF16(v); break;
-        case DType::kBF16: reinterpret_cast<uint16_t*>(bytes.data())[i] = F32ToBf16(v); break;
+        case DType::kF32:
+          reinterpret_cast<float*>(bytes.data())[i] = v;
+          break;
+        case DType::kF16:
+          reinterpret_cast<uint16_t*>(bytes.data())[i] = F32ToF16(v);
+          break;
+        case DType::kBF16:
+          reinterpret_cast<uint16_t*>(bytes.data())[i] = F32ToBf16(v);
+          break;
       }
     }
     view = {bytes.data(), dtype, n, k};
@@ -63,7 +69,9 @@ std::vector<float> RandomVector(int64_t count, uint32_t seed) {
   return v;
 }
 
-double W(const LinearWeight& w, int64_t row, int64_t col) { return LoadAsF32(w.data, w.dtype, row * w.k + col); }
+double W(const LinearWeight& w, int64_t row, int64_t col) {
+  return LoadAsF32(w.data, w.dtype, row * w.k + col);
+}
 
 // The oracle: y = W2 (silu(W1 x) * (W3 x)) in float64, and for each output a
 // bound on what f32 arithmetic may add: each of the three matmuls may err by
@@ -90,7 +98,8 @@ void NaiveExpertFfn(const ExpertFfnWeights& w, const float* x, int64_t rows, std
       h[j] = silu * u;
       // |d silu / dg| <= 1.1 everywhere.
       const double g_err = (d + 1) * kU * g_mag, u_err = (d + 1) * kU * u_mag;
-      h_error[j] = 1.1 * g_err * std::fabs(u) + std::fabs(silu) * u_err + g_err * u_err + 8 * kU * std::fabs(h[j]);
+      h_error[j] =
+          1.1 * g_err * std::fabs(u) + std::fabs(silu) * u_err + g_err * u_err + 8 * kU * std::fabs(h[j]);
     }
     for (int64_t i = 0; i < d; ++i) {
       double sum = 0, mag = 0, carried = 0;
@@ -136,31 +145,36 @@ void ExpectFfnMatchesNaive(const Case& c, const LinearOptions& options, const st
   }
 }
 
-TEST_P(ExpertFfnTest, DefaultPathsMatchNaive) { ExpectFfnMatchesNaive(GetParam(), LinearOptions{}, "default"); }
+TEST_P(ExpertFfnTest, DefaultPathsMatchNaive) {
+  ExpectFfnMatchesNaive(GetParam(), LinearOptions{}, "default");
+}
 
 TEST_P(ExpertFfnTest, StreamKernelMatchesNaive) {
   LinearOptions options;
-  options.onednn_min_rows = std::numeric_limits<int64_t>::max();
+  options.prefill_min_rows = std::numeric_limits<int64_t>::max();
   ExpectFfnMatchesNaive(GetParam(), options, "stream-only");
 }
 
 TEST_P(ExpertFfnTest, PackedKernelMatchesNaive) {
   LinearOptions options;
-  options.onednn_min_rows = 1;
+  options.prefill_min_rows = 1;
   options.prefill_kernel = PrefillKernel::kAvx2Packed;
   ExpectFfnMatchesNaive(GetParam(), options, "packed-only");
 }
 
 TEST_P(ExpertFfnTest, OneDnnMatchesNaive) {
   LinearOptions options;
-  options.onednn_min_rows = 1;
+  options.prefill_min_rows = 1;
   options.prefill_kernel = PrefillKernel::kOneDnn;
   ExpectFfnMatchesNaive(GetParam(), options, "onednn-only");
 }
 
 std::vector<Case> AllCases() {
   std::vector<Case> cases;
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{72, 13}, {64, 200}, {37, 100}};
+  // Odd sizes, and D or I of 1024, where x or the intermediate get padded
+  // row strides (ActivationRowStride).
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {72, 13}, {64, 200}, {37, 100}, {1024, 24}, {24, 1024}};
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16})
     for (const auto& [hidden, intermediate] : shapes)
       for (int threads : {1, 2}) cases.push_back({dtype, hidden, intermediate, threads});
@@ -220,7 +234,9 @@ class LocalExpertExecutorTest : public ::testing::Test {
     executor_ = std::make_unique<LocalExpertExecutor>(std::move(table), pool_.get());
   }
 
-  const ExpertFfnWeights& Weights(int layer, int expert) { return stored_[layer * kExperts + expert]->weights; }
+  const ExpertFfnWeights& Weights(int layer, int expert) {
+    return stored_[layer * kExperts + expert]->weights;
+  }
 
   std::vector<std::unique_ptr<StoredExpert>> stored_;
   std::unique_ptr<ThreadPool> pool_;

@@ -25,9 +25,15 @@ struct StoredWeight {
     for (int64_t i = 0; i < n * k; ++i) {
       const float v = dist(rng);
       switch (dtype) {
-        case DType::kF32: reinterpret_cast<float*>(bytes.data())[i] = v; break;
-        case DType::kF16: reinterpret_cast<uint16_t*>(bytes.data())[i] = F32ToF16(v); break;
-        case DType::kBF16: reinterpret_cast<uint16_t*>(bytes.data())[i] = F32ToBf16(v); break;
+        case DType::kF32:
+          reinterpret_cast<float*>(bytes.data())[i] = v;
+          break;
+        case DType::kF16:
+          reinterpret_cast<uint16_t*>(bytes.data())[i] = F32ToF16(v);
+          break;
+        case DType::kBF16:
+          reinterpret_cast<uint16_t*>(bytes.data())[i] = F32ToBf16(v);
+          break;
       }
     }
     view = {bytes.data(), dtype, n, k};
@@ -118,20 +124,20 @@ TEST_P(LinearTest, DefaultPathsMatchNaive) {
 
 TEST_P(LinearTest, StreamKernelMatchesNaiveAtAllRows) {
   LinearOptions options;
-  options.onednn_min_rows = std::numeric_limits<int64_t>::max();
+  options.prefill_min_rows = std::numeric_limits<int64_t>::max();
   ExpectMatchesNaive(GetParam(), RowCounts(), options, "stream-only");
 }
 
 TEST_P(LinearTest, PackedKernelMatchesNaiveAtAllRows) {
   LinearOptions options;
-  options.onednn_min_rows = 1;
+  options.prefill_min_rows = 1;
   options.prefill_kernel = PrefillKernel::kAvx2Packed;
   ExpectMatchesNaive(GetParam(), RowCounts(), options, "packed-only");
 }
 
 TEST_P(LinearTest, OneDnnMatchesNaiveAtAllRows) {
   LinearOptions options;
-  options.onednn_min_rows = 1;
+  options.prefill_min_rows = 1;
   options.prefill_kernel = PrefillKernel::kOneDnn;
   ExpectMatchesNaive(GetParam(), RowCounts(), options, "onednn-only");
 }
@@ -139,8 +145,10 @@ TEST_P(LinearTest, OneDnnMatchesNaiveAtAllRows) {
 std::vector<Case> AllCases() {
   std::vector<Case> cases;
   // Odd shapes (tails in N and K), one that spans several tasks and oneDNN
-  // tiles (N = 300 > 256), and a K tail of 1.
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{13, 72}, {1, 8}, {37, 129}, {300, 520}, {9, 3}};
+  // tiles (N = 300 > 256), a K below one vector, and K = 1024 whose 4 KB rows
+  // make Linear read x through a padded copy (ActivationRowStride).
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{13, 72},   {1, 8}, {37, 129},
+                                                           {300, 520}, {9, 3}, {20, 1024}};
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16})
     for (const auto& [n, k] : shapes)
       for (bool bias : {false, true})
@@ -158,15 +166,20 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LinearTest, ::testing::ValuesIn(AllCases()),
 TEST(LinearErrors, RejectsBadArguments) {
   const StoredWeight w(DType::kBF16, 4, 8, 1);
   std::vector<float> x(16), y(16);
-  EXPECT_EQ(Linear(nullptr, 2, w.view, nullptr, y.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Linear(x.data(), 2, w.view, nullptr, nullptr, nullptr).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Linear(x.data(), -1, w.view, nullptr, y.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Linear(nullptr, 2, w.view, nullptr, y.data(), nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Linear(x.data(), 2, w.view, nullptr, nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Linear(x.data(), -1, w.view, nullptr, y.data(), nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
   LinearWeight no_data = w.view;
   no_data.data = nullptr;
-  EXPECT_EQ(Linear(x.data(), 2, no_data, nullptr, y.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Linear(x.data(), 2, no_data, nullptr, y.data(), nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
   LinearWeight empty = w.view;
   empty.n = 0;
-  EXPECT_EQ(Linear(x.data(), 2, empty, nullptr, y.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Linear(x.data(), 2, empty, nullptr, y.data(), nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
   // Zero rows is a valid no-op, even without buffers.
   EXPECT_TRUE(Linear(nullptr, 0, w.view, nullptr, nullptr, nullptr).ok());
 }
@@ -176,13 +189,16 @@ TEST(LinearSliceTest, WritesOnlyItsFeatures) {
   // on every path: the expert FFN relies on this to fill [R, I] by tasks.
   const StoredWeight w(DType::kBF16, 40, 72, 3);
   const std::vector<float> x = RandomVector(20 * 72, 9);
-  for (auto [m, kernel] : {std::pair{3, PrefillKernel::kAvx2Packed}, std::pair{20, PrefillKernel::kAvx2Packed},
-                           std::pair{20, PrefillKernel::kOneDnn}}) {
+  for (auto [m, kernel] :
+       {std::pair{3, PrefillKernel::kAvx2Packed}, std::pair{20, PrefillKernel::kAvx2Packed},
+        std::pair{20, PrefillKernel::kOneDnn}}) {
     const int64_t ldy = 50;
     std::vector<float> y(static_cast<size_t>(m * ldy), -7.0f);
     LinearOptions options;
     options.prefill_kernel = kernel;
-    ASSERT_TRUE(LinearSlice(x.data(), m, w.view, nullptr, 10, 27, y.data(), ldy, options).ok());
+    const LinearSliceArgs args{
+        .x = x.data(), .ldx = 72, .m = m, .n_begin = 10, .n_end = 27, .y = y.data(), .ldy = ldy};
+    ASSERT_TRUE(LinearSlice(w.view, args, options).ok());
     std::vector<double> ref, magnitude;
     NaiveLinear(x.data(), m, w.view, nullptr, ref, magnitude);
     for (int64_t r = 0; r < m; ++r) {

@@ -68,8 +68,8 @@ inline float HorizontalSum(__m256 v) {
 
 // Partial sums of one block of output features: acc[r][j] holds 8 lanes of
 // x[r, :k] . W[j0 + j, :k] over the K blocks done so far.
-constexpr int64_t kStreamBlock = 8;   // W rows walked together (one register tile row)
-constexpr int64_t kStreamRows = 16;   // x rows per pass over W; more rows pass W again
+constexpr int64_t kStreamBlock = 8;     // W rows walked together (one register tile row)
+constexpr int64_t kStreamRows = 16;     // x rows per pass over W; more rows pass W again
 constexpr int64_t kStreamBlockK = 256;  // x[16 rows, 256] f32 = 16 KB + W[8, 256] stay in L1
 using StreamAccumulators = __m256[kStreamRows][kStreamBlock];
 
@@ -79,66 +79,110 @@ using StreamAccumulators = __m256[kStreamRows][kStreamBlock];
 template <DType kDType, int kMR, int kNR>
 inline void StreamTile(const float* x, int64_t ldx, const void* const* rows, int64_t k0, int64_t kb,
                        StreamAccumulators& acc_io, int r0, int j0, bool first) {
+  // Local copies: the compiler keeps them in registers instead of reloading.
+  const void* w[kNR];
+  for (int j = 0; j < kNR; ++j) w[j] = rows[j0 + j];
   __m256 acc[kMR][kNR];
   for (int r = 0; r < kMR; ++r)
     for (int j = 0; j < kNR; ++j) acc[r][j] = first ? _mm256_setzero_ps() : acc_io[r0 + r][j0 + j];
   for (int64_t kk = k0; kk < k0 + kb; kk += 8) {
-    __m256 wv[kNR];
-    for (int j = 0; j < kNR; ++j) wv[j] = LoadWeights8<kDType>(rows[j0 + j], kk);
-    for (int r = 0; r < kMR; ++r) {
-      const __m256 xv = _mm256_loadu_ps(x + r * ldx + kk);
-      for (int j = 0; j < kNR; ++j) acc[r][j] = _mm256_fmadd_ps(xv, wv[j], acc[r][j]);
+    if constexpr (kMR == 1) {
+      // Convert-and-use one W vector at a time: loading all kNR first would
+      // need 8 + 8 + 1 registers and spill an accumulator, whose chain
+      // through memory then sets the pace.
+      const __m256 xv = _mm256_loadu_ps(x + kk);
+      for (int j = 0; j < kNR; ++j)
+        acc[0][j] = _mm256_fmadd_ps(xv, LoadWeights8<kDType>(w[j], kk), acc[0][j]);
+    } else {
+      __m256 wv[kNR];
+      for (int j = 0; j < kNR; ++j) wv[j] = LoadWeights8<kDType>(w[j], kk);
+      for (int r = 0; r < kMR; ++r) {
+        __m256 xv = _mm256_loadu_ps(x + r * ldx + kk);
+        // Load x once into a register: folded into every FMA it would be
+        // loaded kNR times, and 256-bit loads (2 per cycle) become the limit.
+        asm("" : "+x"(xv));
+        for (int j = 0; j < kNR; ++j) acc[r][j] = _mm256_fmadd_ps(xv, wv[j], acc[r][j]);
+      }
     }
   }
   for (int r = 0; r < kMR; ++r)
     for (int j = 0; j < kNR; ++j) acc_io[r0 + r][j0 + j] = acc[r][j];
 }
 
-// The register tile narrows as kMR grows so that accumulators + weight
-// vectors + one x vector fit the 16 ymm registers.
-template <DType kDType, int kMR>
-inline void StreamRowGroup(const float* x, int64_t ldx, const void* const* rows, int nb, int64_t k0, int64_t kb,
-                           StreamAccumulators& acc, int r0, bool first) {
-  constexpr int kNR = kMR == 1 ? 8 : kMR == 2 ? 4 : 2;
+// All x rows of the chunk against kNR W rows: the W rows' K block stays in L1
+// for every row group (loading the next W rows first would let rows 4 KB apart
+// evict each other from the same L1 sets).
+template <DType kDType, int kNR>
+inline void StreamColumns(const float* x, int64_t ldx, const void* const* rows, int mc, int64_t k0,
+                          int64_t kb, StreamAccumulators& acc, int j0, bool first) {
+  int r = 0;
+  if constexpr (kNR <= 2) {
+    for (; r + 6 <= mc; r += 6) StreamTile<kDType, 6, kNR>(x + r * ldx, ldx, rows, k0, kb, acc, r, j0, first);
+  }
+  for (; r + 4 <= mc; r += 4) StreamTile<kDType, 4, kNR>(x + r * ldx, ldx, rows, k0, kb, acc, r, j0, first);
+  switch (mc - r) {
+    case 3:
+      StreamTile<kDType, 3, kNR>(x + r * ldx, ldx, rows, k0, kb, acc, r, j0, first);
+      break;
+    case 2:
+      StreamTile<kDType, 2, kNR>(x + r * ldx, ldx, rows, k0, kb, acc, r, j0, first);
+      break;
+    case 1:
+      StreamTile<kDType, 1, kNR>(x + r * ldx, ldx, rows, k0, kb, acc, r, j0, first);
+      break;
+    default:
+      break;
+  }
+}
+
+// The register tile (rows x W rows) narrows as rows grow so that accumulators
+// + weight vectors + one x vector fit the 16 ymm registers: 1 x 8, 2 x 4,
+// then 6 x 2 (and 4/3 x 2 for the remainder).
+template <DType kDType, int kNR>
+inline void StreamBlock(const float* x, int64_t ldx, const void* const* rows, int mc, int nb, int64_t k0,
+                        int64_t kb, StreamAccumulators& acc, bool first) {
   int j = 0;
-  for (; j + kNR <= nb; j += kNR) StreamTile<kDType, kMR, kNR>(x, ldx, rows, k0, kb, acc, r0, j, first);
-  for (; j < nb; ++j) StreamTile<kDType, kMR, 1>(x, ldx, rows, k0, kb, acc, r0, j, first);
+  for (; j + kNR <= nb; j += kNR) StreamColumns<kDType, kNR>(x, ldx, rows, mc, k0, kb, acc, j, first);
+  for (; j < nb; ++j) StreamColumns<kDType, 1>(x, ldx, rows, mc, k0, kb, acc, j, first);
 }
 
 // Output features are walked in blocks of kStreamBlock W rows, K in blocks of
-// kStreamBlockK: every group of x rows runs over the same W block while it is
-// in L1, so DRAM sees each weight once per kStreamRows rows of x, and the x
-// block stays in L1 too (without K blocking, 4+ rows of x at K = 4096 spill
-// to L2 and L2 bandwidth, not DRAM or FMA, sets the pace).
+// kStreamBlockK, so the x block and the W rows in use stay in L1: DRAM sees
+// each weight once per kStreamRows rows of x, and L2 is not the bottleneck
+// (without K blocking, 4+ rows of x at K = 4096 spill to L2).
 template <DType kDType>
-void StreamSlice(const float* x, int64_t m, const LinearWeight& w, const float* bias,
-                 int64_t n_begin, int64_t n_end, float* y, int64_t ldy) {
-  const int64_t k = w.k;
+void StreamSlice(const LinearWeight& w, const LinearSliceArgs& a) {
+  const int64_t k = w.k, m = a.m, ldx = a.ldx, ldy = a.ldy, n_begin = a.n_begin, n_end = a.n_end;
+  const float* x = a.x;
+  const float* bias = a.bias;
+  float* y = a.y;
   const int64_t k8 = k & ~int64_t{7};
   alignas(32) StreamAccumulators acc;
   for (int64_t row0 = 0; row0 < m; row0 += kStreamRows) {
     const int mc = static_cast<int>(std::min(kStreamRows, m - row0));
-    const float* xc = x + row0 * k;
+    const float* xc = x + row0 * ldx;
     for (int64_t j0 = n_begin; j0 < n_end; j0 += kStreamBlock) {
       const int nb = static_cast<int>(std::min(kStreamBlock, n_end - j0));
       const void* rows[kStreamBlock];
       for (int j = 0; j < nb; ++j) rows[j] = WeightRow<kDType>(w.data, j0 + j, k);
-      for (int64_t k0 = 0; k0 < k8; k0 += kStreamBlockK) {
-        const int64_t kb = std::min(kStreamBlockK, k8 - k0);
+      // One row of x needs no K blocking (it is the only x in L1), and whole
+      // W rows read front to back are what the hardware prefetcher streams best.
+      const int64_t block_k = mc == 1 ? std::max<int64_t>(k8, 8) : kStreamBlockK;
+      for (int64_t k0 = 0; k0 < k8; k0 += block_k) {
+        const int64_t kb = std::min(block_k, k8 - k0);
         const bool first = k0 == 0;
-        int r = 0;
-        for (; r + 4 <= mc; r += 4) StreamRowGroup<kDType, 4>(xc + r * k, k, rows, nb, k0, kb, acc, r, first);
-        switch (mc - r) {
-          case 3: StreamRowGroup<kDType, 3>(xc + r * k, k, rows, nb, k0, kb, acc, r, first); break;
-          case 2: StreamRowGroup<kDType, 2>(xc + r * k, k, rows, nb, k0, kb, acc, r, first); break;
-          case 1: StreamRowGroup<kDType, 1>(xc + r * k, k, rows, nb, k0, kb, acc, r, first); break;
-          default: break;
+        if (mc == 1) {
+          StreamBlock<kDType, 8>(xc, ldx, rows, mc, nb, k0, kb, acc, first);
+        } else if (mc == 2) {
+          StreamBlock<kDType, 4>(xc, ldx, rows, mc, nb, k0, kb, acc, first);
+        } else {
+          StreamBlock<kDType, 2>(xc, ldx, rows, mc, nb, k0, kb, acc, first);
         }
       }
       for (int r = 0; r < mc; ++r) {
         for (int j = 0; j < nb; ++j) {
           float sum = k8 > 0 ? HorizontalSum(acc[r][j]) : 0.0f;
-          for (int64_t kk = k8; kk < k; ++kk) sum += xc[r * k + kk] * LoadAsF32(rows[j], kDType, kk);
+          for (int64_t kk = k8; kk < k; ++kk) sum += xc[r * ldx + kk] * LoadAsF32(rows[j], kDType, kk);
           if (bias != nullptr) sum += bias[j0 + j];
           y[(row0 + r) * ldy + j0 + j] = sum;
         }
@@ -148,14 +192,15 @@ void StreamSlice(const float* x, int64_t m, const LinearWeight& w, const float* 
 }
 
 // ---------------------------------------------------------------------------
-// Packed path: BLIS-style f32 GEMM. W is widened and transposed once per
-// (task, K block) into panels of kPanel output features, then a 6 x 16
-// register tile of y accumulates x[6 rows] (broadcast) times one panel.
+// Packed path: BLIS-style f32 GEMM. W is widened and transposed into panels
+// of kPanel output features (K-major, f32), once per task and call; then a
+// 6 x 16 register tile of y accumulates x[6 rows] (broadcast) times a panel.
 // ---------------------------------------------------------------------------
 
-constexpr int kTileRows = 6;       // rows of x per micro-kernel call
-constexpr int64_t kPanel = 16;     // output features per panel: two ymm
-constexpr int64_t kBlockK = 256;   // K block: one panel is 16 KB f32, L1-resident
+constexpr int kTileRows = 6;         // rows of x per micro-kernel call
+constexpr int64_t kPanel = 16;       // output features per panel: two ymm
+constexpr int64_t kBlockK = 256;     // K block: one panel is 16 KB f32, L1-resident
+constexpr int64_t kBlockRows = 144;  // rows of x per pass: x block [144, 256] f32 = 144 KB, L2-resident
 
 // Transposes 8 rows of 8 f32 (r[j][t]) so that out[t][j] = r[j][t].
 inline void Transpose8x8(__m256 r[8]) {
@@ -228,13 +273,26 @@ inline void MicroKernel(const float* x, int64_t ldx, const float* panel, int64_t
 inline void MicroKernelRows(int rows, const float* x, int64_t ldx, const float* panel, int64_t kb, float* c,
                             int64_t ldc, bool accumulate) {
   switch (rows) {
-    case 6: MicroKernel<6>(x, ldx, panel, kb, c, ldc, accumulate); break;
-    case 5: MicroKernel<5>(x, ldx, panel, kb, c, ldc, accumulate); break;
-    case 4: MicroKernel<4>(x, ldx, panel, kb, c, ldc, accumulate); break;
-    case 3: MicroKernel<3>(x, ldx, panel, kb, c, ldc, accumulate); break;
-    case 2: MicroKernel<2>(x, ldx, panel, kb, c, ldc, accumulate); break;
-    case 1: MicroKernel<1>(x, ldx, panel, kb, c, ldc, accumulate); break;
-    default: break;
+    case 6:
+      MicroKernel<6>(x, ldx, panel, kb, c, ldc, accumulate);
+      break;
+    case 5:
+      MicroKernel<5>(x, ldx, panel, kb, c, ldc, accumulate);
+      break;
+    case 4:
+      MicroKernel<4>(x, ldx, panel, kb, c, ldc, accumulate);
+      break;
+    case 3:
+      MicroKernel<3>(x, ldx, panel, kb, c, ldc, accumulate);
+      break;
+    case 2:
+      MicroKernel<2>(x, ldx, panel, kb, c, ldc, accumulate);
+      break;
+    case 1:
+      MicroKernel<1>(x, ldx, panel, kb, c, ldc, accumulate);
+      break;
+    default:
+      break;
   }
 }
 
@@ -246,41 +304,57 @@ float* PackBuffer(size_t elements) {
 }
 
 template <DType kDType>
-void PackedSlice(const float* x, int64_t m, const LinearWeight& w, const float* bias, int64_t n_begin,
-                 int64_t n_end, float* y, int64_t ldy) {
-  const int64_t k = w.k;
+void PackedSlice(const LinearWeight& w, const LinearSliceArgs& a) {
+  const int64_t k = w.k, m = a.m, ldx = a.ldx, ldy = a.ldy, n_begin = a.n_begin, n_end = a.n_end;
+  const float* x = a.x;
+  float* y = a.y;
+  // The whole slice is packed up front, over all of K: each group of 8 W rows
+  // is read front to back (8 sequential streams the hardware prefetcher
+  // follows; packing per K block would touch every row of the slice at once
+  // and wait on DRAM latency), and W is read from DRAM once whatever M is.
+  // The f32 panels (<= kPackedSliceBytes) then live in L2/L3.
   const int64_t panels = CeilDiv(n_end - n_begin, kPanel);
-  float* packed = PackBuffer(static_cast<size_t>(panels * kPanel * kBlockK));
-  for (int64_t k0 = 0; k0 < k; k0 += kBlockK) {
-    const int64_t kb = std::min(kBlockK, k - k0);
-    for (int64_t p = 0; p < panels; ++p)
-      PackPanel<kDType>(w.data, k, n_begin + p * kPanel, n_end, k0, kb, packed + p * kPanel * kBlockK);
-    const bool accumulate = k0 > 0;
-    for (int64_t p = 0; p < panels; ++p) {
-      const float* panel = packed + p * kPanel * kBlockK;
-      const int64_t n0 = n_begin + p * kPanel;
-      const int64_t cols = std::min(kPanel, n_end - n0);
-      for (int64_t r0 = 0; r0 < m; r0 += kTileRows) {
-        const int rows = static_cast<int>(std::min<int64_t>(kTileRows, m - r0));
-        const float* xr = x + r0 * k + k0;
-        if (cols == kPanel) {
-          MicroKernelRows(rows, xr, k, panel, kb, y + r0 * ldy + n0, ldy, accumulate);
-        } else {
+  const int64_t panel_stride = kPanel * k;
+  float* packed = PackBuffer(static_cast<size_t>(panels * panel_stride));
+  for (int64_t p = 0; p < panels; ++p)
+    PackPanel<kDType>(w.data, k, n_begin + p * kPanel, n_end, 0, k, packed + p * panel_stride);
+
+  // Row blocks outermost, so the block's y tiles ([144, slice] f32, <= 72 KB)
+  // stay in L2 across all K blocks; within a K block the x block
+  // ([144, 256] f32) is reused from L2 by every panel, and each panel's K
+  // block (16 KB) from L1 by every 6-row tile.
+  for (int64_t m0 = 0; m0 < m; m0 += kBlockRows) {
+    const int64_t m1 = std::min(m, m0 + kBlockRows);
+    for (int64_t k0 = 0; k0 < k; k0 += kBlockK) {
+      const int64_t kb = std::min(kBlockK, k - k0);
+      const bool accumulate = k0 > 0;
+      for (int64_t p = 0; p < panels; ++p) {
+        const float* panel = packed + p * panel_stride + k0 * kPanel;
+        const int64_t n0 = n_begin + p * kPanel;
+        const int64_t cols = std::min(kPanel, n_end - n0);
+        for (int64_t r0 = m0; r0 < m1; r0 += kTileRows) {
+          const int rows = static_cast<int>(std::min<int64_t>(kTileRows, m1 - r0));
+          const float* xr = x + r0 * ldx + k0;
+          if (cols == kPanel) {
+            MicroKernelRows(rows, xr, ldx, panel, kb, y + r0 * ldy + n0, ldy, accumulate);
+            continue;
+          }
           // Last, partial panel: go through a full-width scratch tile so the
           // kernel never writes past n_end.
           float tile[kTileRows * kPanel];
           for (int r = 0; r < rows; ++r)
-            for (int64_t j = 0; j < cols; ++j) tile[r * kPanel + j] = accumulate ? y[(r0 + r) * ldy + n0 + j] : 0.0f;
-          MicroKernelRows(rows, xr, k, panel, kb, tile, kPanel, accumulate);
+            for (int64_t j = 0; j < cols; ++j)
+              tile[r * kPanel + j] = accumulate ? y[(r0 + r) * ldy + n0 + j] : 0.0f;
+          MicroKernelRows(rows, xr, ldx, panel, kb, tile, kPanel, accumulate);
           for (int r = 0; r < rows; ++r)
             for (int64_t j = 0; j < cols; ++j) y[(r0 + r) * ldy + n0 + j] = tile[r * kPanel + j];
         }
       }
     }
   }
-  if (bias != nullptr)
+  if (a.bias != nullptr)
     for (int64_t r = 0; r < m; ++r)
-      for (int64_t j = n_begin; j < n_end; ++j) y[r * ldy + j] += bias[j];
+      for (int64_t j = n_begin; j < n_end; ++j) y[r * ldy + j] += a.bias[j];
 }
 
 // ---------------------------------------------------------------------------
@@ -327,18 +401,18 @@ class ScopedOmpSingleThread {
 };
 
 struct MatmulKey {
-  int64_t m, n, k, ldy;
+  int64_t m, n, k, ldx, ldy;
   bool bias;
   bool operator==(const MatmulKey& o) const {
-    return m == o.m && n == o.n && k == o.k && ldy == o.ldy && bias == o.bias;
+    return m == o.m && n == o.n && k == o.k && ldx == o.ldx && ldy == o.ldy && bias == o.bias;
   }
   template <typename H>
   friend H AbslHashValue(H h, const MatmulKey& key) {
-    return H::combine(std::move(h), key.m, key.n, key.k, key.ldy, key.bias);
+    return H::combine(std::move(h), key.m, key.n, key.k, key.ldx, key.ldy, key.bias);
   }
 };
 
-// A matmul for one (M, tile width, K, ldy, bias) and memory objects whose
+// A matmul for one (M, tile width, K, ldx, ldy, bias) and memory objects whose
 // data handles are repointed on every call.
 struct MatmulEntry {
   dnnl::matmul primitive;
@@ -381,17 +455,16 @@ class OneDnnThreadContext {
     if (primitives_.size() >= kMaxCachedPrimitives) primitives_.clear();
     using dims = dnnl::memory::dims;
     using dt = dnnl::memory::data_type;
-    // x [M, K] row-major; the tile [n, K] row-major read as [K, n] (strides 1, K);
-    // y's columns [n0, n0 + n) of a [M, ldy] matrix.
-    const dnnl::memory::desc src_md({key.m, key.k}, dt::f32, dims{key.k, 1});
+    // x [M, K] of a [M, ldx] matrix; the tile [n, K] row-major read as [K, n]
+    // (strides 1, K); y's columns [n0, n0 + n) of a [M, ldy] matrix.
+    const dnnl::memory::desc src_md({key.m, key.k}, dt::f32, dims{key.ldx, 1});
     const dnnl::memory::desc weights_md({key.k, key.n}, dt::f32, dims{1, key.k});
     const dnnl::memory::desc dst_md({key.m, key.n}, dt::f32, dims{key.ldy, 1});
     const dnnl::memory::desc bias_md({1, key.n}, dt::f32, dims{key.n, 1});
     const dnnl::matmul::desc desc = key.bias ? dnnl::matmul::desc(src_md, weights_md, bias_md, dst_md)
                                              : dnnl::matmul::desc(src_md, weights_md, dst_md);
     const dnnl::matmul::primitive_desc pd(desc, engine_);
-    LOG_DEBUG("oneDNN matmul [", key.m, ", ", key.k, "] x [", key.k, ", ", key.n, "]: ",
-              pd.impl_info_str());
+    LOG_DEBUG("oneDNN matmul [", key.m, ", ", key.k, "] x [", key.k, ", ", key.n, "]: ", pd.impl_info_str());
     MatmulEntry entry;
     entry.primitive = dnnl::matmul(pd);
     entry.src = dnnl::memory(src_md, engine_, nullptr);
@@ -417,10 +490,9 @@ void ConvertToF32(const void* src, int64_t count, float* dst) {
   for (; i < count; ++i) dst[i] = LoadAsF32(src, kDType, i);
 }
 
-absl::Status OneDnnSlice(const float* x, int64_t m, const LinearWeight& w, const float* bias,
-                         int64_t n_begin, int64_t n_end, float* y, int64_t ldy) {
-  const int64_t n = n_end - n_begin;
-  const int64_t k = w.k;
+absl::Status OneDnnSlice(const LinearWeight& w, const LinearSliceArgs& a) {
+  const int64_t n_begin = a.n_begin, n = a.n_end - a.n_begin, k = w.k, m = a.m;
+  const float* bias = a.bias;
   ScopedOmpSingleThread single_thread;
   TANDEM_ASSIGN_OR_RETURN(OneDnnThreadContext * context, OneDnnThreadContext::Get());
   try {
@@ -444,10 +516,10 @@ absl::Status OneDnnSlice(const float* x, int64_t m, const LinearWeight& w, const
         break;
       }
     }
-    MatmulEntry& entry = context->Matmul({m, n, k, ldy, bias != nullptr});
-    entry.src.set_data_handle(const_cast<float*>(x));
+    MatmulEntry& entry = context->Matmul({m, n, k, a.ldx, a.ldy, bias != nullptr});
+    entry.src.set_data_handle(const_cast<float*>(a.x));
     entry.weights.set_data_handle(const_cast<float*>(tile));
-    entry.dst.set_data_handle(y + n_begin);
+    entry.dst.set_data_handle(a.y + n_begin);
     std::unordered_map<int, dnnl::memory> args = {
         {DNNL_ARG_SRC, entry.src}, {DNNL_ARG_WEIGHTS, entry.weights}, {DNNL_ARG_DST, entry.dst}};
     if (bias != nullptr) {
@@ -457,11 +529,10 @@ absl::Status OneDnnSlice(const float* x, int64_t m, const LinearWeight& w, const
     entry.primitive.execute(context->stream(), args);
     context->stream().wait();
   } catch (const dnnl::error& e) {
-    return absl::InternalError(absl::StrCat("oneDNN f32 matmul [", m, ", ", k, "] x [", k, ", ", n,
-                                            "] (", std::string(DTypeName(w.dtype)), " weights) failed: ", e.what()));
+    return absl::InternalError(absl::StrCat("oneDNN f32 matmul [", m, ", ", k, "] x [", k, ", ", n, "] (",
+                                            std::string(DTypeName(w.dtype)), " weights) failed: ", e.what()));
   } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("no memory for the f32 tile of W [", n, ", ", k, "]"));
+    return absl::ResourceExhaustedError(absl::StrCat("no memory for the f32 tile of W [", n, ", ", k, "]"));
   }
   return absl::OkStatus();
 }
@@ -490,15 +561,18 @@ class FirstError {
 
 std::string_view LinearPathName(LinearPath path) {
   switch (path) {
-    case LinearPath::kAvx2Stream: return "avx2_stream";
-    case LinearPath::kAvx2Packed: return "avx2_packed";
-    case LinearPath::kOneDnn: return "onednn";
+    case LinearPath::kAvx2Stream:
+      return "avx2_stream";
+    case LinearPath::kAvx2Packed:
+      return "avx2_packed";
+    case LinearPath::kOneDnn:
+      return "onednn";
   }
   return "?";
 }
 
 LinearPath ChooseLinearPath(int64_t m, const LinearOptions& options) {
-  if (m < options.onednn_min_rows) return LinearPath::kAvx2Stream;
+  if (m < options.prefill_min_rows) return LinearPath::kAvx2Stream;
   return options.prefill_kernel == PrefillKernel::kOneDnn ? LinearPath::kOneDnn : LinearPath::kAvx2Packed;
 }
 
@@ -506,7 +580,8 @@ absl::Status ValidateLinear(const float* x, int64_t m, const LinearWeight& w, co
   const std::string shape = absl::StrCat("x [", m, ", ", w.k, "] . W [", w.n, ", ", w.k, "]^T");
   if (m < 0) return absl::InvalidArgumentError(absl::StrCat("Linear: negative rows in ", shape));
   if (w.n < 1 || w.k < 1) return absl::InvalidArgumentError(absl::StrCat("Linear: empty weight in ", shape));
-  if (w.data == nullptr) return absl::InvalidArgumentError(absl::StrCat("Linear: null weight data in ", shape));
+  if (w.data == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("Linear: null weight data in ", shape));
   if (w.dtype != DType::kF32 && w.dtype != DType::kF16 && w.dtype != DType::kBF16)
     return absl::InvalidArgumentError(absl::StrCat("Linear: unknown weight dtype in ", shape));
   if (m > 0 && (x == nullptr || y == nullptr))
@@ -515,16 +590,18 @@ absl::Status ValidateLinear(const float* x, int64_t m, const LinearWeight& w, co
 }
 
 // Stream path: ~256 KB of weights per task keeps the hardware prefetcher on
-// long runs and makes the atomic task counter noise; the oneDNN path: a W tile
-// of 256 rows (f32: 4 MB at K = 4096, so each x block the GEMM packs is reused
-// over 256 columns). Both shrink so every thread gets >= 4 tasks, which lets
+// long runs and makes the atomic task counter noise. Packed path: up to 128
+// features whose f32 panels fit 4 MB (see PackedSlice). oneDNN path: a W tile of
+// 256 rows (f32: 4 MB at K = 4096, so each x block the GEMM packs is reused
+// over 256 columns). All shrink so every thread gets >= 4 tasks, which lets
 // dynamic scheduling even out a slow core.
 int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, const LinearOptions& options) {
   constexpr int64_t kStreamTaskBytes = 256 << 10;
   constexpr int64_t kOneDnnTileRows = 256;
   constexpr int64_t kPackedTaskFeatures = 128;
+  constexpr int64_t kPackedSliceBytes = 4 << 20;
   const int64_t threads = std::max(num_threads, 1);
-  int64_t features;
+  int64_t features = 1;
   switch (ChooseLinearPath(m, options)) {
     case LinearPath::kAvx2Stream: {
       const int64_t row_bytes = w.k * static_cast<int64_t>(DTypeSize(w.dtype));
@@ -533,7 +610,10 @@ int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, co
       break;
     }
     case LinearPath::kAvx2Packed:
-      features = kPackedTaskFeatures;
+      // The slice is packed to f32 for all of K at once: keep that copy
+      // <= kPackedSliceBytes per thread (128 features at K = 4096, 64 at 14336).
+      features =
+          std::clamp<int64_t>((kPackedSliceBytes / (w.k * 4)) / kPanel * kPanel, kPanel, kPackedTaskFeatures);
       if (threads > 1) features = std::min(features, RoundUp(CeilDiv(w.n, 4 * threads), kPanel));
       break;
     case LinearPath::kOneDnn:
@@ -544,49 +624,85 @@ int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, co
   return std::clamp<int64_t>(features, 1, std::max<int64_t>(w.n, 1));
 }
 
-absl::Status LinearSlice(const float* x, int64_t m, const LinearWeight& w, const float* bias,
-                         int64_t n_begin, int64_t n_end, float* y, int64_t ldy,
-                         const LinearOptions& options) {
-  if (m == 0 || n_begin >= n_end) return absl::OkStatus();
-  const LinearPath path = ChooseLinearPath(m, options);
-  if (path == LinearPath::kOneDnn) return OneDnnSlice(x, m, w, bias, n_begin, n_end, y, ldy);
+absl::Status LinearSlice(const LinearWeight& w, const LinearSliceArgs& args, const LinearOptions& options) {
+  if (args.m == 0 || args.n_begin >= args.n_end) return absl::OkStatus();
+  const LinearPath path = ChooseLinearPath(args.m, options);
+  if (path == LinearPath::kOneDnn) return OneDnnSlice(w, args);
   if (path == LinearPath::kAvx2Packed) {
-    switch (w.dtype) {
-      case DType::kF32: PackedSlice<DType::kF32>(x, m, w, bias, n_begin, n_end, y, ldy); break;
-      case DType::kF16: PackedSlice<DType::kF16>(x, m, w, bias, n_begin, n_end, y, ldy); break;
-      case DType::kBF16: PackedSlice<DType::kBF16>(x, m, w, bias, n_begin, n_end, y, ldy); break;
+    try {  // the thread's panel buffer may grow
+      switch (w.dtype) {
+        case DType::kF32:
+          PackedSlice<DType::kF32>(w, args);
+          break;
+        case DType::kF16:
+          PackedSlice<DType::kF16>(w, args);
+          break;
+        case DType::kBF16:
+          PackedSlice<DType::kBF16>(w, args);
+          break;
+      }
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no memory to pack W [", args.n_end - args.n_begin, ", ", w.k, "] to f32 panels"));
     }
     return absl::OkStatus();
   }
   switch (w.dtype) {
-    case DType::kF32: StreamSlice<DType::kF32>(x, m, w, bias, n_begin, n_end, y, ldy); break;
-    case DType::kF16: StreamSlice<DType::kF16>(x, m, w, bias, n_begin, n_end, y, ldy); break;
-    case DType::kBF16: StreamSlice<DType::kBF16>(x, m, w, bias, n_begin, n_end, y, ldy); break;
+    case DType::kF32:
+      StreamSlice<DType::kF32>(w, args);
+      break;
+    case DType::kF16:
+      StreamSlice<DType::kF16>(w, args);
+      break;
+    case DType::kBF16:
+      StreamSlice<DType::kBF16>(w, args);
+      break;
   }
   return absl::OkStatus();
+}
+
+int64_t ActivationRowStride(int64_t k) {
+  // 4 KB is the L1 set period on x86 (64 sets x 64 B); one extra line per row.
+  return (k * static_cast<int64_t>(sizeof(float))) % 4096 == 0 ? k + 16 : k;
 }
 
 absl::Status Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias, float* y,
                     ThreadPool* pool, const LinearOptions& options) {
   TANDEM_RETURN_IF_ERROR(ValidateLinear(x, m, w, y));
   if (m == 0) return absl::OkStatus();
+  LinearSliceArgs args{.x = x, .ldx = w.k, .m = m, .bias = bias, .y = y, .ldy = w.n};
+  // Rows of x a multiple of 4 KB apart share L1 sets with each other and with
+  // the W rows; both AVX2 kernels keep several rows of x in flight, so they
+  // read a copy whose rows are one cache line apart in set terms.
+  thread_local std::vector<float> padded_x;
+  const int64_t ldx = ActivationRowStride(w.k);
+  if (m > 1 && ldx != w.k && ChooseLinearPath(m, options) != LinearPath::kOneDnn) {
+    try {
+      padded_x.resize(static_cast<size_t>(m * ldx));
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(absl::StrCat("no memory for a copy of x [", m, ", ", w.k, "]"));
+    }
+    for (int64_t r = 0; r < m; ++r) std::memcpy(&padded_x[r * ldx], x + r * w.k, w.k * sizeof(float));
+    args.x = padded_x.data();
+    args.ldx = ldx;
+  }
   const int threads = pool == nullptr ? 1 : pool->num_threads();
   const int64_t features = LinearTaskFeatures(m, w, threads, options);
   const int64_t tasks = CeilDiv(w.n, features);
+  auto slice = [&](int64_t task) {
+    LinearSliceArgs task_args = args;
+    task_args.n_begin = task * features;
+    task_args.n_end = std::min(task_args.n_begin + features, w.n);
+    return LinearSlice(w, task_args, options);
+  };
   if (pool == nullptr || tasks == 1) {
-    for (int64_t task = 0; task < tasks; ++task) {
-      const int64_t n_begin = task * features;
-      TANDEM_RETURN_IF_ERROR(
-          LinearSlice(x, m, w, bias, n_begin, std::min(n_begin + features, w.n), y, w.n, options));
-    }
+    for (int64_t task = 0; task < tasks; ++task) TANDEM_RETURN_IF_ERROR(slice(task));
     return absl::OkStatus();
   }
   FirstError error;
   pool->ParallelFor(tasks, [&](int64_t task, int) {
     if (error.failed()) return;
-    const int64_t n_begin = task * features;
-    absl::Status status =
-        LinearSlice(x, m, w, bias, n_begin, std::min(n_begin + features, w.n), y, w.n, options);
+    absl::Status status = slice(task);
     if (!status.ok()) error.Record(std::move(status));
   });
   return error.status();

@@ -1,0 +1,43 @@
+#include <cuda_runtime.h>
+
+#include "absl/strings/str_cat.h"
+#include "gpu_worker/cuda_device.h"
+
+namespace tandem {
+
+bool BuiltWithCuda() { return true; }
+
+absl::StatusOr<std::vector<CudaDeviceInfo>> ListCudaDevices() {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    return absl::UnavailableError(absl::StrCat("no usable CUDA device: ", cudaGetErrorString(err)));
+  }
+  if (count == 0) return absl::UnavailableError("no usable CUDA device: the driver reports 0 devices");
+  std::vector<CudaDeviceInfo> devices;
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop;
+    err = cudaGetDeviceProperties(&prop, i);
+    if (err != cudaSuccess) {
+      return absl::InternalError(absl::StrCat("cudaGetDeviceProperties(", i, "): ", cudaGetErrorString(err)));
+    }
+    CudaDeviceInfo info;
+    info.index = i;
+    info.name = prop.name;
+    info.compute_capability_major = prop.major;
+    info.compute_capability_minor = prop.minor;
+    info.total_memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+    info.multiprocessors = prop.multiProcessorCount;
+    info.async_copy_engines = prop.asyncEngineCount;
+    char bus[32] = {0};
+    if (cudaDeviceGetPCIBusId(bus, sizeof(bus), i) == cudaSuccess) info.pci_bus_id = bus;
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaSetDevice(i) == cudaSuccess && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+      info.free_memory_bytes = static_cast<int64_t>(free_bytes);
+    }
+    devices.push_back(std::move(info));
+  }
+  return devices;
+}
+
+}  // namespace tandem

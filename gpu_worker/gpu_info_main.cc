@@ -1,0 +1,29 @@
+// tandem-gpu-info: the CUDA devices tandem would use, one JSON line each.
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "gpu_worker/cuda_device.h"
+
+int main() {
+  auto devices = tandem::ListCudaDevices();
+  if (!devices.ok()) {
+    std::fprintf(stderr, "tandem-gpu-info: %s\n", std::string(devices.status().message()).c_str());
+    return 1;
+  }
+  for (const auto& d : *devices) {
+    std::cout << nlohmann::json{{"index", d.index},
+                                {"name", d.name},
+                                {"compute_capability", std::to_string(d.compute_capability_major) + "." +
+                                                           std::to_string(d.compute_capability_minor)},
+                                {"total_memory_bytes", d.total_memory_bytes},
+                                {"free_memory_bytes", d.free_memory_bytes},
+                                {"multiprocessors", d.multiprocessors},
+                                {"async_copy_engines", d.async_copy_engines},
+                                {"pci_bus_id", d.pci_bus_id}}
+                     .dump()
+              << "\n";
+  }
+  return 0;
+}

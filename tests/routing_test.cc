@@ -1,0 +1,318 @@
+// Router properties and cases: Mixtral's softmax top-K (a property that costs
+// nothing: renormalised top-K of the softmax = softmax of the top-K logits),
+// PhiMoE's sparsemixer on hand-worked logits, each against the engine's
+// common/routing.h and the float64 reference; and the engine's dispatch: an
+// expert no token chose is never called, and one with zero rows changes
+// nothing.
+//
+// Legend: E experts, K num_experts_per_tok, T tokens, D hidden.
+#include "common/routing.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/model.h"
+#include "common/thread_pool.h"
+#include "coordinator/cpu_backend.h"
+#include "coordinator/engine.h"
+#include "coordinator/kv_cache.h"
+#include "cpu_worker/local_expert_executor.h"
+#include "gtest/gtest.h"
+#include "tests/reference_model_testlib.h"
+
+namespace tandem {
+namespace {
+
+// ------------------------------------------------------------------ softmax top-K
+
+TEST(SoftmaxTopKTest, RenormalisedTopKOfSoftmaxEqualsSoftmaxOfTopK) {
+  std::mt19937 rng(1234);
+  const std::vector<int64_t> expert_counts = {2, 3, 4, 8, 16, 60, 64, 128};
+  const std::vector<double> scales = {0.1, 1.0, 3.0, 10.0};
+  for (int trial = 0; trial < 4000; ++trial) {
+    const int64_t e = expert_counts[static_cast<size_t>(trial) % expert_counts.size()];
+    const int64_t k = 1 + (trial / static_cast<int>(expert_counts.size())) % std::min<int64_t>(4, e);
+    std::normal_distribution<float> dist(
+        0.0f, static_cast<float>(scales[static_cast<size_t>(trial / 7) % scales.size()]));
+    std::vector<float> logits(static_cast<size_t>(e));
+    for (float& l : logits) l = dist(rng);
+    const std::vector<double> logits64(logits.begin(), logits.end());
+
+    // Hugging Face's order: softmax over all E, top-K, renormalise.
+    const RefRouting full = ReferenceModel::SoftmaxTopK(logits64, k);
+    // The other order: softmax over the K chosen logits alone.
+    double max_chosen = -INFINITY, sum = 0.0;
+    for (int32_t x : full.experts) max_chosen = std::max(max_chosen, logits64[static_cast<size_t>(x)]);
+    std::vector<double> direct;
+    for (int32_t x : full.experts) direct.push_back(std::exp(logits64[static_cast<size_t>(x)] - max_chosen));
+    for (double w : direct) sum += w;
+    for (double& w : direct) w /= sum;
+    // The engine: top-K then softmax over them, in f32.
+    std::vector<int32_t> experts(static_cast<size_t>(k));
+    std::vector<float> weights(static_cast<size_t>(k));
+    RouteSoftmaxTopK(logits.data(), e, k, experts.data(), weights.data());
+
+    ASSERT_EQ(experts, full.experts) << "trial " << trial << ", E=" << e << ", K=" << k;
+    double engine_sum = 0.0;
+    for (int64_t s = 0; s < k; ++s) {
+      EXPECT_NEAR(full.weights[static_cast<size_t>(s)], direct[static_cast<size_t>(s)], 1e-12)
+          << "trial " << trial;
+      // f32 weights: a few ulp of a number in (0, 1].
+      EXPECT_NEAR(weights[static_cast<size_t>(s)], direct[static_cast<size_t>(s)], 1e-6) << "trial " << trial;
+      engine_sum += weights[static_cast<size_t>(s)];
+    }
+    EXPECT_NEAR(engine_sum, 1.0, 1e-6);
+  }
+}
+
+TEST(SoftmaxTopKTest, TiesGoToTheLowerIndex) {
+  const std::vector<float> logits = {1.0f, 2.0f, 2.0f, 2.0f, 0.0f};
+  std::vector<int32_t> experts(2);
+  std::vector<float> weights(2);
+  RouteSoftmaxTopK(logits.data(), 5, 2, experts.data(), weights.data());
+  EXPECT_EQ(experts, (std::vector<int32_t>{1, 2}));
+  EXPECT_FLOAT_EQ(weights[0], 0.5f);
+  EXPECT_FLOAT_EQ(weights[1], 0.5f);
+  const RefRouting ref = ReferenceModel::SoftmaxTopK(std::vector<double>(logits.begin(), logits.end()), 2);
+  EXPECT_EQ(ref.experts, experts);
+  EXPECT_DOUBLE_EQ(ref.weights[0], 0.5);
+}
+
+// ------------------------------------------------------------------ sparsemixer
+
+// Checks the engine's and the reference's sparsemixer against hand-worked values.
+void ExpectSparseMixer(const std::vector<float>& logits, double jitter_eps,
+                       const std::vector<int32_t>& want_experts, const std::vector<double>& want_weights) {
+  std::vector<int32_t> experts(2);
+  std::vector<float> weights(2);
+  RouteSparseMixer(logits.data(), static_cast<int64_t>(logits.size()), jitter_eps, experts.data(),
+                   weights.data());
+  EXPECT_EQ(experts, want_experts) << "engine";
+  EXPECT_NEAR(weights[0], want_weights[0], 1e-6) << "engine, first expert";
+  EXPECT_NEAR(weights[1], want_weights[1], 1e-6) << "engine, second expert";
+  const RefRouting ref =
+      ReferenceModel::SparseMixer(std::vector<double>(logits.begin(), logits.end()), jitter_eps);
+  EXPECT_EQ(ref.experts, want_experts) << "reference";
+  // The reference sees the f32 logits exactly; hand values are computed from
+  // the decimal ones, so allow the f32 representation error (~1e-7).
+  EXPECT_NEAR(ref.weights[0], want_weights[0], 1e-6) << "reference, first expert";
+  EXPECT_NEAR(ref.weights[1], want_weights[1], 1e-6) << "reference, second expert";
+}
+
+// Band: expert e counts in the softmax for threshold m when
+// (m - s_e) / max(|s_e|, m) <= 2 · jitter_eps (0.02 here).
+constexpr double kJitter = 0.01;
+
+TEST(SparseMixerTest, ClearWinnerGetsWeightOne) {
+  // 0.5 vs 3.0 is far outside the band, so the first expert's softmax has one
+  // term; the second (0.5) is alone in its band too (0.2: 0.3 / 0.5 = 0.6).
+  ExpectSparseMixer({3.0f, 0.5f, -1.0f, -2.0f, 0.2f, -0.5f}, kJitter, {0, 1}, {1.0, 1.0});
+}
+
+TEST(SparseMixerTest, LogitsWithinTheBandShareTheWeight) {
+  // 1.99 is within 0.5% of 2.0: the first weight is 1 / (1 + e^-0.01) < 1;
+  // with the first masked out, 1.99 stands alone: weight 1.
+  const double pair = 1.0 / (1.0 + std::exp(-0.01));
+  ExpectSparseMixer({2.0f, 1.99f, -1.0f, 0.0f}, kJitter, {0, 1}, {pair, 1.0});
+  // Three within the band: both weights below 1 (0.337 and 0.502), and not
+  // renormalised over the pair (that would give 0.40 and 0.60).
+  const double triple = 1.0 / (1.0 + std::exp(-0.01) + std::exp(-0.02));
+  ExpectSparseMixer({2.0f, 1.99f, 1.98f, 0.0f}, kJitter, {0, 1}, {triple, pair});
+}
+
+TEST(SparseMixerTest, NegativeLogits) {
+  // Threshold -1: clamp(min=-1) leaves |s| as the factor, so the band is
+  // relative to each |s|: -1.01 is in it (0.01 / 1.01), -2 is not.
+  const double pair = 1.0 / (1.0 + std::exp(-0.01));
+  ExpectSparseMixer({-2.0f, -1.0f, -1.01f, -3.0f}, kJitter, {1, 2}, {pair, 1.0});
+  // 0.0203 / 1.0203 = 0.0199 <= 0.02: inside (a factor of |threshold| = 1
+  // would give 0.0203 and wrongly mask it).
+  ExpectSparseMixer({-1.0f, -1.0203f, -5.0f}, kJitter, {0, 1}, {1.0 / (1.0 + std::exp(-0.0203)), 1.0});
+  // 0.025 / 1.025 = 0.0244 > 0.02: outside.
+  ExpectSparseMixer({-1.0f, -1.025f, -5.0f}, kJitter, {0, 1}, {1.0, 1.0});
+}
+
+TEST(SparseMixerTest, Ties) {
+  // Equal maxima: the first is the lower index (torch.max), the two share the
+  // first softmax; with it masked the other one is alone.
+  ExpectSparseMixer({1.0f, 1.0f, 0.0f, -1.0f}, kJitter, {0, 1}, {0.5, 1.0});
+  ExpectSparseMixer({0.0f, 3.0f, 3.0f, 3.0f}, kJitter, {1, 2}, {1.0 / 3.0, 0.5});
+  // All zero: (0 - 0) / max(0, 0) is NaN, and NaN > 2·eps is false, so in
+  // torch nothing is masked: 1/4, then 1/3 over the remaining three.
+  ExpectSparseMixer({0.0f, 0.0f, 0.0f, 0.0f}, kJitter, {0, 1}, {0.25, 1.0 / 3.0});
+}
+
+TEST(SparseMixerTest, RouteDispatchesByArchitecture) {
+  ModelConfig config;
+  config.architecture = Architecture::kPhiMoE;
+  config.num_local_experts = 4;
+  config.num_experts_per_tok = 2;
+  config.router_jitter_noise = kJitter;
+  const std::vector<float> logits = {2.0f, 1.99f, -1.0f, 0.0f, /*token 2*/ 0.0f, 0.0f, 5.0f, 0.0f};
+  std::vector<int32_t> experts(4);
+  std::vector<float> weights(4);
+  Route(config, logits.data(), 2, experts.data(), weights.data());
+  EXPECT_EQ(experts, (std::vector<int32_t>{0, 1, 2, 0}));
+  EXPECT_NEAR(weights[0], 1.0 / (1.0 + std::exp(-0.01)), 1e-6);
+  EXPECT_NEAR(weights[1], 1.0, 1e-6);
+  EXPECT_NEAR(weights[2], 1.0, 1e-6);
+  EXPECT_NEAR(weights[3], 1.0 / 3.0, 1e-6);  // the three zeros share the second band
+  config.architecture = Architecture::kMixtral;
+  Route(config, logits.data(), 2, experts.data(), weights.data());
+  EXPECT_EQ(experts, (std::vector<int32_t>{0, 1, 2, 0}));
+  EXPECT_NEAR(weights[0] + weights[1], 1.0, 1e-6);  // Mixtral renormalises
+}
+
+// ------------------------------------------------------------------ dispatch
+
+// Forwards to the real executor and records what it was asked; optionally
+// adds every expert that was not asked for with zero rows.
+class RecordingExecutor final : public ExpertExecutor {
+ public:
+  struct Call {
+    int layer;
+    int expert;
+    int64_t rows;
+  };
+  RecordingExecutor(ExpertExecutor* inner, int num_experts, int64_t hidden, bool add_empty_experts)
+      : inner_(inner),
+        num_experts_(num_experts),
+        dummy_(static_cast<size_t>(hidden)),
+        add_empty_(add_empty_experts) {}
+
+  absl::Status RunExperts(int layer, std::span<const ExpertWork> work) override {
+    std::vector<ExpertWork> all(work.begin(), work.end());
+    std::set<int> asked;
+    for (const ExpertWork& w : work) {
+      calls_.push_back({layer, w.expert, w.num_rows});
+      asked.insert(w.expert);
+    }
+    if (add_empty_) {
+      for (int e = 0; e < num_experts_; ++e) {
+        if (!asked.count(e)) all.push_back({e, 0, dummy_.data(), dummy_.data()});
+      }
+    }
+    return inner_->RunExperts(layer, all);
+  }
+  const std::vector<Call>& calls() const { return calls_; }
+  void Clear() { calls_.clear(); }
+
+ private:
+  ExpertExecutor* inner_;
+  int num_experts_;
+  std::vector<float> dummy_;
+  bool add_empty_;
+  std::vector<Call> calls_;
+};
+
+// An engine wired by hand (LocalRuntime's parts) around a RecordingExecutor.
+struct RecordingEngine {
+  RecordingEngine(const Model& model, bool add_empty_experts)
+      : pool(ThreadPoolOptions{.num_threads = 2, .name = "route-test"}),
+        backend(model.weights.get(), &pool),
+        local(ExpertTable(model), &pool),
+        recorder(&local, static_cast<int>(model.config.num_local_experts), model.config.hidden_size,
+                 add_empty_experts) {
+    kv_pool = std::move(*KvBlockPool::Create({.num_layers = model.config.num_hidden_layers,
+                                              .kv_dim = model.config.kv_dim(),
+                                              .block_size = 16,
+                                              .max_blocks = 32}));
+    engine = std::make_unique<Engine>(model.config, &backend, &recorder, EngineOptions{dump.Hook()});
+  }
+  static std::vector<std::vector<ExpertFfnWeights>> ExpertTable(const Model& model) {
+    std::vector<std::vector<ExpertFfnWeights>> table;
+    for (const LayerWeights& layer : model.weights->layers) table.push_back(layer.experts);
+    return table;
+  }
+
+  ThreadPool pool;
+  CpuBackend backend;
+  LocalExpertExecutor local;
+  RecordingExecutor recorder;
+  DumpRecorder dump;
+  std::unique_ptr<KvBlockPool> kv_pool;
+  std::unique_ptr<Engine> engine;
+};
+
+class ExpertDispatchTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    auto model =
+        LoadSyntheticModel(SyntheticModelSpec{.preset = GetParam(), .seed = 7, .dtype = DType::kBF16});
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+  }
+  std::unique_ptr<Model> model_;
+};
+
+TEST_P(ExpertDispatchTest, OnlyChosenExpertsAreCalledWithTheirRows) {
+  const ModelConfig& config = model_->config;
+  const int64_t e = config.num_local_experts, k = config.num_experts_per_tok;
+  RecordingEngine rt(*model_, /*add_empty_experts=*/false);
+  SequenceKv kv(rt.kv_pool.get());
+  const std::vector<int32_t> prompt = {5, 77, 301, 12, 450, 9};
+  const std::vector<int32_t> next = {123};
+  std::vector<float> logits;
+  for (const std::vector<int32_t>* tokens : {&prompt, &next}) {
+    rt.recorder.Clear();
+    const ForwardInput input{&kv, *tokens, false};
+    ASSERT_TRUE(rt.engine->Forward({&input, 1}, &logits).ok());
+    const int64_t rows = static_cast<int64_t>(tokens->size());
+    for (int layer = 0; layer < config.num_hidden_layers; ++layer) {
+      // What the router chose, from the logits the engine dumped.
+      const RefTensor& router_logits = rt.dump.Get("router_logits", layer);
+      ASSERT_EQ(router_logits.rows, rows);
+      std::vector<float> logits32(router_logits.data.begin(), router_logits.data.end());
+      std::vector<int32_t> chosen(static_cast<size_t>(rows * k));
+      std::vector<float> weights(static_cast<size_t>(rows * k));
+      Route(config, logits32.data(), rows, chosen.data(), weights.data());
+      std::vector<int64_t> want_rows(static_cast<size_t>(e), 0);
+      for (int32_t x : chosen) ++want_rows[static_cast<size_t>(x)];
+
+      std::vector<int64_t> got_rows(static_cast<size_t>(e), 0);
+      for (const RecordingExecutor::Call& call : rt.recorder.calls()) {
+        if (call.layer != layer) continue;
+        EXPECT_GT(call.rows, 0) << "expert " << call.expert << " called with no rows";
+        EXPECT_EQ(got_rows[static_cast<size_t>(call.expert)], 0)
+            << "expert " << call.expert << " called twice";
+        got_rows[static_cast<size_t>(call.expert)] += call.rows;
+      }
+      EXPECT_EQ(got_rows, want_rows) << "layer " << layer << ", " << rows << " rows";
+      if (rows == 1) {
+        // One token visits exactly K experts; the other E - K are never called.
+        EXPECT_EQ(std::count(got_rows.begin(), got_rows.end(), 0), e - k);
+      }
+    }
+  }
+}
+
+TEST_P(ExpertDispatchTest, AnExpertWithZeroRowsChangesNothing) {
+  const std::vector<int32_t> prompt = {5, 77, 301, 12, 450, 9, 33, 210};
+  const std::vector<int32_t> next = {123};
+  std::vector<std::vector<float>> results[2];
+  for (bool add_empty : {false, true}) {
+    RecordingEngine rt(*model_, add_empty);
+    SequenceKv kv(rt.kv_pool.get());
+    for (const std::vector<int32_t>* tokens : {&prompt, &next}) {
+      const ForwardInput input{&kv, *tokens, true};
+      std::vector<float> logits;
+      ASSERT_TRUE(rt.engine->Forward({&input, 1}, &logits).ok());
+      results[add_empty].push_back(logits);
+    }
+  }
+  // Bit for bit: a zero-row expert must neither write nor disturb anything.
+  EXPECT_EQ(results[0], results[1]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, ExpertDispatchTest, ::testing::Values("tiny", "tiny-phimoe"),
+                         [](const auto& info) { return info.param == "tiny" ? "Mixtral" : "PhiMoE"; });
+
+}  // namespace
+}  // namespace tandem
