@@ -11,4 +11,8 @@ cmake --build build -j"$(nproc)" --target tandem-make-model tandem-generate
 if [ ! -f models/demo/config.json ]; then
   build/bin/tandem-make-model --preset demo --out models/demo
 fi
-build/bin/tandem-generate --model models/demo --prompt "The licensee may" -n 48 "$@"
+# Random weights: sampling (fixed seed) shows more of the machinery than greedy
+# text, which a random model quickly turns into repetition. Extra arguments
+# go to tandem-generate and override these.
+build/bin/tandem-generate --model models/demo --prompt "The licensee may" -n 48 \
+  --temperature 1.0 --top_p 0.95 --seed 1 "$@"
