@@ -1,8 +1,15 @@
 // tandem-generate: run a model in this process and generate from a prompt.
 //   tandem-generate --model DIR --prompt "text" -n 32 [--temperature 0.8 --top_k 40 --top_p 0.95 --seed 1]
 //   tandem-generate --model DIR --prompt_ids 1,2,3 -n 8 --logprobs 5 --json
+// With --workers, the experts run in tandem-cpu-worker processes (one per
+// NUMA node, started separately on the same model) instead of this process:
+//   tandem-generate --model DIR --workers unix:/run/tandem/w0.sock,unix:/run/tandem/w1.sock --transport shm ...
+#include <malloc.h>
+
 #include <cstdio>
 #include <iostream>
+#include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -17,6 +24,8 @@
 #include "absl/strings/str_split.h"
 #include "client/local_runtime.h"
 #include "common/log.h"
+#include "common/model_fingerprint.h"
+#include "coordinator/remote_expert_executor.h"
 
 ABSL_FLAG(std::string, model, "", "model directory (config.json, *.safetensors, tokenizer.model)");
 ABSL_FLAG(std::string, prompt, "", "prompt text (needs the model's tokenizer.model)");
@@ -32,6 +41,13 @@ ABSL_FLAG(bool, add_bos, true, "prepend the BOS token to a text prompt");
 ABSL_FLAG(int32_t, logprobs, 0, "report the top-K log probabilities at each generated position");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of streaming text");
 ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all available cores");
+ABSL_FLAG(std::string, workers, "",
+          "comma-separated CPU worker addresses in worker-index order (e.g. unix:/run/tandem/w0.sock,...); "
+          "empty = compute experts in this process");
+ABSL_FLAG(std::string, transport, "shm",
+          "with --workers: shm (arena + doorbell) | shm-grpc (arena + gRPC descriptors) | inline (tensors in gRPC)");
+ABSL_FLAG(int32_t, worker_timeout_ms, 5000, "with --workers: deadline of one layer's expert round trip");
+ABSL_FLAG(int32_t, connect_timeout_ms, 10000, "with --workers: how long to wait for every worker at start-up");
 
 namespace {
 
@@ -80,6 +96,31 @@ nlohmann::json ToJson(const GenerationResult& r, const tandem::Model& model) {
   return out;
 }
 
+// The model (for the coordinator's own layers) and the workers computing its
+// experts, checked against it at connect.
+absl::StatusOr<std::pair<std::unique_ptr<tandem::Model>, std::unique_ptr<tandem::RemoteExpertExecutor>>>
+ConnectWorkers(const std::string& model_dir) {
+  auto model = tandem::LoadModel(model_dir);
+  if (!model.ok()) return model.status();
+  auto fingerprint = tandem::FingerprintModel((*model)->config, *(*model)->weights->source);
+  if (!fingerprint.ok()) return fingerprint.status();
+  auto transport = tandem::ParseWorkerTransport(absl::GetFlag(FLAGS_transport));
+  if (!transport.ok()) return absl::InvalidArgumentError(absl::StrCat("--transport: ", transport.status().message()));
+  tandem::RemoteExpertExecutorOptions options;
+  for (absl::string_view address : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',', absl::SkipWhitespace())) {
+    options.addresses.emplace_back(address);
+  }
+  options.transports = {*transport};
+  if (absl::GetFlag(FLAGS_worker_timeout_ms) <= 0 || absl::GetFlag(FLAGS_connect_timeout_ms) <= 0) {
+    return absl::InvalidArgumentError("--worker_timeout_ms and --connect_timeout_ms must be > 0");
+  }
+  options.call_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_worker_timeout_ms));
+  options.connect_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms));
+  auto remote = tandem::RemoteExpertExecutor::Connect((*model)->config, *fingerprint, options);
+  if (!remote.ok()) return remote.status();
+  return std::make_pair(std::move(*model), std::move(*remote));
+}
+
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "tandem-generate: %s\n", std::string(status.message()).c_str());
   return 1;
@@ -99,7 +140,22 @@ int main(int argc, char** argv) {
 
   tandem::LocalRuntimeOptions options;
   options.num_threads = absl::GetFlag(FLAGS_threads);
-  auto runtime = tandem::LocalRuntime::Open(model_dir, options);
+  // Declared before the runtime, so it outlives the engine that calls it.
+  std::unique_ptr<tandem::RemoteExpertExecutor> remote;
+  absl::StatusOr<std::unique_ptr<tandem::LocalRuntime>> runtime;
+  if (absl::GetFlag(FLAGS_workers).empty()) {
+    runtime = tandem::LocalRuntime::Open(model_dir, options);
+  } else {
+    // Inline (gRPC) layers allocate MB-sized message buffers per call: keep
+    // them in the heap instead of a fresh mmap (page faults) each time.
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    auto connected = ConnectWorkers(model_dir);
+    if (!connected.ok()) return Fail(connected.status());
+    remote = std::move(connected->second);
+    options.expert_executor = remote.get();
+    runtime = tandem::LocalRuntime::Create(std::move(connected->first), options);
+  }
   if (!runtime.ok()) return Fail(runtime.status());
   const tandem::Model& model = (*runtime)->model();
 
@@ -139,11 +195,19 @@ int main(int argc, char** argv) {
     }
   });
   if (!result.ok()) return Fail(result.status());
+  if (remote) {
+    for (const tandem::RemoteWorkerStats& w : remote->stats()) {
+      std::fprintf(stderr, "[worker %s (%s): %lld calls, %lld rows, mean round trip %.1f us (worker compute %.1f us)]\n",
+                   w.address.c_str(), w.transport.c_str(), static_cast<long long>(w.calls),
+                   static_cast<long long>(w.rows), w.calls > 0 ? w.round_trip_us / static_cast<double>(w.calls) : 0.0,
+                   w.calls > 0 ? w.worker_compute_us / static_cast<double>(w.calls) : 0.0);
+    }
+  }
   if (json) {
     std::cout << ToJson(*result, model).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     const auto& tm = result->timing;
-    std::cout << "\n";
+    std::cout << std::endl;  // flushed before the stats line on stderr
     std::fprintf(stderr, "[%lld prompt tokens, %lld generated (%s); prefill %.1f ms (%.1f tok/s), decode %.1f tok/s]\n",
                  static_cast<long long>(tm.prompt_tokens), static_cast<long long>(tm.generated_tokens),
                  std::string(tandem::FinishReasonName(result->finish_reason)).c_str(), tm.prefill_ms,

@@ -15,9 +15,13 @@ absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::unique_p
   rt->pool_ = std::make_unique<ThreadPool>(ThreadPoolOptions{.num_threads = threads, .name = "compute"});
   rt->backend_ = std::make_unique<CpuBackend>(rt->model_->weights.get(), rt->pool_.get());
 
-  std::vector<std::vector<ExpertFfnWeights>> experts;
-  for (const LayerWeights& layer : rt->model_->weights->layers) experts.push_back(layer.experts);
-  rt->experts_ = std::make_unique<LocalExpertExecutor>(std::move(experts), rt->pool_.get());
+  ExpertExecutor* experts = options.expert_executor;
+  if (experts == nullptr) {
+    std::vector<std::vector<ExpertFfnWeights>> local;
+    for (const LayerWeights& layer : rt->model_->weights->layers) local.push_back(layer.experts);
+    rt->experts_ = std::make_unique<LocalExpertExecutor>(std::move(local), rt->pool_.get());
+    experts = rt->experts_.get();
+  }
 
   const int64_t tokens = options.kv_cache_tokens > 0 ? options.kv_cache_tokens : config.max_position_embeddings;
   KvCacheOptions kv{.num_layers = config.num_hidden_layers,
@@ -25,13 +29,14 @@ absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::unique_p
                     .block_size = options.kv_block_size,
                     .max_blocks = (tokens + options.kv_block_size - 1) / options.kv_block_size};
   TANDEM_ASSIGN_OR_RETURN(rt->kv_pool_, KvBlockPool::Create(kv));
-  rt->engine_ = std::make_unique<Engine>(config, rt->backend_.get(), rt->experts_.get(), options.engine);
+  rt->engine_ = std::make_unique<Engine>(config, rt->backend_.get(), experts, options.engine);
   rt->generator_ = std::make_unique<Generator>(rt->model_.get(), rt->engine_.get(), rt->kv_pool_.get());
   LOG_INFO("model ", rt->model_->origin, ": ", config.architecture_name, ", ", config.num_hidden_layers, " layers, ",
            config.num_local_experts, " experts (", config.num_experts_per_tok, " per token), ",
            absl::StrFormat("%.1f MB weights (%.1f MB experts)", rt->model_->weights->total_bytes / 1e6,
                            rt->model_->weights->expert_bytes / 1e6),
-           "; CPU backend, ", threads, " threads; all experts on the in-process CPU executor");
+           "; CPU backend, ", threads, " threads; ",
+           options.expert_executor == nullptr ? "all experts on the in-process CPU executor" : "experts on an external executor");
   return rt;
 }
 

@@ -1,6 +1,7 @@
 // Everything needed to run a model in one process, wired together: the model,
 // the compute threads, the CPU compute backend, the in-process CPU expert
-// executor, the KV block pool, the engine and the generator. Used by the
+// executor (or an external one: CPU worker processes), the KV block pool, the
+// engine and the generator. Used by the
 // tandem-generate CLI, the benchmarks and the tests.
 #pragma once
 
@@ -23,6 +24,10 @@ struct LocalRuntimeOptions {
   int64_t kv_cache_tokens = 0;      // 0: one sequence of the model's full context
   int64_t kv_block_size = 16;
   EngineOptions engine;
+  // Computes the experts instead of the in-process CPU executor, e.g. a
+  // RemoteExpertExecutor over CPU worker processes. Not owned; must outlive
+  // the runtime. Null: every expert runs in this process.
+  ExpertExecutor* expert_executor = nullptr;
 };
 
 // Owns every part; one caller thread at a time.

@@ -1,0 +1,230 @@
+// Round-trip latency of one layer's expert dispatch across the process
+// boundary, by payload, for each transport (the cost model's ipc_t term):
+//   inproc    — EchoExpertExecutor called directly (the floor: one memcpy)
+//   shm       — rows in the worker's arena, request through the doorbell
+//   shm-grpc  — rows in the arena, descriptors in a gRPC call
+//   inline    — rows inside the gRPC messages (unix socket)
+// The worker is a real tandem-cpu-worker in --echo mode (output = input, no
+// weights), so the transport dominates. One call = RemoteExpertExecutor::
+// RunExperts for one expert with R rows x D floats: copy in, signal, worker
+// memcpy, reply, copy out. Prints one JSON line per (transport, rows):
+// median, p99, mean and min in microseconds.
+//
+//   tandem-ipc-bench --rows 1,8,64,512 --iterations 2000
+//
+// Legend: R rows, D hidden size (4096: the mixtral-8x7b preset's).
+#include <malloc.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/log.h"
+#include "common/numa_topology.h"
+#include "common/synthetic_model.h"
+#include "common/thread_pool.h"
+#include "coordinator/remote_expert_executor.h"
+#include "cpu_worker/worker_service.h"
+#include "nlohmann/json.hpp"
+
+extern char** environ;
+
+ABSL_FLAG(std::string, rows, "1,8,64,512", "rows per call, comma-separated");
+ABSL_FLAG(std::string, transports, "inproc,shm,shm-grpc,inline", "transports to time, comma-separated");
+ABSL_FLAG(int32_t, iterations, 2000, "timed calls per (transport, rows); 512 rows get a quarter");
+ABSL_FLAG(int32_t, warmup, 200, "untimed calls first");
+ABSL_FLAG(std::string, preset, "mixtral-8x7b:1", "synthetic config (PRESET[:layers]) the echo worker reports: D = its hidden size");
+ABSL_FLAG(std::string, worker_binary, "", "tandem-cpu-worker; default: beside this program");
+ABSL_FLAG(int32_t, worker_cpu, 0, "cpu the worker runs on; -1 = unpinned");
+ABSL_FLAG(int32_t, bench_cpu, 1, "cpu this process runs on; -1 = unpinned");
+ABSL_FLAG(int32_t, spin_us, 50, "doorbell busy-wait on both sides before the futex sleep");
+
+namespace tandem {
+namespace {
+
+using Json = nlohmann::json;
+
+void Emit(const Json& line) {
+  std::fputs((line.dump() + "\n").c_str(), stdout);
+  std::fflush(stdout);
+}
+
+// The echo worker process: started here, always stopped on the way out.
+class EchoWorker {
+ public:
+  ~EchoWorker() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      int status;
+      waitpid(pid_, &status, 0);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  absl::Status Start(const std::string& binary, const std::string& preset, int cpu, int spin_us) {
+    char pattern[] = "/tmp/tandem-ipc-XXXXXX";
+    if (mkdtemp(pattern) == nullptr) return absl::InternalError("mkdtemp failed");
+    dir_ = pattern;
+    socket_ = (dir_ / "w0.sock").string();
+    std::vector<std::string> args = {binary, "--synthetic", preset, "--echo", "--socket", socket_,
+                                     "--transport", "shm", "--spin_us", absl::StrCat(spin_us),
+                                     "--region_prefix", absl::StrCat("/tandem-ipc-", getpid()), "--exit_with_parent"};
+    if (cpu >= 0) {
+      args.push_back("--cpus");
+      args.push_back(absl::StrCat(cpu));
+    }
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const int err = posix_spawn(&pid_, binary.c_str(), nullptr, nullptr, argv.data(), environ);
+    if (err != 0) return absl::InternalError(absl::StrCat("posix_spawn ", binary, ": ", strerror(err)));
+    return absl::OkStatus();
+  }
+  std::string address() const { return "unix:" + socket_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::filesystem::path dir_;
+  std::string socket_;
+};
+
+struct Timing {
+  double median_us, p99_us, mean_us, min_us;
+};
+
+Timing Summarise(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  double sum = 0;
+  for (double x : us) sum += x;
+  const size_t n = us.size();
+  return Timing{us[n / 2], us[std::min(n - 1, n * 99 / 100)], sum / static_cast<double>(n), us[0]};
+}
+
+int Main(const char* argv0) {
+  std::vector<int64_t> rows_list;
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_rows), ',', absl::SkipWhitespace())) {
+    int64_t r;
+    if (!absl::SimpleAtoi(part, &r) || r < 1) {
+      std::fprintf(stderr, "--rows: \"%s\" is not a positive integer\n", std::string(part).c_str());
+      return 1;
+    }
+    rows_list.push_back(r);
+  }
+  const std::string preset_flag = absl::GetFlag(FLAGS_preset);
+  std::vector<std::string> preset_parts = absl::StrSplit(preset_flag, ':');
+  SyntheticModelSpec spec{.preset = preset_parts[0]};
+  if (preset_parts.size() == 2 && !absl::SimpleAtoi(preset_parts[1], &spec.num_layers)) {
+    std::fprintf(stderr, "--preset: bad layer count in \"%s\"\n", preset_flag.c_str());
+    return 1;
+  }
+  auto config = SyntheticConfig(spec);
+  if (!config.ok()) {
+    std::fprintf(stderr, "--preset: %s\n", std::string(config.status().message()).c_str());
+    return 1;
+  }
+  const int64_t d = config->hidden_size;
+
+  std::string binary = absl::GetFlag(FLAGS_worker_binary);
+  if (binary.empty()) binary = (std::filesystem::path(argv0).parent_path() / "tandem-cpu-worker").string();
+  const int bench_cpu = absl::GetFlag(FLAGS_bench_cpu), worker_cpu = absl::GetFlag(FLAGS_worker_cpu);
+  if (bench_cpu >= 0 && bench_cpu < AvailableCores()) {
+    absl::Status pinned = PinCurrentThreadToCpu(bench_cpu);
+    if (!pinned.ok()) LOG_WARNING("pinning the benchmark to cpu ", bench_cpu, ": ", pinned.message());
+  }
+  EchoWorker worker;
+  absl::Status started = worker.Start(binary, preset_flag, worker_cpu, absl::GetFlag(FLAGS_spin_us));
+  if (!started.ok()) {
+    std::fprintf(stderr, "%s\n", started.ToString().c_str());
+    return 1;
+  }
+
+  const int64_t max_rows = *std::max_element(rows_list.begin(), rows_list.end());
+  std::vector<float> input(static_cast<size_t>(max_rows * d)), output(input.size());
+  for (size_t i = 0; i < input.size(); ++i) input[i] = static_cast<float>(i % 1000) * 1e-3f;
+
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_transports), ',', absl::SkipWhitespace())) {
+    const std::string transport(name);
+    std::unique_ptr<ExpertExecutor> executor;
+    if (transport == "inproc") {
+      executor = std::make_unique<EchoExpertExecutor>(d);
+    } else {
+      auto t = ParseWorkerTransport(transport);
+      if (!t.ok()) {
+        std::fprintf(stderr, "--transports: %s\n", std::string(t.status().message()).c_str());
+        return 1;
+      }
+      RemoteExpertExecutorOptions options;
+      options.addresses = {worker.address()};
+      options.transports = {*t};
+      options.connect_timeout = absl::Seconds(30);
+      options.spin = absl::Microseconds(absl::GetFlag(FLAGS_spin_us));
+      auto remote = RemoteExpertExecutor::Connect(*config, EchoFingerprint(*config), options);
+      if (!remote.ok()) {
+        std::fprintf(stderr, "%s\n", remote.status().ToString().c_str());
+        return 1;
+      }
+      executor = std::move(*remote);
+    }
+    for (int64_t rows : rows_list) {
+      const ExpertWork work{0, rows, input.data(), output.data()};
+      const int iterations = std::max(10, rows >= 512 ? absl::GetFlag(FLAGS_iterations) / 4 : absl::GetFlag(FLAGS_iterations));
+      std::vector<double> us;
+      us.reserve(static_cast<size_t>(iterations));
+      for (int i = 0; i < absl::GetFlag(FLAGS_warmup) + iterations; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        absl::Status status = executor->RunExperts(0, std::span<const ExpertWork>(&work, 1));
+        const double elapsed = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+        if (!status.ok()) {
+          std::fprintf(stderr, "%s rows %lld: %s\n", transport.c_str(), static_cast<long long>(rows),
+                       status.ToString().c_str());
+          return 1;
+        }
+        if (i >= absl::GetFlag(FLAGS_warmup)) us.push_back(elapsed);
+      }
+      if (std::memcmp(input.data(), output.data(), static_cast<size_t>(rows * d) * sizeof(float)) != 0) {
+        std::fprintf(stderr, "%s rows %lld: the echo came back different\n", transport.c_str(),
+                     static_cast<long long>(rows));
+        return 1;
+      }
+      const Timing t = Summarise(us);
+      Emit(Json{{"bench", "ipc_round_trip"},
+                {"transport", transport},
+                {"rows", rows},
+                {"hidden", d},
+                {"payload_bytes", rows * d * 4},
+                {"iterations", iterations},
+                {"median_us", t.median_us},
+                {"p99_us", t.p99_us},
+                {"mean_us", t.mean_us},
+                {"min_us", t.min_us}});
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tandem
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  // As tandem-cpu-worker and tandem-generate --workers: MB-sized inline
+  // message buffers stay in the heap instead of a fresh mmap per call.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  return tandem::Main(argv[0]);
+}

@@ -1,0 +1,502 @@
+#include "coordinator/remote_expert_executor.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/log.h"
+#include "common/shm_transport.h"
+#include "common/status_macros.h"
+#include "tandem/v1/expert_worker.grpc.pb.h"
+#include "tandem/v1/expert_worker_convert.h"
+
+namespace tandem {
+namespace {
+
+constexpr uint64_t kRowAlignment = 64;  // each expert's rows start on a cache line of the slot
+
+uint64_t RoundUp(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
+
+double MicrosSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string ShareText(int layer, int expert, int64_t begin, int64_t end) {
+  return absl::StrCat("layer ", layer, " expert ", expert, " [", begin, ", ", end, ")");
+}
+
+}  // namespace
+
+absl::StatusOr<WorkerTransport> ParseWorkerTransport(const std::string& name) {
+  if (name == "inline") return WorkerTransport::kInline;
+  if (name == "shm-grpc") return WorkerTransport::kShmGrpc;
+  if (name == "shm") return WorkerTransport::kShmDoorbell;
+  return absl::InvalidArgumentError(
+      absl::StrCat("worker transport must be \"inline\", \"shm-grpc\" or \"shm\", got \"", name, "\""));
+}
+
+std::string WorkerTransportName(WorkerTransport transport) {
+  switch (transport) {
+    case WorkerTransport::kInline: return "inline";
+    case WorkerTransport::kShmGrpc: return "shm-grpc";
+    case WorkerTransport::kShmDoorbell: return "shm";
+  }
+  return "?";
+}
+
+// The engine thread's completion queue: it drives the gRPC calls' I/O itself
+// while it waits, so a reply costs no thread hop.
+struct RemoteExpertExecutor::Rpc {
+  grpc::CompletionQueue cq;
+};
+
+struct RemoteExpertExecutor::Worker {
+  int index = 0;
+  std::string address;
+  WorkerTransport transport = WorkerTransport::kShmDoorbell;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::ExpertWorker::Stub> stub;
+  bool connected = false;
+  std::string description;  // from Describe, for Summary and logs
+  std::unique_ptr<ShmArena> arena;
+  uint32_t next_slot = 0;
+  RemoteWorkerStats stats;  // under stats_mutex_
+
+  // One call's state, reused across calls.
+  std::vector<size_t> entries;    // indices into the call's work
+  std::vector<uint64_t> offsets;  // shm: byte offset of each entry's rows in the slots
+  bool via_shm = false;
+  bool via_doorbell = false;
+  uint32_t slot = 0;
+  uint32_t doorbell_seq = 0;
+  v1::RunExpertsRequest request;
+  v1::RunExpertsResponse response;
+  std::string serialized;
+  std::unique_ptr<grpc::ClientContext> context;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<v1::RunExpertsResponse>> reader;
+  grpc::Status grpc_status;
+  bool grpc_pending = false;
+  absl::Status status;
+  std::chrono::steady_clock::time_point sent;
+  double round_trip_us = 0;
+
+  std::string name() const { return absl::StrCat("worker ", index, " (", address, ", ", WorkerTransportName(transport), ")"); }
+  absl::Status Prefixed(const absl::Status& s) const {
+    return s.ok() ? s : absl::Status(s.code(), absl::StrCat(name(), ": ", s.message()));
+  }
+};
+
+RemoteExpertExecutor::RemoteExpertExecutor() : rpc_(std::make_unique<Rpc>()) {}
+
+RemoteExpertExecutor::~RemoteExpertExecutor() {
+  rpc_->cq.Shutdown();
+  void* tag;
+  bool ok;
+  while (rpc_->cq.Next(&tag, &ok)) {
+  }
+}
+
+absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> RemoteExpertExecutor::Connect(
+    const ModelConfig& config, const ModelFingerprint& expected, const RemoteExpertExecutorOptions& options) {
+  const size_t n = options.addresses.size();
+  if (n == 0) return absl::InvalidArgumentError("RemoteExpertExecutorOptions.addresses is empty");
+  if (options.transports.size() > 1 && options.transports.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat("RemoteExpertExecutorOptions.transports has ",
+                                                   options.transports.size(), " entries; give none (shm), 1 or one per worker (",
+                                                   n, ")"));
+  }
+  if (options.call_timeout <= absl::ZeroDuration() || options.connect_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("RemoteExpertExecutorOptions: call_timeout and connect_timeout must be > 0");
+  }
+  auto executor = std::unique_ptr<RemoteExpertExecutor>(new RemoteExpertExecutor());
+  executor->config_ = config;
+  executor->expected_ = expected;
+  executor->options_ = options;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);  // inline tensors of a long prefill exceed 4 MB
+  args.SetMaxSendMessageSize(-1);
+  // A restarted worker is found again quickly (gRPC's default backoff grows to 2 min).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  // Per-layer round trips: no retry buffering; a flow-control window and
+  // frames large enough that an inline layer (MBs) needs no WINDOW_UPDATE
+  // round trips (the default window is 64 KiB).
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 16 << 20);
+  for (size_t i = 0; i < n; ++i) {
+    auto worker = std::make_unique<Worker>();
+    worker->index = static_cast<int>(i);
+    worker->address = options.addresses[i];
+    worker->transport = options.transports.empty()       ? WorkerTransport::kShmDoorbell
+                        : options.transports.size() == 1 ? options.transports[0]
+                                                         : options.transports[i];
+    // One channel per worker for the executor's lifetime; gRPC reconnects it.
+    worker->channel = grpc::CreateCustomChannel(worker->address, grpc::InsecureChannelCredentials(), args);
+    worker->stub = v1::ExpertWorker::NewStub(worker->channel);
+    worker->stats.address = worker->address;
+    worker->stats.transport = WorkerTransportName(worker->transport);
+    executor->workers_.push_back(std::move(worker));
+  }
+  const absl::Time deadline = absl::Now() + options.connect_timeout;
+  for (auto& worker : executor->workers_) {
+    TANDEM_RETURN_IF_ERROR(executor->ConnectWorker(*worker, deadline, /*initial=*/true));
+  }
+  if (executor->division_ == ExpertDivision::kShard) {
+    const int64_t e = config.num_local_experts;
+    executor->owner_.assign(static_cast<size_t>(config.num_hidden_layers * e), -1);
+    for (int w = 0; w < static_cast<int>(n); ++w) {
+      TANDEM_ASSIGN_OR_RETURN(std::vector<ExpertSlice> slices,
+                              PartitionExperts(config, ExpertDivision::kShard, w, static_cast<int>(n)));
+      for (const ExpertSlice& s : slices) executor->owner_[static_cast<size_t>(s.layer * e + s.expert)] = w;
+    }
+  }
+  LOG_INFO("remote experts: ", executor->Summary());
+  return executor;
+}
+
+absl::Status RemoteExpertExecutor::ConnectWorker(Worker& worker, absl::Time deadline, bool initial) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  if (initial) {
+    context.set_wait_for_ready(true);  // at start-up a worker may still be loading
+  } else {
+    // Lazily, after a failure: one fresh attempt now, failing fast if the worker is still down.
+    grpc::experimental::ChannelResetConnectionBackoff(worker.channel.get());
+  }
+  v1::DescribeRequest request;
+  request.set_protocol_version(kExpertWorkerProtocolVersion);
+  v1::DescribeResponse d;
+  const grpc::Status rpc = worker.stub->Describe(&context, request, &d);
+  if (!rpc.ok()) return worker.Prefixed(FromGrpcStatus(rpc, "Describe"));
+
+  const int n = num_workers();
+  if (d.protocol_version() != kExpertWorkerProtocolVersion) {
+    return worker.Prefixed(absl::FailedPreconditionError(absl::StrCat(
+        "speaks expert-worker protocol version ", d.protocol_version(), ", the coordinator ", kExpertWorkerProtocolVersion)));
+  }
+  const ModelFingerprint theirs = FromProto(d.fingerprint());
+  if (!(theirs == expected_)) {
+    return worker.Prefixed(absl::FailedPreconditionError(absl::StrCat("serves model [", FingerprintString(theirs),
+                                                                      "] but the coordinator's model is [",
+                                                                      FingerprintString(expected_), "]")));
+  }
+  if (d.worker_index() != worker.index || d.num_workers() != n) {
+    return worker.Prefixed(absl::FailedPreconditionError(
+        absl::StrCat("reports worker_index ", d.worker_index(), " of num_workers ", d.num_workers(),
+                     " but is listed as worker ", worker.index, " of ", n)));
+  }
+  auto division = FromProto(d.division());
+  if (!division.ok()) return worker.Prefixed(absl::FailedPreconditionError(division.status().message()));
+  if (initial && worker.index == 0) division_ = *division;
+  if (*division != division_) {
+    return worker.Prefixed(absl::FailedPreconditionError(absl::StrCat("divides experts by ",
+                                                                      ExpertDivisionName(*division), ", worker 0 by ",
+                                                                      ExpertDivisionName(division_))));
+  }
+  TANDEM_ASSIGN_OR_RETURN(std::vector<ExpertSlice> want, PartitionExperts(config_, division_, worker.index, n));
+  for (size_t i = 0; i < std::max(want.size(), static_cast<size_t>(d.experts_size())); ++i) {
+    const bool have_want = i < want.size(), have_got = i < static_cast<size_t>(d.experts_size());
+    if (have_want && have_got) {
+      const ExpertSlice& w = want[i];
+      const v1::ExpertShare& g = d.experts(static_cast<int>(i));
+      if (g.layer() == w.layer && g.expert() == w.expert && g.intermediate_begin() == w.intermediate_begin &&
+          g.intermediate_end() == w.intermediate_end) {
+        continue;
+      }
+    }
+    return worker.Prefixed(absl::FailedPreconditionError(absl::StrCat(
+        "its expert shares differ from PartitionExperts(", ExpertDivisionName(division_), ", worker ", worker.index,
+        " of ", n, ") at share ", i, ": it holds ",
+        have_got ? ShareText(d.experts(static_cast<int>(i)).layer(), d.experts(static_cast<int>(i)).expert(),
+                             d.experts(static_cast<int>(i)).intermediate_begin(),
+                             d.experts(static_cast<int>(i)).intermediate_end())
+                 : std::string("nothing"),
+        ", expected ",
+        have_want ? ShareText(want[i].layer, want[i].expert, want[i].intermediate_begin, want[i].intermediate_end)
+                  : std::string("nothing"))));
+  }
+
+  worker.arena.reset();
+  if (worker.transport != WorkerTransport::kInline) {
+    if (d.arena_region().empty()) {
+      return worker.Prefixed(absl::FailedPreconditionError(
+          "offers no shared-memory arena (started with --transport inline); use the inline transport for it"));
+    }
+    if (worker.transport == WorkerTransport::kShmDoorbell && !d.doorbell()) {
+      return worker.Prefixed(absl::FailedPreconditionError("its arena has no doorbell; use shm-grpc for it"));
+    }
+    auto arena = ShmArena::Open(d.arena_region());
+    if (!arena.ok()) return worker.Prefixed(arena.status());
+    if ((*arena)->owner_pid() != d.pid()) {
+      return worker.Prefixed(absl::FailedPreconditionError(absl::StrCat("arena ", d.arena_region(), " belongs to pid ",
+                                                                        (*arena)->owner_pid(), ", not the worker's pid ",
+                                                                        d.pid())));
+    }
+    // A request abandoned at a deadline may still be running: let it finish
+    // before the control block and slots are reused.
+    if ((*arena)->ResponsePending()) {
+      std::string_view ignored;
+      absl::Status drained = (*arena)->AwaitResponse((*arena)->last_posted(), deadline, options_.spin, &ignored);
+      if (absl::IsDeadlineExceeded(drained) || absl::IsUnavailable(drained)) {
+        return worker.Prefixed(absl::Status(drained.code(), absl::StrCat("still busy with an abandoned request: ",
+                                                                         drained.message())));
+      }
+    }
+    worker.arena = std::move(*arena);
+  }
+  worker.description = absl::StrCat(d.worker_id(), " pid ", d.pid(), " node ", d.numa_node(), " cpus ",
+                                    absl::StrJoin(d.cores(), ","), ", ", d.experts_size(), " shares, ", d.compute());
+  worker.connected = true;
+  if (!initial) {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    ++worker.stats.reconnects;
+    LOG_INFO("remote experts: reconnected to ", worker.name(), ": ", worker.description);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoteExpertExecutor::RunExperts(int layer, std::span<const ExpertWork> work) {
+  const absl::Time deadline = absl::Now() + options_.call_timeout;
+  const int64_t d = config_.hidden_size, num_experts = config_.num_local_experts;
+  if (layer < 0 || layer >= config_.num_hidden_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RemoteExpertExecutor: layer ", layer, " out of range [0, ", config_.num_hidden_layers, ")"));
+  }
+  for (const ExpertWork& w : work) {
+    if (w.expert < 0 || w.expert >= num_experts || w.num_rows < 0 ||
+        (w.num_rows > 0 && (w.input == nullptr || w.output == nullptr))) {
+      return absl::InvalidArgumentError(absl::StrCat("RemoteExpertExecutor: layer ", layer, " expert ", w.expert,
+                                                     ": out of range [0, ", num_experts, "), negative rows (",
+                                                     w.num_rows, ") or null input/output"));
+    }
+  }
+
+  // Who computes what: split — every expert on every worker; shard — its owner.
+  for (auto& worker : workers_) worker->entries.clear();
+  for (size_t i = 0; i < work.size(); ++i) {
+    if (work[i].num_rows == 0) continue;
+    if (division_ == ExpertDivision::kSplit) {
+      for (auto& worker : workers_) worker->entries.push_back(i);
+    } else {
+      workers_[static_cast<size_t>(owner_[static_cast<size_t>(layer * num_experts + work[i].expert)])]
+          ->entries.push_back(i);
+    }
+  }
+
+  // Workers that failed before are re-Described (and re-checked) now.
+  for (auto& worker : workers_) {
+    if (worker->entries.empty() || worker->connected) continue;
+    absl::Status status = ConnectWorker(*worker, deadline, /*initial=*/false);
+    if (!status.ok()) {
+      std::lock_guard<std::mutex> lock(stats_mutex_);
+      ++worker->stats.failures;
+      return status;
+    }
+  }
+
+  // Dispatch to every worker before waiting for any.
+  int grpc_pending = 0;
+  for (auto& worker_ptr : workers_) {
+    Worker& w = *worker_ptr;
+    w.status = absl::OkStatus();
+    w.via_shm = w.via_doorbell = false;
+    if (w.entries.empty()) continue;
+    w.sent = std::chrono::steady_clock::now();
+    v1::RunExpertsRequest& request = w.request;
+    request.Clear();
+    request.set_request_id(next_request_id_++);
+    request.set_layer(layer);
+    if (w.transport != WorkerTransport::kInline) {
+      w.offsets.clear();
+      uint64_t total = 0;
+      for (size_t i : w.entries) {
+        w.offsets.push_back(total);
+        total += RoundUp(static_cast<uint64_t>(work[i].num_rows * d) * sizeof(float), kRowAlignment);
+      }
+      w.via_shm = total <= w.arena->slot_bytes();
+      if (!w.via_shm) {
+        std::lock_guard<std::mutex> lock(stats_mutex_);
+        if (w.stats.inline_fallbacks++ == 0) {
+          LOG_WARNING("remote experts: ", w.name(), ": a layer's ", total, " bytes exceed the arena slot's ",
+                      w.arena->slot_bytes(), "; such calls go inline over gRPC (raise --arena_slot_mb)");
+        }
+      }
+    }
+    if (w.via_shm) {
+      w.slot = w.next_slot++ % w.arena->num_slots();
+      const uint64_t in_seq = w.arena->AdvanceSequence(ArenaSide::kInput, w.slot);
+      const uint64_t out_seq = w.arena->AdvanceSequence(ArenaSide::kOutput, w.slot);
+      uint8_t* slot_in = w.arena->slot_data(ArenaSide::kInput, w.slot);
+      request.set_transport(v1::TRANSPORT_SHM);
+      for (size_t k = 0; k < w.entries.size(); ++k) {
+        const ExpertWork& e = work[w.entries[k]];
+        CopyFloats(reinterpret_cast<float*>(slot_in + w.offsets[k]), e.input, static_cast<size_t>(e.num_rows * d));
+        v1::ExpertTask* task = request.add_tasks();
+        task->set_expert(e.expert);
+        task->set_num_rows(e.num_rows);
+        ArenaTensorRef ref{ArenaSide::kInput, w.slot, w.offsets[k], {e.num_rows, d}, DType::kF32, in_seq};
+        ToProto(ref, task->mutable_shm_rows());
+        ref.side = ArenaSide::kOutput;
+        ref.sequence = out_seq;
+        ToProto(ref, task->mutable_shm_output());
+      }
+    } else {
+      request.set_transport(v1::TRANSPORT_INLINE);
+      for (size_t i : w.entries) {
+        const ExpertWork& e = work[i];
+        v1::ExpertTask* task = request.add_tasks();
+        task->set_expert(e.expert);
+        task->set_num_rows(e.num_rows);
+        task->set_inline_rows(reinterpret_cast<const char*>(e.input), static_cast<size_t>(e.num_rows * d) * sizeof(float));
+      }
+    }
+    if (w.via_shm && w.transport == WorkerTransport::kShmDoorbell) {
+      w.via_doorbell = true;
+      request.SerializeToString(&w.serialized);
+      auto seq = w.arena->PostRequest(w.serialized);
+      if (!seq.ok()) {
+        w.status = w.Prefixed(seq.status());
+        continue;
+      }
+      w.doorbell_seq = *seq;
+    } else {
+      w.context = std::make_unique<grpc::ClientContext>();
+      w.context->set_deadline(absl::ToChronoTime(deadline));
+      w.reader = w.stub->AsyncRunExperts(w.context.get(), request, &rpc_->cq);
+      w.reader->Finish(&w.response, &w.grpc_status, &w);
+      w.grpc_pending = true;
+      ++grpc_pending;
+    }
+  }
+
+  // gRPC replies first (this thread drives their I/O), then the doorbells
+  // (the workers behind them computed meanwhile). Every wait ends by the deadline.
+  while (grpc_pending > 0) {
+    void* tag = nullptr;
+    bool ok = false;
+    if (!rpc_->cq.Next(&tag, &ok)) break;  // only after Shutdown
+    Worker& w = *static_cast<Worker*>(tag);
+    w.grpc_pending = false;
+    --grpc_pending;
+    w.round_trip_us = MicrosSince(w.sent);
+    w.status = w.Prefixed(ok ? FromGrpcStatus(w.grpc_status, "RunExperts")
+                             : absl::InternalError("RunExperts: the completion queue reported failure"));
+  }
+  for (auto& worker_ptr : workers_) {
+    Worker& w = *worker_ptr;
+    if (!w.via_doorbell || !w.status.ok()) continue;
+    std::string_view message;
+    absl::Status status = w.arena->AwaitResponse(w.doorbell_seq, deadline, options_.spin, &message);
+    w.round_trip_us = MicrosSince(w.sent);
+    if (status.ok() && !w.response.ParseFromArray(message.data(), static_cast<int>(message.size()))) {
+      status = absl::DataLossError(absl::StrCat("doorbell response (", message.size(),
+                                                " bytes) does not parse as tandem.v1.RunExpertsResponse"));
+    }
+    w.status = w.Prefixed(status);
+  }
+
+  // Every reply must answer exactly what was asked.
+  for (auto& worker_ptr : workers_) {
+    Worker& w = *worker_ptr;
+    if (w.entries.empty() || !w.status.ok()) continue;
+    const v1::RunExpertsResponse& r = w.response;
+    std::string problem;
+    if (r.request_id() != w.request.request_id()) {
+      problem = absl::StrCat("answered request ", r.request_id(), " instead of ", w.request.request_id());
+    } else if (r.results_size() != static_cast<int>(w.entries.size())) {
+      problem = absl::StrCat("returned ", r.results_size(), " results for ", w.entries.size(), " experts");
+    } else {
+      for (size_t k = 0; k < w.entries.size() && problem.empty(); ++k) {
+        const ExpertWork& e = work[w.entries[k]];
+        const v1::ExpertResult& res = r.results(static_cast<int>(k));
+        if (res.expert() != e.expert || res.num_rows() != e.num_rows) {
+          problem = absl::StrCat("result ", k, " is expert ", res.expert(), " with ", res.num_rows(),
+                                 " rows, expected expert ", e.expert, " with ", e.num_rows);
+        } else if (!w.via_shm &&
+                   res.inline_output().size() != static_cast<size_t>(e.num_rows * d) * sizeof(float)) {
+          problem = absl::StrCat("result ", k, " (expert ", e.expert, ") has ", res.inline_output().size(),
+                                 " output bytes, expected ", e.num_rows * d * 4);
+        }
+      }
+    }
+    if (!problem.empty()) w.status = w.Prefixed(absl::DataLossError(absl::StrCat("layer ", layer, ": ", problem)));
+  }
+
+  absl::Status first_error;
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    for (auto& worker_ptr : workers_) {
+      Worker& w = *worker_ptr;
+      if (w.entries.empty()) continue;
+      if (!w.status.ok()) {
+        ++w.stats.failures;
+        w.connected = false;  // re-Describe before the next call
+        if (first_error.ok()) first_error = w.status;
+        continue;
+      }
+      ++w.stats.calls;
+      for (size_t i : w.entries) w.stats.rows += work[i].num_rows;
+      w.stats.round_trip_us += w.round_trip_us;
+      w.stats.last_round_trip_us = w.round_trip_us;
+      w.stats.worker_compute_us += static_cast<double>(w.response.compute_us());
+    }
+  }
+  if (!first_error.ok()) return first_error;
+
+  // Gather. The output of entry k of worker w, [R, D] f32:
+  auto output_of = [&](const Worker& w, size_t k) -> const float* {
+    if (w.via_shm) {
+      return reinterpret_cast<const float*>(w.arena->slot_data(ArenaSide::kOutput, w.slot) + w.offsets[k]);
+    }
+    return reinterpret_cast<const float*>(w.response.results(static_cast<int>(k)).inline_output().data());
+  };
+  if (division_ == ExpertDivision::kSplit) {
+    // out = p_0; out += p_1; ... in worker order, as LocalExpertExecutor(split_ways = N).
+    const size_t num_entries = workers_[0]->entries.size();
+    for (size_t k = 0; k < num_entries; ++k) {
+      const ExpertWork& e = work[workers_[0]->entries[k]];
+      const size_t count = static_cast<size_t>(e.num_rows * d);
+      CopyFloats(e.output, output_of(*workers_[0], k), count);
+      for (size_t w = 1; w < workers_.size(); ++w) {
+        const float* partial = output_of(*workers_[w], k);
+        float* out = e.output;
+        for (size_t j = 0; j < count; ++j) out[j] += partial[j];
+      }
+    }
+  } else {
+    for (auto& worker_ptr : workers_) {
+      const Worker& w = *worker_ptr;
+      for (size_t k = 0; k < w.entries.size(); ++k) {
+        const ExpertWork& e = work[w.entries[k]];
+        CopyFloats(e.output, output_of(w, k), static_cast<size_t>(e.num_rows * d));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<RemoteWorkerStats> RemoteExpertExecutor::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  std::vector<RemoteWorkerStats> out;
+  for (const auto& w : workers_) out.push_back(w->stats);
+  return out;
+}
+
+std::string RemoteExpertExecutor::Summary() const {
+  std::vector<std::string> parts;
+  for (const auto& w : workers_) {
+    parts.push_back(absl::StrCat(w->index, " ", w->address, " ", WorkerTransportName(w->transport), " [",
+                                 w->description, "]"));
+  }
+  return absl::StrCat(workers_.size(), " workers (", ExpertDivisionName(division_), "): ", absl::StrJoin(parts, "; "));
+}
+
+}  // namespace tandem

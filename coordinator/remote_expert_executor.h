@@ -1,0 +1,114 @@
+// The coordinator's executor for experts that live in CPU worker processes:
+// one layer's expert work is fanned out to every worker at once and gathered.
+//
+//   split — every worker holds a slice of every expert's intermediate
+//           dimension and returns a partial output; the coordinator sums the
+//           partials in worker order (out = p_0; out += p_1; ...), as
+//           LocalExpertExecutor with split_ways = N does in one process, so
+//           results are bit-for-bit the same;
+//   shard — each expert goes to the one worker that holds it.
+//
+// Transports, chosen per worker (same results):
+//   kInline      — gRPC RunExperts with the rows inside the messages;
+//   kShmGrpc     — rows in the worker's arena (common/shm_transport.h),
+//                  descriptors in a gRPC RunExperts;
+//   kShmDoorbell — rows in the arena, the request itself through the arena's
+//                  doorbell control block: no socket on the hot path.
+// A layer whose rows do not fit an arena slot goes inline over gRPC.
+//
+// Connect checks every worker: protocol version, model fingerprint (against
+// the coordinator's own model: FailedPrecondition naming both), its index,
+// the division and that its shares are exactly PartitionExperts'. Every call
+// has a deadline (options.call_timeout): a dead worker makes the call fail
+// with Unavailable, a hung one with DeadlineExceeded, never a hang; the
+// worker is then re-Described (and re-checked) lazily at the next call, which
+// succeeds once it is back.
+//
+// Legend: R rows of one expert, D hidden size.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/expert_executor.h"
+#include "common/expert_partition.h"
+#include "common/model_config.h"
+#include "common/model_fingerprint.h"
+
+namespace tandem {
+
+enum class WorkerTransport { kInline, kShmGrpc, kShmDoorbell };
+// "inline" | "shm-grpc" | "shm" (shm + doorbell, the fast path)
+absl::StatusOr<WorkerTransport> ParseWorkerTransport(const std::string& name);
+std::string WorkerTransportName(WorkerTransport transport);
+
+struct RemoteExpertExecutorOptions {
+  std::vector<std::string> addresses;       // worker i at addresses[i], e.g. "unix:/run/tandem/w0.sock"
+  // One for every worker, or one per worker; empty: kShmDoorbell, the
+  // fastest (tandem-ipc-bench), for all.
+  std::vector<WorkerTransport> transports;
+  absl::Duration call_timeout = absl::Seconds(5);     // one RunExperts call, all workers together
+  absl::Duration connect_timeout = absl::Seconds(5);  // Connect waits this long for every worker to answer
+  absl::Duration spin = absl::Microseconds(50);       // doorbell: busy-wait before sleeping on the futex
+};
+
+// Per worker, since Connect.
+struct RemoteWorkerStats {
+  std::string address;
+  std::string transport;
+  int64_t calls = 0;       // RunExperts round trips that succeeded
+  int64_t failures = 0;    // that failed (the call returned an error)
+  int64_t reconnects = 0;  // successful re-Describes after a failure
+  int64_t rows = 0;
+  int64_t inline_fallbacks = 0;  // shm calls sent inline because a slot was too small
+  double round_trip_us = 0;      // sum over calls: dispatch to response, as the coordinator saw it
+  double worker_compute_us = 0;  // sum of the worker's own compute time
+  double last_round_trip_us = 0;
+};
+
+class RemoteExpertExecutor final : public ExpertExecutor {
+ public:
+  // Connects to and checks every worker (see the file comment); `expected`
+  // is the coordinator's own model's fingerprint. Unavailable / DeadlineExceeded
+  // naming the worker when one does not answer within connect_timeout.
+  static absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> Connect(const ModelConfig& config,
+                                                                       const ModelFingerprint& expected,
+                                                                       const RemoteExpertExecutorOptions& options);
+  ~RemoteExpertExecutor() override;
+
+  // Engine thread only. InvalidArgument for a bad entry (checked before any
+  // worker is contacted); the failing worker's status, prefixed with its
+  // index and address, when one fails.
+  absl::Status RunExperts(int layer, std::span<const ExpertWork> work) override;
+
+  ExpertDivision division() const { return division_; }
+  int num_workers() const { return static_cast<int>(workers_.size()); }
+  std::vector<RemoteWorkerStats> stats() const;  // any thread
+  // "2 workers (split): 0 unix:/a shm [worker0@node0 pid 12 cpus 0-7], ..."
+  std::string Summary() const;
+
+ private:
+  struct Worker;
+  RemoteExpertExecutor();
+  absl::Status ConnectWorker(Worker& worker, absl::Time deadline, bool initial);
+
+  ModelConfig config_;
+  ModelFingerprint expected_;
+  RemoteExpertExecutorOptions options_;
+  ExpertDivision division_ = ExpertDivision::kSplit;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<int> owner_;  // shard: [layer * E + expert] -> worker index
+  uint64_t next_request_id_ = 1;
+  struct Rpc;
+  std::unique_ptr<Rpc> rpc_;  // the completion queue the engine thread drives
+  mutable std::mutex stats_mutex_;
+};
+
+}  // namespace tandem

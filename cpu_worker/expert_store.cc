@@ -1,0 +1,223 @@
+// Legend: L layers, E experts, D hidden size, I intermediate size, S rows of
+// I in one slice.
+#include "cpu_worker/expert_store.h"
+
+#include <sys/mman.h>
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/log.h"
+#include "common/model_fingerprint.h"
+#include "common/numa_topology.h"
+#include "common/status_macros.h"
+
+namespace tandem {
+namespace {
+
+// One parallel copy task moves about this much: enough to amortise the task
+// counter, small enough that every pinned thread gets a share of each matrix.
+constexpr int64_t kCopyChunkBytes = int64_t{1} << 20;
+
+std::string FormatBytes(uint64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  return b >= (1 << 30) ? absl::StrFormat("%.2f GiB", b / (1 << 30)) : absl::StrFormat("%.2f MiB", b / (1 << 20));
+}
+
+uint64_t RoundUp(uint64_t value, uint64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
+
+// rows x row_bytes from src (row stride src_stride) to dst (row stride dst_stride).
+struct CopyTask {
+  char* dst = nullptr;
+  const char* src = nullptr;
+  int64_t rows = 0;
+  int64_t row_bytes = 0;
+  int64_t src_stride = 0;
+  int64_t dst_stride = 0;
+};
+
+// Cuts a rows x row_bytes copy into tasks of about kCopyChunkBytes.
+void AddCopy(std::vector<CopyTask>& tasks, char* dst, const char* src, int64_t rows, int64_t row_bytes,
+             int64_t src_stride, int64_t dst_stride) {
+  const int64_t rows_per_task = std::max<int64_t>(1, kCopyChunkBytes / row_bytes);
+  for (int64_t r = 0; r < rows; r += rows_per_task) {
+    tasks.push_back(CopyTask{dst + r * dst_stride, src + r * src_stride, std::min(rows_per_task, rows - r), row_bytes,
+                             src_stride, dst_stride});
+  }
+}
+
+void RunCopy(const CopyTask& task) {
+  if (task.src_stride == task.row_bytes && task.dst_stride == task.row_bytes) {
+    std::memcpy(task.dst, task.src, static_cast<size_t>(task.rows * task.row_bytes));
+    return;
+  }
+  for (int64_t r = 0; r < task.rows; ++r)
+    std::memcpy(task.dst + r * task.dst_stride, task.src + r * task.src_stride, static_cast<size_t>(task.row_bytes));
+}
+
+absl::Status CheckMatrix(const LinearWeight& w, DType dtype, int64_t n, int64_t k, int layer, int expert,
+                         const char* name) {
+  const std::string where = absl::StrCat("model layer ", layer, " expert ", expert, " ", name);
+  if (w.data == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no data"));
+  if (w.n != n || w.k != k)
+    return absl::InvalidArgumentError(absl::StrCat(where, " is [", w.n, ", ", w.k, "], expected [", n, ", ", k, "]"));
+  if (w.dtype != dtype)
+    return absl::InvalidArgumentError(absl::StrCat(where, " is ", std::string(DTypeName(w.dtype)),
+                                                   ", other experts are ", std::string(DTypeName(dtype)),
+                                                   " (a region holds one dtype)"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(const ModelWeights& model,
+                                                                 const ExpertStoreOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  TANDEM_RETURN_IF_ERROR(ValidateShmName(options.region_name, "ExpertStoreOptions.region_name"));
+  const std::string& name = options.region_name;
+  const ModelConfig& config = model.config;
+  TANDEM_ASSIGN_OR_RETURN(std::vector<ExpertSlice> slices,
+                          PartitionExperts(config, options.division, options.worker_index, options.num_workers));
+  const int64_t hidden = config.hidden_size;
+  const int64_t intermediate = config.intermediate_size;
+  if (hidden < 1) return absl::InvalidArgumentError(absl::StrCat("config hidden_size must be >= 1, got ", hidden));
+  if (static_cast<int64_t>(model.layers.size()) != config.num_hidden_layers)
+    return absl::InvalidArgumentError(absl::StrCat("model has ", model.layers.size(),
+                                                   " layers, config num_hidden_layers ", config.num_hidden_layers));
+  for (size_t l = 0; l < model.layers.size(); ++l)
+    if (static_cast<int64_t>(model.layers[l].experts.size()) != config.num_local_experts)
+      return absl::InvalidArgumentError(absl::StrCat("model layer ", l, " has ", model.layers[l].experts.size(),
+                                                     " experts, config num_local_experts ", config.num_local_experts));
+  const DType dtype = model.layers[0].experts[0].w1.dtype;
+  for (const ExpertSlice& s : slices) {
+    const ExpertWeights& w = model.layers[static_cast<size_t>(s.layer)].experts[static_cast<size_t>(s.expert)];
+    TANDEM_RETURN_IF_ERROR(CheckMatrix(w.w1, dtype, intermediate, hidden, s.layer, s.expert, "gate_proj (w1)"));
+    TANDEM_RETURN_IF_ERROR(CheckMatrix(w.w3, dtype, intermediate, hidden, s.layer, s.expert, "up_proj (w3)"));
+    TANDEM_RETURN_IF_ERROR(CheckMatrix(w.w2, dtype, hidden, intermediate, s.layer, s.expert, "down_proj (w2)"));
+  }
+
+  // The model's identity, recorded so a reader can check it is the same model.
+  ModelFingerprint fingerprint = FingerprintConfig(config, dtype);
+  if (model.source != nullptr) {
+    TANDEM_ASSIGN_OR_RETURN(fingerprint, FingerprintModel(config, *model.source));
+  }
+
+  // Layout (common/expert_store_view.h): header, table, then the matrices.
+  const int64_t element = static_cast<int64_t>(DTypeSize(dtype));
+  std::vector<ExpertStoreEntry> table(slices.size());
+  const uint64_t data_offset =
+      RoundUp(sizeof(ExpertStoreHeader) + slices.size() * sizeof(ExpertStoreEntry), kExpertStoreAlignment);
+  uint64_t offset = data_offset;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const uint64_t matrix = RoundUp(static_cast<uint64_t>(slices[i].size() * hidden * element), kExpertStoreAlignment);
+    table[i] = ExpertStoreEntry{.layer = slices[i].layer,
+                                .expert = slices[i].expert,
+                                .intermediate_begin = slices[i].intermediate_begin,
+                                .intermediate_end = slices[i].intermediate_end,
+                                .w1_offset = offset,
+                                .w3_offset = offset + matrix,
+                                .w2_offset = offset + 2 * matrix};
+    offset += 3 * matrix;
+  }
+  const uint64_t region_bytes = offset;
+
+  // tmpfs allocates on first touch: a region larger than the shm
+  // filesystem's free space would truncate fine and then SIGBUS half-way
+  // through the copy. (glibc's shm_open lives in /dev/shm.)
+  struct statvfs fs;
+  if (statvfs("/dev/shm", &fs) == 0) {
+    const uint64_t available = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+    if (region_bytes > available)
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("expert store region %s needs %s but /dev/shm has %s free (mount it larger)", name,
+                          FormatBytes(region_bytes), FormatBytes(available)));
+  }
+  // ftruncate + mmap only: no page exists yet, so binding below decides
+  // where every page goes.
+  std::unique_ptr<ExpertStore> store(new ExpertStore());
+  {
+    absl::StatusOr<ShmRegion> region = ShmRegion::Create(name, region_bytes);
+    if (!region.ok())
+      return absl::Status(region.status().code(), absl::StrCat("expert store: ", region.status().message()));
+    store->region_ = std::move(region).value();
+  }
+  void* mapping = store->region_.data();
+
+  // Before any page exists, so every page is allocated on the node.
+  if (options.numa_node >= 0) {
+    absl::Status bound = BindMemoryToNode(mapping, region_bytes, options.numa_node);
+    if (!bound.ok())
+      return absl::Status(bound.code(), absl::StrCat("expert store region ", name, ": ", bound.message()));
+  }
+
+  // Copy on the pinned threads (first touch). w1/w3 slices are contiguous
+  // rows of the source; a w2 slice is a column range, copied row by row.
+  char* base = static_cast<char*>(mapping);
+  std::vector<CopyTask> tasks;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const ExpertSlice& s = slices[i];
+    const ExpertWeights& w = model.layers[static_cast<size_t>(s.layer)].experts[static_cast<size_t>(s.expert)];
+    const int64_t row = hidden * element;  // a w1/w3 row
+    AddCopy(tasks, base + table[i].w1_offset, static_cast<const char*>(w.w1.data) + s.intermediate_begin * row,
+            s.size(), row, row, row);
+    AddCopy(tasks, base + table[i].w3_offset, static_cast<const char*>(w.w3.data) + s.intermediate_begin * row,
+            s.size(), row, row, row);
+    AddCopy(tasks, base + table[i].w2_offset, static_cast<const char*>(w.w2.data) + s.intermediate_begin * element,
+            hidden, s.size() * element, intermediate * element, s.size() * element);
+  }
+  if (options.pool != nullptr) {
+    options.pool->ParallelFor(static_cast<int64_t>(tasks.size()),
+                              [&](int64_t t, int) { RunCopy(tasks[static_cast<size_t>(t)]); });
+  } else {
+    for (const CopyTask& task : tasks) RunCopy(task);
+  }
+
+  // Table and header, the magic last: a reader that sees it sees the rest.
+  std::memcpy(base + sizeof(ExpertStoreHeader), table.data(), table.size() * sizeof(ExpertStoreEntry));
+  ExpertStoreHeader header;
+  header.version = kExpertStoreVersion;
+  header.dtype = static_cast<uint32_t>(dtype);
+  header.region_bytes = region_bytes;
+  header.table_offset = sizeof(ExpertStoreHeader);
+  header.data_offset = data_offset;
+  header.slice_count = slices.size();
+  header.config_hash = fingerprint.config_hash;
+  header.tensors_hash = fingerprint.tensors_hash;
+  header.hidden_size = hidden;
+  header.intermediate_size = intermediate;
+  header.num_layers = static_cast<int32_t>(config.num_hidden_layers);
+  header.num_experts = static_cast<int32_t>(config.num_local_experts);
+  header.division = static_cast<uint32_t>(options.division);
+  header.worker_index = options.worker_index;
+  header.num_workers = options.num_workers;
+  std::memcpy(base, &header, sizeof(header));
+  __atomic_store_n(reinterpret_cast<uint64_t*>(base), kExpertStoreMagic, __ATOMIC_RELEASE);
+
+  // Immutable from now on: a stray write faults here instead of silently
+  // corrupting what the coordinator copies to the GPU.
+  if (mprotect(mapping, region_bytes, PROT_READ) != 0) {
+    const int error = errno;
+    return absl::ErrnoToStatus(error, absl::StrCat("mprotect of expert store region ", name));
+  }
+  // The same validation readers run: writer and readers index alike.
+  TANDEM_ASSIGN_OR_RETURN(store->index_, IndexExpertStoreRegion(mapping, region_bytes, name));
+
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  LOG_INFO("expert store ", name, ": ", ExpertDivisionName(options.division), " worker ", options.worker_index, "/",
+           options.num_workers, ", ", slices.size(), " slices, ", FormatBytes(region_bytes),
+           options.numa_node >= 0 ? absl::StrCat(" on NUMA node ", options.numa_node) : std::string(" unbound"),
+           ", filled by ", options.pool != nullptr ? options.pool->num_threads() : 1, " thread(s) in ",
+           absl::StrFormat("%.2f s (%.2f GB/s)", seconds, static_cast<double>(region_bytes) / 1e9 / seconds));
+  return store;
+}
+
+absl::StatusOr<ExpertStoreView> ExpertStore::OpenReadOnly(const std::string& region_name) {
+  return ExpertStoreView::Open(region_name);
+}
+
+}  // namespace tandem

@@ -1,0 +1,77 @@
+// The expert weights one CPU worker holds, in one named shared-memory region
+// on the worker's NUMA node, so that another process (the coordinator's GPU
+// migration engine) can map the same bytes read-only instead of keeping a
+// second copy.
+//
+// Region layout: see common/expert_store_view.h (ExpertStoreHeader, then the
+// slice table, then per slice w1 [S, D], w3 [S, D], w2 [D, S], each matrix
+// 4096-byte aligned; S = the slice's rows of I, D = hidden size). The
+// format lives in common/ because the coordinator, which never includes
+// cpu_worker/, maps the region with ExpertStoreView.
+//
+// The region is bound to the worker's node before any page exists and pages
+// are first touched by the worker's pinned threads, so they live there
+// (binding alone decides on a NUMA machine; first touch is what places
+// them where binding is unavailable).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/expert_partition.h"
+#include "common/expert_store_view.h"
+#include "common/model_weights.h"
+#include "common/shm_region.h"
+#include "common/thread_pool.h"
+
+namespace tandem {
+
+struct ExpertStoreOptions {
+  std::string region_name;  // POSIX shm name, e.g. "/tandem-<run>-w0"; unlinked when the store dies
+  ExpertDivision division = ExpertDivision::kSplit;
+  int worker_index = 0;
+  int num_workers = 1;
+  int numa_node = -1;           // -1: no binding (single-node machine or unknown)
+  ThreadPool* pool = nullptr;   // pinned compute threads: they first-touch the pages
+};
+
+// Owns the region. Immutable after Create (the worker maps it read-only once
+// filled, so a stray write faults instead of corrupting what the GPU copies);
+// any thread may read.
+class ExpertStore {
+ public:
+  // Creates the region (O_EXCL), binds it to options.numa_node, copies this
+  // worker's slices of `model` into it on options.pool, writes the header
+  // last. InvalidArgument for bad options or model shapes (naming the field
+  // or layer/expert); AlreadyExists naming the region when a live process
+  // holds the name (a stale region of a killed worker is reclaimed, see
+  // ShmRegion); ResourceExhausted when /dev/shm lacks the space (instead of a
+  // SIGBUS half-way through the copy); the errno's status for other
+  // system-call failures. On error nothing is left behind.
+  static absl::StatusOr<std::unique_ptr<ExpertStore>> Create(const ModelWeights& model, const ExpertStoreOptions& options);
+  // Maps an existing region read-only and validates it (ExpertStoreView::Open).
+  static absl::StatusOr<ExpertStoreView> OpenReadOnly(const std::string& region_name);
+  // Unmaps and unlinks the name (ShmRegion); other processes' mappings stay valid.
+  ~ExpertStore() = default;
+  ExpertStore(const ExpertStore&) = delete;
+  ExpertStore& operator=(const ExpertStore&) = delete;
+
+  // The weights of this worker's part of (layer, expert): w1/w3 [S, D], w2 [D, S];
+  // nullptr when this worker holds no part of it (shard).
+  const ExpertWeights* Find(int layer, int expert) const { return index_.Find(layer, expert); }
+  const ExpertSlice* FindSlice(int layer, int expert) const { return index_.FindSlice(layer, expert); }
+  const std::vector<ExpertSlice>& slices() const { return index_.slices; }
+  const ExpertStoreInfo& info() const { return index_.info; }
+  const std::string& region_name() const { return region_.name(); }
+  size_t region_bytes() const { return region_.size(); }
+
+ private:
+  ExpertStore() = default;
+  ShmRegion region_;        // owner: unmapped and unlinked with the store
+  ExpertStoreIndex index_;  // slices, their weights (views into region_), lookup
+};
+
+}  // namespace tandem

@@ -1,0 +1,61 @@
+// The CPU worker's executor: computes each requested expert from this
+// worker's part of it in an ExpertStore. Under `split` that is a partial
+// output over the worker's rows of I,
+//   p_w = W2[:, range_w] . (silu(W1[range_w] x) * (W3[range_w] x)),
+// which the coordinator sums over workers in worker order (out = p_0;
+// out += p_1; ...); LocalExpertExecutor with split_ways = N computes the same
+// sum in one process, bit for bit. Under `shard` it is the whole FFN_e,
+// identical to LocalExpertExecutor with split_ways = 1.
+//
+// Legend: D hidden size, R rows routed to one expert, S rows of I this
+// worker holds.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <span>
+
+#include "absl/status/status.h"
+#include "common/expert_executor.h"
+#include "common/thread_pool.h"
+#include "cpu_worker/expert_ffn.h"
+#include "cpu_worker/expert_store.h"
+#include "cpu_worker/local_expert_executor.h"
+
+namespace tandem {
+
+// Same counters as the in-process executor: calls, experts with rows, rows,
+// wall time of whole RunExperts calls.
+using StoreExpertExecutorStats = LocalExpertExecutorStats;
+
+class StoreExpertExecutor final : public ExpertExecutor {
+ public:
+  // `store` and `pool` are not owned and must outlive the executor; `pool`
+  // (the worker's pinned threads) may be null: single thread.
+  StoreExpertExecutor(const ExpertStore* store, ThreadPool* pool, LinearOptions options = {});
+
+  // For each entry writes this worker's part of FFN_e(input) to its output
+  // ([R, D] f32; the partial under split, the whole FFN under shard).
+  // InvalidArgument naming the layer/expert, before anything is computed,
+  // for a layer or expert out of range, one this worker holds no part of
+  // (a shard held elsewhere), a negative row count, or null input/output;
+  // otherwise ExpertFfn's status. Entries run one after the other, each
+  // parallel over the pool.
+  absl::Status RunExperts(int layer, std::span<const ExpertWork> work) override;
+
+  StoreExpertExecutorStats stats() const;      // since construction or ResetStats
+  StoreExpertExecutorStats last_call() const;  // the most recent RunExperts
+  void ResetStats();
+
+  const ExpertStore& store() const { return *store_; }
+
+ private:
+  const ExpertStore* store_;
+  ExpertFfn ffn_;  // owns the [R, S] scratch, reused across calls
+
+  mutable std::mutex stats_mutex_;  // stats may be read by a metrics thread
+  StoreExpertExecutorStats totals_;
+  StoreExpertExecutorStats last_call_;
+};
+
+}  // namespace tandem

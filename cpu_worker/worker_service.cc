@@ -1,0 +1,438 @@
+#include "cpu_worker/worker_service.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/log.h"
+#include "common/numa_topology.h"
+#include "common/status_macros.h"
+#include "tandem/v1/expert_worker_convert.h"
+
+namespace tandem {
+namespace {
+
+int64_t NanosSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+}
+
+// A payload larger than this many f32 elements is refused before any size
+// arithmetic could overflow (2^40 floats = 4 TiB).
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+
+// Where an output lands in the arena, to refuse two experts writing one range.
+struct OutputRange {
+  uint32_t slot;
+  uint64_t begin, end;
+  int expert;
+};
+
+}  // namespace
+
+absl::Status EchoExpertExecutor::RunExperts(int layer, std::span<const ExpertWork> work) {
+  for (const ExpertWork& w : work) {
+    if (w.num_rows > 0) CopyFloats(w.output, w.input, static_cast<size_t>(w.num_rows * hidden_size_));
+  }
+  return absl::OkStatus();
+}
+
+ModelFingerprint EchoFingerprint(const ModelConfig& config) {
+  ModelFingerprint f = FingerprintConfig(config, DType::kBF16);
+  f.architecture = absl::StrCat("echo:", config.architecture_name);
+  return f;
+}
+
+absl::StatusOr<std::unique_ptr<WorkerService>> WorkerService::Create(WorkerServiceOptions options) {
+  const ModelConfig& c = options.config;
+  if (options.executor == nullptr) return absl::InvalidArgumentError("WorkerServiceOptions.executor is null");
+  if (c.hidden_size <= 0 || c.num_hidden_layers <= 0 || c.num_local_experts <= 0) {
+    return absl::InvalidArgumentError("WorkerServiceOptions.config has no layers, experts or hidden size");
+  }
+  if (options.cpus.empty()) return absl::InvalidArgumentError("WorkerServiceOptions.cpus is empty");
+  auto service = std::unique_ptr<WorkerService>(new WorkerService(std::move(options)));
+  const WorkerServiceOptions& o = service->options_;
+  const int64_t e = c.num_local_experts;
+  service->slice_of_.assign(static_cast<size_t>(c.num_hidden_layers * e), -1);
+  for (size_t i = 0; i < o.slices.size(); ++i) {
+    const ExpertSlice& s = o.slices[i];
+    if (s.layer < 0 || s.layer >= c.num_hidden_layers || s.expert < 0 || s.expert >= e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("WorkerServiceOptions.slices[", i, "]: layer ", s.layer, " expert ", s.expert, " out of range"));
+    }
+    service->slice_of_[static_cast<size_t>(s.layer * e + s.expert)] = static_cast<int32_t>(i);
+  }
+  if (o.arena) {
+    TANDEM_ASSIGN_OR_RETURN(service->arena_, ShmArena::Create(*o.arena));
+    // The worker's memory lives on its node, the arena included (a no-op on one node).
+    const ShmRegion& region = service->arena_->region();
+    if (absl::Status bound = BindMemoryToNode(region.data(), region.size(), o.numa_node); !bound.ok()) {
+      LOG_WARNING("worker ", o.worker_index, ": binding arena ", region.name(), " to node ", o.numa_node, ": ",
+                  bound.message());
+    }
+    service->doorbell_thread_ = std::thread([s = service.get()] { s->DoorbellLoop(); });
+    pthread_setname_np(service->doorbell_thread_.native_handle(),
+                       absl::StrCat("doorbell-w", o.worker_index).substr(0, 15).c_str());
+  }
+  return service;
+}
+
+WorkerService::~WorkerService() { StopDoorbell(); }
+
+void WorkerService::StopDoorbell() {
+  stop_.store(true);
+  if (arena_) arena_->Interrupt();
+  if (doorbell_thread_.joinable()) doorbell_thread_.join();
+}
+
+const ExpertSlice* WorkerService::FindSlice(int layer, int expert) const {
+  const int64_t e = options_.config.num_local_experts;
+  if (layer < 0 || layer >= options_.config.num_hidden_layers || expert < 0 || expert >= e) return nullptr;
+  const int32_t i = slice_of_[static_cast<size_t>(layer * e + expert)];
+  return i < 0 ? nullptr : &options_.slices[static_cast<size_t>(i)];
+}
+
+void WorkerService::PinComputeThread() {
+  // Whichever thread computes is the pool's thread 0: it runs on cpus[0].
+  thread_local bool pinned = false;
+  if (pinned) return;
+  pinned = true;
+  absl::Status s = PinCurrentThreadToCpu(options_.cpus[0]);
+  if (!s.ok()) LOG_WARNING("worker ", options_.worker_index, ": pinning a compute thread: ", s.message());
+}
+
+absl::Status WorkerService::Run(const v1::RunExpertsRequest& request, v1::RunExpertsResponse* response,
+                                bool via_doorbell) {
+  const auto start = std::chrono::steady_clock::now();
+  const ModelConfig& c = options_.config;
+  const int64_t d = c.hidden_size;
+  const int layer = request.layer();
+  response->set_request_id(request.request_id());
+  auto reject = [&](absl::Status status) {
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    LOG_WARNING("worker ", options_.worker_index, ": rejected RunExperts request ", request.request_id(),
+                via_doorbell ? " (doorbell)" : " (gRPC)", ": ", status.ToString());
+    response->clear_results();
+    return status;
+  };
+  if (layer < 0 || layer >= c.num_hidden_layers) {
+    return reject(absl::InvalidArgumentError(
+        absl::StrCat("RunExpertsRequest.layer ", layer, " out of range [0, ", c.num_hidden_layers, ")")));
+  }
+  const bool shm = request.transport() == v1::TRANSPORT_SHM;
+  if (!shm && request.transport() != v1::TRANSPORT_INLINE) {
+    return reject(absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.transport ",
+                                                          static_cast<int>(request.transport()),
+                                                          " is neither TRANSPORT_INLINE nor TRANSPORT_SHM")));
+  }
+  if (shm && !arena_) {
+    return reject(absl::FailedPreconditionError(absl::StrCat(
+        "worker ", options_.worker_index, " offers no shared-memory arena (started with --transport inline)")));
+  }
+  if (via_doorbell && !shm) {
+    return reject(absl::InvalidArgumentError("RunExpertsRequest.transport: doorbell requests carry arena descriptors "
+                                             "(TRANSPORT_SHM), not inline rows"));
+  }
+
+  std::vector<ExpertWork> work;
+  work.reserve(static_cast<size_t>(request.tasks_size()));
+  std::vector<OutputRange> outputs;
+  std::vector<char> seen(static_cast<size_t>(c.num_local_experts), 0);
+  std::vector<std::vector<float>> realigned;  // inline rows whose bytes are not float-aligned (never in practice)
+  for (int i = 0; i < request.tasks_size(); ++i) {
+    const v1::ExpertTask& task = request.tasks(i);
+    const int expert = task.expert();
+    const auto what = [&] { return absl::StrCat("layer ", layer, " expert ", expert); };  // for messages only
+    if (expert < 0 || expert >= c.num_local_experts) {
+      return reject(absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.tasks[", i, "].expert ", expert,
+                                                            " out of range [0, ", c.num_local_experts, ")")));
+    }
+    if (seen[static_cast<size_t>(expert)]) {
+      return reject(absl::InvalidArgumentError(
+          absl::StrCat("RunExpertsRequest.tasks[", i, "]: ", what(), " appears more than once")));
+    }
+    seen[static_cast<size_t>(expert)] = 1;
+    if (FindSlice(layer, expert) == nullptr) {
+      return reject(absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.tasks[", i, "]: worker ",
+                                                            options_.worker_index, " of ", options_.num_workers, " (",
+                                                            ExpertDivisionName(options_.division),
+                                                            ") holds no part of ", what())));
+    }
+    const int64_t rows = task.num_rows();
+    if (rows < 0 || rows > kMaxElements / d) {
+      return reject(absl::InvalidArgumentError(
+          absl::StrCat("RunExpertsRequest.tasks[", i, "].num_rows ", rows, " out of range for ", what())));
+    }
+    v1::ExpertResult* result = response->add_results();
+    result->set_expert(expert);
+    result->set_num_rows(rows);
+    if (rows == 0) continue;  // an expert with no rows changes nothing
+    const size_t bytes = static_cast<size_t>(rows * d) * sizeof(float);
+
+    const float* input = nullptr;
+    switch (task.input_case()) {
+      case v1::ExpertTask::kInlineRows: {
+        if (shm) {
+          return reject(absl::InvalidArgumentError(
+              absl::StrCat("RunExpertsRequest.tasks[", i, "]: inline_rows in a TRANSPORT_SHM request (", what(), ")")));
+        }
+        const std::string& rows_bytes = task.inline_rows();
+        if (rows_bytes.size() != bytes) {
+          return reject(absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.tasks[", i, "].inline_rows: ",
+                                                                rows_bytes.size(), " bytes, expected [", rows, ", ", d,
+                                                                "] f32 = ", bytes, " for ", what())));
+        }
+        if (reinterpret_cast<uintptr_t>(rows_bytes.data()) % alignof(float) == 0) {
+          input = reinterpret_cast<const float*>(rows_bytes.data());
+        } else {
+          realigned.emplace_back(static_cast<size_t>(rows * d));
+          std::memcpy(realigned.back().data(), rows_bytes.data(), bytes);
+          input = realigned.back().data();
+        }
+        break;
+      }
+      case v1::ExpertTask::kShmRows: {
+        if (!shm) {
+          return reject(absl::InvalidArgumentError(
+              absl::StrCat("RunExpertsRequest.tasks[", i, "]: shm_rows in a TRANSPORT_INLINE request (", what(), ")")));
+        }
+        auto resolved = arena_->Resolve(FromProto(task.shm_rows(), ArenaSide::kInput), rows, d,
+                                        [&] { return absl::StrCat("RunExpertsRequest.tasks[", i, "].shm_rows (", what(), ")"); });
+        if (!resolved.ok()) return reject(resolved.status());
+        input = *resolved;
+        break;
+      }
+      default:
+        return reject(absl::InvalidArgumentError(
+            absl::StrCat("RunExpertsRequest.tasks[", i, "]: ", rows, " rows but no input for ", what())));
+    }
+
+    float* output = nullptr;
+    if (shm) {
+      if (!task.has_shm_output()) {
+        return reject(absl::InvalidArgumentError(
+            absl::StrCat("RunExpertsRequest.tasks[", i, "]: no shm_output for ", what())));
+      }
+      auto resolved = arena_->Resolve(FromProto(task.shm_output(), ArenaSide::kOutput), rows, d,
+                                      [&] { return absl::StrCat("RunExpertsRequest.tasks[", i, "].shm_output (", what(), ")"); });
+      if (!resolved.ok()) return reject(resolved.status());
+      output = *resolved;
+      const OutputRange range{task.shm_output().slot(), task.shm_output().offset(), task.shm_output().offset() + bytes,
+                              expert};
+      for (const OutputRange& other : outputs) {
+        if (other.slot == range.slot && range.begin < other.end && other.begin < range.end) {
+          return reject(absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.tasks[", i, "].shm_output of ",
+                                                                what(), " overlaps the output of expert ", other.expert)));
+        }
+      }
+      outputs.push_back(range);
+    } else {
+      std::string* out = result->mutable_inline_output();
+      out->resize(bytes);
+      output = reinterpret_cast<float*>(out->data());
+      if (reinterpret_cast<uintptr_t>(output) % alignof(float) != 0) {
+        return reject(absl::InternalError("inline output buffer is not float-aligned"));
+      }
+    }
+    work.push_back(ExpertWork{expert, rows, input, output});
+  }
+
+  int64_t compute_ns = 0;
+  {
+    std::lock_guard<std::mutex> lock(compute_mutex_);
+    PinComputeThread();
+    const auto compute_start = std::chrono::steady_clock::now();
+    absl::Status status = options_.executor->RunExperts(layer, work);
+    compute_ns = NanosSince(compute_start);
+    if (!status.ok()) {
+      response->clear_results();
+      return absl::Status(status.code(), absl::StrCat("worker ", options_.worker_index, ": ", status.message()));
+    }
+  }
+  uint64_t rows = 0;
+  for (const ExpertWork& w : work) rows += static_cast<uint64_t>(w.num_rows);
+  requests_.fetch_add(1, std::memory_order_relaxed);
+  if (via_doorbell) doorbell_requests_.fetch_add(1, std::memory_order_relaxed);
+  expert_calls_.fetch_add(work.size(), std::memory_order_relaxed);
+  rows_.fetch_add(rows, std::memory_order_relaxed);
+  compute_ns_.fetch_add(compute_ns, std::memory_order_relaxed);
+  response->set_compute_us(compute_ns / 1000);
+  response->set_total_us(NanosSince(start) / 1000);
+  return absl::OkStatus();
+}
+
+void WorkerService::DoorbellLoop() {
+  absl::Status pinned = PinCurrentThreadToCpu(options_.cpus[0]);
+  if (!pinned.ok()) LOG_WARNING("worker ", options_.worker_index, ": pinning the doorbell thread: ", pinned.message());
+  v1::RunExpertsRequest request;
+  v1::RunExpertsResponse response;
+  std::string serialized;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    std::optional<DoorbellRequest> rung = arena_->AwaitRequest(options_.doorbell_spin, absl::Milliseconds(200));
+    if (!rung) continue;
+    absl::Status status = rung->framing;
+    serialized.clear();
+    if (status.ok()) {
+      request.Clear();
+      if (!request.ParseFromString(rung->message)) {
+        status = absl::DataLossError(absl::StrCat("arena ", arena_->name(), ": doorbell request ", rung->seq, " (",
+                                                  rung->message.size(),
+                                                  " bytes) does not parse as tandem.v1.RunExpertsRequest"));
+      }
+    }
+    if (!status.ok()) {
+      rejected_.fetch_add(1, std::memory_order_relaxed);
+      LOG_WARNING("worker ", options_.worker_index, ": rejected doorbell request: ", status.ToString());
+    } else {
+      response.Clear();
+      status = Run(request, &response, /*via_doorbell=*/true);
+      if (status.ok()) response.SerializeToString(&serialized);
+    }
+    arena_->PostResponse(rung->seq, status, serialized);
+  }
+}
+
+grpc::Status WorkerService::Describe(grpc::ServerContext*, const v1::DescribeRequest* request,
+                                     v1::DescribeResponse* response) {
+  const WorkerServiceOptions& o = options_;
+  response->set_protocol_version(kExpertWorkerProtocolVersion);
+  response->set_worker_id(o.worker_id);
+  response->set_numa_node(o.numa_node);
+  for (int cpu : o.cpus) response->add_cores(cpu);
+  response->set_threads(static_cast<int32_t>(o.cpus.size()));
+  ToProto(o.fingerprint, response->mutable_fingerprint());
+  response->set_division(ToProto(o.division));
+  response->set_worker_index(o.worker_index);
+  response->set_num_workers(o.num_workers);
+  for (const ExpertSlice& s : o.slices) {
+    v1::ExpertShare* share = response->add_experts();
+    share->set_layer(s.layer);
+    share->set_expert(s.expert);
+    share->set_intermediate_begin(s.intermediate_begin);
+    share->set_intermediate_end(s.intermediate_end);
+  }
+  response->set_weights_region(o.weights_region);
+  response->set_weights_region_bytes(o.weights_region_bytes);
+  if (arena_) {
+    response->set_arena_region(arena_->name());
+    response->set_arena_bytes(arena_->total_bytes());
+    response->set_arena_slots(arena_->num_slots());
+    response->set_arena_slot_bytes(arena_->slot_bytes());
+    response->set_doorbell(true);
+  }
+  for (const std::string& k : o.kernels) response->add_kernels(k);
+  response->set_pid(static_cast<int32_t>(getpid()));
+  response->set_compute(o.compute);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::RunExperts(grpc::ServerContext*, const v1::RunExpertsRequest* request,
+                                       v1::RunExpertsResponse* response) {
+  return ToGrpcStatus(Run(*request, response, /*via_doorbell=*/false));
+}
+
+grpc::Status WorkerService::Calibrate(grpc::ServerContext*, const v1::CalibrateRequest* request,
+                                      v1::CalibrateResponse* response) {
+  const int64_t d = options_.config.hidden_size;
+  const int layer = request->layer(), expert = request->expert();
+  if (FindSlice(layer, expert) == nullptr) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("CalibrateRequest: worker ", options_.worker_index,
+                                                                " holds no part of layer ", layer, " expert ", expert)));
+  }
+  const int reps = request->reps() > 0 ? std::min(request->reps(), 1000) : 5;
+  int64_t max_rows = 0;
+  for (int i = 0; i < request->rows_size(); ++i) {
+    const int64_t rows = request->rows(i);
+    if (rows < 1 || rows > (int64_t{1} << 16)) {
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          absl::StrCat("CalibrateRequest.rows[", i, "] = ", rows, " not in [1, 65536]")));
+    }
+    max_rows = std::max(max_rows, rows);
+  }
+  std::vector<float> input(static_cast<size_t>(max_rows * d)), output(input.size());
+  std::mt19937 rng(1234);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& x : input) x = dist(rng);
+  std::lock_guard<std::mutex> lock(compute_mutex_);
+  PinComputeThread();
+  for (int64_t rows : request->rows()) {
+    const ExpertWork work{expert, rows, input.data(), output.data()};
+    std::vector<double> times;
+    for (int r = 0; r < reps; ++r) {
+      const auto start = std::chrono::steady_clock::now();
+      absl::Status status = options_.executor->RunExperts(layer, std::span<const ExpertWork>(&work, 1));
+      if (!status.ok()) return ToGrpcStatus(status);
+      times.push_back(static_cast<double>(NanosSince(start)) / 1e3);
+    }
+    std::sort(times.begin(), times.end());
+    v1::CalibrationPoint* point = response->add_points();
+    point->set_rows(rows);
+    point->set_median_us(times[times.size() / 2]);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Health(grpc::ServerContext*, const v1::HealthRequest*, v1::HealthResponse* response) {
+  response->set_serving(!stop_.load());
+  response->set_worker_id(options_.worker_id);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Stats(grpc::ServerContext*, const v1::StatsRequest*, v1::StatsResponse* response) {
+  const uint64_t requests = requests_.load();
+  const double compute_us = static_cast<double>(compute_ns_.load()) / 1e3;
+  response->set_requests(requests);
+  response->set_expert_calls(expert_calls_.load());
+  response->set_rows(rows_.load());
+  response->set_compute_us(compute_us);
+  response->set_mean_compute_us_per_request(requests > 0 ? compute_us / static_cast<double>(requests) : 0.0);
+  response->set_rejected(rejected_.load());
+  response->set_doorbell_requests(doorbell_requests_.load());
+  return grpc::Status::OK;
+}
+
+// ---- WorkerServer ----
+
+absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(std::unique_ptr<WorkerService> service,
+                                                                  const std::string& address) {
+  auto server = std::unique_ptr<WorkerServer>(new WorkerServer());
+  server->service_ = std::move(service);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials());
+  builder.RegisterService(server->service_.get());
+  // Inline tensors of a long prefill exceed gRPC's 4 MB default.
+  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxSendMessageSize(-1);
+  // Inline layers are MBs: a window and frames that fit one (see the coordinator's channel).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 16 << 20);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 2);
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot serve on ", address, " (bad address, or the socket's "
+                                               "directory is missing or not writable)"));
+  }
+  return server;
+}
+
+WorkerServer::~WorkerServer() { Shutdown(); }
+
+void WorkerServer::Shutdown(absl::Duration grace) {
+  std::call_once(shutdown_once_, [&] {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(grace));
+    if (service_) service_->StopDoorbell();
+  });
+}
+
+void WorkerServer::Wait() {
+  if (server_) server_->Wait();
+}
+
+}  // namespace tandem

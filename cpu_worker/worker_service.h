@@ -1,0 +1,146 @@
+// The CPU worker's side of tandem.v1.ExpertWorker: Describe, RunExperts,
+// Calibrate, Health and Stats over gRPC (sync server: each RPC runs on one of
+// gRPC's server threads, which may block on the compute), plus the arena's
+// doorbell loop on its own thread for RunExperts without gRPC.
+//
+// Every request is validated completely before anything is computed or
+// written (layer and experts in range, distinct, held by this worker; inline
+// payload sizes; arena descriptors via ShmArena::Resolve; output ranges not
+// overlapping), so a malformed request is refused with InvalidArgument /
+// DataLoss naming the field and changes nothing; the worker keeps serving.
+// RunExperts from the two paths are serialised by one compute mutex (the
+// executor has one caller at a time), and the thread that computes is pinned
+// to the worker's first cpu, the pool's thread 0.
+//
+// Legend: R rows of one expert, D hidden size.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/expert_executor.h"
+#include "common/expert_partition.h"
+#include "common/model_config.h"
+#include "common/model_fingerprint.h"
+#include "common/shm_transport.h"
+#include "tandem/v1/expert_worker.grpc.pb.h"
+
+namespace tandem {
+
+struct WorkerServiceOptions {
+  std::string worker_id;  // e.g. "worker0@node0"
+  ModelConfig config;
+  ModelFingerprint fingerprint;
+  ExpertDivision division = ExpertDivision::kSplit;
+  int worker_index = 0;
+  int num_workers = 1;
+  std::vector<ExpertSlice> slices;  // what this worker holds (PartitionExperts)
+  // Computes FFN_e (split: the partial output of this worker's slice) for the
+  // slices above; not owned, must outlive the service.
+  ExpertExecutor* executor = nullptr;
+  int numa_node = 0;
+  std::vector<int> cpus;  // the compute threads' cpus; the computing thread pins to cpus[0]
+  std::string weights_region;
+  uint64_t weights_region_bytes = 0;
+  // The tensor arena for TRANSPORT_SHM and the doorbell; nullopt: inline only.
+  std::optional<ArenaOptions> arena;
+  absl::Duration doorbell_spin = absl::Microseconds(50);  // busy-wait before the futex sleep
+  std::string compute = "store";  // "store" | "echo", reported by Describe
+  std::vector<std::string> kernels;
+};
+
+class WorkerService final : public v1::ExpertWorker::Service {
+ public:
+  // Creates the arena (if asked) and starts the doorbell thread.
+  // InvalidArgument naming the option that is inconsistent.
+  static absl::StatusOr<std::unique_ptr<WorkerService>> Create(WorkerServiceOptions options);
+  ~WorkerService() override;
+
+  grpc::Status Describe(grpc::ServerContext* context, const v1::DescribeRequest* request,
+                        v1::DescribeResponse* response) override;
+  grpc::Status RunExperts(grpc::ServerContext* context, const v1::RunExpertsRequest* request,
+                          v1::RunExpertsResponse* response) override;
+  grpc::Status Calibrate(grpc::ServerContext* context, const v1::CalibrateRequest* request,
+                         v1::CalibrateResponse* response) override;
+  grpc::Status Health(grpc::ServerContext* context, const v1::HealthRequest* request,
+                      v1::HealthResponse* response) override;
+  grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
+                     v1::StatsResponse* response) override;
+
+  // The common core of both paths; `via_doorbell` only changes the checks on
+  // the transport field and the stats.
+  absl::Status Run(const v1::RunExpertsRequest& request, v1::RunExpertsResponse* response, bool via_doorbell);
+
+  // Stops the doorbell thread (idempotent); further doorbell requests go unanswered.
+  void StopDoorbell();
+
+  const WorkerServiceOptions& options() const { return options_; }
+  const ShmArena* arena() const { return arena_.get(); }
+
+ private:
+  explicit WorkerService(WorkerServiceOptions options) : options_(std::move(options)) {}
+  void DoorbellLoop();
+  void PinComputeThread();
+  const ExpertSlice* FindSlice(int layer, int expert) const;
+
+  WorkerServiceOptions options_;
+  std::vector<int32_t> slice_of_;  // [layer * E + expert] -> options_.slices index or -1
+  std::unique_ptr<ShmArena> arena_;
+  std::thread doorbell_thread_;
+  std::atomic<bool> stop_{false};
+
+  std::mutex compute_mutex_;  // one RunExperts/Calibrate at a time
+  std::vector<ExpertWork> work_;  // reused under compute_mutex_
+
+  std::atomic<uint64_t> requests_{0}, doorbell_requests_{0}, expert_calls_{0}, rows_{0}, rejected_{0};
+  std::atomic<int64_t> compute_ns_{0};
+};
+
+// Copies input to output: an expert "computation" that costs one memcpy, for
+// measuring the transport alone (tandem-ipc-bench, --echo workers).
+class EchoExpertExecutor final : public ExpertExecutor {
+ public:
+  explicit EchoExpertExecutor(int64_t hidden_size) : hidden_size_(hidden_size) {}
+  absl::Status RunExperts(int layer, std::span<const ExpertWork> work) override;
+
+ private:
+  int64_t hidden_size_;
+};
+
+// The fingerprint an --echo worker reports for `config`: the config's own
+// (FingerprintConfig with BF16) under architecture "echo:<architecture>", so
+// an echo worker never passes for one holding real weights.
+ModelFingerprint EchoFingerprint(const ModelConfig& config);
+
+// A gRPC server for one WorkerService on a unix socket (or any gRPC address).
+class WorkerServer {
+ public:
+  // `address` e.g. "unix:/run/tandem/w0.sock"; a stale socket file is replaced.
+  // Unavailable naming the address when it cannot be bound.
+  static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(std::unique_ptr<WorkerService> service,
+                                                             const std::string& address);
+  ~WorkerServer();
+  // Stops accepting, finishes the RPCs in progress (at most `grace`), stops the doorbell.
+  void Shutdown(absl::Duration grace = absl::Seconds(2));
+  void Wait();
+  WorkerService& service() { return *service_; }
+
+ private:
+  WorkerServer() = default;
+  std::unique_ptr<WorkerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::once_flag shutdown_once_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,285 @@
+// The process split end to end: a coordinator (this test process) and two
+// real tandem-cpu-worker processes on unix sockets, for every transport and
+// both divisions: greedy tokens and every logit equal the single-process
+// engine's exactly (memcmp). The single-process reference for `split` is
+// LocalExpertExecutor with split_ways = 2 (same partials, same summation
+// order); for `shard` the plain in-process executor. Connect refuses a worker
+// serving another model, listed in the wrong place, or without the arena a
+// transport needs.
+//
+// Legend: P prompt tokens, V vocab.
+#include <signal.h>
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "client/local_runtime.h"
+#include "common/model.h"
+#include "common/model_fingerprint.h"
+#include "coordinator/remote_expert_executor.h"
+#include "cpu_worker/local_expert_executor.h"
+#include "gtest/gtest.h"
+#include "tandem/v1/expert_worker.grpc.pb.h"
+#include "tandem/v1/expert_worker_convert.h"
+#include "tests/temp_dir_testlib.h"
+#include "tests/worker_process_testlib.h"
+
+namespace tandem {
+namespace {
+
+constexpr uint64_t kSeed = 7;
+const char kWorkerBinary[] = TANDEM_BINARY_DIR "/bin/tandem-cpu-worker";
+
+std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(3, static_cast<int32_t>(vocab) - 1);
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (int32_t& x : v) x = dist(rng);
+  return v;
+}
+
+// What one generation produced: the tokens and every forward pass's logits.
+struct GenerationRun {
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;  // all "logits" dumps, concatenated
+};
+
+std::unique_ptr<Model> LoadTiny(const std::string& preset) {
+  auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = preset, .seed = kSeed, .dtype = DType::kBF16});
+  EXPECT_TRUE(model.ok()) << model.status();
+  return model.ok() ? std::move(*model) : nullptr;
+}
+
+// Greedy generation of `max_tokens` after `prompt` with `experts` (null: the
+// runtime's own in-process executor).
+absl::StatusOr<GenerationRun> Generate(std::unique_ptr<Model> model, ExpertExecutor* experts, const std::vector<int32_t>& prompt,
+                             int max_tokens) {
+  GenerationRun run;
+  LocalRuntimeOptions options;
+  options.num_threads = 1;
+  options.expert_executor = experts;
+  options.engine.dump = [&](std::string_view name, int, const float* data, int64_t rows, int64_t cols) {
+    if (name == "logits") run.logits.insert(run.logits.end(), data, data + rows * cols);
+  };
+  auto rt = LocalRuntime::Create(std::move(model), options);
+  if (!rt.ok()) return rt.status();
+  GenerationRequest request;
+  request.prompt_ids = prompt;
+  request.max_tokens = max_tokens;
+  request.ignore_eos = true;
+  auto result = (*rt)->generator().Generate(request);
+  if (!result.ok()) return result.status();
+  for (const GeneratedToken& t : result->tokens) run.tokens.push_back(t.id);
+  return run;
+}
+
+// The single-process reference: LocalExpertExecutor with `split_ways`.
+GenerationRun Reference(const std::string& preset, int split_ways, const std::vector<int32_t>& prompt, int max_tokens) {
+  std::unique_ptr<Model> model = LoadTiny(preset);
+  std::vector<std::vector<ExpertFfnWeights>> experts;
+  for (const LayerWeights& layer : model->weights->layers) experts.push_back(layer.experts);
+  ThreadPool pool(ThreadPoolOptions{.num_threads = 1, .name = "ref"});
+  LocalExpertExecutor local(std::move(experts), &pool, LinearOptions{}, split_ways);
+  auto run = Generate(std::move(model), &local, prompt, max_tokens);
+  EXPECT_TRUE(run.ok()) << run.status();
+  return run.ok() ? *run : GenerationRun{};
+}
+
+struct Case {
+  std::string division;   // split | shard
+  std::string transport;  // inline | shm-grpc | shm
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.division << "/" << c.transport; }
+
+class RemoteExpertsTest : public ::testing::TestWithParam<Case> {
+ protected:
+  // Starts `n` workers serving `preset` with `division`.
+  void StartWorkers(int n, const std::string& division, const std::string& preset = "tiny",
+                    const std::string& worker_transport = "shm") {
+    const std::string prefix = UniqueRegionPrefix();
+    for (int i = 0; i < n; ++i) {
+      WorkerProcessOptions o;
+      o.binary = kWorkerBinary;
+      o.socket = dir_.path() / absl::StrCat("w", i, ".sock");
+      o.region_prefix = prefix;
+      o.worker_index = i;
+      o.num_workers = n;
+      o.extra_args = {"--synthetic", preset, "--seed", absl::StrCat(kSeed), "--division", division,
+                      "--transport", worker_transport, "--threads", "1", "--arena_slot_mb", "4"};
+      o.log = dir_.path() / absl::StrCat("w", i, ".log");
+      workers_.push_back(std::make_unique<WorkerProcess>(o));
+      absl::Status started = workers_.back()->Start();
+      ASSERT_TRUE(started.ok()) << started;
+    }
+  }
+  std::vector<std::string> Addresses() const {
+    std::vector<std::string> a;
+    for (const auto& w : workers_) a.push_back(w->address());
+    return a;
+  }
+  absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> Connect(const Model& model, const std::string& transport) {
+    auto fingerprint = FingerprintModel(model.config, *model.weights->source);
+    if (!fingerprint.ok()) return fingerprint.status();
+    auto t = ParseWorkerTransport(transport);
+    if (!t.ok()) return t.status();
+    RemoteExpertExecutorOptions options;
+    options.addresses = Addresses();
+    options.transports = {*t};
+    options.call_timeout = absl::Seconds(5);
+    return RemoteExpertExecutor::Connect(model.config, *fingerprint, options);
+  }
+
+  ScopedTempDir dir_;
+  std::vector<std::unique_ptr<WorkerProcess>> workers_;  // destroyed (stopped, reaped) with the fixture
+};
+
+TEST_P(RemoteExpertsTest, TokensAndLogitsEqualTheSingleProcessEngine) {
+  const Case& c = GetParam();
+  ASSERT_NO_FATAL_FAILURE(StartWorkers(2, c.division));
+  std::unique_ptr<Model> model = LoadTiny("tiny");
+  ASSERT_NE(model, nullptr);
+  const std::vector<int32_t> prompt = RandomTokens(20, model->config.vocab_size, 500);
+  auto remote = Connect(*model, c.transport);
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  EXPECT_EQ(ExpertDivisionName((*remote)->division()), c.division);
+
+  auto got = Generate(std::move(model), remote->get(), prompt, 12);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const GenerationRun want = Reference("tiny", c.division == "split" ? 2 : 1, prompt, 12);
+  ASSERT_EQ(got->tokens.size(), 12u);
+  EXPECT_EQ(got->tokens, want.tokens);
+  ASSERT_EQ(got->logits.size(), want.logits.size());
+  ASSERT_FALSE(want.logits.empty());
+  EXPECT_EQ(std::memcmp(got->logits.data(), want.logits.data(), want.logits.size() * sizeof(float)), 0)
+      << "logits differ from the single-process engine's";
+
+  // Every worker took part in every layer of the 12 forward passes (split),
+  // or at least some (shard); the stats say so.
+  for (const RemoteWorkerStats& s : (*remote)->stats()) {
+    EXPECT_GT(s.calls, 0) << s.address;
+    EXPECT_EQ(s.failures, 0) << s.address;
+    EXPECT_EQ(s.inline_fallbacks, 0) << s.address;
+    if (c.division == "split") {
+      EXPECT_EQ(s.calls, 12 * 2) << s.address;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, RemoteExpertsTest,
+                         ::testing::Values(Case{"split", "inline"}, Case{"split", "shm-grpc"}, Case{"split", "shm"},
+                                           Case{"shard", "inline"}, Case{"shard", "shm-grpc"}, Case{"shard", "shm"}),
+                         [](const auto& info) {
+                           std::string name = info.param.division + "_" + info.param.transport;
+                           for (char& ch : name)
+                             if (ch == '-') ch = '_';
+                           return name;
+                         });
+
+class RemoteConnectTest : public RemoteExpertsTest {};
+
+TEST_F(RemoteConnectTest, DescribeCalibrateStatsAndHealth) {
+  ASSERT_NO_FATAL_FAILURE(StartWorkers(2, "shard"));
+  std::unique_ptr<Model> model = LoadTiny("tiny");
+  auto stub = v1::ExpertWorker::NewStub(grpc::CreateChannel(workers_[1]->address(), grpc::InsecureChannelCredentials()));
+  auto context = [] {
+    auto c = std::make_unique<grpc::ClientContext>();
+    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    return c;
+  };
+  v1::DescribeResponse d;
+  ASSERT_TRUE(stub->Describe(context().get(), v1::DescribeRequest(), &d).ok());
+  EXPECT_EQ(d.protocol_version(), kExpertWorkerProtocolVersion);
+  auto fingerprint = FingerprintModel(model->config, *model->weights->source);
+  ASSERT_TRUE(fingerprint.ok());
+  EXPECT_EQ(FromProto(d.fingerprint()), *fingerprint);
+  EXPECT_EQ(d.division(), v1::DIVISION_SHARD);
+  EXPECT_EQ(d.worker_index(), 1);
+  EXPECT_EQ(d.num_workers(), 2);
+  EXPECT_EQ(d.experts_size(), 4);  // 2 layers x 4 experts, half of them
+  EXPECT_EQ(d.threads(), 1);
+  EXPECT_EQ(d.pid(), workers_[1]->pid());
+  EXPECT_EQ(d.weights_region(), workers_[1]->experts_region());
+  EXPECT_GT(d.weights_region_bytes(), 0u);
+  EXPECT_EQ(d.arena_region(), workers_[1]->arena_region());
+  EXPECT_TRUE(d.doorbell());
+  EXPECT_EQ(d.compute(), "store");
+
+  v1::CalibrateRequest calibrate;
+  calibrate.set_layer(d.experts(0).layer());
+  calibrate.set_expert(d.experts(0).expert());
+  calibrate.add_rows(1);
+  calibrate.add_rows(16);
+  calibrate.set_reps(3);
+  v1::CalibrateResponse points;
+  ASSERT_TRUE(stub->Calibrate(context().get(), calibrate, &points).ok());
+  ASSERT_EQ(points.points_size(), 2);
+  EXPECT_EQ(points.points(1).rows(), 16);
+  EXPECT_GT(points.points(0).median_us(), 0.0);
+  calibrate.set_expert((d.experts(0).expert() + 1) % 4);  // held by worker 0 (shard rotates)
+  const grpc::Status not_held = stub->Calibrate(context().get(), calibrate, &points);
+  EXPECT_EQ(not_held.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << not_held.error_message();
+
+  v1::HealthResponse health;
+  ASSERT_TRUE(stub->Health(context().get(), v1::HealthRequest(), &health).ok());
+  EXPECT_TRUE(health.serving());
+  v1::StatsResponse stats;
+  ASSERT_TRUE(stub->Stats(context().get(), v1::StatsRequest(), &stats).ok());
+  EXPECT_EQ(stats.requests(), 0u);  // Calibrate is not a request
+  EXPECT_EQ(stats.rejected(), 0u);
+}
+
+TEST_F(RemoteConnectTest, ModelMismatchIsFailedPreconditionNamingBothFingerprints) {
+  ASSERT_NO_FATAL_FAILURE(StartWorkers(2, "split", "tiny:3"));  // 3 layers; the coordinator has 2
+  std::unique_ptr<Model> model = LoadTiny("tiny");
+  auto remote = Connect(*model, "shm");
+  ASSERT_FALSE(remote.ok());
+  EXPECT_EQ(remote.status().code(), absl::StatusCode::kFailedPrecondition) << remote.status();
+  const std::string message(remote.status().message());
+  EXPECT_NE(message.find("L=3"), std::string::npos) << message;
+  EXPECT_NE(message.find("L=2"), std::string::npos) << message;
+  EXPECT_NE(message.find("worker 0"), std::string::npos) << message;
+}
+
+TEST_F(RemoteConnectTest, WorkersInTheWrongOrderAreRefused) {
+  ASSERT_NO_FATAL_FAILURE(StartWorkers(2, "shard"));
+  std::unique_ptr<Model> model = LoadTiny("tiny");
+  std::swap(workers_[0], workers_[1]);
+  auto remote = Connect(*model, "inline");
+  ASSERT_FALSE(remote.ok());
+  EXPECT_EQ(remote.status().code(), absl::StatusCode::kFailedPrecondition) << remote.status();
+  EXPECT_NE(remote.status().message().find("worker_index 1"), std::string::npos) << remote.status();
+}
+
+TEST_F(RemoteConnectTest, ShmTransportNeedsAWorkerWithAnArena) {
+  ASSERT_NO_FATAL_FAILURE(StartWorkers(1, "split", "tiny", /*worker_transport=*/"inline"));
+  std::unique_ptr<Model> model = LoadTiny("tiny");
+  auto remote = Connect(*model, "shm");
+  ASSERT_FALSE(remote.ok());
+  EXPECT_EQ(remote.status().code(), absl::StatusCode::kFailedPrecondition) << remote.status();
+  EXPECT_NE(remote.status().message().find("arena"), std::string::npos) << remote.status();
+  auto inline_ok = Connect(*model, "inline");
+  EXPECT_TRUE(inline_ok.ok()) << inline_ok.status();
+}
+
+TEST_F(RemoteConnectTest, NoWorkerListeningIsUnavailableOrDeadlineExceeded) {
+  std::unique_ptr<Model> model = LoadTiny("tiny");
+  auto fingerprint = FingerprintModel(model->config, *model->weights->source);
+  ASSERT_TRUE(fingerprint.ok());
+  RemoteExpertExecutorOptions options;
+  options.addresses = {"unix:" + (dir_.path() / "nobody.sock").string()};
+  options.transports = {WorkerTransport::kShmDoorbell};
+  options.connect_timeout = absl::Milliseconds(300);
+  const absl::Time start = absl::Now();
+  auto remote = RemoteExpertExecutor::Connect(model->config, *fingerprint, options);
+  ASSERT_FALSE(remote.ok());
+  EXPECT_TRUE(absl::IsDeadlineExceeded(remote.status()) || absl::IsUnavailable(remote.status())) << remote.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+}
+
+}  // namespace
+}  // namespace tandem

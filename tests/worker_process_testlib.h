@@ -1,0 +1,63 @@
+// Real tandem-cpu-worker processes for multi-process tests: spawned with
+// posix_spawn on a unix socket in a test temp dir, output to a log file, and
+// always cleaned up — the destructor stops the process (SIGTERM, then
+// SIGKILL), reaps it and unlinks the shm regions it may have left behind, so
+// a failing test never leaks a process or a region.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace tandem {
+
+struct WorkerProcessOptions {
+  std::string binary;  // TANDEM_BINARY_DIR "/bin/tandem-cpu-worker"
+  std::filesystem::path socket;
+  std::string region_prefix;  // "/tandem-test-..."; unique per test
+  int worker_index = 0;
+  int num_workers = 1;
+  std::vector<std::string> extra_args;  // e.g. --synthetic tiny --division split --transport shm
+  std::filesystem::path log;
+};
+
+class WorkerProcess {
+ public:
+  explicit WorkerProcess(WorkerProcessOptions options);
+  ~WorkerProcess();
+  WorkerProcess(const WorkerProcess&) = delete;
+  WorkerProcess& operator=(const WorkerProcess&) = delete;
+
+  // Spawns the worker (again, after Kill) and waits until it answers Health.
+  absl::Status Start(absl::Duration timeout = absl::Seconds(30));
+  // Sends `signal`; for SIGKILL/SIGTERM also reaps the process.
+  void Kill(int signal);
+  // SIGTERM, waits (then SIGKILL) and reaps; the exit status, or -1.
+  int Stop(absl::Duration grace = absl::Seconds(5));
+
+  pid_t pid() const { return pid_; }
+  bool running() const { return pid_ > 0; }
+  std::string address() const { return "unix:" + options_.socket.string(); }
+  const WorkerProcessOptions& options() const { return options_; }
+  std::string experts_region() const;
+  std::string arena_region() const;
+  std::string LogTail(size_t bytes = 4000) const;
+
+ private:
+  WorkerProcessOptions options_;
+  pid_t pid_ = -1;
+};
+
+// A region prefix unique to this process and call: "/tandem-test-<pid>-<n>".
+std::string UniqueRegionPrefix();
+
+// Polls Health on `address` until it answers or `timeout` passes.
+absl::Status WaitForHealthy(const std::string& address, absl::Duration timeout);
+
+}  // namespace tandem
