@@ -43,7 +43,7 @@ stop_workers() {
     while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null || true
   done
-  rm -f "$runtime_dir"/worker-*.pid
+  rm -f "$runtime_dir"/worker-*.pid "$runtime_dir/num_workers"
   echo "tandem-launch: stopped ${#pids[@]} worker(s)"
 }
 
