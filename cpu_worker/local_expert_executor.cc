@@ -1,7 +1,6 @@
 #include "cpu_worker/local_expert_executor.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -99,46 +98,11 @@ absl::Status LocalExpertExecutor::RunExperts(int layer, std::span<const ExpertWo
     }
   }
 
-  const auto start = std::chrono::steady_clock::now();
-  LocalExpertExecutorStats call;
-  call.calls = 1;
-  for (const ExpertWork& entry : work) {
-    if (entry.num_rows == 0) continue;  // an expert with no rows changes nothing
+  return recorder_.RunAndRecord(layer, work, [&](const ExpertWork& entry) {
     const ExpertFfnWeights& weights = layer_experts[static_cast<size_t>(entry.expert)];
-    absl::Status status = split_ways_ == 1 ? ffn_.Run(weights, entry.input, entry.num_rows, entry.output)
-                                           : RunSplit(weights, entry.input, entry.num_rows, entry.output);
-    if (!status.ok())
-      return absl::Status(status.code(),
-                          absl::StrCat("layer ", layer, " expert ", entry.expert, ": ", status.message()));
-    ++call.experts;
-    call.rows += entry.num_rows;
-  }
-  call.time_us =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
-
-  std::lock_guard<std::mutex> lock(stats_mutex_);
-  last_call_ = call;
-  totals_.calls += call.calls;
-  totals_.experts += call.experts;
-  totals_.rows += call.rows;
-  totals_.time_us += call.time_us;
-  return absl::OkStatus();
-}
-
-LocalExpertExecutorStats LocalExpertExecutor::stats() const {
-  std::lock_guard<std::mutex> lock(stats_mutex_);
-  return totals_;
-}
-
-LocalExpertExecutorStats LocalExpertExecutor::last_call() const {
-  std::lock_guard<std::mutex> lock(stats_mutex_);
-  return last_call_;
-}
-
-void LocalExpertExecutor::ResetStats() {
-  std::lock_guard<std::mutex> lock(stats_mutex_);
-  totals_ = {};
-  last_call_ = {};
+    return split_ways_ == 1 ? ffn_.Run(weights, entry.input, entry.num_rows, entry.output)
+                            : RunSplit(weights, entry.input, entry.num_rows, entry.output);
+  });
 }
 
 }  // namespace tandem

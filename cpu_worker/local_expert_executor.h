@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <span>
 #include <vector>
 
@@ -13,17 +12,10 @@
 #include "common/expert_executor.h"
 #include "common/expert_partition.h"
 #include "common/thread_pool.h"
+#include "cpu_worker/expert_call_stats.h"
 #include "cpu_worker/expert_ffn.h"
 
 namespace tandem {
-
-// Counters over RunExperts calls; time is wall time of the whole call.
-struct LocalExpertExecutorStats {
-  int64_t calls = 0;
-  int64_t experts = 0;  // ExpertWork entries with at least one row
-  int64_t rows = 0;     // sum of num_rows
-  int64_t time_us = 0;
-};
 
 // split_ways: the multi-process system must give bit-for-bit the logits of
 // a single process. Under the `split` division (common/expert_partition.h)
@@ -56,9 +48,9 @@ class LocalExpertExecutor final : public ExpertExecutor {
   // Entries are run one after the other, each parallel over the pool.
   absl::Status RunExperts(int layer, std::span<const ExpertWork> work) override;
 
-  LocalExpertExecutorStats stats() const;      // since construction or ResetStats
-  LocalExpertExecutorStats last_call() const;  // the most recent RunExperts
-  void ResetStats();
+  ExpertCallStats stats() const { return recorder_.totals(); }  // since construction or ResetStats
+  ExpertCallStats last_call() const { return recorder_.last_call(); }
+  void ResetStats() { recorder_.Reset(); }
 
   int num_layers() const { return static_cast<int>(experts_.size()); }
   int split_ways() const { return split_ways_; }
@@ -75,9 +67,7 @@ class LocalExpertExecutor final : public ExpertExecutor {
   std::vector<float> partial_;    // [R, D] p_w for w > 0 (split_ways > 1)
   std::vector<float> sum_;        // [R, D] p_0 + p_1 + ... (split_ways > 1)
 
-  mutable std::mutex stats_mutex_;  // stats may be read by a metrics thread
-  LocalExpertExecutorStats totals_;
-  LocalExpertExecutorStats last_call_;
+  ExpertCallRecorder recorder_;
 };
 
 }  // namespace tandem

@@ -1,6 +1,5 @@
 #include "cpu_worker/store_expert_executor.h"
 
-#include <chrono>
 
 #include "absl/strings/str_cat.h"
 
@@ -31,44 +30,9 @@ absl::Status StoreExpertExecutor::RunExperts(int layer, std::span<const ExpertWo
                                                      " has null input or output for ", entry.num_rows, " rows"));
   }
 
-  const auto start = std::chrono::steady_clock::now();
-  StoreExpertExecutorStats call;
-  call.calls = 1;
-  for (const ExpertWork& entry : work) {
-    if (entry.num_rows == 0) continue;  // an expert with no rows changes nothing
-    absl::Status status = ffn_.Run(*store_->Find(layer, entry.expert), entry.input, entry.num_rows, entry.output);
-    if (!status.ok())
-      return absl::Status(status.code(),
-                          absl::StrCat("layer ", layer, " expert ", entry.expert, ": ", status.message()));
-    ++call.experts;
-    call.rows += entry.num_rows;
-  }
-  call.time_us =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
-
-  std::lock_guard<std::mutex> lock(stats_mutex_);
-  last_call_ = call;
-  totals_.calls += call.calls;
-  totals_.experts += call.experts;
-  totals_.rows += call.rows;
-  totals_.time_us += call.time_us;
-  return absl::OkStatus();
-}
-
-StoreExpertExecutorStats StoreExpertExecutor::stats() const {
-  std::lock_guard<std::mutex> lock(stats_mutex_);
-  return totals_;
-}
-
-StoreExpertExecutorStats StoreExpertExecutor::last_call() const {
-  std::lock_guard<std::mutex> lock(stats_mutex_);
-  return last_call_;
-}
-
-void StoreExpertExecutor::ResetStats() {
-  std::lock_guard<std::mutex> lock(stats_mutex_);
-  totals_ = {};
-  last_call_ = {};
+  return recorder_.RunAndRecord(layer, work, [&](const ExpertWork& entry) {
+    return ffn_.Run(*store_->Find(layer, entry.expert), entry.input, entry.num_rows, entry.output);
+  });
 }
 
 }  // namespace tandem

@@ -12,7 +12,6 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <span>
 
 #include "absl/status/status.h"
@@ -20,13 +19,9 @@
 #include "common/thread_pool.h"
 #include "cpu_worker/expert_ffn.h"
 #include "cpu_worker/expert_store.h"
-#include "cpu_worker/local_expert_executor.h"
+#include "cpu_worker/expert_call_stats.h"
 
 namespace tandem {
-
-// Same counters as the in-process executor: calls, experts with rows, rows,
-// wall time of whole RunExperts calls.
-using StoreExpertExecutorStats = LocalExpertExecutorStats;
 
 class StoreExpertExecutor final : public ExpertExecutor {
  public:
@@ -43,9 +38,9 @@ class StoreExpertExecutor final : public ExpertExecutor {
   // parallel over the pool.
   absl::Status RunExperts(int layer, std::span<const ExpertWork> work) override;
 
-  StoreExpertExecutorStats stats() const;      // since construction or ResetStats
-  StoreExpertExecutorStats last_call() const;  // the most recent RunExperts
-  void ResetStats();
+  ExpertCallStats stats() const { return recorder_.totals(); }  // since construction or ResetStats
+  ExpertCallStats last_call() const { return recorder_.last_call(); }
+  void ResetStats() { recorder_.Reset(); }
 
   const ExpertStore& store() const { return *store_; }
 
@@ -53,9 +48,7 @@ class StoreExpertExecutor final : public ExpertExecutor {
   const ExpertStore* store_;
   ExpertFfn ffn_;  // owns the [R, S] scratch, reused across calls
 
-  mutable std::mutex stats_mutex_;  // stats may be read by a metrics thread
-  StoreExpertExecutorStats totals_;
-  StoreExpertExecutorStats last_call_;
+  ExpertCallRecorder recorder_;
 };
 
 }  // namespace tandem

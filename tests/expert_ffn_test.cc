@@ -270,12 +270,12 @@ TEST_F(LocalExpertExecutorTest, CollectsStats) {
   const ExpertWork work[] = {{1, 5, x.data(), y.data()}, {2, 0, nullptr, nullptr}};
   ASSERT_TRUE(executor_->RunExperts(0, work).ok());
   ASSERT_TRUE(executor_->RunExperts(1, work).ok());
-  const LocalExpertExecutorStats last = executor_->last_call();
+  const ExpertCallStats last = executor_->last_call();
   EXPECT_EQ(last.calls, 1);
   EXPECT_EQ(last.experts, 1);  // the zero-row entry is skipped
   EXPECT_EQ(last.rows, 5);
   EXPECT_GE(last.time_us, 0);
-  const LocalExpertExecutorStats totals = executor_->stats();
+  const ExpertCallStats totals = executor_->stats();
   EXPECT_EQ(totals.calls, 2);
   EXPECT_EQ(totals.experts, 2);
   EXPECT_EQ(totals.rows, 10);

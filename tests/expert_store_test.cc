@@ -462,7 +462,7 @@ TEST_F(StoreExecutorTest, ShardOutputsMatchLocalFullFfnBitForBit) {
                     0)
               << rows << " rows, layer " << layer << " expert " << e;
       }
-      const StoreExpertExecutorStats last = executors[1]->last_call();
+      const ExpertCallStats last = executors[1]->last_call();
       EXPECT_EQ(last.calls, 1);
       EXPECT_EQ(last.rows, rows * 2);  // two experts of four per worker
     }

@@ -1,0 +1,43 @@
+// What both CPU expert executors (in-process and store-backed) count over
+// their RunExperts calls, and the loop that runs one call's experts and
+// records it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <span>
+
+#include "absl/status/status.h"
+#include "common/expert_executor.h"
+
+namespace tandem {
+
+// Counters over RunExperts calls; time is wall time of the whole call.
+struct ExpertCallStats {
+  int64_t calls = 0;
+  int64_t experts = 0;  // ExpertWork entries with at least one row
+  int64_t rows = 0;     // sum of num_rows
+  int64_t time_us = 0;
+};
+
+// Totals and the last call. Record comes from the executor's caller thread;
+// totals/last_call may be read by a metrics thread at the same time.
+class ExpertCallRecorder {
+ public:
+  // Runs `run_one` on every entry with rows, in order, stopping at the first
+  // error (prefixed with the layer and expert), and records the call.
+  absl::Status RunAndRecord(int layer, std::span<const ExpertWork> work,
+                            const std::function<absl::Status(const ExpertWork&)>& run_one);
+
+  ExpertCallStats totals() const;
+  ExpertCallStats last_call() const;
+  void Reset();
+
+ private:
+  mutable std::mutex mutex_;
+  ExpertCallStats totals_;
+  ExpertCallStats last_call_;
+};
+
+}  // namespace tandem
