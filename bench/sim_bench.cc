@@ -1,0 +1,193 @@
+// tandem-sim (skeleton): replays a routing trace through combinations of
+// policies under a hardware profile and prints one JSON line per
+// combination: TTFT, per-token latency, hit rate, migrations, CPU/GPU/copy
+// busy time. The trace is synthetic (coordinator/planner/synthetic_trace.h,
+// matching the papers' published routing statistics) until the engine
+// records real ones.
+//
+// Presets, each the paper's own combination (DAOP's lossy pre-calculation
+// is not modelled; its exact part is):
+//   fiddler — threshold execution, static cache, popularity placement
+//   collab  — hit → GPU, miss → CPU (cpu-only execution), lru cache,
+//             first-layers placement (--lru_ways ways per covered layer)
+//   daop    — cpu-only execution, sequence cache, per-layer popularity
+//   offload — gpu-only execution, lru cache over every layer
+//   ours    — makespan execution, adaptive cache, per-layer popularity
+// or "execution/cache/placement" triples, e.g. makespan/lru/first-layers.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "coordinator/planner/profile_io.h"
+#include "coordinator/planner/simulator.h"
+#include "coordinator/planner/synthetic_trace.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(std::string, profile, "bench/profiles/collab-rtx4090-tr7960x-mixtral.json", "hardware profile");
+ABSL_FLAG(std::string, presets, "fiddler,collab,daop,offload,ours", "policy combinations (see the file comment)");
+ABSL_FLAG(int, workers, 1, "CPU workers the profile's whole CPU is divided into");
+ABSL_FLAG(std::string, division, "split", "split or shard");
+ABSL_FLAG(int, slots, 0, "GPU expert slots; 0: the profile's");
+ABSL_FLAG(int, lru_ways, 4, "collab/offload: ways per cached layer (the paper's (N, M) = (slots / M, M))");
+ABSL_FLAG(double, non_expert_us, 0, "non-expert time per layer (attention, norms, router), the same for every policy");
+ABSL_FLAG(int, prompt, 128, "prompt tokens per sequence");
+ABSL_FLAG(int, decode, 128, "decode steps per sequence");
+ABSL_FLAG(int, beams, 1, "rows per decode step (beam width or batch)");
+ABSL_FLAG(int, sequences, 4, "sequences, one after another");
+ABSL_FLAG(uint64_t, seed, 2, "routing seed of the measured trace (the calibration trace uses seed + 1000)");
+
+namespace tandem {
+namespace {
+
+using Json = nlohmann::json;
+
+void Emit(const Json& line) {
+  std::fputs((line.dump() + "\n").c_str(), stdout);
+  std::fflush(stdout);
+}
+
+absl::StatusOr<SimOptions> Preset(const std::string& name, const HardwareProfile& profile, int slots, int workers,
+                                  ExpertDivision division) {
+  std::string spec = name;
+  if (name == "fiddler") spec = "threshold/static/popularity";
+  if (name == "collab") spec = "cpu-only/lru/first-layers";
+  if (name == "daop") spec = "cpu-only/sequence/popularity-balanced";
+  if (name == "offload") spec = "gpu-only/lru-all/uniform";
+  if (name == "ours") spec = "makespan/adaptive/popularity-balanced";
+  const std::vector<std::string> parts = absl::StrSplit(spec, '/');
+  if (parts.size() != 3) {
+    return absl::InvalidArgumentError(absl::StrCat("preset \"", name, "\" is neither a preset nor execution/cache/placement"));
+  }
+  SimOptions o;
+  TANDEM_ASSIGN_OR_RETURN(o.planner.policy, ParseExecutionPolicy(parts[0]));
+  o.planner.division = division;
+  o.planner.num_cpu_workers = workers;
+  const int L = profile.model.num_layers, E = profile.model.num_experts;
+  const int ways = std::min(absl::GetFlag(FLAGS_lru_ways), E);
+  std::string cache = parts[1];
+  const bool lru_all = cache == "lru-all";
+  if (lru_all) cache = "lru";
+  TANDEM_ASSIGN_OR_RETURN(o.cache.kind, ParseCachePolicyKind(cache));
+  if (lru_all) {
+    o.cache.lru = {L, std::max(1, std::min(E, slots / L))};
+  } else {
+    o.cache.lru = {std::min(L, slots / std::max(1, ways)), ways};
+  }
+  o.cache.adaptive.division = division;
+  o.cache.adaptive.num_experts_per_token = profile.model.num_experts_per_token;
+  std::string placement = parts[2];
+  o.placement.balance_layers = placement == "popularity-balanced";
+  if (o.placement.balance_layers) placement = "popularity";
+  TANDEM_ASSIGN_OR_RETURN(o.placement.policy, ParsePlacementPolicy(placement));
+  o.placement.num_slots = slots;
+  o.placement.ways = o.cache.kind == CachePolicyKind::kLru ? o.cache.lru.num_ways : ways;
+  o.non_expert_us_per_layer = absl::GetFlag(FLAGS_non_expert_us);
+  return o;
+}
+
+int Run() {
+  absl::StatusOr<HardwareProfile> profile = LoadHardwareProfile(absl::GetFlag(FLAGS_profile));
+  if (!profile.ok()) {
+    LOG_ERROR(profile.status().ToString());
+    return 1;
+  }
+  CostModelParams params = profile->cost;
+  const int workers = absl::GetFlag(FLAGS_workers);
+  if (workers > 1) {
+    absl::StatusOr<CostModelParams> divided = DivideCpuIntoWorkers(params, workers);
+    if (!divided.ok()) {
+      LOG_ERROR(divided.status().ToString());
+      return 1;
+    }
+    params = *divided;
+  }
+  absl::StatusOr<CostModel> cost = CostModel::Create(params);
+  absl::StatusOr<ExpertDivision> division = ParseExpertDivision(absl::GetFlag(FLAGS_division));
+  if (!cost.ok() || !division.ok()) {
+    LOG_ERROR(cost.ok() ? division.status().ToString() : cost.status().ToString());
+    return 1;
+  }
+  const int slots = absl::GetFlag(FLAGS_slots) > 0 ? absl::GetFlag(FLAGS_slots) : profile->model.gpu_expert_slots;
+
+  SyntheticTraceOptions trace_options;
+  trace_options.num_layers = profile->model.num_layers;
+  trace_options.num_experts = profile->model.num_experts;
+  trace_options.num_experts_per_token = profile->model.num_experts_per_token;
+  trace_options.num_sequences = absl::GetFlag(FLAGS_sequences);
+  trace_options.prompt_tokens = absl::GetFlag(FLAGS_prompt);
+  trace_options.decode_steps = absl::GetFlag(FLAGS_decode);
+  trace_options.decode_rows_per_step = absl::GetFlag(FLAGS_beams);
+  trace_options.seed = absl::GetFlag(FLAGS_seed);
+  absl::StatusOr<RoutingTrace> trace = GenerateSyntheticTrace(trace_options);
+  SyntheticTraceOptions calibration_options = trace_options;
+  calibration_options.seed += 1000;
+  calibration_options.num_sequences = 8;
+  absl::StatusOr<RoutingTrace> calibration = GenerateSyntheticTrace(calibration_options);
+  if (!trace.ok() || !calibration.ok()) {
+    LOG_ERROR(trace.ok() ? calibration.status().ToString() : trace.status().ToString());
+    return 1;
+  }
+  const ExpertUsage usage = TraceUsage(*calibration);
+  const TraceStats stats = MeasureTrace(*trace);
+  Emit({{"kind", "trace"},
+        {"profile", profile->name},
+        {"slots", slots},
+        {"workers", cost->num_cpu_workers()},
+        {"prompt", trace_options.prompt_tokens},
+        {"decode", trace_options.decode_steps},
+        {"beams", trace_options.decode_rows_per_step},
+        {"sequences", trace_options.num_sequences},
+        {"popularity_mean", stats.popularity_mean},
+        {"popularity_sd", stats.popularity_sd},
+        {"token_reuse", stats.token_reuse},
+        {"layer_same_id", stats.layer_same_id},
+        {"prefill_decode_cosine", stats.prefill_decode_cosine}});
+
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_presets), ',', absl::SkipEmpty())) {
+    absl::StatusOr<SimOptions> options = Preset(std::string(name), *profile, slots, cost->num_cpu_workers(), *division);
+    if (!options.ok()) {
+      LOG_ERROR(options.status().ToString());
+      return 1;
+    }
+    options->usage = &usage;
+    absl::StatusOr<SimResult> r = Simulate(*trace, *cost, *options);
+    if (!r.ok()) {
+      LOG_ERROR(std::string(name), ": ", r.status().ToString());
+      return 1;
+    }
+    Emit({{"kind", "result"},
+          {"preset", std::string(name)},
+          {"execution", ExecutionPolicyName(options->planner.policy)},
+          {"cache", CachePolicyKindName(options->cache.kind)},
+          {"placement", PlacementPolicyName(options->placement.policy)},
+          {"ttft_ms", r->ttft_us / 1000},
+          {"decode_ms_per_step", r->decode_step_us / 1000},
+          {"decode_steps_per_s", r->decode_tokens_per_s},
+          {"total_s", r->total_us / 1e6},
+          {"hit_rate", r->hit_rate()},
+          {"inflight_waits", r->inflight_waits},
+          {"planner_migrations", r->planner_migrations},
+          {"cache_migrations", r->cache_migrations},
+          {"cache_admissions", r->cache_admissions},
+          {"cpu_runs", r->cpu_runs},
+          {"cpu_busy_s", r->cpu_busy_us / 1e6},
+          {"gpu_busy_s", r->gpu_busy_us / 1e6},
+          {"copy_busy_s", r->copy_busy_us / 1e6}});
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tandem
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return tandem::Run();
+}
