@@ -1,6 +1,9 @@
 // A fixed pool of compute threads that run one parallel loop at a time.
 //
 // Work in ParallelFor is split with an atomic counter (dynamic scheduling).
+// Between loops the workers spin for a while before sleeping: a decode step
+// runs dozens of parallel loops microseconds apart, and waking a sleeping
+// thread (a futex, and on a VM an idle vCPU's halt) costs tens of µs each.
 // The pool has `num_threads` workers *including* the calling thread,
 // so ParallelFor never oversubscribes the cores it was given.
 //
@@ -49,9 +52,9 @@ class ThreadPool {
   std::mutex mutex_;
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;
-  uint64_t generation_ = 0;
-  int pending_workers_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};  // bumped (under mutex_) per ParallelFor
+  std::atomic<int> pending_workers_{0};  // workers still inside this generation
+  std::atomic<bool> stop_{false};
 
   const std::function<void(int64_t, int)>* fn_ = nullptr;
   int64_t num_tasks_ = 0;
