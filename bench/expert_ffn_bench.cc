@@ -25,6 +25,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/json_lines.h"
 #include "common/dtype.h"
 #include "common/hardware_probe.h"
 #include "common/kernels/linear.h"
@@ -52,20 +53,6 @@ namespace tandem {
 namespace {
 
 using Json = nlohmann::json;
-
-void Emit(const Json& line) {
-  std::fputs((line.dump() + "\n").c_str(), stdout);
-  std::fflush(stdout);
-}
-
-std::vector<int64_t> ParseList(const std::string& text) {
-  std::vector<int64_t> values;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    int64_t v = 0;
-    if (absl::SimpleAtoi(part, &v) && v > 0) values.push_back(v);
-  }
-  return values;
-}
 
 // Stored weights of `count` elements, uniform in [-scale, scale], deterministic.
 class WeightBuffer {
@@ -181,8 +168,8 @@ absl::Status Main() {
   } else {
     return absl::InvalidArgumentError("--dtype must be bf16, f16 or f32");
   }
-  const std::vector<int64_t> row_counts = ParseList(absl::GetFlag(FLAGS_rows));
-  const std::vector<int64_t> compare_rows = ParseList(absl::GetFlag(FLAGS_compare_rows));
+  const std::vector<int64_t> row_counts = ParsePositiveList<int64_t>(absl::GetFlag(FLAGS_rows));
+  const std::vector<int64_t> compare_rows = ParsePositiveList<int64_t>(absl::GetFlag(FLAGS_compare_rows));
   LinearOptions options;
   options.prefill_min_rows = absl::GetFlag(FLAGS_prefill_min_rows);
   const std::string prefill_flag = absl::GetFlag(FLAGS_prefill_kernel);
@@ -205,7 +192,7 @@ absl::Status Main() {
     triad_gb_s = bandwidth->triad_gb_s;
     read_gb_s = bandwidth->read_gb_s;
     fma_gflops = peak->gflops;
-    Emit({{"kind", "machine"},
+    EmitJsonLine({{"kind", "machine"},
           {"threads", threads},
           {"triad_gb_s", bandwidth->triad_gb_s},
           {"triad_with_write_allocate_gb_s", bandwidth->triad_with_write_allocate_gb_s},
@@ -217,7 +204,7 @@ absl::Status Main() {
            "triad counts 3x4 B/element as STREAM does; ordinary stores also read a[] "
            "(write-allocate), so DRAM moved 4/3 of that. Best of reps for both."}});
   }
-  Emit(ProbeOneDnn(hidden));
+  EmitJsonLine(ProbeOneDnn(hidden));
 
   const int64_t matrix = hidden * intermediate;
   const double weight_bytes = 3.0 * static_cast<double>(matrix) * static_cast<double>(DTypeSize(dtype));
@@ -240,7 +227,7 @@ absl::Status Main() {
   for (int64_t r : compare_rows) max_rows = std::max(max_rows, r);
   std::vector<float> x(static_cast<size_t>(max_rows * hidden)), y(static_cast<size_t>(max_rows * hidden));
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
-  Emit({{"kind", "config"},
+  EmitJsonLine({{"kind", "config"},
         {"dtype", dtype_flag},
         {"hidden", hidden},
         {"intermediate", intermediate},
@@ -280,7 +267,7 @@ absl::Status Main() {
       line["peak_ratio"] = gflops / fma_gflops;
       line["best_peak_ratio"] = best_gflops / fma_gflops;
     }
-    Emit(line);
+    EmitJsonLine(line);
   }
 
   // Every path at the same row counts. Small counts: where the stream kernel
@@ -318,10 +305,10 @@ absl::Status Main() {
     // The first compared row count from which the prefill kernel stays ahead.
     if (prefill_us < stream_us && crossover == 0) crossover = rows;
     if (prefill_us >= stream_us) crossover = 0;
-    Emit(line);
+    EmitJsonLine(line);
   }
   if (!compare_rows.empty())
-    Emit({{"kind", "threshold"},
+    EmitJsonLine({{"kind", "threshold"},
           {"prefill_path", LinearPathName(prefill_path)},
           {"prefill_min_rows", options.prefill_min_rows},
           {"measured_crossover_rows", crossover},

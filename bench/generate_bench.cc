@@ -17,6 +17,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/json_lines.h"
 #include "client/local_runtime.h"
 #include "common/hardware_probe.h"
 #include "common/log.h"
@@ -32,8 +33,6 @@ ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all available cores");
 namespace {
 
 using nlohmann::json;
-
-void Emit(const json& line) { std::cout << line.dump() << std::endl; }
 
 // Weight bytes one decode token reads: every dense matrix plus, per layer,
 // the K experts it is routed to (the embedding reads one row: ignored).
@@ -68,7 +67,7 @@ absl::Status BenchModel(std::unique_ptr<tandem::Model> model, const std::string&
   }
   const double bytes = DecodeBytesPerToken(*rt.model().weights);
   const double decode_gb_s = bytes * best_decode / 1e9;
-  Emit({{"bench", "generate"},
+  tandem::EmitJsonLine({{"bench", "generate"},
         {"model", name},
         {"architecture", c.architecture_name},
         {"layers", c.num_hidden_layers},
@@ -96,7 +95,7 @@ int main(int argc, char** argv) {
     auto bw = tandem::MeasureMemoryBandwidth(&pool);
     if (bw.ok()) {
       triad = bw->triad_gb_s;
-      Emit({{"bench", "machine"}, {"threads", threads}, {"triad_gb_s", bw->triad_gb_s},
+      tandem::EmitJsonLine({{"bench", "machine"}, {"threads", threads}, {"triad_gb_s", bw->triad_gb_s},
             {"triad_with_write_allocate_gb_s", bw->triad_with_write_allocate_gb_s}});
     }
   }

@@ -34,6 +34,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/json_lines.h"
 #include "common/log.h"
 #include "common/numa_topology.h"
 #include "common/synthetic_model.h"
@@ -58,11 +59,6 @@ namespace tandem {
 namespace {
 
 using Json = nlohmann::json;
-
-void Emit(const Json& line) {
-  std::fputs((line.dump() + "\n").c_str(), stdout);
-  std::fflush(stdout);
-}
 
 // The echo worker process: started here, always stopped on the way out.
 class EchoWorker {
@@ -202,7 +198,7 @@ int Main(const char* argv0) {
         return 1;
       }
       const Timing t = Summarise(us);
-      Emit(Json{{"bench", "ipc_round_trip"},
+      EmitJsonLine(Json{{"bench", "ipc_round_trip"},
                 {"transport", transport},
                 {"rows", rows},
                 {"hidden", d},

@@ -22,6 +22,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/json_lines.h"
 #include "common/expert_partition.h"
 #include "common/log.h"
 #include "coordinator/planner/cost_model.h"
@@ -48,20 +49,6 @@ namespace tandem {
 namespace {
 
 using Json = nlohmann::json;
-
-void Emit(const Json& line) {
-  std::fputs((line.dump() + "\n").c_str(), stdout);
-  std::fflush(stdout);
-}
-
-std::vector<int> ParseInts(const std::string& text) {
-  std::vector<int> values;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    int v = 0;
-    if (absl::SimpleAtoi(part, &v) && v > 0) values.push_back(v);
-  }
-  return values;
-}
 
 CostModelParams BuiltInParams() {
   CostModelParams p;
@@ -153,7 +140,7 @@ int Run() {
     }
     policies.push_back(*policy);
   }
-  Emit({{"kind", "config"},
+  EmitJsonLine({{"kind", "config"},
         {"profile", profile_name},
         {"workers", cost->num_cpu_workers()},
         {"division", ExpertDivisionName(*division)},
@@ -163,11 +150,11 @@ int Run() {
         {"reps", absl::GetFlag(FLAGS_reps)}});
 
   std::mt19937_64 rng(20250517);
-  for (int num_experts : ParseInts(absl::GetFlag(FLAGS_experts))) {
+  for (int num_experts : ParsePositiveList<int>(absl::GetFlag(FLAGS_experts))) {
     const int k = absl::GetFlag(FLAGS_experts_per_token) > 0 ? absl::GetFlag(FLAGS_experts_per_token)
                                                              : (num_experts <= 16 ? 2 : 8);
     if (k > num_experts) continue;
-    for (int tokens : ParseInts(absl::GetFlag(FLAGS_tokens))) {
+    for (int tokens : ParsePositiveList<int>(absl::GetFlag(FLAGS_tokens))) {
       const std::vector<Layer> layers = MakeLayers(num_experts, k, tokens, absl::GetFlag(FLAGS_layers),
                                                    absl::GetFlag(FLAGS_resident_fraction),
                                                    std::min(absl::GetFlag(FLAGS_inflight), num_experts), rng);
@@ -220,7 +207,7 @@ int Run() {
           ns_per_plan.push_back(ns / static_cast<double>(planned));
         }
         std::sort(ns_per_plan.begin(), ns_per_plan.end());
-        Emit({{"kind", "plan"},
+        EmitJsonLine({{"kind", "plan"},
               {"policy", ExecutionPolicyName(policy)},
               {"experts", num_experts},
               {"experts_per_token", k},

@@ -21,8 +21,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "bench/json_lines.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "coordinator/planner/profile_io.h"
@@ -47,11 +48,6 @@ namespace tandem {
 namespace {
 
 using Json = nlohmann::json;
-
-void Emit(const Json& line) {
-  std::fputs((line.dump() + "\n").c_str(), stdout);
-  std::fflush(stdout);
-}
 
 absl::StatusOr<SimOptions> Preset(const std::string& name, const HardwareProfile& profile, int slots, int workers,
                                   ExpertDivision division) {
@@ -136,7 +132,7 @@ int Run() {
   }
   const ExpertUsage usage = TraceUsage(*calibration);
   const TraceStats stats = MeasureTrace(*trace);
-  Emit({{"kind", "trace"},
+  EmitJsonLine({{"kind", "trace"},
         {"profile", profile->name},
         {"slots", slots},
         {"workers", cost->num_cpu_workers()},
@@ -162,7 +158,7 @@ int Run() {
       LOG_ERROR(std::string(name), ": ", r.status().ToString());
       return 1;
     }
-    Emit({{"kind", "result"},
+    EmitJsonLine({{"kind", "result"},
           {"preset", std::string(name)},
           {"execution", ExecutionPolicyName(options->planner.policy)},
           {"cache", CachePolicyKindName(options->cache.kind)},
