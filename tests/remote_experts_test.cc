@@ -100,7 +100,7 @@ class RemoteExpertsTest : public ::testing::TestWithParam<Case> {
  protected:
   // Starts `n` workers serving `preset` with `division`.
   void StartWorkers(int n, const std::string& division, const std::string& preset = "tiny",
-                    const std::string& worker_transport = "shm") {
+                    const std::string& worker_transport = "shm", int arena_slot_mb = 4) {
     const std::string prefix = UniqueRegionPrefix();
     for (int i = 0; i < n; ++i) {
       WorkerProcessOptions o;
@@ -110,7 +110,7 @@ class RemoteExpertsTest : public ::testing::TestWithParam<Case> {
       o.worker_index = i;
       o.num_workers = n;
       o.extra_args = {"--synthetic", preset, "--seed", absl::StrCat(kSeed), "--division", division,
-                      "--transport", worker_transport, "--threads", "1", "--arena_slot_mb", "4"};
+                      "--transport", worker_transport, "--threads", "1", "--arena_slot_mb", absl::StrCat(arena_slot_mb)};
       o.log = dir_.path() / absl::StrCat("w", i, ".log");
       workers_.push_back(std::make_unique<WorkerProcess>(o));
       absl::Status started = workers_.back()->Start();
@@ -181,6 +181,31 @@ INSTANTIATE_TEST_SUITE_P(All, RemoteExpertsTest,
                          });
 
 class RemoteConnectTest : public RemoteExpertsTest {};
+
+// A layer whose rows do not fit the worker's arena slot (here a 300-token
+// prefill of the demo model: 600 rows x 2 KiB per worker under split, against
+// 1 MiB slots) travels inline instead, and still gives the single-process
+// engine's exact logits; the decode steps after it fit and use the arena.
+TEST_F(RemoteConnectTest, LayerTooLargeForTheArenaFallsBackToInlineExactly) {
+  ASSERT_NO_FATAL_FAILURE(StartWorkers(2, "split", "demo", "shm", /*arena_slot_mb=*/1));
+  std::unique_ptr<Model> model = LoadTiny("demo");
+  ASSERT_NE(model, nullptr);
+  const std::vector<int32_t> prompt = RandomTokens(300, model->config.vocab_size, 501);
+  auto remote = Connect(*model, "shm");
+  ASSERT_TRUE(remote.ok()) << remote.status();
+  auto got = Generate(std::move(model), remote->get(), prompt, 3);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const GenerationRun want = Reference("demo", 2, prompt, 3);
+  EXPECT_EQ(got->tokens, want.tokens);
+  ASSERT_EQ(got->logits.size(), want.logits.size());
+  EXPECT_EQ(std::memcmp(got->logits.data(), want.logits.data(), want.logits.size() * sizeof(float)), 0);
+  const int64_t layers = 4;  // demo preset
+  for (const RemoteWorkerStats& s : (*remote)->stats()) {
+    EXPECT_EQ(s.inline_fallbacks, layers) << s.address << ": the prefill's layers go inline";
+    EXPECT_EQ(s.calls, 3 * layers) << s.address;
+    EXPECT_EQ(s.failures, 0) << s.address;
+  }
+}
 
 TEST_F(RemoteConnectTest, DescribeCalibrateStatsAndHealth) {
   ASSERT_NO_FATAL_FAILURE(StartWorkers(2, "shard"));
