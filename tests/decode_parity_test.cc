@@ -27,20 +27,13 @@
 #include "common/model.h"
 #include "gtest/gtest.h"
 #include "tests/reference_model_testlib.h"
+#include "tests/tokens_testlib.h"
 
 namespace tandem {
 namespace {
 
 constexpr uint64_t kSeed = 7;
 constexpr double kCacheNmse = 1e-10;
-
-std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> dist(3, static_cast<int32_t>(vocab) - 1);
-  std::vector<int32_t> v(static_cast<size_t>(n));
-  for (int32_t& x : v) x = dist(rng);
-  return v;
-}
 
 int32_t Argmax(std::span<const float> row) {
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());

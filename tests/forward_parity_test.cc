@@ -40,6 +40,7 @@
 #include "cpu_worker/expert_ffn.h"
 #include "gtest/gtest.h"
 #include "tests/reference_model_testlib.h"
+#include "tests/tokens_testlib.h"
 
 namespace tandem {
 namespace {
@@ -58,14 +59,6 @@ std::vector<float> RandomFloats(int64_t n, uint32_t seed, float lo, float hi) {
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(static_cast<size_t>(n));
   for (float& x : v) x = dist(rng);
-  return v;
-}
-
-std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> dist(3, static_cast<int32_t>(vocab) - 1);  // skip bos/eos-like ids
-  std::vector<int32_t> v(static_cast<size_t>(n));
-  for (int32_t& x : v) x = dist(rng);
   return v;
 }
 

@@ -27,6 +27,7 @@
 #include "tandem/v1/expert_worker.grpc.pb.h"
 #include "tandem/v1/expert_worker_convert.h"
 #include "tests/temp_dir_testlib.h"
+#include "tests/tokens_testlib.h"
 #include "tests/worker_process_testlib.h"
 
 namespace tandem {
@@ -34,14 +35,6 @@ namespace {
 
 constexpr uint64_t kSeed = 7;
 const char kWorkerBinary[] = TANDEM_BINARY_DIR "/bin/tandem-cpu-worker";
-
-std::vector<int32_t> RandomTokens(int64_t n, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> dist(3, static_cast<int32_t>(vocab) - 1);
-  std::vector<int32_t> v(static_cast<size_t>(n));
-  for (int32_t& x : v) x = dist(rng);
-  return v;
-}
 
 // What one generation produced: the tokens and every forward pass's logits.
 struct GenerationRun {
