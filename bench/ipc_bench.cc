@@ -4,13 +4,23 @@
 //   shm       — rows in the worker's arena, request through the doorbell
 //   shm-grpc  — rows in the arena, descriptors in a gRPC call
 //   inline    — rows inside the gRPC messages (unix socket)
+// and, to split the gRPC transports' time:
+//   grpc-ping — an empty Health RPC through the same channel, completion
+//               queue and wait (the RPC's fixed cost; printed once, rows 0)
+//   serialize — the inline messages' cpu cost without an RPC: the request
+//               built as the executor builds it, serialized and parsed as
+//               gRPC does, the worker's echo response likewise, copied out
 // The worker is a real tandem-cpu-worker in --echo mode (output = input, no
 // weights), so the transport dominates. One call = RemoteExpertExecutor::
 // RunExperts for one expert with R rows x D floats: copy in, signal, worker
-// memcpy, reply, copy out. Prints one JSON line per (transport, rows):
-// median, p99, mean and min in microseconds.
+// memcpy, reply, copy out. Calls follow each other at once (the worker's
+// spin catches the next request), or --gap_us apart (the worker falls
+// asleep first, as between the layers of a real decode step). Prints one
+// JSON line per (transport, rows): median, p99, mean and min in
+// microseconds, and the worker's own compute time per call.
 //
 //   tandem-ipc-bench --rows 1,8,64,512 --iterations 2000
+//   tandem-ipc-bench --transports inline --rows 1 --worker_flags=--grpc_server=sync --grpc_spin_us 0
 //
 // Legend: R rows, D hidden size (4096: the mixtral-8x7b preset's).
 #include <malloc.h>
@@ -53,12 +63,69 @@ ABSL_FLAG(std::string, preset, "mixtral-8x7b:1", "synthetic config (PRESET[:laye
 ABSL_FLAG(std::string, worker_binary, "", "tandem-cpu-worker; default: beside this program");
 ABSL_FLAG(int32_t, worker_cpu, 0, "cpu the worker runs on; -1 = unpinned");
 ABSL_FLAG(int32_t, bench_cpu, 1, "cpu this process runs on; -1 = unpinned");
-ABSL_FLAG(int32_t, spin_us, 50, "doorbell busy-wait on both sides before the futex sleep");
+ABSL_FLAG(int32_t, spin_us, 50, "worker (doorbell and gRPC) and coordinator (doorbell) busy-wait before sleeping");
+ABSL_FLAG(int32_t, grpc_spin_us, 250, "coordinator: poll for a gRPC reply this long before sleeping");
+ABSL_FLAG(int32_t, gap_us, 0,
+          "busy-wait this long between calls (the coordinator computing the next layer): a gap longer than the "
+          "worker's spin makes every request find the worker asleep");
+ABSL_FLAG(std::string, worker_flags, "", "extra flags for the worker, space-separated (e.g. --grpc_server=sync)");
 
 namespace tandem {
 namespace {
 
 using Json = nlohmann::json;
+
+// The inline messages' cpu cost alone (the "serialize" transport): what the
+// executor and the worker do to one RunExperts call's messages, without the
+// RPC. Messages are fresh per call on the worker's side and reused on the
+// coordinator's, as there.
+class MessageRoundTrip final : public ExpertExecutor {
+ public:
+  explicit MessageRoundTrip(int64_t hidden_size) : d_(hidden_size) {}
+  absl::Status RunExperts(int layer, std::span<const ExpertWork> work) override {
+    using RequestTraits = grpc::SerializationTraits<v1::RunExpertsRequest>;
+    using ResponseTraits = grpc::SerializationTraits<v1::RunExpertsResponse>;
+    request_.Clear();
+    request_.set_request_id(1);
+    request_.set_layer(layer);
+    request_.set_transport(v1::TRANSPORT_INLINE);
+    for (const ExpertWork& w : work) {
+      v1::ExpertTask* task = request_.add_tasks();
+      task->set_expert(w.expert);
+      task->set_num_rows(w.num_rows);
+      task->set_inline_rows(reinterpret_cast<const char*>(w.input),
+                            static_cast<size_t>(w.num_rows * d_) * sizeof(float));
+    }
+    grpc::ByteBuffer wire;
+    bool own = false;
+    if (!RequestTraits::Serialize(request_, &wire, &own).ok()) return absl::InternalError("serialize request");
+    v1::RunExpertsRequest received;  // the worker's side
+    if (!RequestTraits::Deserialize(&wire, &received).ok()) return absl::InternalError("parse request");
+    v1::RunExpertsResponse answer;
+    for (const v1::ExpertTask& task : received.tasks()) {
+      v1::ExpertResult* result = answer.add_results();
+      result->set_expert(task.expert());
+      result->set_num_rows(task.num_rows());
+      std::string* out = result->mutable_inline_output();
+      out->resize(task.inline_rows().size());
+      CopyFloats(reinterpret_cast<float*>(out->data()), reinterpret_cast<const float*>(task.inline_rows().data()),
+                 out->size() / sizeof(float));
+    }
+    grpc::ByteBuffer reply;
+    if (!ResponseTraits::Serialize(answer, &reply, &own).ok()) return absl::InternalError("serialize response");
+    if (!ResponseTraits::Deserialize(&reply, &response_).ok()) return absl::InternalError("parse response");
+    for (size_t k = 0; k < work.size(); ++k) {
+      const std::string& out = response_.results(static_cast<int>(k)).inline_output();
+      CopyFloats(work[k].output, reinterpret_cast<const float*>(out.data()), out.size() / sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  int64_t d_;
+  v1::RunExpertsRequest request_;
+  v1::RunExpertsResponse response_;
+};
 
 // The echo worker process: started here, always stopped on the way out.
 class EchoWorker {
@@ -72,7 +139,8 @@ class EchoWorker {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
-  absl::Status Start(const std::string& binary, const std::string& preset, int cpu, int spin_us) {
+  absl::Status Start(const std::string& binary, const std::string& preset, int cpu, int spin_us,
+                     const std::string& extra_flags) {
     char pattern[] = "/tmp/tandem-ipc-XXXXXX";
     if (mkdtemp(pattern) == nullptr) return absl::InternalError("mkdtemp failed");
     dir_ = pattern;
@@ -84,6 +152,7 @@ class EchoWorker {
       args.push_back("--cpus");
       args.push_back(absl::StrCat(cpu));
     }
+    for (absl::string_view flag : absl::StrSplit(extra_flags, ' ', absl::SkipWhitespace())) args.emplace_back(flag);
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -143,7 +212,8 @@ int Main(const char* argv0) {
     if (!pinned.ok()) LOG_WARNING("pinning the benchmark to cpu ", bench_cpu, ": ", pinned.message());
   }
   EchoWorker worker;
-  absl::Status started = worker.Start(binary, preset_flag, worker_cpu, absl::GetFlag(FLAGS_spin_us));
+  absl::Status started =
+      worker.Start(binary, preset_flag, worker_cpu, absl::GetFlag(FLAGS_spin_us), absl::GetFlag(FLAGS_worker_flags));
   if (!started.ok()) {
     std::fprintf(stderr, "%s\n", started.ToString().c_str());
     return 1;
@@ -156,10 +226,13 @@ int Main(const char* argv0) {
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_transports), ',', absl::SkipWhitespace())) {
     const std::string transport(name);
     std::unique_ptr<ExpertExecutor> executor;
+    RemoteExpertExecutor* remote_executor = nullptr;
     if (transport == "inproc") {
       executor = std::make_unique<EchoExpertExecutor>(d);
+    } else if (transport == "serialize") {
+      executor = std::make_unique<MessageRoundTrip>(d);
     } else {
-      auto t = ParseWorkerTransport(transport);
+      auto t = ParseWorkerTransport(transport == "grpc-ping" ? std::string("inline") : transport);
       if (!t.ok()) {
         std::fprintf(stderr, "--transports: %s\n", std::string(t.status().message()).c_str());
         return 1;
@@ -169,21 +242,36 @@ int Main(const char* argv0) {
       options.transports = {*t};
       options.connect_timeout = absl::Seconds(30);
       options.spin = absl::Microseconds(absl::GetFlag(FLAGS_spin_us));
+      options.grpc_spin = absl::Microseconds(absl::GetFlag(FLAGS_grpc_spin_us));
       auto remote = RemoteExpertExecutor::Connect(*config, EchoFingerprint(*config), options);
       if (!remote.ok()) {
         std::fprintf(stderr, "%s\n", remote.status().ToString().c_str());
         return 1;
       }
+      remote_executor = remote->get();
       executor = std::move(*remote);
     }
-    for (int64_t rows : rows_list) {
+    const bool ping = transport == "grpc-ping";
+    for (int64_t rows : ping ? std::vector<int64_t>{0} : rows_list) {
       const ExpertWork work{0, rows, input.data(), output.data()};
+      auto call = [&]() -> absl::Status {
+        if (ping) return remote_executor->Ping(0);
+        return executor->RunExperts(0, std::span<const ExpertWork>(&work, 1));
+      };
+      const double compute_before = remote_executor ? remote_executor->stats()[0].worker_compute_us : 0;
+      const int64_t calls_before = remote_executor ? remote_executor->stats()[0].calls : 0;
       const int iterations = std::max(10, rows >= 512 ? absl::GetFlag(FLAGS_iterations) / 4 : absl::GetFlag(FLAGS_iterations));
       std::vector<double> us;
       us.reserve(static_cast<size_t>(iterations));
+      const auto gap = std::chrono::microseconds(absl::GetFlag(FLAGS_gap_us));
       for (int i = 0; i < absl::GetFlag(FLAGS_warmup) + iterations; ++i) {
+        if (gap.count() > 0) {
+          const auto until = std::chrono::steady_clock::now() + gap;
+          while (std::chrono::steady_clock::now() < until) {
+          }
+        }
         const auto start = std::chrono::steady_clock::now();
-        absl::Status status = executor->RunExperts(0, std::span<const ExpertWork>(&work, 1));
+        absl::Status status = call();
         const double elapsed = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
         if (!status.ok()) {
           std::fprintf(stderr, "%s rows %lld: %s\n", transport.c_str(), static_cast<long long>(rows),
@@ -198,6 +286,9 @@ int Main(const char* argv0) {
         return 1;
       }
       const Timing t = Summarise(us);
+      const int64_t calls = remote_executor ? remote_executor->stats()[0].calls - calls_before : 0;
+      const double worker_compute_us =
+          calls > 0 ? (remote_executor->stats()[0].worker_compute_us - compute_before) / static_cast<double>(calls) : 0;
       EmitJsonLine(Json{{"bench", "ipc_round_trip"},
                 {"transport", transport},
                 {"rows", rows},
@@ -207,7 +298,11 @@ int Main(const char* argv0) {
                 {"median_us", t.median_us},
                 {"p99_us", t.p99_us},
                 {"mean_us", t.mean_us},
-                {"min_us", t.min_us}});
+                {"min_us", t.min_us},
+                {"worker_compute_us", worker_compute_us},
+                {"gap_us", absl::GetFlag(FLAGS_gap_us)},
+                {"grpc_spin_us", absl::GetFlag(FLAGS_grpc_spin_us)},
+                {"worker_flags", absl::GetFlag(FLAGS_worker_flags)}});
     }
   }
   return 0;

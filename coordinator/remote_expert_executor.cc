@@ -53,6 +53,15 @@ std::string WorkerTransportName(WorkerTransport transport) {
 // while it waits, so a reply costs no thread hop.
 struct RemoteExpertExecutor::Rpc {
   grpc::CompletionQueue cq;
+
+  // The next completion: polled without sleeping until `spin_until`, then
+  // waited for asleep. False only after Shutdown.
+  bool Next(std::chrono::steady_clock::time_point spin_until, void** tag, bool* ok) {
+    while (std::chrono::steady_clock::now() < spin_until) {
+      if (cq.AsyncNext(tag, ok, gpr_time_0(GPR_CLOCK_MONOTONIC)) == grpc::CompletionQueue::GOT_EVENT) return true;
+    }
+    return cq.Next(tag, ok);
+  }
 };
 
 struct RemoteExpertExecutor::Worker {
@@ -81,6 +90,9 @@ struct RemoteExpertExecutor::Worker {
   std::unique_ptr<grpc::ClientAsyncResponseReader<v1::RunExpertsResponse>> reader;
   grpc::Status grpc_status;
   bool grpc_pending = false;
+  // The worker's own compute time in its last gRPC reply: a reply is
+  // expected soon (worth polling for) when it is short. 0 before any.
+  double last_grpc_compute_us = 0;
   absl::Status status;
   std::chrono::steady_clock::time_point sent;
   double round_trip_us = 0;
@@ -266,6 +278,7 @@ absl::Status RemoteExpertExecutor::ConnectWorker(Worker& worker, absl::Time dead
 absl::Status RemoteExpertExecutor::RunExperts(int layer, std::span<const ExpertWork> work) {
   const absl::Time deadline = absl::Now() + options_.call_timeout;
   const int64_t d = config_.hidden_size, num_experts = config_.num_local_experts;
+  const double grpc_spin_us = absl::ToDoubleMicroseconds(options_.grpc_spin);
   if (layer < 0 || layer >= config_.num_hidden_layers) {
     return absl::InvalidArgumentError(
         absl::StrCat("RemoteExpertExecutor: layer ", layer, " out of range [0, ", config_.num_hidden_layers, ")"));
@@ -304,6 +317,8 @@ absl::Status RemoteExpertExecutor::RunExperts(int layer, std::span<const ExpertW
 
   // Dispatch to every worker before waiting for any.
   int grpc_pending = 0;
+  const auto dispatched = std::chrono::steady_clock::now();
+  auto spin_until = dispatched;  // no polling unless a gRPC worker's reply is expected within grpc_spin
   for (auto& worker_ptr : workers_) {
     Worker& w = *worker_ptr;
     w.status = absl::OkStatus();
@@ -374,6 +389,9 @@ absl::Status RemoteExpertExecutor::RunExperts(int layer, std::span<const ExpertW
       w.reader->Finish(&w.response, &w.grpc_status, &w);
       w.grpc_pending = true;
       ++grpc_pending;
+      if (w.last_grpc_compute_us < grpc_spin_us) {
+        spin_until = dispatched + absl::ToChronoNanoseconds(options_.grpc_spin);
+      }
     }
   }
 
@@ -382,11 +400,14 @@ absl::Status RemoteExpertExecutor::RunExperts(int layer, std::span<const ExpertW
   while (grpc_pending > 0) {
     void* tag = nullptr;
     bool ok = false;
-    if (!rpc_->cq.Next(&tag, &ok)) break;  // only after Shutdown
+    if (!rpc_->Next(spin_until, &tag, &ok)) break;  // only after Shutdown
     Worker& w = *static_cast<Worker*>(tag);
     w.grpc_pending = false;
     --grpc_pending;
     w.round_trip_us = MicrosSince(w.sent);
+    // A failed call (a hung worker, a deadline) is not expected back soon either.
+    w.last_grpc_compute_us = ok && w.grpc_status.ok() ? static_cast<double>(w.response.compute_us())
+                                                      : absl::ToDoubleMicroseconds(options_.call_timeout);
     w.status = w.Prefixed(ok ? FromGrpcStatus(w.grpc_status, "RunExperts")
                              : absl::InternalError("RunExperts: the completion queue reported failure"));
   }
@@ -481,6 +502,27 @@ absl::Status RemoteExpertExecutor::RunExperts(int layer, std::span<const ExpertW
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status RemoteExpertExecutor::Ping(int index) {
+  if (index < 0 || index >= num_workers()) {
+    return absl::InvalidArgumentError(absl::StrCat("RemoteExpertExecutor::Ping: no worker ", index));
+  }
+  Worker& w = *workers_[static_cast<size_t>(index)];
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
+  v1::HealthResponse response;
+  grpc::Status status;
+  const auto sent = std::chrono::steady_clock::now();
+  auto reader = w.stub->AsyncHealth(&context, v1::HealthRequest(), &rpc_->cq);
+  reader->Finish(&response, &status, &response);
+  // Polled for as RunExperts polls for a reply that needs no compute.
+  void* tag = nullptr;
+  bool ok = false;
+  if (!rpc_->Next(sent + absl::ToChronoNanoseconds(options_.grpc_spin), &tag, &ok) || !ok) {
+    return w.Prefixed(absl::InternalError("Health: the completion queue reported failure"));
+  }
+  return w.Prefixed(FromGrpcStatus(status, "Health"));  // the only call in flight: tag == &response
 }
 
 std::vector<RemoteWorkerStats> RemoteExpertExecutor::stats() const {

@@ -57,6 +57,13 @@ struct RemoteExpertExecutorOptions {
   absl::Duration call_timeout = absl::Seconds(5);     // one RunExperts call, all workers together
   absl::Duration connect_timeout = absl::Seconds(5);  // Connect waits this long for every worker to answer
   absl::Duration spin = absl::Microseconds(50);       // doorbell: busy-wait before sleeping on the futex
+  // gRPC transports: the engine thread polls its completion queue without
+  // sleeping for up to this long after dispatching when a reply is expected
+  // within it, i.e. the worker's last reply reported less compute than this
+  // (a transport-bound call: waking a sleeping thread costs tens of µs on a
+  // VM, tandem-ipc-bench); replies behind longer compute (real experts) are
+  // awaited asleep, wasting no cpu. 0: always sleep.
+  absl::Duration grpc_spin = absl::Microseconds(250);
 };
 
 // Per worker, since Connect.
@@ -87,6 +94,11 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   // worker is contacted); the failing worker's status, prefixed with its
   // index and address, when one fails.
   absl::Status RunExperts(int layer, std::span<const ExpertWork> work) override;
+
+  // One empty Health round trip to worker `index` through the channel and
+  // completion queue RunExperts uses, waited for the same way: the gRPC
+  // transports' fixed cost (tandem-ipc-bench). Engine thread only.
+  absl::Status Ping(int index);
 
   ExpertDivision division() const { return division_; }
   int num_workers() const { return static_cast<int>(workers_.size()); }

@@ -62,7 +62,11 @@ ABSL_FLAG(std::string, region_prefix, "",
           "prefix of this worker's shm region names (\"/name\"); default derived from --socket");
 ABSL_FLAG(int32_t, arena_slots, 2, "input (and output) slots in the arena");
 ABSL_FLAG(int64_t, arena_slot_mb, 64, "MiB per arena slot (one layer's rows for this worker must fit)");
-ABSL_FLAG(int32_t, spin_us, 50, "doorbell: busy-wait this long for a request before sleeping on the futex");
+ABSL_FLAG(int32_t, spin_us, 50,
+          "after a request (doorbell or async gRPC), busy-wait this long for the next one before sleeping");
+ABSL_FLAG(std::string, grpc_server, "async",
+          "async | callback | sync: how gRPC runs the RPCs (async: one thread reads, computes and answers; "
+          "the others are for comparison, tandem-ipc-bench)");
 ABSL_FLAG(bool, echo, false, "benchmarks only: output = input, no weights (the model's config is still read)");
 ABSL_FLAG(bool, exit_with_parent, false, "exit (as on SIGTERM) when the parent process dies (tests)");
 
@@ -87,6 +91,7 @@ struct WorkerConfig {
   uint32_t arena_slots = 2;
   uint64_t arena_slot_bytes = 64ull << 20;
   absl::Duration spin;
+  WorkerRpcMode rpc_mode = WorkerRpcMode::kAsync;
   bool echo = false;
 
   std::string experts_region() const { return absl::StrCat(region_prefix, "-w", worker_index, "-experts"); }
@@ -159,6 +164,9 @@ absl::StatusOr<WorkerConfig> ConfigFromFlags() {
   const int spin_us = absl::GetFlag(FLAGS_spin_us);
   if (spin_us < 0) return absl::InvalidArgumentError(absl::StrCat("--spin_us ", spin_us, " < 0"));
   c.spin = absl::Microseconds(spin_us);
+  auto rpc_mode = ParseWorkerRpcMode(absl::GetFlag(FLAGS_grpc_server));
+  if (!rpc_mode.ok()) return absl::InvalidArgumentError(absl::StrCat("--grpc_server: ", rpc_mode.status().message()));
+  c.rpc_mode = *rpc_mode;
   c.echo = absl::GetFlag(FLAGS_echo);
   return c;
 }
@@ -334,7 +342,8 @@ int Run(const WorkerConfig& c) {
       (*service)->arena() ? absl::StrFormat("arena %s (%u slots x %.1f MiB, doorbell)", (*service)->arena()->name(),
                                             (*service)->arena()->num_slots(), (*service)->arena()->slot_bytes() / 1048576.0)
                           : std::string("no arena (inline tensors only)");
-  auto server = WorkerServer::Start(std::move(*service), absl::StrCat("unix:", c.socket));
+  auto server = WorkerServer::Start(std::move(*service), absl::StrCat("unix:", c.socket),
+                                    WorkerServerOptions{.mode = c.rpc_mode, .spin = c.spin});
   if (!server.ok()) return fail(server.status());
 
   LOG_INFO("worker ", c.worker_index, "/", c.num_workers, " pid ", getpid(), " serving unix:", c.socket, ": model ",

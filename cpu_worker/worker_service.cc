@@ -297,8 +297,7 @@ void WorkerService::DoorbellLoop() {
   }
 }
 
-grpc::Status WorkerService::Describe(grpc::ServerContext*, const v1::DescribeRequest* request,
-                                     v1::DescribeResponse* response) {
+absl::Status WorkerService::Describe(const v1::DescribeRequest&, v1::DescribeResponse* response) {
   const WorkerServiceOptions& o = options_;
   response->set_protocol_version(kExpertWorkerProtocolVersion);
   response->set_worker_id(o.worker_id);
@@ -328,29 +327,22 @@ grpc::Status WorkerService::Describe(grpc::ServerContext*, const v1::DescribeReq
   for (const std::string& k : o.kernels) response->add_kernels(k);
   response->set_pid(static_cast<int32_t>(getpid()));
   response->set_compute(o.compute);
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
-grpc::Status WorkerService::RunExperts(grpc::ServerContext*, const v1::RunExpertsRequest* request,
-                                       v1::RunExpertsResponse* response) {
-  return ToGrpcStatus(Run(*request, response, /*via_doorbell=*/false));
-}
-
-grpc::Status WorkerService::Calibrate(grpc::ServerContext*, const v1::CalibrateRequest* request,
-                                      v1::CalibrateResponse* response) {
+absl::Status WorkerService::Calibrate(const v1::CalibrateRequest& request, v1::CalibrateResponse* response) {
   const int64_t d = options_.config.hidden_size;
-  const int layer = request->layer(), expert = request->expert();
+  const int layer = request.layer(), expert = request.expert();
   if (FindSlice(layer, expert) == nullptr) {
-    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("CalibrateRequest: worker ", options_.worker_index,
-                                                                " holds no part of layer ", layer, " expert ", expert)));
+    return absl::InvalidArgumentError(absl::StrCat("CalibrateRequest: worker ", options_.worker_index,
+                                                   " holds no part of layer ", layer, " expert ", expert));
   }
-  const int reps = request->reps() > 0 ? std::min(request->reps(), 1000) : 5;
+  const int reps = request.reps() > 0 ? std::min(request.reps(), 1000) : 5;
   int64_t max_rows = 0;
-  for (int i = 0; i < request->rows_size(); ++i) {
-    const int64_t rows = request->rows(i);
+  for (int i = 0; i < request.rows_size(); ++i) {
+    const int64_t rows = request.rows(i);
     if (rows < 1 || rows > (int64_t{1} << 16)) {
-      return ToGrpcStatus(absl::InvalidArgumentError(
-          absl::StrCat("CalibrateRequest.rows[", i, "] = ", rows, " not in [1, 65536]")));
+      return absl::InvalidArgumentError(absl::StrCat("CalibrateRequest.rows[", i, "] = ", rows, " not in [1, 65536]"));
     }
     max_rows = std::max(max_rows, rows);
   }
@@ -360,13 +352,13 @@ grpc::Status WorkerService::Calibrate(grpc::ServerContext*, const v1::CalibrateR
   for (float& x : input) x = dist(rng);
   std::lock_guard<std::mutex> lock(compute_mutex_);
   PinComputeThread();
-  for (int64_t rows : request->rows()) {
+  for (int64_t rows : request.rows()) {
     const ExpertWork work{expert, rows, input.data(), output.data()};
     std::vector<double> times;
     for (int r = 0; r < reps; ++r) {
       const auto start = std::chrono::steady_clock::now();
       absl::Status status = options_.executor->RunExperts(layer, std::span<const ExpertWork>(&work, 1));
-      if (!status.ok()) return ToGrpcStatus(status);
+      TANDEM_RETURN_IF_ERROR(status);
       times.push_back(static_cast<double>(NanosSince(start)) / 1e3);
     }
     std::sort(times.begin(), times.end());
@@ -374,16 +366,16 @@ grpc::Status WorkerService::Calibrate(grpc::ServerContext*, const v1::CalibrateR
     point->set_rows(rows);
     point->set_median_us(times[times.size() / 2]);
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
-grpc::Status WorkerService::Health(grpc::ServerContext*, const v1::HealthRequest*, v1::HealthResponse* response) {
+absl::Status WorkerService::Health(const v1::HealthRequest&, v1::HealthResponse* response) {
   response->set_serving(!stop_.load());
   response->set_worker_id(options_.worker_id);
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
-grpc::Status WorkerService::Stats(grpc::ServerContext*, const v1::StatsRequest*, v1::StatsResponse* response) {
+absl::Status WorkerService::Stats(const v1::StatsRequest&, v1::StatsResponse* response) {
   const uint64_t requests = requests_.load();
   const double compute_us = static_cast<double>(compute_ns_.load()) / 1e3;
   response->set_requests(requests);
@@ -393,31 +385,245 @@ grpc::Status WorkerService::Stats(grpc::ServerContext*, const v1::StatsRequest*,
   response->set_mean_compute_us_per_request(requests > 0 ? compute_us / static_cast<double>(requests) : 0.0);
   response->set_rejected(rejected_.load());
   response->set_doorbell_requests(doorbell_requests_.load());
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 // ---- WorkerServer ----
 
+absl::StatusOr<WorkerRpcMode> ParseWorkerRpcMode(const std::string& name) {
+  if (name == "async") return WorkerRpcMode::kAsync;
+  if (name == "callback") return WorkerRpcMode::kCallback;
+  if (name == "sync") return WorkerRpcMode::kSync;
+  return absl::InvalidArgumentError(
+      absl::StrCat("gRPC server mode must be async, callback or sync, got \"", name, "\""));
+}
+
+namespace {
+
+// kSync: gRPC's thread pool calls these.
+class SyncBinding final : public v1::ExpertWorker::Service {
+ public:
+  explicit SyncBinding(WorkerService* service) : service_(service) {}
+  grpc::Status Describe(grpc::ServerContext*, const v1::DescribeRequest* request,
+                        v1::DescribeResponse* response) override {
+    return ToGrpcStatus(service_->Describe(*request, response));
+  }
+  grpc::Status RunExperts(grpc::ServerContext*, const v1::RunExpertsRequest* request,
+                          v1::RunExpertsResponse* response) override {
+    return ToGrpcStatus(service_->RunExperts(*request, response));
+  }
+  grpc::Status Calibrate(grpc::ServerContext*, const v1::CalibrateRequest* request,
+                         v1::CalibrateResponse* response) override {
+    return ToGrpcStatus(service_->Calibrate(*request, response));
+  }
+  grpc::Status Health(grpc::ServerContext*, const v1::HealthRequest* request, v1::HealthResponse* response) override {
+    return ToGrpcStatus(service_->Health(*request, response));
+  }
+  grpc::Status Stats(grpc::ServerContext*, const v1::StatsRequest* request, v1::StatsResponse* response) override {
+    return ToGrpcStatus(service_->Stats(*request, response));
+  }
+
+ private:
+  WorkerService* service_;
+};
+
+// kCallback: gRPC's callback threads call these; each answers at once.
+class CallbackBinding final : public v1::ExpertWorker::CallbackService {
+ public:
+  explicit CallbackBinding(WorkerService* service) : service_(service) {}
+  grpc::ServerUnaryReactor* Describe(grpc::CallbackServerContext* context, const v1::DescribeRequest* request,
+                                     v1::DescribeResponse* response) override {
+    return Answer(context, service_->Describe(*request, response));
+  }
+  grpc::ServerUnaryReactor* RunExperts(grpc::CallbackServerContext* context, const v1::RunExpertsRequest* request,
+                                       v1::RunExpertsResponse* response) override {
+    return Answer(context, service_->RunExperts(*request, response));
+  }
+  grpc::ServerUnaryReactor* Calibrate(grpc::CallbackServerContext* context, const v1::CalibrateRequest* request,
+                                      v1::CalibrateResponse* response) override {
+    return Answer(context, service_->Calibrate(*request, response));
+  }
+  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context, const v1::HealthRequest* request,
+                                   v1::HealthResponse* response) override {
+    return Answer(context, service_->Health(*request, response));
+  }
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context, const v1::StatsRequest* request,
+                                  v1::StatsResponse* response) override {
+    return Answer(context, service_->Stats(*request, response));
+  }
+
+ private:
+  static grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const absl::Status& status) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(status));
+    return reactor;
+  }
+  WorkerService* service_;
+};
+
+// kAsync: one RPC from being armed (waiting for a request of its method) to
+// its response having gone out. The completion queue's tags are AsyncCall*.
+class AsyncCall {
+ public:
+  virtual ~AsyncCall() = default;
+  // `ok`: the queue's verdict on the call's last operation.
+  virtual void Proceed(bool ok) = 0;
+};
+
+}  // namespace
+
+struct WorkerServer::Bindings {
+  absl::Duration spin;  // kAsync: poll this long before sleeping
+  WorkerService* service = nullptr;
+  std::unique_ptr<SyncBinding> sync;
+  std::unique_ptr<CallbackBinding> callback;
+  // kAsync
+  v1::ExpertWorker::AsyncService async;
+  std::unique_ptr<grpc::ServerCompletionQueue> cq;
+  std::thread thread;
+  std::mutex arm_mutex;  // arming a call races cq->Shutdown otherwise (a request on a shut-down queue aborts)
+  bool cq_shut_down = false;
+
+  void ArmAll();
+  void Serve();
+};
+
+namespace {
+
+template <class Request, class Response>
+class UnaryCall final : public AsyncCall {
+ public:
+  using RequestFn = void (v1::ExpertWorker::AsyncService::*)(grpc::ServerContext*, Request*,
+                                                             grpc::ServerAsyncResponseWriter<Response>*,
+                                                             grpc::CompletionQueue*, grpc::ServerCompletionQueue*,
+                                                             void*);
+  using HandleFn = absl::Status (WorkerService::*)(const Request&, Response*);
+
+  // Waits for the next request of this method.
+  static void Arm(WorkerServer::Bindings* b, RequestFn request_fn, HandleFn handle_fn) {
+    std::lock_guard<std::mutex> lock(b->arm_mutex);
+    if (b->cq_shut_down) return;
+    auto* call = new UnaryCall(b, request_fn, handle_fn);
+    (b->async.*request_fn)(&call->context_, &call->request_, &call->responder_, b->cq.get(), b->cq.get(), call);
+  }
+
+  void Proceed(bool ok) override {
+    if (answered_ || !ok) {  // the response went out (or the call died), or the server is shutting down
+      delete this;
+      return;
+    }
+    answered_ = true;
+    // Computed here, on the thread that read the request: no hand-off.
+    const absl::Status status = (bindings_->service->*handle_fn_)(request_, &response_);
+    if (status.ok()) {
+      responder_.Finish(response_, grpc::Status::OK, this);
+    } else {
+      responder_.FinishWithError(ToGrpcStatus(status), this);
+    }
+    // After answering, off the round trip's critical path; a request that
+    // arrives meanwhile waits in gRPC until then.
+    Arm(bindings_, request_fn_, handle_fn_);
+  }
+
+ private:
+  UnaryCall(WorkerServer::Bindings* b, RequestFn request_fn, HandleFn handle_fn)
+      : bindings_(b), request_fn_(request_fn), handle_fn_(handle_fn), responder_(&context_) {}
+
+  WorkerServer::Bindings* bindings_;
+  RequestFn request_fn_;
+  HandleFn handle_fn_;
+  grpc::ServerContext context_;
+  Request request_;
+  Response response_;
+  grpc::ServerAsyncResponseWriter<Response> responder_;
+  bool answered_ = false;
+};
+
+}  // namespace
+
+void WorkerServer::Bindings::ArmAll() {
+  using Async = v1::ExpertWorker::AsyncService;
+  UnaryCall<v1::DescribeRequest, v1::DescribeResponse>::Arm(this, &Async::RequestDescribe, &WorkerService::Describe);
+  UnaryCall<v1::RunExpertsRequest, v1::RunExpertsResponse>::Arm(this, &Async::RequestRunExperts,
+                                                                &WorkerService::RunExperts);
+  UnaryCall<v1::CalibrateRequest, v1::CalibrateResponse>::Arm(this, &Async::RequestCalibrate,
+                                                              &WorkerService::Calibrate);
+  UnaryCall<v1::HealthRequest, v1::HealthResponse>::Arm(this, &Async::RequestHealth, &WorkerService::Health);
+  UnaryCall<v1::StatsRequest, v1::StatsResponse>::Arm(this, &Async::RequestStats, &WorkerService::Stats);
+}
+
+void WorkerServer::Bindings::Serve() {
+  void* tag = nullptr;
+  bool ok = false;
+  for (;;) {
+    bool got = false;
+    if (spin > absl::ZeroDuration()) {
+      const auto until = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(spin);
+      do {
+        const grpc::CompletionQueue::NextStatus next = cq->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC));
+        if (next == grpc::CompletionQueue::SHUTDOWN) return;
+        got = next == grpc::CompletionQueue::GOT_EVENT;
+      } while (!got && std::chrono::steady_clock::now() < until);
+    }
+    if (!got && !cq->Next(&tag, &ok)) return;  // shut down and drained
+    static_cast<AsyncCall*>(tag)->Proceed(ok);
+  }
+}
+
+WorkerServer::WorkerServer() = default;
+
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(std::unique_ptr<WorkerService> service,
-                                                                  const std::string& address) {
+                                                                  const std::string& address,
+                                                                  WorkerServerOptions options) {
   auto server = std::unique_ptr<WorkerServer>(new WorkerServer());
   server->service_ = std::move(service);
+  server->bindings_ = std::make_unique<Bindings>();
+  Bindings& b = *server->bindings_;
+  b.spin = options.spin;
+  b.service = server->service_.get();
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials());
-  builder.RegisterService(server->service_.get());
+  switch (options.mode) {
+    case WorkerRpcMode::kSync:
+      b.sync = std::make_unique<SyncBinding>(b.service);
+      builder.RegisterService(b.sync.get());
+      builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
+      builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
+      builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 2);
+      break;
+    case WorkerRpcMode::kCallback:
+      b.callback = std::make_unique<CallbackBinding>(b.service);
+      builder.RegisterService(b.callback.get());
+      break;
+    case WorkerRpcMode::kAsync:
+      builder.RegisterService(&b.async);
+      b.cq = builder.AddCompletionQueue();
+      break;
+  }
   // Inline tensors of a long prefill exceed gRPC's 4 MB default.
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);
   // Inline layers are MBs: a window and frames that fit one (see the coordinator's channel).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, 16 << 20);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 2);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr) {
+    if (b.cq) {
+      b.cq->Shutdown();
+      void* tag;
+      bool ok;
+      while (b.cq->Next(&tag, &ok)) {
+      }
+      b.cq.reset();
+    }
     return absl::UnavailableError(absl::StrCat("cannot serve on ", address, " (bad address, or the socket's "
                                                "directory is missing or not writable)"));
+  }
+  if (b.cq) {
+    b.ArmAll();
+    b.thread = std::thread([&b] { b.Serve(); });
+    pthread_setname_np(b.thread.native_handle(),
+                       absl::StrCat("rpc-w", b.service->options().worker_index).substr(0, 15).c_str());
   }
   return server;
 }
@@ -427,6 +633,14 @@ WorkerServer::~WorkerServer() { Shutdown(); }
 void WorkerServer::Shutdown(absl::Duration grace) {
   std::call_once(shutdown_once_, [&] {
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(grace));
+    if (bindings_ && bindings_->cq) {
+      {
+        std::lock_guard<std::mutex> lock(bindings_->arm_mutex);
+        bindings_->cq_shut_down = true;
+        bindings_->cq->Shutdown();
+      }
+      if (bindings_->thread.joinable()) bindings_->thread.join();  // it drains the queue, freeing the calls
+    }
     if (service_) service_->StopDoorbell();
   });
 }

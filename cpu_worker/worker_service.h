@@ -1,7 +1,7 @@
 // The CPU worker's side of tandem.v1.ExpertWorker: Describe, RunExperts,
-// Calibrate, Health and Stats over gRPC (sync server: each RPC runs on one of
-// gRPC's server threads, which may block on the compute), plus the arena's
-// doorbell loop on its own thread for RunExperts without gRPC.
+// Calibrate, Health and Stats (WorkerService: plain methods on messages),
+// served over gRPC by WorkerServer, plus the arena's doorbell loop on its own
+// thread for RunExperts without gRPC.
 //
 // Every request is validated completely before anything is computed or
 // written (layer and experts in range, distinct, held by this worker; inline
@@ -60,23 +60,22 @@ struct WorkerServiceOptions {
   std::vector<std::string> kernels;
 };
 
-class WorkerService final : public v1::ExpertWorker::Service {
+class WorkerService {
  public:
   // Creates the arena (if asked) and starts the doorbell thread.
   // InvalidArgument naming the option that is inconsistent.
   static absl::StatusOr<std::unique_ptr<WorkerService>> Create(WorkerServiceOptions options);
-  ~WorkerService() override;
+  ~WorkerService();
 
-  grpc::Status Describe(grpc::ServerContext* context, const v1::DescribeRequest* request,
-                        v1::DescribeResponse* response) override;
-  grpc::Status RunExperts(grpc::ServerContext* context, const v1::RunExpertsRequest* request,
-                          v1::RunExpertsResponse* response) override;
-  grpc::Status Calibrate(grpc::ServerContext* context, const v1::CalibrateRequest* request,
-                         v1::CalibrateResponse* response) override;
-  grpc::Status Health(grpc::ServerContext* context, const v1::HealthRequest* request,
-                      v1::HealthResponse* response) override;
-  grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
-                     v1::StatsResponse* response) override;
+  // The RPCs, independent of how they arrive (WorkerServer binds them to gRPC).
+  absl::Status Describe(const v1::DescribeRequest& request, v1::DescribeResponse* response);
+  absl::Status RunExperts(const v1::RunExpertsRequest& request, v1::RunExpertsResponse* response) {
+    return Run(request, response, /*via_doorbell=*/false);
+  }
+  // Blocks for the measurement (reps x rows computations).
+  absl::Status Calibrate(const v1::CalibrateRequest& request, v1::CalibrateResponse* response);
+  absl::Status Health(const v1::HealthRequest& request, v1::HealthResponse* response);
+  absl::Status Stats(const v1::StatsRequest& request, v1::StatsResponse* response);
 
   // The common core of both paths; `via_doorbell` only changes the checks on
   // the transport field and the stats.
@@ -123,22 +122,43 @@ class EchoExpertExecutor final : public ExpertExecutor {
 // an echo worker never passes for one holding real weights.
 ModelFingerprint EchoFingerprint(const ModelConfig& config);
 
+// How WorkerServer runs the RPCs (tandem-ipc-bench compares them).
+//   kAsync    — one thread drives a completion queue: it reads a request,
+//               computes and writes the response itself (no thread hop), then
+//               polls for `spin` before sleeping. A Calibrate holds it up for
+//               its duration (the compute mutex would hold RunExperts anyway);
+//   kCallback — gRPC's callback API (its own polling threads run the handlers);
+//   kSync     — gRPC's sync server (a thread pool; the poller hands off).
+enum class WorkerRpcMode { kAsync, kCallback, kSync };
+absl::StatusOr<WorkerRpcMode> ParseWorkerRpcMode(const std::string& name);  // "async" | "callback" | "sync"
+
+struct WorkerServerOptions {
+  WorkerRpcMode mode = WorkerRpcMode::kAsync;
+  // kAsync: after each RPC the thread polls (without sleeping) this long
+  // before blocking, so a request that follows at once costs no wake-up.
+  absl::Duration spin = absl::ZeroDuration();
+};
+
 // A gRPC server for one WorkerService on a unix socket (or any gRPC address).
 class WorkerServer {
  public:
   // `address` e.g. "unix:/run/tandem/w0.sock"; a stale socket file is replaced.
   // Unavailable naming the address when it cannot be bound.
   static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(std::unique_ptr<WorkerService> service,
-                                                             const std::string& address);
+                                                             const std::string& address,
+                                                             WorkerServerOptions options = {});
   ~WorkerServer();
   // Stops accepting, finishes the RPCs in progress (at most `grace`), stops the doorbell.
   void Shutdown(absl::Duration grace = absl::Seconds(2));
   void Wait();
   WorkerService& service() { return *service_; }
 
+  struct Bindings;  // the gRPC service objects and the async thread (worker_service.cc)
+
  private:
-  WorkerServer() = default;
+  WorkerServer();
   std::unique_ptr<WorkerService> service_;
+  std::unique_ptr<Bindings> bindings_;
   std::unique_ptr<grpc::Server> server_;
   std::once_flag shutdown_once_;
 };

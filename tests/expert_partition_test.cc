@@ -82,8 +82,9 @@ TEST(ExpertPartitionTest, SplitCoversOnceBalancedAndAligned) {
       EXPECT_LE(largest - smallest, aligned ? 16 : 1) << "I=" << intermediate << " workers=" << workers;
       if (aligned) {
         for (const IntermediateRange& r : *ranges) EXPECT_EQ(r.begin % 16, 0) << "I=" << intermediate;
-        if (intermediate % 16 == 0)
+        if (intermediate % 16 == 0) {
           for (const IntermediateRange& r : *ranges) EXPECT_EQ(r.size() % 16, 0) << "I=" << intermediate;
+        }
       }
     }
   }
@@ -127,8 +128,9 @@ TEST(ExpertPartitionTest, ShardCoversEveryExpertOnceWhole) {
         EXPECT_EQ(ShardWorker(s.layer, s.expert, workers), w);
         EXPECT_TRUE(owner.emplace(std::make_pair(s.layer, s.expert), w).second)
             << "layer " << s.layer << " expert " << s.expert << " held twice";
-        if (i > 0)  // (layer, expert) order
+        if (i > 0) {  // (layer, expert) order
           EXPECT_LT(std::make_pair((*slices)[i - 1].layer, (*slices)[i - 1].expert), std::make_pair(s.layer, s.expert));
+        }
       }
     }
     EXPECT_EQ(owner.size(), 24u) << workers << " workers";
