@@ -2,8 +2,10 @@
 // policies under a hardware profile and prints one JSON line per
 // combination: TTFT, per-token latency, hit rate, migrations, CPU/GPU/copy
 // busy time. The trace is synthetic (coordinator/planner/synthetic_trace.h,
-// matching the papers' published routing statistics) until the engine
-// records real ones.
+// matching the papers' published routing statistics), or one the engine
+// recorded (--trace, from tandem-generate --record_trace; with --usage the
+// popularity placement uses a recorded usage profile instead of a synthetic
+// calibration trace).
 //
 // Presets, each the paper's own combination (DAOP's lossy pre-calculation
 // is not modelled; its exact part is):
@@ -29,6 +31,7 @@
 #include "coordinator/planner/profile_io.h"
 #include "coordinator/planner/simulator.h"
 #include "coordinator/planner/synthetic_trace.h"
+#include "coordinator/routing_trace_io.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, profile, "bench/profiles/collab-rtx4090-tr7960x-mixtral.json", "hardware profile");
@@ -42,6 +45,8 @@ ABSL_FLAG(int, prompt, 128, "prompt tokens per sequence");
 ABSL_FLAG(int, decode, 128, "decode steps per sequence");
 ABSL_FLAG(int, beams, 1, "rows per decode step (beam width or batch)");
 ABSL_FLAG(int, sequences, 4, "sequences, one after another");
+ABSL_FLAG(std::string, trace, "", "recorded routing trace (tandem-routing-trace/1); empty = synthetic");
+ABSL_FLAG(std::string, usage, "", "expert usage profile for popularity placement; empty = from a synthetic trace");
 ABSL_FLAG(uint64_t, seed, 2, "routing seed of the measured trace (the calibration trace uses seed + 1000)");
 
 namespace tandem {
@@ -49,7 +54,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-absl::StatusOr<SimOptions> Preset(const std::string& name, const HardwareProfile& profile, int slots, int workers,
+absl::StatusOr<SimOptions> Preset(const std::string& name, const RoutingTrace& trace, int slots, int workers,
                                   ExpertDivision division) {
   std::string spec = name;
   if (name == "fiddler") spec = "threshold/static/popularity";
@@ -65,7 +70,7 @@ absl::StatusOr<SimOptions> Preset(const std::string& name, const HardwareProfile
   TANDEM_ASSIGN_OR_RETURN(o.planner.policy, ParseExecutionPolicy(parts[0]));
   o.planner.division = division;
   o.planner.num_cpu_workers = workers;
-  const int L = profile.model.num_layers, E = profile.model.num_experts;
+  const int L = trace.num_layers, E = trace.num_experts;
   const int ways = std::min(absl::GetFlag(FLAGS_lru_ways), E);
   std::string cache = parts[1];
   const bool lru_all = cache == "lru-all";
@@ -77,7 +82,7 @@ absl::StatusOr<SimOptions> Preset(const std::string& name, const HardwareProfile
     o.cache.lru = {std::min(L, slots / std::max(1, ways)), ways};
   }
   o.cache.adaptive.division = division;
-  o.cache.adaptive.num_experts_per_token = profile.model.num_experts_per_token;
+  o.cache.adaptive.num_experts_per_token = trace.num_experts_per_token;
   std::string placement = parts[2];
   o.placement.balance_layers = placement == "popularity-balanced";
   if (o.placement.balance_layers) placement = "popularity";
@@ -121,33 +126,59 @@ int Run() {
   trace_options.decode_steps = absl::GetFlag(FLAGS_decode);
   trace_options.decode_rows_per_step = absl::GetFlag(FLAGS_beams);
   trace_options.seed = absl::GetFlag(FLAGS_seed);
-  absl::StatusOr<RoutingTrace> trace = GenerateSyntheticTrace(trace_options);
-  SyntheticTraceOptions calibration_options = trace_options;
-  calibration_options.seed += 1000;
-  calibration_options.num_sequences = 8;
-  absl::StatusOr<RoutingTrace> calibration = GenerateSyntheticTrace(calibration_options);
-  if (!trace.ok() || !calibration.ok()) {
-    LOG_ERROR(trace.ok() ? calibration.status().ToString() : trace.status().ToString());
+  const std::string trace_file = absl::GetFlag(FLAGS_trace);
+  absl::StatusOr<RoutingTrace> trace =
+      trace_file.empty() ? GenerateSyntheticTrace(trace_options) : LoadRoutingTrace(trace_file);
+  if (!trace.ok()) {
+    LOG_ERROR(trace.status().ToString());
     return 1;
   }
-  const ExpertUsage usage = TraceUsage(*calibration);
+  ExpertUsage usage;
+  if (!absl::GetFlag(FLAGS_usage).empty()) {
+    absl::StatusOr<ExpertUsage> loaded = LoadExpertUsage(absl::GetFlag(FLAGS_usage));
+    if (!loaded.ok()) {
+      LOG_ERROR(loaded.status().ToString());
+      return 1;
+    }
+    usage = *loaded;
+  } else {
+    SyntheticTraceOptions calibration_options = trace_options;
+    calibration_options.num_layers = trace->num_layers;
+    calibration_options.num_experts = trace->num_experts;
+    calibration_options.num_experts_per_token = trace->num_experts_per_token;
+    calibration_options.seed += 1000;
+    calibration_options.num_sequences = 8;
+    absl::StatusOr<RoutingTrace> calibration = GenerateSyntheticTrace(calibration_options);
+    if (!calibration.ok()) {
+      LOG_ERROR(calibration.status().ToString());
+      return 1;
+    }
+    usage = TraceUsage(*calibration);
+  }
   const TraceStats stats = MeasureTrace(*trace);
-  EmitJsonLine({{"kind", "trace"},
-        {"profile", profile->name},
-        {"slots", slots},
-        {"workers", cost->num_cpu_workers()},
-        {"prompt", trace_options.prompt_tokens},
-        {"decode", trace_options.decode_steps},
-        {"beams", trace_options.decode_rows_per_step},
-        {"sequences", trace_options.num_sequences},
-        {"popularity_mean", stats.popularity_mean},
-        {"popularity_sd", stats.popularity_sd},
-        {"token_reuse", stats.token_reuse},
-        {"layer_same_id", stats.layer_same_id},
-        {"prefill_decode_cosine", stats.prefill_decode_cosine}});
+  Json trace_line = {{"kind", "trace"},
+                     {"profile", profile->name},
+                     {"trace", trace_file.empty() ? std::string("synthetic") : trace_file},
+                     {"layers", trace->num_layers},
+                     {"experts", trace->num_experts},
+                     {"steps", trace->steps.size()},
+                     {"slots", slots},
+                     {"workers", cost->num_cpu_workers()},
+                     {"popularity_mean", stats.popularity_mean},
+                     {"popularity_sd", stats.popularity_sd},
+                     {"token_reuse", stats.token_reuse},
+                     {"layer_same_id", stats.layer_same_id},
+                     {"prefill_decode_cosine", stats.prefill_decode_cosine}};
+  if (trace_file.empty()) {  // what the synthetic trace was made of
+    trace_line["prompt"] = trace_options.prompt_tokens;
+    trace_line["decode"] = trace_options.decode_steps;
+    trace_line["beams"] = trace_options.decode_rows_per_step;
+    trace_line["sequences"] = trace_options.num_sequences;
+  }
+  EmitJsonLine(trace_line);
 
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_presets), ',', absl::SkipEmpty())) {
-    absl::StatusOr<SimOptions> options = Preset(std::string(name), *profile, slots, cost->num_cpu_workers(), *division);
+    absl::StatusOr<SimOptions> options = Preset(std::string(name), *trace, slots, cost->num_cpu_workers(), *division);
     if (!options.ok()) {
       LOG_ERROR(options.status().ToString());
       return 1;

@@ -4,6 +4,11 @@
 // With --workers, the experts run in tandem-cpu-worker processes (one per
 // NUMA node, started separately on the same model) instead of this process:
 //   tandem-generate --model DIR --workers unix:/run/tandem/w0.sock,unix:/run/tandem/w1.sock --transport shm ...
+// With --execution_policy, the experts go through the orchestrator (planner,
+// cost model, cache and placement policies) over the no-GPU host expert pool:
+//   tandem-generate --model DIR --execution_policy makespan --cache_policy lru --gpu_slots 8 ...
+// --record_trace / --record_usage write the routing (for tandem-sim) and the
+// expert usage (for --placement popularity --usage_profile FILE).
 #include <malloc.h>
 
 #include <cstdio>
@@ -48,6 +53,24 @@ ABSL_FLAG(std::string, transport, "shm",
           "with --workers: shm (arena + doorbell) | shm-grpc (arena + gRPC descriptors) | inline (tensors in gRPC)");
 ABSL_FLAG(int32_t, worker_timeout_ms, 5000, "with --workers: deadline of one layer's expert round trip");
 ABSL_FLAG(int32_t, connect_timeout_ms, 10000, "with --workers: how long to wait for every worker at start-up");
+ABSL_FLAG(std::string, execution_policy, "",
+          "orchestrate the experts over the no-GPU host expert pool with this execution policy: "
+          "threshold | makespan | gpu-only | cpu-only; empty = no orchestrator (every expert on the CPU executor)");
+ABSL_FLAG(std::string, cache_policy, "static", "with --execution_policy: static | lru | sequence | adaptive");
+ABSL_FLAG(std::string, placement, "uniform",
+          "with --execution_policy: initial placement, uniform | first-layers | popularity | popularity-balanced "
+          "(popularity needs --usage_profile)");
+ABSL_FLAG(int32_t, gpu_slots, -1, "with --execution_policy: expert slots in the pool; -1 = from --gpu_memory_mb");
+ABSL_FLAG(int64_t, gpu_memory_mb, 0,
+          "with --execution_policy: pool memory (slots + staging buffers) when --gpu_slots is -1; "
+          "neither = a quarter of the model's experts");
+ABSL_FLAG(int32_t, staging_buffers, 2, "with --execution_policy: copies one layer plan may start");
+ABSL_FLAG(int32_t, lru_ways, 0, "with --cache_policy lru: experts cached per layer; 0 = slots / layers");
+ABSL_FLAG(std::string, usage_profile, "", "with --execution_policy: expert usage file for popularity placement");
+ABSL_FLAG(std::string, calibration_profile, "",
+          "with --execution_policy: calibration cache file (reused when machine, model and config match)");
+ABSL_FLAG(std::string, record_trace, "", "write the routing trace (tandem-sim --trace) to this file");
+ABSL_FLAG(std::string, record_usage, "", "write the expert usage profile (--usage_profile) to this file");
 
 namespace {
 
@@ -121,6 +144,49 @@ ConnectWorkers(const std::string& model_dir) {
   return std::make_pair(std::move(*model), std::move(*remote));
 }
 
+// --execution_policy and the flags that go with it.
+absl::Status OrchestratorFlags(tandem::LocalOrchestratorOptions* o) {
+  const std::string execution = absl::GetFlag(FLAGS_execution_policy);
+  if (execution.empty()) {
+    const bool other = absl::GetFlag(FLAGS_cache_policy) != "static" || absl::GetFlag(FLAGS_placement) != "uniform" ||
+                       absl::GetFlag(FLAGS_gpu_slots) != -1 || absl::GetFlag(FLAGS_gpu_memory_mb) != 0 ||
+                       absl::GetFlag(FLAGS_lru_ways) != 0 || !absl::GetFlag(FLAGS_usage_profile).empty() ||
+                       !absl::GetFlag(FLAGS_calibration_profile).empty();
+    if (other) {
+      return absl::InvalidArgumentError(
+          "--cache_policy, --placement, --gpu_slots, --gpu_memory_mb, --lru_ways, --usage_profile and "
+          "--calibration_profile need --execution_policy");
+    }
+    return absl::OkStatus();
+  }
+  o->enabled = true;
+  auto policy = tandem::ParseExecutionPolicy(execution);
+  if (!policy.ok()) return absl::InvalidArgumentError(absl::StrCat("--execution_policy: ", policy.status().message()));
+  o->execution = *policy;
+  auto cache = tandem::ParseCachePolicyKind(absl::GetFlag(FLAGS_cache_policy));
+  if (!cache.ok()) return absl::InvalidArgumentError(absl::StrCat("--cache_policy: ", cache.status().message()));
+  o->cache = *cache;
+  std::string placement = absl::GetFlag(FLAGS_placement);
+  o->balance_layers = placement == "popularity-balanced";
+  if (o->balance_layers) placement = "popularity";
+  auto parsed = tandem::ParsePlacementPolicy(placement);
+  if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--placement: ", parsed.status().message()));
+  o->placement = *parsed;
+  if (o->placement == tandem::PlacementPolicy::kPopularity && absl::GetFlag(FLAGS_usage_profile).empty()) {
+    return absl::InvalidArgumentError("--placement popularity needs --usage_profile (record one with --record_usage)");
+  }
+  if (absl::GetFlag(FLAGS_gpu_memory_mb) < 0) return absl::InvalidArgumentError("--gpu_memory_mb must be >= 0");
+  if (absl::GetFlag(FLAGS_staging_buffers) < 0) return absl::InvalidArgumentError("--staging_buffers must be >= 0");
+  if (absl::GetFlag(FLAGS_lru_ways) < 0) return absl::InvalidArgumentError("--lru_ways must be >= 0");
+  o->gpu_slots = absl::GetFlag(FLAGS_gpu_slots);
+  o->gpu_memory_bytes = absl::GetFlag(FLAGS_gpu_memory_mb) << 20;
+  o->staging_buffers = absl::GetFlag(FLAGS_staging_buffers);
+  o->lru_ways = absl::GetFlag(FLAGS_lru_ways);
+  o->usage_profile = absl::GetFlag(FLAGS_usage_profile);
+  o->calibration_profile = absl::GetFlag(FLAGS_calibration_profile);
+  return absl::OkStatus();
+}
+
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "tandem-generate: %s\n", std::string(status.message()).c_str());
   return 1;
@@ -140,6 +206,9 @@ int main(int argc, char** argv) {
 
   tandem::LocalRuntimeOptions options;
   options.num_threads = absl::GetFlag(FLAGS_threads);
+  if (absl::Status flags = OrchestratorFlags(&options.orchestrator); !flags.ok()) return Fail(flags);
+  options.record_trace = absl::GetFlag(FLAGS_record_trace);
+  options.record_usage = absl::GetFlag(FLAGS_record_usage);
   // Declared before the runtime, so it outlives the engine that calls it.
   std::unique_ptr<tandem::RemoteExpertExecutor> remote;
   absl::StatusOr<std::unique_ptr<tandem::LocalRuntime>> runtime;
@@ -154,6 +223,12 @@ int main(int argc, char** argv) {
     if (!connected.ok()) return Fail(connected.status());
     remote = std::move(connected->second);
     options.expert_executor = remote.get();
+    // The orchestrator's CPU side is the workers: their count and division,
+    // and a thread of its own so the pool computes meanwhile.
+    options.orchestrator.num_cpu_workers = remote->num_workers();
+    options.orchestrator.division = remote->division();
+    options.orchestrator.cpu_transport = absl::GetFlag(FLAGS_transport);
+    options.orchestrator.overlap_cpu = true;
     runtime = tandem::LocalRuntime::Create(std::move(connected->first), options);
   }
   if (!runtime.ok()) return Fail(runtime.status());
@@ -195,6 +270,22 @@ int main(int argc, char** argv) {
     }
   });
   if (!result.ok()) return Fail(result.status());
+  if (absl::Status recorded = (*runtime)->FinishRecording(); !recorded.ok()) return Fail(recorded);
+  tandem::Orchestrator* orchestrator = (*runtime)->orchestrator();
+  if (orchestrator != nullptr && !json) {
+    const tandem::OrchestratorStats s = orchestrator->stats();
+    std::fprintf(stderr,
+                 "[orchestrator (%s, %s/%s/%s): %lld expert runs, %lld GPU hits (%.0f%%), %lld in-flight waits, "
+                 "%lld planner copies, %lld CPU runs, %lld cache copies, %lld admissions; makespan error %.0f%% "
+                 "(last %d layers); pool copied %.1f MB at %.2f GB/s]\n",
+                 s.pool_kind.c_str(), s.execution_policy.c_str(), s.cache_policy.c_str(), s.placement.c_str(),
+                 static_cast<long long>(s.total.expert_runs), static_cast<long long>(s.total.gpu_hits),
+                 s.total.expert_runs > 0 ? 100.0 * s.total.gpu_hits / s.total.expert_runs : 0.0,
+                 static_cast<long long>(s.total.inflight_waits), static_cast<long long>(s.total.planner_migrations),
+                 static_cast<long long>(s.total.cpu_runs), static_cast<long long>(s.total.cache_migrations),
+                 static_cast<long long>(s.total.cache_admissions), s.accuracy.makespan.mape_percent,
+                 s.accuracy.makespan.window, s.pool.bytes_copied / 1e6, s.pool.MigrationGbPerSecond());
+  }
   if (remote) {
     for (const tandem::RemoteWorkerStats& w : remote->stats()) {
       std::fprintf(stderr, "[worker %s (%s): %lld calls, %lld rows, mean round trip %.1f us (worker compute %.1f us)]\n",
@@ -204,7 +295,9 @@ int main(int argc, char** argv) {
     }
   }
   if (json) {
-    std::cout << ToJson(*result, model).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    nlohmann::json out = ToJson(*result, model);
+    if (orchestrator != nullptr) out["orchestrator"] = nlohmann::json::parse(orchestrator->stats().ToJson());
+    std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     const auto& tm = result->timing;
     std::cout << std::endl;  // flushed before the stats line on stderr

@@ -2,9 +2,79 @@
 
 #include "absl/strings/str_format.h"
 #include "common/log.h"
+#include "common/model_fingerprint.h"
 #include "common/status_macros.h"
+#include "coordinator/planner/profile_io.h"
 
 namespace tandem {
+namespace {
+
+// The host pool and the orchestrator around `cpu` (see local_runtime.h).
+absl::Status BuildOrchestrator(const LocalOrchestratorOptions& o, const Model& model, ThreadPool* threads,
+                               ExpertExecutor* cpu, bool external_cpu, std::unique_ptr<ExpertFfn>* ffn,
+                               std::unique_ptr<HostExpertPool>* pool, std::optional<CalibrationResult>* calibration,
+                               std::unique_ptr<Orchestrator>* orchestrator) {
+  const ModelConfig& config = model.config;
+  std::vector<std::vector<ExpertWeights>> experts;
+  for (const LayerWeights& layer : model.weights->layers) experts.push_back(layer.experts);
+  // The CPU executor's own kernel, so pool and CPU give the same bits.
+  *ffn = std::make_unique<ExpertFfn>(threads);
+  ExpertFfn* kernel_ffn = ffn->get();
+  ExpertKernel kernel = [kernel_ffn](const ExpertWeights& weights, const float* input, int64_t rows, float* output) {
+    return kernel_ffn->Run(weights, input, rows, output);
+  };
+  ExpertPoolOptions pool_options;
+  pool_options.num_slots = o.gpu_slots;
+  pool_options.memory_bytes = o.gpu_memory_bytes;
+  pool_options.num_staging_buffers = o.staging_buffers;
+  if (o.gpu_slots < 0 && o.gpu_memory_bytes <= 0) {
+    pool_options.num_slots = static_cast<int>(config.num_hidden_layers * config.num_local_experts / 4);
+  }
+  TANDEM_ASSIGN_OR_RETURN(*pool, HostExpertPool::Create(config, std::move(experts), std::move(kernel), pool_options));
+
+  CostModelParams params;
+  if (o.cost) {
+    params = *o.cost;
+  } else {
+    CalibrationSetup setup;
+    setup.config = &config;
+    TANDEM_ASSIGN_OR_RETURN(setup.fingerprint, FingerprintModel(config, *model.weights->source));
+    setup.cpu = cpu;
+    setup.num_cpu_workers = o.num_cpu_workers;
+    setup.division = o.division;
+    setup.cpu_transport = o.cpu_transport;
+    setup.pool = pool->get();
+    setup.config_description = absl::StrCat("threads=", threads->num_threads(), " executor=",
+                                            external_cpu ? "external " + o.cpu_transport : "local",
+                                            " staging=", o.staging_buffers);
+    TANDEM_ASSIGN_OR_RETURN(CalibrationResult result, LoadOrCalibrate(o.calibration_profile, setup, o.calibration));
+    params = result.profile.cost;
+    *calibration = std::move(result);
+  }
+  TANDEM_ASSIGN_OR_RETURN(CostModel cost, CostModel::Create(params));
+
+  OrchestratorOptions options;
+  options.planner.policy = o.execution;
+  options.planner.division = o.division;
+  options.planner.num_cpu_workers = o.num_cpu_workers;
+  options.cache.kind = o.cache;
+  options.cache.lru.num_ways = o.lru_ways;
+  if (o.lru_ways > 0) {
+    options.cache.lru.num_indexes =
+        static_cast<int>(std::min<int64_t>(config.num_hidden_layers, (*pool)->num_slots() / o.lru_ways));
+  }
+  options.placement.policy = o.placement;
+  options.placement.balance_layers = o.balance_layers;
+  if (!o.usage_profile.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(options.usage, LoadExpertUsage(o.usage_profile));
+  }
+  options.refine_online = o.refine_online;
+  options.overlap_cpu = o.overlap_cpu;
+  TANDEM_ASSIGN_OR_RETURN(*orchestrator, Orchestrator::Create(config, cpu, pool->get(), std::move(cost), options));
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::unique_ptr<Model> model,
                                                                    const LocalRuntimeOptions& options) {
@@ -23,21 +93,43 @@ absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::unique_p
     experts = rt->experts_.get();
   }
 
+  if (options.orchestrator.enabled) {
+    TANDEM_RETURN_IF_ERROR(BuildOrchestrator(options.orchestrator, *rt->model_, rt->pool_.get(), experts,
+                                             options.expert_executor != nullptr, &rt->pool_ffn_, &rt->expert_pool_,
+                                             &rt->calibration_, &rt->orchestrator_));
+    experts = rt->orchestrator_.get();
+  }
+  EngineOptions engine_options = options.engine;
+  if (rt->orchestrator_) engine_options.observers.push_back(rt->orchestrator_.get());
+  if (!options.record_trace.empty() || !options.record_usage.empty()) {
+    RoutingRecorderOptions recorder;
+    recorder.trace_path = options.record_trace;
+    recorder.usage_path = options.record_usage;
+    recorder.model_name = rt->model_->origin;
+    TANDEM_ASSIGN_OR_RETURN(rt->recorder_, RoutingRecorder::Create(config, recorder));
+    engine_options.observers.push_back(rt->recorder_.get());
+  }
+
   const int64_t tokens = options.kv_cache_tokens > 0 ? options.kv_cache_tokens : config.max_position_embeddings;
   KvCacheOptions kv{.num_layers = config.num_hidden_layers,
                     .kv_dim = config.kv_dim(),
                     .block_size = options.kv_block_size,
                     .max_blocks = (tokens + options.kv_block_size - 1) / options.kv_block_size};
   TANDEM_ASSIGN_OR_RETURN(rt->kv_pool_, KvBlockPool::Create(kv));
-  rt->engine_ = std::make_unique<Engine>(config, rt->backend_.get(), experts, options.engine);
+  rt->engine_ = std::make_unique<Engine>(config, rt->backend_.get(), experts, std::move(engine_options));
   rt->generator_ = std::make_unique<Generator>(rt->model_.get(), rt->engine_.get(), rt->kv_pool_.get());
   LOG_INFO("model ", rt->model_->origin, ": ", config.architecture_name, ", ", config.num_hidden_layers, " layers, ",
            config.num_local_experts, " experts (", config.num_experts_per_tok, " per token), ",
            absl::StrFormat("%.1f MB weights (%.1f MB experts)", rt->model_->weights->total_bytes / 1e6,
                            rt->model_->weights->expert_bytes / 1e6),
            "; CPU backend, ", threads, " threads; ",
-           options.expert_executor == nullptr ? "all experts on the in-process CPU executor" : "experts on an external executor");
+           options.expert_executor == nullptr ? "all experts on the in-process CPU executor" : "experts on an external executor",
+           rt->orchestrator_ ? absl::StrCat(", orchestrated with the ", rt->expert_pool_->kind()) : std::string());
   return rt;
+}
+
+absl::Status LocalRuntime::FinishRecording() {
+  return recorder_ ? recorder_->Finish() : absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Open(const std::filesystem::path& model_dir,

@@ -23,8 +23,47 @@ Engine::Engine(const ModelConfig& config, ComputeBackend* backend, ExpertExecuto
     : config_(config), backend_(backend), experts_(experts), options_(std::move(options)) {}
 
 absl::Status Engine::Forward(std::span<const ForwardInput> inputs, std::vector<float>* logits) {
+  step_begun_ = false;
+  absl::Status status = ForwardLayers(inputs, logits);
+  if (step_begun_) {
+    for (ForwardObserver* observer : options_.observers) observer->OnStepEnd(step_, status);
+  }
+  return status;
+}
+
+void Engine::DescribeStep(std::span<const SequenceSlice> slices) {
+  step_sequences_.clear();
+  step_ = ForwardStep{};
+  step_.index = steps_++;
+  for (const SequenceSlice& s : slices) {
+    StepSequence seq;
+    auto it = sequence_ids_.find(s.kv);
+    seq.new_sequence = s.start_position == 0;
+    if (seq.new_sequence || it == sequence_ids_.end()) {
+      // KV objects are reused (and addresses recycled): position 0 always
+      // starts a new sequence; a KV first seen later (a forked beam) gets
+      // an id of its own but starts nothing.
+      seq.id = next_sequence_id_++;
+      sequence_ids_[s.kv] = seq.id;
+    } else {
+      seq.id = it->second;
+    }
+    seq.start_position = s.start_position;
+    seq.num_tokens = s.num_tokens;
+    seq.row_offset = s.row_offset;
+    seq.prefill = s.num_tokens > 1 || s.start_position == 0;
+    step_.rows += s.num_tokens;
+    step_.prefill = step_.prefill || seq.prefill;
+    step_.new_sequence = step_.new_sequence || seq.new_sequence;
+    step_sequences_.push_back(seq);
+  }
+  step_.sequences = step_sequences_;
+}
+
+absl::Status Engine::ForwardLayers(std::span<const ForwardInput> inputs, std::vector<float>* logits) {
   const auto start = std::chrono::steady_clock::now();
   timing_ = ForwardTiming{};
+  timing_.layers.resize(static_cast<size_t>(config_.num_hidden_layers));
   const int64_t d = config_.hidden_size, e = config_.num_local_experts, k = config_.num_experts_per_tok;
 
   // Lay the batch out: each input is one slice of consecutive rows.
@@ -64,6 +103,12 @@ absl::Status Engine::Forward(std::span<const ForwardInput> inputs, std::vector<f
     if (options_.dump) options_.dump(name, layer, data, n, cols);
   };
 
+  if (!options_.observers.empty()) {
+    DescribeStep(slices);
+    step_begun_ = true;
+    for (ForwardObserver* observer : options_.observers) observer->OnStepBegin(step_);
+  }
+
   auto t = std::chrono::steady_clock::now();
   TANDEM_RETURN_IF_ERROR(backend_->Embed(tokens_, hidden_.data()));  // [T, D]
   timing_.embed_us = MicrosSince(t);
@@ -72,19 +117,27 @@ absl::Status Engine::Forward(std::span<const ForwardInput> inputs, std::vector<f
   for (int layer = 0; layer < config_.num_hidden_layers; ++layer) {
     t = std::chrono::steady_clock::now();
     TANDEM_RETURN_IF_ERROR(backend_->Attention(layer, slices, rows, hidden_.data()));
-    timing_.attention_us += MicrosSince(t);
+    LayerTimingUs& layer_timing = timing_.layers[static_cast<size_t>(layer)];
+    layer_timing.attention_us = MicrosSince(t);
+    timing_.attention_us += layer_timing.attention_us;
     dump("attention_out", layer, hidden_.data(), rows, d);
 
     t = std::chrono::steady_clock::now();
     TANDEM_RETURN_IF_ERROR(backend_->Router(layer, rows, hidden_.data(), moe_input_.data(), router_logits_.data(),
                                             routing_experts_.data(), routing_weights_.data()));
-    timing_.router_us += MicrosSince(t);
+    layer_timing.router_us = MicrosSince(t);
+    timing_.router_us += layer_timing.router_us;
     dump("moe_input", layer, moe_input_.data(), rows, d);
     dump("router_logits", layer, router_logits_.data(), rows, e);
+    for (ForwardObserver* observer : options_.observers) {
+      observer->OnRouting(step_, layer, std::span<const int32_t>(routing_experts_.data(), static_cast<size_t>(rows * k)),
+                          static_cast<int>(k));
+    }
 
     t = std::chrono::steady_clock::now();
     TANDEM_RETURN_IF_ERROR(RunExperts(layer, rows));
-    timing_.experts_us += MicrosSince(t);
+    layer_timing.experts_us = MicrosSince(t);
+    timing_.experts_us += layer_timing.experts_us;
 
     t = std::chrono::steady_clock::now();
     if (options_.dump) {
@@ -95,7 +148,8 @@ absl::Status Engine::Forward(std::span<const ForwardInput> inputs, std::vector<f
       dump("moe_out", layer, moe_out_.data(), rows, d);
     }
     TANDEM_RETURN_IF_ERROR(backend_->Combine(rows, routing_weights_.data(), expert_out_.data(), hidden_.data()));
-    timing_.combine_us += MicrosSince(t);
+    layer_timing.combine_us = MicrosSince(t);
+    timing_.combine_us += layer_timing.combine_us;
     dump("layer_out", layer, hidden_.data(), rows, d);
   }
 

@@ -14,12 +14,14 @@
 #include <functional>
 #include <span>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "common/expert_executor.h"
 #include "common/model_config.h"
 #include "coordinator/compute_backend.h"
+#include "coordinator/forward_observer.h"
 
 namespace tandem {
 
@@ -31,6 +33,9 @@ using DumpHook = std::function<void(std::string_view name, int layer, const floa
 
 struct EngineOptions {
   DumpHook dump;  // optional
+  // Optional, borrowed, called in order on the engine thread (see
+  // forward_observer.h): the expert orchestrator, the routing recorder.
+  std::vector<ForwardObserver*> observers;
 };
 
 // One sequence's part of a batch.
@@ -40,10 +45,16 @@ struct ForwardInput {
   bool all_logits = false;          // logits for every token, else only the last
 };
 
+// Wall time of one layer's parts in the last Forward, microseconds.
+struct LayerTimingUs {
+  double attention_us = 0, router_us = 0, experts_us = 0, combine_us = 0;
+};
+
 // Wall time of the parts of the last Forward, microseconds.
 struct ForwardTiming {
   int64_t rows = 0;
   double embed_us = 0, attention_us = 0, router_us = 0, experts_us = 0, combine_us = 0, logits_us = 0, total_us = 0;
+  std::vector<LayerTimingUs> layers;  // [L]
 };
 
 // Engine thread only.
@@ -58,7 +69,10 @@ class Engine {
   const ForwardTiming& last_timing() const { return timing_; }
 
  private:
+  absl::Status ForwardLayers(std::span<const ForwardInput> inputs, std::vector<float>* logits);
   absl::Status RunExperts(int layer, int64_t rows);
+  // Fills step_ and step_sequences_ for the observers from the batch layout.
+  void DescribeStep(std::span<const SequenceSlice> slices);
 
   const ModelConfig& config_;
   ComputeBackend* backend_;
@@ -73,6 +87,14 @@ class Engine {
   std::vector<int32_t> routing_experts_;
   std::vector<float> expert_in_, expert_res_, expert_out_, moe_out_;
   std::vector<int64_t> slot_of_row_;  // grouped position of each (t, k)
+
+  // For the observers (only when there are some).
+  ForwardStep step_;
+  bool step_begun_ = false;  // OnStepBegin was called for the current Forward
+  std::vector<StepSequence> step_sequences_;
+  std::unordered_map<const SequenceKv*, int64_t> sequence_ids_;
+  int64_t next_sequence_id_ = 0;
+  int64_t steps_ = 0;
 };
 
 }  // namespace tandem

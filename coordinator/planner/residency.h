@@ -18,14 +18,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/expert_key.h"
 
 namespace tandem {
-
-struct ExpertKey {
-  int layer = 0;
-  int expert = 0;
-  friend bool operator==(const ExpertKey&, const ExpertKey&) = default;
-};
 
 enum class Residency : uint8_t {
   kAbsent,     // weights only in host memory

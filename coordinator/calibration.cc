@@ -1,0 +1,218 @@
+#include "coordinator/calibration.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "common/thread_pool.h"
+
+namespace tandem {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string CpuModelName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) {
+        const size_t begin = line.find_first_not_of(' ', colon + 1);
+        return begin == std::string::npos ? std::string() : line.substr(begin);
+      }
+    }
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+absl::Status CalibrationOptions::Validate() const {
+  if (rows.size() < 2) return absl::InvalidArgumentError(absl::StrCat("rows must list at least 2 row counts, got ", rows.size()));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 1 || (i > 0 && rows[i] <= rows[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat("rows must be ascending counts >= 1; rows[", i, "] = ", rows[i]));
+    }
+  }
+  if (repetitions < 1) return absl::InvalidArgumentError(absl::StrCat("repetitions must be >= 1, got ", repetitions));
+  if (migrations < 1) return absl::InvalidArgumentError(absl::StrCat("migrations must be >= 1, got ", migrations));
+  if (!(max_seconds > 0)) return absl::InvalidArgumentError(absl::StrCat("max_seconds must be > 0, got ", max_seconds));
+  return absl::OkStatus();
+}
+
+std::string MachineDescription() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  return absl::StrCat("cpu=", CpuModelName(), "; cores=", AvailableCores(), "; host=", host);
+}
+
+std::string CalibrationCacheKey(const CalibrationSetup& setup) {
+  return absl::StrCat(MachineDescription(), " | ", FingerprintString(setup.fingerprint), " | ",
+                      setup.config_description, " | workers=", setup.num_cpu_workers, " ",
+                      ExpertDivisionName(setup.division), " | pool=", setup.pool ? setup.pool->kind() : "none");
+}
+
+absl::StatusOr<HardwareProfile> Calibrate(const CalibrationSetup& setup, const CalibrationOptions& options) {
+  TANDEM_RETURN_IF_ERROR(options.Validate());
+  if (setup.config == nullptr) return absl::InvalidArgumentError("config: calibration needs the model's config");
+  if (setup.cpu == nullptr) return absl::InvalidArgumentError("cpu: calibration needs the CPU expert executor");
+  if (setup.pool == nullptr) return absl::InvalidArgumentError("pool: calibration needs the expert pool");
+  if (setup.num_cpu_workers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("num_cpu_workers must be >= 1, got ", setup.num_cpu_workers));
+  }
+  ExpertPool& pool = *setup.pool;
+  if (pool.num_staging_buffers() < 1) {
+    return absl::InvalidArgumentError("num_staging_buffers: calibration times the pool through a staging buffer; give it one");
+  }
+  const ModelConfig& config = *setup.config;
+  const int num_layers = static_cast<int>(config.num_hidden_layers);
+  const int num_experts = static_cast<int>(config.num_local_experts);
+  const int64_t d = config.hidden_size;
+  const auto start = std::chrono::steady_clock::now();
+
+  const int max_rows = options.rows.back();
+  std::vector<float> input(static_cast<size_t>(max_rows * d)), output(static_cast<size_t>(max_rows * d));
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (float& x : input) x = uniform(rng);
+
+  // Experts are taken in turn over the whole model, so that one measurement
+  // does not find the previous one's weights in the caches.
+  int next = 0;
+  auto next_key = [&] {
+    const ExpertKey key{(next / num_experts) % num_layers, next % num_experts};
+    ++next;
+    return key;
+  };
+  std::vector<ExpertKey> staged;
+  for (int i = 0; i < num_layers * num_experts && static_cast<int>(staged.size()) < pool.num_staging_buffers(); ++i) {
+    const ExpertKey key = next_key();
+    if (pool.Find(key).held) continue;
+    TANDEM_RETURN_IF_ERROR(pool.Stage(key));
+    staged.push_back(key);
+  }
+  if (staged.empty()) return absl::FailedPreconditionError("every expert is in a slot: nothing to time the pool with");
+  for (const ExpertKey& key : staged) TANDEM_RETURN_IF_ERROR(pool.WaitReady(key));
+
+  std::vector<TimingSample> cpu_samples, gpu_samples;
+  for (size_t r = 0; r < options.rows.size(); ++r) {
+    if (r >= 2 && SecondsSince(start) > options.max_seconds) break;
+    const int rows = options.rows[r];
+    std::vector<double> cpu_us, gpu_us;
+    for (int rep = -1; rep < options.repetitions; ++rep) {  // rep -1 warms up
+      const ExpertKey key = next_key();
+      const ExpertWork cpu_work{key.expert, rows, input.data(), output.data()};
+      const auto t = std::chrono::steady_clock::now();
+      TANDEM_RETURN_IF_ERROR(setup.cpu->RunExperts(key.layer, std::span<const ExpertWork>(&cpu_work, 1)));
+      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count();
+      const ExpertKey on_pool = staged[static_cast<size_t>(rep + 1) % staged.size()];
+      const ExpertWork pool_work{on_pool.expert, rows, input.data(), output.data()};
+      PoolRunTiming timing;
+      TANDEM_RETURN_IF_ERROR(pool.RunExperts(on_pool.layer, std::span<const ExpertWork>(&pool_work, 1), &timing));
+      if (rep < 0) continue;
+      cpu_us.push_back(us);
+      gpu_us.push_back(timing.compute_us);
+    }
+    // The clock's resolution is far finer; the floor only keeps a sample valid.
+    cpu_samples.push_back({static_cast<double>(rows), std::max(Median(cpu_us), 0.01)});
+    gpu_samples.push_back({static_cast<double>(rows), std::max(Median(gpu_us), 0.01)});
+  }
+  TANDEM_RETURN_IF_ERROR(pool.ReleaseStaging());
+  (void)pool.TakeCompletedMigrations();
+
+  std::vector<double> copy_us;
+  for (int m = 0; m < options.migrations; ++m) {
+    ExpertKey key = next_key();
+    for (int tries = 0; pool.Find(key).held && tries < num_layers * num_experts; ++tries) key = next_key();
+    if (pool.Find(key).held) break;
+    TANDEM_RETURN_IF_ERROR(pool.Stage(key));
+    TANDEM_RETURN_IF_ERROR(pool.WaitReady(key));
+    TANDEM_RETURN_IF_ERROR(pool.ReleaseStaging());
+    for (const MigrationRecord& record : pool.TakeCompletedMigrations()) copy_us.push_back(record.copy_us);
+  }
+  if (copy_us.empty()) return absl::InternalError("calibration timed no pool copy");
+  pool.ResetStats();
+
+  // Under split each worker's curve is for a whole expert alone; the call
+  // measured all W slices in parallel.
+  const double worker_scale = setup.division == ExpertDivision::kSplit ? setup.num_cpu_workers : 1;
+  for (TimingSample& s : cpu_samples) s.us *= worker_scale;
+  TANDEM_ASSIGN_OR_RETURN(RooflineCurve cpu_curve, FitRoofline(cpu_samples, "cpu"));
+  TANDEM_ASSIGN_OR_RETURN(RooflineCurve gpu_curve, FitRoofline(gpu_samples, "gpu"));
+
+  HardwareProfile profile;
+  profile.name = "calibrated";
+  profile.source = "measured at start-up (coordinator/calibration.h)";
+  profile.description = absl::StrCat("cpu(s) and gpu(s) at ", cpu_samples.size(), " row counts (1..",
+                                     cpu_samples.back().rows, "), median of ", options.repetitions, "; ",
+                                     copy_us.size(), " pool copies");
+  profile.cache_key = CalibrationCacheKey(setup);
+  profile.gpu = pool.kind();
+  profile.cpu = CpuModelName();
+  profile.pcie = pool.kind() == "no-GPU host pool" ? "none (host memcpy)" : "";
+  profile.model.name = config.architecture_name;
+  profile.model.num_layers = num_layers;
+  profile.model.num_experts = num_experts;
+  profile.model.num_experts_per_token = static_cast<int>(config.num_experts_per_tok);
+  profile.model.gpu_expert_slots = pool.num_slots();
+  CostModelParams& cost = profile.cost;
+  cost.expert_bytes = pool.layout().copy_bytes;
+  cost.activation_row_bytes = d * static_cast<int64_t>(sizeof(float));
+  // The dispatch round trip is inside the measured curve: the transport
+  // adds nothing.
+  cost.transports.push_back({setup.cpu_transport, TransferCost{}});
+  cost.cpu_workers.assign(static_cast<size_t>(setup.num_cpu_workers), CpuWorkerCost{cpu_curve, 0});
+  cost.gpu = gpu_curve;
+  // One expert size only: a pure per-byte rate (no fixed part to separate).
+  cost.migrate = TransferCost{0, Median(copy_us) / static_cast<double>(cost.expert_bytes)};
+  cost.dma = TransferCost{};  // the no-GPU pool moves no activations
+  TANDEM_RETURN_IF_ERROR(cost.Validate());
+  LOG_INFO("calibration: ", absl::StrFormat("%.2f s", SecondsSince(start)), "; cpu(1) ",
+           absl::StrFormat("%.1f", cpu_curve.Us(1)), " us, cpu(", cpu_samples.back().rows, ") ",
+           absl::StrFormat("%.1f", cpu_curve.Us(cpu_samples.back().rows)), " us; pool gpu(1) ",
+           absl::StrFormat("%.1f", gpu_curve.Us(1)), " us; migration ",
+           absl::StrFormat("%.1f us (%.2f GB/s)", Median(copy_us), cost.migrate.GbPerSecond()));
+  return profile;
+}
+
+absl::StatusOr<CalibrationResult> LoadOrCalibrate(const std::string& path, const CalibrationSetup& setup,
+                                                  const CalibrationOptions& options) {
+  CalibrationResult result;
+  const std::string key = CalibrationCacheKey(setup);
+  if (!path.empty() && std::filesystem::exists(path)) {
+    absl::StatusOr<HardwareProfile> cached = LoadHardwareProfile(path);
+    if (cached.ok() && cached->cache_key == key) {
+      result.profile = std::move(*cached);
+      result.from_cache = true;
+      LOG_INFO("calibration: read ", path, " (same machine, model and config)");
+      return result;
+    }
+    LOG_INFO("calibration: ", path, cached.ok() ? " was measured for another machine, model or config"
+                                                 : absl::StrCat(" is unreadable (", cached.status().message(), ")"),
+             "; measuring again");
+  }
+  const auto start = std::chrono::steady_clock::now();
+  TANDEM_ASSIGN_OR_RETURN(result.profile, Calibrate(setup, options));
+  result.seconds = SecondsSince(start);
+  if (!path.empty()) TANDEM_RETURN_IF_ERROR(SaveHardwareProfile(result.profile, path));
+  return result;
+}
+
+}  // namespace tandem

@@ -1,0 +1,78 @@
+// Start-up calibration of the cost model (ARCHITECTURE.md "Cost model"):
+// a few seconds at most of measuring
+//   - cpu(s): one expert on the CPU executor at several row counts,
+//   - gpu(s): one expert computed by the expert pool at the same counts,
+//   - migrate: the pool copying one expert's weights,
+// each fitted with FitRoofline (or, for the copy, a per-byte rate), into a
+// hardware profile (coordinator/planner/profile_io.h) whose cache_key names
+// the machine, the model's fingerprint and the configuration, so that a
+// later start with the same key reads the file instead of measuring.
+//
+// The CPU executor is measured through its RunExperts, as the orchestrator
+// calls it: for CPU worker processes the dispatch round trip is folded into
+// the curve (the profile's transport then costs nothing extra), and under
+// split each worker's curve is W times the whole call (a worker's curve is
+// for a whole expert alone; it computes 1/W of each).
+//
+// Runs on the engine thread before serving (it uses the executor and the
+// pool); the pool must hold no staged experts. Leaves the pool's slots as
+// they were and its counters reset.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/expert_executor.h"
+#include "common/expert_partition.h"
+#include "common/model_config.h"
+#include "common/model_fingerprint.h"
+#include "coordinator/planner/profile_io.h"
+#include "gpu_worker/expert_pool.h"
+
+namespace tandem {
+
+struct CalibrationOptions {
+  std::vector<int> rows = {1, 2, 4, 8, 16, 32, 64, 128};  // row counts measured, ascending
+  int repetitions = 5;    // per row count and side; the median is kept
+  int migrations = 8;     // pool copies timed
+  double max_seconds = 3;  // stop adding larger row counts after this (at least 2 are measured)
+
+  absl::Status Validate() const;  // InvalidArgument naming the field
+};
+
+struct CalibrationSetup {
+  const ModelConfig* config = nullptr;
+  ModelFingerprint fingerprint;  // of the model being served
+  ExpertExecutor* cpu = nullptr;
+  int num_cpu_workers = 1;
+  ExpertDivision division = ExpertDivision::kSplit;
+  std::string cpu_transport = "local";  // the profile's transport name for the workers
+  ExpertPool* pool = nullptr;
+  // Whatever else the timings depend on (threads, executor, pool), e.g.
+  // "threads=2 executor=local pool=no-GPU host pool": part of the cache key.
+  std::string config_description;
+};
+
+struct CalibrationResult {
+  HardwareProfile profile;
+  bool from_cache = false;
+  double seconds = 0;  // spent measuring (0 when read from the cache)
+};
+
+// "cpu=<model name>; cores=<n>; host=<hostname>".
+std::string MachineDescription();
+// machine | model fingerprint | config | division and workers | pool kind.
+std::string CalibrationCacheKey(const CalibrationSetup& setup);
+
+// Measures and fits. InvalidArgument naming the field for a bad setup (no
+// executor, no pool, a pool without staging buffers).
+absl::StatusOr<HardwareProfile> Calibrate(const CalibrationSetup& setup, const CalibrationOptions& options = {});
+
+// `path` empty: Calibrate. Otherwise, when the file holds a profile with
+// this setup's cache key, it is read; when it is absent or its key differs
+// (another machine, model or config), Calibrate runs and overwrites it.
+absl::StatusOr<CalibrationResult> LoadOrCalibrate(const std::string& path, const CalibrationSetup& setup,
+                                                  const CalibrationOptions& options = {});
+
+}  // namespace tandem

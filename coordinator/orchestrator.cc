@@ -1,0 +1,545 @@
+#include "coordinator/orchestrator.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <limits>
+#include <thread>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+
+namespace tandem {
+namespace {
+
+double MicrosBetween(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+std::string KeyName(ExpertKey key) { return absl::StrCat("layer ", key.layer, " expert ", key.expert); }
+
+void Add(const OrchestratorLayerStats& d, OrchestratorLayerStats* s) {
+  s->expert_runs += d.expert_runs;
+  s->gpu_hits += d.gpu_hits;
+  s->inflight_waits += d.inflight_waits;
+  s->planner_migrations += d.planner_migrations;
+  s->cpu_runs += d.cpu_runs;
+  s->cache_migrations += d.cache_migrations;
+  s->cache_admissions += d.cache_admissions;
+  s->evictions += d.evictions;
+}
+
+nlohmann::ordered_json LayerJson(const OrchestratorLayerStats& s) {
+  nlohmann::ordered_json j;
+  j["expert_runs"] = s.expert_runs;
+  j["gpu_hits"] = s.gpu_hits;
+  j["misses"] = s.misses();
+  j["inflight_waits"] = s.inflight_waits;
+  j["planner_migrations"] = s.planner_migrations;
+  j["cpu_runs"] = s.cpu_runs;
+  j["cache_migrations"] = s.cache_migrations;
+  j["cache_admissions"] = s.cache_admissions;
+  j["evictions"] = s.evictions;
+  return j;
+}
+
+nlohmann::ordered_json AccuracyJson(const TermAccuracy& a) {
+  nlohmann::ordered_json j;
+  j["observations"] = a.observations;
+  j["window"] = a.window;
+  j["mape_percent"] = a.mape_percent;
+  return j;
+}
+
+}  // namespace
+
+// Runs the CPU executor's calls on their own thread, one at a time, so the
+// engine thread can drive the pool meanwhile (overlap_cpu).
+class Orchestrator::CpuLane {
+ public:
+  explicit CpuLane(ExpertExecutor* cpu) : cpu_(cpu), thread_([this] { Loop(); }) {}
+  ~CpuLane() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  void Start(int layer, std::span<const ExpertWork> work) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      layer_ = layer;
+      work_ = work;
+      pending_ = true;
+      done_ = false;
+    }
+    cv_.notify_all();
+  }
+
+  absl::Status Wait(double* us) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return done_; });
+    *us = us_;
+    return status_;
+  }
+
+ private:
+  void Loop() {
+    pthread_setname_np(pthread_self(), "cpu-lane");
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      cv_.wait(lock, [&] { return stop_ || pending_; });
+      if (!pending_) return;
+      pending_ = false;
+      const int layer = layer_;
+      const std::span<const ExpertWork> work = work_;
+      lock.unlock();
+      const auto start = std::chrono::steady_clock::now();
+      absl::Status status = cpu_->RunExperts(layer, work);
+      const double us = MicrosBetween(start, std::chrono::steady_clock::now());
+      lock.lock();
+      status_ = std::move(status);
+      us_ = us;
+      done_ = true;
+      cv_.notify_all();
+    }
+  }
+
+  ExpertExecutor* cpu_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stop_ = false, pending_ = false, done_ = false;
+  int layer_ = 0;
+  std::span<const ExpertWork> work_;
+  absl::Status status_;
+  double us_ = 0;
+  std::thread thread_;  // last: starts once the rest exists
+};
+
+std::string OrchestratorStats::ToJson() const {
+  nlohmann::ordered_json j;
+  j["pool_kind"] = pool_kind;
+  j["execution_policy"] = execution_policy;
+  j["cache_policy"] = cache_policy;
+  j["placement"] = placement;
+  j["num_slots"] = num_slots;
+  j["num_staging_buffers"] = num_staging_buffers;
+  j["placed"] = placed;
+  j["steps"] = steps;
+  j["prefill_steps"] = prefill_steps;
+  j["decode_steps"] = decode_steps;
+  j["layer_plans"] = layer_plans;
+  j["refused_decisions"] = refused_decisions;
+  j["total"] = LayerJson(total);
+  j["hit_rate"] = total.expert_runs > 0 ? static_cast<double>(total.gpu_hits) / static_cast<double>(total.expert_runs) : 0.0;
+  nlohmann::ordered_json per_layer = nlohmann::ordered_json::array();
+  for (const OrchestratorLayerStats& l : layers) per_layer.push_back(LayerJson(l));
+  j["layers"] = per_layer;
+  j["time_us"] = {{"plan", plan_us},
+                  {"predicted_makespan", predicted_makespan_us},
+                  {"measured_makespan", measured_makespan_us},
+                  {"cpu", cpu_us},
+                  {"pool_wait", pool_wait_us},
+                  {"pool_compute", pool_compute_us}};
+  j["cost_model_mape"] = {{"makespan", AccuracyJson(accuracy.makespan)}, {"cpu", AccuracyJson(accuracy.cpu)},
+                          {"gpu", AccuracyJson(accuracy.gpu)},           {"migrate", AccuracyJson(accuracy.migrate)},
+                          {"dma", AccuracyJson(accuracy.dma)},           {"ipc", AccuracyJson(accuracy.ipc)}};
+  j["pool"] = {{"kind", pool.kind},
+               {"num_slots", pool.num_slots},
+               {"used_slots", pool.used_slots},
+               {"num_staging_buffers", pool.num_staging_buffers},
+               {"expert_bytes", pool.expert_bytes},
+               {"placements", pool.placements},
+               {"migrations_started", pool.migrations_started},
+               {"migrations_completed", pool.migrations_completed},
+               {"staging_copies", pool.staging_copies},
+               {"bytes_copied", pool.bytes_copied},
+               {"copy_us", pool.copy_us},
+               {"migration_gb_s", pool.MigrationGbPerSecond()},
+               {"admissions", pool.admissions},
+               {"evictions", pool.evictions},
+               {"slot_runs", pool.slot_runs},
+               {"staging_runs", pool.staging_runs},
+               {"wait_us", pool.wait_us},
+               {"compute_us", pool.compute_us}};
+  return j.dump();
+}
+
+absl::StatusOr<std::unique_ptr<Orchestrator>> Orchestrator::Create(const ModelConfig& config, ExpertExecutor* cpu,
+                                                                   ExpertPool* pool, CostModel cost,
+                                                                   const OrchestratorOptions& options) {
+  if (cpu == nullptr) return absl::InvalidArgumentError("cpu: the orchestrator needs a CPU expert executor");
+  if (pool == nullptr) return absl::InvalidArgumentError("pool: the orchestrator needs an expert pool");
+  const int num_layers = static_cast<int>(config.num_hidden_layers);
+  const int num_experts = static_cast<int>(config.num_local_experts);
+  if (pool->num_layers() != num_layers || pool->num_experts() != num_experts) {
+    return absl::InvalidArgumentError(absl::StrCat("pool holds experts of ", pool->num_layers(), " layers x ",
+                                                   pool->num_experts(), ", the model has ", num_layers, " x ",
+                                                   num_experts));
+  }
+  for (const PoolSlot& slot : pool->SlotTable()) {
+    if (slot.expert) return absl::InvalidArgumentError("pool: must be empty (the orchestrator places its experts)");
+  }
+  if (cost.num_cpu_workers() != options.planner.num_cpu_workers) {
+    return absl::InvalidArgumentError(absl::StrCat("planner.num_cpu_workers is ", options.planner.num_cpu_workers,
+                                                   " but the cost model has ", cost.num_cpu_workers(), " CPU workers"));
+  }
+  if (cost.params().expert_bytes != pool->layout().copy_bytes) {
+    LOG_WARNING("orchestrator: the cost model's expert_bytes (", cost.params().expert_bytes,
+                ") differs from the pool's (", pool->layout().copy_bytes, ")");
+  }
+  TANDEM_ASSIGN_OR_RETURN(Planner planner, Planner::Create(options.planner));
+  TANDEM_ASSIGN_OR_RETURN(ResidencyTable table, ResidencyTable::Create(num_layers, num_experts, pool->num_slots()));
+
+  OrchestratorOptions o = options;
+  o.placement.num_slots = pool->num_slots();
+  if (o.cache.kind == CachePolicyKind::kLru && o.cache.lru.num_ways == 0) {
+    // Default: the slots spread over every layer they can cover.
+    o.cache.lru.num_ways = std::clamp(pool->num_slots() / num_layers, 1, num_experts);
+    o.cache.lru.num_indexes = std::min(num_layers, pool->num_slots() / o.cache.lru.num_ways);
+  }
+  if (o.placement.policy == PlacementPolicy::kFirstLayers && o.placement.ways == 0) {
+    o.placement.ways = o.cache.kind == CachePolicyKind::kLru ? o.cache.lru.num_ways
+                                                             : std::clamp(pool->num_slots() / num_layers, 1, num_experts);
+  }
+  o.cache.adaptive.division = o.planner.division;
+  o.cache.adaptive.num_experts_per_token = static_cast<int>(config.num_experts_per_tok);
+  if (o.placement.policy == PlacementPolicy::kPopularity && !o.usage) {
+    return absl::InvalidArgumentError("usage: popularity placement needs an expert usage profile");
+  }
+
+  auto orchestrator = std::unique_ptr<Orchestrator>(
+      new Orchestrator(config, cpu, pool, std::move(cost), o, std::move(planner), nullptr, std::move(table)));
+  Orchestrator& self = *orchestrator;
+  // The adaptive policy reads the orchestrator's own (refined) cost model.
+  TANDEM_ASSIGN_OR_RETURN(self.cache_, MakeCachePolicy(o.cache, num_layers, num_experts, &self.cost_));
+  TANDEM_ASSIGN_OR_RETURN(std::vector<ExpertKey> placed,
+                          PlaceExperts(o.placement, num_layers, num_experts, o.usage ? &*o.usage : nullptr));
+  for (const ExpertKey& key : placed) {
+    TANDEM_RETURN_IF_ERROR(self.table_.Place(key));
+    TANDEM_RETURN_IF_ERROR(pool->Place(key));
+  }
+  TANDEM_RETURN_IF_ERROR(self.cache_->Reset(self.table_));
+  if (o.overlap_cpu) self.cpu_lane_ = std::make_unique<CpuLane>(cpu);
+
+  self.stats_.pool_kind = pool->kind();
+  self.stats_.execution_policy = ExecutionPolicyName(o.planner.policy);
+  self.stats_.cache_policy = CachePolicyKindName(o.cache.kind);
+  self.stats_.placement = PlacementPolicyName(o.placement.policy) +
+                          (o.placement.policy == PlacementPolicy::kPopularity && o.placement.balance_layers ? "-balanced" : "");
+  self.stats_.num_slots = pool->num_slots();
+  self.stats_.num_staging_buffers = pool->num_staging_buffers();
+  self.stats_.placed = static_cast<int>(placed.size());
+  self.stats_.layers.assign(static_cast<size_t>(num_layers), OrchestratorLayerStats{});
+  LOG_INFO("orchestrator: execution ", self.stats_.execution_policy, ", cache ", self.stats_.cache_policy,
+           o.cache.kind == CachePolicyKind::kLru
+               ? absl::StrCat(" (", o.cache.lru.num_indexes, " layers x ", o.cache.lru.num_ways, " ways)")
+               : std::string(),
+           ", placement ", self.stats_.placement, " (", placed.size(), " of ", num_layers * num_experts,
+           " experts placed); ", pool->kind(), " with ", pool->num_slots(), " slots + ", pool->num_staging_buffers(),
+           " staging buffers; ", o.planner.num_cpu_workers, " CPU worker(s), ", ExpertDivisionName(o.planner.division));
+  return orchestrator;
+}
+
+Orchestrator::Orchestrator(const ModelConfig& config, ExpertExecutor* cpu, ExpertPool* pool, CostModel cost,
+                           const OrchestratorOptions& options, Planner planner, std::unique_ptr<CachePolicy> cache,
+                           ResidencyTable table)
+    : num_layers_(static_cast<int>(config.num_hidden_layers)),
+      num_experts_(static_cast<int>(config.num_local_experts)),
+      num_experts_per_token_(static_cast<int>(config.num_experts_per_tok)),
+      cpu_(cpu),
+      pool_(pool),
+      cost_(std::move(cost)),
+      options_(options),
+      planner_(std::move(planner)),
+      cache_(std::move(cache)),
+      table_(std::move(table)),
+      epoch_(std::chrono::steady_clock::now()),
+      rows_(static_cast<size_t>(num_experts_), 0),
+      work_index_(static_cast<size_t>(num_experts_), -1) {}
+
+Orchestrator::~Orchestrator() = default;
+
+double Orchestrator::NowUs() const { return MicrosBetween(epoch_, std::chrono::steady_clock::now()); }
+
+void Orchestrator::OnStepBegin(const ForwardStep& step) {
+  in_step_ = true;
+  step_prefill_ = step.prefill;
+  if (step.new_sequence) {
+    // A new sequence (or batch): the cache policies' per-sequence statistics
+    // restart. The engine does not know how long it will decode (0: the
+    // policy's default horizon).
+    SequenceInfo info;
+    info.decode_rows_per_step = std::max<int>(1, static_cast<int>(step.sequences.size()));
+    cache_->OnSequenceStart(info);
+  }
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  ++stats_.steps;
+  ++(step.prefill ? stats_.prefill_steps : stats_.decode_steps);
+}
+
+void Orchestrator::OnStepEnd(const ForwardStep& step, const absl::Status& status) { in_step_ = false; }
+
+void Orchestrator::DrainMigrations() {
+  for (const MigrationRecord& record : pool_->TakeCompletedMigrations()) {
+    if (!record.staging && table_.Contains(record.expert) && table_.residency(record.expert) == Residency::kMigrating) {
+      // Cannot fail: it is migrating.
+      (void)table_.CompleteMigration(record.expert);
+    }
+    if (options_.refine_online) cost_.ObserveMigration(record.copy_us);
+  }
+}
+
+absl::Status Orchestrator::ApplyDecisions(std::span<const CacheDecision> decisions, double now_us,
+                                          OrchestratorLayerStats* layer) {
+  const double migrate_us = cost_.MigrateUs();
+  for (const CacheDecision& d : decisions) {
+    const bool migrate = d.kind == CacheDecision::Kind::kMigrate;
+    // The table first: it checks the decision (a refused one is skipped, the
+    // pool never sees it), so table and pool stay in step.
+    const double ready = std::max(now_us, copy_free_at_us_) + migrate_us;
+    absl::Status status = migrate ? table_.BeginMigration(d.expert, ready, d.evict) : table_.Admit(d.expert, d.evict);
+    if (!status.ok()) {
+      std::lock_guard<std::mutex> lock(stats_mutex_);
+      ++stats_.refused_decisions;
+      if (!warned_refusal_) {
+        warned_refusal_ = true;
+        LOG_WARNING("orchestrator: ", cache_->name(), " decision for ", KeyName(d.expert), " refused (skipped): ",
+                    status.message());
+      }
+      continue;
+    }
+    absl::Status applied = migrate ? pool_->Migrate(d.expert, d.evict) : pool_->Admit(d.expert, d.evict);
+    if (!applied.ok()) {
+      return absl::InternalError(absl::StrCat("orchestrator: the pool refused a ", migrate ? "migration" : "admission",
+                                              " of ", KeyName(d.expert), " its residency table allowed: ",
+                                              applied.message()));
+    }
+    if (migrate) {
+      copy_free_at_us_ = ready;
+      ++layer->cache_migrations;
+    } else {
+      ++layer->cache_admissions;
+    }
+    if (d.evict) ++layer->evictions;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Orchestrator::RunCpu(int layer, std::span<const ExpertWork> work, double* us) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status status = cpu_->RunExperts(layer, work);
+  *us = MicrosBetween(start, std::chrono::steady_clock::now());
+  return status;
+}
+
+void Orchestrator::ObserveCpu(int layer, std::span<const ExpertWork> work, double measured_us) {
+  observed_rows_.clear();
+  for (const ExpertWork& w : work) observed_rows_.push_back(static_cast<int32_t>(w.num_rows));
+  const int workers = cost_.num_cpu_workers();
+  if (workers == 1) {
+    cost_.ObserveCpu(0, observed_rows_, measured_us, 1.0);
+  } else if (options_.planner.division == ExpertDivision::kSplit) {
+    // Every worker computed its slice of every expert, in parallel: the
+    // call's time is each one's.
+    for (int w = 0; w < workers; ++w) cost_.ObserveCpu(w, observed_rows_, measured_us, 1.0 / workers);
+  } else {
+    // shard: the call's time is one worker's only when one worker ran them all.
+    const int owner = ShardWorker(layer, work.front().expert, workers);
+    for (const ExpertWork& w : work) {
+      if (ShardWorker(layer, w.expert, workers) != owner) return;
+    }
+    cost_.ObserveCpu(owner, observed_rows_, measured_us, 1.0);
+  }
+}
+
+absl::Status Orchestrator::RunExperts(int layer, std::span<const ExpertWork> work) {
+  const auto start = std::chrono::steady_clock::now();
+  if (layer < 0 || layer >= num_layers_) {
+    return absl::InvalidArgumentError(absl::StrCat("orchestrator: layer ", layer, " out of range [0, ", num_layers_, ")"));
+  }
+  std::fill(rows_.begin(), rows_.end(), 0);
+  std::fill(work_index_.begin(), work_index_.end(), -1);
+  int64_t total_rows = 0;
+  for (size_t i = 0; i < work.size(); ++i) {
+    const ExpertWork& w = work[i];
+    if (w.expert < 0 || w.expert >= num_experts_) {
+      return absl::InvalidArgumentError(absl::StrCat("orchestrator: layer ", layer, " work[", i, "] names expert ",
+                                                     w.expert, ", outside [0, ", num_experts_, ")"));
+    }
+    if (work_index_[static_cast<size_t>(w.expert)] >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("orchestrator: layer ", layer, " work names expert ", w.expert, " twice"));
+    }
+    if (w.num_rows < 0 || w.num_rows > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat("orchestrator: layer ", layer, " expert ", w.expert, " has ",
+                                                     w.num_rows, " rows"));
+    }
+    work_index_[static_cast<size_t>(w.expert)] = static_cast<int>(i);
+    rows_[static_cast<size_t>(w.expert)] = static_cast<int32_t>(w.num_rows);
+    total_rows += w.num_rows;
+  }
+
+  DrainMigrations();
+  const double now = NowUs();
+  OrchestratorLayerStats delta;
+  CacheStep step;
+  step.layer = layer;
+  if (in_step_) {
+    step.phase = step_prefill_ ? Phase::kPrefill : Phase::kDecode;
+  } else {
+    // No step context (not hooked up as an observer): more than one token
+    // (K rows each) is taken for a prefill.
+    step.phase = total_rows > num_experts_per_token_ ? Phase::kPrefill : Phase::kDecode;
+  }
+  step.rows = rows_;
+  step.residency = &table_;
+  step.copy_backlog_us = std::max(0.0, copy_free_at_us_ - now);
+  decisions_.clear();
+  cache_->OnRouting(step, &decisions_);
+  TANDEM_RETURN_IF_ERROR(ApplyDecisions(decisions_, now, &delta));
+
+  table_.LayerStates(layer, now, &states_);
+  LayerPlanInput input;
+  input.layer = layer;
+  input.rows = rows_;
+  input.residency = states_;
+  input.copy_engine_free_us = std::max(0.0, copy_free_at_us_ - now);
+  input.max_new_migrations = pool_->num_staging_buffers();
+  TANDEM_RETURN_IF_ERROR(planner_.Plan(input, cost_, &plan_));
+
+  // The plan's own copies queue behind everything already queued.
+  for (int e : plan_.migrations) {
+    absl::Status staged = pool_->Stage({layer, e});
+    if (!staged.ok()) {
+      (void)pool_->ReleaseStaging();
+      return staged;
+    }
+  }
+  if (!plan_.migrations.empty()) {
+    copy_free_at_us_ = std::max(copy_free_at_us_, now) + static_cast<double>(plan_.migrations.size()) * cost_.MigrateUs();
+  }
+
+  // Split the work. The pool runs resident experts first (nothing to wait
+  // for), then those whose copies land first.
+  cpu_work_.clear();
+  pool_work_.clear();
+  std::vector<int> after_inflight;
+  for (int e = 0; e < num_experts_; ++e) {
+    const int index = work_index_[static_cast<size_t>(e)];
+    if (index < 0 || rows_[static_cast<size_t>(e)] == 0) continue;
+    ++delta.expert_runs;
+    switch (plan_.experts[static_cast<size_t>(e)].placement) {
+      case ExpertPlacement::kIdle: break;
+      case ExpertPlacement::kGpuResident:
+        ++delta.gpu_hits;
+        pool_work_.push_back(work[static_cast<size_t>(index)]);
+        break;
+      case ExpertPlacement::kGpuAfterInflight:
+        ++delta.inflight_waits;
+        after_inflight.push_back(e);
+        break;
+      case ExpertPlacement::kMigrateThenGpu: ++delta.planner_migrations; break;
+      case ExpertPlacement::kCpu:
+        ++delta.cpu_runs;
+        cpu_work_.push_back(work[static_cast<size_t>(index)]);
+        break;
+    }
+  }
+  std::sort(after_inflight.begin(), after_inflight.end(), [&](int a, int b) {
+    return plan_.experts[static_cast<size_t>(a)].gpu_ready_us < plan_.experts[static_cast<size_t>(b)].gpu_ready_us;
+  });
+  for (int e : after_inflight) pool_work_.push_back(work[static_cast<size_t>(work_index_[static_cast<size_t>(e)])]);
+  for (int e : plan_.migrations) pool_work_.push_back(work[static_cast<size_t>(work_index_[static_cast<size_t>(e)])]);
+
+  // Execute: CPU and pool. Sequentially the CPU goes first, so copies in
+  // flight land meanwhile.
+  const auto exec_start = std::chrono::steady_clock::now();
+  double cpu_us = 0;
+  PoolRunTiming pool_timing;
+  absl::Status cpu_status, pool_status;
+  const bool overlap = cpu_lane_ != nullptr && !cpu_work_.empty() && !pool_work_.empty();
+  if (overlap) {
+    cpu_lane_->Start(layer, cpu_work_);
+  } else if (!cpu_work_.empty()) {
+    cpu_status = RunCpu(layer, cpu_work_, &cpu_us);
+  }
+  if (cpu_status.ok() && !pool_work_.empty()) pool_status = pool_->RunExperts(layer, pool_work_, &pool_timing);
+  if (overlap) cpu_status = cpu_lane_->Wait(&cpu_us);
+  const double measured_us = MicrosBetween(exec_start, std::chrono::steady_clock::now());
+  if (!cpu_status.ok() || !pool_status.ok()) {
+    (void)pool_->ReleaseStaging();
+    return cpu_status.ok() ? pool_status : cpu_status;
+  }
+
+  if (options_.refine_online) {
+    if (!cpu_work_.empty()) ObserveCpu(layer, cpu_work_, cpu_us);
+    if (!pool_work_.empty() && pool_timing.compute_us > 0) {
+      observed_rows_.clear();
+      for (const ExpertWork& w : pool_work_) observed_rows_.push_back(static_cast<int32_t>(w.num_rows));
+      cost_.ObserveGpu(observed_rows_, pool_timing.compute_us);
+    }
+  }
+  cost_.ObserveMakespan(plan_.makespan_us, measured_us);
+
+  // Admissions: the cache policy may keep what the plan copied.
+  DrainMigrations();
+  const double after = NowUs();
+  step.copy_backlog_us = std::max(0.0, copy_free_at_us_ - after);
+  decisions_.clear();
+  cache_->OnExecuted(step, plan_, &decisions_);
+  absl::Status applied = ApplyDecisions(decisions_, after, &delta);
+  absl::Status released = pool_->ReleaseStaging();
+  TANDEM_RETURN_IF_ERROR(applied);
+  TANDEM_RETURN_IF_ERROR(released);
+
+  const double total_us = MicrosBetween(start, std::chrono::steady_clock::now());
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  ++stats_.layer_plans;
+  Add(delta, &stats_.total);
+  Add(delta, &stats_.layers[static_cast<size_t>(layer)]);
+  stats_.plan_us += total_us - measured_us;
+  stats_.predicted_makespan_us += plan_.makespan_us;
+  stats_.measured_makespan_us += measured_us;
+  stats_.cpu_us += cpu_us;
+  stats_.pool_wait_us += pool_timing.wait_us;
+  stats_.pool_compute_us += pool_timing.compute_us;
+  stats_.accuracy = cost_.Stats();
+  return absl::OkStatus();
+}
+
+OrchestratorStats Orchestrator::stats() const {
+  OrchestratorStats s;
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    s = stats_;
+  }
+  s.pool = pool_->stats();
+  return s;
+}
+
+void Orchestrator::ResetStats() {
+  {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    OrchestratorStats fresh;
+    fresh.pool_kind = stats_.pool_kind;
+    fresh.execution_policy = stats_.execution_policy;
+    fresh.cache_policy = stats_.cache_policy;
+    fresh.placement = stats_.placement;
+    fresh.num_slots = stats_.num_slots;
+    fresh.num_staging_buffers = stats_.num_staging_buffers;
+    fresh.placed = stats_.placed;
+    fresh.layers.assign(stats_.layers.size(), OrchestratorLayerStats{});
+    fresh.accuracy = cost_.Stats();
+    stats_ = std::move(fresh);
+  }
+  pool_->ResetStats();
+}
+
+}  // namespace tandem

@@ -1,0 +1,240 @@
+// The no-GPU host expert pool, step by step on the tiny model's experts:
+// slot counts from a memory budget, migrations on the copy thread with their
+// readiness events, the bytes in a slot equal to the model's, eviction and
+// admission (no copy), staging buffers, and experts computed from the
+// pool's own copy (equal to the CPU executor bit for bit; a corrupted copy
+// changes the output).
+//
+// Legend: D hidden size, R rows.
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "common/model.h"
+#include "cpu_worker/expert_ffn.h"
+#include "cpu_worker/local_expert_executor.h"
+#include "gpu_worker/host_expert_pool.h"
+#include "gtest/gtest.h"
+
+namespace tandem {
+namespace {
+
+class HostExpertPoolTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = 7, .dtype = DType::kBF16});
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+    for (const LayerWeights& layer : model_->weights->layers) experts_.push_back(layer.experts);
+  }
+
+  std::unique_ptr<HostExpertPool> MakePool(int slots, int staging) {
+    ExpertPoolOptions options;
+    options.num_slots = slots;
+    options.num_staging_buffers = staging;
+    ExpertFfn* ffn = &ffn_;
+    auto pool = HostExpertPool::Create(
+        model_->config, experts_,
+        [ffn](const ExpertWeights& w, const float* x, int64_t rows, float* y) { return ffn->Run(w, x, rows, y); },
+        options);
+    EXPECT_TRUE(pool.ok()) << pool.status();
+    return pool.ok() ? std::move(*pool) : nullptr;
+  }
+
+  // The pool's copy of `key` holds exactly the model's bytes.
+  void ExpectSameBytes(HostExpertPool& pool, ExpertKey key) {
+    auto held = pool.HeldWeights(key);
+    ASSERT_TRUE(held.ok()) << held.status();
+    const ExpertWeights& src = experts_[static_cast<size_t>(key.layer)][static_cast<size_t>(key.expert)];
+    const size_t bytes = static_cast<size_t>(pool.layout().matrix_bytes);
+    EXPECT_EQ(std::memcmp(held->w1.data, src.w1.data, bytes), 0);
+    EXPECT_EQ(std::memcmp(held->w3.data, src.w3.data, bytes), 0);
+    EXPECT_EQ(std::memcmp(held->w2.data, src.w2.data, bytes), 0);
+    EXPECT_NE(held->w1.data, src.w1.data);  // a copy, not a view of the model
+  }
+
+  std::unique_ptr<Model> model_;
+  std::vector<std::vector<ExpertWeights>> experts_;
+  ExpertFfn ffn_{nullptr};
+};
+
+TEST_F(HostExpertPoolTest, SlotsComeFromTheMemoryBudget) {
+  auto layout = ExpertLayout::ForModel(model_->config, DType::kBF16);
+  ASSERT_TRUE(layout.ok());
+  const int64_t d = model_->config.hidden_size, i = model_->config.intermediate_size;
+  EXPECT_EQ(layout->copy_bytes, 3 * d * i * 2);
+  EXPECT_EQ(layout->buffer_bytes % kExpertBufferAlignment, 0);
+  ExpertPoolOptions options;
+  options.memory_bytes = 7 * layout->buffer_bytes + 100;
+  options.num_staging_buffers = 2;
+  auto slots = options.SlotCount(*layout);
+  ASSERT_TRUE(slots.ok());
+  EXPECT_EQ(*slots, 5);
+  options.memory_bytes = layout->buffer_bytes;  // not even the staging buffers
+  auto too_small = options.SlotCount(*layout);
+  EXPECT_EQ(too_small.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_small.status().message().find("memory_bytes"), std::string::npos);
+  options.num_staging_buffers = -1;
+  EXPECT_NE(options.SlotCount(*layout).status().message().find("num_staging_buffers"), std::string::npos);
+}
+
+TEST_F(HostExpertPoolTest, MigrationCopiesTheBytesOnItsThreadAndSignalsReadiness) {
+  auto pool = MakePool(2, 1);
+  ASSERT_NE(pool, nullptr);
+  EXPECT_EQ(pool->kind(), "no-GPU host pool");
+  const ExpertKey key{1, 2};
+  EXPECT_FALSE(pool->Find(key).held);
+  ASSERT_TRUE(pool->Migrate(key, std::nullopt).ok());
+  const PoolLocation at = pool->Find(key);
+  EXPECT_TRUE(at.held);
+  EXPECT_FALSE(at.staging);
+  // Another thread waits on the readiness event.
+  absl::Status waited;
+  std::thread waiter([&] { waited = pool->WaitReady(key); });
+  waiter.join();
+  ASSERT_TRUE(waited.ok()) << waited;
+  EXPECT_TRUE(pool->IsReady(key));
+  ExpectSameBytes(*pool, key);
+
+  const ExpertPoolStats stats = pool->stats();
+  EXPECT_EQ(stats.migrations_started, 1);
+  EXPECT_EQ(stats.migrations_completed, 1);
+  EXPECT_EQ(stats.bytes_copied, pool->layout().copy_bytes);
+  EXPECT_EQ(stats.used_slots, 1);
+  const std::vector<MigrationRecord> done = pool->TakeCompletedMigrations();
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].expert, key);
+  EXPECT_FALSE(done[0].staging);
+  EXPECT_EQ(done[0].bytes, pool->layout().copy_bytes);
+  EXPECT_GE(done[0].copy_us, 0);
+  EXPECT_TRUE(pool->TakeCompletedMigrations().empty());
+
+  EXPECT_EQ(pool->Migrate(key, std::nullopt).code(), absl::StatusCode::kFailedPrecondition);  // already held
+  EXPECT_EQ(pool->Migrate({2, 0}, std::nullopt).code(), absl::StatusCode::kInvalidArgument);  // no layer 2
+  EXPECT_EQ(pool->WaitReady({0, 0}).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(HostExpertPoolTest, EvictionFreesTheVictimsSlotForTheNewExpert) {
+  auto pool = MakePool(2, 1);
+  ASSERT_NE(pool, nullptr);
+  ASSERT_TRUE(pool->Place({0, 0}).ok());
+  ASSERT_TRUE(pool->Migrate({0, 1}, std::nullopt).ok());
+  EXPECT_TRUE(pool->IsReady({0, 0}));  // placement is synchronous
+  EXPECT_EQ(pool->Migrate({1, 3}, std::nullopt).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(pool->Migrate({1, 3}, ExpertKey{1, 0}).code(), absl::StatusCode::kFailedPrecondition);  // not held
+  const int slot_of_victim = pool->Find({0, 0}).index;
+  ASSERT_TRUE(pool->Migrate({1, 3}, ExpertKey{0, 0}).ok());
+  EXPECT_FALSE(pool->Find({0, 0}).held);
+  EXPECT_EQ(pool->Find({1, 3}).index, slot_of_victim);
+  ASSERT_TRUE(pool->WaitReady({1, 3}).ok());
+  ExpectSameBytes(*pool, {1, 3});
+  ExpectSameBytes(*pool, {0, 1});  // a victim's neighbour is untouched
+
+  const std::vector<PoolSlot> table = pool->SlotTable();
+  ASSERT_EQ(table.size(), 3u);  // 2 slots + 1 staging buffer
+  EXPECT_EQ(table[static_cast<size_t>(slot_of_victim)].expert, (ExpertKey{1, 3}));
+  EXPECT_EQ(table[2].staging, true);
+  EXPECT_FALSE(table[2].expert.has_value());
+
+  ASSERT_TRUE(pool->Evict({0, 1}).ok());
+  EXPECT_EQ(pool->Evict({0, 1}).code(), absl::StatusCode::kFailedPrecondition);
+  const ExpertPoolStats stats = pool->stats();
+  EXPECT_EQ(stats.placements, 1);
+  EXPECT_EQ(stats.evictions, 2);
+  EXPECT_EQ(stats.used_slots, 1);
+}
+
+TEST_F(HostExpertPoolTest, StagedExpertIsAdmittedWithoutACopy) {
+  auto pool = MakePool(1, 1);
+  ASSERT_NE(pool, nullptr);
+  ASSERT_TRUE(pool->Place({0, 2}).ok());
+  ASSERT_TRUE(pool->Stage({1, 1}).ok());
+  EXPECT_TRUE(pool->Find({1, 1}).staging);
+  EXPECT_EQ(pool->Stage({1, 2}).code(), absl::StatusCode::kResourceExhausted);  // one staging buffer
+  EXPECT_EQ(pool->Admit({1, 2}, std::nullopt).code(), absl::StatusCode::kFailedPrecondition);  // not staged
+  ASSERT_TRUE(pool->Admit({1, 1}, ExpertKey{0, 2}).ok());
+  const PoolLocation at = pool->Find({1, 1});
+  EXPECT_FALSE(at.staging);
+  EXPECT_EQ(at.index, 0);
+  EXPECT_FALSE(pool->Find({0, 2}).held);
+  ExpectSameBytes(*pool, {1, 1});
+  ExpertPoolStats stats = pool->stats();
+  EXPECT_EQ(stats.migrations_started, 1);  // the staging copy only
+  EXPECT_EQ(stats.staging_copies, 1);
+  EXPECT_EQ(stats.admissions, 1);
+  // The staging buffer is free again for the next plan.
+  ASSERT_TRUE(pool->Stage({1, 2}).ok());
+  ASSERT_TRUE(pool->ReleaseStaging().ok());
+  EXPECT_FALSE(pool->Find({1, 2}).held);
+  EXPECT_TRUE(pool->TakeCompletedMigrations().size() == 2);
+}
+
+TEST_F(HostExpertPoolTest, ComputesFromItsOwnCopy) {
+  auto pool = MakePool(2, 1);
+  ASSERT_NE(pool, nullptr);
+  const int64_t d = model_->config.hidden_size;
+  const int64_t rows = 5;
+  std::vector<float> x(static_cast<size_t>(rows * d));
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  for (float& v : x) v = uniform(rng);
+  LocalExpertExecutor cpu(experts_, nullptr);
+  std::vector<float> want(x.size()), got(x.size());
+  const ExpertWork cpu_work{3, rows, x.data(), want.data()};
+  ASSERT_TRUE(cpu.RunExperts(1, std::span<const ExpertWork>(&cpu_work, 1)).ok());
+
+  const ExpertWork pool_work{3, rows, x.data(), got.data()};
+  EXPECT_EQ(pool->RunExperts(1, std::span<const ExpertWork>(&pool_work, 1), nullptr).code(),
+            absl::StatusCode::kFailedPrecondition);  // not held
+  ASSERT_TRUE(pool->Migrate({1, 3}, std::nullopt).ok());
+  PoolRunTiming timing;
+  ASSERT_TRUE(pool->RunExperts(1, std::span<const ExpertWork>(&pool_work, 1), &timing).ok());  // waits for the copy
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  EXPECT_EQ(timing.slot_runs, 1);
+  EXPECT_GT(timing.compute_us, 0);
+
+  // Flip bits in the pool's copy of W1: the pool's output changes, so it
+  // really computes from its copy, not from the model's weights.
+  auto held = pool->HeldWeights({1, 3});
+  ASSERT_TRUE(held.ok());
+  auto* w1 = static_cast<uint16_t*>(const_cast<void*>(held->w1.data));
+  for (int64_t j = 0; j < d; ++j) w1[j] ^= 0x4000;
+  ASSERT_TRUE(pool->RunExperts(1, std::span<const ExpertWork>(&pool_work, 1), nullptr).ok());
+  EXPECT_NE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  EXPECT_EQ(pool->stats().slot_runs, 2);
+}
+
+TEST_F(HostExpertPoolTest, ManyQueuedMigrationsAllLandInOrder) {
+  auto pool = MakePool(3, 2);
+  ASSERT_NE(pool, nullptr);
+  // Cycle every expert of the model through three slots, never waiting
+  // between migrations except for the victim (which Migrate does itself).
+  std::vector<ExpertKey> resident;
+  int copies = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (int l = 0; l < 2; ++l) {
+      for (int e = 0; e < 4; ++e) {
+        const ExpertKey key{l, e};
+        if (pool->Find(key).held) continue;
+        std::optional<ExpertKey> victim;
+        if (resident.size() == 3) {
+          victim = resident.front();
+          resident.erase(resident.begin());
+        }
+        ASSERT_TRUE(pool->Migrate(key, victim).ok()) << l << " " << e;
+        resident.push_back(key);
+        ++copies;
+      }
+    }
+  }
+  for (const ExpertKey& key : resident) ExpectSameBytes(*pool, key);
+  const std::vector<MigrationRecord> done = pool->TakeCompletedMigrations();
+  EXPECT_EQ(static_cast<int>(done.size()), copies);
+  EXPECT_EQ(pool->stats().migrations_completed, copies);
+  EXPECT_EQ(pool->stats().bytes_copied, copies * pool->layout().copy_bytes);
+}
+
+}  // namespace
+}  // namespace tandem

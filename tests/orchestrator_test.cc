@@ -1,0 +1,382 @@
+// The orchestrator end to end on the tiny model with the no-GPU host pool:
+// for every execution policy × cache policy, greedy tokens and every logit
+// equal the plain in-process engine's bit for bit (the pool computes from
+// its own copy of the weights), and the stats show what the policy should
+// have done (static: no cache copies; cpu-only: nothing on the pool but
+// resident experts; gpu-only: nothing on the CPU; lru: hits on repeated
+// routing). Also: calibration is cached by key, the engine's routing trace
+// replays in the simulator, the recorded usage drives popularity placement.
+//
+// Legend: P prompt tokens.
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "client/local_runtime.h"
+#include "common/model.h"
+#include "coordinator/planner/profile_io.h"
+#include "coordinator/planner/simulator.h"
+#include "coordinator/routing_trace_io.h"
+#include "gtest/gtest.h"
+#include "tests/temp_dir_testlib.h"
+#include "tests/tokens_testlib.h"
+
+namespace tandem {
+namespace {
+
+constexpr uint64_t kSeed = 7;
+constexpr int kPromptTokens = 20;
+constexpr int kNewTokens = 10;
+
+// What a run produced: tokens of every generation and every forward pass's logits.
+struct GenerationRun {
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;
+};
+
+// A cost model in which the pool matters: a migrated expert beats the CPU
+// from a few rows on (threshold/makespan then copy at prefill and keep decode
+// on the CPU), and the adaptive policy finds slots worth their copy.
+CostModelParams TestCost(const ModelConfig& config) {
+  CostModelParams p;
+  p.expert_bytes = 3 * config.hidden_size * config.intermediate_size * 2;
+  p.activation_row_bytes = config.hidden_size * 4;
+  p.transports.push_back({"local", TransferCost{}});
+  p.cpu_workers.push_back({RooflineCurve{40, 0, 10}, 0});
+  p.gpu = RooflineCurve{10, 0, 0.5};
+  p.migrate = TransferCost{30, 0};
+  p.dma = TransferCost{};
+  return p;
+}
+
+std::unique_ptr<LocalRuntime> MakeRuntime(const LocalRuntimeOptions& base, GenerationRun* run) {
+  auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = kSeed, .dtype = DType::kBF16});
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return nullptr;
+  LocalRuntimeOptions options = base;
+  options.num_threads = 2;
+  if (run != nullptr) {
+    options.engine.dump = [run](std::string_view name, int, const float* data, int64_t rows, int64_t cols) {
+      if (name == "logits") run->logits.insert(run->logits.end(), data, data + rows * cols);
+    };
+  }
+  auto runtime = LocalRuntime::Create(std::move(*model), options);
+  EXPECT_TRUE(runtime.ok()) << runtime.status();
+  return runtime.ok() ? std::move(*runtime) : nullptr;
+}
+
+// Two greedy generations of the same prompt (routing repeats) and one of another.
+void Generate(LocalRuntime& rt, GenerationRun* run) {
+  const int64_t vocab = rt.model().config.vocab_size;
+  for (uint32_t seed : {500u, 500u, 501u}) {
+    GenerationRequest request;
+    request.prompt_ids = RandomTokens(kPromptTokens, vocab, seed);
+    request.max_tokens = kNewTokens;
+    request.ignore_eos = true;
+    auto result = rt.generator().Generate(request);
+    ASSERT_TRUE(result.ok()) << result.status();
+    const std::vector<int32_t> ids = Ids(*result);
+    run->tokens.insert(run->tokens.end(), ids.begin(), ids.end());
+  }
+}
+
+LocalOrchestratorOptions Orchestrated(ExecutionPolicy execution, CachePolicyKind cache, const ModelConfig& config) {
+  LocalOrchestratorOptions o;
+  o.enabled = true;
+  o.execution = execution;
+  o.cache = cache;
+  o.placement = PlacementPolicy::kUniform;
+  o.gpu_slots = 4;        // half of the tiny model's 8 experts
+  o.staging_buffers = 4;  // a whole layer: gpu-only never falls back to the CPU
+  o.cost = TestCost(config);
+  return o;
+}
+
+const GenerationRun& Reference() {
+  static const GenerationRun* reference = [] {
+    auto* run = new GenerationRun;
+    auto rt = MakeRuntime({}, run);
+    if (rt != nullptr) Generate(*rt, run);
+    return run;
+  }();
+  return *reference;
+}
+
+class OrchestratorPolicyTest : public ::testing::TestWithParam<std::tuple<ExecutionPolicy, CachePolicyKind>> {};
+
+TEST_P(OrchestratorPolicyTest, SameTokensAndLogitsAsThePlainEngine) {
+  const auto [execution, cache] = GetParam();
+  const GenerationRun& want = Reference();
+  ASSERT_EQ(want.tokens.size(), 3u * kNewTokens);
+
+  auto config = SyntheticConfig(SyntheticModelSpec{.preset = "tiny", .seed = kSeed});
+  ASSERT_TRUE(config.ok());
+  LocalRuntimeOptions options;
+  options.orchestrator = Orchestrated(execution, cache, *config);
+  GenerationRun got;
+  auto rt = MakeRuntime(options, &got);
+  ASSERT_NE(rt, nullptr);
+  ASSERT_NE(rt->orchestrator(), nullptr);
+  Generate(*rt, &got);
+  EXPECT_EQ(got.tokens, want.tokens);
+  ASSERT_EQ(got.logits.size(), want.logits.size());
+  EXPECT_EQ(std::memcmp(got.logits.data(), want.logits.data(), got.logits.size() * sizeof(float)), 0)
+      << "logits differ from the plain engine's";
+
+  const OrchestratorStats s = rt->orchestrator()->stats();
+  SCOPED_TRACE(s.ToJson());
+  EXPECT_EQ(s.pool_kind, "no-GPU host pool");
+  EXPECT_EQ(s.placed, 4);
+  EXPECT_EQ(s.refused_decisions, 0);
+  EXPECT_EQ(s.steps, 3 * kNewTokens);  // one prefill + kNewTokens - 1 decodes per generation
+  EXPECT_EQ(s.prefill_steps, 3);
+  EXPECT_EQ(s.layer_plans, 2 * s.steps);
+  const OrchestratorLayerStats& t = s.total;
+  EXPECT_GT(t.expert_runs, 0);
+  EXPECT_EQ(t.expert_runs, t.gpu_hits + t.inflight_waits + t.planner_migrations + t.cpu_runs);
+  // The pool computed exactly what the plans put on the GPU, from slots or staging.
+  EXPECT_EQ(s.pool.slot_runs, t.gpu_hits + t.inflight_waits);
+  EXPECT_EQ(s.pool.staging_runs, t.planner_migrations);
+  EXPECT_EQ(s.pool.staging_copies, t.planner_migrations);
+  EXPECT_EQ(s.pool.migrations_started, t.planner_migrations + t.cache_migrations);
+  EXPECT_EQ(s.pool.admissions, t.cache_admissions);
+  EXPECT_EQ(s.pool.placements, 4);
+  EXPECT_EQ(s.accuracy.makespan.observations, s.layer_plans);
+  ASSERT_EQ(s.layers.size(), 2u);
+  EXPECT_EQ(s.layers[0].expert_runs + s.layers[1].expert_runs, t.expert_runs);
+
+  if (cache == CachePolicyKind::kStatic) {
+    EXPECT_EQ(t.cache_migrations, 0);
+    EXPECT_EQ(t.cache_admissions, 0);
+    EXPECT_EQ(t.evictions, 0);
+    EXPECT_EQ(s.pool.evictions, 0);
+  }
+  if (execution == ExecutionPolicy::kCpuOnly) {
+    // Nothing runs on the pool unless it is resident.
+    EXPECT_EQ(t.planner_migrations, 0);
+    EXPECT_EQ(t.inflight_waits, 0);
+    EXPECT_EQ(s.pool.staging_runs, 0);
+    EXPECT_EQ(s.pool.slot_runs, t.gpu_hits);
+  }
+  if (execution == ExecutionPolicy::kGpuOnly) {
+    EXPECT_EQ(t.cpu_runs, 0);
+  }
+  if (cache == CachePolicyKind::kLru) {
+    EXPECT_GT(t.gpu_hits, 0);
+    EXPECT_GT(t.cache_migrations + t.cache_admissions, 0);  // misses were post-fetched or kept
+  }
+  if (cache == CachePolicyKind::kSequence) {
+    // DAOP: swaps only during prefill, each evicting a cold expert.
+    EXPECT_EQ(t.cache_admissions, 0);
+    EXPECT_EQ(t.evictions, t.cache_migrations);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryExactCombination, OrchestratorPolicyTest,
+    ::testing::Combine(::testing::Values(ExecutionPolicy::kThreshold, ExecutionPolicy::kMakespan,
+                                         ExecutionPolicy::kGpuOnly, ExecutionPolicy::kCpuOnly),
+                       ::testing::Values(CachePolicyKind::kStatic, CachePolicyKind::kLru, CachePolicyKind::kSequence,
+                                         CachePolicyKind::kAdaptive)),
+    [](const auto& info) {
+      std::string name = ExecutionPolicyName(std::get<0>(info.param)) + "_" + CachePolicyKindName(std::get<1>(info.param));
+      for (char& c : name) c = c == '-' ? '_' : c;
+      return name;
+    });
+
+TEST(OrchestratorTest, LruHitsOnRepeatedRouting) {
+  auto config = SyntheticConfig(SyntheticModelSpec{.preset = "tiny", .seed = kSeed});
+  ASSERT_TRUE(config.ok());
+  LocalRuntimeOptions options;
+  options.orchestrator = Orchestrated(ExecutionPolicy::kCpuOnly, CachePolicyKind::kLru, *config);
+  auto rt = MakeRuntime(options, nullptr);
+  ASSERT_NE(rt, nullptr);
+  GenerationRequest request;
+  request.prompt_ids = RandomTokens(kPromptTokens, config->vocab_size, 500);
+  request.max_tokens = kNewTokens;
+  request.ignore_eos = true;
+  ASSERT_TRUE(rt->generator().Generate(request).ok());
+  rt->orchestrator()->ResetStats();
+  // The same prompt again: the cache already holds what it routes to.
+  ASSERT_TRUE(rt->generator().Generate(request).ok());
+  const OrchestratorStats s = rt->orchestrator()->stats();
+  SCOPED_TRACE(s.ToJson());
+  EXPECT_GT(s.total.gpu_hits, 0);
+  EXPECT_GT(s.total.gpu_hits, s.total.cpu_runs / 4);
+  EXPECT_EQ(s.pool.slot_runs, s.total.gpu_hits);
+}
+
+TEST(OrchestratorTest, PopularityWithoutUsageIsInvalid) {
+  auto config = SyntheticConfig(SyntheticModelSpec{.preset = "tiny", .seed = kSeed});
+  ASSERT_TRUE(config.ok());
+  auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = kSeed, .dtype = DType::kBF16});
+  ASSERT_TRUE(model.ok());
+  LocalRuntimeOptions options;
+  options.num_threads = 1;
+  options.orchestrator = Orchestrated(ExecutionPolicy::kMakespan, CachePolicyKind::kStatic, *config);
+  options.orchestrator.placement = PlacementPolicy::kPopularity;
+  auto rt = LocalRuntime::Create(std::move(*model), options);
+  EXPECT_EQ(rt.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(rt.status().message().find("usage"), std::string::npos) << rt.status();
+}
+
+TEST(OrchestratorTest, CalibrationIsMeasuredOnceAndThenReadFromItsCache) {
+  ScopedTempDir dir;
+  const std::string profile = (dir.path() / "calibration.json").string();
+  auto config = SyntheticConfig(SyntheticModelSpec{.preset = "tiny", .seed = kSeed});
+  ASSERT_TRUE(config.ok());
+  LocalRuntimeOptions options;
+  options.orchestrator = Orchestrated(ExecutionPolicy::kMakespan, CachePolicyKind::kLru, *config);
+  options.orchestrator.cost.reset();
+  options.orchestrator.calibration_profile = profile;
+  options.orchestrator.calibration.rows = {1, 2, 4, 8, 16};
+  options.orchestrator.calibration.repetitions = 3;
+  options.orchestrator.calibration.migrations = 4;
+
+  GenerationRun first_run;
+  auto first = MakeRuntime(options, &first_run);
+  ASSERT_NE(first, nullptr);
+  ASSERT_TRUE(first->calibration().has_value());
+  EXPECT_FALSE(first->calibration()->from_cache);
+  EXPECT_GT(first->calibration()->seconds, 0);
+  EXPECT_LT(first->calibration()->seconds, 5);
+  std::printf("calibration on tiny: %.3f s\n", first->calibration()->seconds);
+  ASSERT_TRUE(std::filesystem::exists(profile));
+  const HardwareProfile& measured = first->calibration()->profile;
+  EXPECT_EQ(measured.gpu, "no-GPU host pool");
+  EXPECT_NE(measured.cache_key.find(MachineDescription()), std::string::npos);
+  EXPECT_GT(measured.cost.cpu_workers[0].compute.Us(1), 0);
+  EXPECT_GT(measured.cost.migrate.GbPerSecond(), 0);
+  // Calibration left the pool as placement made it, its counters clean.
+  EXPECT_EQ(first->orchestrator()->stats().pool.migrations_started, 0);
+  Generate(*first, &first_run);
+  EXPECT_EQ(first_run.tokens, Reference().tokens);
+
+  auto second = MakeRuntime(options, nullptr);
+  ASSERT_NE(second, nullptr);
+  ASSERT_TRUE(second->calibration().has_value());
+  EXPECT_TRUE(second->calibration()->from_cache);
+  EXPECT_EQ(second->calibration()->profile.cache_key, measured.cache_key);
+  EXPECT_DOUBLE_EQ(second->calibration()->profile.cost.cpu_workers[0].compute.per_row_us,
+                   measured.cost.cpu_workers[0].compute.per_row_us);
+
+  // Another configuration (more staging buffers) does not reuse it.
+  options.orchestrator.staging_buffers = 3;
+  auto third = MakeRuntime(options, nullptr);
+  ASSERT_NE(third, nullptr);
+  EXPECT_FALSE(third->calibration()->from_cache);
+}
+
+TEST(OrchestratorTest, RecordedTraceReplaysInTheSimulatorAndUsageDrivesPopularity) {
+  ScopedTempDir dir;
+  const std::string trace_path = (dir.path() / "trace.jsonl").string();
+  const std::string usage_path = (dir.path() / "usage.json").string();
+  auto config = SyntheticConfig(SyntheticModelSpec{.preset = "tiny", .seed = kSeed});
+  ASSERT_TRUE(config.ok());
+  {
+    LocalRuntimeOptions options;
+    options.record_trace = trace_path;
+    options.record_usage = usage_path;
+    auto rt = MakeRuntime(options, nullptr);
+    ASSERT_NE(rt, nullptr);
+    GenerationRun run;
+    Generate(*rt, &run);
+    ASSERT_TRUE(rt->FinishRecording().ok());
+    EXPECT_EQ(rt->recorder()->steps_recorded(), 3 * kNewTokens);
+  }
+  auto trace = LoadRoutingTrace(trace_path);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  EXPECT_EQ(trace->num_layers, 2);
+  EXPECT_EQ(trace->num_experts, 4);
+  EXPECT_EQ(trace->num_experts_per_token, 2);
+  ASSERT_EQ(trace->steps.size(), 3u * kNewTokens);
+  int64_t active = 0;
+  for (size_t i = 0; i < trace->steps.size(); ++i) {
+    const TraceStep& step = trace->steps[i];
+    const bool first = i % kNewTokens == 0;
+    EXPECT_EQ(step.phase, first ? Phase::kPrefill : Phase::kDecode) << i;
+    EXPECT_EQ(step.tokens, first ? kPromptTokens : 1) << i;
+    EXPECT_EQ(step.sequence, static_cast<int>(i / kNewTokens)) << i;
+    for (int l = 0; l < 2; ++l) {
+      int64_t rows = 0;
+      for (int32_t r : trace->LayerRows(i, l)) {
+        rows += r;
+        active += r > 0;
+      }
+      EXPECT_EQ(rows, 2 * step.tokens) << "step " << i << " layer " << l;
+    }
+  }
+
+  // Replay: every expert run the trace implies is accounted for.
+  auto cost = CostModel::Create(TestCost(*config));
+  ASSERT_TRUE(cost.ok());
+  auto usage = LoadExpertUsage(usage_path);
+  ASSERT_TRUE(usage.ok()) << usage.status();
+  SimOptions sim;
+  sim.planner.policy = ExecutionPolicy::kMakespan;
+  sim.cache.kind = CachePolicyKind::kLru;
+  sim.cache.lru = {2, 2};
+  sim.placement.policy = PlacementPolicy::kPopularity;
+  sim.placement.num_slots = 4;
+  sim.usage = &*usage;
+  auto result = Simulate(*trace, *cost, sim);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->expert_runs, active);
+  EXPECT_EQ(result->gpu_hits + result->inflight_waits + result->planner_migrations + result->cpu_runs, active);
+  EXPECT_GT(result->decode_step_us, 0);
+
+  // The usage profile counts every routed row; popularity places the most used.
+  double total = 0;
+  for (double v : usage->tokens) total += v;
+  EXPECT_EQ(total, 2.0 * 2 * 3 * (kPromptTokens + kNewTokens - 1));
+  LocalRuntimeOptions options;
+  options.orchestrator = Orchestrated(ExecutionPolicy::kCpuOnly, CachePolicyKind::kStatic, *config);
+  options.orchestrator.placement = PlacementPolicy::kPopularity;
+  options.orchestrator.usage_profile = usage_path;
+  auto rt = MakeRuntime(options, nullptr);
+  ASSERT_NE(rt, nullptr);
+  auto want = PlaceExperts({PlacementPolicy::kPopularity, 4, 0, false}, 2, 4, &*usage);
+  ASSERT_TRUE(want.ok());
+  for (const ExpertKey& key : *want) {
+    EXPECT_EQ(rt->orchestrator()->residency().residency(key), Residency::kResident) << key.layer << "/" << key.expert;
+    EXPECT_TRUE(rt->expert_pool()->IsReady(key));
+  }
+  // Saved and loaded again, the trace is the same.
+  const std::string copy = (dir.path() / "copy.jsonl").string();
+  ASSERT_TRUE(SaveRoutingTrace(*trace, "tiny", copy).ok());
+  auto reloaded = LoadRoutingTrace(copy);
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+  ASSERT_EQ(reloaded->steps.size(), trace->steps.size());
+  for (size_t i = 0; i < trace->steps.size(); ++i) {
+    EXPECT_EQ(reloaded->steps[i].rows, trace->steps[i].rows);
+    EXPECT_EQ(reloaded->steps[i].sequence, trace->steps[i].sequence);
+    EXPECT_EQ(reloaded->steps[i].phase, trace->steps[i].phase);
+  }
+}
+
+TEST(RoutingTraceIoTest, BadLinesNameTheFileLineAndField) {
+  const std::string header =
+      "{\"format\": \"tandem-routing-trace/1\", \"num_layers\": 1, \"num_experts\": 2, \"num_experts_per_token\": 1}\n";
+  auto ok = ParseRoutingTrace(header +
+                                  "{\"step\": 0, \"sequence\": 4, \"phase\": \"decode\", \"start\": 3, \"tokens\": 1, \"rows\": [[1, 0]]}\n"
+                                  "{\"step\": 0, \"sequence\": 5, \"phase\": \"prefill\", \"start\": 0, \"tokens\": 2, \"rows\": [[1, 1]]}\n",
+                              "t.jsonl");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_EQ(ok->steps.size(), 1u);  // one batch of two sequences
+  EXPECT_EQ(ok->steps[0].tokens, 3);
+  EXPECT_EQ(ok->steps[0].phase, Phase::kPrefill);
+  EXPECT_EQ(ok->steps[0].rows, (std::vector<int32_t>{2, 1}));
+  auto bad = ParseRoutingTrace(header + "{\"step\": 0, \"phase\": \"decode\", \"start\": 3, \"tokens\": 1, \"rows\": [[1]]}\n",
+                               "t.jsonl");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("t.jsonl:2"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("rows[0]"), std::string::npos) << bad.status();
+  EXPECT_EQ(ParseRoutingTrace("{\"format\": \"other\"}\n", "t.jsonl").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tandem
