@@ -31,6 +31,7 @@
 #include "common/log.h"
 #include "common/model_fingerprint.h"
 #include "coordinator/remote_expert_executor.h"
+#include "coordinator/worker_connect.h"
 
 ABSL_FLAG(std::string, model, "", "model directory (config.json, *.safetensors, tokenizer.model)");
 ABSL_FLAG(std::string, prompt, "", "prompt text (needs the model's tokenizer.model)");
@@ -125,21 +126,12 @@ absl::StatusOr<std::pair<std::unique_ptr<tandem::Model>, std::unique_ptr<tandem:
 ConnectWorkers(const std::string& model_dir) {
   auto model = tandem::LoadModel(model_dir);
   if (!model.ok()) return model.status();
-  auto fingerprint = tandem::FingerprintModel((*model)->config, *(*model)->weights->source);
-  if (!fingerprint.ok()) return fingerprint.status();
-  auto transport = tandem::ParseWorkerTransport(absl::GetFlag(FLAGS_transport));
-  if (!transport.ok()) return absl::InvalidArgumentError(absl::StrCat("--transport: ", transport.status().message()));
-  tandem::RemoteExpertExecutorOptions options;
-  for (absl::string_view address : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',', absl::SkipWhitespace())) {
-    options.addresses.emplace_back(address);
-  }
-  options.transports = {*transport};
-  if (absl::GetFlag(FLAGS_worker_timeout_ms) <= 0 || absl::GetFlag(FLAGS_connect_timeout_ms) <= 0) {
-    return absl::InvalidArgumentError("--worker_timeout_ms and --connect_timeout_ms must be > 0");
-  }
-  options.call_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_worker_timeout_ms));
-  options.connect_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms));
-  auto remote = tandem::RemoteExpertExecutor::Connect((*model)->config, *fingerprint, options);
+  tandem::WorkerConnectSettings settings;
+  settings.addresses = absl::GetFlag(FLAGS_workers);
+  settings.transport = absl::GetFlag(FLAGS_transport);
+  settings.call_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_worker_timeout_ms));
+  settings.connect_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms));
+  auto remote = tandem::ConnectExpertWorkers(**model, settings);
   if (!remote.ok()) return remote.status();
   return std::make_pair(std::move(*model), std::move(*remote));
 }

@@ -20,12 +20,16 @@ std::string_view FinishReasonName(FinishReason reason) {
     case FinishReason::kEos: return "eos";
     case FinishReason::kStopId: return "stop_id";
     case FinishReason::kMaxTokens: return "max_tokens";
+    case FinishReason::kStopString: return "stop_string";
   }
   return "?";
 }
 
 absl::Status Generator::Validate(const GenerationRequest& request) const {
-  const ModelConfig& config = model_->config;
+  return ValidateGenerationRequest(model_->config, request);
+}
+
+absl::Status ValidateGenerationRequest(const ModelConfig& config, const GenerationRequest& request) {
   if (request.prompt_ids.empty()) return absl::InvalidArgumentError("prompt is empty: give at least one token");
   for (size_t i = 0; i < request.prompt_ids.size(); ++i) {
     const int32_t id = request.prompt_ids[i];

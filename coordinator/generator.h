@@ -34,7 +34,7 @@ struct GeneratedToken {
   std::vector<std::pair<int32_t, double>> top_logprobs;  // highest first
 };
 
-enum class FinishReason { kEos, kStopId, kMaxTokens };
+enum class FinishReason { kEos, kStopId, kMaxTokens, kStopString };
 std::string_view FinishReasonName(FinishReason reason);
 
 struct GenerationTiming {
@@ -54,6 +54,11 @@ struct GenerationResult {
   FinishReason finish_reason = FinishReason::kMaxTokens;
   GenerationTiming timing;
 };
+
+// InvalidArgument naming the field (prompt_ids[i], stop_ids[i], max_tokens,
+// logprobs, temperature, top_k, top_p) when `request` cannot run on a model
+// with `config`; the prompt plus max_tokens must fit the context.
+absl::Status ValidateGenerationRequest(const ModelConfig& config, const GenerationRequest& request);
 
 // Borrows everything; one Generate at a time (engine thread).
 class Generator {

@@ -1,5 +1,7 @@
 #include "coordinator/kv_cache.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace tandem {
@@ -40,6 +42,15 @@ absl::StatusOr<int32_t> KvBlockPool::Allocate() {
 
 void KvBlockPool::Retain(int32_t block) { ++ref_counts_[block]; }
 
+absl::StatusOr<int32_t> KvBlockPool::CopyOnWrite(int32_t block) {
+  absl::StatusOr<int32_t> copy = Allocate();
+  if (!copy.ok()) return copy.status();
+  std::copy_n(BlockBase(block), bytes_per_block() / 4, BlockBase(*copy));
+  Release(block);
+  ++copies_on_write_;
+  return *copy;
+}
+
 void KvBlockPool::Release(int32_t block) {
   if (--ref_counts_[block] == 0) {
     free_list_.push_back(block);
@@ -61,12 +72,28 @@ SequenceKv::~SequenceKv() {
 
 absl::Status SequenceKv::Reserve(int64_t new_length) {
   const int64_t needed = (new_length + block_size() - 1) / block_size();
+  // Blocks already held that the new positions will be written into.
+  const int64_t held = std::min(needed, static_cast<int64_t>(blocks_.size()));
+  for (int64_t b = length_ / block_size(); b < held; ++b) {
+    if (pool_->ref_count(blocks_[b]) == 1) continue;
+    absl::StatusOr<int32_t> copy = pool_->CopyOnWrite(blocks_[b]);
+    if (!copy.ok()) return copy.status();
+    blocks_[b] = *copy;
+  }
   while (static_cast<int64_t>(blocks_.size()) < needed) {
     absl::StatusOr<int32_t> block = pool_->Allocate();
     if (!block.ok()) return block.status();
     blocks_.push_back(*block);
   }
   return absl::OkStatus();
+}
+
+void SequenceKv::ForkFrom(const SequenceKv& parent) {
+  if (&parent == this) return;
+  for (int32_t block : parent.blocks_) pool_->Retain(block);
+  for (int32_t block : blocks_) pool_->Release(block);
+  blocks_ = parent.blocks_;
+  length_ = parent.length_;
 }
 
 }  // namespace tandem

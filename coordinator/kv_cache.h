@@ -1,6 +1,8 @@
 // The KV cache in fixed-size blocks, each sequence owning a block table, so
-// that sequences grow without copying and (later) beams share their common
-// prefix by reference count.
+// that sequences grow without copying and beams share their common prefix by
+// reference count: forking a beam copies its block table, not its cache, and
+// the first write into a shared block copies that one block (copy-on-write;
+// in a beam step only the partly filled last block is ever written).
 //
 // Legend: L layers, B block_size (positions per block), Hkv·hd = kv_dim.
 // One block holds, for every layer, B positions of K and of V:
@@ -31,12 +33,18 @@ class KvBlockPool {
   absl::StatusOr<int32_t> Allocate();
   void Retain(int32_t block);
   void Release(int32_t block);
+  int32_t ref_count(int32_t block) const { return ref_counts_[block]; }
+  // A private copy of a shared block (every layer's K and V); drops one
+  // reference to `block`. ResourceExhausted when the pool is full.
+  absl::StatusOr<int32_t> CopyOnWrite(int32_t block);
 
   float* Keys(int32_t block, int64_t layer);    // [B, kv_dim]
   float* Values(int32_t block, int64_t layer);  // [B, kv_dim]
 
   const KvCacheOptions& options() const { return options_; }
   int64_t blocks_in_use() const { return blocks_in_use_; }
+  int64_t max_blocks() const { return options_.max_blocks; }
+  int64_t copies_on_write() const { return copies_on_write_; }
   int64_t bytes_per_block() const { return 2 * options_.num_layers * options_.block_size * options_.kv_dim * 4; }
 
  private:
@@ -49,6 +57,7 @@ class KvBlockPool {
   std::vector<int32_t> ref_counts_;
   std::vector<int32_t> free_list_;
   int64_t blocks_in_use_ = 0;
+  int64_t copies_on_write_ = 0;
 };
 
 // One sequence's block table and length. Releases its blocks on destruction.
@@ -60,8 +69,13 @@ class SequenceKv {
   SequenceKv& operator=(const SequenceKv&) = delete;
 
   int64_t length() const { return length_; }
-  // Makes room for positions [length, new_length); ResourceExhausted if the pool is full.
+  // Makes room for positions [length, new_length), copying any shared block
+  // those positions fall in; ResourceExhausted if the pool is full.
   absl::Status Reserve(int64_t new_length);
+  // Becomes a fork of `parent`: the same positions, sharing its blocks (this
+  // sequence's own blocks are released first). Copies no cache data.
+  void ForkFrom(const SequenceKv& parent);
+  int64_t num_blocks() const { return static_cast<int64_t>(blocks_.size()); }
   void set_length(int64_t length) { length_ = length; }
 
   float* KeyRow(int64_t layer, int64_t position) {

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Starts tandem as several local processes: one CPU expert worker per NUMA node
-# (or --workers N) on unix sockets under a runtime dir, waits until every worker
-# answers and a token has gone through all of them, and stops them all cleanly.
+# (or --workers N; 0 = experts inside the server) and the coordinator,
+# tandem-server, on unix sockets under a runtime dir; waits until the server
+# answers (which means every worker connected and passed its model check);
+# and stops them all cleanly.
 #
 #   deploy/tandem-launch.sh start --model models/demo [--workers 2] [--division split|shard] [--transport shm|inline]
-#   deploy/tandem-launch.sh generate --prompt "The licensee may" -n 32     # the coordinator, against the workers
+#                                 [--listen 127.0.0.1:50051] [--server-args "--max_sequences 32"]
+#   deploy/tandem-launch.sh generate --prompt "The licensee may" -n 32     # tandem CLI against the server
+#   deploy/tandem-launch.sh beam --prompt "The licensee may" --beam_width 4 -n 16
+#   deploy/tandem-launch.sh info | stats [--json]
 #   deploy/tandem-launch.sh status
 #   deploy/tandem-launch.sh stop
 #
-# The coordinator is tandem-generate for now (the gRPC server comes with the
-# serving API); `generate` passes the worker list and transport to it.
+# The server listens on unix:<runtime dir>/server.sock, which is also where
+# `tandem` and the SDK examples connect by default; the runtime dir is
+# $TANDEM_RUNTIME_DIR, else ${XDG_RUNTIME_DIR:-/tmp}/tandem-<user>.
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${TANDEM_BIN:-$here/build/bin}"
@@ -24,51 +30,62 @@ numa_nodes() {
 }
 
 worker_list() {
-  local n; n=$(cat "$runtime_dir/num_workers")
+  local n; n=$(cat "$runtime_dir/num_workers" 2>/dev/null || echo 0)
   local list="" i
   for ((i = 0; i < n; i++)); do list+="${list:+,}unix:$runtime_dir/worker-$i.sock"; done
   echo "$list"
 }
 
-stop_workers() {
-  [ -d "$runtime_dir" ] || return 0
-  local pids=() f
-  for f in "$runtime_dir"/worker-*.pid; do
+# SIGTERM to every pid file matching $1, then SIGKILL after 10 s.
+stop_pids() {
+  local pattern="$1" pids=() f pid
+  for f in "$runtime_dir"/$pattern; do
     [ -f "$f" ] && pids+=("$(cat "$f")")
   done
   [ ${#pids[@]} -eq 0 ] && return 0
   kill -TERM "${pids[@]}" 2>/dev/null || true
-  local deadline=$((SECONDS + 10)) pid
+  local deadline=$((SECONDS + 10))
   for pid in "${pids[@]}"; do
     while kill -0 "$pid" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
     kill -KILL "$pid" 2>/dev/null || true
   done
-  rm -f "$runtime_dir"/worker-*.pid "$runtime_dir/num_workers"
-  echo "tandem-launch: stopped ${#pids[@]} worker(s)"
+  rm -f "$runtime_dir"/$pattern
+  echo "tandem-launch: stopped ${#pids[@]} process(es) ($pattern)"
 }
+
+stop_all() {
+  [ -d "$runtime_dir" ] || return 0
+  stop_pids "server.pid"   # the coordinator first: it fails its requests cleanly
+  stop_pids "worker-*.pid"
+  rm -f "$runtime_dir/num_workers"
+}
+
+server_address() { echo "unix:$runtime_dir/server.sock"; }
 
 cmd="${1:-}"; shift || true
 case "$cmd" in
   start)
-    model="" workers=0 division=split transport=shm
+    model="" workers=-1 division=split transport=shm listen="" server_args=""
     while [ $# -gt 0 ]; do
       case "$1" in
         --model) model="$2"; shift 2 ;;
         --workers) workers="$2"; shift 2 ;;
         --division) division="$2"; shift 2 ;;
         --transport) transport="$2"; shift 2 ;;
+        --listen) listen="$2"; shift 2 ;;
+        --server-args) server_args="$2"; shift 2 ;;
         --runtime-dir) runtime_dir="$2"; shift 2 ;;
         *) die "start: unknown option $1" ;;
       esac
     done
     [ -n "$model" ] || die "start: --model DIR is required"
-    [ -x "$bin/tandem-cpu-worker" ] || die "$bin/tandem-cpu-worker not found: build first (cmake --build build)"
-    [ "$workers" -gt 0 ] || workers=$(numa_nodes)
+    for b in tandem-server tandem-cpu-worker tandem; do
+      [ -x "$bin/$b" ] || die "$bin/$b not found: build first (cmake --build build)"
+    done
+    [ "$workers" -ge 0 ] || workers=$(numa_nodes)
     mkdir -p "$runtime_dir"
-    stop_workers
+    stop_all
     echo "$workers" > "$runtime_dir/num_workers"
-    echo "$model" > "$runtime_dir/model"
-    echo "$transport" > "$runtime_dir/transport"
     for ((i = 0; i < workers; i++)); do
       # Each worker plans its own node and cores from its index (common/numa_topology.h).
       setsid "$bin/tandem-cpu-worker" --model "$model" --socket "$runtime_dir/worker-$i.sock" \
@@ -76,35 +93,46 @@ case "$cmd" in
         --region_prefix "/tandem-$(id -u)-$i" > "$runtime_dir/worker-$i.log" 2>&1 < /dev/null &
       echo $! > "$runtime_dir/worker-$i.pid"
     done
-    # Healthy = every worker connected, its model fingerprint checked, and one
-    # token computed through all of them.
-    if ! "$bin/tandem-generate" --model "$model" --workers "$(worker_list)" --transport "$transport" \
-         --connect_timeout_ms 60000 --prompt_ids 1 -n 1 --json > "$runtime_dir/health.json" 2> "$runtime_dir/health.log"; then
-      tail -5 "$runtime_dir"/worker-*.log "$runtime_dir/health.log" >&2 || true
-      stop_workers
-      die "workers did not become healthy (logs in $runtime_dir)"
+    server_flags=(--model "$model" --listen "$(server_address)${listen:+,$listen}")
+    if [ "$workers" -gt 0 ]; then
+      server_flags+=(--workers "$(worker_list)" --transport "$transport" --connect_timeout_ms 60000)
     fi
-    echo "tandem-launch: $workers worker(s) healthy ($division, $transport) under $runtime_dir"
+    # shellcheck disable=SC2086  # --server-args is a list of flags
+    setsid "$bin/tandem-server" "${server_flags[@]}" $server_args > "$runtime_dir/server.log" 2>&1 < /dev/null &
+    echo $! > "$runtime_dir/server.pid"
+    # Healthy = the server answers, which it does only after every worker
+    # connected and passed its fingerprint check.
+    deadline=$((SECONDS + 120))
+    until "$bin/tandem" info --server "$(server_address)" > /dev/null 2>&1; do
+      if ! kill -0 "$(cat "$runtime_dir/server.pid")" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+        tail -5 "$runtime_dir"/*.log >&2 || true
+        stop_all
+        die "the server did not come up (logs in $runtime_dir)"
+      fi
+      sleep 0.2
+    done
+    echo "tandem-launch: server on $(server_address)${listen:+ and $listen} with $workers worker(s)" \
+         "($division, $transport), logs under $runtime_dir"
     ;;
-  generate)
-    [ -f "$runtime_dir/num_workers" ] || die "no workers running under $runtime_dir: run 'start' first"
-    exec "$bin/tandem-generate" --model "$(cat "$runtime_dir/model")" --workers "$(worker_list)" \
-      --transport "$(cat "$runtime_dir/transport")" "$@"
+  generate|beam|info|stats|tokenize|detokenize)
+    [ -f "$runtime_dir/server.pid" ] || die "no server under $runtime_dir: run 'start' first"
+    exec "$bin/tandem" "$cmd" --server "$(server_address)" "$@"
     ;;
   status)
-    [ -f "$runtime_dir/num_workers" ] || { echo "no workers under $runtime_dir"; exit 0; }
-    for f in "$runtime_dir"/worker-*.pid; do
+    [ -d "$runtime_dir" ] || { echo "nothing under $runtime_dir"; exit 0; }
+    for f in "$runtime_dir"/server.pid "$runtime_dir"/worker-*.pid; do
       [ -f "$f" ] || continue
       pid=$(cat "$f")
       if kill -0 "$pid" 2>/dev/null; then state=running; else state=dead; fi
       echo "$(basename "$f" .pid): pid $pid $state"
     done
+    if [ -f "$runtime_dir/server.pid" ]; then "$bin/tandem" stats --server "$(server_address)" || true; fi
     ;;
   stop)
-    stop_workers
+    stop_all
     ;;
   *)
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

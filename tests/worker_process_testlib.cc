@@ -1,24 +1,17 @@
 #include "tests/worker_process_testlib.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "tandem/v1/expert_worker.grpc.pb.h"
-
-extern char** environ;
 
 namespace tandem {
 
@@ -60,7 +53,7 @@ std::string WorkerProcess::arena_region() const {
 }
 
 absl::Status WorkerProcess::Start(absl::Duration timeout) {
-  if (pid_ > 0) return absl::FailedPreconditionError("worker already running");
+  if (process_.running()) return absl::FailedPreconditionError("worker already running");
   std::vector<std::string> args = {options_.binary,
                                    "--socket", options_.socket.string(),
                                    "--region_prefix", options_.region_prefix,
@@ -68,33 +61,11 @@ absl::Status WorkerProcess::Start(absl::Duration timeout) {
                                    "--num_workers", absl::StrCat(options_.num_workers),
                                    "--exit_with_parent"};
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, options_.log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  // The test process may block signals in its threads; the worker starts with none blocked.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
-  pid_t pid = -1;
-  const int err = posix_spawn(&pid, options_.binary.c_str(), &actions, &attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (err != 0) return absl::InternalError(absl::StrCat("posix_spawn ", options_.binary, ": ", strerror(err)));
-  pid_ = pid;
-
+  if (absl::Status status = process_.Spawn(args, options_.log); !status.ok()) return status;
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
     int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
+    if (process_.Exited(&status)) {
       return absl::InternalError(absl::StrCat("worker ", options_.worker_index, " exited during start-up (status ",
                                               status, "): ", LogTail()));
     }
@@ -104,42 +75,8 @@ absl::Status WorkerProcess::Start(absl::Duration timeout) {
                                                   absl::FormatDuration(timeout), ": ", LogTail()));
 }
 
-void WorkerProcess::Kill(int signal) {
-  if (pid_ <= 0) return;
-  kill(pid_, signal);
-  if (signal == SIGKILL || signal == SIGTERM) {
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-}
+void WorkerProcess::Kill(int signal) { process_.Kill(signal); }
 
-int WorkerProcess::Stop(absl::Duration grace) {
-  if (pid_ <= 0) return -1;
-  kill(pid_, SIGCONT);  // a stopped (hung-test) worker must run to see SIGTERM
-  kill(pid_, SIGTERM);
-  const absl::Time deadline = absl::Now() + grace;
-  int status = 0;
-  while (absl::Now() < deadline) {
-    const pid_t r = waitpid(pid_, &status, WNOHANG);
-    if (r == pid_ || r < 0) {
-      pid_ = -1;
-      return r == pid_ && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  kill(pid_, SIGKILL);
-  waitpid(pid_, &status, 0);
-  pid_ = -1;
-  return -1;
-}
-
-std::string WorkerProcess::LogTail(size_t bytes) const {
-  std::ifstream in(options_.log);
-  std::stringstream s;
-  s << in.rdbuf();
-  std::string text = s.str();
-  return text.size() > bytes ? text.substr(text.size() - bytes) : text;
-}
+int WorkerProcess::Stop(absl::Duration grace) { return process_.Stop(grace); }
 
 }  // namespace tandem

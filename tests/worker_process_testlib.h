@@ -1,8 +1,7 @@
-// Real tandem-cpu-worker processes for multi-process tests: spawned with
-// posix_spawn on a unix socket in a test temp dir, output to a log file, and
-// always cleaned up — the destructor stops the process (SIGTERM, then
-// SIGKILL), reaps it and unlinks the shm regions it may have left behind, so
-// a failing test never leaks a process or a region.
+// Real tandem-cpu-worker processes for multi-process tests: a ChildProcess
+// on a unix socket in a test temp dir, and always cleaned up — the destructor
+// stops the process, reaps it and unlinks the shm regions it may have left
+// behind, so a failing test never leaks a process or a region.
 #pragma once
 
 #include <sys/types.h>
@@ -14,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "tests/child_process_testlib.h"
 
 namespace tandem {
 
@@ -41,17 +41,17 @@ class WorkerProcess {
   // SIGTERM, waits (then SIGKILL) and reaps; the exit status, or -1.
   int Stop(absl::Duration grace = absl::Seconds(5));
 
-  pid_t pid() const { return pid_; }
-  bool running() const { return pid_ > 0; }
+  pid_t pid() const { return process_.pid(); }
+  bool running() const { return process_.running(); }
   std::string address() const { return "unix:" + options_.socket.string(); }
   const WorkerProcessOptions& options() const { return options_; }
   std::string experts_region() const;
   std::string arena_region() const;
-  std::string LogTail(size_t bytes = 4000) const;
+  std::string LogTail(size_t bytes = 4000) const { return process_.LogTail(bytes); }
 
  private:
   WorkerProcessOptions options_;
-  pid_t pid_ = -1;
+  ChildProcess process_;
 };
 
 // A region prefix unique to this process and call: "/tandem-test-<pid>-<n>".

@@ -1,0 +1,71 @@
+// The public gRPC service (protos/tandem/v1/inference.proto) over a
+// Scheduler: turns requests into scheduler jobs (defaults filled, every
+// field validated, text tokenized) and streams the scheduler's events back.
+// A handler thread waits on its request's stream and watches the call: a
+// client that cancels, disconnects or passes its deadline cancels the
+// request, which frees its KV cache at the next step.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/model.h"
+#include "coordinator/scheduler.h"
+#include "tandem/v1/inference.grpc.pb.h"
+
+namespace tandem {
+
+struct WorkerHealthInfo {
+  std::string address;
+  bool healthy = false;
+  std::string detail;
+};
+
+struct InferenceServiceOptions {
+  std::string model_dir;
+  std::string placement_summary;  // GetModelInfo: where experts run
+  int64_t kv_cache_tokens = 0;
+  // Optional, called from RPC threads: CPU workers' health, and the
+  // orchestrator's figures as JSON.
+  std::function<std::vector<WorkerHealthInfo>()> worker_health;
+  std::function<std::string()> orchestrator_json;
+};
+
+// Borrows the model and scheduler. gRPC calls it from its own threads.
+class InferenceService final : public v1::Inference::Service {
+ public:
+  InferenceService(const Model* model, Scheduler* scheduler, InferenceServiceOptions options);
+
+  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
+  grpc::Status BeamSearch(grpc::ServerContext* context, const v1::BeamSearchRequest* request,
+                          grpc::ServerWriter<v1::BeamSearchResponse>* writer) override;
+  grpc::Status Tokenize(grpc::ServerContext* context, const v1::TokenizeRequest* request,
+                        v1::TokenizeResponse* response) override;
+  grpc::Status Detokenize(grpc::ServerContext* context, const v1::DetokenizeRequest* request,
+                          v1::DetokenizeResponse* response) override;
+  grpc::Status GetModelInfo(grpc::ServerContext* context, const v1::GetModelInfoRequest* request,
+                            v1::ModelInfo* response) override;
+  grpc::Status GetStats(grpc::ServerContext* context, const v1::GetStatsRequest* request,
+                        v1::ServerStats* response) override;
+
+ private:
+  // The prompt of a request: exactly one of text and ids.
+  absl::StatusOr<std::vector<int32_t>> PromptIds(const std::string& text,
+                                                 const google::protobuf::RepeatedField<int32_t>& ids,
+                                                 bool add_bos) const;
+  // Waits for the next event, cancelling the request when the call ends.
+  std::optional<StreamEvent> NextEvent(grpc::ServerContext* context, RequestStream& stream);
+
+  const Model* model_;
+  Scheduler* scheduler_;
+  InferenceServiceOptions options_;
+  int64_t parameters_ = 0;
+  int64_t expert_bytes_ = 0;
+  std::string fingerprint_;
+};
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+}  // namespace tandem

@@ -1,0 +1,195 @@
+// Serves many requests at once on one engine (continuous batching). The
+// scheduler's thread owns the engine: every step it
+//   1. takes new requests, and drops cancelled ones (freeing their KV blocks),
+//   2. admits waiting requests, first come first served, while their
+//      worst-case KV blocks and sequences fit the configured limits,
+//   3. runs one Forward over the decode rows of every running request (a
+//      beam search contributes all its live beams) plus prefill chunks of
+//      newly admitted prompts, up to max_batch_tokens rows, so a long prompt
+//      or a long generation never blocks a short one for more than a step,
+//   4. samples (or advances the beam search), streams the new tokens and
+//      finishes the requests that are done.
+// A request that can never fit (more KV blocks or sequences than the limits)
+// is refused at once with RESOURCE_EXHAUSTED, as is one arriving to a full
+// wait queue. A failed Forward (a CPU worker down) fails the requests in
+// that batch with its status; the scheduler keeps serving the next ones.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/model.h"
+#include "coordinator/beam_search.h"
+#include "coordinator/engine.h"
+#include "coordinator/generator.h"
+#include "coordinator/kv_cache.h"
+
+namespace tandem {
+
+struct SchedulerOptions {
+  int32_t max_sequences = 16;     // sequences decoding at once; a beam search counts beam_width
+  int64_t max_batch_tokens = 256; // rows per Forward (decodes + prefill chunks); >= max_sequences
+  int32_t max_waiting = 256;      // admitted-later requests beyond this are refused
+  int32_t stats_window_steps = 256;
+
+  absl::Status Validate() const;  // InvalidArgument naming the field
+};
+
+struct GenerateParams {
+  GenerationRequest request;              // prompt_ids, max_tokens, sampling, stop_ids, logprobs
+  std::vector<std::string> stop_strings;  // need the model's tokenizer
+};
+
+struct BeamSearchJob {
+  std::vector<int32_t> prompt_ids;
+  BeamSearchParams params;        // end_ids are set from the two below
+  std::vector<int32_t> stop_ids;  // end a beam like EOS
+  bool ignore_eos = false;
+  bool stream_progress = false;
+};
+
+struct RequestUsage {
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  double queue_ms = 0;
+  double time_to_first_token_ms = 0;
+  double mean_inter_token_ms = 0, p50_inter_token_ms = 0, p99_inter_token_ms = 0;
+  double tokens_per_s = 0;  // (generated - 1) / (last token - first token)
+  double total_ms = 0;
+};
+
+struct BeamProgressEvent {
+  int32_t step = 0;
+  int32_t live_beams = 0;
+  int32_t finished = 0;
+  LiveBeam best;
+};
+
+// What a request streams. The last event has done = true.
+struct StreamEvent {
+  std::vector<GeneratedToken> tokens;  // generate: tokens since the last event
+  bool has_progress = false;  // beam search: `progress` is set
+  BeamProgressEvent progress;
+  bool done = false;
+  absl::Status status;  // done: OK, or why the request failed
+  FinishReason finish_reason = FinishReason::kMaxTokens;
+  RequestUsage usage;
+  std::vector<BeamHypothesis> beams;  // beam search: best first
+};
+
+// The consumer's end of one request: a queue of events and a cancel switch.
+// Thread-safe; shared by the scheduler thread and the caller.
+class RequestStream {
+ public:
+  // Waits up to `timeout` for the next event; nullopt on timeout or after
+  // the done event was taken.
+  std::optional<StreamEvent> Next(absl::Duration timeout);
+  // Stops the request at the next step; its done event carries `reason`
+  // (CANCELLED or DEADLINE_EXCEEDED). No effect once it is done.
+  void Cancel(absl::Status reason);
+
+  // Scheduler side.
+  void Push(StreamEvent event);
+  std::optional<absl::Status> cancel_reason() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<StreamEvent> events_;
+  std::optional<absl::Status> cancel_;
+  bool done_taken_ = false;
+};
+
+struct SchedulerStats {
+  double uptime_s = 0;
+  int64_t requests_total = 0, requests_succeeded = 0, requests_failed = 0, requests_cancelled = 0,
+          requests_rejected = 0;
+  int64_t requests_active = 0, requests_waiting = 0, active_sequences = 0;
+  int64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
+  // Over the last stats_window_steps steps:
+  double window_s = 0, tokens_per_s = 0, mean_step_ms = 0, mean_batch_rows = 0;
+  ForwardTiming mean_forward;  // per step, µs
+  std::vector<LayerTimingUs> mean_layers;  // per step, µs
+  int64_t kv_blocks_in_use = 0, kv_blocks_total = 0, kv_block_size = 0, kv_copies_on_write = 0;
+};
+
+// Borrows the model, engine and KV pool; owns the thread that drives them
+// (nothing else may call the engine while the scheduler lives). Submit*
+// and Stats may be called from any thread.
+class Scheduler {
+ public:
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const Model* model, Engine* engine, KvBlockPool* kv_pool,
+                                                           const SchedulerOptions& options);
+  // Fails every request still queued or running with UNAVAILABLE.
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // InvalidArgument naming the field, or ResourceExhausted, at once;
+  // otherwise the request is queued and its events arrive on the stream.
+  absl::StatusOr<std::shared_ptr<RequestStream>> SubmitGenerate(GenerateParams params);
+  absl::StatusOr<std::shared_ptr<RequestStream>> SubmitBeamSearch(BeamSearchJob job);
+
+  SchedulerStats Stats() const;
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct Request;
+  Scheduler(const Model* model, Engine* engine, KvBlockPool* kv_pool, const SchedulerOptions& options);
+  absl::StatusOr<std::shared_ptr<RequestStream>> Enqueue(std::unique_ptr<Request> request);
+  void Loop();
+  void DropCancelled();
+  void Admit();
+  void RunStep();
+  void AfterGenerateLogits(Request& r, std::span<const float> logits);
+  void AfterBeamLogits(Request& r, std::span<const float> logits, int64_t rows);
+  void Finish(Request& r, absl::Status status);
+  void PublishState();  // scheduler-thread state into stats_
+  RequestUsage Usage(const Request& r) const;
+
+  const Model* model_;
+  Engine* engine_;
+  KvBlockPool* kv_pool_;
+  SchedulerOptions options_;
+  const std::chrono::steady_clock::time_point started_;
+
+  std::mutex mu_;  // guards incoming_, stopping_, waiting_count_
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Request>> incoming_;
+  bool stopping_ = false;
+  int64_t waiting_count_ = 0;  // incoming + waiting, for max_waiting
+  uint64_t next_id_ = 1;
+
+  // Scheduler thread only.
+  std::deque<std::unique_ptr<Request>> waiting_;
+  std::vector<std::unique_ptr<Request>> active_;
+  int64_t reserved_blocks_ = 0;
+  int64_t reserved_sequences_ = 0;
+  std::vector<float> logits_;
+
+  struct StepRecord {
+    std::chrono::steady_clock::time_point end;
+    double ms = 0;
+    int64_t rows = 0, tokens = 0;
+    ForwardTiming timing;
+  };
+  mutable std::mutex stats_mu_;
+  SchedulerStats stats_;            // counters, under stats_mu_
+  std::deque<StepRecord> window_;   // under stats_mu_
+
+  std::thread thread_;  // last: starts after everything above exists
+};
+
+}  // namespace tandem

@@ -1,0 +1,200 @@
+// tandem-server: the coordinator as a server. Loads the model, runs attention
+// and routing here and the experts in this process or in tandem-cpu-worker
+// processes, and serves tandem.v1.Inference (and grpc.health.v1.Health) on a
+// unix socket and/or TCP until SIGINT or SIGTERM.
+//   tandem-server --model models/demo
+//   tandem-server --model DIR --listen unix:/run/tandem/server.sock,127.0.0.1:50051 --max_sequences 32
+//   tandem-server --model DIR --workers unix:/run/tandem/worker-0.sock,unix:/run/tandem/worker-1.sock
+#include <malloc.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/local_runtime.h"
+#include "common/log.h"
+#include "common/runtime_dir.h"
+#include "coordinator/inference_service.h"
+#include "coordinator/scheduler.h"
+#include "coordinator/worker_connect.h"
+
+ABSL_FLAG(std::string, model, "", "model directory (config.json, *.safetensors, tokenizer.model)");
+ABSL_FLAG(std::string, listen, "",
+          "comma-separated addresses: unix:/path/to.sock and/or host:port (TCP; use 127.0.0.1 or localhost "
+          "unless you mean to expose the server); default unix:<runtime dir>/server.sock");
+ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all available cores");
+ABSL_FLAG(int32_t, max_sequences, 16, "sequences decoding at once (a beam search counts its beam width)");
+ABSL_FLAG(int64_t, max_batch_tokens, 256, "rows per forward step: decodes plus prompt chunks");
+ABSL_FLAG(int32_t, max_waiting, 256, "requests queued beyond the running ones; more are refused");
+ABSL_FLAG(int64_t, kv_cache_tokens, 32768, "KV cache capacity in tokens, all sequences together");
+ABSL_FLAG(int64_t, kv_block_size, 16, "positions per KV cache block");
+ABSL_FLAG(std::string, workers, "",
+          "comma-separated CPU worker addresses in worker-index order; empty = experts in this process");
+ABSL_FLAG(std::string, transport, "shm", "with --workers: shm | shm-grpc | inline");
+ABSL_FLAG(int32_t, worker_timeout_ms, 5000, "with --workers: deadline of one layer's expert round trip");
+ABSL_FLAG(int32_t, connect_timeout_ms, 10000, "with --workers: how long to wait for every worker at start-up");
+ABSL_FLAG(bool, exit_with_parent, false, "shut down when the parent process exits (tests, supervisors)");
+
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "tandem-server: %s\n", std::string(status.message()).c_str());
+  return 1;
+}
+
+// A unix socket's file: its folder made, a stale file from a dead server removed.
+absl::Status PrepareUnixSocket(const std::string& address, std::vector<std::filesystem::path>* created) {
+  std::string path = address.substr(5);
+  if (absl::StartsWith(path, "//")) path = path.substr(2);
+  const std::filesystem::path socket(path);
+  std::error_code error;
+  if (socket.has_parent_path()) std::filesystem::create_directories(socket.parent_path(), error);
+  if (error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen ", address, ": cannot create ", socket.parent_path().string(), ": ", error.message()));
+  }
+  std::filesystem::remove(socket, error);
+  created->push_back(socket);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Serve a MoE model over gRPC (tandem.v1.Inference).\n"
+                               "  tandem-server --model models/demo [--listen unix:/path.sock,127.0.0.1:50051]");
+  absl::ParseCommandLine(argc, argv);
+  // Every thread started from here on inherits this mask; main waits for
+  // the signals itself.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  if (absl::GetFlag(FLAGS_exit_with_parent)) prctl(PR_SET_PDEATHSIG, SIGTERM);
+
+  const std::string model_dir = absl::GetFlag(FLAGS_model);
+  if (model_dir.empty()) return Fail(absl::InvalidArgumentError("--model is required (a model directory)"));
+  std::string listen = absl::GetFlag(FLAGS_listen);
+  if (listen.empty()) listen = tandem::DefaultServerAddress();
+  if (absl::GetFlag(FLAGS_kv_cache_tokens) < 1 || absl::GetFlag(FLAGS_kv_block_size) < 1) {
+    return Fail(absl::InvalidArgumentError("--kv_cache_tokens and --kv_block_size must be >= 1"));
+  }
+  tandem::SchedulerOptions scheduler_options;
+  scheduler_options.max_sequences = absl::GetFlag(FLAGS_max_sequences);
+  scheduler_options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  scheduler_options.max_waiting = absl::GetFlag(FLAGS_max_waiting);
+  if (absl::Status status = scheduler_options.Validate(); !status.ok()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--", status.message())));
+  }
+
+  auto model = tandem::LoadModel(model_dir);
+  if (!model.ok()) return Fail(model.status());
+  tandem::LocalRuntimeOptions runtime_options;
+  runtime_options.num_threads = absl::GetFlag(FLAGS_threads);
+  runtime_options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
+  runtime_options.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
+  std::unique_ptr<tandem::RemoteExpertExecutor> remote;  // outlives the runtime that calls it
+  if (!absl::GetFlag(FLAGS_workers).empty()) {
+    // Inline (gRPC) layers allocate MB-sized message buffers per call: keep
+    // them in the heap instead of a fresh mmap (page faults) each time.
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+    tandem::WorkerConnectSettings settings;
+    settings.addresses = absl::GetFlag(FLAGS_workers);
+    settings.transport = absl::GetFlag(FLAGS_transport);
+    settings.call_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_worker_timeout_ms));
+    settings.connect_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms));
+    auto connected = tandem::ConnectExpertWorkers(**model, settings);
+    if (!connected.ok()) return Fail(connected.status());
+    remote = std::move(*connected);
+    runtime_options.expert_executor = remote.get();
+  }
+  auto runtime = tandem::LocalRuntime::Create(std::move(*model), runtime_options);
+  if (!runtime.ok()) return Fail(runtime.status());
+  auto scheduler = tandem::Scheduler::Create(&(*runtime)->model(), &(*runtime)->engine(), &(*runtime)->kv_pool(),
+                                             scheduler_options);
+  if (!scheduler.ok()) return Fail(scheduler.status());
+
+  tandem::InferenceServiceOptions service_options;
+  service_options.model_dir = model_dir;
+  service_options.kv_cache_tokens = (*runtime)->kv_pool().max_blocks() * (*runtime)->kv_pool().options().block_size;
+  service_options.placement_summary =
+      remote ? absl::StrCat("experts on CPU workers: ", remote->Summary())
+             : absl::StrCat("experts in this process on ", (*runtime)->pool().num_threads(), " CPU threads");
+  if (remote) {
+    tandem::RemoteExpertExecutor* executor = remote.get();
+    service_options.worker_health = [executor] {
+      std::vector<tandem::WorkerHealthInfo> out;
+      for (const tandem::RemoteWorkerStats& w : executor->stats()) {
+        // Every failure is followed by a reconnect once the worker is back.
+        out.push_back({w.address, w.failures <= w.reconnects,
+                       absl::StrCat(w.transport, ": ", w.calls, " calls, ", w.failures, " failures, ", w.reconnects,
+                                    " reconnects, last round trip ", w.last_round_trip_us, " us")});
+      }
+      return out;
+    };
+  }
+  tandem::InferenceService service(&(*runtime)->model(), scheduler->get(), service_options);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  std::vector<std::filesystem::path> sockets;
+  std::vector<std::string> addresses;
+  for (absl::string_view part : absl::StrSplit(listen, ',', absl::SkipWhitespace())) {
+    std::string address(part);
+    if (absl::StartsWith(address, "unix:")) {
+      if (absl::Status status = PrepareUnixSocket(address, &sockets); !status.ok()) return Fail(status);
+    } else if (address.find(':') == std::string::npos) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--listen: \"", address, "\" is neither unix:/path nor host:port")));
+    }
+    builder.AddListeningPort(address, grpc::InsecureServerCredentials());
+    addresses.push_back(address);
+  }
+  if (addresses.empty()) return Fail(absl::InvalidArgumentError("--listen: no address given"));
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) {
+    return Fail(absl::UnavailableError(absl::StrCat("could not listen on ", listen,
+                                                    " (address in use, or the folder is not writable?)")));
+  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+  const tandem::Model& m = (*runtime)->model();
+  LOG_INFO("tandem-server: model ", model_dir, " (", m.config.architecture_name, ", ", m.config.num_hidden_layers,
+           " layers, ", m.config.num_local_experts, " experts, top-", m.config.num_experts_per_tok, ")");
+  LOG_INFO("tandem-server: ", service_options.placement_summary);
+  LOG_INFO("tandem-server: KV cache ", service_options.kv_cache_tokens, " tokens in blocks of ",
+           (*runtime)->kv_pool().options().block_size, " (", (*runtime)->kv_pool().bytes_per_block(),
+           " bytes each), max_sequences ", scheduler_options.max_sequences, ", max_batch_tokens ",
+           scheduler_options.max_batch_tokens);
+  LOG_INFO("tandem-server: listening on ", listen);
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  LOG_INFO("tandem-server: signal ", signal_number, ", shutting down");
+  server->GetHealthCheckService()->SetServingStatus(false);
+  // In-flight calls get a moment to finish; the scheduler then fails what is left.
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  server.reset();
+  scheduler->reset();
+  for (const auto& socket : sockets) {
+    std::error_code error;
+    std::filesystem::remove(socket, error);
+  }
+  return 0;
+}

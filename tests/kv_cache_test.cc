@@ -1,0 +1,105 @@
+// The block KV cache: growth by blocks, the memory limit, and forking by
+// block table with copy-on-write of a shared block (what beam search relies on).
+#include "coordinator/kv_cache.h"
+
+#include <gtest/gtest.h>
+
+namespace tandem {
+namespace {
+
+std::unique_ptr<KvBlockPool> MakePool(int64_t max_blocks) {
+  auto pool = KvBlockPool::Create({.num_layers = 2, .kv_dim = 4, .block_size = 4, .max_blocks = max_blocks});
+  EXPECT_TRUE(pool.ok()) << pool.status();
+  return std::move(*pool);
+}
+
+// Writes a recognisable value into every row of positions [from, to).
+void Fill(SequenceKv& kv, int64_t from, int64_t to, float base) {
+  for (int64_t p = from; p < to; ++p) {
+    for (int64_t l = 0; l < 2; ++l) {
+      for (int64_t c = 0; c < 4; ++c) {
+        kv.KeyRow(l, p)[c] = base + static_cast<float>(p * 10 + l);
+        kv.ValueRow(l, p)[c] = -(base + static_cast<float>(p * 10 + l));
+      }
+    }
+  }
+}
+
+TEST(KvCacheTest, RejectsNonPositiveOptions) {
+  const auto pool = KvBlockPool::Create({.num_layers = 2, .kv_dim = 0, .block_size = 4, .max_blocks = 8});
+  EXPECT_EQ(pool.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(KvCacheTest, GrowsByBlocksAndStopsAtTheLimit) {
+  auto pool = MakePool(3);
+  SequenceKv kv(pool.get());
+  ASSERT_TRUE(kv.Reserve(5).ok());
+  EXPECT_EQ(pool->blocks_in_use(), 2);
+  ASSERT_TRUE(kv.Reserve(12).ok());
+  EXPECT_EQ(pool->blocks_in_use(), 3);
+  EXPECT_EQ(kv.Reserve(13).code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(KvCacheTest, ForkSharesBlocksAndCopiesOnlyTheWrittenBlock) {
+  auto pool = MakePool(16);
+  {
+    SequenceKv parent(pool.get());
+    ASSERT_TRUE(parent.Reserve(6).ok());  // blocks 0 (full) and 1 (half)
+    Fill(parent, 0, 6, 100);
+    parent.set_length(6);
+    EXPECT_EQ(pool->blocks_in_use(), 2);
+
+    SequenceKv child(pool.get());
+    child.ForkFrom(parent);
+    EXPECT_EQ(child.length(), 6);
+    EXPECT_EQ(pool->blocks_in_use(), 2) << "a fork copies no block";
+    EXPECT_EQ(child.KeyRow(1, 5)[0], parent.KeyRow(1, 5)[0]);
+
+    // The child writes position 6: only the shared, half-full block 1 is copied.
+    ASSERT_TRUE(child.Reserve(7).ok());
+    EXPECT_EQ(pool->blocks_in_use(), 3);
+    EXPECT_EQ(pool->copies_on_write(), 1);
+    EXPECT_EQ(child.KeyRow(1, 5)[0], 100 + 51) << "the copy keeps the shared prefix";
+    Fill(child, 6, 7, 500);
+    child.set_length(7);
+    // The parent's block is untouched by the child's writes, and the full
+    // block 0 is still shared.
+    ASSERT_TRUE(parent.Reserve(7).ok());  // the parent is now the only owner of its block 1: no copy
+    EXPECT_EQ(pool->copies_on_write(), 1);
+    Fill(parent, 6, 7, 900);
+    EXPECT_EQ(child.KeyRow(0, 6)[0], 500 + 60);
+    EXPECT_EQ(parent.KeyRow(0, 6)[0], 900 + 60);
+    EXPECT_EQ(child.KeyRow(0, 0), parent.KeyRow(0, 0)) << "block 0 is shared by reference";
+  }
+  EXPECT_EQ(pool->blocks_in_use(), 0) << "every reference released";
+}
+
+TEST(KvCacheTest, ForkOfABlockAlignedSequenceCopiesNothing) {
+  auto pool = MakePool(16);
+  SequenceKv parent(pool.get());
+  ASSERT_TRUE(parent.Reserve(8).ok());
+  parent.set_length(8);
+  SequenceKv a(pool.get()), b(pool.get());
+  a.ForkFrom(parent);
+  b.ForkFrom(parent);
+  ASSERT_TRUE(a.Reserve(9).ok());
+  ASSERT_TRUE(b.Reserve(9).ok());
+  EXPECT_EQ(pool->copies_on_write(), 0) << "new positions start a new block";
+  EXPECT_EQ(pool->blocks_in_use(), 4);
+}
+
+TEST(KvCacheTest, ForkReplacesTheForkedSequencesOwnBlocks) {
+  auto pool = MakePool(16);
+  SequenceKv a(pool.get()), b(pool.get());
+  ASSERT_TRUE(a.Reserve(4).ok());
+  a.set_length(4);
+  ASSERT_TRUE(b.Reserve(8).ok());
+  b.set_length(8);
+  EXPECT_EQ(pool->blocks_in_use(), 3);
+  b.ForkFrom(a);
+  EXPECT_EQ(pool->blocks_in_use(), 1);
+  EXPECT_EQ(b.length(), 4);
+}
+
+}  // namespace
+}  // namespace tandem
