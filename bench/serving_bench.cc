@@ -123,6 +123,8 @@ int main(int argc, char** argv) {
   tandem::SchedulerOptions scheduler_options;
   scheduler_options.max_sequences = max_sequences;
   scheduler_options.max_batch_tokens = std::max<int64_t>(256, max_sequences);
+  // Stats over one beam run's steps: the per-part means below describe it alone.
+  scheduler_options.stats_window_steps = std::max(1, output - 1);
   auto scheduler = tandem::Scheduler::Create(&(*runtime)->model(), &(*runtime)->engine(), &(*runtime)->kv_pool(),
                                              scheduler_options);
   if (!scheduler.ok()) return Fail(scheduler.status());
@@ -178,6 +180,10 @@ int main(int argc, char** argv) {
     line["beam_tokens_per_s"] = static_cast<double>(usage.generated_tokens()) * width / seconds;
     line["time_to_first_token_ms"] = usage.time_to_first_token_ms();
     line["mean_step_ms"] = usage.mean_inter_token_ms();
+    const tandem::ForwardTiming f = (*scheduler)->Stats().mean_forward;
+    line["mean_forward_ms"] = {{"attention", f.attention_us / 1e3}, {"router", f.router_us / 1e3},
+                               {"experts", f.experts_us / 1e3},     {"combine", f.combine_us / 1e3},
+                               {"logits", f.logits_us / 1e3},       {"total", f.total_us / 1e3}};
     if (width1_s > 0) {
       line["time_vs_width1"] = seconds / width1_s;
       line["time_vs_width_times_width1"] = seconds / (width * width1_s);
