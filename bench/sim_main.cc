@@ -15,6 +15,8 @@
 //   daop    — cpu-only execution, sequence cache, per-layer popularity
 //   offload — gpu-only execution, lru cache over every layer
 //   ours    — makespan execution, adaptive cache, per-layer popularity
+//   llamacpp — cpu-only execution, static cache, whole first layers on the
+//             GPU (llama.cpp's -ngl: first-layers with every expert a way)
 // or "execution/cache/placement" triples, e.g. makespan/lru/first-layers.
 #include <cstdio>
 #include <memory>
@@ -47,6 +49,7 @@ ABSL_FLAG(int, beams, 1, "rows per decode step (beam width or batch)");
 ABSL_FLAG(int, sequences, 4, "sequences, one after another");
 ABSL_FLAG(std::string, trace, "", "recorded routing trace (tandem-routing-trace/1); empty = synthetic");
 ABSL_FLAG(std::string, usage, "", "expert usage profile for popularity placement; empty = from a synthetic trace");
+ABSL_FLAG(std::string, scenario, "", "scenario name copied into every result line (bench/run_scenarios.sh)");
 ABSL_FLAG(uint64_t, seed, 2, "routing seed of the measured trace (the calibration trace uses seed + 1000)");
 
 namespace tandem {
@@ -62,6 +65,7 @@ absl::StatusOr<SimOptions> Preset(const std::string& name, const RoutingTrace& t
   if (name == "daop") spec = "cpu-only/sequence/popularity-balanced";
   if (name == "offload") spec = "gpu-only/lru-all/uniform";
   if (name == "ours") spec = "makespan/adaptive/popularity-balanced";
+  if (name == "llamacpp") spec = "cpu-only/static/first-layers-whole";
   const std::vector<std::string> parts = absl::StrSplit(spec, '/');
   if (parts.size() != 3) {
     return absl::InvalidArgumentError(absl::StrCat("preset \"", name, "\" is neither a preset nor execution/cache/placement"));
@@ -71,7 +75,12 @@ absl::StatusOr<SimOptions> Preset(const std::string& name, const RoutingTrace& t
   o.planner.division = division;
   o.planner.num_cpu_workers = workers;
   const int L = trace.num_layers, E = trace.num_experts;
-  const int ways = std::min(absl::GetFlag(FLAGS_lru_ways), E);
+  std::string placement = parts[2];
+  // first-layers-whole: every expert of a covered layer is a way (llama.cpp
+  // offloads whole layers).
+  const bool whole_layers = placement == "first-layers-whole";
+  if (whole_layers) placement = "first-layers";
+  const int ways = whole_layers ? E : std::min(absl::GetFlag(FLAGS_lru_ways), E);
   std::string cache = parts[1];
   const bool lru_all = cache == "lru-all";
   if (lru_all) cache = "lru";
@@ -83,7 +92,6 @@ absl::StatusOr<SimOptions> Preset(const std::string& name, const RoutingTrace& t
   }
   o.cache.adaptive.division = division;
   o.cache.adaptive.num_experts_per_token = trace.num_experts_per_token;
-  std::string placement = parts[2];
   o.placement.balance_layers = placement == "popularity-balanced";
   if (o.placement.balance_layers) placement = "popularity";
   TANDEM_ASSIGN_OR_RETURN(o.placement.policy, ParsePlacementPolicy(placement));
@@ -189,7 +197,19 @@ int Run() {
       LOG_ERROR(std::string(name), ": ", r.status().ToString());
       return 1;
     }
+    // Generated tokens (one per decode step per sequence; beams are
+    // alternatives of one output) over the whole run, prefill included.
+    int64_t generated = 0;
+    for (const TraceStep& step : trace->steps) generated += step.phase == Phase::kDecode ? 1 : 0;
     EmitJsonLine({{"kind", "result"},
+          {"scenario", absl::GetFlag(FLAGS_scenario)},
+          {"profile", profile->name},
+          {"slots", slots},
+          {"lru_ways", absl::GetFlag(FLAGS_lru_ways)},
+          {"prompt", trace_options.prompt_tokens},
+          {"decode", trace_options.decode_steps},
+          {"beams", trace_options.decode_rows_per_step},
+          {"sequences", trace_options.num_sequences},
           {"preset", std::string(name)},
           {"execution", ExecutionPolicyName(options->planner.policy)},
           {"cache", CachePolicyKindName(options->cache.kind)},
@@ -198,6 +218,8 @@ int Run() {
           {"decode_ms_per_step", r->decode_step_us / 1000},
           {"decode_steps_per_s", r->decode_tokens_per_s},
           {"total_s", r->total_us / 1e6},
+          {"e2e_tokens_per_s", r->total_us > 0 ? 1e6 * static_cast<double>(generated) / r->total_us : 0},
+          {"migrations", r->planner_migrations + r->cache_migrations},
           {"hit_rate", r->hit_rate()},
           {"inflight_waits", r->inflight_waits},
           {"planner_migrations", r->planner_migrations},
