@@ -7,6 +7,8 @@
 // With --execution_policy, the experts go through the orchestrator (planner,
 // cost model, cache and placement policies) over the no-GPU host expert pool:
 //   tandem-generate --model DIR --execution_policy makespan --cache_policy lru --gpu_slots 8 ...
+// --precalc daop [--precalc_start_layer N] turns on DAOP's one-layer-ahead
+// expert pre-calculation: LOSSY (it changes the outputs), off by default.
 // --record_trace / --record_usage write the routing (for tandem-sim) and the
 // expert usage (for --placement popularity --usage_profile FILE).
 #include <malloc.h>
@@ -30,6 +32,7 @@
 #include "client/local_runtime.h"
 #include "common/log.h"
 #include "common/model_fingerprint.h"
+#include "common/status_macros.h"
 #include "coordinator/remote_expert_executor.h"
 #include "coordinator/worker_connect.h"
 
@@ -70,6 +73,10 @@ ABSL_FLAG(int32_t, lru_ways, 0, "with --cache_policy lru: experts cached per lay
 ABSL_FLAG(std::string, usage_profile, "", "with --execution_policy: expert usage file for popularity placement");
 ABSL_FLAG(std::string, calibration_profile, "",
           "with --execution_policy: calibration cache file (reused when machine, model and config match)");
+ABSL_FLAG(std::string, precalc, "off",
+          "expert pre-calculation: off (exact) | daop (LOSSY: one-layer-ahead prediction, CPU experts pre-computed "
+          "from the previous layer's input; decode only)");
+ABSL_FLAG(int32_t, precalc_start_layer, 4, "with --precalc daop: first layer predicted (>= 1; clamped to layers - 1)");
 ABSL_FLAG(std::string, record_trace, "", "write the routing trace (tandem-sim --trace) to this file");
 ABSL_FLAG(std::string, record_usage, "", "write the expert usage profile (--usage_profile) to this file");
 
@@ -179,6 +186,17 @@ absl::Status OrchestratorFlags(tandem::LocalOrchestratorOptions* o) {
   return absl::OkStatus();
 }
 
+// --precalc and --precalc_start_layer.
+absl::Status PrecalcFlags(tandem::PrecalcOptions* o) {
+  TANDEM_ASSIGN_OR_RETURN(o->policy, tandem::ParsePrecalcPolicy(absl::GetFlag(FLAGS_precalc), "--precalc"));
+  o->start_layer = absl::GetFlag(FLAGS_precalc_start_layer);
+  if (o->start_layer < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--precalc_start_layer: must be >= 1, got ", o->start_layer));
+  }
+  return absl::OkStatus();
+}
+
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "tandem-generate: %s\n", std::string(status.message()).c_str());
   return 1;
@@ -199,6 +217,7 @@ int main(int argc, char** argv) {
   tandem::LocalRuntimeOptions options;
   options.num_threads = absl::GetFlag(FLAGS_threads);
   if (absl::Status flags = OrchestratorFlags(&options.orchestrator); !flags.ok()) return Fail(flags);
+  if (absl::Status flags = PrecalcFlags(&options.precalc); !flags.ok()) return Fail(flags);
   options.record_trace = absl::GetFlag(FLAGS_record_trace);
   options.record_usage = absl::GetFlag(FLAGS_record_usage);
   // Declared before the runtime, so it outlives the engine that calls it.
@@ -278,6 +297,15 @@ int main(int argc, char** argv) {
                  static_cast<long long>(s.total.cache_admissions), s.accuracy.makespan.mape_percent,
                  s.accuracy.makespan.window, s.pool.bytes_copied / 1e6, s.pool.MigrationGbPerSecond());
   }
+  const tandem::PrecalcStats precalc = (*runtime)->precalc_stats();
+  if (precalc.policy != "off" && !json) {
+    std::fprintf(stderr,
+                 "[precalc daop (LOSSY) from layer %d: %lld predictions, %.0f%% correct, %lld experts pre-computed "
+                 "(%lld rows), %lld degradations]\n",
+                 precalc.start_layer, static_cast<long long>(precalc.predictions), 100.0 * precalc.accuracy(),
+                 static_cast<long long>(precalc.precomputed_experts), static_cast<long long>(precalc.precomputed_rows),
+                 static_cast<long long>(precalc.degradations));
+  }
   if (remote) {
     for (const tandem::RemoteWorkerStats& w : remote->stats()) {
       std::fprintf(stderr, "[worker %s (%s): %lld calls, %lld rows, mean round trip %.1f us (worker compute %.1f us)]\n",
@@ -289,6 +317,7 @@ int main(int argc, char** argv) {
   if (json) {
     nlohmann::json out = ToJson(*result, model);
     if (orchestrator != nullptr) out["orchestrator"] = nlohmann::json::parse(orchestrator->stats().ToJson());
+    if (precalc.policy != "off") out["precalc"] = nlohmann::json::parse(precalc.ToJson());
     std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     const auto& tm = result->timing;

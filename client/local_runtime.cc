@@ -10,7 +10,7 @@ namespace tandem {
 namespace {
 
 // The host pool and the orchestrator around `cpu` (see local_runtime.h).
-absl::Status BuildOrchestrator(const LocalOrchestratorOptions& o, const Model& model, ThreadPool* threads,
+absl::Status BuildOrchestrator(const LocalOrchestratorOptions& o, const PrecalcOptions& precalc, const Model& model, ThreadPool* threads,
                                ExpertExecutor* cpu, bool external_cpu, std::unique_ptr<ExpertFfn>* ffn,
                                std::unique_ptr<HostExpertPool>* pool, std::optional<CalibrationResult>* calibration,
                                std::unique_ptr<Orchestrator>* orchestrator) {
@@ -70,6 +70,7 @@ absl::Status BuildOrchestrator(const LocalOrchestratorOptions& o, const Model& m
   }
   options.refine_online = o.refine_online;
   options.overlap_cpu = o.overlap_cpu;
+  options.precalc = precalc;
   TANDEM_ASSIGN_OR_RETURN(*orchestrator, Orchestrator::Create(config, cpu, pool->get(), std::move(cost), options));
   return absl::OkStatus();
 }
@@ -94,13 +95,25 @@ absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::unique_p
   }
 
   if (options.orchestrator.enabled) {
-    TANDEM_RETURN_IF_ERROR(BuildOrchestrator(options.orchestrator, *rt->model_, rt->pool_.get(), experts,
+    TANDEM_RETURN_IF_ERROR(BuildOrchestrator(options.orchestrator, options.precalc, *rt->model_, rt->pool_.get(), experts,
                                              options.expert_executor != nullptr, &rt->pool_ffn_, &rt->expert_pool_,
                                              &rt->calibration_, &rt->orchestrator_));
     experts = rt->orchestrator_.get();
   }
+  TANDEM_RETURN_IF_ERROR(ValidatePrecalcOptions(options.precalc));
   EngineOptions engine_options = options.engine;
-  if (rt->orchestrator_) engine_options.observers.push_back(rt->orchestrator_.get());
+  if (rt->orchestrator_) {
+    engine_options.observers.push_back(rt->orchestrator_.get());
+    engine_options.layer_hook = rt->orchestrator_->layer_hook();
+  } else if (options.precalc.policy == PrecalcPolicy::kDaop) {
+    // No pool: every expert is a CPU expert, computed by `experts` itself.
+    TANDEM_ASSIGN_OR_RETURN(rt->precalc_, DaopPrecalc::Create(config, experts, experts, nullptr, options.precalc));
+    experts = rt->precalc_.get();
+    engine_options.layer_hook = rt->precalc_.get();
+    LOG_WARNING("precalc daop from layer ", rt->precalc_->stats().start_layer,
+                " without the orchestrator: LOSSY (daop pre-calculation changes the outputs); every expert is a CPU "
+                "expert, so this is pure approximation with no speed benefit");
+  }
   if (!options.record_trace.empty() || !options.record_usage.empty()) {
     RoutingRecorderOptions recorder;
     recorder.trace_path = options.record_trace;
@@ -126,6 +139,12 @@ absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::unique_p
            options.expert_executor == nullptr ? "all experts on the in-process CPU executor" : "experts on an external executor",
            rt->orchestrator_ ? absl::StrCat(", orchestrated with the ", rt->expert_pool_->kind()) : std::string());
   return rt;
+}
+
+PrecalcStats LocalRuntime::precalc_stats() const {
+  if (orchestrator_) return orchestrator_->stats().precalc;
+  if (precalc_) return precalc_->stats();
+  return PrecalcStats{};
 }
 
 absl::Status LocalRuntime::FinishRecording() {

@@ -26,6 +26,7 @@
 #include "coordinator/generator.h"
 #include "coordinator/kv_cache.h"
 #include "coordinator/orchestrator.h"
+#include "coordinator/precalc.h"
 #include "coordinator/routing_recorder.h"
 #include "cpu_worker/expert_ffn.h"
 #include "cpu_worker/local_expert_executor.h"
@@ -70,6 +71,11 @@ struct LocalRuntimeOptions {
   LocalOrchestratorOptions orchestrator;
   std::string record_trace;  // routing trace file (routing_trace_io.h); empty: none
   std::string record_usage;  // expert usage file (popularity placement); empty: none
+  // off (exact, the default) | daop: LOSSY one-layer-ahead expert
+  // pre-calculation (coordinator/precalc.h). With the orchestrator, over its
+  // pool's residency; without, every expert counts as a CPU expert (pure
+  // approximation, no speed benefit).
+  PrecalcOptions precalc;
 };
 
 // Owns every part; one caller thread at a time.
@@ -89,6 +95,8 @@ class LocalRuntime {
   Orchestrator* orchestrator() { return orchestrator_.get(); }
   HostExpertPool* expert_pool() { return expert_pool_.get(); }
   RoutingRecorder* recorder() { return recorder_.get(); }
+  // The pre-calculation's counters; policy "off" unless daop.
+  PrecalcStats precalc_stats() const;
   // How the orchestrator's cost model was obtained (absent without one, or
   // when the options gave it).
   const std::optional<CalibrationResult>& calibration() const { return calibration_; }
@@ -107,6 +115,7 @@ class LocalRuntime {
   std::unique_ptr<HostExpertPool> expert_pool_;
   std::optional<CalibrationResult> calibration_;
   std::unique_ptr<Orchestrator> orchestrator_;
+  std::unique_ptr<DaopPrecalc> precalc_;  // daop without the orchestrator
   std::unique_ptr<RoutingRecorder> recorder_;
   std::unique_ptr<KvBlockPool> kv_pool_;
   std::unique_ptr<Engine> engine_;

@@ -103,7 +103,7 @@ absl::Status Engine::ForwardLayers(std::span<const ForwardInput> inputs, std::ve
     if (options_.dump) options_.dump(name, layer, data, n, cols);
   };
 
-  if (!options_.observers.empty()) {
+  if (!options_.observers.empty() || options_.layer_hook != nullptr) {
     DescribeStep(slices);
     step_begun_ = true;
     for (ForwardObserver* observer : options_.observers) observer->OnStepBegin(step_);
@@ -132,6 +132,12 @@ absl::Status Engine::ForwardLayers(std::span<const ForwardInput> inputs, std::ve
     for (ForwardObserver* observer : options_.observers) {
       observer->OnRouting(step_, layer, std::span<const int32_t>(routing_experts_.data(), static_cast<size_t>(rows * k)),
                           static_cast<int>(k));
+    }
+    if (options_.layer_hook != nullptr) {
+      // After the observers: they record the router's own choice.
+      RoutedLayer routed{layer, rows, hidden_.data(), moe_input_.data(), router_logits_.data(), routing_experts_.data(),
+                         routing_weights_.data()};
+      TANDEM_RETURN_IF_ERROR(options_.layer_hook->OnLayerRouted(step_, backend_, routed));
     }
 
     t = std::chrono::steady_clock::now();

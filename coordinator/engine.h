@@ -22,6 +22,7 @@
 #include "common/model_config.h"
 #include "coordinator/compute_backend.h"
 #include "coordinator/forward_observer.h"
+#include "coordinator/layer_hook.h"
 
 namespace tandem {
 
@@ -36,6 +37,9 @@ struct EngineOptions {
   // Optional, borrowed, called in order on the engine thread (see
   // forward_observer.h): the expert orchestrator, the routing recorder.
   std::vector<ForwardObserver*> observers;
+  // Optional, borrowed: may rewrite each layer's routing (layer_hook.h). Set
+  // only for lossy policies (DAOP pre-calculation); null: exact.
+  LayerHook* layer_hook = nullptr;
 };
 
 // One sequence's part of a batch.

@@ -169,6 +169,7 @@ std::string OrchestratorStats::ToJson() const {
                {"staging_runs", pool.staging_runs},
                {"wait_us", pool.wait_us},
                {"compute_us", pool.compute_us}};
+  j["precalc"] = nlohmann::ordered_json::parse(precalc.ToJson());
   return j.dump();
 }
 
@@ -228,6 +229,11 @@ absl::StatusOr<std::unique_ptr<Orchestrator>> Orchestrator::Create(const ModelCo
   }
   TANDEM_RETURN_IF_ERROR(self.cache_->Reset(self.table_));
   if (o.overlap_cpu) self.cpu_lane_ = std::make_unique<CpuLane>(cpu);
+  TANDEM_RETURN_IF_ERROR(ValidatePrecalcOptions(o.precalc));
+  if (o.precalc.policy == PrecalcPolicy::kDaop) {
+    TANDEM_ASSIGN_OR_RETURN(self.precalc_, DaopPrecalc::Create(config, cpu, nullptr, &self.table_, o.precalc));
+    self.stats_.precalc = self.precalc_->stats();
+  }
 
   self.stats_.pool_kind = pool->kind();
   self.stats_.execution_policy = ExecutionPolicyName(o.planner.policy);
@@ -244,7 +250,10 @@ absl::StatusOr<std::unique_ptr<Orchestrator>> Orchestrator::Create(const ModelCo
                : std::string(),
            ", placement ", self.stats_.placement, " (", placed.size(), " of ", num_layers * num_experts,
            " experts placed); ", pool->kind(), " with ", pool->num_slots(), " slots + ", pool->num_staging_buffers(),
-           " staging buffers; ", o.planner.num_cpu_workers, " CPU worker(s), ", ExpertDivisionName(o.planner.division));
+           " staging buffers; ", o.planner.num_cpu_workers, " CPU worker(s), ", ExpertDivisionName(o.planner.division),
+           self.precalc_ ? absl::StrCat("; precalc daop from layer ", self.stats_.precalc.start_layer,
+                                        " (LOSSY: daop pre-calculation changes the outputs)")
+                         : std::string("; precalc off (exact)"));
   return orchestrator;
 }
 
@@ -364,6 +373,12 @@ absl::Status Orchestrator::RunExperts(int layer, std::span<const ExpertWork> wor
   const auto start = std::chrono::steady_clock::now();
   if (layer < 0 || layer >= num_layers_) {
     return absl::InvalidArgumentError(absl::StrCat("orchestrator: layer ", layer, " out of range [0, ", num_layers_, ")"));
+  }
+  if (precalc_ != nullptr) {
+    // Pre-computed experts are done; the rest is planned as usual.
+    unserved_.clear();
+    TANDEM_RETURN_IF_ERROR(precalc_->Serve(layer, work, &unserved_));
+    work = unserved_;
   }
   std::fill(rows_.begin(), rows_.end(), 0);
   std::fill(work_index_.begin(), work_index_.end(), -1);
@@ -521,6 +536,7 @@ OrchestratorStats Orchestrator::stats() const {
     s = stats_;
   }
   s.pool = pool_->stats();
+  if (precalc_ != nullptr) s.precalc = precalc_->stats();
   return s;
 }
 
@@ -540,6 +556,7 @@ void Orchestrator::ResetStats() {
     stats_ = std::move(fresh);
   }
   pool_->ResetStats();
+  if (precalc_ != nullptr) precalc_->ResetStats();
 }
 
 }  // namespace tandem

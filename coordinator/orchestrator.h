@@ -18,6 +18,12 @@
 // ForwardObserver: the engine tells it each step's phase (prefill/decode)
 // and when sequences start, which the cache policies need.
 //
+// Pre-calculation (PrecalcOptions, off by default) is the one LOSSY option:
+// with `daop` the orchestrator owns a DaopPrecalc (coordinator/precalc.h)
+// over its residency table and CPU executor, which the engine must be given
+// as its layer hook (layer_hook()); pre-computed experts are served before
+// planning and count in the precalc stats, not as expert runs.
+//
 // Exactness: every placement computes the same FFN from the same bytes, so
 // with the host pool (whose kernel is the CPU executor's) the outputs equal
 // the plain engine's bit for bit under every execution and cache policy.
@@ -44,6 +50,8 @@
 #include "common/expert_executor.h"
 #include "common/model_config.h"
 #include "coordinator/forward_observer.h"
+#include "coordinator/layer_hook.h"
+#include "coordinator/precalc.h"
 #include "coordinator/planner/cache_policy.h"
 #include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/placement.h"
@@ -69,6 +77,8 @@ struct OrchestratorOptions {
   // CPU worker processes (real overlap); the in-process executor shares the
   // compute threads with the host pool, so there it only adds a thread hop.
   bool overlap_cpu = false;
+  // off (exact, the default) | daop (lossy, see precalc.h).
+  PrecalcOptions precalc;
 };
 
 // One layer's (or all layers') counts.
@@ -108,6 +118,8 @@ struct OrchestratorStats {
   // layer plans.
   CostModelStats accuracy;
   ExpertPoolStats pool;
+  // policy "off" unless daop; its JSON carries "lossy": "daop pre-calculation".
+  PrecalcStats precalc;
 
   std::string ToJson() const;  // one JSON object
 };
@@ -137,6 +149,8 @@ class Orchestrator final : public ExpertExecutor, public ForwardObserver {
   const CostModel& cost_model() const { return cost_; }
   const ResidencyTable& residency() const { return table_; }
   const LayerPlan& last_plan() const { return plan_; }
+  // The engine's layer hook with precalc daop (lossy); null when off.
+  LayerHook* layer_hook() { return precalc_.get(); }
 
  private:
   class CpuLane;
@@ -164,6 +178,7 @@ class Orchestrator final : public ExpertExecutor, public ForwardObserver {
   std::unique_ptr<CachePolicy> cache_;
   ResidencyTable table_;
   std::unique_ptr<CpuLane> cpu_lane_;  // overlap_cpu only
+  std::unique_ptr<DaopPrecalc> precalc_;  // precalc daop only
   const std::chrono::steady_clock::time_point epoch_;
   double copy_free_at_us_ = 0;  // when the copy engine is predicted idle (absolute)
 
@@ -179,6 +194,7 @@ class Orchestrator final : public ExpertExecutor, public ForwardObserver {
   LayerPlan plan_;
   std::vector<ExpertWork> cpu_work_, pool_work_;
   std::vector<int32_t> observed_rows_;
+  std::vector<ExpertWork> unserved_;  // precalc: the work not pre-computed
 
   mutable std::mutex stats_mutex_;
   OrchestratorStats stats_;  // pool is filled in by stats()
