@@ -30,6 +30,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "client/local_runtime.h"
+#include "client/runtime_flags.h"
 #include "common/log.h"
 #include "common/model_fingerprint.h"
 #include "common/status_macros.h"
@@ -49,36 +50,6 @@ ABSL_FLAG(bool, ignore_eos, false, "keep generating past the end-of-sequence tok
 ABSL_FLAG(bool, add_bos, true, "prepend the BOS token to a text prompt");
 ABSL_FLAG(int32_t, logprobs, 0, "report the top-K log probabilities at each generated position");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of streaming text");
-ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all available cores");
-ABSL_FLAG(std::string, workers, "",
-          "comma-separated CPU worker addresses in worker-index order (e.g. unix:/run/tandem/w0.sock,...); "
-          "empty = compute experts in this process");
-ABSL_FLAG(std::string, transport, "shm",
-          "with --workers: shm (arena + doorbell) | shm-grpc (arena + gRPC descriptors) | inline (tensors in gRPC)");
-ABSL_FLAG(int32_t, worker_timeout_ms, 5000, "with --workers: deadline of one layer's expert round trip");
-ABSL_FLAG(int32_t, connect_timeout_ms, 10000, "with --workers: how long to wait for every worker at start-up");
-ABSL_FLAG(std::string, execution_policy, "",
-          "orchestrate the experts over the no-GPU host expert pool with this execution policy: "
-          "threshold | makespan | gpu-only | cpu-only; empty = no orchestrator (every expert on the CPU executor)");
-ABSL_FLAG(std::string, cache_policy, "static", "with --execution_policy: static | lru | sequence | adaptive");
-ABSL_FLAG(std::string, placement, "uniform",
-          "with --execution_policy: initial placement, uniform | first-layers | popularity | popularity-balanced "
-          "(popularity needs --usage_profile)");
-ABSL_FLAG(int32_t, gpu_slots, -1, "with --execution_policy: expert slots in the pool; -1 = from --gpu_memory_mb");
-ABSL_FLAG(int64_t, gpu_memory_mb, 0,
-          "with --execution_policy: pool memory (slots + staging buffers) when --gpu_slots is -1; "
-          "neither = a quarter of the model's experts");
-ABSL_FLAG(int32_t, staging_buffers, 2, "with --execution_policy: copies one layer plan may start");
-ABSL_FLAG(int32_t, lru_ways, 0, "with --cache_policy lru: experts cached per layer; 0 = slots / layers");
-ABSL_FLAG(std::string, usage_profile, "", "with --execution_policy: expert usage file for popularity placement");
-ABSL_FLAG(std::string, calibration_profile, "",
-          "with --execution_policy: calibration cache file (reused when machine, model and config match)");
-ABSL_FLAG(std::string, precalc, "off",
-          "expert pre-calculation: off (exact) | daop (LOSSY: one-layer-ahead prediction, CPU experts pre-computed "
-          "from the previous layer's input; decode only)");
-ABSL_FLAG(int32_t, precalc_start_layer, 4, "with --precalc daop: first layer predicted (>= 1; clamped to layers - 1)");
-ABSL_FLAG(std::string, record_trace, "", "write the routing trace (tandem-sim --trace) to this file");
-ABSL_FLAG(std::string, record_usage, "", "write the expert usage profile (--usage_profile) to this file");
 
 namespace {
 
@@ -127,76 +98,6 @@ nlohmann::json ToJson(const GenerationResult& r, const tandem::Model& model) {
   return out;
 }
 
-// The model (for the coordinator's own layers) and the workers computing its
-// experts, checked against it at connect.
-absl::StatusOr<std::pair<std::unique_ptr<tandem::Model>, std::unique_ptr<tandem::RemoteExpertExecutor>>>
-ConnectWorkers(const std::string& model_dir) {
-  auto model = tandem::LoadModel(model_dir);
-  if (!model.ok()) return model.status();
-  tandem::WorkerConnectSettings settings;
-  settings.addresses = absl::GetFlag(FLAGS_workers);
-  settings.transport = absl::GetFlag(FLAGS_transport);
-  settings.call_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_worker_timeout_ms));
-  settings.connect_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms));
-  auto remote = tandem::ConnectExpertWorkers(**model, settings);
-  if (!remote.ok()) return remote.status();
-  return std::make_pair(std::move(*model), std::move(*remote));
-}
-
-// --execution_policy and the flags that go with it.
-absl::Status OrchestratorFlags(tandem::LocalOrchestratorOptions* o) {
-  const std::string execution = absl::GetFlag(FLAGS_execution_policy);
-  if (execution.empty()) {
-    const bool other = absl::GetFlag(FLAGS_cache_policy) != "static" || absl::GetFlag(FLAGS_placement) != "uniform" ||
-                       absl::GetFlag(FLAGS_gpu_slots) != -1 || absl::GetFlag(FLAGS_gpu_memory_mb) != 0 ||
-                       absl::GetFlag(FLAGS_lru_ways) != 0 || !absl::GetFlag(FLAGS_usage_profile).empty() ||
-                       !absl::GetFlag(FLAGS_calibration_profile).empty();
-    if (other) {
-      return absl::InvalidArgumentError(
-          "--cache_policy, --placement, --gpu_slots, --gpu_memory_mb, --lru_ways, --usage_profile and "
-          "--calibration_profile need --execution_policy");
-    }
-    return absl::OkStatus();
-  }
-  o->enabled = true;
-  auto policy = tandem::ParseExecutionPolicy(execution);
-  if (!policy.ok()) return absl::InvalidArgumentError(absl::StrCat("--execution_policy: ", policy.status().message()));
-  o->execution = *policy;
-  auto cache = tandem::ParseCachePolicyKind(absl::GetFlag(FLAGS_cache_policy));
-  if (!cache.ok()) return absl::InvalidArgumentError(absl::StrCat("--cache_policy: ", cache.status().message()));
-  o->cache = *cache;
-  std::string placement = absl::GetFlag(FLAGS_placement);
-  o->balance_layers = placement == "popularity-balanced";
-  if (o->balance_layers) placement = "popularity";
-  auto parsed = tandem::ParsePlacementPolicy(placement);
-  if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--placement: ", parsed.status().message()));
-  o->placement = *parsed;
-  if (o->placement == tandem::PlacementPolicy::kPopularity && absl::GetFlag(FLAGS_usage_profile).empty()) {
-    return absl::InvalidArgumentError("--placement popularity needs --usage_profile (record one with --record_usage)");
-  }
-  if (absl::GetFlag(FLAGS_gpu_memory_mb) < 0) return absl::InvalidArgumentError("--gpu_memory_mb must be >= 0");
-  if (absl::GetFlag(FLAGS_staging_buffers) < 0) return absl::InvalidArgumentError("--staging_buffers must be >= 0");
-  if (absl::GetFlag(FLAGS_lru_ways) < 0) return absl::InvalidArgumentError("--lru_ways must be >= 0");
-  o->gpu_slots = absl::GetFlag(FLAGS_gpu_slots);
-  o->gpu_memory_bytes = absl::GetFlag(FLAGS_gpu_memory_mb) << 20;
-  o->staging_buffers = absl::GetFlag(FLAGS_staging_buffers);
-  o->lru_ways = absl::GetFlag(FLAGS_lru_ways);
-  o->usage_profile = absl::GetFlag(FLAGS_usage_profile);
-  o->calibration_profile = absl::GetFlag(FLAGS_calibration_profile);
-  return absl::OkStatus();
-}
-
-// --precalc and --precalc_start_layer.
-absl::Status PrecalcFlags(tandem::PrecalcOptions* o) {
-  TANDEM_ASSIGN_OR_RETURN(o->policy, tandem::ParsePrecalcPolicy(absl::GetFlag(FLAGS_precalc), "--precalc"));
-  o->start_layer = absl::GetFlag(FLAGS_precalc_start_layer);
-  if (o->start_layer < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--precalc_start_layer: must be >= 1, got ", o->start_layer));
-  }
-  return absl::OkStatus();
-}
-
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "tandem-generate: %s\n", std::string(status.message()).c_str());
   return 1;
@@ -214,35 +115,10 @@ int main(int argc, char** argv) {
   const bool has_ids = !absl::GetFlag(FLAGS_prompt_ids).empty();
   if (has_text == has_ids) return Fail(absl::InvalidArgumentError("give exactly one of --prompt or --prompt_ids"));
 
-  tandem::LocalRuntimeOptions options;
-  options.num_threads = absl::GetFlag(FLAGS_threads);
-  if (absl::Status flags = OrchestratorFlags(&options.orchestrator); !flags.ok()) return Fail(flags);
-  if (absl::Status flags = PrecalcFlags(&options.precalc); !flags.ok()) return Fail(flags);
-  options.record_trace = absl::GetFlag(FLAGS_record_trace);
-  options.record_usage = absl::GetFlag(FLAGS_record_usage);
-  // Declared before the runtime, so it outlives the engine that calls it.
-  std::unique_ptr<tandem::RemoteExpertExecutor> remote;
-  absl::StatusOr<std::unique_ptr<tandem::LocalRuntime>> runtime;
-  if (absl::GetFlag(FLAGS_workers).empty()) {
-    runtime = tandem::LocalRuntime::Open(model_dir, options);
-  } else {
-    // Inline (gRPC) layers allocate MB-sized message buffers per call: keep
-    // them in the heap instead of a fresh mmap (page faults) each time.
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 256 << 20);
-    auto connected = ConnectWorkers(model_dir);
-    if (!connected.ok()) return Fail(connected.status());
-    remote = std::move(connected->second);
-    options.expert_executor = remote.get();
-    // The orchestrator's CPU side is the workers: their count and division,
-    // and a thread of its own so the pool computes meanwhile.
-    options.orchestrator.num_cpu_workers = remote->num_workers();
-    options.orchestrator.division = remote->division();
-    options.orchestrator.cpu_transport = absl::GetFlag(FLAGS_transport);
-    options.orchestrator.overlap_cpu = true;
-    runtime = tandem::LocalRuntime::Create(std::move(connected->first), options);
-  }
-  if (!runtime.ok()) return Fail(runtime.status());
+  auto opened = tandem::OpenRuntimeFromFlags(model_dir, {});
+  if (!opened.ok()) return Fail(opened.status());
+  std::unique_ptr<tandem::RemoteExpertExecutor>& remote = opened->remote;
+  std::unique_ptr<tandem::LocalRuntime>* runtime = &opened->runtime;
   const tandem::Model& model = (*runtime)->model();
 
   tandem::GenerationRequest request;

@@ -5,7 +5,6 @@
 //   tandem-server --model models/demo
 //   tandem-server --model DIR --listen unix:/run/tandem/server.sock,127.0.0.1:50051 --max_sequences 32
 //   tandem-server --model DIR --workers unix:/run/tandem/worker-0.sock,unix:/run/tandem/worker-1.sock
-#include <malloc.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -18,6 +17,7 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <nlohmann/json.hpp>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -26,27 +26,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/local_runtime.h"
+#include "client/runtime_flags.h"
 #include "common/log.h"
 #include "common/runtime_dir.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/scheduler.h"
-#include "coordinator/worker_connect.h"
 
 ABSL_FLAG(std::string, model, "", "model directory (config.json, *.safetensors, tokenizer.model)");
 ABSL_FLAG(std::string, listen, "",
           "comma-separated addresses: unix:/path/to.sock and/or host:port (TCP; use 127.0.0.1 or localhost "
           "unless you mean to expose the server); default unix:<runtime dir>/server.sock");
-ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all available cores");
 ABSL_FLAG(int32_t, max_sequences, 16, "sequences decoding at once (a beam search counts its beam width)");
 ABSL_FLAG(int64_t, max_batch_tokens, 256, "rows per forward step: decodes plus prompt chunks");
 ABSL_FLAG(int32_t, max_waiting, 256, "requests queued beyond the running ones; more are refused");
 ABSL_FLAG(int64_t, kv_cache_tokens, 32768, "KV cache capacity in tokens, all sequences together");
 ABSL_FLAG(int64_t, kv_block_size, 16, "positions per KV cache block");
-ABSL_FLAG(std::string, workers, "",
-          "comma-separated CPU worker addresses in worker-index order; empty = experts in this process");
-ABSL_FLAG(std::string, transport, "shm", "with --workers: shm | shm-grpc | inline");
-ABSL_FLAG(int32_t, worker_timeout_ms, 5000, "with --workers: deadline of one layer's expert round trip");
-ABSL_FLAG(int32_t, connect_timeout_ms, 10000, "with --workers: how long to wait for every worker at start-up");
 ABSL_FLAG(bool, exit_with_parent, false, "shut down when the parent process exits (tests, supervisors)");
 
 namespace {
@@ -102,30 +96,15 @@ int main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError(absl::StrCat("--", status.message())));
   }
 
-  auto model = tandem::LoadModel(model_dir);
-  if (!model.ok()) return Fail(model.status());
+  // Threads, CPU workers, the orchestrator, pre-calculation and recording:
+  // the flags tandem-generate takes too (client/runtime_flags.h).
   tandem::LocalRuntimeOptions runtime_options;
-  runtime_options.num_threads = absl::GetFlag(FLAGS_threads);
   runtime_options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
   runtime_options.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
-  std::unique_ptr<tandem::RemoteExpertExecutor> remote;  // outlives the runtime that calls it
-  if (!absl::GetFlag(FLAGS_workers).empty()) {
-    // Inline (gRPC) layers allocate MB-sized message buffers per call: keep
-    // them in the heap instead of a fresh mmap (page faults) each time.
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 256 << 20);
-    tandem::WorkerConnectSettings settings;
-    settings.addresses = absl::GetFlag(FLAGS_workers);
-    settings.transport = absl::GetFlag(FLAGS_transport);
-    settings.call_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_worker_timeout_ms));
-    settings.connect_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms));
-    auto connected = tandem::ConnectExpertWorkers(**model, settings);
-    if (!connected.ok()) return Fail(connected.status());
-    remote = std::move(*connected);
-    runtime_options.expert_executor = remote.get();
-  }
-  auto runtime = tandem::LocalRuntime::Create(std::move(*model), runtime_options);
-  if (!runtime.ok()) return Fail(runtime.status());
+  auto opened = tandem::OpenRuntimeFromFlags(model_dir, runtime_options);
+  if (!opened.ok()) return Fail(opened.status());
+  std::unique_ptr<tandem::RemoteExpertExecutor>& remote = opened->remote;
+  std::unique_ptr<tandem::LocalRuntime>* runtime = &opened->runtime;
   auto scheduler = tandem::Scheduler::Create(&(*runtime)->model(), &(*runtime)->engine(), &(*runtime)->kv_pool(),
                                              scheduler_options);
   if (!scheduler.ok()) return Fail(scheduler.status());
@@ -133,9 +112,23 @@ int main(int argc, char** argv) {
   tandem::InferenceServiceOptions service_options;
   service_options.model_dir = model_dir;
   service_options.kv_cache_tokens = (*runtime)->kv_pool().max_blocks() * (*runtime)->kv_pool().options().block_size;
+  tandem::LocalRuntime* rt = runtime->get();
   service_options.placement_summary =
       remote ? absl::StrCat("experts on CPU workers: ", remote->Summary())
-             : absl::StrCat("experts in this process on ", (*runtime)->pool().num_threads(), " CPU threads");
+             : absl::StrCat("experts in this process on ", rt->pool().num_threads(), " CPU threads");
+  if (tandem::Orchestrator* orchestrator = rt->orchestrator(); orchestrator != nullptr) {
+    absl::StrAppend(&service_options.placement_summary, "; orchestrated over the ", orchestrator->stats().pool_kind,
+                    " (", orchestrator->stats().num_slots, " slots)");
+  }
+  if (rt->orchestrator() != nullptr || rt->precalc_stats().policy != "off") {
+    service_options.orchestrator_json = [rt] {
+      nlohmann::json out = nlohmann::json::object();
+      if (rt->orchestrator() != nullptr) out["orchestrator"] = nlohmann::json::parse(rt->orchestrator()->stats().ToJson());
+      const tandem::PrecalcStats precalc = rt->precalc_stats();
+      if (precalc.policy != "off") out["precalc"] = nlohmann::json::parse(precalc.ToJson());
+      return out.dump();
+    };
+  }
   if (remote) {
     tandem::RemoteExpertExecutor* executor = remote.get();
     service_options.worker_health = [executor] {

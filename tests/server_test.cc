@@ -11,6 +11,7 @@
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "common/model.h"
@@ -422,6 +423,46 @@ TEST(ServerWorkerFailureTest, ADeadWorkerFailsTheRequestInFlightAndTheServerReco
   Generated after = RunGenerate(*stub, GreedyRequest(prompt, 8));
   ASSERT_TRUE(after.status.ok()) << after.status.error_message() << "\n" << server.LogTail();
   EXPECT_EQ(after.ids, before.ids);
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// ---- the orchestrator under the server ----
+
+TEST(ServerOrchestratorTest, OrchestratedServerGivesTheSameTokensAndReportsHitRates) {
+  ScopedTempDir dir;
+  ASSERT_TRUE(WriteTestModel(dir.path() / "model").ok());
+  ServerProcess server({.model_dir = dir.path() / "model",
+                        .socket = dir.path() / "server.sock",
+                        .extra_args = {"--threads", "1", "--execution_policy", "makespan", "--cache_policy", "lru",
+                                       "--gpu_slots", "4"},
+                        .log = dir.path() / "server.log"});
+  const absl::Status started = server.Start();
+  ASSERT_TRUE(started.ok()) << started;
+  auto stub = server.NewStub();
+  const auto prompt = RandomTokens(7, 512, 41);
+  auto expected = GreedyInProcess(dir.path() / "model", prompt, 10);
+  ASSERT_TRUE(expected.ok());
+  Generated out = RunGenerate(*stub, GreedyRequest(prompt, 10));
+  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  EXPECT_EQ(out.ids, *expected) << "an exact policy changes no token";
+
+  grpc::ClientContext info_context;
+  v1::ModelInfo info;
+  ASSERT_TRUE(stub->GetModelInfo(&info_context, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_NE(info.placement_summary().find("no-GPU host pool"), std::string::npos) << info.placement_summary();
+  grpc::ClientContext stats_context;
+  v1::ServerStats stats;
+  ASSERT_TRUE(stub->GetStats(&stats_context, v1::GetStatsRequest(), &stats).ok());
+  const nlohmann::json orchestrator = nlohmann::json::parse(stats.orchestrator_json())["orchestrator"];
+  EXPECT_EQ(orchestrator["execution_policy"], "makespan");
+  EXPECT_EQ(orchestrator["cache_policy"], "lru");
+  EXPECT_GT(orchestrator["total"]["expert_runs"].get<int64_t>(), 0);
+  EXPECT_GE(orchestrator["hit_rate"].get<double>(), 0.0);
 }
 
 }  // namespace

@@ -1,0 +1,29 @@
+// The command-line flags tandem-generate and tandem-server share: compute
+// threads, the CPU worker processes, the orchestrator (execution, cache and
+// placement policies over the expert pool), DAOP pre-calculation, and
+// routing/usage recording. Defined once here so both programs accept the
+// same flags with the same checks.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "client/local_runtime.h"
+#include "coordinator/remote_expert_executor.h"
+
+namespace tandem {
+
+// A runtime opened as the flags say. `remote` (the workers, when --workers is
+// given) is declared first so it outlives the runtime whose engine calls it.
+struct RuntimeFromFlags {
+  std::unique_ptr<RemoteExpertExecutor> remote;
+  std::unique_ptr<LocalRuntime> runtime;
+};
+
+// Loads `model_dir`, connects the workers if --workers is set, and creates
+// the runtime with `base` plus what the flags set. InvalidArgument naming the
+// flag for a bad value; the workers' or the loader's error otherwise.
+absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(const std::string& model_dir, LocalRuntimeOptions base);
+
+}  // namespace tandem
