@@ -148,6 +148,22 @@ std::string OrchestratorStats::ToJson() const {
                   {"cpu", cpu_us},
                   {"pool_wait", pool_wait_us},
                   {"pool_compute", pool_compute_us}};
+  auto curve = [](const RooflineCurve& c) {
+    return nlohmann::ordered_json{{"plateau_us", c.plateau_us}, {"base_us", c.base_us}, {"per_row_us", c.per_row_us}};
+  };
+  auto transfer = [](const TransferCost& t) {
+    return nlohmann::ordered_json{{"fixed_us", t.fixed_us}, {"gb_per_s", t.GbPerSecond()}};
+  };
+  nlohmann::ordered_json cpu_workers = nlohmann::ordered_json::array();
+  for (const CpuWorkerCost& w : cost_model.cpu_workers) cpu_workers.push_back(curve(w.compute));
+  nlohmann::ordered_json transports = nlohmann::ordered_json::object();
+  for (const NamedTransferCost& t : cost_model.transports) transports[t.name] = transfer(t.cost);
+  j["cost_model"] = {{"cpu_workers", cpu_workers},
+                     {"gpu", curve(cost_model.gpu)},
+                     {"migrate", transfer(cost_model.migrate)},
+                     {"migrate_us", cost_model.migrate.Us(static_cast<double>(cost_model.expert_bytes))},
+                     {"dma", transfer(cost_model.dma)},
+                     {"ipc", transports}};
   j["cost_model_mape"] = {{"makespan", AccuracyJson(accuracy.makespan)}, {"cpu", AccuracyJson(accuracy.cpu)},
                           {"gpu", AccuracyJson(accuracy.gpu)},           {"migrate", AccuracyJson(accuracy.migrate)},
                           {"dma", AccuracyJson(accuracy.dma)},           {"ipc", AccuracyJson(accuracy.ipc)}};
@@ -236,6 +252,7 @@ absl::StatusOr<std::unique_ptr<Orchestrator>> Orchestrator::Create(const ModelCo
   }
 
   self.stats_.pool_kind = pool->kind();
+  self.stats_.cost_model = self.cost_.params();
   self.stats_.execution_policy = ExecutionPolicyName(o.planner.policy);
   self.stats_.cache_policy = CachePolicyKindName(o.cache.kind);
   self.stats_.placement = PlacementPolicyName(o.placement.policy) +
@@ -526,6 +543,7 @@ absl::Status Orchestrator::RunExperts(int layer, std::span<const ExpertWork> wor
   stats_.pool_wait_us += pool_timing.wait_us;
   stats_.pool_compute_us += pool_timing.compute_us;
   stats_.accuracy = cost_.Stats();
+  stats_.cost_model = cost_.params();
   return absl::OkStatus();
 }
 
@@ -553,6 +571,7 @@ void Orchestrator::ResetStats() {
     fresh.placed = stats_.placed;
     fresh.layers.assign(stats_.layers.size(), OrchestratorLayerStats{});
     fresh.accuracy = cost_.Stats();
+    fresh.cost_model = cost_.params();
     stats_ = std::move(fresh);
   }
   pool_->ResetStats();

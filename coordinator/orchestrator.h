@@ -117,6 +117,8 @@ struct OrchestratorStats {
   // last N observations (CostModelOptions::error_window); makespan: whole
   // layer plans.
   CostModelStats accuracy;
+  // The cost model as it stands (refined online from every measurement).
+  CostModelParams cost_model;
   ExpertPoolStats pool;
   // policy "off" unless daop; its JSON carries "lossy": "daop pre-calculation".
   PrecalcStats precalc;

@@ -463,6 +463,10 @@ TEST(ServerOrchestratorTest, OrchestratedServerGivesTheSameTokensAndReportsHitRa
   EXPECT_EQ(orchestrator["cache_policy"], "lru");
   EXPECT_GT(orchestrator["total"]["expert_runs"].get<int64_t>(), 0);
   EXPECT_GE(orchestrator["hit_rate"].get<double>(), 0.0);
+  // The cost model as it stands, and how well it predicted.
+  EXPECT_EQ(orchestrator["cost_model"]["cpu_workers"].size(), 1u);
+  EXPECT_GT(orchestrator["cost_model"]["migrate_us"].get<double>(), 0.0);
+  EXPECT_GT(orchestrator["cost_model_mape"]["makespan"]["observations"].get<int64_t>(), 0);
 }
 
 }  // namespace
