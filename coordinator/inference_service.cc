@@ -104,6 +104,14 @@ std::optional<StreamEvent> InferenceService::NextEvent(grpc::ServerContext* cont
   }
 }
 
+grpc::Status InferenceService::ClientGone(grpc::ServerContext* context, RequestStream& stream) {
+  // The client cannot be written to: stop the work now, and return once the
+  // scheduler has let go of the request.
+  stream.Cancel(absl::CancelledError("the client went away"));
+  NextEvent(context, stream);
+  return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+}
+
 grpc::Status InferenceService::Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
                                         grpc::ServerWriter<v1::GenerateResponse>* writer) {
   absl::StatusOr<std::vector<int32_t>> prompt =
@@ -150,12 +158,7 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* context, const v1::
       writer->Write(response);
       return grpc::Status::OK;
     }
-    if (!writer->Write(response)) {
-      // The client is gone: stop the work now.
-      (*stream)->Cancel(absl::CancelledError("the client went away"));
-      NextEvent(context, **stream);
-      return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-    }
+    if (!writer->Write(response)) return ClientGone(context, **stream);
   }
 }
 
@@ -220,11 +223,7 @@ grpc::Status InferenceService::BeamSearch(grpc::ServerContext* context, const v1
       writer->Write(response);
       return grpc::Status::OK;
     }
-    if (!writer->Write(response)) {
-      (*stream)->Cancel(absl::CancelledError("the client went away"));
-      NextEvent(context, **stream);
-      return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-    }
+    if (!writer->Write(response)) return ClientGone(context, **stream);
   }
 }
 

@@ -57,6 +57,7 @@ class InferenceService final : public v1::Inference::Service {
                                                  bool add_bos) const;
   // Waits for the next event, cancelling the request when the call ends.
   std::optional<StreamEvent> NextEvent(grpc::ServerContext* context, RequestStream& stream);
+  grpc::Status ClientGone(grpc::ServerContext* context, RequestStream& stream);
 
   const Model* model_;
   Scheduler* scheduler_;

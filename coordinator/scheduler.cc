@@ -106,6 +106,18 @@ struct Scheduler::Request {
   std::unique_ptr<BeamSearchState> search;
   std::vector<std::unique_ptr<SequenceKv>> beam_kvs;  // one per live beam
 
+  // A token (generate) or a step (beam search) came out now.
+  void RecordToken() {
+    const auto now = Clock::now();
+    if (generated == 0) {
+      first_token = now;
+    } else {
+      gaps_ms.push_back(MsBetween(last_token, now));
+    }
+    last_token = now;
+    ++generated;
+  }
+
   const std::vector<int32_t>& prompt() const {
     return kind == Kind::kGenerate ? generate.request.prompt_ids : beam.prompt_ids;
   }
@@ -404,14 +416,7 @@ void Scheduler::AfterGenerateLogits(Request& r, std::span<const float> logits) {
   if (request.logprobs > 0) token.top_logprobs = TopLogprobs(logits, request.logprobs);
   const std::string piece = model_->tokenizer ? model_->tokenizer->PieceText(token.id) : std::string();
 
-  const auto now = Clock::now();
-  if (r.generated == 0) {
-    r.first_token = now;
-  } else {
-    r.gaps_ms.push_back(MsBetween(r.last_token, now));
-  }
-  r.last_token = now;
-  ++r.generated;
+  r.RecordToken();
 
   std::optional<FinishReason> finish;
   const auto& eos = model_->config.eos_token_ids;
@@ -449,14 +454,7 @@ void Scheduler::AfterGenerateLogits(Request& r, std::span<const float> logits) {
 
 void Scheduler::AfterBeamLogits(Request& r, std::span<const float> logits, int64_t rows) {
   const std::vector<BeamChoice> choices = r.search->Step(logits, model_->config.vocab_size);
-  const auto now = Clock::now();
-  if (r.generated == 0) {
-    r.first_token = now;
-  } else {
-    r.gaps_ms.push_back(MsBetween(r.last_token, now));
-  }
-  r.last_token = now;
-  ++r.generated;
+  r.RecordToken();
 
   // Fork the chosen parents' caches (block tables only), then drop the old
   // beams: a parent chosen k times shares its blocks k ways, and the next

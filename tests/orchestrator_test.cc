@@ -22,6 +22,7 @@
 #include "coordinator/routing_trace_io.h"
 #include "gtest/gtest.h"
 #include "tests/temp_dir_testlib.h"
+#include "tests/test_cost_testlib.h"
 #include "tests/tokens_testlib.h"
 
 namespace tandem {
@@ -37,20 +38,6 @@ struct GenerationRun {
   std::vector<float> logits;
 };
 
-// A cost model in which the pool matters: a migrated expert beats the CPU
-// from a few rows on (threshold/makespan then copy at prefill and keep decode
-// on the CPU), and the adaptive policy finds slots worth their copy.
-CostModelParams TestCost(const ModelConfig& config) {
-  CostModelParams p;
-  p.expert_bytes = 3 * config.hidden_size * config.intermediate_size * 2;
-  p.activation_row_bytes = config.hidden_size * 4;
-  p.transports.push_back({"local", TransferCost{}});
-  p.cpu_workers.push_back({RooflineCurve{40, 0, 10}, 0});
-  p.gpu = RooflineCurve{10, 0, 0.5};
-  p.migrate = TransferCost{30, 0};
-  p.dma = TransferCost{};
-  return p;
-}
 
 std::unique_ptr<LocalRuntime> MakeRuntime(const LocalRuntimeOptions& base, GenerationRun* run) {
   auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = kSeed, .dtype = DType::kBF16});
@@ -91,7 +78,7 @@ LocalOrchestratorOptions Orchestrated(ExecutionPolicy execution, CachePolicyKind
   o.placement = PlacementPolicy::kUniform;
   o.gpu_slots = 4;        // half of the tiny model's 8 experts
   o.staging_buffers = 4;  // a whole layer: gpu-only never falls back to the CPU
-  o.cost = TestCost(config);
+  o.cost = PoolMattersCost(config);
   return o;
 }
 
@@ -311,7 +298,7 @@ TEST(OrchestratorTest, RecordedTraceReplaysInTheSimulatorAndUsageDrivesPopularit
   }
 
   // Replay: every expert run the trace implies is accounted for.
-  auto cost = CostModel::Create(TestCost(*config));
+  auto cost = CostModel::Create(PoolMattersCost(*config));
   ASSERT_TRUE(cost.ok());
   auto usage = LoadExpertUsage(usage_path);
   ASSERT_TRUE(usage.ok()) << usage.status();

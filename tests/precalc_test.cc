@@ -16,6 +16,7 @@
 #include "common/model.h"
 #include "common/status_macros.h"
 #include "gtest/gtest.h"
+#include "tests/test_cost_testlib.h"
 #include "tests/tokens_testlib.h"
 
 namespace tandem {
@@ -25,17 +26,6 @@ constexpr uint64_t kSeed = 7;
 constexpr int kPromptTokens = 12;
 constexpr int kDecodeSteps = 16;
 
-CostModelParams TestCost(const ModelConfig& config) {
-  CostModelParams p;
-  p.expert_bytes = 3 * config.hidden_size * config.intermediate_size * 2;
-  p.activation_row_bytes = config.hidden_size * 4;
-  p.transports.push_back({"local", TransferCost{}});
-  p.cpu_workers.push_back({RooflineCurve{40, 0, 10}, 0});
-  p.gpu = RooflineCurve{10, 0, 0.5};
-  p.migrate = TransferCost{30, 0};
-  p.dma = TransferCost{};
-  return p;
-}
 
 // slots < 0: no orchestrator.
 absl::StatusOr<std::unique_ptr<LocalRuntime>> MakeRuntime(int slots, const PrecalcOptions& precalc) {
@@ -49,7 +39,7 @@ absl::StatusOr<std::unique_ptr<LocalRuntime>> MakeRuntime(int slots, const Preca
     options.orchestrator.execution = ExecutionPolicy::kCpuOnly;  // no copies: residency stays the placement
     options.orchestrator.cache = CachePolicyKind::kStatic;
     options.orchestrator.gpu_slots = slots;
-    options.orchestrator.cost = TestCost(model->config);
+    options.orchestrator.cost = PoolMattersCost(model->config);
   }
   return LocalRuntime::Create(std::move(model), options);
 }

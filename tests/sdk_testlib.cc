@@ -1,24 +1,17 @@
 #include "tests/sdk_testlib.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
-#include <cstring>
 #include <fstream>
-#include <map>
 #include <sstream>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "client/local_runtime.h"
 #include "common/synthetic_model.h"
-
-extern char** environ;
+#include "tests/child_process_testlib.h"
 
 namespace tandem {
 namespace {
@@ -40,49 +33,15 @@ absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv, c
   const std::filesystem::path out = work_dir / absl::StrCat("run-", getpid(), "-", n, ".out");
   const std::filesystem::path err = work_dir / absl::StrCat("run-", getpid(), "-", n, ".err");
 
-  // Ours, with `env` overriding variables of the same name.
-  std::map<std::string, std::string> vars;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string var = *e;
-    vars[var.substr(0, var.find('='))] = var;
+  ChildProcess process;
+  if (absl::Status spawned = process.Spawn(argv, out, err, env); !spawned.ok()) return spawned;
+  absl::StatusOr<int> status = process.Wait(timeout);
+  if (!status.ok()) {
+    process.Kill(SIGKILL);
+    return absl::DeadlineExceededError(absl::StrCat(argv[0], " ", status.status().message(), "; stdout: ",
+                                                    ReadFile(out), "; stderr: ", ReadFile(err)));
   }
-  for (const std::string& var : env) vars[var.substr(0, var.find('='))] = var;
-  std::vector<std::string> strings = argv;
-  for (const auto& [name, var] : vars) strings.push_back(var);
-  std::vector<char*> args, envp;
-  for (size_t i = 0; i < strings.size(); ++i) (i < argv.size() ? args : envp).push_back(strings[i].data());
-  args.push_back(nullptr);
-  envp.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigemptyset(&none);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
-  pid_t pid = -1;
-  const int spawn_error = posix_spawn(&pid, args[0], &actions, &attr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (spawn_error != 0) return absl::InternalError(absl::StrCat("posix_spawn ", argv[0], ": ", strerror(spawn_error)));
-
-  const absl::Time deadline = absl::Now() + timeout;
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) != pid) {
-    if (absl::Now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return absl::DeadlineExceededError(absl::StrCat(argv[0], " still running after ", absl::FormatDuration(timeout),
-                                                      "; stdout: ", ReadFile(out), "; stderr: ", ReadFile(err)));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return ProcessResult{.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+  return ProcessResult{.exit_code = WIFEXITED(*status) ? WEXITSTATUS(*status) : -1,
                        .out = ReadFile(out),
                        .err = ReadFile(err)};
 }
