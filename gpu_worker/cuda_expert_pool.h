@@ -53,6 +53,7 @@
 #include "common/model_config.h"
 #include "common/model_weights.h"
 #include "gpu_worker/expert_pool.h"
+#include "gpu_worker/slot_pool.h"
 
 namespace tandem {
 
@@ -81,7 +82,8 @@ struct CudaExpertPoolOptions {
   int64_t max_rows = 0;  // scratch preallocated for this many rows per RunExperts
 };
 
-class CudaExpertPool : public ExpertPool {
+// The slot table, copy queue and stats are SlotPool's (slot_pool.h).
+class CudaExpertPool : public SlotPool {
  public:
   // `experts` is [layer][expert] (views, in host memory that outlives the
   // pool), every matrix of the config's shape and of one dtype (bf16, f16 or
@@ -99,6 +101,9 @@ class CudaExpertPool : public ExpertPool {
   virtual absl::StatusOr<std::vector<uint8_t>> ReadHeld(ExpertKey key) = 0;
   // Copies whose source lay outside every registered region (pageable).
   virtual int64_t pageable_copies() const = 0;
+
+ protected:
+  using SlotPool::SlotPool;
 };
 
 }  // namespace tandem

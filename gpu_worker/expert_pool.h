@@ -27,7 +27,8 @@
 //
 // Implementations: HostExpertPool (host_expert_pool.h, no GPU: slots in
 // host memory, experts computed by the coordinator's CPU from the slot's
-// copy); the CUDA pool is a later issue.
+// copy) and CudaExpertPool (cuda_expert_pool.h). Both keep their slot
+// table, copy queue and stats in SlotPool (slot_pool.h).
 //
 // Legend: D hidden size, I intermediate size, R rows of one expert.
 #pragma once

@@ -1,0 +1,354 @@
+#include "gpu_worker/slot_pool.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+
+namespace tandem {
+namespace {
+
+// A copy that has not finished (or started) in this long is a bug, not a
+// slow copy: fail the step rather than hang it.
+constexpr auto kReadyTimeout = std::chrono::seconds(60);
+
+absl::Status CheckMatrix(const LinearWeight& w, DType dtype, int64_t n, int64_t k, const std::string& name) {
+  if (w.data == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, " has no data"));
+  if (w.dtype != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " is ", std::string(DTypeName(w.dtype)),
+                                                   ", the pool's experts are ", std::string(DTypeName(dtype))));
+  }
+  if (w.n != n || w.k != k) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " is [", w.n, ", ", w.k, "], expected [", n, ", ", k, "]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ExpertLayout> SlotPool::CheckExperts(const ModelConfig& config,
+                                                    const std::vector<std::vector<ExpertWeights>>& experts) {
+  if (experts.empty() || experts[0].empty()) return absl::InvalidArgumentError("experts: the model has no experts");
+  if (static_cast<int64_t>(experts.size()) != config.num_hidden_layers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("experts has ", experts.size(), " layers, the config ", config.num_hidden_layers));
+  }
+  const DType dtype = experts[0][0].w1.dtype;
+  TANDEM_ASSIGN_OR_RETURN(ExpertLayout layout, ExpertLayout::ForModel(config, dtype));
+  const int64_t d = layout.hidden_size, i = layout.intermediate_size;
+  for (size_t l = 0; l < experts.size(); ++l) {
+    if (static_cast<int64_t>(experts[l].size()) != config.num_local_experts) {
+      return absl::InvalidArgumentError(absl::StrCat("experts[", l, "] has ", experts[l].size(),
+                                                     " experts, the config ", config.num_local_experts));
+    }
+    for (size_t e = 0; e < experts[l].size(); ++e) {
+      const std::string name = absl::StrCat("experts[", l, "][", e, "]");
+      TANDEM_RETURN_IF_ERROR(CheckMatrix(experts[l][e].w1, dtype, i, d, name + ".w1"));
+      TANDEM_RETURN_IF_ERROR(CheckMatrix(experts[l][e].w3, dtype, i, d, name + ".w3"));
+      TANDEM_RETURN_IF_ERROR(CheckMatrix(experts[l][e].w2, dtype, d, i, name + ".w2"));
+    }
+  }
+  return layout;
+}
+
+std::string SlotPool::KeyName(ExpertKey key) { return absl::StrCat("layer ", key.layer, " expert ", key.expert); }
+
+SlotPool::SlotPool(std::string kind, std::vector<std::vector<ExpertWeights>> experts, int num_experts,
+                   const ExpertLayout& layout, int num_slots, int num_staging)
+    : experts_(std::move(experts)),
+      num_experts_(num_experts),
+      layout_(layout),
+      num_slots_(num_slots),
+      num_staging_(num_staging),
+      epoch_(std::chrono::steady_clock::now()),
+      kind_(std::move(kind)),
+      entries_(static_cast<size_t>(num_slots + num_staging)),
+      where_(experts_.size() * static_cast<size_t>(num_experts_), -1) {
+  for (int b = 0; b < num_slots_ + num_staging_; ++b) position_buffer_.push_back(b);
+  stats_.kind = kind_;
+}
+
+void SlotPool::SetKind(std::string kind) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  kind_ = std::move(kind);
+  stats_.kind = kind_;
+}
+
+double SlotPool::NowUs() const {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - epoch_).count();
+}
+
+absl::Status SlotPool::CheckKey(ExpertKey key, const char* what) const {
+  if (key.layer < 0 || key.layer >= num_layers() || key.expert < 0 || key.expert >= num_experts_) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", KeyName(key), " is outside the model (", num_layers(),
+                                                   " layers x ", num_experts_, " experts)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SlotPool::WaitLocked(std::unique_lock<std::mutex>& lock, ExpertKey key, const char* verb,
+                                  const std::function<bool()>& done) {
+  const bool ok = ready_cv_.wait_for(lock, kReadyTimeout, [&] { return done() || !copy_error_.ok(); });
+  if (!copy_error_.ok()) return copy_error_;
+  if (!ok) {
+    return absl::DeadlineExceededError(absl::StrCat(kind_, ": the copy of ", KeyName(key), " did not ", verb, " in ",
+                                                    std::chrono::seconds(kReadyTimeout).count(), " s"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SlotPool::WaitCopiedLocked(std::unique_lock<std::mutex>& lock, int buffer, ExpertKey key) {
+  return WaitLocked(lock, key, "finish", [&] { return StateLocked(buffer) != BufferState::kCopying; });
+}
+
+absl::StatusOr<int> SlotPool::WaitHeldLocked(std::unique_lock<std::mutex>& lock, ExpertKey key, const char* prefix) {
+  const int position = PositionLocked(key);
+  if (position < 0) return absl::FailedPreconditionError(absl::StrCat(prefix, "the pool does not hold ", KeyName(key)));
+  const int b = BufferAtLocked(position);
+  TANDEM_RETURN_IF_ERROR(WaitCopiedLocked(lock, b, key));
+  return b;
+}
+
+absl::Status SlotPool::EvictPositionLocked(int position) {
+  Entry& entry = EntryAt(position);
+  if (entry.expert) where_[Index(*entry.expert)] = -1;
+  entry.expert.reset();
+  entry.state = BufferState::kFree;
+  return OnFreedLocked(BufferAtLocked(position));
+}
+
+absl::StatusOr<int> SlotPool::TakeSlotLocked(std::unique_lock<std::mutex>& lock, std::optional<ExpertKey> evict) {
+  if (evict) {
+    TANDEM_RETURN_IF_ERROR(CheckKey(*evict, "evict"));
+    const int position = where_[Index(*evict)];
+    if (position < 0 || IsStaging(position)) {
+      return absl::FailedPreconditionError(absl::StrCat("evict: ", KeyName(*evict), " holds no slot"));
+    }
+    TANDEM_RETURN_IF_ERROR(WaitCopiedLocked(lock, BufferAtLocked(position), *evict));
+    TANDEM_RETURN_IF_ERROR(EvictPositionLocked(position));
+    ++stats_.evictions;
+    return position;
+  }
+  for (int s = 0; s < num_slots_; ++s) {
+    if (!EntryAt(s).expert) return s;
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(kind_, ": all ", num_slots_, " slots are taken"));
+}
+
+void SlotPool::Enqueue(std::unique_lock<std::mutex>& lock, int position, ExpertKey key) {
+  const int b = BufferAtLocked(position);
+  Entry& entry = entries_[static_cast<size_t>(b)];
+  entry.expert = key;
+  entry.state = BufferState::kCopying;
+  OnQueuedLocked(b);
+  where_[Index(key)] = position;
+  queue_.push_back({b, key, IsStaging(position), NowUs()});
+  ++stats_.migrations_started;
+  if (IsStaging(position)) ++stats_.staging_copies;
+  lock.unlock();
+  work_cv_.notify_one();
+}
+
+absl::Status SlotPool::Place(ExpertKey key) {
+  TANDEM_RETURN_IF_ERROR(CheckKey(key, "place"));
+  TANDEM_RETURN_IF_ERROR(EnterDevice());
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (where_[Index(key)] >= 0) return absl::FailedPreconditionError(absl::StrCat("place: ", KeyName(key), " is already held"));
+  TANDEM_ASSIGN_OR_RETURN(const int position, TakeSlotLocked(lock, std::nullopt));
+  // Synchronous: the buffer is free and nobody else writes it.
+  TANDEM_RETURN_IF_ERROR(CopyNowLocked(BufferAtLocked(position), key));
+  Entry& entry = EntryAt(position);
+  entry.expert = key;
+  entry.state = BufferState::kReady;
+  where_[Index(key)] = position;
+  ++stats_.placements;
+  return absl::OkStatus();
+}
+
+absl::Status SlotPool::Migrate(ExpertKey key, std::optional<ExpertKey> evict) {
+  TANDEM_RETURN_IF_ERROR(CheckKey(key, "migrate"));
+  TANDEM_RETURN_IF_ERROR(EnterDevice());
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (where_[Index(key)] >= 0) {
+    return absl::FailedPreconditionError(absl::StrCat("migrate: ", KeyName(key), " is already held"));
+  }
+  TANDEM_ASSIGN_OR_RETURN(const int position, TakeSlotLocked(lock, evict));
+  Enqueue(lock, position, key);
+  return absl::OkStatus();
+}
+
+absl::Status SlotPool::Stage(ExpertKey key) {
+  TANDEM_RETURN_IF_ERROR(CheckKey(key, "stage"));
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (where_[Index(key)] >= 0) return absl::FailedPreconditionError(absl::StrCat("stage: ", KeyName(key), " is already held"));
+  for (int j = 0; j < num_staging_; ++j) {
+    const int position = num_slots_ + j;
+    if (!EntryAt(position).expert) {
+      Enqueue(lock, position, key);
+      return absl::OkStatus();
+    }
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat(kind_, ": all ", num_staging_, " staging buffers are taken (stage ", KeyName(key), ")"));
+}
+
+absl::Status SlotPool::Admit(ExpertKey key, std::optional<ExpertKey> evict) {
+  TANDEM_RETURN_IF_ERROR(CheckKey(key, "admit"));
+  TANDEM_RETURN_IF_ERROR(EnterDevice());
+  std::unique_lock<std::mutex> lock(mutex_);
+  const int staged = where_[Index(key)];
+  if (staged < 0 || !IsStaging(staged)) {
+    return absl::FailedPreconditionError(absl::StrCat("admit: ", KeyName(key), " is not in a staging buffer"));
+  }
+  TANDEM_RETURN_IF_ERROR(WaitCopiedLocked(lock, BufferAtLocked(staged), key));
+  TANDEM_ASSIGN_OR_RETURN(const int slot, TakeSlotLocked(lock, evict));
+  // No copy: the slot takes the staging buffer (bytes and all), the staging
+  // position the slot's (now free) buffer.
+  std::swap(position_buffer_[static_cast<size_t>(slot)], position_buffer_[static_cast<size_t>(staged)]);
+  where_[Index(key)] = slot;
+  ++stats_.admissions;
+  return absl::OkStatus();
+}
+
+absl::Status SlotPool::Evict(ExpertKey key) {
+  TANDEM_RETURN_IF_ERROR(CheckKey(key, "evict"));
+  TANDEM_RETURN_IF_ERROR(EnterDevice());
+  std::unique_lock<std::mutex> lock(mutex_);
+  return TakeSlotLocked(lock, key).status();
+}
+
+absl::Status SlotPool::ReleaseStaging() {
+  TANDEM_RETURN_IF_ERROR(EnterDevice());
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (int j = 0; j < num_staging_; ++j) {
+    const int position = num_slots_ + j;
+    const int b = BufferAtLocked(position);
+    if (!entries_[static_cast<size_t>(b)].expert) continue;
+    TANDEM_RETURN_IF_ERROR(WaitCopiedLocked(lock, b, *entries_[static_cast<size_t>(b)].expert));
+    TANDEM_RETURN_IF_ERROR(EvictPositionLocked(position));
+  }
+  return absl::OkStatus();
+}
+
+PoolLocation SlotPool::Find(ExpertKey key) const {
+  PoolLocation location;
+  if (!CheckKey(key, "find").ok()) return location;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int position = where_[Index(key)];
+  if (position < 0) return location;
+  location.held = true;
+  location.staging = IsStaging(position);
+  location.index = location.staging ? position - num_slots_ : position;
+  location.state = EntryAt(position).state;
+  return location;
+}
+
+bool SlotPool::IsReady(ExpertKey key) const {
+  const PoolLocation location = Find(key);
+  return location.held && location.state == BufferState::kReady;
+}
+
+absl::Status SlotPool::WaitReady(ExpertKey key) {
+  TANDEM_RETURN_IF_ERROR(CheckKey(key, "wait"));
+  std::unique_lock<std::mutex> lock(mutex_);
+  return WaitHeldLocked(lock, key, "wait: ").status();
+}
+
+std::vector<PoolSlot> SlotPool::SlotTable() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<PoolSlot> table;
+  for (int p = 0; p < num_slots_ + num_staging_; ++p) {
+    const Entry& entry = EntryAt(p);
+    table.push_back({IsStaging(p) ? p - num_slots_ : p, IsStaging(p), entry.expert, entry.state});
+  }
+  return table;
+}
+
+absl::StatusOr<int64_t> SlotPool::CheckWork(int layer, std::span<const ExpertWork> work) const {
+  if (layer < 0 || layer >= num_layers()) {
+    return absl::InvalidArgumentError(absl::StrCat(kind_, ": layer ", layer, " out of range [0, ", num_layers(), ")"));
+  }
+  int64_t total_rows = 0;
+  for (const ExpertWork& entry : work) {
+    const ExpertKey key{layer, entry.expert};
+    TANDEM_RETURN_IF_ERROR(CheckKey(key, "run"));
+    if (entry.num_rows < 0 || (entry.num_rows > 0 && (entry.input == nullptr || entry.output == nullptr))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kind_, ": ", KeyName(key), " has ", entry.num_rows, " rows and a null input or output"));
+    }
+    if (!Find(key).held) {
+      return absl::FailedPreconditionError(absl::StrCat(kind_, ": asked to run ", KeyName(key), ", which it does not hold"));
+    }
+    total_rows += entry.num_rows;
+  }
+  return total_rows;
+}
+
+void SlotPool::RecordRun(const PoolRunTiming& run) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.wait_us += run.wait_us;
+  stats_.compute_us += run.compute_us;
+  stats_.slot_runs += run.slot_runs;
+  stats_.staging_runs += run.staging_runs;
+}
+
+std::vector<MigrationRecord> SlotPool::TakeCompletedMigrations() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<MigrationRecord> out;
+  out.swap(completed_);
+  return out;
+}
+
+ExpertPoolStats SlotPool::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ExpertPoolStats s = stats_;
+  s.num_slots = num_slots_;
+  s.num_staging_buffers = num_staging_;
+  s.expert_bytes = layout_.copy_bytes;
+  s.used_slots = 0;
+  for (int p = 0; p < num_slots_; ++p) s.used_slots += EntryAt(p).expert.has_value();
+  return s;
+}
+
+void SlotPool::ResetStats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_ = ExpertPoolStats{};
+  stats_.kind = kind_;
+}
+
+std::optional<SlotPool::CopyTask> SlotPool::NextCopyLocked(std::unique_lock<std::mutex>& lock) {
+  work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+  if (queue_.empty()) return std::nullopt;  // stop_, and every queued copy taken
+  const CopyTask task = queue_.front();
+  queue_.pop_front();
+  return task;
+}
+
+void SlotPool::CopyDoneLocked(const CopyTask& task, double start_us, double copy_us) {
+  entries_[static_cast<size_t>(task.buffer)].state = BufferState::kReady;
+  ++stats_.migrations_completed;
+  stats_.bytes_copied += layout_.copy_bytes;
+  stats_.copy_us += copy_us;
+  completed_.push_back({task.expert, task.staging, layout_.copy_bytes, start_us - task.queued_at_us, copy_us});
+  ready_cv_.notify_all();
+}
+
+void SlotPool::CopyFailedLocked(ExpertKey key, const absl::Status& status) {
+  if (copy_error_.ok()) {
+    copy_error_ =
+        absl::Status(status.code(), absl::StrCat(kind_, ": copy of ", KeyName(key), " failed: ", status.message()));
+    LOG_ERROR(copy_error_.ToString());
+  }
+  ready_cv_.notify_all();
+}
+
+void SlotPool::StopCopies() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+}
+
+}  // namespace tandem

@@ -1,0 +1,189 @@
+// The bookkeeping half of an ExpertPool (expert_pool.h), shared by the pools
+// that keep experts in numbered buffers: the no-GPU host pool and the CUDA
+// pool. They differ only in where the bytes live and how they are copied;
+// everything about which expert lies where, in what state, is here.
+//
+// Owns:
+//   - the experts' source views ([layer][expert]) and their layout;
+//   - the slot table: buffers numbered 0 .. slots + staging - 1, each
+//     holding an expert (or nothing) in a BufferState, and the positions
+//     (slot s, or staging buffer j at num_slots + j) that map onto them, so
+//     that Admit moves a staged expert into a slot by swapping buffer
+//     numbers, without a copy;
+//   - the copy queue the migration engine's threads take from, the
+//     completed migrations, the stats, and the first failed copy (every
+//     later wait returns it);
+//   - the mutex guarding all of that and the condition variables for "a copy
+//     changed state" and "a copy was queued, or stop".
+// It implements every ExpertPool call but RunExperts. A derived pool owns the
+// buffers' bytes (indexed by buffer number), the copy threads and the
+// compute, and fills in the hooks below.
+//
+// Threads: as ExpertPool says. The control calls come from the engine
+// thread; the copy threads call NextCopyLocked / CopyDoneLocked /
+// CopyFailedLocked; queries may come from any thread. A derived pool's
+// destructor must call StopCopies and join its copy threads before its own
+// members go (the base outlives them).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/expert_key.h"
+#include "common/model_config.h"
+#include "common/model_weights.h"
+#include "gpu_worker/expert_pool.h"
+
+namespace tandem {
+
+class SlotPool : public ExpertPool {
+ public:
+  ~SlotPool() override = default;
+  SlotPool(const SlotPool&) = delete;
+  SlotPool& operator=(const SlotPool&) = delete;
+
+  std::string kind() const override { return kind_; }
+  const ExpertLayout& layout() const override { return layout_; }
+  int num_layers() const override { return static_cast<int>(experts_.size()); }
+  int num_experts() const override { return num_experts_; }
+  int num_slots() const override { return num_slots_; }
+  int num_staging_buffers() const override { return num_staging_; }
+
+  absl::Status Place(ExpertKey key) override;
+  absl::Status Migrate(ExpertKey key, std::optional<ExpertKey> evict) override;
+  absl::Status Stage(ExpertKey key) override;
+  absl::Status Admit(ExpertKey key, std::optional<ExpertKey> evict) override;
+  absl::Status Evict(ExpertKey key) override;
+  absl::Status ReleaseStaging() override;
+
+  PoolLocation Find(ExpertKey key) const override;
+  bool IsReady(ExpertKey key) const override;
+  absl::Status WaitReady(ExpertKey key) override;
+  std::vector<PoolSlot> SlotTable() const override;
+
+  std::vector<MigrationRecord> TakeCompletedMigrations() override;
+  ExpertPoolStats stats() const override;
+  void ResetStats() override;
+
+  // The layout of `experts` ([layer][expert], every matrix of the config's
+  // shape and of one dtype). InvalidArgument naming the field or expert.
+  static absl::StatusOr<ExpertLayout> CheckExperts(const ModelConfig& config,
+                                                   const std::vector<std::vector<ExpertWeights>>& experts);
+  static std::string KeyName(ExpertKey key);
+
+ protected:
+  // One queued migration: a copy of `expert` into buffer `buffer`.
+  struct CopyTask {
+    int buffer = 0;
+    ExpertKey expert;
+    bool staging = false;
+    double queued_at_us = 0;
+  };
+
+  SlotPool(std::string kind, std::vector<std::vector<ExpertWeights>> experts, int num_experts,
+           const ExpertLayout& layout, int num_slots, int num_staging);
+
+  // Hooks. EnterDevice runs before the control calls that may touch buffers
+  // (not Stage, which only queues); the *Locked ones run with mutex() held.
+  virtual absl::Status EnterDevice() { return absl::OkStatus(); }
+  // Place: copy `key` into the (free, unshared) `buffer` before returning.
+  virtual absl::Status CopyNowLocked(int buffer, ExpertKey key) = 0;
+  // `buffer` was just given a queued copy.
+  virtual void OnQueuedLocked(int buffer) { (void)buffer; }
+  // `buffer` was just freed (its copy, if any, done).
+  virtual absl::Status OnFreedLocked(int buffer) {
+    (void)buffer;
+    return absl::OkStatus();
+  }
+
+  std::mutex& mutex() const { return mutex_; }
+  // Notify after changing something a WaitLocked predicate reads.
+  void NotifyReady() { ready_cv_.notify_all(); }
+  void SetKind(std::string kind);  // before the copy threads start
+  const std::vector<std::vector<ExpertWeights>>& experts() const { return experts_; }
+  const ExpertWeights& source(ExpertKey key) const {
+    return experts_[static_cast<size_t>(key.layer)][static_cast<size_t>(key.expert)];
+  }
+  size_t Index(ExpertKey key) const {
+    return static_cast<size_t>(key.layer) * static_cast<size_t>(num_experts_) + static_cast<size_t>(key.expert);
+  }
+  absl::Status CheckKey(ExpertKey key, const char* what) const;
+  double NowUs() const;
+
+  // RunExperts' checks: layer in range, every entry well formed and held.
+  // The total rows of `work`.
+  absl::StatusOr<int64_t> CheckWork(int layer, std::span<const ExpertWork> work) const;
+  // Adds one RunExperts call's timing to the stats.
+  void RecordRun(const PoolRunTiming& run);
+
+  // The buffer at `position`, the position holding `key` (-1: none).
+  int BufferAtLocked(int position) const { return position_buffer_[static_cast<size_t>(position)]; }
+  int PositionLocked(ExpertKey key) const { return where_[Index(key)]; }
+  bool IsStaging(int position) const { return position >= num_slots_; }
+  BufferState StateLocked(int buffer) const { return entries_[static_cast<size_t>(buffer)].state; }
+
+  // Waits (releasing `lock`) until `done` or a copy failed: the failed
+  // copy's status, or DeadlineExceeded ("did not <verb> in 60 s").
+  absl::Status WaitLocked(std::unique_lock<std::mutex>& lock, ExpertKey key, const char* verb,
+                          const std::function<bool()>& done);
+  // Waits until `buffer`'s copy is done.
+  absl::Status WaitCopiedLocked(std::unique_lock<std::mutex>& lock, int buffer, ExpertKey key);
+  // Waits for `key`'s copy; its buffer. FailedPrecondition ("<prefix>the pool
+  // does not hold ...") when not held.
+  absl::StatusOr<int> WaitHeldLocked(std::unique_lock<std::mutex>& lock, ExpertKey key, const char* prefix = "");
+
+  // Copy threads. The next queued copy (blocking while none); nullopt once
+  // stopping and the queue is empty.
+  std::optional<CopyTask> NextCopyLocked(std::unique_lock<std::mutex>& lock);
+  // `task` finished: copy started at `start_us` (NowUs) and took `copy_us`.
+  void CopyDoneLocked(const CopyTask& task, double start_us, double copy_us);
+  // `key`'s copy failed: the first failure is kept (and logged), and every
+  // wait returns it from now on.
+  void CopyFailedLocked(ExpertKey key, const absl::Status& status);
+  // Lets the copy threads finish the queue and return (then join them).
+  void StopCopies();
+
+ private:
+  struct Entry {
+    std::optional<ExpertKey> expert;
+    BufferState state = BufferState::kFree;
+  };
+
+  absl::StatusOr<int> TakeSlotLocked(std::unique_lock<std::mutex>& lock, std::optional<ExpertKey> evict);
+  absl::Status EvictPositionLocked(int position);
+  void Enqueue(std::unique_lock<std::mutex>& lock, int position, ExpertKey key);
+  Entry& EntryAt(int position) { return entries_[static_cast<size_t>(BufferAtLocked(position))]; }
+  const Entry& EntryAt(int position) const { return entries_[static_cast<size_t>(BufferAtLocked(position))]; }
+
+  const std::vector<std::vector<ExpertWeights>> experts_;  // [layer][expert] source views
+  const int num_experts_;
+  const ExpertLayout layout_;
+  const int num_slots_;
+  const int num_staging_;
+  const std::chrono::steady_clock::time_point epoch_;
+  std::string kind_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable ready_cv_;  // a copy changed state (issued, finished, failed)
+  std::condition_variable work_cv_;   // a copy was queued, or stop
+  std::vector<Entry> entries_;        // [slots + staging] by buffer number
+  std::vector<int> position_buffer_;  // [slots + staging] position (slot s, or staging num_slots + j) -> buffer
+  std::vector<int> where_;            // [L * E] position holding the expert, or -1
+  std::deque<CopyTask> queue_;
+  std::vector<MigrationRecord> completed_;
+  ExpertPoolStats stats_;
+  absl::Status copy_error_;  // the first failed copy
+  bool stop_ = false;
+};
+
+}  // namespace tandem
