@@ -9,6 +9,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -24,7 +25,9 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "client/local_runtime.h"
 #include "client/runtime_flags.h"
 #include "common/log.h"
@@ -34,8 +37,8 @@
 
 ABSL_FLAG(std::string, model, "", "model directory (config.json, *.safetensors, tokenizer.model)");
 ABSL_FLAG(std::string, listen, "",
-          "comma-separated addresses: unix:/path/to.sock and/or host:port (TCP; use 127.0.0.1 or localhost "
-          "unless you mean to expose the server); default unix:<runtime dir>/server.sock");
+          "comma-separated addresses: unix:/path/to.sock and/or TCP as PORT (localhost) or host:port (give "
+          "0.0.0.0 only if you mean to expose the server); default unix:<runtime dir>/server.sock");
 ABSL_FLAG(int32_t, max_sequences, 16, "sequences decoding at once (a beam search counts its beam width)");
 ABSL_FLAG(int64_t, max_batch_tokens, 256, "rows per forward step: decodes plus prompt chunks");
 ABSL_FLAG(int32_t, max_waiting, 256, "requests queued beyond the running ones; more are refused");
@@ -150,6 +153,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> addresses;
   for (absl::string_view part : absl::StrSplit(listen, ',', absl::SkipWhitespace())) {
     std::string address(part);
+    // A bare port (50051 or :50051) means TCP on localhost only.
+    const absl::string_view port = absl::StripPrefix(part, ":");
+    if (!port.empty() && std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      address = absl::StrCat("127.0.0.1:", port);
+    }
     if (absl::StartsWith(address, "unix:")) {
       if (absl::Status status = PrepareUnixSocket(address, &sockets); !status.ok()) return Fail(status);
     } else if (address.find(':') == std::string::npos) {
@@ -175,7 +183,7 @@ int main(int argc, char** argv) {
            (*runtime)->kv_pool().options().block_size, " (", (*runtime)->kv_pool().bytes_per_block(),
            " bytes each), max_sequences ", scheduler_options.max_sequences, ", max_batch_tokens ",
            scheduler_options.max_batch_tokens);
-  LOG_INFO("tandem-server: listening on ", listen);
+  LOG_INFO("tandem-server: listening on ", absl::StrJoin(addresses, ","));
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
