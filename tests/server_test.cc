@@ -62,9 +62,11 @@ struct Beams {
   int progress = 0;
 };
 
-Beams RunBeamSearch(v1::Inference::Stub& stub, const BeamSearchRequest& request) {
-  grpc::ClientContext context;
-  auto reader = stub.BeamSearch(&context, request);
+Beams RunBeamSearch(v1::Inference::Stub& stub, const BeamSearchRequest& request,
+                    grpc::ClientContext* context = nullptr) {
+  grpc::ClientContext own;
+  if (context == nullptr) context = &own;
+  auto reader = stub.BeamSearch(context, request);
   Beams out;
   BeamSearchResponse response;
   while (reader->Read(&response)) {
@@ -242,9 +244,13 @@ TEST_F(ServerTest, CancellationAndDeadlinesFreeTheCache) {
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
   {
+    // 240 steps of 16 beams: far longer than the deadline even on a fast
+    // machine (a greedy decode of the tiny model can finish 250 tokens in 20 ms).
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(20));
-    Generated out = RunGenerate(*stub, GreedyRequest(RandomTokens(4, 512, 2), 250), &context);
+    BeamSearchRequest request = BeamRequest(RandomTokens(4, 512, 2), 16, 240);
+    request.set_ignore_eos(true);
+    Beams out = RunBeamSearch(*stub, request, &context);
     EXPECT_EQ(out.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   }
   ExpectAllBlocksFree();
