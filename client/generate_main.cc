@@ -35,7 +35,7 @@
 #include "common/model_fingerprint.h"
 #include "common/status_macros.h"
 #include "coordinator/remote_expert_executor.h"
-#include "coordinator/worker_connect.h"
+#include "coordinator/utf8_stream.h"
 
 ABSL_FLAG(std::string, model, "", "model directory (config.json, *.safetensors, tokenizer.model)");
 ABSL_FLAG(std::string, prompt, "", "prompt text (needs the model's tokenizer.model)");
@@ -148,15 +148,18 @@ int main(int argc, char** argv) {
   if (!json && has_text) {
     std::cout << absl::GetFlag(FLAGS_prompt) << std::flush;
   }
+  // Byte-fallback pieces can split a character: print whole characters only.
+  tandem::Utf8Stream utf8;
   auto result = (*runtime)->generator().Generate(request, [&](const GeneratedToken& token) {
     if (json) return;
     if (model.tokenizer) {
-      std::cout << token.text << std::flush;
+      std::cout << utf8.Push(token.text) << std::flush;
     } else {
       std::cout << token.id << ' ' << std::flush;
     }
   });
   if (!result.ok()) return Fail(result.status());
+  if (!json) std::cout << utf8.Flush();
   if (absl::Status recorded = (*runtime)->FinishRecording(); !recorded.ok()) return Fail(recorded);
   tandem::Orchestrator* orchestrator = (*runtime)->orchestrator();
   if (orchestrator != nullptr && !json) {
