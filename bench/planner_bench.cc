@@ -117,15 +117,7 @@ int Run() {
     profile_name = profile->name;
   }
   const int num_workers = absl::GetFlag(FLAGS_workers);
-  if (params.cpu_workers.size() == 1 && num_workers > 1) {
-    absl::StatusOr<CostModelParams> divided = DivideCpuIntoWorkers(params, num_workers);
-    if (!divided.ok()) {
-      LOG_ERROR(divided.status().ToString());
-      return 1;
-    }
-    params = *divided;
-  }
-  absl::StatusOr<CostModel> cost = CostModel::Create(params);
+  absl::StatusOr<CostModel> cost = CostModelForWorkers(params, num_workers);
   absl::StatusOr<ExpertDivision> division = ParseExpertDivision(absl::GetFlag(FLAGS_division));
   if (!cost.ok() || !division.ok()) {
     LOG_ERROR(cost.ok() ? division.status().ToString() : cost.status().ToString());

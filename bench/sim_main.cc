@@ -109,15 +109,7 @@ int Run() {
   }
   CostModelParams params = profile->cost;
   const int workers = absl::GetFlag(FLAGS_workers);
-  if (workers > 1) {
-    absl::StatusOr<CostModelParams> divided = DivideCpuIntoWorkers(params, workers);
-    if (!divided.ok()) {
-      LOG_ERROR(divided.status().ToString());
-      return 1;
-    }
-    params = *divided;
-  }
-  absl::StatusOr<CostModel> cost = CostModel::Create(params);
+  absl::StatusOr<CostModel> cost = CostModelForWorkers(params, workers);
   absl::StatusOr<ExpertDivision> division = ParseExpertDivision(absl::GetFlag(FLAGS_division));
   if (!cost.ok() || !division.ok()) {
     LOG_ERROR(cost.ok() ? division.status().ToString() : cost.status().ToString());

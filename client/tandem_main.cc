@@ -182,6 +182,15 @@ std::string Show(const std::string& text, int32_t id, bool has_tokenizer) {
 }
 
 // After the command line is checked: a bad flag is reported as such, whether or not a server is up.
+// Whether the server's model has a tokenizer, which decides whether plain
+// output shows text or ids; --json shows both and does not ask.
+absl::StatusOr<bool> HasTokenizer(Client& client, bool json) {
+  if (json) return true;
+  auto info = client.Info(Call());
+  if (!info.ok()) return info.status();
+  return info->has_tokenizer;
+}
+
 absl::StatusOr<std::unique_ptr<Client>> ConnectToServer() {
   return Client::Connect(absl::GetFlag(FLAGS_server),
                          {.connect_timeout = Seconds(absl::GetFlag(FLAGS_connect_timeout_s))});
@@ -215,17 +224,13 @@ int RunGenerate(const GivenFlags& given) {
   Client& client = **connected;
 
   const bool json = absl::GetFlag(FLAGS_json);
-  bool has_tokenizer = true;
-  if (!json) {
-    auto info = client.Info(Call());
-    if (!info.ok()) return Fail(info.status());
-    has_tokenizer = info->has_tokenizer;
-    if (!options.prompt.empty()) std::cout << options.prompt << std::flush;
-  }
+  auto has_tokenizer = HasTokenizer(client, json);
+  if (!has_tokenizer.ok()) return Fail(has_tokenizer.status());
+  if (!json && !options.prompt.empty()) std::cout << options.prompt << std::flush;
   auto result = client.Generate(
       options,
       [&](const tandem::sdk::StreamedToken& token) {
-        if (!json) std::cout << Show(token.text, token.id, has_tokenizer) << std::flush;
+        if (!json) std::cout << Show(token.text, token.id, *has_tokenizer) << std::flush;
       },
       Call());
   if (!json) std::cout << std::endl;  // flushed before the usage line or error on stderr
@@ -280,14 +285,10 @@ int RunBeam() {
   if (!connected.ok()) return Fail(connected.status());
   Client& client = **connected;
   const bool json = absl::GetFlag(FLAGS_json);
-  bool has_tokenizer = true;
-  if (!json) {
-    auto info = client.Info(Call());
-    if (!info.ok()) return Fail(info.status());
-    has_tokenizer = info->has_tokenizer;
-  }
+  auto has_tokenizer = HasTokenizer(client, json);
+  if (!has_tokenizer.ok()) return Fail(has_tokenizer.status());
   auto text_of = [&](const tandem::sdk::BeamSequence& s) {
-    if (has_tokenizer) return s.text;
+    if (*has_tokenizer) return s.text;
     return absl::StrJoin(s.ids, " ");
   };
   nlohmann::json progress = nlohmann::json::array();

@@ -280,3 +280,24 @@ TEST(CostModelTest, MapeCoversTheLastNObservations) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+TEST(CostModelTest, CostModelForWorkersDividesAWholeCpuProfileOnly) {
+  absl::StatusOr<CostModel> one = CostModelForWorkers(SimpleParams(1), 1);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->num_cpu_workers(), 1);
+  absl::StatusOr<CostModel> two = CostModelForWorkers(SimpleParams(1), 2);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->num_cpu_workers(), 2);
+  absl::StatusOr<CostModelParams> listed = DivideCpuIntoWorkers(SimpleParams(1), 2);
+  ASSERT_TRUE(listed.ok());
+  EXPECT_TRUE(CostModelForWorkers(*listed, 2).ok()) << "a profile that lists its workers is used as it is";
+  const absl::StatusOr<CostModel> mismatch = CostModelForWorkers(*listed, 3);
+  EXPECT_EQ(mismatch.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(mismatch.status().message().find("workers"), std::string::npos) << mismatch.status();
+}
+
+}  // namespace
+}  // namespace tandem

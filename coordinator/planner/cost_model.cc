@@ -342,4 +342,15 @@ CostModelStats CostModel::Stats() const {
   return stats;
 }
 
+absl::StatusOr<CostModel> CostModelForWorkers(const CostModelParams& params, int num_workers) {
+  if (num_workers <= 1 || static_cast<int>(params.cpu_workers.size()) == num_workers) return CostModel::Create(params);
+  if (params.cpu_workers.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("the profile lists ", params.cpu_workers.size(),
+                                                   " CPU workers, not 1 or ", num_workers, " (workers)"));
+  }
+  absl::StatusOr<CostModelParams> divided = DivideCpuIntoWorkers(params, num_workers);
+  if (!divided.ok()) return divided.status();
+  return CostModel::Create(*divided);
+}
+
 }  // namespace tandem

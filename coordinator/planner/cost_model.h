@@ -111,6 +111,12 @@ struct CostModelParams {
 // InvalidArgument unless params has exactly one worker and num_workers >= 1.
 absl::StatusOr<CostModelParams> DivideCpuIntoWorkers(const CostModelParams& params, int num_workers);
 
+// The cost model for `num_workers` CPU workers from a profile's parameters:
+// a whole-CPU (one-worker) profile is divided with DivideCpuIntoWorkers, one
+// that lists exactly num_workers workers is used as it is (num_workers <= 1:
+// as it is). InvalidArgument when the counts disagree; Create's errors.
+absl::StatusOr<class CostModel> CostModelForWorkers(const CostModelParams& params, int num_workers);
+
 struct CostModelOptions {
   double ewma_alpha = 0.1;  // weight of a new observation in the online refinement
   int error_window = 64;    // observations the mean absolute % error covers
