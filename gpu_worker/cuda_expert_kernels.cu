@@ -1,6 +1,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "gpu_worker/cuda_convert.cuh"
 #include "gpu_worker/cuda_expert_kernels.h"
 
 namespace tandem {
@@ -8,14 +9,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <typename T>
-__device__ __forceinline__ T FromFloat(float v);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+using cuda_convert::FromFloat;
+using cuda_convert::ToFloat;
 
 template <typename T>
 __global__ void ConvertF32Kernel(const float* __restrict__ in, T* __restrict__ out, int64_t n) {
@@ -26,13 +21,23 @@ __global__ void ConvertF32Kernel(const float* __restrict__ in, T* __restrict__ o
 }
 
 template <typename T>
-__global__ void SiluMulKernel(const float* __restrict__ gate, const float* __restrict__ up, T* __restrict__ out,
+__global__ void ConvertToF32Kernel(const T* __restrict__ in, float* __restrict__ out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = ToFloat<T>(in[i]);
+  }
+}
+
+// TIn: gate/up's type (f32 accumulators, or the weights' type from the
+// grouped GEMM); TOut: the weights' type.
+template <typename TIn, typename TOut>
+__global__ void SiluMulKernel(const TIn* __restrict__ gate, const TIn* __restrict__ up, TOut* __restrict__ out,
                               int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float g = gate[i];
+    const float g = ToFloat<TIn>(gate[i]);
     // expf of a large -g overflows to inf and g / inf = -0: the right limit.
-    out[i] = FromFloat<T>(g / (1.0f + __expf(-g)) * up[i]);
+    out[i] = FromFloat<TOut>(g / (1.0f + __expf(-g)) * ToFloat<TIn>(up[i]));
   }
 }
 
@@ -66,13 +71,54 @@ cudaError_t LaunchSiluMul(const float* gate, const float* up, void* out, KernelD
   if (n <= 0) return cudaSuccess;
   switch (out_dtype) {
     case KernelDType::kF32:
-      SiluMulKernel<<<Blocks(n), kThreads, 0, stream>>>(gate, up, static_cast<float*>(out), n);
+      SiluMulKernel<float, float><<<Blocks(n), kThreads, 0, stream>>>(gate, up, static_cast<float*>(out), n);
       break;
     case KernelDType::kF16:
-      SiluMulKernel<<<Blocks(n), kThreads, 0, stream>>>(gate, up, static_cast<__half*>(out), n);
+      SiluMulKernel<float, __half><<<Blocks(n), kThreads, 0, stream>>>(gate, up, static_cast<__half*>(out), n);
       break;
     case KernelDType::kBF16:
-      SiluMulKernel<<<Blocks(n), kThreads, 0, stream>>>(gate, up, static_cast<__nv_bfloat16*>(out), n);
+      SiluMulKernel<float, __nv_bfloat16>
+          <<<Blocks(n), kThreads, 0, stream>>>(gate, up, static_cast<__nv_bfloat16*>(out), n);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSiluMulSameType(const void* gate, const void* up, void* out, KernelDType dtype, int64_t n,
+                                  cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  switch (dtype) {
+    case KernelDType::kF32:
+      SiluMulKernel<float, float><<<Blocks(n), kThreads, 0, stream>>>(
+          static_cast<const float*>(gate), static_cast<const float*>(up), static_cast<float*>(out), n);
+      break;
+    case KernelDType::kF16:
+      SiluMulKernel<__half, __half><<<Blocks(n), kThreads, 0, stream>>>(
+          static_cast<const __half*>(gate), static_cast<const __half*>(up), static_cast<__half*>(out), n);
+      break;
+    case KernelDType::kBF16:
+      SiluMulKernel<__nv_bfloat16, __nv_bfloat16><<<Blocks(n), kThreads, 0, stream>>>(
+          static_cast<const __nv_bfloat16*>(gate), static_cast<const __nv_bfloat16*>(up),
+          static_cast<__nv_bfloat16*>(out), n);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchConvertToF32(const void* in, KernelDType in_dtype, float* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  switch (in_dtype) {
+    case KernelDType::kF32:
+      return cudaMemcpyAsync(out, in, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, stream);
+    case KernelDType::kF16:
+      ConvertToF32Kernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<const __half*>(in), out, n);
+      break;
+    case KernelDType::kBF16:
+      ConvertToF32Kernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(in), out, n);
       break;
     default:
       return cudaErrorInvalidValue;

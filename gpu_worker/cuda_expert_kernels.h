@@ -1,8 +1,10 @@
 // The GPU expert pool's own kernels (the GEMMs are cuBLAS): activations
-// f32 → the weights' element type, and the fused SwiGLU gate
-// h = silu(gate) ⊙ up. Each launches on `stream` and returns the launch's
-// error (cudaGetLastError); asynchronous failures surface at the next
-// synchronisation, as CUDA's always do.
+// f32 → the weights' element type and back, and the fused SwiGLU gate
+// h = silu(gate) ⊙ up, from f32 accumulators (the per-expert GEMM path) or
+// from gate/up already in the weights' type (the grouped GEMM path: cuBLAS's
+// grouped GEMM writes C in A's type for bf16/f16). Each launches on `stream`
+// and returns the launch's error (cudaGetLastError); asynchronous failures
+// surface at the next synchronisation, as CUDA's always do.
 //
 // Legend: R rows, D hidden size, I intermediate size.
 // Shapes and ranges: any n >= 0 (grid-stride loops; n < 2^31 per call);
@@ -30,5 +32,13 @@ cudaError_t LaunchConvertF32(const float* in, void* out, KernelDType out_dtype, 
 // out is [R, I]. silu(g) = g / (1 + exp(-g)), computed in f32.
 cudaError_t LaunchSiluMul(const float* gate, const float* up, void* out, KernelDType out_dtype, int64_t n,
                           cudaStream_t stream);
+
+// The same with gate, up and out all of `dtype` ([R, I] each); silu and the
+// product are computed in f32, the result rounded once to `dtype`.
+cudaError_t LaunchSiluMulSameType(const void* gate, const void* up, void* out, KernelDType dtype, int64_t n,
+                                  cudaStream_t stream);
+
+// out[n] = in[n] widened to f32 (exact for every input type).
+cudaError_t LaunchConvertToF32(const void* in, KernelDType in_dtype, float* out, int64_t n, cudaStream_t stream);
 
 }  // namespace tandem

@@ -3,12 +3,17 @@
 // see); the kernels are in cuda_expert_kernels.cu. Built only with CUDA
 // (gpu_worker/CMakeLists.txt: cuda_*.cc); cuda_expert_pool_stub.cc stands in
 // otherwise.
+//
+// Legend: T rows of one RunExperts call, R rows of one expert, D hidden
+// size, I intermediate size, E experts with rows in one call.
 #include "gpu_worker/cuda_expert_pool.h"
 
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -36,6 +41,47 @@ cudaDataType CudaType(DType dtype) {
 }
 
 KernelDType KernelType(DType dtype) { return static_cast<KernelDType>(static_cast<uint8_t>(dtype)); }
+
+// cublasGemmGroupedBatchedEx appeared in cuBLAS 12.5; older headers get the
+// per-expert path only.
+#if defined(CUBLAS_VERSION) && CUBLAS_VERSION >= 120500
+constexpr bool kHaveGroupedGemm = true;
+#else
+constexpr bool kHaveGroupedGemm = false;
+#endif
+
+// The host-side arrays of one grouped GEMM call (cuBLAS reads them at the
+// call: they are host memory by its contract; only the matrix pointers must
+// be on the device). One group per expert.
+struct GroupedGemmArgs {
+  std::vector<cublasOperation_t> transa, transb;
+  std::vector<int> m, n, k, lda, ldb, ldc, group_size;
+  std::vector<float> alpha, beta;  // the scale type of CUBLAS_COMPUTE_32F
+
+  void Clear() {
+    for (auto* v : {&m, &n, &k, &lda, &ldb, &ldc, &group_size}) v->clear();
+    transa.clear();
+    transb.clear();
+    alpha.clear();
+    beta.clear();
+  }
+  // A group of `problems` GEMMs C = op(A) · op(B) sharing one shape.
+  void Add(int rows_m, int cols_n, int inner_k, int ld_a, int ld_b, int ld_c, int problems) {
+    // Row-major Y[R, N] = X[R, K] · W[N, K]ᵀ is column-major Yᵀ = W(op T) · Xᵀ(op N).
+    transa.push_back(CUBLAS_OP_T);
+    transb.push_back(CUBLAS_OP_N);
+    m.push_back(rows_m);
+    n.push_back(cols_n);
+    k.push_back(inner_k);
+    lda.push_back(ld_a);
+    ldb.push_back(ld_b);
+    ldc.push_back(ld_c);
+    group_size.push_back(problems);
+    alpha.push_back(1.0f);
+    beta.push_back(0.0f);
+  }
+  int groups() const { return static_cast<int>(m.size()); }
+};
 
 class CudaExpertPoolImpl final : public CudaExpertPool {
  public:
@@ -66,8 +112,19 @@ class CudaExpertPoolImpl final : public CudaExpertPool {
     std::lock_guard<std::mutex> lock(mutex());
     return pageable_copies_;
   }
+  bool grouped_gemm() const override { return grouped_.load(std::memory_order_relaxed); }
 
  private:
+  // One expert of a RunExperts call: its rows in the packed batch and the
+  // buffer it computes from.
+  struct Run {
+    const ExpertWork* entry;
+    int64_t row_offset;
+    const uint8_t* data;
+    cudaEvent_t ready;
+    bool staging;
+  };
+
   // A buffer's device bytes and events; which expert it holds, and in what
   // state, is SlotPool's (same buffer number).
   struct Buffer {
@@ -91,6 +148,16 @@ class CudaExpertPoolImpl final : public CudaExpertPool {
   // Issues w1, w3, w2 host→device into `dst` on `stream`.
   absl::Status IssueCopy(ExpertKey key, uint8_t* dst, cudaStream_t stream);
   absl::Status EnsureScratch(int64_t rows);
+  absl::Status EnsurePointerScratch(int64_t experts);
+  // The FFN of `runs` (x_act_ filled, T = `t` rows) into y_f32_, on the
+  // compute stream. The grouped path answers false, having queued nothing
+  // that writes an output, when cuBLAS refuses the grouped GEMM (the caller
+  // then runs the per-expert path).
+  absl::StatusOr<bool> ComputeGrouped(const std::vector<Run>& runs, int64_t t);
+  absl::Status GateUpPerExpert(const std::vector<Run>& runs, int64_t t);
+  absl::Status DownPerExpert(const std::vector<Run>& runs, int64_t t);
+  // cuBLAS answered NOT_SUPPORTED for `what`: per-expert GEMMs from now on.
+  void DisableGrouped(const char* what);
   void CopyLoop(int stream_index);
 
   const int device_;
@@ -109,8 +176,15 @@ class CudaExpertPoolImpl final : public CudaExpertPool {
   DeviceBuffer gate_up_;   // [2, T, I] f32: gate rows, then up rows
   DeviceBuffer h_act_;     // [T, I] weights' type
   DeviceBuffer y_f32_;     // [T, D] f32
+  DeviceBuffer y_act_;     // [T, D] weights' type: the grouped down GEMM's output
   PinnedHostBuffer in_host_;   // [T, D] f32
   PinnedHostBuffer out_host_;  // [T, D] f32
+  // Grouped GEMM (engine thread only, but grouped_ is read by any thread).
+  std::atomic<bool> grouped_{false};
+  int64_t pointer_capacity_ = 0;     // experts the pointer arrays hold
+  PinnedHostBuffer pointers_host_;   // [9 × capacity] void*: built here, copied up per call
+  DeviceBuffer pointers_device_;     // [9 × capacity] void*: what cuBLAS reads
+  GroupedGemmArgs gate_up_args_, down_args_;
 
   std::vector<Buffer> buffers_;      // [slots + staging] by buffer number; sized by Init, never resized
   std::vector<bool> source_pinned_;  // [L * E] all three matrices inside a registered region
@@ -191,6 +265,15 @@ absl::Status CudaExpertPoolImpl::Init(const CudaExpertPoolOptions& options) {
     }
   }
   if (options.max_rows > 0) TANDEM_RETURN_IF_ERROR(EnsureScratch(options.max_rows));
+  // cuBLAS wants the grouped GEMMs' matrix pointers 16-byte aligned for
+  // 16-bit types. Buffers are (cudaMalloc: 256 B; matrices in a pool buffer:
+  // 4096 B), so every row start is when a row of D and of I elements is a
+  // multiple of 16 bytes (Mixtral: 8192 and 28672 B).
+  const size_t elt = DTypeSize(layout().dtype);
+  const bool aligned = (static_cast<size_t>(layout().hidden_size) * elt) % 16 == 0 &&
+                       (static_cast<size_t>(layout().intermediate_size) * elt) % 16 == 0;
+  grouped_ = kHaveGroupedGemm && options.grouped_gemm && aligned;
+  if (grouped_) TANDEM_RETURN_IF_ERROR(EnsurePointerScratch(num_experts()));
 
   for (int s = 0; s < num_streams; ++s) copy_threads_.emplace_back([this, s] { CopyLoop(s); });
   LOG_INFO(kind(), ": ", num_slots(), " slots + ", num_staging_buffers(), " staging buffers of ",
@@ -198,7 +281,11 @@ absl::Status CudaExpertPoolImpl::Init(const CudaExpertPoolOptions& options) {
            ") on device ", device_, "; ", num_streams, " copy streams (the GPU has ", prop.asyncEngineCount,
            " copy engines); ", registrations_.size(), " host regions registered",
            pageable > 0 ? absl::StrCat("; ", pageable, " experts' weights are in pageable memory (slower copies)") : "",
-           poison_ ? "; freed buffers are poisoned" : "");
+           poison_ ? "; freed buffers are poisoned" : "",
+           grouped_ ? "; grouped GEMMs"
+                    : (!options.grouped_gemm ? "; per-expert GEMMs (asked for)"
+                                             : (!kHaveGroupedGemm ? "; per-expert GEMMs (cuBLAS < 12.5)"
+                                                                  : "; per-expert GEMMs (rows not 16-byte aligned)")));
   return absl::OkStatus();
 }
 
@@ -216,10 +303,34 @@ absl::Status CudaExpertPoolImpl::EnsureScratch(int64_t rows) {
   TANDEM_ASSIGN_OR_RETURN(gate_up_, DeviceBuffer::Allocate(2 * n * i * sizeof(float)));
   TANDEM_ASSIGN_OR_RETURN(h_act_, DeviceBuffer::Allocate(n * i * elt));
   TANDEM_ASSIGN_OR_RETURN(y_f32_, DeviceBuffer::Allocate(n * d * sizeof(float)));
+  // f32 weights: the grouped down GEMM writes y_f32_ directly.
+  if (layout().dtype != DType::kF32) {
+    TANDEM_ASSIGN_OR_RETURN(y_act_, DeviceBuffer::Allocate(n * d * elt));
+  }
   TANDEM_ASSIGN_OR_RETURN(in_host_, PinnedHostBuffer::Allocate(n * d * sizeof(float)));
   TANDEM_ASSIGN_OR_RETURN(out_host_, PinnedHostBuffer::Allocate(n * d * sizeof(float)));
   scratch_rows_ = capacity;
   return absl::OkStatus();
+}
+
+absl::Status CudaExpertPoolImpl::EnsurePointerScratch(int64_t experts) {
+  if (experts <= pointer_capacity_) return absl::OkStatus();
+  int64_t capacity = std::max<int64_t>(8, num_experts());
+  while (capacity < experts) capacity *= 2;
+  // The previous call's pointer copy must be done before its buffers go
+  // (RunExperts ends with this same synchronisation; cheap insurance).
+  if (compute_stream_.get() != nullptr) TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_stream_.get()));
+  const size_t bytes = 9 * static_cast<size_t>(capacity) * sizeof(void*);
+  TANDEM_ASSIGN_OR_RETURN(pointers_host_, PinnedHostBuffer::Allocate(bytes));
+  TANDEM_ASSIGN_OR_RETURN(pointers_device_, DeviceBuffer::Allocate(bytes));
+  pointer_capacity_ = capacity;
+  return absl::OkStatus();
+}
+
+void CudaExpertPoolImpl::DisableGrouped(const char* what) {
+  grouped_ = false;
+  LOG_WARNING(kind(), ": cuBLAS answered NOT_SUPPORTED for the grouped GEMM (", what, ", ",
+              std::string(DTypeName(layout().dtype)), "): per-expert GEMMs from now on");
 }
 
 absl::Status CudaExpertPoolImpl::WaitIssuedLocked(std::unique_lock<std::mutex>& lock, int buffer, ExpertKey key) {
@@ -290,19 +401,11 @@ absl::Status CudaExpertPoolImpl::RunExperts(int layer, std::span<const ExpertWor
   TANDEM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   TANDEM_RETURN_IF_ERROR(EnsureScratch(total_rows));
   const int64_t d = layout().hidden_size, i = layout().intermediate_size, t = total_rows;
-  const size_t elt = DTypeSize(layout().dtype);
   const cudaStream_t stream = compute_stream_.get();
 
   // Which buffer each expert computes from, once its copy is issued (so the
   // GPU has an event to wait on). The host waits only for the copy threads
   // to reach the copy, never for the copy itself.
-  struct Run {
-    const ExpertWork* entry;
-    int64_t row_offset;
-    const uint8_t* data;
-    cudaEvent_t ready;
-    bool staging;
-  };
   std::vector<Run> runs;
   const auto wait_start = std::chrono::steady_clock::now();
   {
@@ -310,6 +413,9 @@ absl::Status CudaExpertPoolImpl::RunExperts(int layer, std::span<const ExpertWor
     int64_t offset = 0;
     for (const ExpertWork& entry : work) {
       if (entry.num_rows == 0) continue;
+      if (entry.num_rows > INT_MAX) {
+        return absl::InvalidArgumentError(absl::StrCat(kind(), ": ", entry.num_rows, " rows for one expert exceed cuBLAS's int"));
+      }
       const ExpertKey key{layer, entry.expert};
       const int position = PositionLocked(key);
       const int b = BufferAtLocked(position);
@@ -322,25 +428,164 @@ absl::Status CudaExpertPoolImpl::RunExperts(int layer, std::span<const ExpertWor
   const auto compute_start = std::chrono::steady_clock::now();
   local.wait_us = std::chrono::duration<double, std::micro>(compute_start - wait_start).count();
 
-  // x: the experts' rows, packed [T, D] f32 → device → weights' type.
+  // x: the experts' rows, packed [T, D] f32 → device → weights' type. The
+  // rows lie in separate host arrays: packing them here into pinned memory
+  // is the gather, and one DMA carries them all (a device gather kernel
+  // would need them on the device first).
   float* in_host = static_cast<float*>(in_host_.get());
+  float* out_host = static_cast<float*>(out_host_.get());
+  auto compute = [&]() -> absl::Status {
+    for (const Run& run : runs) {
+      std::memcpy(in_host + run.row_offset * d, run.entry->input,
+                  static_cast<size_t>(run.entry->num_rows * d) * sizeof(float));
+    }
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(x_f32_.get(), in_host, static_cast<size_t>(t * d) * sizeof(float),
+                                                cudaMemcpyHostToDevice, stream));
+    TANDEM_CUDA_RETURN_IF_ERROR(LaunchConvertF32(static_cast<const float*>(x_f32_.get()), x_act_.get(),
+                                                 KernelType(layout().dtype), t * d, stream));
+    bool done = false;
+    if (grouped_.load(std::memory_order_relaxed)) {
+      TANDEM_ASSIGN_OR_RETURN(done, ComputeGrouped(runs, t));
+    }
+    if (!done) {
+      TANDEM_RETURN_IF_ERROR(GateUpPerExpert(runs, t));
+      float* gate = static_cast<float*>(gate_up_.get());  // [T, I]
+      TANDEM_CUDA_RETURN_IF_ERROR(
+          LaunchSiluMul(gate, gate + t * i, h_act_.get(), KernelType(layout().dtype), t * i, stream));
+      TANDEM_RETURN_IF_ERROR(DownPerExpert(runs, t));
+    }
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out_host, y_f32_.get(), static_cast<size_t>(t * d) * sizeof(float),
+                                                cudaMemcpyDeviceToHost, stream));
+    return absl::OkStatus();
+  };
+  const absl::Status computed = compute();
+  // This stream only: copies on the copy streams keep running. It also
+  // completes this call's copies from pinned host memory (rows, matrix
+  // pointers), so the next call may rewrite in_host_ and pointers_host_ —
+  // on failure too, before the error goes back.
+  const absl::Status synced = CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  TANDEM_RETURN_IF_ERROR(computed);
+  TANDEM_RETURN_IF_ERROR(synced);
   for (const Run& run : runs) {
-    std::memcpy(in_host + run.row_offset * d, run.entry->input,
+    std::memcpy(run.entry->output, out_host + run.row_offset * d,
                 static_cast<size_t>(run.entry->num_rows * d) * sizeof(float));
+    ++(run.staging ? local.staging_runs : local.slot_runs);
   }
-  TANDEM_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(x_f32_.get(), in_host, static_cast<size_t>(t * d) * sizeof(float), cudaMemcpyHostToDevice, stream));
-  TANDEM_CUDA_RETURN_IF_ERROR(
-      LaunchConvertF32(static_cast<const float*>(x_f32_.get()), x_act_.get(), KernelType(layout().dtype), t * d, stream));
+  local.compute_us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - compute_start).count();
+  RecordRun(local);
+  if (timing != nullptr) *timing = local;
+  return absl::OkStatus();
+}
 
+absl::StatusOr<bool> CudaExpertPoolImpl::ComputeGrouped(const std::vector<Run>& runs, int64_t t) {
+#if defined(CUBLAS_VERSION) && CUBLAS_VERSION >= 120500
+  const cudaStream_t stream = compute_stream_.get();
+  const ExpertLayout& l = layout();
+  const int64_t d = l.hidden_size, i = l.intermediate_size;
+  const size_t elt = DTypeSize(l.dtype);
+  const int64_t e = static_cast<int64_t>(runs.size());
+  TANDEM_RETURN_IF_ERROR(EnsurePointerScratch(e));
+
+  // The GPU (not the host) waits for every expert's copy, and only for
+  // those: the grouped GEMM reads them all.
+  for (const Run& run : runs) TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, run.ready, 0));
+
+  // Matrix pointers, 9E in one array: gate/up A [2E] (w1, w3 per expert),
+  // B [2E] (the expert's rows, twice), C [2E] (its gate rows, its up rows);
+  // down A [E] (w2), B [E] (its h rows), C [E] (its output rows). gate/up/h
+  // are in the weights' type (cuBLAS's grouped GEMM has no bf16 → f32).
+  uint8_t* x = x_act_.bytes();
+  uint8_t* gate = gate_up_.bytes();                              // [T, I] weights' type
+  uint8_t* up = gate + static_cast<size_t>(t * i) * elt;         // [T, I] weights' type
+  uint8_t* h = h_act_.bytes();                                   // [T, I] weights' type
+  const bool f32 = l.dtype == DType::kF32;
+  uint8_t* y = f32 ? y_f32_.bytes() : y_act_.bytes();            // [T, D] weights' type
+  void** p = static_cast<void**>(pointers_host_.get());
+  void** gu_a = p;
+  void** gu_b = p + 2 * e;
+  void** gu_c = p + 4 * e;
+  void** dn_a = p + 6 * e;
+  void** dn_b = p + 7 * e;
+  void** dn_c = p + 8 * e;
+  gate_up_args_.Clear();
+  down_args_.Clear();
+  for (int64_t r = 0; r < e; ++r) {
+    const Run& run = runs[static_cast<size_t>(r)];
+    const int rows = static_cast<int>(run.entry->num_rows);
+    const size_t x_at = static_cast<size_t>(run.row_offset * d) * elt;
+    const size_t h_at = static_cast<size_t>(run.row_offset * i) * elt;
+    // The weights are read only; cuBLAS's arrays are of const void*.
+    gu_a[2 * r] = const_cast<uint8_t*>(run.data + l.w1_offset);
+    gu_a[2 * r + 1] = const_cast<uint8_t*>(run.data + l.w3_offset);
+    gu_b[2 * r] = gu_b[2 * r + 1] = x + x_at;
+    gu_c[2 * r] = gate + h_at;
+    gu_c[2 * r + 1] = up + h_at;
+    dn_a[r] = const_cast<uint8_t*>(run.data + l.w2_offset);
+    dn_b[r] = h + h_at;
+    dn_c[r] = y + x_at;
+    gate_up_args_.Add(static_cast<int>(i), rows, static_cast<int>(d), static_cast<int>(d), static_cast<int>(d),
+                      static_cast<int>(i), 2);
+    down_args_.Add(static_cast<int>(d), rows, static_cast<int>(i), static_cast<int>(i), static_cast<int>(i),
+                   static_cast<int>(d), 1);
+  }
+  // Ordered before the GEMMs on this stream; pointers_host_ is not touched
+  // again until RunExperts' final synchronisation.
+  void** dev = static_cast<void**>(pointers_device_.get());
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, p, 9 * static_cast<size_t>(e) * sizeof(void*),
+                                              cudaMemcpyHostToDevice, stream));
+
+  const cudaDataType w_type = CudaType(l.dtype);
+  const GroupedGemmArgs& gu = gate_up_args_;
+  const cublasStatus_t gate_up_status = cublasGemmGroupedBatchedEx(
+      cublas_.get(), gu.transa.data(), gu.transb.data(), gu.m.data(), gu.n.data(), gu.k.data(), gu.alpha.data(),
+      reinterpret_cast<const void* const*>(dev), w_type, gu.lda.data(),
+      reinterpret_cast<const void* const*>(dev + 2 * e), w_type, gu.ldb.data(), gu.beta.data(),
+      reinterpret_cast<void* const*>(dev + 4 * e), w_type, gu.ldc.data(), gu.groups(), gu.group_size.data(),
+      CUBLAS_COMPUTE_32F);
+  if (gate_up_status == CUBLAS_STATUS_NOT_SUPPORTED) {
+    DisableGrouped("gate/up");
+    return false;  // nothing queued writes gate/up/y: the per-expert path starts afresh
+  }
+  TANDEM_RETURN_IF_ERROR(CublasStatus(gate_up_status, "cublasGemmGroupedBatchedEx (gate/up)"));
+  TANDEM_CUDA_RETURN_IF_ERROR(LaunchSiluMulSameType(gate, up, h, KernelType(l.dtype), t * i, stream));
+
+  const GroupedGemmArgs& dn = down_args_;
+  const cublasStatus_t down_status = cublasGemmGroupedBatchedEx(
+      cublas_.get(), dn.transa.data(), dn.transb.data(), dn.m.data(), dn.n.data(), dn.k.data(), dn.alpha.data(),
+      reinterpret_cast<const void* const*>(dev + 6 * e), w_type, dn.lda.data(),
+      reinterpret_cast<const void* const*>(dev + 7 * e), w_type, dn.ldb.data(), dn.beta.data(),
+      reinterpret_cast<void* const*>(dev + 8 * e), w_type, dn.ldc.data(), dn.groups(), dn.group_size.data(),
+      CUBLAS_COMPUTE_32F);
+  if (down_status == CUBLAS_STATUS_NOT_SUPPORTED) {
+    // h is in the weights' type on both paths: the per-expert down GEMMs
+    // take over from here, writing y_f32_ themselves.
+    DisableGrouped("down");
+    TANDEM_RETURN_IF_ERROR(DownPerExpert(runs, t));
+    return true;
+  }
+  TANDEM_RETURN_IF_ERROR(CublasStatus(down_status, "cublasGemmGroupedBatchedEx (down)"));
+  if (!f32) TANDEM_CUDA_RETURN_IF_ERROR(LaunchConvertToF32(y, KernelType(l.dtype), static_cast<float*>(y_f32_.get()), t * d, stream));
+  return true;
+#else
+  (void)runs;
+  (void)t;
+  return false;
+#endif
+}
+
+absl::Status CudaExpertPoolImpl::GateUpPerExpert(const std::vector<Run>& runs, int64_t t) {
+  const cudaStream_t stream = compute_stream_.get();
+  const int64_t d = layout().hidden_size, i = layout().intermediate_size;
+  const size_t elt = DTypeSize(layout().dtype);
   // Row-major Y[R, N] = X[R, K] · W[N, K]ᵀ is column-major Yᵀ[N, R] = W · Xᵀ:
   // cuBLAS sees W as a K×N column-major matrix (op T) and X as K×R (op N).
   const cudaDataType w_type = CudaType(layout().dtype);
   const float one = 1.0f, zero = 0.0f;
-  float* gate = static_cast<float*>(gate_up_.get());  // [T, I]
-  float* up = gate + t * i;                           // [T, I]
+  float* gate = static_cast<float*>(gate_up_.get());  // [T, I] f32
   for (const Run& run : runs) {
-    // The GPU (not the host) waits for this expert's copy, and only for it.
+    // The GPU (not the host) waits for this expert's copy, and only for it:
+    // the first experts compute while later ones' copies land.
     TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, run.ready, 0));
     const int rows = static_cast<int>(run.entry->num_rows);
     // gate and up in one call: batch 0 reads w1 and writes gate, batch 1
@@ -353,7 +598,15 @@ absl::Status CudaExpertPoolImpl::RunExperts(int layer, std::span<const ExpertWor
         static_cast<int>(d), 0, &zero, gate + run.row_offset * i, CUDA_R_32F, static_cast<int>(i),
         static_cast<long long>(t * i), 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
-  TANDEM_CUDA_RETURN_IF_ERROR(LaunchSiluMul(gate, up, h_act_.get(), KernelType(layout().dtype), t * i, stream));
+  return absl::OkStatus();
+}
+
+absl::Status CudaExpertPoolImpl::DownPerExpert(const std::vector<Run>& runs, int64_t t) {
+  (void)t;
+  const int64_t d = layout().hidden_size, i = layout().intermediate_size;
+  const size_t elt = DTypeSize(layout().dtype);
+  const cudaDataType w_type = CudaType(layout().dtype);
+  const float one = 1.0f, zero = 0.0f;
   float* y = static_cast<float*>(y_f32_.get());  // [T, D]
   for (const Run& run : runs) {
     const int rows = static_cast<int>(run.entry->num_rows);
@@ -364,20 +617,6 @@ absl::Status CudaExpertPoolImpl::RunExperts(int layer, std::span<const ExpertWor
         static_cast<int>(i), &zero, y + run.row_offset * d, CUDA_R_32F, static_cast<int>(d), CUBLAS_COMPUTE_32F,
         CUBLAS_GEMM_DEFAULT));
   }
-  float* out_host = static_cast<float*>(out_host_.get());
-  TANDEM_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(out_host, y, static_cast<size_t>(t * d) * sizeof(float), cudaMemcpyDeviceToHost, stream));
-  // This stream only: copies on the copy streams keep running.
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
-  for (const Run& run : runs) {
-    std::memcpy(run.entry->output, out_host + run.row_offset * d,
-                static_cast<size_t>(run.entry->num_rows * d) * sizeof(float));
-    ++(run.staging ? local.staging_runs : local.slot_runs);
-  }
-  local.compute_us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - compute_start).count();
-  RecordRun(local);
-  if (timing != nullptr) *timing = local;
   return absl::OkStatus();
 }
 

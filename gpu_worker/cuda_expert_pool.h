@@ -18,13 +18,31 @@
 //            pageable memory (the driver bounces them; slower, and the stats
 //            count them).
 //   Compute  RunExperts on the pool's compute stream: the rows of every
-//            expert packed into one [T, D] batch, converted to the weights'
-//            type, then per expert: cudaStreamWaitEvent on that expert's
-//            readiness event only (the GPU waits, the host does not), gate and
-//            up as one strided-batched cuBLAS GEMM (f32 accumulate), the
-//            fused silu(gate)·up kernel, the down GEMM. One stream
-//            synchronisation at the end (the outputs are host memory); never a
-//            device-wide one.
+//            expert packed on the host into one pinned [T, D] batch (the
+//            rows arrive in separate host arrays, so this host copy is the
+//            gather: one DMA instead of one per expert; a device gather
+//            kernel would need the rows on the device first), copied up and
+//            converted to the weights' type. Then, grouped (default): one
+//            cudaStreamWaitEvent per expert of the call, on that expert's
+//            readiness event only (the GPU waits, the host does not; all
+//            before the first GEMM, which needs them all), then
+//            ONE cuBLAS grouped GEMM (cublasGemmGroupedBatchedEx) for gate and
+//            up of every expert (a group per expert of two problems, w1 and
+//            w3, sharing m = I, n = R, k = D), the fused silu(gate)·up
+//            kernel over all T rows, ONE grouped GEMM for down (a group per
+//            expert), and the output widened to f32. cuBLAS's grouped GEMM
+//            writes C in the weights' type for bf16/f16 (its only
+//            combinations), so gate, up and the output are rounded to it
+//            (f32 accumulation inside each GEMM). The matrix-pointer arrays
+//            are built on the host in a pinned buffer and copied to a device
+//            scratch buffer on the compute stream, ordered before the GEMMs
+//            (no host wait). Fallback (options.grouped_gemm = false, rows
+//            not 16-byte aligned, or cuBLAS answering NOT_SUPPORTED, logged
+//            once and kept for the pool's life): per expert, the wait on its
+//            event, gate and up as one strided-batched GEMM into f32, the
+//            fused kernel over all rows, then the down GEMMs into f32. One
+//            stream synchronisation at the end (the outputs are host
+//            memory); never a device-wide one.
 //   Freeing  Evict / ReleaseStaging wait for the buffer's copy; with
 //            poison_freed_buffers (default on in debug builds) the freed
 //            buffer is filled with 0xFF bytes (NaN in bf16, f16 and f32), so
@@ -32,8 +50,9 @@
 //            NaN outputs. The next copy into it waits for the fill on the GPU.
 //
 // Results differ from the CPU ExpertFfn by rounding only: activations are
-// rounded to the weights' type (bf16: 8 bits of mantissa) before each GEMM;
-// tests compare them by normalised mean squared error.
+// rounded to the weights' type (bf16: 8 bits of mantissa) before each GEMM,
+// and on the grouped path after each GEMM too; tests compare them by
+// normalised mean squared error.
 //
 // Owns the device memory, streams, events, cuBLAS handle, host
 // registrations and copy threads (joined by the destructor after the queued
@@ -53,25 +72,19 @@
 #include "common/model_config.h"
 #include "common/model_weights.h"
 #include "gpu_worker/expert_pool.h"
+#include "gpu_worker/pinned_regions.h"
 #include "gpu_worker/slot_pool.h"
 
 namespace tandem {
 
 inline constexpr const char* kCudaPoolKind = "CUDA pool";
 
-// A host range holding expert weights, to page-lock in place.
-struct PinnedHostRegion {
-  const void* data = nullptr;
-  size_t bytes = 0;
-  bool read_only = true;  // mapped PROT_READ (the worker's store is)
-};
-
 struct CudaExpertPoolOptions {
   ExpertPoolOptions pool;  // slots, memory budget, staging buffers
   int device = 0;          // CUDA device index
   int num_copy_streams = 2;
   // Regions to cudaHostRegister for the pool's lifetime (must not overlap
-  // one another or memory already pinned).
+  // one another or memory already pinned): ExpertHostRegions (pinned_regions.h).
   std::vector<PinnedHostRegion> host_regions;
   // Fill freed buffers with 0xFF (NaN) on the GPU.
 #ifdef NDEBUG
@@ -80,6 +93,10 @@ struct CudaExpertPoolOptions {
   bool poison_freed_buffers = true;
 #endif
   int64_t max_rows = 0;  // scratch preallocated for this many rows per RunExperts
+  // RunExperts through cuBLAS's grouped GEMM (two calls per layer) rather
+  // than per-expert GEMMs (2 × experts calls); false forces the per-expert
+  // path (to compare them, or if the grouped one misbehaves).
+  bool grouped_gemm = true;
 };
 
 // The slot table, copy queue and stats are SlotPool's (slot_pool.h).
@@ -101,6 +118,9 @@ class CudaExpertPool : public SlotPool {
   virtual absl::StatusOr<std::vector<uint8_t>> ReadHeld(ExpertKey key) = 0;
   // Copies whose source lay outside every registered region (pageable).
   virtual int64_t pageable_copies() const = 0;
+  // Whether RunExperts uses the grouped GEMMs now: asked for, the shape's
+  // rows 16-byte aligned, and cuBLAS has not refused them. Any thread.
+  virtual bool grouped_gemm() const = 0;
 
  protected:
   using SlotPool::SlotPool;

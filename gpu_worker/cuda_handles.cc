@@ -111,4 +111,20 @@ void CublasHandle::Reset() {
   handle_ = nullptr;
 }
 
+void CudaGraph::Reset() {
+  if (graph_ != nullptr) (void)cudaGraphDestroy(graph_);
+  graph_ = nullptr;
+}
+
+absl::StatusOr<CudaGraphExec> CudaGraphExec::Instantiate(const CudaGraph& graph) {
+  CudaGraphExec exec;
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec.exec_, graph.get(), 0));
+  return exec;
+}
+
+void CudaGraphExec::Reset() {
+  if (exec_ != nullptr) (void)cudaGraphExecDestroy(exec_);
+  exec_ = nullptr;
+}
+
 }  // namespace tandem

@@ -206,4 +206,55 @@ class CublasHandle {
   cublasHandle_t handle_ = nullptr;
 };
 
+// A captured CUDA graph (cudaStreamEndCapture's result); destroyed with
+// cudaGraphDestroy. Only needed until it is instantiated.
+class CudaGraph {
+ public:
+  CudaGraph() = default;
+  // Takes ownership of `graph` (may be null).
+  explicit CudaGraph(cudaGraph_t graph) : graph_(graph) {}
+  ~CudaGraph() { Reset(); }
+  CudaGraph(CudaGraph&& other) noexcept : graph_(std::exchange(other.graph_, nullptr)) {}
+  CudaGraph& operator=(CudaGraph&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      graph_ = std::exchange(other.graph_, nullptr);
+    }
+    return *this;
+  }
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  cudaGraph_t get() const { return graph_; }
+  void Reset();
+
+ private:
+  cudaGraph_t graph_ = nullptr;
+};
+
+// An instantiated graph, launchable with cudaGraphLaunch; destroyed with
+// cudaGraphExecDestroy.
+class CudaGraphExec {
+ public:
+  CudaGraphExec() = default;
+  static absl::StatusOr<CudaGraphExec> Instantiate(const CudaGraph& graph);
+  ~CudaGraphExec() { Reset(); }
+  CudaGraphExec(CudaGraphExec&& other) noexcept : exec_(std::exchange(other.exec_, nullptr)) {}
+  CudaGraphExec& operator=(CudaGraphExec&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      exec_ = std::exchange(other.exec_, nullptr);
+    }
+    return *this;
+  }
+  CudaGraphExec(const CudaGraphExec&) = delete;
+  CudaGraphExec& operator=(const CudaGraphExec&) = delete;
+
+  cudaGraphExec_t get() const { return exec_; }
+  void Reset();
+
+ private:
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 }  // namespace tandem

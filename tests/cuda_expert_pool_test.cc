@@ -5,6 +5,10 @@
 // queued while layers compute, with freed buffers poisoned with NaN — no
 // output ever comes from a half-copied or freed buffer.
 //
+// RunExperts has two compute paths (grouped cuBLAS GEMMs over all experts
+// of a call, and per-expert GEMMs); both are checked against the CPU, on
+// eight experts with uneven rows (none, one, many).
+//
 // Without a CUDA device (or without CUDA in the build) the GPU tests skip,
 // saying why; the interface test still runs.
 //
@@ -26,17 +30,11 @@
 #include "gpu_worker/cuda_device.h"
 #include "gpu_worker/cuda_expert_pool.h"
 #include "gtest/gtest.h"
+#include "tests/cuda_skip_testlib.h"
 
 namespace tandem {
 namespace {
 
-// GTEST_SKIP from the test body (it returns from the calling function).
-#define SKIP_WITHOUT_CUDA_DEVICE()                                                                   \
-  do {                                                                                               \
-    auto devices = ListCudaDevices();                                                                \
-    if (!BuiltWithCuda()) GTEST_SKIP() << "built without CUDA: " << devices.status().message();      \
-    if (!devices.ok()) GTEST_SKIP() << "no CUDA device: " << devices.status().message();             \
-  } while (0)
 
 // Experts of random weights in one page-aligned mmap'd region, like the CPU
 // worker's shared-memory store; read-only once filled, as the coordinator
@@ -245,6 +243,85 @@ TEST(CudaExpertPoolTest, FfnMatchesTheCpuExpertFfnByNormalisedMse) {
     const absl::Status refused = pool.RunExperts(0, std::span<const ExpertWork>(&missing, 1), nullptr);
     EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
     EXPECT_NE(refused.message().find("layer 0 expert 3"), std::string::npos) << refused;
+  }
+}
+
+// Eight experts of one layer in one call, rows 0, 1, 2, 5, 16, 33, 1, 130
+// (uneven, one empty, two single rows), through the grouped path and through
+// the per-expert path (asked for, and forced by a row size that is not a
+// multiple of 16 bytes): every output matches the CPU, and the two paths
+// agree with each other to the weights' rounding.
+TEST(CudaExpertPoolTest, GroupedAndPerExpertPathsMatchTheCpuOnUnevenRows) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  struct Case {
+    int64_t d, i;
+    DType dtype;
+    bool aligned;  // D and I rows are multiples of 16 bytes: grouped possible
+  };
+  const std::vector<Case> cases = {
+      {256, 704, DType::kBF16, true}, {128, 352, DType::kF16, true}, {64, 96, DType::kF32, true},
+      {36, 100, DType::kBF16, false},  // 72-byte rows: per-expert only
+  };
+  const std::vector<int64_t> rows = {0, 1, 2, 5, 16, 33, 1, 130};
+  constexpr int kExperts = 8;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << "D=" << c.d << " I=" << c.i << " " << DTypeName(c.dtype));
+    ExpertRegion region(1, kExperts, c.d, c.i, c.dtype, static_cast<uint32_t>(c.d + c.i));
+    std::vector<std::vector<float>> x(kExperts), want(kExperts);
+    for (int e = 0; e < kExperts; ++e) {
+      x[e] = RandomRows(rows[e], c.d, static_cast<uint32_t>(100 + e));
+      want[e] = CpuFfn(region.expert({0, e}), x[e], rows[e], c.d);
+    }
+    std::vector<std::vector<float>> by_path[2];
+    for (const bool grouped : {true, false}) {
+      CudaExpertPoolOptions options;
+      options.pool.num_slots = kExperts - 1;  // one expert comes from a staging buffer
+      options.pool.num_staging_buffers = 1;
+      options.grouped_gemm = grouped;
+      options.host_regions.push_back(region.region());
+      auto created = CudaExpertPool::Create(region.config(), region.experts(), options);
+      ASSERT_TRUE(created.ok()) << created.status();
+      CudaExpertPool& pool = **created;
+      for (int e = 0; e < kExperts - 1; ++e) ASSERT_TRUE(pool.Migrate({0, e}, std::nullopt).ok());
+      ASSERT_TRUE(pool.Stage({0, kExperts - 1}).ok());
+      // Twice: the second call reuses the pointer arrays and scratch.
+      for (int call = 0; call < 2; ++call) {
+        std::vector<std::vector<float>> y(kExperts);
+        std::vector<ExpertWork> work;
+        // Experts in a shuffled order: the packed rows follow `work`, not
+        // the expert numbers.
+        for (int e : {3, 0, 7, 5, 1, 6, 2, 4}) {
+          y[e].assign(static_cast<size_t>(rows[e] * c.d), NAN);
+          work.push_back({e, rows[e], x[e].data(), y[e].data()});
+        }
+        PoolRunTiming timing;
+        const absl::Status run = pool.RunExperts(0, work, &timing);
+        ASSERT_TRUE(run.ok()) << run;
+        EXPECT_EQ(timing.slot_runs + timing.staging_runs, kExperts - 1);  // the empty one does not run
+        for (int e = 0; e < kExperts; ++e) {
+          if (rows[e] == 0) continue;
+          const double nmse = Nmse(y[e].data(), want[e].data(), y[e].size());
+          EXPECT_LT(nmse, NmseBound(c.dtype)) << (grouped ? "grouped" : "per-expert") << " call " << call
+                                              << " expert " << e << ", " << rows[e] << " rows";
+          if (call == 0) {
+            std::cout << "  " << (pool.grouped_gemm() ? "grouped   " : "per-expert") << " D=" << c.d << " I=" << c.i
+                      << " " << DTypeName(c.dtype) << " rows=" << rows[e] << " expert " << e << ": nmse " << nmse
+                      << "\n";
+          }
+        }
+        if (call == 1) by_path[grouped ? 0 : 1] = std::move(y);
+      }
+      // Asked for and possible, the grouped path must really have run:
+      // a NOT_SUPPORTED answer from cuBLAS would silently fall back.
+      EXPECT_EQ(pool.grouped_gemm(), grouped && c.aligned)
+          << "grouped GEMM " << (grouped ? "asked for" : "not asked for") << "; see the log for cuBLAS's answer";
+      ASSERT_TRUE(pool.ReleaseStaging().ok());
+    }
+    for (int e = 0; e < kExperts; ++e) {
+      if (rows[e] == 0) continue;
+      EXPECT_LT(Nmse(by_path[0][e].data(), by_path[1][e].data(), by_path[0][e].size()), NmseBound(c.dtype))
+          << "grouped vs per-expert, expert " << e;
+    }
   }
 }
 
