@@ -6,18 +6,30 @@
 
 namespace tandem {
 
-absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(const KvCacheOptions& options) {
+absl::StatusOr<float*> HostKvBlockStorage::AllocateChunk(int64_t bytes) {
+  chunks_.push_back(std::make_unique<float[]>(static_cast<size_t>(bytes) / sizeof(float)));
+  return chunks_.back().get();
+}
+
+absl::Status HostKvBlockStorage::CopyBlock(const float* src, float* dst, int64_t bytes) {
+  std::copy_n(src, static_cast<size_t>(bytes) / sizeof(float), dst);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(const KvCacheOptions& options,
+                                                                 std::unique_ptr<KvBlockStorage> storage) {
   if (options.num_layers <= 0 || options.kv_dim <= 0 || options.block_size <= 0 || options.max_blocks <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("KV cache options must be positive: layers ", options.num_layers,
                                                    ", kv_dim ", options.kv_dim, ", block_size ", options.block_size,
                                                    ", max_blocks ", options.max_blocks));
   }
-  return std::unique_ptr<KvBlockPool>(new KvBlockPool(options));
+  if (storage == nullptr) storage = std::make_unique<HostKvBlockStorage>();
+  return std::unique_ptr<KvBlockPool>(new KvBlockPool(options, std::move(storage)));
 }
 
 float* KvBlockPool::BlockBase(int32_t block) {
   const int64_t floats_per_block = bytes_per_block() / 4;
-  return chunks_[block / kBlocksPerChunk].get() + (block % kBlocksPerChunk) * floats_per_block;
+  return chunks_[block / kBlocksPerChunk] + (block % kBlocksPerChunk) * floats_per_block;
 }
 
 absl::StatusOr<int32_t> KvBlockPool::Allocate() {
@@ -27,8 +39,9 @@ absl::StatusOr<int32_t> KvBlockPool::Allocate() {
       return absl::ResourceExhaustedError(absl::StrCat("KV cache full: all ", options_.max_blocks, " blocks of ",
                                                        options_.block_size, " positions are in use"));
     }
-    const int64_t floats_per_block = bytes_per_block() / 4;
-    chunks_.push_back(std::make_unique<float[]>(static_cast<size_t>(kBlocksPerChunk * floats_per_block)));
+    absl::StatusOr<float*> chunk = storage_->AllocateChunk(kBlocksPerChunk * bytes_per_block());
+    if (!chunk.ok()) return chunk.status();
+    chunks_.push_back(*chunk);
     const int64_t end = std::min(allocated + kBlocksPerChunk, options_.max_blocks);
     ref_counts_.resize(static_cast<size_t>(allocated + kBlocksPerChunk), 0);
     for (int64_t b = end - 1; b >= allocated; --b) free_list_.push_back(static_cast<int32_t>(b));
@@ -45,7 +58,10 @@ void KvBlockPool::Retain(int32_t block) { ++ref_counts_[block]; }
 absl::StatusOr<int32_t> KvBlockPool::CopyOnWrite(int32_t block) {
   absl::StatusOr<int32_t> copy = Allocate();
   if (!copy.ok()) return copy.status();
-  std::copy_n(BlockBase(block), bytes_per_block() / 4, BlockBase(*copy));
+  if (absl::Status copied = storage_->CopyBlock(BlockBase(block), BlockBase(*copy), bytes_per_block()); !copied.ok()) {
+    Release(*copy);
+    return copied;
+  }
   Release(block);
   ++copies_on_write_;
   return *copy;

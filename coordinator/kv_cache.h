@@ -7,15 +7,52 @@
 // Legend: L layers, B block_size (positions per block), Hkv·hd = kv_dim.
 // One block holds, for every layer, B positions of K and of V:
 //   keys[block]:   [L, B, kv_dim] f32      values[block]: [L, B, kv_dim] f32
+// laid out as one run of floats per block: [2, L, B, kv_dim] (K then V).
+//
+// Where the blocks live is the KvBlockStorage's business: host memory by
+// default (the CPU backend reads them through KeyRow/ValueRow), device
+// memory for the CUDA backend (coordinator/cuda_backend.h), in which case the
+// addresses KeyRow/ValueRow/BlockData return are device addresses that only
+// the owning backend's kernels may dereference.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 
 namespace tandem {
+
+// The memory behind a KvBlockPool: chunks of whole blocks, allocated as the
+// pool grows and never moved or freed before the storage is destroyed.
+// Called from the pool's thread (the engine thread) only.
+class KvBlockStorage {
+ public:
+  virtual ~KvBlockStorage() = default;
+  // The base address of `bytes` of new block memory (host or device, as the
+  // storage defines; zero-filled). ResourceExhausted when out of memory.
+  virtual absl::StatusOr<float*> AllocateChunk(int64_t bytes) = 0;
+  // Copies one block's `bytes` (every layer's K and V) from `src` to `dst`,
+  // both addresses inside chunks of this storage; ordered before any later
+  // use of `dst` by the storage's user (the CUDA storage copies on the
+  // backend's stream).
+  virtual absl::Status CopyBlock(const float* src, float* dst, int64_t bytes) = 0;
+  // True when the pool's addresses are host memory the CPU may read/write.
+  virtual bool host_accessible() const = 0;
+};
+
+// The default storage: host memory (value-initialised float arrays).
+class HostKvBlockStorage final : public KvBlockStorage {
+ public:
+  absl::StatusOr<float*> AllocateChunk(int64_t bytes) override;
+  absl::Status CopyBlock(const float* src, float* dst, int64_t bytes) override;
+  bool host_accessible() const override { return true; }
+
+ private:
+  std::vector<std::unique_ptr<float[]>> chunks_;
+};
 
 struct KvCacheOptions {
   int64_t num_layers = 0;
@@ -27,7 +64,9 @@ struct KvCacheOptions {
 // Owns the block storage. Called from the engine thread only.
 class KvBlockPool {
  public:
-  static absl::StatusOr<std::unique_ptr<KvBlockPool>> Create(const KvCacheOptions& options);
+  // `storage` null: host memory (HostKvBlockStorage).
+  static absl::StatusOr<std::unique_ptr<KvBlockPool>> Create(const KvCacheOptions& options,
+                                                             std::unique_ptr<KvBlockStorage> storage = nullptr);
 
   // ResourceExhausted when max_blocks are in use.
   absl::StatusOr<int32_t> Allocate();
@@ -40,6 +79,9 @@ class KvBlockPool {
 
   float* Keys(int32_t block, int64_t layer);    // [B, kv_dim]
   float* Values(int32_t block, int64_t layer);  // [B, kv_dim]
+  // The start of one block: [2, L, B, kv_dim] f32 (host or device memory).
+  float* BlockData(int32_t block) { return BlockBase(block); }
+  const KvBlockStorage* storage() const { return storage_.get(); }
 
   const KvCacheOptions& options() const { return options_; }
   int64_t blocks_in_use() const { return blocks_in_use_; }
@@ -48,12 +90,14 @@ class KvBlockPool {
   int64_t bytes_per_block() const { return 2 * options_.num_layers * options_.block_size * options_.kv_dim * 4; }
 
  private:
-  explicit KvBlockPool(const KvCacheOptions& options) : options_(options) {}
+  KvBlockPool(const KvCacheOptions& options, std::unique_ptr<KvBlockStorage> storage)
+      : options_(options), storage_(std::move(storage)) {}
   static constexpr int64_t kBlocksPerChunk = 32;
   float* BlockBase(int32_t block);
 
   KvCacheOptions options_;
-  std::vector<std::unique_ptr<float[]>> chunks_;  // kBlocksPerChunk blocks each, K then V
+  std::unique_ptr<KvBlockStorage> storage_;
+  std::vector<float*> chunks_;  // kBlocksPerChunk blocks each, owned by storage_
   std::vector<int32_t> ref_counts_;
   std::vector<int32_t> free_list_;
   int64_t blocks_in_use_ = 0;
@@ -77,6 +121,9 @@ class SequenceKv {
   void ForkFrom(const SequenceKv& parent);
   int64_t num_blocks() const { return static_cast<int64_t>(blocks_.size()); }
   void set_length(int64_t length) { length_ = length; }
+  // The block table: position p lives in block blocks()[p / B] at row p % B.
+  const std::vector<int32_t>& blocks() const { return blocks_; }
+  KvBlockPool* pool() const { return pool_; }
 
   float* KeyRow(int64_t layer, int64_t position) {
     return pool_->Keys(blocks_[position / block_size()], layer) + (position % block_size()) * pool_->options().kv_dim;
