@@ -123,7 +123,7 @@ struct TokenizeResult {
 };
 
 struct ModelInfo {
-  std::string model_dir;
+  std::string model_dir;  // the server's model folder, or "synthetic:PRESET:LAYERS seed N"
   std::string architecture;  // MixtralForCausalLM | PhiMoEForCausalLM
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;

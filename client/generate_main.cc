@@ -1,6 +1,9 @@
 // tandem-generate: run a model in this process and generate from a prompt.
 //   tandem-generate --model DIR --prompt "text" -n 32 [--temperature 0.8 --top_k 40 --top_p 0.95 --seed 1]
 //   tandem-generate --model DIR --prompt_ids 1,2,3 -n 8 --logprobs 5 --json
+// With --synthetic, the model is generated in memory instead (the weights and
+// tokenizer tandem-make-model --preset PRESET --layers L --seed N writes):
+//   tandem-generate --synthetic tiny:2 --synthetic_seed 7 --prompt "Once upon a time" -n 16
 // With --workers, the experts run in tandem-cpu-worker processes (one per
 // NUMA node, started separately on the same model) instead of this process:
 //   tandem-generate --model DIR --workers unix:/run/tandem/w0.sock,unix:/run/tandem/w1.sock --transport shm ...
@@ -37,7 +40,6 @@
 #include "coordinator/remote_expert_executor.h"
 #include "coordinator/utf8_stream.h"
 
-ABSL_FLAG(std::string, model, "", "model directory (config.json, *.safetensors, tokenizer.model)");
 ABSL_FLAG(std::string, prompt, "", "prompt text (needs the model's tokenizer.model)");
 ABSL_FLAG(std::string, prompt_ids, "", "prompt as comma-separated token ids, e.g. 1,2,3");
 ABSL_FLAG(int32_t, n, 32, "maximum number of tokens to generate");
@@ -50,6 +52,7 @@ ABSL_FLAG(bool, ignore_eos, false, "keep generating past the end-of-sequence tok
 ABSL_FLAG(bool, add_bos, true, "prepend the BOS token to a text prompt");
 ABSL_FLAG(int32_t, logprobs, 0, "report the top-K log probabilities at each generated position");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of streaming text");
+// --model, --synthetic and --synthetic_seed are runtime_flags.cc's (tandem-server's too).
 
 namespace {
 
@@ -107,15 +110,16 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Generate text with a MoE model in this process.\n"
-                               "  tandem-generate --model DIR --prompt \"Once upon a time\" -n 32");
+                               "  tandem-generate --model DIR --prompt \"Once upon a time\" -n 32\n"
+                               "  tandem-generate --synthetic tiny:2 --synthetic_seed 7 --prompt \"Once upon a time\" -n 32");
   absl::ParseCommandLine(argc, argv);
-  const std::string model_dir = absl::GetFlag(FLAGS_model);
-  if (model_dir.empty()) return Fail(absl::InvalidArgumentError("--model is required (a model directory)"));
+  // Flag errors before any loading (a full synthetic model takes a while).
+  if (auto source = tandem::ModelSourceFromFlags(); !source.ok()) return Fail(source.status());
   const bool has_text = !absl::GetFlag(FLAGS_prompt).empty();
   const bool has_ids = !absl::GetFlag(FLAGS_prompt_ids).empty();
   if (has_text == has_ids) return Fail(absl::InvalidArgumentError("give exactly one of --prompt or --prompt_ids"));
 
-  auto opened = tandem::OpenRuntimeFromFlags(model_dir, {});
+  auto opened = tandem::OpenRuntimeFromFlags({});
   if (!opened.ok()) return Fail(opened.status());
   std::unique_ptr<tandem::RemoteExpertExecutor>& remote = opened->remote;
   std::unique_ptr<tandem::LocalRuntime>* runtime = &opened->runtime;

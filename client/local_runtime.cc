@@ -1,28 +1,24 @@
 #include "client/local_runtime.h"
 
+#include <unistd.h>
+
 #include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "common/model_fingerprint.h"
 #include "common/status_macros.h"
 #include "coordinator/planner/profile_io.h"
+#include "gpu_worker/cuda_expert_pool.h"
+#include "gpu_worker/host_expert_pool.h"
+#include "gpu_worker/pinned_regions.h"
 
 namespace tandem {
 namespace {
 
-// The host pool and the orchestrator around `cpu` (see local_runtime.h).
-absl::Status BuildOrchestrator(const LocalOrchestratorOptions& o, const PrecalcOptions& precalc, const Model& model, ThreadPool* threads,
-                               ExpertExecutor* cpu, bool external_cpu, std::unique_ptr<ExpertFfn>* ffn,
-                               std::unique_ptr<HostExpertPool>* pool, std::optional<CalibrationResult>* calibration,
-                               std::unique_ptr<Orchestrator>* orchestrator) {
-  const ModelConfig& config = model.config;
-  std::vector<std::vector<ExpertWeights>> experts;
-  for (const LayerWeights& layer : model.weights->layers) experts.push_back(layer.experts);
-  // The CPU executor's own kernel, so pool and CPU give the same bits.
-  *ffn = std::make_unique<ExpertFfn>(threads);
-  ExpertFfn* kernel_ffn = ffn->get();
-  ExpertKernel kernel = [kernel_ffn](const ExpertWeights& weights, const float* input, int64_t rows, float* output) {
-    return kernel_ffn->Run(weights, input, rows, output);
-  };
+// The expert pool `o` asks for, over `experts` ([layer][expert] views into the
+// model's weights).
+absl::StatusOr<std::unique_ptr<ExpertPool>> CreateExpertPool(const LocalOrchestratorOptions& o, const ModelConfig& config,
+                                                             std::vector<std::vector<ExpertWeights>> experts,
+                                                             ThreadPool* threads, std::unique_ptr<ExpertFfn>* ffn) {
   ExpertPoolOptions pool_options;
   pool_options.num_slots = o.gpu_slots;
   pool_options.memory_bytes = o.gpu_memory_bytes;
@@ -30,7 +26,37 @@ absl::Status BuildOrchestrator(const LocalOrchestratorOptions& o, const PrecalcO
   if (o.gpu_slots < 0 && o.gpu_memory_bytes <= 0) {
     pool_options.num_slots = static_cast<int>(config.num_hidden_layers * config.num_local_experts / 4);
   }
-  TANDEM_ASSIGN_OR_RETURN(*pool, HostExpertPool::Create(config, std::move(experts), std::move(kernel), pool_options));
+  if (o.pool == ExpertPoolKind::kCuda) {
+    CudaExpertPoolOptions cuda;
+    cuda.pool = pool_options;
+    cuda.device = o.cuda_device;
+    // Migrations read the weights where they lie (mapped files or the
+    // synthetic model's buffers), page-locked in place.
+    cuda.host_regions = ExpertHostRegions(experts, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<CudaExpertPool> pool,
+                            CudaExpertPool::Create(config, std::move(experts), cuda));
+    return std::unique_ptr<ExpertPool>(std::move(pool));
+  }
+  // The CPU executor's own kernel, so pool and CPU give the same bits.
+  *ffn = std::make_unique<ExpertFfn>(threads);
+  ExpertFfn* kernel_ffn = ffn->get();
+  ExpertKernel kernel = [kernel_ffn](const ExpertWeights& weights, const float* input, int64_t rows, float* output) {
+    return kernel_ffn->Run(weights, input, rows, output);
+  };
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<HostExpertPool> pool,
+                          HostExpertPool::Create(config, std::move(experts), std::move(kernel), pool_options));
+  return std::unique_ptr<ExpertPool>(std::move(pool));
+}
+
+// The expert pool and the orchestrator around `cpu` (see local_runtime.h).
+absl::Status BuildOrchestrator(const LocalOrchestratorOptions& o, const PrecalcOptions& precalc, const Model& model, ThreadPool* threads,
+                               ExpertExecutor* cpu, bool external_cpu, std::unique_ptr<ExpertFfn>* ffn,
+                               std::unique_ptr<ExpertPool>* pool, std::optional<CalibrationResult>* calibration,
+                               std::unique_ptr<Orchestrator>* orchestrator) {
+  const ModelConfig& config = model.config;
+  std::vector<std::vector<ExpertWeights>> experts;
+  for (const LayerWeights& layer : model.weights->layers) experts.push_back(layer.experts);
+  TANDEM_ASSIGN_OR_RETURN(*pool, CreateExpertPool(o, config, std::move(experts), threads, ffn));
 
   CostModelParams params;
   if (o.cost) {
@@ -77,6 +103,18 @@ absl::Status BuildOrchestrator(const LocalOrchestratorOptions& o, const PrecalcO
 
 }  // namespace
 
+absl::StatusOr<ExpertPoolKind> ParseExpertPoolKind(const std::string& name, const std::string& flag) {
+  if (name == "host") return ExpertPoolKind::kHost;
+  if (name == "cuda") return ExpertPoolKind::kCuda;
+  return absl::InvalidArgumentError(absl::StrCat(flag, ": unknown expert pool \"", name, "\" (host | cuda)"));
+}
+
+absl::StatusOr<BackendKind> ParseBackendKind(const std::string& name, const std::string& flag) {
+  if (name == "cpu") return BackendKind::kCpu;
+  if (name == "cuda") return BackendKind::kCuda;
+  return absl::InvalidArgumentError(absl::StrCat(flag, ": unknown compute backend \"", name, "\" (cpu | cuda)"));
+}
+
 absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::unique_ptr<Model> model,
                                                                    const LocalRuntimeOptions& options) {
   auto rt = std::unique_ptr<LocalRuntime>(new LocalRuntime());
@@ -84,7 +122,17 @@ absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::unique_p
   const ModelConfig& config = rt->model_->config;
   const int threads = options.num_threads > 0 ? options.num_threads : AvailableCores();
   rt->pool_ = std::make_unique<ThreadPool>(ThreadPoolOptions{.num_threads = threads, .name = "compute"});
-  rt->backend_ = std::make_unique<CpuBackend>(rt->model_->weights.get(), rt->pool_.get());
+  CudaBackend* cuda_backend = nullptr;
+  if (options.backend == BackendKind::kCuda) {
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CudaBackend::Create(rt->model_->weights.get(), options.cuda));
+    cuda_backend = cuda.get();
+    rt->backend_ = std::move(cuda);
+    rt->backend_name_ = absl::StrFormat("CUDA backend (device %d, %.1f MB dense weights on the GPU)",
+                                        options.cuda.device, cuda_backend->stats().weight_bytes / 1e6);
+  } else {
+    rt->backend_ = std::make_unique<CpuBackend>(rt->model_->weights.get(), rt->pool_.get());
+    rt->backend_name_ = "CPU backend";
+  }
 
   ExpertExecutor* experts = options.expert_executor;
   if (experts == nullptr) {
@@ -128,14 +176,18 @@ absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::unique_p
                     .kv_dim = config.kv_dim(),
                     .block_size = options.kv_block_size,
                     .max_blocks = (tokens + options.kv_block_size - 1) / options.kv_block_size};
-  TANDEM_ASSIGN_OR_RETURN(rt->kv_pool_, KvBlockPool::Create(kv));
+  if (cuda_backend != nullptr) {
+    TANDEM_ASSIGN_OR_RETURN(rt->kv_pool_, cuda_backend->CreateKvPool(kv));
+  } else {
+    TANDEM_ASSIGN_OR_RETURN(rt->kv_pool_, KvBlockPool::Create(kv));
+  }
   rt->engine_ = std::make_unique<Engine>(config, rt->backend_.get(), experts, std::move(engine_options));
   rt->generator_ = std::make_unique<Generator>(rt->model_.get(), rt->engine_.get(), rt->kv_pool_.get());
   LOG_INFO("model ", rt->model_->origin, ": ", config.architecture_name, ", ", config.num_hidden_layers, " layers, ",
            config.num_local_experts, " experts (", config.num_experts_per_tok, " per token), ",
            absl::StrFormat("%.1f MB weights (%.1f MB experts)", rt->model_->weights->total_bytes / 1e6,
                            rt->model_->weights->expert_bytes / 1e6),
-           "; CPU backend, ", threads, " threads; ",
+           "; ", rt->backend_name_, ", ", threads, " threads; ",
            options.expert_executor == nullptr ? "all experts on the in-process CPU executor" : "experts on an external executor",
            rt->orchestrator_ ? absl::StrCat(", orchestrated with the ", rt->expert_pool_->kind()) : std::string());
   return rt;
@@ -154,6 +206,14 @@ absl::Status LocalRuntime::FinishRecording() {
 absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Open(const std::filesystem::path& model_dir,
                                                                  const LocalRuntimeOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModel(model_dir));
+  return Create(std::move(model), options);
+}
+
+absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Open(const ModelSource& source,
+                                                                 const LocalRuntimeOptions& options) {
+  ModelLoadOptions load;
+  load.num_threads = options.num_threads > 0 ? options.num_threads : AvailableCores();
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModelFrom(source, load));
   return Create(std::move(model), options);
 }
 

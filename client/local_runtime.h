@@ -1,14 +1,16 @@
 // Everything needed to run a model in one process, wired together: the model,
-// the compute threads, the CPU compute backend, the in-process CPU expert
+// the compute threads, the compute backend (CPU, or CUDA when asked for: then
+// the KV cache lives on the GPU too), the in-process CPU expert
 // executor (or an external one: CPU worker processes), the KV block pool, the
 // engine and the generator. Used by the
 // tandem-generate CLI, the benchmarks and the tests.
 //
 // Optionally (off by default) the experts go through the orchestrator
 // (coordinator/orchestrator.h): planner, cost model (calibrated at start-up,
-// cached in a profile file), cache and placement policies over the no-GPU
-// host expert pool (gpu_worker/host_expert_pool.h), wrapping the CPU
-// executor. And optionally the engine records routing traces and expert
+// cached in a profile file), cache and placement policies over an expert
+// pool — the no-GPU host pool (gpu_worker/host_expert_pool.h) or the CUDA
+// pool (gpu_worker/cuda_expert_pool.h, page-locking the model's expert
+// weights in place) — wrapping the CPU executor. And optionally the engine records routing traces and expert
 // usage (coordinator/routing_recorder.h).
 #pragma once
 
@@ -22,6 +24,7 @@
 #include "common/thread_pool.h"
 #include "coordinator/calibration.h"
 #include "coordinator/cpu_backend.h"
+#include "coordinator/cuda_backend.h"
 #include "coordinator/engine.h"
 #include "coordinator/generator.h"
 #include "coordinator/kv_cache.h"
@@ -30,13 +33,26 @@
 #include "coordinator/routing_recorder.h"
 #include "cpu_worker/expert_ffn.h"
 #include "cpu_worker/local_expert_executor.h"
-#include "gpu_worker/host_expert_pool.h"
+#include "gpu_worker/expert_pool.h"
 
 namespace tandem {
 
-// The orchestrator over the no-GPU host pool (see the file comment).
+enum class ExpertPoolKind : uint8_t {
+  kHost,  // no GPU: slots in host memory, experts computed by this process's CPU
+  kCuda,  // slots in GPU memory (gpu_worker/cuda_expert_pool.h)
+};
+enum class BackendKind : uint8_t { kCpu, kCuda };
+
+// "host" | "cuda"; InvalidArgument naming `flag` otherwise.
+absl::StatusOr<ExpertPoolKind> ParseExpertPoolKind(const std::string& name, const std::string& flag);
+// "cpu" | "cuda"; InvalidArgument naming `flag` otherwise.
+absl::StatusOr<BackendKind> ParseBackendKind(const std::string& name, const std::string& flag);
+
+// The orchestrator over an expert pool (see the file comment).
 struct LocalOrchestratorOptions {
   bool enabled = false;
+  ExpertPoolKind pool = ExpertPoolKind::kHost;
+  int cuda_device = 0;  // the CUDA pool's device
   ExecutionPolicy execution = ExecutionPolicy::kMakespan;
   CachePolicyKind cache = CachePolicyKind::kStatic;
   PlacementPolicy placement = PlacementPolicy::kUniform;
@@ -61,6 +77,11 @@ struct LocalOrchestratorOptions {
 
 struct LocalRuntimeOptions {
   int num_threads = 0;              // 0: every core this process may use
+  // The dense part's device. cuda: CudaBackend (options below) with its KV
+  // cache in device memory; Unavailable at Create when there is no GPU,
+  // Unimplemented in a build without CUDA.
+  BackendKind backend = BackendKind::kCpu;
+  CudaBackendOptions cuda;
   int64_t kv_cache_tokens = 0;      // 0: one sequence of the model's full context
   int64_t kv_block_size = 16;
   EngineOptions engine;
@@ -85,6 +106,10 @@ class LocalRuntime {
                                                               const LocalRuntimeOptions& options = {});
   static absl::StatusOr<std::unique_ptr<LocalRuntime>> Open(const std::filesystem::path& model_dir,
                                                             const LocalRuntimeOptions& options = {});
+  // A folder or a synthetic model (generated with its tokenizer and every
+  // expert, on options.num_threads threads).
+  static absl::StatusOr<std::unique_ptr<LocalRuntime>> Open(const ModelSource& source,
+                                                            const LocalRuntimeOptions& options = {});
 
   const Model& model() const { return *model_; }
   ThreadPool& pool() { return *pool_; }
@@ -93,7 +118,10 @@ class LocalRuntime {
   Generator& generator() { return *generator_; }
   // Null unless enabled in the options.
   Orchestrator* orchestrator() { return orchestrator_.get(); }
-  HostExpertPool* expert_pool() { return expert_pool_.get(); }
+  ExpertPool* expert_pool() { return expert_pool_.get(); }
+  ComputeBackend& backend() { return *backend_; }
+  // "CPU backend" or "CUDA backend", for logs and stats.
+  const std::string& backend_name() const { return backend_name_; }
   RoutingRecorder* recorder() { return recorder_.get(); }
   // The pre-calculation's counters; policy "off" unless daop.
   PrecalcStats precalc_stats() const;
@@ -108,11 +136,14 @@ class LocalRuntime {
   LocalRuntime() = default;
   std::unique_ptr<Model> model_;
   std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<CpuBackend> backend_;
+  // Declared before kv_pool_: a CUDA backend's KV storage copies on the
+  // backend's stream, so the pool must go first.
+  std::unique_ptr<ComputeBackend> backend_;
+  std::string backend_name_;
   std::unique_ptr<LocalExpertExecutor> experts_;
   // The orchestrator's parts, in dependency order (destroyed in reverse).
   std::unique_ptr<ExpertFfn> pool_ffn_;  // the host pool's kernel: the CPU executor's FFN
-  std::unique_ptr<HostExpertPool> expert_pool_;
+  std::unique_ptr<ExpertPool> expert_pool_;
   std::optional<CalibrationResult> calibration_;
   std::unique_ptr<Orchestrator> orchestrator_;
   std::unique_ptr<DaopPrecalc> precalc_;  // daop without the orchestrator

@@ -6,10 +6,23 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/model.h"
 #include "common/status_macros.h"
+#include "common/thread_pool.h"
 #include "coordinator/worker_connect.h"
 
+ABSL_FLAG(std::string, model, "", "model directory (config.json, *.safetensors, tokenizer.model)");
+ABSL_FLAG(std::string, synthetic, "",
+          "instead of --model: a synthetic model generated in memory (weights as tandem-make-model writes them, "
+          "tokenizer trained in memory), PRESET[:layers], e.g. tiny:2 or mixtral-8x7b");
+ABSL_FLAG(uint64_t, synthetic_seed, 0, "seed of the --synthetic weights (as tandem-make-model --seed)");
 ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all available cores");
+ABSL_FLAG(std::string, backend, "cpu",
+          "device of the dense part (embedding, attention, router, lm_head) and the KV cache: cpu | cuda "
+          "(cuda: cuBLAS + tandem's kernels on --cuda_device; not yet the default: awaiting its first GPU run)");
+ABSL_FLAG(int32_t, cuda_device, 0, "CUDA device of --backend cuda and --expert_pool cuda");
+ABSL_FLAG(bool, cuda_graphs, false, "with --backend cuda: replay decode attention from captured CUDA graphs");
 ABSL_FLAG(std::string, workers, "",
           "comma-separated CPU worker addresses in worker-index order (e.g. unix:/run/tandem/w0.sock,...); "
           "empty = compute experts in this process");
@@ -18,8 +31,11 @@ ABSL_FLAG(std::string, transport, "shm",
 ABSL_FLAG(int32_t, worker_timeout_ms, 5000, "with --workers: deadline of one layer's expert round trip");
 ABSL_FLAG(int32_t, connect_timeout_ms, 10000, "with --workers: how long to wait for every worker at start-up");
 ABSL_FLAG(std::string, execution_policy, "",
-          "orchestrate the experts over the no-GPU host expert pool with this execution policy: "
+          "orchestrate the experts over the expert pool (--expert_pool) with this execution policy: "
           "threshold | makespan | gpu-only | cpu-only; empty = no orchestrator (every expert on the CPU executor)");
+ABSL_FLAG(std::string, expert_pool, "host",
+          "with --execution_policy: where pool slots live, host (no GPU: this process's memory and CPU) | "
+          "cuda (GPU memory on --cuda_device, migrations from the page-locked weights)");
 ABSL_FLAG(std::string, cache_policy, "static", "with --execution_policy: static | lru | sequence | adaptive");
 ABSL_FLAG(std::string, placement, "uniform",
           "with --execution_policy: initial placement, uniform | first-layers | popularity | popularity-balanced "
@@ -46,8 +62,8 @@ namespace {
 // The model (for the coordinator's own layers) and the workers computing its
 // experts, checked against it at connect.
 absl::StatusOr<std::pair<std::unique_ptr<Model>, std::unique_ptr<RemoteExpertExecutor>>>
-ConnectWorkers(const std::string& model_dir) {
-  auto model = LoadModel(model_dir);
+ConnectWorkers(const ModelSource& source, const ModelLoadOptions& load) {
+  auto model = LoadModelFrom(source, load);
   if (!model.ok()) return model.status();
   WorkerConnectSettings settings;
   settings.addresses = absl::GetFlag(FLAGS_workers);
@@ -66,15 +82,17 @@ absl::Status OrchestratorFlags(LocalOrchestratorOptions* o) {
     const bool other = absl::GetFlag(FLAGS_cache_policy) != "static" || absl::GetFlag(FLAGS_placement) != "uniform" ||
                        absl::GetFlag(FLAGS_gpu_slots) != -1 || absl::GetFlag(FLAGS_gpu_memory_mb) != 0 ||
                        absl::GetFlag(FLAGS_lru_ways) != 0 || !absl::GetFlag(FLAGS_usage_profile).empty() ||
-                       !absl::GetFlag(FLAGS_calibration_profile).empty();
+                       !absl::GetFlag(FLAGS_calibration_profile).empty() || absl::GetFlag(FLAGS_expert_pool) != "host";
     if (other) {
       return absl::InvalidArgumentError(
-          "--cache_policy, --placement, --gpu_slots, --gpu_memory_mb, --lru_ways, --usage_profile and "
-          "--calibration_profile need --execution_policy");
+          "--expert_pool, --cache_policy, --placement, --gpu_slots, --gpu_memory_mb, --lru_ways, --usage_profile "
+          "and --calibration_profile need --execution_policy");
     }
     return absl::OkStatus();
   }
   o->enabled = true;
+  TANDEM_ASSIGN_OR_RETURN(o->pool, ParseExpertPoolKind(absl::GetFlag(FLAGS_expert_pool), "--expert_pool"));
+  o->cuda_device = absl::GetFlag(FLAGS_cuda_device);
   auto policy = ParseExecutionPolicy(execution);
   if (!policy.ok()) return absl::InvalidArgumentError(absl::StrCat("--execution_policy: ", policy.status().message()));
   o->execution = *policy;
@@ -115,22 +133,53 @@ absl::Status PrecalcFlags(PrecalcOptions* o) {
 
 }  // namespace
 
-absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(const std::string& model_dir, LocalRuntimeOptions options) {
+absl::StatusOr<ModelSource> ModelSourceFromFlags() {
+  return ParseModelSource(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_synthetic), absl::GetFlag(FLAGS_synthetic_seed));
+}
+
+absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions options) {
+  TANDEM_ASSIGN_OR_RETURN(const ModelSource source, ModelSourceFromFlags());
   options.num_threads = absl::GetFlag(FLAGS_threads);
+  if (options.num_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads: must be >= 0, got ", options.num_threads));
+  }
+  TANDEM_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(absl::GetFlag(FLAGS_backend), "--backend"));
+  if (absl::GetFlag(FLAGS_cuda_device) < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--cuda_device: must be >= 0, got ", absl::GetFlag(FLAGS_cuda_device)));
+  }
+  options.cuda.device = absl::GetFlag(FLAGS_cuda_device);
+  options.cuda.decode_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+  if (options.cuda.decode_graphs && options.backend != BackendKind::kCuda) {
+    return absl::InvalidArgumentError("--cuda_graphs needs --backend cuda");
+  }
   TANDEM_RETURN_IF_ERROR(OrchestratorFlags(&options.orchestrator));
   TANDEM_RETURN_IF_ERROR(PrecalcFlags(&options.precalc));
   options.record_trace = absl::GetFlag(FLAGS_record_trace);
   options.record_usage = absl::GetFlag(FLAGS_record_usage);
+  ModelLoadOptions load;
+  load.num_threads = options.num_threads > 0 ? options.num_threads : AvailableCores();
   RuntimeFromFlags out;
   if (absl::GetFlag(FLAGS_workers).empty()) {
-    TANDEM_ASSIGN_OR_RETURN(out.runtime, LocalRuntime::Open(model_dir, options));
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModelFrom(source, load));
+    TANDEM_ASSIGN_OR_RETURN(out.runtime, LocalRuntime::Create(std::move(model), options));
     return out;
+  }
+  // The workers hold and compute the experts, so a synthetic model leaves
+  // them out here (a full Mixtral-8x7B: ~3 of ~93 GB generated here, not the
+  // experts a second time). Not with the orchestrator: its host expert pool
+  // copies any expert from this process's weights on a migration, and which
+  // ones its cache policies load is not known in advance. A folder is
+  // mapped: expert pages this process never reads take no memory either way.
+  load.experts.mode = options.orchestrator.enabled ? SyntheticExperts::Mode::kAll : SyntheticExperts::Mode::kNone;
+  if (source.synthetic && options.orchestrator.enabled) {
+    LOG_INFO("--execution_policy with --workers: generating every expert here too, for the host expert pool's "
+             "migrations (the workers hold their own copies)");
   }
   // Inline (gRPC) layers allocate MB-sized message buffers per call: keep
   // them in the heap instead of a fresh mmap (page faults) each time.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
-  auto connected = ConnectWorkers(model_dir);
+  auto connected = ConnectWorkers(source, load);
   if (!connected.ok()) return connected.status();
   out.remote = std::move(connected->second);
   options.expert_executor = out.remote.get();

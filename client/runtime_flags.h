@@ -1,5 +1,6 @@
-// The command-line flags tandem-generate and tandem-server share: compute
-// threads, the CPU worker processes, the orchestrator (execution, cache and
+// The command-line flags tandem-generate and tandem-server share: the model
+// (--model DIR, or --synthetic PRESET[:layers] --synthetic_seed N generated in memory),
+// compute threads, the CPU worker processes, the orchestrator (execution, cache and
 // placement policies over the expert pool), DAOP pre-calculation, and
 // routing/usage recording. Defined once here so both programs accept the
 // same flags with the same checks.
@@ -21,9 +22,16 @@ struct RuntimeFromFlags {
   std::unique_ptr<LocalRuntime> runtime;
 };
 
-// Loads `model_dir`, connects the workers if --workers is set, and creates
-// the runtime with `base` plus what the flags set. InvalidArgument naming the
-// flag for a bad value; the workers' or the loader's error otherwise.
-absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(const std::string& model_dir, LocalRuntimeOptions base);
+// --model, --synthetic and --synthetic_seed (ParseModelSource). InvalidArgument naming
+// the flag.
+absl::StatusOr<ModelSource> ModelSourceFromFlags();
+
+// Loads the model the flags name, connects the workers if --workers is set,
+// and creates the runtime with `base` plus what the flags set. A synthetic
+// model is generated on --threads threads, with its tokenizer, and without
+// the experts when the workers compute them all (--workers without
+// --execution_policy). InvalidArgument naming the flag for a bad value; the
+// workers' or the loader's error otherwise. Call from main, once.
+absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions base);
 
 }  // namespace tandem

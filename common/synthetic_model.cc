@@ -1,13 +1,21 @@
 #include "common/synthetic_model.h"
 
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
@@ -173,14 +181,13 @@ int64_t SyntheticTokenizerVocab(const SyntheticModelSpec& spec) {
   return preset.ok() ? preset->tokenizer_vocab : 0;
 }
 
-void FillSyntheticTensor(const ModelConfig& c, const WeightSpec& w, uint64_t seed, DType dtype, void* out) {
+void FillSyntheticRange(const ModelConfig& c, const WeightSpec& w, uint64_t seed, DType dtype, void* out,
+                        int64_t begin, int64_t end, int64_t out_first) {
   const Scales s = ScalesFor(c);
   const uint64_t key = NameKey(seed, w.name);
-  int64_t n = 1;
-  for (int64_t dim : w.shape) n *= dim;
   auto fill = [&](float std_dev) {
     const float a = std_dev * kSqrt3;
-    for (int64_t i = 0; i < n; ++i) Store(out, dtype, static_cast<size_t>(i), a * Uniform(key, static_cast<uint64_t>(i)));
+    for (int64_t i = begin; i < end; ++i) Store(out, dtype, static_cast<size_t>(i - out_first), a * Uniform(key, static_cast<uint64_t>(i)));
   };
   // The shared direction u (entries ±1) that embeddings carry and routers lean on.
   const uint64_t u_key = NameKey(seed, "shared-direction");
@@ -188,26 +195,28 @@ void FillSyntheticTensor(const ModelConfig& c, const WeightSpec& w, uint64_t see
   const int64_t d = c.hidden_size;
   switch (w.role) {
     case WeightRole::kEmbedTokens:
-      for (int64_t i = 0; i < n; ++i) {
+      for (int64_t i = begin; i < end; ++i) {
         const float g = kSqrt3 * Uniform(key, static_cast<uint64_t>(i));
-        Store(out, dtype, static_cast<size_t>(i), s.embed * (g + 0.5f * u(i % d)));
+        Store(out, dtype, static_cast<size_t>(i - out_first), s.embed * (g + 0.5f * u(i % d)));
       }
       return;
-    case WeightRole::kRouter:
-      for (int64_t e = 0; e < w.shape[0]; ++e) {
-        // Per-expert lean on u in [-1.5, 1.5]: a popularity spread.
-        const float lean = 1.5f * Uniform(NameKey(seed, absl::StrCat(w.name, "#lean")), static_cast<uint64_t>(e));
-        for (int64_t j = 0; j < d; ++j) {
-          const int64_t i = e * d + j;
-          const float g = kSqrt3 * Uniform(key, static_cast<uint64_t>(i));
-          Store(out, dtype, static_cast<size_t>(i), s.router * g + lean * u(j) / static_cast<float>(d));
-        }
+    case WeightRole::kRouter: {
+      // Per-expert lean on u in [-1.5, 1.5]: a popularity spread.
+      const uint64_t lean_key = NameKey(seed, absl::StrCat(w.name, "#lean"));
+      int64_t row = -1;
+      float lean = 0;
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t e = i / d, j = i % d;
+        if (e != row) row = e, lean = 1.5f * Uniform(lean_key, static_cast<uint64_t>(e));
+        const float g = kSqrt3 * Uniform(key, static_cast<uint64_t>(i));
+        Store(out, dtype, static_cast<size_t>(i - out_first), s.router * g + lean * u(j) / static_cast<float>(d));
       }
       return;
+    }
     case WeightRole::kInputNorm:
     case WeightRole::kPostAttentionNorm:
     case WeightRole::kFinalNorm:
-      for (int64_t i = 0; i < n; ++i) Store(out, dtype, static_cast<size_t>(i), 1.0f + 0.1f * Uniform(key, static_cast<uint64_t>(i)));
+      for (int64_t i = begin; i < end; ++i) Store(out, dtype, static_cast<size_t>(i - out_first), 1.0f + 0.1f * Uniform(key, static_cast<uint64_t>(i)));
       return;
     case WeightRole::kInputNormBias:
     case WeightRole::kPostAttentionNormBias:
@@ -230,6 +239,26 @@ void FillSyntheticTensor(const ModelConfig& c, const WeightSpec& w, uint64_t see
     case WeightRole::kExpertW2: fill(s.w2); return;
     case WeightRole::kLmHead: fill(s.lm_head); return;
   }
+}
+
+void FillSyntheticTensor(const ModelConfig& c, const WeightSpec& w, uint64_t seed, DType dtype, void* out) {
+  int64_t n = 1;
+  for (int64_t dim : w.shape) n *= dim;
+  FillSyntheticRange(c, w, seed, dtype, out, 0, n);
+}
+
+std::string SyntheticModelName(const SyntheticModelSpec& spec) {
+  auto config = SyntheticConfig(spec);
+  const int64_t layers = config.ok() ? config->num_hidden_layers : spec.num_layers;
+  return absl::StrCat("synthetic:", spec.preset, ":", layers, " seed ", spec.seed);
+}
+
+absl::StatusOr<std::string> SyntheticTokenizerModel(const SyntheticModelSpec& spec) {
+  TANDEM_RETURN_IF_ERROR(SyntheticConfig(spec).status());
+  TokenizerTrainOptions train;
+  train.input_files = DefaultTokenizerCorpus();
+  train.vocab_size = static_cast<int>(SyntheticTokenizerVocab(spec));
+  return TrainTokenizerInMemory(train);
 }
 
 namespace {
@@ -315,12 +344,10 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::file
     TANDEM_RETURN_IF_ERROR(WriteTextFile(dir / "model.safetensors.index.json", index.dump(2) + "\n"));
   }
   if (options.with_tokenizer) {
-    TokenizerTrainOptions train;
-    train.input_files = DefaultTokenizerCorpus();
-    train.model_prefix = dir / "tokenizer";
-    train.vocab_size = static_cast<int>(SyntheticTokenizerVocab(spec));
-    TANDEM_RETURN_IF_ERROR(TrainTokenizer(train));
-    std::filesystem::remove(dir / "tokenizer.vocab", ec);  // HF folders carry only tokenizer.model
+    // The very bytes an in-memory model loads (LoadSyntheticModel), so a
+    // written model and a generated one tokenize alike by construction.
+    TANDEM_ASSIGN_OR_RETURN(std::string tokenizer, SyntheticTokenizerModel(spec));
+    TANDEM_RETURN_IF_ERROR(WriteTextFile(dir / "tokenizer.model", tokenizer));
   }
   LOG_INFO("wrote synthetic ", spec.preset, " model (", config.num_hidden_layers, " layers, ",
            absl::StrFormat("%.1f", static_cast<double>(total_bytes) / 1e6), " MB, seed ", spec.seed, ") to ",
@@ -328,24 +355,125 @@ absl::Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::file
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<SyntheticTensorSource>> SyntheticTensorSource::Create(const SyntheticModelSpec& spec,
-                                                                                     int num_threads) {
+namespace {
+
+using Range = std::pair<int64_t, int64_t>;  // elements [first, second)
+
+// The element ranges of `w` to generate: everything for dense tensors and
+// kAll; nothing for experts under kNone or outside every slice; a slice's
+// rows of w1/w3 [I, D] (one range) and its columns of w2 [D, I] (one range
+// per row).
+std::vector<Range> WantedRanges(const WeightSpec& w, const SyntheticSourceOptions& options,
+                                const std::map<std::pair<int, int>, ExpertSlice>& slices) {
+  const SyntheticExperts& experts = options.experts;
+  const int64_t n = NumElements(w.shape);
+  const bool expert = w.role == WeightRole::kExpertW1 || w.role == WeightRole::kExpertW2 ||
+                      w.role == WeightRole::kExpertW3;
+  const bool dense_matrix = w.role == WeightRole::kEmbedTokens || w.role == WeightRole::kQProj ||
+                            w.role == WeightRole::kKProj || w.role == WeightRole::kVProj ||
+                            w.role == WeightRole::kOProj || w.role == WeightRole::kLmHead;
+  if (dense_matrix && !options.dense_matrices) return {};
+  if (!expert || experts.mode == SyntheticExperts::Mode::kAll) return {{0, n}};
+  if (experts.mode == SyntheticExperts::Mode::kNone) return {};
+  auto it = slices.find({w.layer, w.expert});
+  if (it == slices.end()) return {};
+  const ExpertSlice& s = it->second;
+  if (w.role != WeightRole::kExpertW2) {
+    const int64_t row = w.shape[1];
+    return {{s.intermediate_begin * row, s.intermediate_end * row}};
+  }
+  const int64_t rows = w.shape[0], cols = w.shape[1];
+  std::vector<Range> out;
+  out.reserve(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) out.push_back({r * cols + s.intermediate_begin, r * cols + s.intermediate_end});
+  return out;
+}
+
+// One unit of generation work: ranges [begin, end) of ranges_[tensor].
+struct Chunk {
+  size_t tensor;
+  size_t begin, end;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SyntheticTensorSource>> SyntheticTensorSource::Create(
+    const SyntheticModelSpec& spec, const SyntheticSourceOptions& options) {
   auto source = std::unique_ptr<SyntheticTensorSource>(new SyntheticTensorSource());
   TANDEM_ASSIGN_OR_RETURN(source->config_, SyntheticConfig(spec));
-  source->description_ = absl::StrCat("synthetic:", spec.preset, ":seed=", spec.seed);
-  const std::vector<WeightSpec> specs = ExpectedWeights(source->config_);
-  source->buffers_.resize(specs.size());
+  source->description_ = SyntheticModelName(spec);
+  const ModelConfig& config = source->config_;
+  std::map<std::pair<int, int>, ExpertSlice> slices;
+  for (const ExpertSlice& s : options.experts.slices) {
+    if (s.layer < 0 || s.layer >= config.num_hidden_layers || s.expert < 0 || s.expert >= config.num_local_experts ||
+        s.intermediate_begin < 0 || s.intermediate_end > config.intermediate_size || s.size() < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(source->description_, ": expert slice (layer ", s.layer,
+                                                     ", expert ", s.expert, ", rows [", s.intermediate_begin, ", ",
+                                                     s.intermediate_end, ")) is outside the model"));
+    }
+    slices[{s.layer, s.expert}] = s;
+  }
+
+  const absl::Time start = absl::Now();
+  const std::vector<WeightSpec> specs = ExpectedWeights(config);
+  const size_t element = DTypeSize(spec.dtype);
+  std::vector<std::vector<Range>> ranges(specs.size());
   std::vector<TensorView> views(specs.size());
-  ThreadPool pool({.num_threads = num_threads, .name = "synthetic"});
-  pool.ParallelFor(static_cast<int64_t>(specs.size()), [&](int64_t i, int) {
-    const WeightSpec& w = specs[static_cast<size_t>(i)];
-    const size_t bytes = static_cast<size_t>(NumElements(w.shape)) * DTypeSize(spec.dtype);
-    source->buffers_[static_cast<size_t>(i)] = std::make_unique_for_overwrite<uint8_t[]>(bytes);
-    FillSyntheticTensor(source->config_, w, spec.seed, spec.dtype, source->buffers_[static_cast<size_t>(i)].get());
-    views[static_cast<size_t>(i)] = TensorView{w.name, spec.dtype, w.shape, source->buffers_[static_cast<size_t>(i)].get(), bytes};
+  source->mappings_.reserve(specs.size());
+  // Chunks of about 4 MB balance the threads whatever the tensor sizes
+  // (a full Mixtral: 32000 x 4096 embeddings beside 4096-float norms).
+  constexpr int64_t kChunkElements = int64_t{2} << 20;
+  std::vector<Chunk> chunks;
+  for (size_t t = 0; t < specs.size(); ++t) {
+    const WeightSpec& w = specs[t];
+    views[t] = TensorView{w.name, spec.dtype, w.shape, nullptr, 0};
+    ranges[t] = WantedRanges(w, options, slices);
+    if (ranges[t].empty() || NumElements(w.shape) == 0) continue;
+    // A private anonymous mapping: pages never written (outside a worker's
+    // slices) are never backed by memory.
+    const size_t bytes = static_cast<size_t>(NumElements(w.shape)) * element;
+    void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (data == MAP_FAILED) {
+      return absl::ResourceExhaustedError(absl::StrCat(source->description_, ": cannot allocate ", bytes,
+                                                       " bytes for ", w.name, ": ", std::strerror(errno)));
+    }
+    source->mappings_.push_back({data, bytes});
+    views[t].data = data;
+    views[t].size_bytes = bytes;
+    // Split the ranges into chunks; a large range is cut, small ones grouped.
+    std::vector<Range> split;
+    for (const Range& r : ranges[t]) {
+      for (int64_t b = r.first; b < r.second; b += kChunkElements) split.push_back({b, std::min(r.second, b + kChunkElements)});
+    }
+    ranges[t] = std::move(split);
+    int64_t elements = 0;
+    size_t first = 0;
+    for (size_t i = 0; i < ranges[t].size(); ++i) {
+      elements += ranges[t][i].second - ranges[t][i].first;
+      source->generated_bytes_ += (ranges[t][i].second - ranges[t][i].first) * static_cast<int64_t>(element);
+      if (elements >= kChunkElements || i + 1 == ranges[t].size()) {
+        chunks.push_back({t, first, i + 1});
+        first = i + 1;
+        elements = 0;
+      }
+    }
+  }
+  ThreadPool pool({.num_threads = std::max(1, options.num_threads), .name = "synthetic"});
+  pool.ParallelFor(static_cast<int64_t>(chunks.size()), [&](int64_t i, int) {
+    const Chunk& c = chunks[static_cast<size_t>(i)];
+    for (size_t r = c.begin; r < c.end; ++r) {
+      const Range& range = ranges[c.tensor][r];
+      FillSyntheticRange(config, specs[c.tensor], spec.seed, spec.dtype, const_cast<void*>(views[c.tensor].data),
+                         range.first, range.second);
+    }
   });
+  source->generate_seconds_ = absl::ToDoubleSeconds(absl::Now() - start);
   for (TensorView& v : views) source->views_.emplace(v.name, std::move(v));
   return source;
+}
+
+SyntheticTensorSource::~SyntheticTensorSource() {
+  for (const Mapping& m : mappings_) munmap(m.data, m.bytes);
 }
 
 absl::StatusOr<TensorView> SyntheticTensorSource::Get(const std::string& name) const {

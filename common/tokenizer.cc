@@ -59,6 +59,15 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const fs::path& model
   return std::unique_ptr<Tokenizer>(new Tokenizer(model_file, std::move(processor)));
 }
 
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromModelProto(const std::string& model_proto,
+                                                                   const std::string& name) {
+  auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  const absl::Status status =
+      FromSentencePiece(processor->LoadFromSerializedProto(model_proto), "cannot load tokenizer", name);
+  if (!status.ok()) return status;
+  return std::unique_ptr<Tokenizer>(new Tokenizer(name, std::move(processor)));
+}
+
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool add_bos) const {
   if (add_bos && bos_id() < 0) {
     return absl::FailedPreconditionError(absl::StrCat(path_.string(), ": tokenizer has no BOS piece"));
@@ -108,12 +117,18 @@ std::vector<fs::path> DefaultTokenizerCorpus() {
   return files;
 }
 
-absl::Status TrainTokenizer(const TokenizerTrainOptions& options) {
+namespace {
+
+// The trainer's settings for `options` (see TrainTokenizer), after checking
+// them; shared by the file and the in-memory training so both give the same
+// model.
+absl::StatusOr<std::unordered_map<std::string, std::string>> TrainerFlags(const TokenizerTrainOptions& options,
+                                                                          bool need_prefix) {
   if (options.input_files.empty()) {
     return absl::NotFoundError(absl::StrCat("no training text found in ", kDefaultTokenizerCorpusDir,
                                             " (or TokenizerTrainOptions.input_files is empty)"));
   }
-  if (options.model_prefix.empty() || options.vocab_size <= 0) {
+  if ((need_prefix && options.model_prefix.empty()) || options.vocab_size <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("tokenizer training needs a model_prefix and a positive vocab_size, got \"",
                      options.model_prefix.string(), "\" and ", options.vocab_size));
@@ -131,9 +146,8 @@ absl::Status TrainTokenizer(const TokenizerTrainOptions& options) {
     inputs.push_back(file.string());
   }
   // A map rather than a flag string: paths may hold spaces.
-  const std::unordered_map<std::string, std::string> flags = {
+  std::unordered_map<std::string, std::string> flags = {
       {"input", absl::StrJoin(inputs, ",")},
-      {"model_prefix", options.model_prefix.string()},
       {"vocab_size", absl::StrCat(options.vocab_size)},
       {"hard_vocab_limit", "false"},
       {"model_type", "bpe"},
@@ -152,8 +166,31 @@ absl::Status TrainTokenizer(const TokenizerTrainOptions& options) {
       {"shuffle_input_sentence", "false"},  // beyond the bound keep the first lines: no sampling
       {"minloglevel", "2"},
   };
-  return FromSentencePiece(sentencepiece::SentencePieceTrainer::Train(flags), "training tokenizer",
+  // The trainer takes a prefix (and writes files) or returns the model, not
+  // both. The prefix is recorded in the model's trainer spec: the only byte
+  // difference between the two ways of training.
+  if (need_prefix) flags["model_prefix"] = options.model_prefix.string();
+  return flags;
+}
+
+}  // namespace
+
+absl::Status TrainTokenizer(const TokenizerTrainOptions& options) {
+  auto flags = TrainerFlags(options, /*need_prefix=*/true);
+  if (!flags.ok()) return flags.status();
+  return FromSentencePiece(sentencepiece::SentencePieceTrainer::Train(*flags), "training tokenizer",
                            options.model_prefix);
+}
+
+absl::StatusOr<std::string> TrainTokenizerInMemory(const TokenizerTrainOptions& options) {
+  auto flags = TrainerFlags(options, /*need_prefix=*/false);
+  if (!flags.ok()) return flags.status();
+  std::string model_proto;
+  const absl::Status status = FromSentencePiece(
+      sentencepiece::SentencePieceTrainer::Train(*flags, nullptr, &model_proto), "training tokenizer",
+      options.model_prefix.empty() ? fs::path("(in memory)") : options.model_prefix);
+  if (!status.ok()) return status;
+  return model_proto;
 }
 
 }  // namespace tandem

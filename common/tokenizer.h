@@ -29,6 +29,11 @@ class Tokenizer {
   // NotFound or InvalidArgument naming `model_file` when it is missing or not
   // a SentencePiece model.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::filesystem::path& model_file);
+  // From the bytes of a .model file (a serialized model proto, e.g. from
+  // TrainTokenizerInMemory); `name` stands for the file in errors.
+  // InvalidArgument naming `name` when the bytes are no SentencePiece model.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromModelProto(const std::string& model_proto,
+                                                                    const std::string& name);
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
@@ -78,5 +83,11 @@ struct TokenizerTrainOptions {
 // order, no sampling, so SentencePiece needs no seed). Silences
 // SentencePiece's own logging process-wide.
 absl::Status TrainTokenizer(const TokenizerTrainOptions& options);
+// The same training, returning the model (a serialized model proto, what
+// TrainTokenizer writes to <prefix>.model) instead of writing any file; the
+// same pieces and ids, and the same bytes except for the recorded
+// model_prefix, which is empty here (so the bytes do not depend on where a
+// model is written). options.model_prefix only names the model in errors.
+absl::StatusOr<std::string> TrainTokenizerInMemory(const TokenizerTrainOptions& options);
 
 }  // namespace tandem

@@ -5,6 +5,7 @@
 //   tandem-server --model models/demo
 //   tandem-server --model DIR --listen unix:/run/tandem/server.sock,127.0.0.1:50051 --max_sequences 32
 //   tandem-server --model DIR --workers unix:/run/tandem/worker-0.sock,unix:/run/tandem/worker-1.sock
+//   tandem-server --synthetic mixtral-8x7b --synthetic_seed 1   (generated in memory, ~93 GB of RAM)
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -35,7 +36,6 @@
 #include "coordinator/inference_service.h"
 #include "coordinator/scheduler.h"
 
-ABSL_FLAG(std::string, model, "", "model directory (config.json, *.safetensors, tokenizer.model)");
 ABSL_FLAG(std::string, listen, "",
           "comma-separated addresses: unix:/path/to.sock and/or TCP as PORT (localhost) or host:port (give "
           "0.0.0.0 only if you mean to expose the server); default unix:<runtime dir>/server.sock");
@@ -73,7 +73,8 @@ absl::Status PrepareUnixSocket(const std::string& address, std::vector<std::file
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Serve a MoE model over gRPC (tandem.v1.Inference).\n"
-                               "  tandem-server --model models/demo [--listen unix:/path.sock,127.0.0.1:50051]");
+                               "  tandem-server --model models/demo [--listen unix:/path.sock,127.0.0.1:50051]\n"
+                               "  tandem-server --synthetic mixtral-8x7b --synthetic_seed 1 [--workers ...]");
   absl::ParseCommandLine(argc, argv);
   // Every thread started from here on inherits this mask; main waits for
   // the signals itself.
@@ -84,8 +85,9 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   if (absl::GetFlag(FLAGS_exit_with_parent)) prctl(PR_SET_PDEATHSIG, SIGTERM);
 
-  const std::string model_dir = absl::GetFlag(FLAGS_model);
-  if (model_dir.empty()) return Fail(absl::InvalidArgumentError("--model is required (a model directory)"));
+  // --model / --synthetic / --synthetic_seed are runtime_flags.cc's; checked first, so
+  // a bad one fails before anything is loaded or generated.
+  if (auto source = tandem::ModelSourceFromFlags(); !source.ok()) return Fail(source.status());
   std::string listen = absl::GetFlag(FLAGS_listen);
   if (listen.empty()) listen = tandem::DefaultServerAddress();
   if (absl::GetFlag(FLAGS_kv_cache_tokens) < 1 || absl::GetFlag(FLAGS_kv_block_size) < 1) {
@@ -104,7 +106,7 @@ int main(int argc, char** argv) {
   tandem::LocalRuntimeOptions runtime_options;
   runtime_options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
   runtime_options.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
-  auto opened = tandem::OpenRuntimeFromFlags(model_dir, runtime_options);
+  auto opened = tandem::OpenRuntimeFromFlags(runtime_options);
   if (!opened.ok()) return Fail(opened.status());
   std::unique_ptr<tandem::RemoteExpertExecutor>& remote = opened->remote;
   std::unique_ptr<tandem::LocalRuntime>* runtime = &opened->runtime;
@@ -113,12 +115,13 @@ int main(int argc, char** argv) {
   if (!scheduler.ok()) return Fail(scheduler.status());
 
   tandem::InferenceServiceOptions service_options;
-  service_options.model_dir = model_dir;
+  service_options.model_dir = (*runtime)->model().origin;  // the folder, or "synthetic:PRESET:LAYERS seed N"
   service_options.kv_cache_tokens = (*runtime)->kv_pool().max_blocks() * (*runtime)->kv_pool().options().block_size;
   tandem::LocalRuntime* rt = runtime->get();
   service_options.placement_summary =
-      remote ? absl::StrCat("experts on CPU workers: ", remote->Summary())
-             : absl::StrCat("experts in this process on ", rt->pool().num_threads(), " CPU threads");
+      absl::StrCat(rt->backend_name(), "; ",
+                   remote ? absl::StrCat("experts on CPU workers: ", remote->Summary())
+                          : absl::StrCat("experts in this process on ", rt->pool().num_threads(), " CPU threads"));
   if (tandem::Orchestrator* orchestrator = rt->orchestrator(); orchestrator != nullptr) {
     absl::StrAppend(&service_options.placement_summary, "; orchestrated over the ", orchestrator->stats().pool_kind,
                     " (", orchestrator->stats().num_slots, " slots)");
@@ -176,7 +179,7 @@ int main(int argc, char** argv) {
   }
   server->GetHealthCheckService()->SetServingStatus(true);
   const tandem::Model& m = (*runtime)->model();
-  LOG_INFO("tandem-server: model ", model_dir, " (", m.config.architecture_name, ", ", m.config.num_hidden_layers,
+  LOG_INFO("tandem-server: model ", m.origin, " (", m.config.architecture_name, ", ", m.config.num_hidden_layers,
            " layers, ", m.config.num_local_experts, " experts, top-", m.config.num_experts_per_tok, ")");
   LOG_INFO("tandem-server: ", service_options.placement_summary);
   LOG_INFO("tandem-server: KV cache ", service_options.kv_cache_tokens, " tokens in blocks of ",

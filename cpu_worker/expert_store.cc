@@ -61,9 +61,9 @@ void RunCopy(const CopyTask& task) {
 }
 
 absl::Status CheckMatrix(const LinearWeight& w, DType dtype, int64_t n, int64_t k, int layer, int expert,
-                         const char* name) {
+                         const char* name, bool need_data) {
   const std::string where = absl::StrCat("model layer ", layer, " expert ", expert, " ", name);
-  if (w.data == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no data"));
+  if (need_data && w.data == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no data"));
   if (w.n != n || w.k != k)
     return absl::InvalidArgumentError(absl::StrCat(where, " is [", w.n, ", ", w.k, "], expected [", n, ", ", k, "]"));
   if (w.dtype != dtype)
@@ -96,9 +96,10 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(const ModelWeig
   const DType dtype = model.layers[0].experts[0].w1.dtype;
   for (const ExpertSlice& s : slices) {
     const ExpertWeights& w = model.layers[static_cast<size_t>(s.layer)].experts[static_cast<size_t>(s.expert)];
-    TANDEM_RETURN_IF_ERROR(CheckMatrix(w.w1, dtype, intermediate, hidden, s.layer, s.expert, "gate_proj (w1)"));
-    TANDEM_RETURN_IF_ERROR(CheckMatrix(w.w3, dtype, intermediate, hidden, s.layer, s.expert, "up_proj (w3)"));
-    TANDEM_RETURN_IF_ERROR(CheckMatrix(w.w2, dtype, hidden, intermediate, s.layer, s.expert, "down_proj (w2)"));
+    const bool need_data = !options.fill;
+    TANDEM_RETURN_IF_ERROR(CheckMatrix(w.w1, dtype, intermediate, hidden, s.layer, s.expert, "gate_proj (w1)", need_data));
+    TANDEM_RETURN_IF_ERROR(CheckMatrix(w.w3, dtype, intermediate, hidden, s.layer, s.expert, "up_proj (w3)", need_data));
+    TANDEM_RETURN_IF_ERROR(CheckMatrix(w.w2, dtype, hidden, intermediate, s.layer, s.expert, "down_proj (w2)", need_data));
   }
 
   // The model's identity, recorded so a reader can check it is the same model.
@@ -159,7 +160,7 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(const ModelWeig
   // rows of the source; a w2 slice is a column range, copied row by row.
   char* base = static_cast<char*>(mapping);
   std::vector<CopyTask> tasks;
-  for (size_t i = 0; i < slices.size(); ++i) {
+  for (size_t i = 0; i < slices.size() && !options.fill; ++i) {
     const ExpertSlice& s = slices[i];
     const ExpertWeights& w = model.layers[static_cast<size_t>(s.layer)].experts[static_cast<size_t>(s.expert)];
     const int64_t row = hidden * element;  // a w1/w3 row
@@ -170,7 +171,45 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(const ModelWeig
     AddCopy(tasks, base + table[i].w2_offset, static_cast<const char*>(w.w2.data) + s.intermediate_begin * element,
             hidden, s.size() * element, intermediate * element, s.size() * element);
   }
-  if (options.pool != nullptr) {
+  if (options.fill) {
+    // The same slicing, generated in place: w1/w3 rows [b, e) are elements
+    // [b*D, e*D) of the tensor; w2 row r's columns [b, e) are elements
+    // [r*I + b, r*I + e). Tasks of about kCopyChunkBytes, as for copies.
+    struct FillTask {
+      size_t slice;
+      WeightRole role;
+      int64_t row_begin, row_end;  // rows of the slice's matrix in the region
+    };
+    std::vector<FillTask> fills;
+    for (size_t i = 0; i < slices.size(); ++i) {
+      const int64_t w13_rows = std::max<int64_t>(1, kCopyChunkBytes / (hidden * element));
+      const int64_t w2_rows = std::max<int64_t>(1, kCopyChunkBytes / (slices[i].size() * element));
+      for (WeightRole role : {WeightRole::kExpertW1, WeightRole::kExpertW3}) {
+        for (int64_t r = 0; r < slices[i].size(); r += w13_rows)
+          fills.push_back({i, role, r, std::min(slices[i].size(), r + w13_rows)});
+      }
+      for (int64_t r = 0; r < hidden; r += w2_rows) fills.push_back({i, WeightRole::kExpertW2, r, std::min(hidden, r + w2_rows)});
+    }
+    auto run = [&](const FillTask& f) {
+      const ExpertSlice& s = slices[f.slice];
+      if (f.role == WeightRole::kExpertW2) {
+        char* out = base + table[f.slice].w2_offset;
+        for (int64_t r = f.row_begin; r < f.row_end; ++r) {
+          options.fill(s.layer, s.expert, f.role, r * intermediate + s.intermediate_begin,
+                       r * intermediate + s.intermediate_end, out + r * s.size() * element);
+        }
+        return;
+      }
+      char* out = base + (f.role == WeightRole::kExpertW1 ? table[f.slice].w1_offset : table[f.slice].w3_offset);
+      options.fill(s.layer, s.expert, f.role, (s.intermediate_begin + f.row_begin) * hidden,
+                   (s.intermediate_begin + f.row_end) * hidden, out + f.row_begin * hidden * element);
+    };
+    if (options.pool != nullptr) {
+      options.pool->ParallelFor(static_cast<int64_t>(fills.size()), [&](int64_t t, int) { run(fills[static_cast<size_t>(t)]); });
+    } else {
+      for (const FillTask& f : fills) run(f);
+    }
+  } else if (options.pool != nullptr) {
     options.pool->ParallelFor(static_cast<int64_t>(tasks.size()),
                               [&](int64_t t, int) { RunCopy(tasks[static_cast<size_t>(t)]); });
   } else {
@@ -211,7 +250,8 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(const ModelWeig
   LOG_INFO("expert store ", name, ": ", ExpertDivisionName(options.division), " worker ", options.worker_index, "/",
            options.num_workers, ", ", slices.size(), " slices, ", FormatBytes(region_bytes),
            options.numa_node >= 0 ? absl::StrCat(" on NUMA node ", options.numa_node) : std::string(" unbound"),
-           ", filled by ", options.pool != nullptr ? options.pool->num_threads() : 1, " thread(s) in ",
+           options.fill ? ", generated in place by " : ", filled by ",
+           options.pool != nullptr ? options.pool->num_threads() : 1, " thread(s) in ",
            absl::StrFormat("%.2f s (%.2f GB/s)", seconds, static_cast<double>(region_bytes) / 1e9 / seconds));
   return store;
 }

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "common/expert_store_view.h"
 #include "common/model_weights.h"
 #include "common/shm_region.h"
+#include "common/tensor_names.h"
 #include "common/thread_pool.h"
 
 namespace tandem {
@@ -36,6 +38,13 @@ struct ExpertStoreOptions {
   int num_workers = 1;
   int numa_node = -1;           // -1: no binding (single-node machine or unknown)
   ThreadPool* pool = nullptr;   // pinned compute threads: they first-touch the pages
+  // Set: the slices' bytes are written by this instead of copied from the
+  // model's expert views (which may then be null): a synthetic model's
+  // experts generated straight into the region, so the worker never holds
+  // them twice. Writes elements [begin, end) (row-major in the full tensor
+  // `role` of (layer, expert), kExpertW1/W2/W3) to `out`, contiguously.
+  // Called on `pool`'s threads, for disjoint outputs.
+  std::function<void(int layer, int expert, WeightRole role, int64_t begin, int64_t end, void* out)> fill;
 };
 
 // Owns the region. Immutable after Create (the worker maps it read-only once

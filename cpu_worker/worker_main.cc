@@ -1,6 +1,7 @@
 // tandem-cpu-worker: one CPU expert worker process (one per NUMA node).
 //   tandem-cpu-worker --model DIR --socket /run/tandem/w0.sock --worker_index 0 --num_workers 2 --division split
-//   tandem-cpu-worker --synthetic tiny:2 --seed 7 --socket /tmp/w0.sock --transport shm
+//   tandem-cpu-worker --synthetic tiny:2 --synthetic_seed 7 --socket /tmp/w0.sock --transport shm
+// (a synthetic worker generates only its own slices of the experts)
 //
 // Start-up: discover the topology, place this worker (its node and cores, or
 // --numa_node / --cpus), start its pinned compute pool, load the model, copy
@@ -24,6 +25,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,16 +33,15 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "common/log.h"
 #include "common/model.h"
 #include "common/model_fingerprint.h"
 #include "common/numa_topology.h"
 #include "common/status_macros.h"
 #include "common/synthetic_model.h"
+#include "common/tensor_names.h"
 #include "common/thread_pool.h"
 #include "cpu_worker/expert_store.h"
 #include "cpu_worker/store_expert_executor.h"
@@ -49,7 +50,7 @@
 ABSL_FLAG(std::string, model, "", "model directory (config.json + *.safetensors)");
 ABSL_FLAG(std::string, synthetic, "",
           "instead of --model: a synthetic preset generated in memory, PRESET[:layers] (as tandem-make-model)");
-ABSL_FLAG(uint64_t, seed, 0, "seed of the --synthetic weights");
+ABSL_FLAG(uint64_t, synthetic_seed, 0, "seed of the --synthetic weights (as tandem-make-model --seed)");
 ABSL_FLAG(std::string, socket, "", "unix socket path to serve on");
 ABSL_FLAG(int32_t, worker_index, 0, "this worker's index in [0, num_workers)");
 ABSL_FLAG(int32_t, num_workers, 1, "how many workers share the experts");
@@ -75,10 +76,7 @@ namespace {
 
 // The flags, copied once and checked together.
 struct WorkerConfig {
-  std::string model_dir;
-  std::string synthetic_preset;
-  int64_t synthetic_layers = 0;
-  uint64_t seed = 0;
+  ModelSource model;  // --model, or --synthetic and --synthetic_seed
   std::string socket;
   int worker_index = 0;
   int num_workers = 1;
@@ -100,21 +98,9 @@ struct WorkerConfig {
 
 absl::StatusOr<WorkerConfig> ConfigFromFlags() {
   WorkerConfig c;
-  c.model_dir = absl::GetFlag(FLAGS_model);
-  const std::string synthetic = absl::GetFlag(FLAGS_synthetic);
-  if (c.model_dir.empty() == synthetic.empty()) {
-    return absl::InvalidArgumentError("give exactly one of --model DIR or --synthetic PRESET[:layers]");
-  }
-  if (!synthetic.empty()) {
-    std::vector<std::string> parts = absl::StrSplit(synthetic, ':');
-    c.synthetic_preset = parts[0];
-    if (parts.size() > 2 || (parts.size() == 2 && (!absl::SimpleAtoi(parts[1], &c.synthetic_layers) ||
-                                                   c.synthetic_layers < 1))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--synthetic \"", synthetic, "\": expected PRESET or PRESET:layers with layers >= 1"));
-    }
-  }
-  c.seed = absl::GetFlag(FLAGS_seed);
+  // The same parsing and messages as tandem-server and tandem-generate.
+  TANDEM_ASSIGN_OR_RETURN(c.model,
+                          ParseModelSource(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_synthetic), absl::GetFlag(FLAGS_synthetic_seed)));
   c.socket = absl::GetFlag(FLAGS_socket);
   if (c.socket.empty()) return absl::InvalidArgumentError("--socket is required (a unix socket path)");
   if (c.socket.size() > 100) {
@@ -248,10 +234,30 @@ absl::StatusOr<WorkerPlacement> Place(const WorkerConfig& c, const NumaTopology&
 }
 
 absl::StatusOr<ModelConfig> LoadConfigOnly(const WorkerConfig& c) {
-  if (!c.synthetic_preset.empty()) {
-    return SyntheticConfig(SyntheticModelSpec{.preset = c.synthetic_preset, .num_layers = c.synthetic_layers, .seed = c.seed});
-  }
-  return LoadModelConfig(std::filesystem::path(c.model_dir) / "config.json");
+  if (c.model.synthetic) return SyntheticConfig(*c.model.synthetic);
+  return LoadModelConfig(std::filesystem::path(c.model.model_dir) / "config.json");
+}
+
+// The model this worker takes its slices from. A synthetic one is generated
+// without experts, dense matrices or tokenizer (only the small vectors the
+// loader reads): the store generates this worker's slices straight into its
+// region (SyntheticStoreFill), so no expert byte exists twice and none of
+// another worker's share exists at all.
+absl::StatusOr<std::unique_ptr<Model>> LoadWorkerModel(const WorkerConfig& c, int num_threads) {
+  if (!c.model.synthetic) return LoadModel(c.model.model_dir);
+  ModelLoadOptions load{.num_threads = num_threads, .dense_matrices = false, .tokenizer = false};
+  load.experts.mode = SyntheticExperts::Mode::kNone;
+  return LoadSyntheticModel(*c.model.synthetic, load);
+}
+
+// ExpertStoreOptions::fill for a synthetic model: the values
+// FillSyntheticTensor gives those elements.
+std::function<void(int, int, WeightRole, int64_t, int64_t, void*)> SyntheticStoreFill(const ModelConfig& config,
+                                                                                      const SyntheticModelSpec& spec) {
+  return [config, spec](int layer, int expert, WeightRole role, int64_t begin, int64_t end, void* out) {
+    const WeightSpec w{WeightName(config, role, layer, expert), role, layer, expert, WeightShape(config, role)};
+    FillSyntheticRange(config, w, spec.seed, spec.dtype, out, begin, end, /*out_first=*/begin);
+  };
 }
 
 // A region name left behind by a killed predecessor (we hold the socket lock,
@@ -299,12 +305,7 @@ int Run(const WorkerConfig& c) {
     options.compute = "echo";
     options.kernels = {"memcpy"};
   } else {
-    absl::StatusOr<std::unique_ptr<Model>> model =
-        c.synthetic_preset.empty()
-            ? LoadModel(c.model_dir)
-            : LoadSyntheticModel(SyntheticModelSpec{.preset = c.synthetic_preset, .num_layers = c.synthetic_layers,
-                                                    .seed = c.seed},
-                                 p.num_threads());
+    absl::StatusOr<std::unique_ptr<Model>> model = LoadWorkerModel(c, p.num_threads());
     if (!model.ok()) return fail(model.status());
     options.config = (*model)->config;
     auto fingerprint = FingerprintModel((*model)->config, *(*model)->weights->source);
@@ -315,7 +316,10 @@ int Run(const WorkerConfig& c) {
                                                                               .worker_index = c.worker_index,
                                                                               .num_workers = c.num_workers,
                                                                               .numa_node = p.numa_node,
-                                                                              .pool = &pool});
+                                                                              .pool = &pool,
+                                                                              .fill = c.model.synthetic
+                                                                                          ? SyntheticStoreFill((*model)->config, *c.model.synthetic)
+                                                                                          : nullptr});
     if (!created.ok()) return fail(created.status());
     store = std::move(*created);
     model->reset();  // the store holds this worker's slices; drop the checkpoint (never a full copy per node)
@@ -330,7 +334,7 @@ int Run(const WorkerConfig& c) {
   if (c.shm) {
     options.arena = ArenaOptions{.name = c.arena_region(), .num_slots = c.arena_slots, .slot_bytes = c.arena_slot_bytes};
   }
-  const std::string model_origin = c.synthetic_preset.empty() ? c.model_dir : absl::StrCat("synthetic:", c.synthetic_preset);
+  const std::string model_origin = c.model.Describe();
   const std::string fingerprint = FingerprintString(options.fingerprint);
   const size_t num_slices = options.slices.size();
   const std::string weights_region = options.weights_region;

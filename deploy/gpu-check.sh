@@ -8,7 +8,8 @@
 #
 #   1. Here, build for sm_90 only (a five-arch build is slower and bigger):
 #        cmake -S . -B /tmp/build-cuda90 -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
-#        cmake --build /tmp/build-cuda90 -j2 --target tandem-gpu-info cuda_device_test cuda_expert_pool_test
+#        cmake --build /tmp/build-cuda90 -j2 --target tandem-gpu-info tandem-gpu-bench cuda_device_test \
+#          cuda_expert_pool_test cuda_backend_test gpu_runtime_test
 #      (building a test also builds the server, CLI and Python module it
 #      depends on; that is the test CMakeLists' rule, not needed here.)
 #   2. Here, bundle the binaries and every shared library `ldd` resolves for
@@ -18,30 +19,50 @@
 #      the GPU machine has them):
 #        deploy/gpu-check.sh bundle /tmp/build-cuda90 build-gpu
 #      build-gpu/ is inside the repo and ignored by .gitignore (/build*/),
-#      so it can be carried; the script refuses a bundle over 60 MiB. Seen:
-#      ~51 MiB (34 libraries; libdnnl alone is 38 MiB), the repo ~2 MB more.
+#      so it can be carried. It holds one file, tandem-gpu.tar.xz: the
+#      stripped binaries and libraries unpacked come to ~65 MiB (libdnnl
+#      alone is 38 MiB; each test binary ~5 MiB), over the 64 MiB a call
+#      carries, and xz brings them to ~15 MiB. The script refuses an archive
+#      over 60 MiB.
 #   3. On the GPU machine, in one call (carry: ["build-gpu"]):
 #        deploy/gpu-check.sh run build-gpu
+#      (each mode unpacks the archive into /tmp/tandem-gpu first.)
 #      It finds CUDA 13's libcublas there (/usr/local/cuda*/lib64, or the
 #      nvidia-cublas Python wheel PyTorch uses), prints tandem-gpu-info,
 #      runs each CUDA test, and fails if any test fails or SKIPS (a skip on
 #      a GPU machine means the GPU was not seen). Logs go to $OUT when set.
+#   4. On the GPU machine, the benchmarks (Fiddler App. A, PCIe peak,
+#      migration overlap; bench/gpu_bench.cc), in one call:
+#        deploy/gpu-check.sh bench build-gpu [tandem-gpu-bench flags...]
+#      writes $OUT/gpu-bench.jsonl (JSON lines as bench/results/ holds them;
+#      copy it there under a name saying the machine) and
+#      $OUT/gpu-bench.log (stderr). About a minute with the defaults.
+#      `deploy/gpu-check.sh all build-gpu` runs the tests, then the bench.
 #
-# Exit status: 0 when every test passed on the GPU.
+# Exit status: 0 when every test passed on the GPU (run), when the bench
+# measured (bench: tandem-gpu-bench's own status, 2 = no GPU seen), or both
+# (all).
 set -euo pipefail
 
-BINARIES=(tandem-gpu-info cuda_device_test cuda_expert_pool_test)
+BINARIES=(tandem-gpu-info tandem-gpu-bench cuda_device_test cuda_expert_pool_test cuda_backend_test gpu_runtime_test)
+# The GoogleTest binaries `run` runs, in this order (the cheap ones first).
+TESTS=(cuda_device_test cuda_expert_pool_test cuda_backend_test gpu_runtime_test)
+ARCHIVE=tandem-gpu.tar.xz
+UNPACKED=/tmp/tandem-gpu
 LIMIT_BYTES=$((60 * 1024 * 1024))
 
 usage() {
   echo "usage: $0 bundle BUILD_DIR [BUNDLE_DIR]   (here: collect binaries + libraries)" >&2
-  echo "       $0 run [BUNDLE_DIR]                (on the GPU machine)" >&2
+  echo "       $0 run [BUNDLE_DIR]                (on the GPU machine: the CUDA tests)" >&2
+  echo "       $0 bench [BUNDLE_DIR] [FLAGS...]   (on the GPU machine: tandem-gpu-bench)" >&2
+  echo "       $0 all [BUNDLE_DIR]                (on the GPU machine: run, then bench)" >&2
   exit 2
 }
 
 bundle() {
-  local build=$1 dest=${2:-build-gpu}
-  rm -rf "$dest"
+  local build=$1 out=${2:-build-gpu}
+  local dest
+  dest=$(mktemp -d)
   mkdir -p "$dest/bin" "$dest/lib"
   local bin
   for bin in "${BINARIES[@]}"; do
@@ -50,7 +71,9 @@ bundle() {
       exit 1
     fi
     cp "$build/bin/$bin" "$dest/bin/"
-    strip --strip-debug "$dest/bin/$bin" 2>/dev/null || true
+    # Symbol tables too (not only debug info): the bundle is near its limit
+    # and nothing on the GPU machine needs them; backtraces lose names.
+    strip --strip-unneeded "$dest/bin/$bin" 2>/dev/null || true
     # "libfoo.so.1 => /path/libfoo.so.1 (0x...)": copy the resolved path.
     ldd "$build/bin/$bin" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r name path; do
       case "$name" in
@@ -60,9 +83,14 @@ bundle() {
       [[ -e "$dest/lib/$name" ]] || cp -L "$path" "$dest/lib/$name"
     done
   done
-  local bytes
-  bytes=$(du -sb "$dest" | cut -f1)
-  echo "bundle $dest: $(ls "$dest/lib" | wc -l) libraries, $((bytes / 1024 / 1024)) MiB"
+  local unpacked bytes
+  unpacked=$(du -sb "$dest" | cut -f1)
+  rm -rf "$out"
+  mkdir -p "$out"
+  tar -C "$dest" -cf - bin lib | xz -T2 -6 > "$out/$ARCHIVE"
+  rm -rf "$dest"
+  bytes=$(stat -c %s "$out/$ARCHIVE")
+  echo "bundle $out/$ARCHIVE: ${#BINARIES[@]} binaries, $((unpacked / 1024 / 1024)) MiB unpacked, $((bytes / 1024 / 1024)) MiB packed"
   if ((bytes > LIMIT_BYTES)); then
     echo "bundle is over $((LIMIT_BYTES / 1024 / 1024)) MiB: the device call carries 64 MiB with the repo" >&2
     exit 1
@@ -83,9 +111,25 @@ for p in sys.path:
 EOF
 }
 
-run() {
-  local bundle_dir=${1:-build-gpu}
-  local log_dir=${OUT:-/tmp/gpu-check}
+# Unpacks BUNDLE_DIR's archive into $UNPACKED (python3's tarfile where xz is
+# missing), points LD_LIBRARY_PATH at it and CUDA 13's cuBLAS, and checks
+# that every binary's libraries resolve. Sets log_dir and bundle_dir (the
+# unpacked bundle: bin/, lib/).
+setup_env() {
+  local archive=$1/$ARCHIVE
+  if [[ ! -f "$archive" ]]; then
+    echo "$archive not found: make it here with '$0 bundle BUILD_DIR $1' and carry $1" >&2
+    exit 1
+  fi
+  rm -rf "$UNPACKED"
+  mkdir -p "$UNPACKED"
+  if command -v xz > /dev/null; then
+    xz -dc "$archive" | tar -C "$UNPACKED" -xf -
+  else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2])' "$archive" "$UNPACKED"
+  fi
+  bundle_dir=$UNPACKED
+  log_dir=${OUT:-/tmp/gpu-check}
   mkdir -p "$log_dir"
   local cublas_dir
   cublas_dir=$(find_cublas_dir)
@@ -93,7 +137,7 @@ run() {
     echo "libcublas.so.13 not found on this machine (CUDA 13 toolkit or nvidia-cublas wheel)" >&2
     exit 1
   fi
-  export LD_LIBRARY_PATH="$PWD/$bundle_dir/lib:$cublas_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH="$bundle_dir/lib:$cublas_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   echo "== libraries: bundle + $cublas_dir"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
   local missing
@@ -103,10 +147,14 @@ run() {
     echo "$missing" >&2
     exit 1
   fi
+}
+
+run() {
+  setup_env "${1:-build-gpu}"
   local failed=0 test
   echo "== tandem-gpu-info"
   "$bundle_dir/bin/tandem-gpu-info" 2>&1 | tee "$log_dir/tandem-gpu-info.log" || failed=1
-  for test in cuda_device_test cuda_expert_pool_test; do
+  for test in "${TESTS[@]}"; do
     echo "== $test"
     if ! "$bundle_dir/bin/$test" --gtest_color=no 2>&1 | tee "$log_dir/$test.log"; then
       failed=1
@@ -118,13 +166,39 @@ run() {
   done
   if ((failed)); then
     echo "== FAILED (logs in $log_dir)"
-    exit 1
+    return 1
   fi
   echo "== all CUDA checks passed (logs in $log_dir)"
+}
+
+# tandem-gpu-bench with the default measurements (extra flags pass through),
+# JSON lines to $OUT/gpu-bench.jsonl. Its exit status is the answer: 2 when
+# it saw no GPU, so an empty run never passes for a measurement.
+bench() {
+  local carried=${1:-build-gpu}
+  shift || true
+  setup_env "$carried"
+  local jsonl="$log_dir/gpu-bench.jsonl" status=0
+  echo "== tandem-gpu-bench $*"
+  # stderr to the log (kept in $OUT even if the call is cut short), then shown.
+  "$bundle_dir/bin/tandem-gpu-bench" --out "$jsonl" "$@" 2>"$log_dir/gpu-bench.log" || status=$?
+  cat "$log_dir/gpu-bench.log" >&2
+  if ((status != 0)); then
+    echo "== tandem-gpu-bench FAILED with status $status (log in $log_dir/gpu-bench.log)" >&2
+    return "$status"
+  fi
+  echo "== tandem-gpu-bench: $(wc -l < "$jsonl") records in $jsonl"
 }
 
 case "${1:-}" in
   bundle) [[ $# -ge 2 ]] || usage; bundle "$2" "${3:-build-gpu}" ;;
   run) run "${2:-build-gpu}" ;;
+  bench) shift; bench "$@" ;;
+  all)
+    run_status=0
+    run "${2:-build-gpu}" || run_status=$?
+    bench "${2:-build-gpu}" || exit $?
+    exit "$run_status"
+    ;;
   *) usage ;;
 esac

@@ -6,6 +6,8 @@
 # and stops them all cleanly.
 #
 #   deploy/tandem-launch.sh start --model models/demo [--workers 2] [--division split|shard] [--transport shm|inline]
+#   deploy/tandem-launch.sh start --synthetic mixtral-8x7b --synthetic_seed 1 --workers 2   (generated in memory: each
+#     worker its share of the experts, the server the rest)
 #                                 [--listen 127.0.0.1:50051] [--server-args "--max_sequences 32"]
 #   deploy/tandem-launch.sh generate --prompt "The licensee may" -n 32     # tandem CLI against the server
 #   deploy/tandem-launch.sh beam --prompt "The licensee may" --beam_width 4 -n 16
@@ -65,10 +67,12 @@ server_address() { echo "unix:$runtime_dir/server.sock"; }
 cmd="${1:-}"; shift || true
 case "$cmd" in
   start)
-    model="" workers=-1 division=split transport=shm listen="" server_args=""
+    model="" synthetic="" seed=0 workers=-1 division=split transport=shm listen="" server_args=""
     while [ $# -gt 0 ]; do
       case "$1" in
         --model) model="$2"; shift 2 ;;
+        --synthetic) synthetic="$2"; shift 2 ;;
+        --synthetic_seed) seed="$2"; shift 2 ;;
         --workers) workers="$2"; shift 2 ;;
         --division) division="$2"; shift 2 ;;
         --transport) transport="$2"; shift 2 ;;
@@ -78,7 +82,11 @@ case "$cmd" in
         *) die "start: unknown option $1" ;;
       esac
     done
-    [ -n "$model" ] || die "start: --model DIR is required"
+    # The programs check the pair themselves (exactly one of the two).
+    model_flags=()
+    [ -z "$model" ] || model_flags+=(--model "$model")
+    [ -z "$synthetic" ] || model_flags+=(--synthetic "$synthetic" --synthetic_seed "$seed")
+    [ -n "$model$synthetic" ] || die "start: --model DIR or --synthetic PRESET[:layers] is required"
     for b in tandem-server tandem-cpu-worker tandem; do
       [ -x "$bin/$b" ] || die "$bin/$b not found: build first (cmake --build build)"
     done
@@ -88,12 +96,12 @@ case "$cmd" in
     echo "$workers" > "$runtime_dir/num_workers"
     for ((i = 0; i < workers; i++)); do
       # Each worker plans its own node and cores from its index (common/numa_topology.h).
-      setsid "$bin/tandem-cpu-worker" --model "$model" --socket "$runtime_dir/worker-$i.sock" \
+      setsid "$bin/tandem-cpu-worker" "${model_flags[@]}" --socket "$runtime_dir/worker-$i.sock" \
         --worker_index "$i" --num_workers "$workers" --division "$division" --transport "$transport" \
         --region_prefix "/tandem-$(id -u)-$i" > "$runtime_dir/worker-$i.log" 2>&1 < /dev/null &
       echo $! > "$runtime_dir/worker-$i.pid"
     done
-    server_flags=(--model "$model" --listen "$(server_address)${listen:+,$listen}")
+    server_flags=("${model_flags[@]}" --listen "$(server_address)${listen:+,$listen}")
     if [ "$workers" -gt 0 ]; then
       server_flags+=(--workers "$(worker_list)" --transport "$transport" --connect_timeout_ms 60000)
     fi
@@ -102,7 +110,10 @@ case "$cmd" in
     echo $! > "$runtime_dir/server.pid"
     # Healthy = the server answers, which it does only after every worker
     # connected and passed its fingerprint check.
-    deadline=$((SECONDS + 120))
+    # Generating a full-size synthetic model takes minutes, not seconds.
+    wait_s=120
+    [ -z "$synthetic" ] || wait_s=900
+    deadline=$((SECONDS + wait_s))
     until "$bin/tandem" info --server "$(server_address)" > /dev/null 2>&1; do
       if ! kill -0 "$(cat "$runtime_dir/server.pid")" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
         tail -5 "$runtime_dir"/*.log >&2 || true

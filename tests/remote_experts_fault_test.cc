@@ -49,7 +49,7 @@ class WorkerFixture : public ::testing::Test {
       o.region_prefix = prefix;
       o.worker_index = i;
       o.num_workers = n;
-      o.extra_args = {"--synthetic", "tiny", "--seed", absl::StrCat(kSeed), "--division", division,
+      o.extra_args = {"--synthetic", "tiny", "--synthetic_seed", absl::StrCat(kSeed), "--division", division,
                       "--transport", "shm", "--threads", "1", "--arena_slot_mb", "1"};
       o.log = dir_.path() / absl::StrCat("w", i, ".log");
       workers_.push_back(std::make_unique<WorkerProcess>(o));

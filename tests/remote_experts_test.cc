@@ -102,7 +102,7 @@ class RemoteExpertsTest : public ::testing::TestWithParam<Case> {
       o.region_prefix = prefix;
       o.worker_index = i;
       o.num_workers = n;
-      o.extra_args = {"--synthetic", preset, "--seed", absl::StrCat(kSeed), "--division", division,
+      o.extra_args = {"--synthetic", preset, "--synthetic_seed", absl::StrCat(kSeed), "--division", division,
                       "--transport", worker_transport, "--threads", "1", "--arena_slot_mb", absl::StrCat(arena_slot_mb)};
       o.log = dir_.path() / absl::StrCat("w", i, ".log");
       workers_.push_back(std::make_unique<WorkerProcess>(o));

@@ -51,9 +51,9 @@ absl::Status WriteTestModel(const std::filesystem::path& dir) {
                              {.with_tokenizer = true});
 }
 
-absl::StatusOr<std::vector<int32_t>> GreedyInProcess(const std::filesystem::path& model_dir,
-                                                     const std::vector<int32_t>& prompt, int max_tokens) {
-  auto runtime = LocalRuntime::Open(model_dir, {.num_threads = 1});
+absl::StatusOr<std::vector<int32_t>> GreedyInProcess(std::unique_ptr<Model> model, const std::vector<int32_t>& prompt,
+                                                     int max_tokens) {
+  auto runtime = LocalRuntime::Create(std::move(model), {.num_threads = 1});
   if (!runtime.ok()) return runtime.status();
   GenerationRequest request;
   request.prompt_ids = prompt;
@@ -65,6 +65,13 @@ absl::StatusOr<std::vector<int32_t>> GreedyInProcess(const std::filesystem::path
   std::vector<int32_t> ids;
   for (const GeneratedToken& t : result->tokens) ids.push_back(t.id);
   return ids;
+}
+
+absl::StatusOr<std::vector<int32_t>> GreedyInProcess(const std::filesystem::path& model_dir,
+                                                     const std::vector<int32_t>& prompt, int max_tokens) {
+  auto model = LoadModel(model_dir);
+  if (!model.ok()) return model.status();
+  return GreedyInProcess(std::move(*model), prompt, max_tokens);
 }
 
 }  // namespace tandem

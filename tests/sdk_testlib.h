@@ -6,12 +6,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/model.h"
 
 namespace tandem {
 
@@ -35,5 +37,7 @@ absl::Status WriteTestModel(const std::filesystem::path& dir);
 // engine (LocalRuntime).
 absl::StatusOr<std::vector<int32_t>> GreedyInProcess(const std::filesystem::path& model_dir,
                                                      const std::vector<int32_t>& prompt, int max_tokens);
+absl::StatusOr<std::vector<int32_t>> GreedyInProcess(std::unique_ptr<Model> model, const std::vector<int32_t>& prompt,
+                                                     int max_tokens);
 
 }  // namespace tandem

@@ -21,10 +21,9 @@ std::unique_ptr<v1::Inference::Stub> ServerProcess::NewStub() const {
 }
 
 absl::Status ServerProcess::Start(absl::Duration timeout) {
-  std::vector<std::string> args = {std::string(TANDEM_BINARY_DIR) + "/bin/tandem-server",
-                                   "--model", options_.model_dir.string(),
-                                   "--listen", address(),
+  std::vector<std::string> args = {std::string(TANDEM_BINARY_DIR) + "/bin/tandem-server", "--listen", address(),
                                    "--exit_with_parent"};
+  if (!options_.model_dir.empty()) args.insert(args.end(), {"--model", options_.model_dir.string()});
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
   if (absl::Status status = process_.Spawn(args, options_.log); !status.ok()) return status;
   auto stub = NewStub();

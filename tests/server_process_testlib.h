@@ -16,7 +16,7 @@
 namespace tandem {
 
 struct ServerProcessOptions {
-  std::filesystem::path model_dir;
+  std::filesystem::path model_dir;  // empty: no --model (extra_args gives --synthetic)
   std::filesystem::path socket;
   std::vector<std::string> extra_args;  // e.g. --max_sequences 32 --threads 1
   std::filesystem::path log;
