@@ -38,6 +38,12 @@
 #      copy it there under a name saying the machine) and
 #      $OUT/gpu-bench.log (stderr). About a minute with the defaults.
 #      `deploy/gpu-check.sh all build-gpu` runs the tests, then the bench.
+#   5. On the GPU machine, the CUDA tests under compute-sanitizer (its
+#      memcheck, then racecheck; the toolkit's /usr/local/cuda*/bin):
+#        deploy/gpu-check.sh sanitize build-gpu [TOOL...]
+#      logs in $OUT/sanitize-TOOL-TEST.log; fails on any reported error.
+#      Slow (racecheck instruments every shared-memory access): run it in
+#      a call of its own.
 #
 # Exit status: 0 when every test passed on the GPU (run), when the bench
 # measured (bench: tandem-gpu-bench's own status, 2 = no GPU seen), or both
@@ -56,6 +62,7 @@ usage() {
   echo "       $0 run [BUNDLE_DIR]                (on the GPU machine: the CUDA tests)" >&2
   echo "       $0 bench [BUNDLE_DIR] [FLAGS...]   (on the GPU machine: tandem-gpu-bench)" >&2
   echo "       $0 all [BUNDLE_DIR]                (on the GPU machine: run, then bench)" >&2
+  echo "       $0 sanitize [BUNDLE_DIR] [TOOL...] (on the GPU machine: tests under compute-sanitizer)" >&2
   exit 2
 }
 
@@ -190,10 +197,48 @@ bench() {
   echo "== tandem-gpu-bench: $(wc -l < "$jsonl") records in $jsonl"
 }
 
+# The CUDA tests under compute-sanitizer, one tool at a time (default:
+# memcheck, racecheck). A skip counts as a failure, as in run.
+sanitize() {
+  setup_env "${1:-build-gpu}"
+  shift || true
+  local tools=("$@")
+  ((${#tools[@]})) || tools=(memcheck racecheck)
+  local sanitizer
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1 || true)
+  if [[ -z "$sanitizer" ]]; then
+    echo "compute-sanitizer not found (PATH, /usr/local/cuda*/bin)" >&2
+    return 1
+  fi
+  local failed=0 tool test log
+  for tool in "${tools[@]}"; do
+    for test in "${TESTS[@]}"; do
+      log="$log_dir/sanitize-$tool-$test.log"
+      echo "== compute-sanitizer --tool $tool $test"
+      if ! "$sanitizer" --tool "$tool" --error-exitcode 3 "$bundle_dir/bin/$test" --gtest_color=no > "$log" 2>&1; then
+        echo "$test under $tool FAILED (log $log)" >&2
+        grep -E "=========.*(ERROR|error|Error)|^\[  FAILED" "$log" | head -20 >&2 || true
+        failed=1
+      elif grep -q "^\[  SKIPPED \]" "$log"; then
+        echo "$test skipped under $tool: the GPU was not seen" >&2
+        failed=1
+      else
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1 || true
+      fi
+    done
+  done
+  if ((failed)); then
+    echo "== sanitize FAILED (logs in $log_dir)"
+    return 1
+  fi
+  echo "== compute-sanitizer ${tools[*]}: clean (logs in $log_dir)"
+}
+
 case "${1:-}" in
   bundle) [[ $# -ge 2 ]] || usage; bundle "$2" "${3:-build-gpu}" ;;
   run) run "${2:-build-gpu}" ;;
   bench) shift; bench "$@" ;;
+  sanitize) shift; sanitize "$@" ;;
   all)
     run_status=0
     run "${2:-build-gpu}" || run_status=$?
