@@ -26,15 +26,19 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> CreateExpertPool(const LocalOrchestr
   if (o.gpu_slots < 0 && o.gpu_memory_bytes <= 0) {
     pool_options.num_slots = static_cast<int>(config.num_hidden_layers * config.num_local_experts / 4);
   }
+  // Where migrations copy from: the workers' stores, or the model's weights
+  // where they lie (mapped files, the synthetic model's buffers).
+  ExpertSources sources = o.worker_experts != nullptr ? o.worker_experts->sources() : WholeExperts(experts);
   if (o.pool == ExpertPoolKind::kCuda) {
     CudaExpertPoolOptions cuda;
     cuda.pool = pool_options;
     cuda.device = o.cuda_device;
-    // Migrations read the weights where they lie (mapped files or the
-    // synthetic model's buffers), page-locked in place.
-    cuda.host_regions = ExpertHostRegions(experts, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
+    // Page-locked in place: no second host copy.
+    cuda.host_regions = o.worker_experts != nullptr
+                            ? o.worker_experts->regions()
+                            : ExpertHostRegions(sources, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<CudaExpertPool> pool,
-                            CudaExpertPool::Create(config, std::move(experts), cuda));
+                            CudaExpertPool::Create(config, std::move(sources), cuda));
     return std::unique_ptr<ExpertPool>(std::move(pool));
   }
   // The CPU executor's own kernel, so pool and CPU give the same bits.
@@ -44,7 +48,7 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> CreateExpertPool(const LocalOrchestr
     return kernel_ffn->Run(weights, input, rows, output);
   };
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<HostExpertPool> pool,
-                          HostExpertPool::Create(config, std::move(experts), std::move(kernel), pool_options));
+                          HostExpertPool::Create(config, std::move(sources), std::move(kernel), pool_options));
   return std::unique_ptr<ExpertPool>(std::move(pool));
 }
 
@@ -117,6 +121,12 @@ absl::StatusOr<BackendKind> ParseBackendKind(const std::string& name, const std:
 
 absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::unique_ptr<Model> model,
                                                                    const LocalRuntimeOptions& options) {
+  return Create(std::shared_ptr<const Model>(std::move(model)), options);
+}
+
+absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::shared_ptr<const Model> model,
+                                                                   const LocalRuntimeOptions& options) {
+  if (model == nullptr) return absl::InvalidArgumentError("model: LocalRuntime::Create needs a model");
   auto rt = std::unique_ptr<LocalRuntime>(new LocalRuntime());
   rt->model_ = std::move(model);
   const ModelConfig& config = rt->model_->config;

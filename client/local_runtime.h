@@ -31,6 +31,7 @@
 #include "coordinator/orchestrator.h"
 #include "coordinator/precalc.h"
 #include "coordinator/routing_recorder.h"
+#include "coordinator/worker_expert_sources.h"
 #include "cpu_worker/expert_ffn.h"
 #include "cpu_worker/local_expert_executor.h"
 #include "gpu_worker/expert_pool.h"
@@ -53,6 +54,11 @@ struct LocalOrchestratorOptions {
   bool enabled = false;
   ExpertPoolKind pool = ExpertPoolKind::kHost;
   int cuda_device = 0;  // the CUDA pool's device
+  // The pool copies experts from these (the CPU workers' shared-memory
+  // stores, coordinator/worker_expert_sources.h) instead of the model's own
+  // weights, which may then hold no experts at all. Not owned; must outlive
+  // the runtime. Null: from the model.
+  const WorkerExpertSources* worker_experts = nullptr;
   ExecutionPolicy execution = ExecutionPolicy::kMakespan;
   CachePolicyKind cache = CachePolicyKind::kStatic;
   PlacementPolicy placement = PlacementPolicy::kUniform;
@@ -104,6 +110,14 @@ class LocalRuntime {
  public:
   static absl::StatusOr<std::unique_ptr<LocalRuntime>> Create(std::unique_ptr<Model> model,
                                                               const LocalRuntimeOptions& options = {});
+  // The same over a model shared with other runtimes: a runtime only reads
+  // its model, so one generated model (a full Mixtral-8x7B is ~93 GB) can
+  // serve runtime after runtime, e.g. one per execution policy in
+  // tandem-scenario-bench. Create them one after another: a CUDA expert
+  // pool page-locks the model's expert weights in place, and a second pool
+  // registering the same pages while the first lives would fail.
+  static absl::StatusOr<std::unique_ptr<LocalRuntime>> Create(std::shared_ptr<const Model> model,
+                                                              const LocalRuntimeOptions& options = {});
   static absl::StatusOr<std::unique_ptr<LocalRuntime>> Open(const std::filesystem::path& model_dir,
                                                             const LocalRuntimeOptions& options = {});
   // A folder or a synthetic model (generated with its tokenizer and every
@@ -134,7 +148,7 @@ class LocalRuntime {
 
  private:
   LocalRuntime() = default;
-  std::unique_ptr<Model> model_;
+  std::shared_ptr<const Model> model_;  // shared: see Create
   std::unique_ptr<ThreadPool> pool_;
   // Declared before kv_pool_: a CUDA backend's KV storage copies on the
   // backend's stream, so the pool must go first.

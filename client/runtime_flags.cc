@@ -6,6 +6,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "common/model.h"
 #include "common/status_macros.h"
@@ -166,15 +167,10 @@ absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions option
   }
   // The workers hold and compute the experts, so a synthetic model leaves
   // them out here (a full Mixtral-8x7B: ~3 of ~93 GB generated here, not the
-  // experts a second time). Not with the orchestrator: its host expert pool
-  // copies any expert from this process's weights on a migration, and which
-  // ones its cache policies load is not known in advance. A folder is
-  // mapped: expert pages this process never reads take no memory either way.
-  load.experts.mode = options.orchestrator.enabled ? SyntheticExperts::Mode::kAll : SyntheticExperts::Mode::kNone;
-  if (source.synthetic && options.orchestrator.enabled) {
-    LOG_INFO("--execution_policy with --workers: generating every expert here too, for the host expert pool's "
-             "migrations (the workers hold their own copies)");
-  }
+  // experts a second time); the orchestrator's pool copies them from the
+  // workers' stores. A folder is mapped: expert pages this process never
+  // reads take no memory either way.
+  load.experts.mode = SyntheticExperts::Mode::kNone;
   // Inline (gRPC) layers allocate MB-sized message buffers per call: keep
   // them in the heap instead of a fresh mmap (page faults) each time.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
@@ -189,6 +185,14 @@ absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions option
   options.orchestrator.division = out.remote->division();
   options.orchestrator.cpu_transport = absl::GetFlag(FLAGS_transport);
   options.orchestrator.overlap_cpu = true;
+  if (options.orchestrator.enabled) {
+    TANDEM_ASSIGN_OR_RETURN(out.worker_experts,
+                            WorkerExpertSources::Open(connected->first->config, out.remote->weights_regions()));
+    options.orchestrator.worker_experts = out.worker_experts.get();
+    LOG_INFO("expert pool: migrations copy from the ", out.remote->num_workers(), " workers' expert stores (",
+             absl::StrFormat("%.1f MB", out.worker_experts->mapped_bytes() / 1e6),
+             " mapped read-only), not from a copy in this process");
+  }
   TANDEM_ASSIGN_OR_RETURN(out.runtime, LocalRuntime::Create(std::move(connected->first), options));
   return out;
 }

@@ -19,6 +19,9 @@ namespace tandem {
 // given) is declared first so it outlives the runtime whose engine calls it.
 struct RuntimeFromFlags {
   std::unique_ptr<RemoteExpertExecutor> remote;
+  // With --workers and --execution_policy: the workers' expert stores, the
+  // pool's sources (outlive the runtime, so declared before it).
+  std::unique_ptr<WorkerExpertSources> worker_experts;
   std::unique_ptr<LocalRuntime> runtime;
 };
 
@@ -29,8 +32,8 @@ absl::StatusOr<ModelSource> ModelSourceFromFlags();
 // Loads the model the flags name, connects the workers if --workers is set,
 // and creates the runtime with `base` plus what the flags set. A synthetic
 // model is generated on --threads threads, with its tokenizer, and without
-// the experts when the workers compute them all (--workers without
-// --execution_policy). InvalidArgument naming the flag for a bad value; the
+// the experts when workers hold them (--workers: the orchestrator's pool
+// then copies from the workers' stores). InvalidArgument naming the flag for a bad value; the
 // workers' or the loader's error otherwise. Call from main, once.
 absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions base);
 

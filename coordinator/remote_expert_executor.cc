@@ -72,6 +72,7 @@ struct RemoteExpertExecutor::Worker {
   std::unique_ptr<v1::ExpertWorker::Stub> stub;
   bool connected = false;
   std::string description;  // from Describe, for Summary and logs
+  std::string weights_region;  // from Describe: the worker's expert store (empty: none)
   std::unique_ptr<ShmArena> arena;
   uint32_t next_slot = 0;
   RemoteWorkerStats stats;  // under stats_mutex_
@@ -236,6 +237,7 @@ absl::Status RemoteExpertExecutor::ConnectWorker(Worker& worker, absl::Time dead
                   : std::string("nothing"))));
   }
 
+  worker.weights_region = d.weights_region();
   worker.arena.reset();
   if (worker.transport != WorkerTransport::kInline) {
     if (d.arena_region().empty()) {
@@ -530,6 +532,12 @@ std::vector<RemoteWorkerStats> RemoteExpertExecutor::stats() const {
   std::vector<RemoteWorkerStats> out;
   for (const auto& w : workers_) out.push_back(w->stats);
   return out;
+}
+
+std::vector<std::string> RemoteExpertExecutor::weights_regions() const {
+  std::vector<std::string> regions;
+  for (const auto& worker : workers_) regions.push_back(worker->weights_region);
+  return regions;
 }
 
 std::string RemoteExpertExecutor::Summary() const {

@@ -103,6 +103,9 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   ExpertDivision division() const { return division_; }
   int num_workers() const { return static_cast<int>(workers_.size()); }
   std::vector<RemoteWorkerStats> stats() const;  // any thread
+  // Each worker's expert-store region (worker order; empty for a worker
+  // without one), as its last Describe said. Engine thread only.
+  std::vector<std::string> weights_regions() const;
   // "2 workers (split): 0 unix:/a shm [worker0@node0 pid 12 cpus 0-7], ..."
   std::string Summary() const;
 

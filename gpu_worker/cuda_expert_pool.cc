@@ -85,7 +85,7 @@ struct GroupedGemmArgs {
 
 class CudaExpertPoolImpl final : public CudaExpertPool {
  public:
-  CudaExpertPoolImpl(const ModelConfig& config, std::vector<std::vector<ExpertWeights>> experts,
+  CudaExpertPoolImpl(const ModelConfig& config, ExpertSources experts,
                      const ExpertLayout& layout, int num_slots, const CudaExpertPoolOptions& options)
       : CudaExpertPool(kCudaPoolKind, std::move(experts), static_cast<int>(config.num_local_experts), layout,
                        num_slots, options.pool.num_staging_buffers),
@@ -253,12 +253,15 @@ absl::Status CudaExpertPoolImpl::Init(const CudaExpertPoolOptions& options) {
   int64_t pageable = 0;
   for (size_t l = 0; l < experts().size(); ++l) {
     for (size_t e = 0; e < experts()[l].size(); ++e) {
-      const ExpertWeights& w = experts()[l][e];
-      const size_t bytes = static_cast<size_t>(layout().matrix_bytes);
+      const ExpertSource& w = experts()[l][e];
+      const size_t elt = DTypeSize(layout().dtype);
       bool pinned = true;
-      for (const LinearWeight* m : {&w.w1, &w.w3, &w.w2}) {
-        pinned &= std::any_of(registrations_.begin(), registrations_.end(),
-                              [&](const HostRegistration& r) { return r.Contains(m->data, bytes); });
+      for (const std::vector<MatrixPiece>* m : {&w.w1, &w.w3, &w.w2}) {
+        for (const MatrixPiece& piece : *m) {
+          pinned &= std::any_of(registrations_.begin(), registrations_.end(), [&](const HostRegistration& r) {
+            return r.Contains(piece.data, piece.SpanBytes(elt));
+          });
+        }
       }
       source_pinned_[l * static_cast<size_t>(num_experts()) + e] = pinned;
       pageable += !pinned;
@@ -353,12 +356,29 @@ absl::Status CudaExpertPoolImpl::OnFreedLocked(int b) {
 }
 
 absl::Status CudaExpertPoolImpl::IssueCopy(ExpertKey key, uint8_t* dst, cudaStream_t stream) {
-  const ExpertWeights& src = source(key);
+  const ExpertSource& src = source(key);
   const ExpertLayout& l = layout();
-  const size_t bytes = static_cast<size_t>(l.matrix_bytes);
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst + l.w1_offset, src.w1.data, bytes, cudaMemcpyHostToDevice, stream));
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst + l.w3_offset, src.w3.data, bytes, cudaMemcpyHostToDevice, stream));
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst + l.w2_offset, src.w2.data, bytes, cudaMemcpyHostToDevice, stream));
+  const size_t elt = DTypeSize(l.dtype);
+  // One copy per piece: a whole matrix (the model's own weights) or a
+  // worker's slice of it; column slices (w2 under the split division) are
+  // strided on both sides, which cudaMemcpy2DAsync does in one DMA.
+  auto copy = [&](const std::vector<MatrixPiece>& pieces, int64_t k, uint8_t* matrix) -> absl::Status {
+    for (const MatrixPiece& p : pieces) {
+      uint8_t* out = matrix + (static_cast<size_t>(p.row0) * static_cast<size_t>(k) + static_cast<size_t>(p.col0)) * elt;
+      if (p.col0 == 0 && p.cols == k && p.pitch == k) {
+        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, p.data, static_cast<size_t>(p.rows * p.cols) * elt,
+                                                    cudaMemcpyHostToDevice, stream));
+      } else {
+        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(out, static_cast<size_t>(k) * elt, p.data,
+                                                      static_cast<size_t>(p.pitch) * elt, static_cast<size_t>(p.cols) * elt,
+                                                      static_cast<size_t>(p.rows), cudaMemcpyHostToDevice, stream));
+      }
+    }
+    return absl::OkStatus();
+  };
+  TANDEM_RETURN_IF_ERROR(copy(src.w1, l.hidden_size, dst + l.w1_offset));
+  TANDEM_RETURN_IF_ERROR(copy(src.w3, l.hidden_size, dst + l.w3_offset));
+  TANDEM_RETURN_IF_ERROR(copy(src.w2, l.intermediate_size, dst + l.w2_offset));
   return absl::OkStatus();
 }
 
@@ -662,9 +682,9 @@ void CudaExpertPoolImpl::CopyLoop(int stream_index) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaExpertPool>> CudaExpertPool::Create(const ModelConfig& config,
-                                                                       std::vector<std::vector<ExpertWeights>> experts,
+                                                                       ExpertSources experts,
                                                                        const CudaExpertPoolOptions& options) {
-  TANDEM_ASSIGN_OR_RETURN(const ExpertLayout layout, CheckExperts(config, experts));
+  TANDEM_ASSIGN_OR_RETURN(const ExpertLayout layout, CheckExpertSources(config, experts));
   const int64_t d = layout.hidden_size, i = layout.intermediate_size;
   if (d > (1 << 30) || i > (1 << 30)) return absl::InvalidArgumentError("hidden/intermediate size too large for cuBLAS int dims");
   TANDEM_ASSIGN_OR_RETURN(const int num_slots, options.pool.SlotCount(layout));

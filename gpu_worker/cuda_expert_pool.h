@@ -109,7 +109,15 @@ class CudaExpertPool : public SlotPool {
   // the device's memory; Internal naming the CUDA/cuBLAS call otherwise;
   // Unimplemented in a build without CUDA.
   static absl::StatusOr<std::unique_ptr<CudaExpertPool>> Create(const ModelConfig& config,
-                                                                std::vector<std::vector<ExpertWeights>> experts,
+                                                                const std::vector<std::vector<ExpertWeights>>& experts,
+                                                                const CudaExpertPoolOptions& options) {
+    if (absl::Status shapes = CheckExperts(config, experts).status(); !shapes.ok()) return shapes;
+    return Create(config, WholeExperts(experts), options);
+  }
+  // The same from sources whose matrices may lie in pieces (expert_source.h:
+  // the CPU workers' stores, registered in place through host_regions);
+  // each piece is one cudaMemcpy2DAsync.
+  static absl::StatusOr<std::unique_ptr<CudaExpertPool>> Create(const ModelConfig& config, ExpertSources experts,
                                                                 const CudaExpertPoolOptions& options);
 
   // The pool's copy of `key` read back to the host (after waiting for its

@@ -18,12 +18,18 @@ namespace tandem {
 
 void HostExpertPool::AlignedFree::operator()(uint8_t* p) const { std::free(p); }
 
-absl::StatusOr<std::unique_ptr<HostExpertPool>> HostExpertPool::Create(const ModelConfig& config,
-                                                                       std::vector<std::vector<ExpertWeights>> experts,
+absl::StatusOr<std::unique_ptr<HostExpertPool>> HostExpertPool::Create(
+    const ModelConfig& config, const std::vector<std::vector<ExpertWeights>>& experts, ExpertKernel kernel,
+    const ExpertPoolOptions& options) {
+  TANDEM_RETURN_IF_ERROR(CheckExperts(config, experts).status());
+  return Create(config, WholeExperts(experts), std::move(kernel), options);
+}
+
+absl::StatusOr<std::unique_ptr<HostExpertPool>> HostExpertPool::Create(const ModelConfig& config, ExpertSources experts,
                                                                        ExpertKernel kernel,
                                                                        const ExpertPoolOptions& options) {
   if (!kernel) return absl::InvalidArgumentError("kernel: the pool needs a kernel to compute the experts it holds");
-  TANDEM_ASSIGN_OR_RETURN(const ExpertLayout layout, CheckExperts(config, experts));
+  TANDEM_ASSIGN_OR_RETURN(const ExpertLayout layout, CheckExpertSources(config, experts));
   TANDEM_ASSIGN_OR_RETURN(const int num_slots, options.SlotCount(layout));
   auto pool = std::unique_ptr<HostExpertPool>(
       new HostExpertPool(config, std::move(experts), std::move(kernel), layout, num_slots, options.num_staging_buffers));
@@ -44,7 +50,7 @@ absl::StatusOr<std::unique_ptr<HostExpertPool>> HostExpertPool::Create(const Mod
   return pool;
 }
 
-HostExpertPool::HostExpertPool(const ModelConfig& config, std::vector<std::vector<ExpertWeights>> experts,
+HostExpertPool::HostExpertPool(const ModelConfig& config, ExpertSources experts,
                                ExpertKernel kernel, const ExpertLayout& layout, int num_slots, int num_staging)
     : SlotPool(kHostPoolKind, std::move(experts), static_cast<int>(config.num_local_experts), layout, num_slots,
                num_staging),
@@ -56,12 +62,12 @@ HostExpertPool::~HostExpertPool() {
 }
 
 void HostExpertPool::CopyExpert(ExpertKey key, uint8_t* dst) const {
-  const ExpertWeights& src = source(key);
+  const ExpertSource& src = source(key);
   const ExpertLayout& l = layout();
-  const size_t bytes = static_cast<size_t>(l.matrix_bytes);
-  std::memcpy(dst + l.w1_offset, src.w1.data, bytes);
-  std::memcpy(dst + l.w3_offset, src.w3.data, bytes);
-  std::memcpy(dst + l.w2_offset, src.w2.data, bytes);
+  const size_t elt = DTypeSize(l.dtype);
+  GatherMatrixPieces(src.w1, elt, l.hidden_size, dst + l.w1_offset);
+  GatherMatrixPieces(src.w3, elt, l.hidden_size, dst + l.w3_offset);
+  GatherMatrixPieces(src.w2, elt, l.intermediate_size, dst + l.w2_offset);
 }
 
 ExpertWeights HostExpertPool::BufferWeights(const uint8_t* data) const {

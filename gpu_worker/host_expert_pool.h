@@ -49,7 +49,11 @@ class HostExpertPool final : public SlotPool {
   // dtype. InvalidArgument naming the field or the expert otherwise;
   // ResourceExhausted when the buffers cannot be allocated.
   static absl::StatusOr<std::unique_ptr<HostExpertPool>> Create(const ModelConfig& config,
-                                                                std::vector<std::vector<ExpertWeights>> experts,
+                                                                const std::vector<std::vector<ExpertWeights>>& experts,
+                                                                ExpertKernel kernel, const ExpertPoolOptions& options);
+  // The same from sources whose matrices may lie in pieces (expert_source.h:
+  // the CPU workers' stores).
+  static absl::StatusOr<std::unique_ptr<HostExpertPool>> Create(const ModelConfig& config, ExpertSources experts,
                                                                 ExpertKernel kernel, const ExpertPoolOptions& options);
   ~HostExpertPool() override;
 
@@ -65,7 +69,7 @@ class HostExpertPool final : public SlotPool {
     void operator()(uint8_t* p) const;
   };
 
-  HostExpertPool(const ModelConfig& config, std::vector<std::vector<ExpertWeights>> experts, ExpertKernel kernel,
+  HostExpertPool(const ModelConfig& config, ExpertSources experts, ExpertKernel kernel,
                  const ExpertLayout& layout, int num_slots, int num_staging);
 
   absl::Status CopyNowLocked(int buffer, ExpertKey key) override;

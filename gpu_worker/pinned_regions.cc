@@ -7,18 +7,20 @@
 
 namespace tandem {
 
-std::vector<PinnedHostRegion> ExpertHostRegions(const std::vector<std::vector<ExpertWeights>>& experts,
-                                                size_t page_bytes) {
+std::vector<PinnedHostRegion> ExpertHostRegions(const ExpertSources& experts, size_t page_bytes) {
   // [begin, end) of whole pages, as integers so that rounding is exact.
   std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
   const uintptr_t mask = ~static_cast<uintptr_t>(page_bytes - 1);
-  for (const std::vector<ExpertWeights>& layer : experts) {
-    for (const ExpertWeights& expert : layer) {
-      for (const LinearWeight* m : {&expert.w1, &expert.w3, &expert.w2}) {
-        if (m->data == nullptr || m->n <= 0 || m->k <= 0) continue;
-        const uintptr_t begin = reinterpret_cast<uintptr_t>(m->data);
-        const uintptr_t end = begin + static_cast<uintptr_t>(m->n * m->k) * DTypeSize(m->dtype);
-        ranges.emplace_back(begin & mask, (end + page_bytes - 1) & mask);
+  for (const std::vector<ExpertSource>& layer : experts) {
+    for (const ExpertSource& expert : layer) {
+      const size_t elt = DTypeSize(expert.dtype);
+      for (const std::vector<MatrixPiece>* m : {&expert.w1, &expert.w3, &expert.w2}) {
+        for (const MatrixPiece& piece : *m) {
+          if (piece.data == nullptr || piece.rows <= 0 || piece.cols <= 0) continue;
+          const uintptr_t begin = reinterpret_cast<uintptr_t>(piece.data);
+          const uintptr_t end = begin + piece.SpanBytes(elt);
+          ranges.emplace_back(begin & mask, (end + page_bytes - 1) & mask);
+        }
       }
     }
   }

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/model_weights.h"
+#include "gpu_worker/expert_source.h"
 
 namespace tandem {
 
@@ -29,10 +29,9 @@ struct PinnedHostRegion {
   bool read_only = true;  // the GPU never writes it (and the mapping may be PROT_READ)
 };
 
-// The page-aligned, disjoint, sorted regions covering every matrix (w1, w3,
-// w2) of `experts` ([layer][expert]); `page_bytes` is the host page size
-// (a power of two). Empty matrices (null data) are skipped.
-std::vector<PinnedHostRegion> ExpertHostRegions(const std::vector<std::vector<ExpertWeights>>& experts,
-                                                size_t page_bytes);
+// The page-aligned, disjoint, sorted regions covering every piece of every
+// matrix (w1, w3, w2) of `experts` ([layer][expert]); `page_bytes` is the
+// host page size (a power of two).
+std::vector<PinnedHostRegion> ExpertHostRegions(const ExpertSources& experts, size_t page_bytes);
 
 }  // namespace tandem

@@ -30,11 +30,29 @@ absl::Status CheckMatrix(const LinearWeight& w, DType dtype, int64_t n, int64_t 
 absl::StatusOr<ExpertLayout> SlotPool::CheckExperts(const ModelConfig& config,
                                                     const std::vector<std::vector<ExpertWeights>>& experts) {
   if (experts.empty() || experts[0].empty()) return absl::InvalidArgumentError("experts: the model has no experts");
+  // Each matrix's dtype and shape first, for messages that name them; then
+  // the counts and coverage, as for any source.
+  const DType dtype = experts[0][0].w1.dtype;
+  TANDEM_ASSIGN_OR_RETURN(ExpertLayout layout, ExpertLayout::ForModel(config, dtype));
+  const int64_t d = layout.hidden_size, i = layout.intermediate_size;
+  for (size_t l = 0; l < experts.size(); ++l) {
+    for (size_t e = 0; e < experts[l].size(); ++e) {
+      const std::string name = absl::StrCat("experts[", l, "][", e, "]");
+      TANDEM_RETURN_IF_ERROR(CheckMatrix(experts[l][e].w1, dtype, i, d, name + ".w1"));
+      TANDEM_RETURN_IF_ERROR(CheckMatrix(experts[l][e].w3, dtype, i, d, name + ".w3"));
+      TANDEM_RETURN_IF_ERROR(CheckMatrix(experts[l][e].w2, dtype, d, i, name + ".w2"));
+    }
+  }
+  return CheckExpertSources(config, WholeExperts(experts));
+}
+
+absl::StatusOr<ExpertLayout> SlotPool::CheckExpertSources(const ModelConfig& config, const ExpertSources& experts) {
+  if (experts.empty() || experts[0].empty()) return absl::InvalidArgumentError("experts: the model has no experts");
   if (static_cast<int64_t>(experts.size()) != config.num_hidden_layers) {
     return absl::InvalidArgumentError(
         absl::StrCat("experts has ", experts.size(), " layers, the config ", config.num_hidden_layers));
   }
-  const DType dtype = experts[0][0].w1.dtype;
+  const DType dtype = experts[0][0].dtype;
   TANDEM_ASSIGN_OR_RETURN(ExpertLayout layout, ExpertLayout::ForModel(config, dtype));
   const int64_t d = layout.hidden_size, i = layout.intermediate_size;
   for (size_t l = 0; l < experts.size(); ++l) {
@@ -43,10 +61,15 @@ absl::StatusOr<ExpertLayout> SlotPool::CheckExperts(const ModelConfig& config,
                                                      " experts, the config ", config.num_local_experts));
     }
     for (size_t e = 0; e < experts[l].size(); ++e) {
+      const ExpertSource& source = experts[l][e];
       const std::string name = absl::StrCat("experts[", l, "][", e, "]");
-      TANDEM_RETURN_IF_ERROR(CheckMatrix(experts[l][e].w1, dtype, i, d, name + ".w1"));
-      TANDEM_RETURN_IF_ERROR(CheckMatrix(experts[l][e].w3, dtype, i, d, name + ".w3"));
-      TANDEM_RETURN_IF_ERROR(CheckMatrix(experts[l][e].w2, dtype, d, i, name + ".w2"));
+      if (source.dtype != dtype) {
+        return absl::InvalidArgumentError(absl::StrCat(name, " is ", std::string(DTypeName(source.dtype)),
+                                                       ", the pool's experts are ", std::string(DTypeName(dtype))));
+      }
+      TANDEM_RETURN_IF_ERROR(CheckMatrixPieces(source.w1, i, d, name + ".w1"));
+      TANDEM_RETURN_IF_ERROR(CheckMatrixPieces(source.w3, i, d, name + ".w3"));
+      TANDEM_RETURN_IF_ERROR(CheckMatrixPieces(source.w2, d, i, name + ".w2"));
     }
   }
   return layout;
@@ -54,7 +77,7 @@ absl::StatusOr<ExpertLayout> SlotPool::CheckExperts(const ModelConfig& config,
 
 std::string SlotPool::KeyName(ExpertKey key) { return absl::StrCat("layer ", key.layer, " expert ", key.expert); }
 
-SlotPool::SlotPool(std::string kind, std::vector<std::vector<ExpertWeights>> experts, int num_experts,
+SlotPool::SlotPool(std::string kind, ExpertSources experts, int num_experts,
                    const ExpertLayout& layout, int num_slots, int num_staging)
     : experts_(std::move(experts)),
       num_experts_(num_experts),

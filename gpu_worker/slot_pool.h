@@ -43,6 +43,7 @@
 #include "common/model_config.h"
 #include "common/model_weights.h"
 #include "gpu_worker/expert_pool.h"
+#include "gpu_worker/expert_source.h"
 
 namespace tandem {
 
@@ -79,6 +80,9 @@ class SlotPool : public ExpertPool {
   // shape and of one dtype). InvalidArgument naming the field or expert.
   static absl::StatusOr<ExpertLayout> CheckExperts(const ModelConfig& config,
                                                    const std::vector<std::vector<ExpertWeights>>& experts);
+  // The same for sources whose matrices may lie in pieces (expert_source.h):
+  // every matrix's pieces tile it exactly.
+  static absl::StatusOr<ExpertLayout> CheckExpertSources(const ModelConfig& config, const ExpertSources& experts);
   static std::string KeyName(ExpertKey key);
 
  protected:
@@ -90,7 +94,7 @@ class SlotPool : public ExpertPool {
     double queued_at_us = 0;
   };
 
-  SlotPool(std::string kind, std::vector<std::vector<ExpertWeights>> experts, int num_experts,
+  SlotPool(std::string kind, ExpertSources experts, int num_experts,
            const ExpertLayout& layout, int num_slots, int num_staging);
 
   // Hooks. EnterDevice runs before the control calls that may touch buffers
@@ -110,8 +114,8 @@ class SlotPool : public ExpertPool {
   // Notify after changing something a WaitLocked predicate reads.
   void NotifyReady() { ready_cv_.notify_all(); }
   void SetKind(std::string kind);  // before the copy threads start
-  const std::vector<std::vector<ExpertWeights>>& experts() const { return experts_; }
-  const ExpertWeights& source(ExpertKey key) const {
+  const ExpertSources& experts() const { return experts_; }
+  const ExpertSource& source(ExpertKey key) const {
     return experts_[static_cast<size_t>(key.layer)][static_cast<size_t>(key.expert)];
   }
   size_t Index(ExpertKey key) const {
@@ -165,7 +169,7 @@ class SlotPool : public ExpertPool {
   Entry& EntryAt(int position) { return entries_[static_cast<size_t>(BufferAtLocked(position))]; }
   const Entry& EntryAt(int position) const { return entries_[static_cast<size_t>(BufferAtLocked(position))]; }
 
-  const std::vector<std::vector<ExpertWeights>> experts_;  // [layer][expert] source views
+  const ExpertSources experts_;  // [layer][expert] source views
   const int num_experts_;
   const ExpertLayout layout_;
   const int num_slots_;

@@ -146,6 +146,16 @@ std::vector<float> CpuFfn(const ExpertWeights& w, const std::vector<float>& x, i
   return y;
 }
 
+// The pool's copy of `key` (read back from the GPU) is `w`'s bytes.
+void ExpectHeldBytes(CudaExpertPool& pool, ExpertKey key, const ExpertWeights& w) {
+  auto held = pool.ReadHeld(key);
+  ASSERT_TRUE(held.ok()) << held.status();
+  const size_t bytes = static_cast<size_t>(pool.layout().matrix_bytes);
+  EXPECT_EQ(std::memcmp(held->data(), w.w1.data, bytes), 0) << "expert " << key.expert << " w1";
+  EXPECT_EQ(std::memcmp(held->data() + bytes, w.w3.data, bytes), 0) << "expert " << key.expert << " w3";
+  EXPECT_EQ(std::memcmp(held->data() + 2 * bytes, w.w2.data, bytes), 0) << "expert " << key.expert << " w2";
+}
+
 TEST(CudaExpertPoolTest, CreateSaysWhyWhenItCannotRun) {
   ExpertRegion region(1, 2, 64, 96, DType::kBF16, 1);
   CudaExpertPoolOptions options;
@@ -201,15 +211,7 @@ TEST(CudaExpertPoolTest, FfnMatchesTheCpuExpertFfnByNormalisedMse) {
     ASSERT_TRUE(pool.Migrate({0, 2}, std::nullopt).ok());
     ASSERT_TRUE(pool.Stage({0, 3}).ok());
     // The bytes on the GPU are the model's.
-    for (int e = 0; e < 4; ++e) {
-      auto held = pool.ReadHeld({0, e});
-      ASSERT_TRUE(held.ok()) << held.status();
-      const ExpertWeights& w = region.expert({0, e});
-      const size_t bytes = static_cast<size_t>(pool.layout().matrix_bytes);
-      EXPECT_EQ(std::memcmp(held->data(), w.w1.data, bytes), 0) << "expert " << e << " w1";
-      EXPECT_EQ(std::memcmp(held->data() + bytes, w.w3.data, bytes), 0) << "expert " << e << " w3";
-      EXPECT_EQ(std::memcmp(held->data() + 2 * bytes, w.w2.data, bytes), 0) << "expert " << e << " w2";
-    }
+    for (int e = 0; e < 4; ++e) ExpectHeldBytes(pool, {0, e}, region.expert({0, e}));
     for (int64_t rows : row_counts) {
       // All four experts in one call, different row counts, one with none.
       std::vector<std::vector<float>> x(4), y(4), want(4);
@@ -430,13 +432,8 @@ TEST(CudaExpertPoolTest, MigrationsUnderLoadNeverFeedAHalfCopiedOrFreedExpert) {
     }
     if (!in_slots.empty() && step % 25 == 0) {
       const ExpertKey key = in_slots.back();
-      auto held = pool.ReadHeld(key);
-      ASSERT_TRUE(held.ok()) << held.status();
-      const ExpertWeights& w = region.expert(key);
-      const size_t bytes = static_cast<size_t>(pool.layout().matrix_bytes);
-      ASSERT_EQ(std::memcmp(held->data(), w.w1.data, bytes), 0);
-      ASSERT_EQ(std::memcmp(held->data() + bytes, w.w3.data, bytes), 0);
-      ASSERT_EQ(std::memcmp(held->data() + 2 * bytes, w.w2.data, bytes), 0);
+      ASSERT_NO_FATAL_FAILURE(ExpectHeldBytes(pool, key, region.expert(key)));
+      ASSERT_FALSE(::testing::Test::HasFailure()) << "layer " << key.layer << " expert " << key.expert;
     }
   }
   stop = true;
@@ -453,6 +450,43 @@ TEST(CudaExpertPoolTest, MigrationsUnderLoadNeverFeedAHalfCopiedOrFreedExpert) {
             << stats.evictions << " evictions, " << stats.admissions << " admissions, " << checked
             << " expert outputs checked, worst nmse " << worst << ", copy " << stats.MigrationGbPerSecond()
             << " GB/s, wait " << stats.wait_us << " us, compute " << stats.compute_us << " us\n";
+}
+
+// Experts in slices, as the CPU workers' stores hold them under the split
+// division (w1/w3 row blocks, w2 column blocks): the pool gathers them with
+// one copy per piece (cudaMemcpy2DAsync for the strided ones) from the
+// registered region, and the bytes on the GPU are the whole matrices'.
+TEST(CudaExpertPoolTest, GathersSplitSlicesWithStridedCopies) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t d = 64, i = 96, cut = 40;
+  ExpertRegion region(1, 4, d, i, DType::kBF16, 11);
+  ExpertSources sources;
+  std::vector<ExpertSource>& layer = sources.emplace_back();
+  for (const ExpertWeights& w : region.experts()[0]) {
+    ExpertSource& s = layer.emplace_back();
+    s.dtype = DType::kBF16;
+    const auto* w1 = static_cast<const uint8_t*>(w.w1.data);
+    const auto* w3 = static_cast<const uint8_t*>(w.w3.data);
+    const auto* w2 = static_cast<const uint8_t*>(w.w2.data);
+    for (auto [b, e] : {std::pair<int64_t, int64_t>{cut, i}, {0, cut}}) {  // out of order on purpose
+      s.w1.push_back({.data = w1 + b * d * 2, .row0 = b, .col0 = 0, .rows = e - b, .cols = d, .pitch = d});
+      s.w3.push_back({.data = w3 + b * d * 2, .row0 = b, .col0 = 0, .rows = e - b, .cols = d, .pitch = d});
+      s.w2.push_back({.data = w2 + b * 2, .row0 = 0, .col0 = b, .rows = d, .cols = e - b, .pitch = i});
+    }
+  }
+  CudaExpertPoolOptions options;
+  options.pool.num_slots = 2;
+  options.pool.num_staging_buffers = 1;
+  options.host_regions.push_back(region.region());
+  auto created = CudaExpertPool::Create(region.config(), std::move(sources), options);
+  ASSERT_TRUE(created.ok()) << created.status();
+  CudaExpertPool& pool = **created;
+  EXPECT_EQ(pool.pageable_copies(), 0);
+  ASSERT_TRUE(pool.Place({0, 0}).ok());
+  ASSERT_TRUE(pool.Migrate({0, 2}, std::nullopt).ok());
+  ASSERT_TRUE(pool.Stage({0, 3}).ok());
+  for (int e : {0, 2, 3}) ExpectHeldBytes(pool, {0, e}, region.expert({0, e}));
+  EXPECT_EQ(pool.pageable_copies(), 0) << "every piece lies in the registered region";
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ TEST(PinnedRegionsTest, BackToBackExpertsBecomeOneRegionAndFarOnesStayApart) {
                         .w3 = Matrix(arena + 10 * kPage + 2000, 10, 100)});
   experts[0].push_back({});  // an expert without weights (e.g. generated elsewhere) is skipped
 
-  const std::vector<PinnedHostRegion> regions = ExpertHostRegions(experts, kPage);
+  const std::vector<PinnedHostRegion> regions = ExpertHostRegions(WholeExperts(experts), kPage);
   ASSERT_EQ(regions.size(), 2u);
   EXPECT_EQ(regions[0].data, arena);
   EXPECT_EQ(regions[0].bytes, 3 * kPage);  // 0..12000 → pages 0, 1, 2
@@ -65,7 +65,7 @@ TEST(PinnedRegionsTest, TheTinyModelsExpertsAreCoveredByDisjointPageAlignedRegio
   std::vector<std::vector<ExpertWeights>> experts;
   for (const LayerWeights& layer : (*model)->weights->layers) experts.push_back(layer.experts);
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  const std::vector<PinnedHostRegion> regions = ExpertHostRegions(experts, page);
+  const std::vector<PinnedHostRegion> regions = ExpertHostRegions(WholeExperts(experts), page);
   ASSERT_FALSE(regions.empty());
   for (size_t i = 0; i + 1 < regions.size(); ++i) {
     EXPECT_LT(static_cast<const uint8_t*>(regions[i].data) + regions[i].bytes, regions[i + 1].data) << "region " << i;

@@ -238,3 +238,71 @@ TEST_F(HostExpertPoolTest, ManyQueuedMigrationsAllLandInOrder) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// An expert in slices, as the CPU workers' stores hold it under the split
+// division: w1/w3 rows and w2 columns [b, e) per worker, each slice a
+// separate contiguous array. The pool gathers the pieces into the whole.
+TEST_F(HostExpertPoolTest, GathersAnExpertFromWorkerSlices) {
+  const ModelConfig& c = model_->config;
+  const int64_t d = c.hidden_size, i = c.intermediate_size, cut = i / 2 + 3;  // uneven, not 16-aligned
+  const size_t elt = DTypeSize(DType::kBF16);
+  std::vector<std::vector<uint8_t>> storage;  // the "stores": one array per slice matrix
+  auto slice = [&](const LinearWeight& m, int64_t row0, int64_t rows, int64_t col0, int64_t cols) {
+    std::vector<uint8_t>& out = storage.emplace_back(static_cast<size_t>(rows * cols) * elt);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(out.data() + static_cast<size_t>(r * cols) * elt,
+                  static_cast<const uint8_t*>(m.data) + static_cast<size_t>((row0 + r) * m.k + col0) * elt,
+                  static_cast<size_t>(cols) * elt);
+    }
+    return MatrixPiece{.data = out.data(), .row0 = row0, .col0 = col0, .rows = rows, .cols = cols, .pitch = cols};
+  };
+  storage.reserve(1024);  // views into the arrays must not move
+  ExpertSources sources;
+  for (const auto& layer : experts_) {
+    std::vector<ExpertSource>& out = sources.emplace_back();
+    for (const ExpertWeights& w : layer) {
+      ExpertSource& s = out.emplace_back();
+      s.dtype = w.w1.dtype;
+      for (auto [b, e] : {std::pair<int64_t, int64_t>{0, cut}, {cut, i}}) {
+        s.w1.push_back(slice(w.w1, b, e - b, 0, d));
+        s.w3.push_back(slice(w.w3, b, e - b, 0, d));
+        s.w2.push_back(slice(w.w2, 0, d, b, e - b));
+      }
+    }
+  }
+  ExpertFfn* ffn = &ffn_;
+  ExpertPoolOptions options;
+  options.num_slots = 2;
+  options.num_staging_buffers = 1;
+  auto pool = HostExpertPool::Create(
+      c, sources, [ffn](const ExpertWeights& w, const float* x, int64_t rows, float* y) { return ffn->Run(w, x, rows, y); },
+      options);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  ASSERT_TRUE((*pool)->Place({0, 1}).ok());
+  ASSERT_TRUE((*pool)->Migrate({1, 3}, std::nullopt).ok());
+  ASSERT_TRUE((*pool)->Stage({1, 0}).ok());
+  for (ExpertKey key : {ExpertKey{0, 1}, ExpertKey{1, 3}, ExpertKey{1, 0}}) ExpectSameBytes(**pool, key);
+
+  // Pieces that do not tile the matrix are refused, naming the matrix.
+  ExpertSources gap = sources;
+  gap[1][2].w2.pop_back();
+  auto refused = HostExpertPool::Create(
+      c, gap, [ffn](const ExpertWeights& w, const float* x, int64_t rows, float* y) { return ffn->Run(w, x, rows, y); },
+      options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("experts[1][2].w2"), std::string::npos) << refused.status();
+  ExpertSources overlap = sources;
+  overlap[0][0].w1[1].row0 -= 1;
+  auto overlapping = HostExpertPool::Create(
+      c, overlap, [ffn](const ExpertWeights& w, const float* x, int64_t rows, float* y) { return ffn->Run(w, x, rows, y); },
+      options);
+  ASSERT_FALSE(overlapping.ok());
+  EXPECT_NE(overlapping.status().message().find("overlaps"), std::string::npos) << overlapping.status();
+}
+
+}  // namespace
+}  // namespace tandem

@@ -5,6 +5,8 @@
 // all three programs.
 #include <grpcpp/grpcpp.h>
 
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,38 +47,36 @@ TEST(SyntheticProcessTest, GenerateGivesTheWrittenModelsText) {
   EXPECT_THAT(b->err, HasSubstr(" (all experts) in "));  // the generation log line
 }
 
-TEST(SyntheticProcessTest, ServerWithSyntheticWorkersMatchesInProcessAndGeneratesNoExperts) {
-  ScopedTempDir dir;
-  ASSERT_TRUE(WriteTestModel(dir.path() / "model").ok());
-  const std::vector<int32_t> prompt = RandomTokens(6, 512, 5);
-  auto expected = GreedyInProcess(dir.path() / "model", prompt, 10);
-  ASSERT_TRUE(expected.ok()) << expected.status();
-
+// Two synthetic split workers and a synthetic server over them, with
+// `server_args` added; the server's greedy ids for `prompt` and its log.
+struct SplitRun {
+  std::vector<int32_t> ids;
+  std::string server_log, worker_log;
+};
+void RunSyntheticSplit(const std::filesystem::path& dir, const std::vector<int32_t>& prompt,
+                       const std::vector<std::string>& server_args, SplitRun* run) {
   std::vector<std::unique_ptr<WorkerProcess>> workers;
   std::string addresses;
   for (int w = 0; w < 2; ++w) {
     WorkerProcessOptions o;
     o.binary = kWorker;
-    o.socket = dir.path() / absl::StrCat("w", w, ".sock");
+    o.socket = dir / absl::StrCat("w", w, ".sock");
     o.region_prefix = UniqueRegionPrefix();
     o.worker_index = w;
     o.num_workers = 2;
     o.extra_args = {"--synthetic", "tiny", "--synthetic_seed", "7", "--division", "split", "--transport", "shm",
                     "--threads", "1", "--arena_slot_mb", "1"};
-    o.log = dir.path() / absl::StrCat("w", w, ".log");
+    o.log = dir / absl::StrCat("w", w, ".log");
     workers.push_back(std::make_unique<WorkerProcess>(o));
     const absl::Status started = workers.back()->Start();
     ASSERT_TRUE(started.ok()) << started << workers.back()->LogTail();
     absl::StrAppend(&addresses, w > 0 ? "," : "", workers.back()->address());
   }
-  // Each worker generated its slices in place, nothing else of size.
-  EXPECT_THAT(workers[1]->LogTail(100000), HasSubstr("(no experts, no dense matrices)"));
-  EXPECT_THAT(workers[1]->LogTail(100000), HasSubstr("generated in place by"));
+  run->worker_log = workers[1]->LogTail(100000);
 
-  ServerProcess server({.model_dir = {},
-                        .socket = dir.path() / "server.sock",
-                        .extra_args = {"--synthetic", "tiny:2", "--synthetic_seed", "7", "--threads", "1", "--workers", addresses},
-                        .log = dir.path() / "server.log"});
+  std::vector<std::string> args = {"--synthetic", "tiny:2", "--synthetic_seed", "7", "--threads", "1", "--workers", addresses};
+  args.insert(args.end(), server_args.begin(), server_args.end());
+  ServerProcess server({.model_dir = {}, .socket = dir / "server.sock", .extra_args = args, .log = dir / "server.log"});
   const absl::Status started = server.Start();
   ASSERT_TRUE(started.ok()) << started;
   auto stub = server.NewStub();
@@ -88,14 +88,12 @@ TEST(SyntheticProcessTest, ServerWithSyntheticWorkersMatchesInProcessAndGenerate
   request.set_ignore_eos(true);
   grpc::ClientContext context;
   auto reader = stub->Generate(&context, request);
-  std::vector<int32_t> ids;
   v1::GenerateResponse response;
   while (reader->Read(&response)) {
-    for (const v1::Token& t : response.tokens()) ids.push_back(t.id());
+    for (const v1::Token& t : response.tokens()) run->ids.push_back(t.id());
   }
   const grpc::Status status = reader->Finish();
   ASSERT_TRUE(status.ok()) << status.error_message() << "\n" << server.LogTail();
-  EXPECT_EQ(ids, *expected);
 
   // Text works too: the tokenizer was trained in memory.
   grpc::ClientContext info_context;
@@ -104,11 +102,41 @@ TEST(SyntheticProcessTest, ServerWithSyntheticWorkersMatchesInProcessAndGenerate
   EXPECT_EQ(info.model_dir(), "synthetic:tiny:2 seed 7");
   EXPECT_TRUE(info.has_tokenizer());
   EXPECT_GT(info.expert_bytes(), 0);  // one expert's size, from the shapes
+  run->server_log = server.LogTail(100000);
+}
 
+TEST(SyntheticProcessTest, ServerWithSyntheticWorkersMatchesInProcessAndGeneratesNoExperts) {
+  ScopedTempDir dir;
+  ASSERT_TRUE(WriteTestModel(dir.path() / "model").ok());
+  const std::vector<int32_t> prompt = RandomTokens(6, 512, 5);
+  auto expected = GreedyInProcess(dir.path() / "model", prompt, 10);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  SplitRun run;
+  ASSERT_NO_FATAL_FAILURE(RunSyntheticSplit(dir.path(), prompt, {}, &run));
+  EXPECT_EQ(run.ids, *expected);
+  // Each worker generated its slices in place, nothing else of size.
+  EXPECT_THAT(run.worker_log, HasSubstr("(no experts, no dense matrices)"));
+  EXPECT_THAT(run.worker_log, HasSubstr("generated in place by"));
   // The coordinator generated the dense part only.
-  const std::string log = server.LogTail(100000);
-  EXPECT_THAT(log, HasSubstr(" (no experts) in "));
-  EXPECT_THAT(log, HasSubstr("(0.0 MB experts)"));
+  EXPECT_THAT(run.server_log, HasSubstr(" (no experts) in "));
+  EXPECT_THAT(run.server_log, HasSubstr("(0.0 MB experts)"));
+}
+
+// With the orchestrator too, the coordinator holds no expert: its pool
+// copies from the workers' shared-memory stores (split: each expert in
+// slices across both), and the tokens stay the single process's.
+TEST(SyntheticProcessTest, OrchestratedServerCopiesExpertsFromTheWorkersStores) {
+  ScopedTempDir dir;
+  ASSERT_TRUE(WriteTestModel(dir.path() / "model").ok());
+  const std::vector<int32_t> prompt = RandomTokens(6, 512, 5);
+  auto expected = GreedyInProcess(dir.path() / "model", prompt, 10);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  SplitRun run;
+  ASSERT_NO_FATAL_FAILURE(RunSyntheticSplit(
+      dir.path(), prompt, {"--execution_policy", "gpu-only", "--gpu_slots", "2", "--staging_buffers", "4"}, &run));
+  EXPECT_EQ(run.ids, *expected) << run.server_log;
+  EXPECT_THAT(run.server_log, HasSubstr(" (no experts) in "));
+  EXPECT_THAT(run.server_log, HasSubstr("migrations copy from the 2 workers' expert stores"));
 }
 
 TEST(SyntheticProcessTest, BadSpecsNameTheFlagInEveryProgram) {
