@@ -8,7 +8,7 @@
 #
 #   1. Here, build for sm_90 only (a five-arch build is slower and bigger):
 #        cmake -S . -B /tmp/build-cuda90 -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
-#        cmake --build /tmp/build-cuda90 -j2 --target tandem-gpu-info tandem-gpu-bench cuda_device_test \
+#        cmake --build /tmp/build-cuda90 -j2 --target tandem-gpu-info tandem-gpu-bench tandem-scenario-bench cuda_device_test \
 #          cuda_expert_pool_test cuda_backend_test gpu_runtime_test
 #      (building a test also builds the server, CLI and Python module it
 #      depends on; that is the test CMakeLists' rule, not needed here.)
@@ -50,7 +50,7 @@
 # (all).
 set -euo pipefail
 
-BINARIES=(tandem-gpu-info tandem-gpu-bench cuda_device_test cuda_expert_pool_test cuda_backend_test gpu_runtime_test)
+BINARIES=(tandem-gpu-info tandem-gpu-bench tandem-scenario-bench cuda_device_test cuda_expert_pool_test cuda_backend_test gpu_runtime_test)
 # The GoogleTest binaries `run` runs, in this order (the cheap ones first).
 TESTS=(cuda_device_test cuda_expert_pool_test cuda_backend_test gpu_runtime_test)
 ARCHIVE=tandem-gpu.tar.xz
