@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "coordinator/cuda_backend_kernels.h"
+#include "gpu_worker/cuda_dtype.h"
 #include "gpu_worker/cuda_handles.h"
 
 namespace tandem {
@@ -35,24 +36,6 @@ namespace {
 constexpr size_t kCublasWorkspaceBytes = 32u << 20;
 // Graphs kept before the cache is cleared (one per layer × decode shape).
 constexpr size_t kMaxGraphs = 4096;
-
-KernelDType ToKernel(DType dtype) {
-  switch (dtype) {
-    case DType::kF16: return KernelDType::kF16;
-    case DType::kBF16: return KernelDType::kBF16;
-    case DType::kF32: break;
-  }
-  return KernelDType::kF32;
-}
-
-cudaDataType_t ToCuda(DType dtype) {
-  switch (dtype) {
-    case DType::kF16: return CUDA_R_16F;
-    case DType::kBF16: return CUDA_R_16BF;
-    case DType::kF32: break;
-  }
-  return CUDA_R_32F;
-}
 
 // A linear layer's weight on the device: [n, k] row-major, as stored.
 struct DeviceLinear {
@@ -426,7 +409,7 @@ absl::Status CudaBackend::Impl::Linear(const DeviceLinear& w, const float* x, in
   if (m <= 0) return absl::OkStatus();
   const void* a = x;
   if (w.dtype != DType::kF32) {
-    TANDEM_CUDA_RETURN_IF_ERROR(LaunchConvertF32(x, act.get(), ToKernel(w.dtype), m * w.k, stream.get()));
+    TANDEM_CUDA_RETURN_IF_ERROR(LaunchConvertF32(x, act.get(), ToKernelDType(w.dtype), m * w.k, stream.get()));
     a = act.get();
   }
   // Row-major y[m, n] = x[m, k] · W[n, k]ᵀ is column-major yᵀ[n, m] =
@@ -434,7 +417,7 @@ absl::Status CudaBackend::Impl::Linear(const DeviceLinear& w, const float* x, in
   const float alpha = 1.0f, beta = 0.0f;
   TANDEM_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(cublas.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n),
                                              static_cast<int>(m), static_cast<int>(w.k), &alpha, w.data,
-                                             ToCuda(w.dtype), static_cast<int>(w.k), a, ToCuda(w.dtype),
+                                             CudaDataType(w.dtype), static_cast<int>(w.k), a, CudaDataType(w.dtype),
                                              static_cast<int>(w.k), &beta, y, CUDA_R_32F, static_cast<int>(w.n),
                                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return absl::OkStatus();
@@ -453,7 +436,7 @@ absl::Status CudaBackend::Impl::Embed(std::span<const int32_t> ids, float* out_h
   TANDEM_RETURN_IF_ERROR(EnsureRows(n));
   std::memcpy(in.get(), ids.data(), ids.size_bytes());
   TANDEM_RETURN_IF_ERROR(H2D(tokens.get(), in.get(), ids.size_bytes()));
-  TANDEM_CUDA_RETURN_IF_ERROR(LaunchEmbed(embed, ToKernel(embed_dtype), static_cast<const int32_t*>(tokens.get()), n, d,
+  TANDEM_CUDA_RETURN_IF_ERROR(LaunchEmbed(embed, ToKernelDType(embed_dtype), static_cast<const int32_t*>(tokens.get()), n, d,
                                           static_cast<float*>(hidden.get()), stream.get()));
   const size_t bytes = static_cast<size_t>(n * d) * sizeof(float);
   TANDEM_RETURN_IF_ERROR(D2H(out.get(), hidden.get(), bytes));

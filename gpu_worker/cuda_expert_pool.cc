@@ -25,22 +25,12 @@
 #include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "gpu_worker/cuda_dtype.h"
 #include "gpu_worker/cuda_expert_kernels.h"
 #include "gpu_worker/cuda_handles.h"
 
 namespace tandem {
 namespace {
-
-cudaDataType CudaType(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return CUDA_R_32F;
-    case DType::kF16: return CUDA_R_16F;
-    case DType::kBF16: return CUDA_R_16BF;
-  }
-  return CUDA_R_32F;
-}
-
-KernelDType KernelType(DType dtype) { return static_cast<KernelDType>(static_cast<uint8_t>(dtype)); }
 
 // cublasGemmGroupedBatchedEx appeared in cuBLAS 12.5; older headers get the
 // per-expert path only.
@@ -462,7 +452,7 @@ absl::Status CudaExpertPoolImpl::RunExperts(int layer, std::span<const ExpertWor
     TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(x_f32_.get(), in_host, static_cast<size_t>(t * d) * sizeof(float),
                                                 cudaMemcpyHostToDevice, stream));
     TANDEM_CUDA_RETURN_IF_ERROR(LaunchConvertF32(static_cast<const float*>(x_f32_.get()), x_act_.get(),
-                                                 KernelType(layout().dtype), t * d, stream));
+                                                 ToKernelDType(layout().dtype), t * d, stream));
     bool done = false;
     if (grouped_.load(std::memory_order_relaxed)) {
       TANDEM_ASSIGN_OR_RETURN(done, ComputeGrouped(runs, t));
@@ -471,7 +461,7 @@ absl::Status CudaExpertPoolImpl::RunExperts(int layer, std::span<const ExpertWor
       TANDEM_RETURN_IF_ERROR(GateUpPerExpert(runs, t));
       float* gate = static_cast<float*>(gate_up_.get());  // [T, I]
       TANDEM_CUDA_RETURN_IF_ERROR(
-          LaunchSiluMul(gate, gate + t * i, h_act_.get(), KernelType(layout().dtype), t * i, stream));
+          LaunchSiluMul(gate, gate + t * i, h_act_.get(), ToKernelDType(layout().dtype), t * i, stream));
       TANDEM_RETURN_IF_ERROR(DownPerExpert(runs, t));
     }
     TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out_host, y_f32_.get(), static_cast<size_t>(t * d) * sizeof(float),
@@ -555,7 +545,7 @@ absl::StatusOr<bool> CudaExpertPoolImpl::ComputeGrouped(const std::vector<Run>& 
   TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, p, 9 * static_cast<size_t>(e) * sizeof(void*),
                                               cudaMemcpyHostToDevice, stream));
 
-  const cudaDataType w_type = CudaType(l.dtype);
+  const cudaDataType w_type = CudaDataType(l.dtype);
   const GroupedGemmArgs& gu = gate_up_args_;
   const cublasStatus_t gate_up_status = cublasGemmGroupedBatchedEx(
       cublas_.get(), gu.transa.data(), gu.transb.data(), gu.m.data(), gu.n.data(), gu.k.data(), gu.alpha.data(),
@@ -568,7 +558,7 @@ absl::StatusOr<bool> CudaExpertPoolImpl::ComputeGrouped(const std::vector<Run>& 
     return false;  // nothing queued writes gate/up/y: the per-expert path starts afresh
   }
   TANDEM_RETURN_IF_ERROR(CublasStatus(gate_up_status, "cublasGemmGroupedBatchedEx (gate/up)"));
-  TANDEM_CUDA_RETURN_IF_ERROR(LaunchSiluMulSameType(gate, up, h, KernelType(l.dtype), t * i, stream));
+  TANDEM_CUDA_RETURN_IF_ERROR(LaunchSiluMulSameType(gate, up, h, ToKernelDType(l.dtype), t * i, stream));
 
   const GroupedGemmArgs& dn = down_args_;
   const cublasStatus_t down_status = cublasGemmGroupedBatchedEx(
@@ -585,7 +575,7 @@ absl::StatusOr<bool> CudaExpertPoolImpl::ComputeGrouped(const std::vector<Run>& 
     return true;
   }
   TANDEM_RETURN_IF_ERROR(CublasStatus(down_status, "cublasGemmGroupedBatchedEx (down)"));
-  if (!f32) TANDEM_CUDA_RETURN_IF_ERROR(LaunchConvertToF32(y, KernelType(l.dtype), static_cast<float*>(y_f32_.get()), t * d, stream));
+  if (!f32) TANDEM_CUDA_RETURN_IF_ERROR(LaunchConvertToF32(y, ToKernelDType(l.dtype), static_cast<float*>(y_f32_.get()), t * d, stream));
   return true;
 #else
   (void)runs;
@@ -600,7 +590,7 @@ absl::Status CudaExpertPoolImpl::GateUpPerExpert(const std::vector<Run>& runs, i
   const size_t elt = DTypeSize(layout().dtype);
   // Row-major Y[R, N] = X[R, K] · W[N, K]ᵀ is column-major Yᵀ[N, R] = W · Xᵀ:
   // cuBLAS sees W as a K×N column-major matrix (op T) and X as K×R (op N).
-  const cudaDataType w_type = CudaType(layout().dtype);
+  const cudaDataType w_type = CudaDataType(layout().dtype);
   const float one = 1.0f, zero = 0.0f;
   float* gate = static_cast<float*>(gate_up_.get());  // [T, I] f32
   for (const Run& run : runs) {
@@ -625,7 +615,7 @@ absl::Status CudaExpertPoolImpl::DownPerExpert(const std::vector<Run>& runs, int
   (void)t;
   const int64_t d = layout().hidden_size, i = layout().intermediate_size;
   const size_t elt = DTypeSize(layout().dtype);
-  const cudaDataType w_type = CudaType(layout().dtype);
+  const cudaDataType w_type = CudaDataType(layout().dtype);
   const float one = 1.0f, zero = 0.0f;
   float* y = static_cast<float*>(y_f32_.get());  // [T, D]
   for (const Run& run : runs) {
