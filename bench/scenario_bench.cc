@@ -475,13 +475,8 @@ class PolicyRun {
     Json j = Record("e2e");
     j["input_tokens"] = in;
     j["output_tokens"] = outn;
-    j["tokens_per_s"] = Median(point.values);
-    j["runs"] = point.runs;
-    j["output_fingerprint"] = point.fingerprint;
-    AddStats(&j);
-    out_.Emit(j);
-    Progress(absl::StrFormat("e2e in %d out %d: %.2f tokens/s", in, outn, Median(point.values)));
-    scores->by_scenario["e2e_tokens_per_s"].push_back(Median(point.values));
+    EmitPoint(std::move(j), "tokens_per_s", "e2e_tokens_per_s", point, scores,
+              absl::StrFormat("e2e in %d out %d: %.2f tokens/s", in, outn, Median(point.values)));
     return absl::OkStatus();
   }
 
@@ -499,13 +494,8 @@ class PolicyRun {
     }
     Json j = Record("ttft");
     j["prefill_tokens"] = prefill;
-    j["ttft_ms"] = Median(point.values);
-    j["runs"] = point.runs;
-    j["output_fingerprint"] = point.fingerprint;
-    AddStats(&j);
-    out_.Emit(j);
-    Progress(absl::StrFormat("ttft prefill %d: %.1f ms", prefill, Median(point.values)));
-    scores->by_scenario["ttft_ms"].push_back(Median(point.values));
+    EmitPoint(std::move(j), "ttft_ms", "ttft_ms", point, scores,
+              absl::StrFormat("ttft prefill %d: %.1f ms", prefill, Median(point.values)));
     return absl::OkStatus();
   }
 
@@ -550,14 +540,24 @@ class PolicyRun {
     j["beam_width"] = width;
     j["input_tokens"] = s_.beam_input;
     j["output_tokens"] = s_.beam_output;
-    j["beam_tokens_per_s"] = Median(point.values);
+    EmitPoint(std::move(j), "beam_tokens_per_s", "beam_tokens_per_s", point, scores,
+              absl::StrFormat("beam width %d: %.2f beam tokens/s", width, Median(point.values)));
+    return absl::OkStatus();
+  }
+
+  // One point's record: its median under `metric`, the runs, the ids'
+  // fingerprint and the orchestrator's counters; the median also goes to
+  // the policy's `scenario` scores for the summary.
+  void EmitPoint(Json j, const char* metric, const char* scenario, const PointRuns& point, PolicyScores* scores,
+                 const std::string& progress) {
+    const double median = Median(point.values);
+    j[metric] = median;
     j["runs"] = point.runs;
     j["output_fingerprint"] = point.fingerprint;
     AddStats(&j);
     out_.Emit(j);
-    Progress(absl::StrFormat("beam width %d: %.2f beam tokens/s", width, Median(point.values)));
-    scores->by_scenario["beam_tokens_per_s"].push_back(Median(point.values));
-    return absl::OkStatus();
+    Progress(progress);
+    scores->by_scenario[scenario].push_back(median);
   }
 
   void Progress(const std::string& what) const {
