@@ -18,9 +18,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/json_lines.h"
-#include "client/local_runtime.h"
-#include "common/hardware_probe.h"
-#include "common/log.h"
+#include "runtime/local_runtime.h"
+#include "common/platform/hardware_probe.h"
+#include "common/base/log.h"
 
 ABSL_FLAG(std::string, presets, "tiny,demo,mixtral-8x7b:2",
           "synthetic models generated in memory, preset[:layers], comma-separated");

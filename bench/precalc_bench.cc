@@ -19,9 +19,9 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
 #include "bench/json_lines.h"
-#include "client/local_runtime.h"
-#include "common/model.h"
-#include "common/status_macros.h"
+#include "runtime/local_runtime.h"
+#include "common/model/model.h"
+#include "common/base/status_macros.h"
 
 ABSL_FLAG(std::string, presets, "tiny,demo", "synthetic presets");
 ABSL_FLAG(int32_t, prompts, 4, "prompts per preset");

@@ -28,9 +28,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/json_lines.h"
-#include "client/local_runtime.h"
-#include "common/hardware_probe.h"
-#include "common/log.h"
+#include "runtime/local_runtime.h"
+#include "common/platform/hardware_probe.h"
+#include "common/base/log.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/scheduler.h"
 

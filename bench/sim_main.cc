@@ -28,12 +28,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/json_lines.h"
-#include "common/log.h"
-#include "common/status_macros.h"
+#include "common/base/log.h"
+#include "common/base/status_macros.h"
 #include "coordinator/planner/profile_io.h"
 #include "coordinator/planner/simulator.h"
 #include "coordinator/planner/synthetic_trace.h"
-#include "coordinator/routing_trace_io.h"
+#include "coordinator/planner/routing_trace_io.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, profile, "bench/profiles/collab-rtx4090-tr7960x-mixtral.json", "hardware profile");

@@ -26,7 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/client.h"
-#include "common/runtime_dir.h"
+#include "common/base/runtime_dir.h"
 
 ABSL_FLAG(std::string, server, tandem::DefaultServerAddress(),
           "server address: unix:/path/to/server.sock or host:port (default: where tandem-server listens by "

@@ -10,9 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/log.h"
-#include "common/status_macros.h"
-#include "common/thread_pool.h"
+#include "common/base/log.h"
+#include "common/base/status_macros.h"
+#include "common/base/thread_pool.h"
 
 namespace tandem {
 namespace {

@@ -23,10 +23,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/expert_executor.h"
-#include "common/expert_partition.h"
-#include "common/model_config.h"
-#include "common/model_fingerprint.h"
+#include "common/base/expert_executor.h"
+#include "common/model/expert_partition.h"
+#include "common/model/model_config.h"
+#include "common/model/model_fingerprint.h"
 #include "coordinator/planner/profile_io.h"
 #include "gpu_worker/expert_pool.h"
 

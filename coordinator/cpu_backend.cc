@@ -1,8 +1,8 @@
 #include "coordinator/cpu_backend.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/routing.h"
-#include "common/status_macros.h"
+#include "common/model/routing.h"
+#include "common/base/status_macros.h"
 
 namespace tandem {
 

@@ -21,9 +21,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/dtype.h"
-#include "common/log.h"
-#include "common/status_macros.h"
+#include "common/base/dtype.h"
+#include "common/base/log.h"
+#include "common/base/status_macros.h"
 #include "coordinator/cuda_backend_kernels.h"
 #include "gpu_worker/cuda_dtype.h"
 #include "gpu_worker/cuda_handles.h"

@@ -32,7 +32,7 @@
 #include <span>
 
 #include "absl/status/statusor.h"
-#include "common/model_weights.h"
+#include "common/model/model_weights.h"
 #include "coordinator/compute_backend.h"
 #include "coordinator/kv_cache.h"
 

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/expert_executor.h"
-#include "common/model_config.h"
+#include "common/base/expert_executor.h"
+#include "common/model/model_config.h"
 #include "coordinator/compute_backend.h"
 #include "coordinator/forward_observer.h"
 #include "coordinator/layer_hook.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/model.h"
+#include "common/model/model.h"
 #include "coordinator/engine.h"
 #include "coordinator/kv_cache.h"
 #include "coordinator/sampler.h"

@@ -5,8 +5,8 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "common/dtype.h"
-#include "common/model_fingerprint.h"
+#include "common/base/dtype.h"
+#include "common/model/model_fingerprint.h"
 #include "coordinator/utf8_stream.h"
 
 namespace tandem {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/model.h"
+#include "common/model/model.h"
 #include "coordinator/scheduler.h"
 #include "tandem/v1/inference.grpc.pb.h"
 

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "common/routing.h"
-#include "common/status_macros.h"
+#include "common/model/routing.h"
+#include "common/base/status_macros.h"
 
 namespace tandem {
 namespace {

@@ -42,8 +42,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/expert_executor.h"
-#include "common/model_config.h"
+#include "common/base/expert_executor.h"
+#include "common/model/model_config.h"
 #include "coordinator/layer_hook.h"
 #include "coordinator/planner/residency.h"
 

@@ -37,10 +37,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/expert_executor.h"
-#include "common/expert_partition.h"
-#include "common/model_config.h"
-#include "common/model_fingerprint.h"
+#include "common/base/expert_executor.h"
+#include "common/model/expert_partition.h"
+#include "common/model/model_config.h"
+#include "common/model/model_fingerprint.h"
 
 namespace tandem {
 

@@ -3,9 +3,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/log.h"
+#include "common/base/log.h"
 #include "coordinator/planner/profile_io.h"
-#include "coordinator/routing_trace_io.h"
+#include "coordinator/planner/routing_trace_io.h"
 
 namespace tandem {
 

@@ -21,7 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/model_config.h"
+#include "common/model/model_config.h"
 #include "coordinator/forward_observer.h"
 #include "coordinator/planner/placement.h"
 

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/log.h"
+#include "common/base/log.h"
 #include "coordinator/sampler.h"
 #include "coordinator/stop_strings.h"
 #include "coordinator/utf8_stream.h"

@@ -30,7 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/model.h"
+#include "common/model/model.h"
 #include "coordinator/beam_search.h"
 #include "coordinator/engine.h"
 #include "coordinator/generator.h"

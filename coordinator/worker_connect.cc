@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/model_fingerprint.h"
+#include "common/model/model_fingerprint.h"
 
 namespace tandem {
 

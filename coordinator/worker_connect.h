@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/model.h"
+#include "common/model/model.h"
 #include "coordinator/remote_expert_executor.h"
 
 namespace tandem {

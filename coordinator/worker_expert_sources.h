@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/expert_store_view.h"
-#include "common/model_config.h"
+#include "common/model/expert_store_view.h"
+#include "common/model/model_config.h"
 #include "gpu_worker/expert_source.h"
 #include "gpu_worker/pinned_regions.h"
 

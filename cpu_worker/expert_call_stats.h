@@ -9,7 +9,7 @@
 #include <span>
 
 #include "absl/status/status.h"
-#include "common/expert_executor.h"
+#include "common/base/expert_executor.h"
 
 namespace tandem {
 

@@ -10,7 +10,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 
 namespace tandem {
 namespace {

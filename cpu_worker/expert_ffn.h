@@ -10,8 +10,8 @@
 
 #include "absl/status/status.h"
 #include "common/kernels/linear.h"
-#include "common/model_weights.h"
-#include "common/thread_pool.h"
+#include "common/model/model_weights.h"
+#include "common/base/thread_pool.h"
 
 namespace tandem {
 

@@ -12,10 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/log.h"
-#include "common/model_fingerprint.h"
-#include "common/numa_topology.h"
-#include "common/status_macros.h"
+#include "common/base/log.h"
+#include "common/model/model_fingerprint.h"
+#include "common/platform/numa_topology.h"
+#include "common/base/status_macros.h"
 
 namespace tandem {
 namespace {

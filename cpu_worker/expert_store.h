@@ -22,12 +22,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/expert_partition.h"
-#include "common/expert_store_view.h"
-#include "common/model_weights.h"
-#include "common/shm_region.h"
-#include "common/tensor_names.h"
-#include "common/thread_pool.h"
+#include "common/model/expert_partition.h"
+#include "common/model/expert_store_view.h"
+#include "common/model/model_weights.h"
+#include "common/platform/shm_region.h"
+#include "common/model/tensor_names.h"
+#include "common/base/thread_pool.h"
 
 namespace tandem {
 

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/expert_executor.h"
-#include "common/expert_partition.h"
-#include "common/thread_pool.h"
+#include "common/base/expert_executor.h"
+#include "common/model/expert_partition.h"
+#include "common/base/thread_pool.h"
 #include "cpu_worker/expert_call_stats.h"
 #include "cpu_worker/expert_ffn.h"
 

@@ -15,8 +15,8 @@
 #include <span>
 
 #include "absl/status/status.h"
-#include "common/expert_executor.h"
-#include "common/thread_pool.h"
+#include "common/base/expert_executor.h"
+#include "common/base/thread_pool.h"
 #include "cpu_worker/expert_ffn.h"
 #include "cpu_worker/expert_store.h"
 #include "cpu_worker/expert_call_stats.h"

@@ -10,9 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/log.h"
-#include "common/numa_topology.h"
-#include "common/status_macros.h"
+#include "common/base/log.h"
+#include "common/platform/numa_topology.h"
+#include "common/base/status_macros.h"
 #include "tandem/v1/expert_worker_convert.h"
 
 namespace tandem {

@@ -29,11 +29,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/expert_executor.h"
-#include "common/expert_partition.h"
-#include "common/model_config.h"
-#include "common/model_fingerprint.h"
-#include "common/shm_transport.h"
+#include "common/base/expert_executor.h"
+#include "common/model/expert_partition.h"
+#include "common/model/model_config.h"
+#include "common/model/model_fingerprint.h"
+#include "common/platform/shm_transport.h"
 #include "tandem/v1/expert_worker.grpc.pb.h"
 
 namespace tandem {

@@ -95,7 +95,7 @@ case "$cmd" in
     stop_all
     echo "$workers" > "$runtime_dir/num_workers"
     for ((i = 0; i < workers; i++)); do
-      # Each worker plans its own node and cores from its index (common/numa_topology.h).
+      # Each worker plans its own node and cores from its index (common/platform/numa_topology.h).
       setsid "$bin/tandem-cpu-worker" "${model_flags[@]}" --socket "$runtime_dir/worker-$i.sock" \
         --worker_index "$i" --num_workers "$workers" --division "$division" --transport "$transport" \
         --region_prefix "/tandem-$(id -u)-$i" > "$runtime_dir/worker-$i.log" 2>&1 < /dev/null &

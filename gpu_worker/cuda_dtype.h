@@ -5,7 +5,7 @@
 
 #include <library_types.h>
 
-#include "common/dtype.h"
+#include "common/base/dtype.h"
 #include "gpu_worker/cuda_expert_kernels.h"
 
 namespace tandem {

@@ -23,8 +23,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/log.h"
-#include "common/status_macros.h"
+#include "common/base/log.h"
+#include "common/base/status_macros.h"
 #include "gpu_worker/cuda_dtype.h"
 #include "gpu_worker/cuda_expert_kernels.h"
 #include "gpu_worker/cuda_handles.h"

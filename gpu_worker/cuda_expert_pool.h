@@ -69,8 +69,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/model_config.h"
-#include "common/model_weights.h"
+#include "common/model/model_config.h"
+#include "common/model/model_weights.h"
 #include "gpu_worker/expert_pool.h"
 #include "gpu_worker/pinned_regions.h"
 #include "gpu_worker/slot_pool.h"

@@ -41,10 +41,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/dtype.h"
-#include "common/expert_executor.h"
-#include "common/expert_key.h"
-#include "common/model_config.h"
+#include "common/base/dtype.h"
+#include "common/base/expert_executor.h"
+#include "common/base/expert_key.h"
+#include "common/model/model_config.h"
 
 namespace tandem {
 

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/dtype.h"
-#include "common/model_weights.h"
+#include "common/base/dtype.h"
+#include "common/model/model_weights.h"
 
 namespace tandem {
 

@@ -26,8 +26,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/model_config.h"
-#include "common/model_weights.h"
+#include "common/model/model_config.h"
+#include "common/model/model_weights.h"
 #include "gpu_worker/expert_pool.h"
 #include "gpu_worker/slot_pool.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "common/dtype.h"
+#include "common/base/dtype.h"
 
 namespace tandem {
 

@@ -39,9 +39,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/expert_key.h"
-#include "common/model_config.h"
-#include "common/model_weights.h"
+#include "common/base/expert_key.h"
+#include "common/model/model_config.h"
+#include "common/model/model_weights.h"
 #include "gpu_worker/expert_pool.h"
 #include "gpu_worker/expert_source.h"
 

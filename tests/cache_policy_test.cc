@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "coordinator/planner/placement.h"
 #include "gtest/gtest.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -26,8 +27,8 @@ CacheDecision Admit(int layer, int expert, int evict_layer, int evict_expert) {
 
 ResidencyTable Table(int layers, int experts, int slots, const std::vector<ExpertKey>& placed) {
   absl::StatusOr<ResidencyTable> table = ResidencyTable::Create(layers, experts, slots);
-  EXPECT_TRUE(table.ok()) << table.status();
-  EXPECT_TRUE(ApplyPlacement(placed, &*table).ok());
+  EXPECT_OK(table);
+  EXPECT_OK(ApplyPlacement(placed, &*table));
   return *table;
 }
 
@@ -49,10 +50,10 @@ std::vector<CacheDecision> Route(CachePolicy& policy, const ResidencyTable& tabl
 
 TEST(ResidencyTableTest, SlotsMigrationsAndEvictions) {
   absl::StatusOr<ResidencyTable> table = ResidencyTable::Create(2, 4, 2);
-  ASSERT_TRUE(table.ok());
-  ASSERT_TRUE(table->Place({0, 1}).ok());
+  ASSERT_OK(table);
+  ASSERT_OK(table->Place({0, 1}));
   EXPECT_EQ(table->free_slots(), 1);
-  ASSERT_TRUE(table->BeginMigration({1, 2}, /*ready_at_us=*/500).ok());
+  ASSERT_OK(table->BeginMigration({1, 2}, /*ready_at_us=*/500));
   EXPECT_EQ(table->residency({1, 2}), Residency::kMigrating);
   EXPECT_EQ(table->free_slots(), 0);
   // Full: a third needs an eviction, and a copy in flight cannot be evicted.
@@ -60,7 +61,7 @@ TEST(ResidencyTableTest, SlotsMigrationsAndEvictions) {
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
   s = table->BeginMigration({0, 3}, 900, ExpertKey{1, 2});
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  ASSERT_TRUE(table->BeginMigration({0, 3}, 900, ExpertKey{0, 1}).ok());
+  ASSERT_OK(table->BeginMigration({0, 3}, 900, ExpertKey{0, 1}));
   EXPECT_EQ(table->residency({0, 1}), Residency::kAbsent);
   // The planner's view at t = 600: the first copy has landed, the second has 300 us left.
   std::vector<ExpertState> states;
@@ -80,12 +81,12 @@ TEST(ApplyCacheDecisionsTest, CopiesQueueOnOneEngine) {
   ResidencyTable table = Table(1, 4, 3, {{0, 0}});
   double free_at = 0;
   const std::vector<CacheDecision> decisions = {Migrate(0, 1), Migrate(0, 2)};
-  ASSERT_TRUE(ApplyCacheDecisions(decisions, /*now_us=*/50, /*migrate_us=*/100, &free_at, &table).ok());
+  ASSERT_OK(ApplyCacheDecisions(decisions, /*now_us=*/50, /*migrate_us=*/100, &free_at, &table));
   EXPECT_DOUBLE_EQ(table.ready_at_us({0, 1}), 150);
   EXPECT_DOUBLE_EQ(table.ready_at_us({0, 2}), 250);
   EXPECT_DOUBLE_EQ(free_at, 250);
   const std::vector<CacheDecision> admit = {Admit(0, 3, 0, 0)};
-  ASSERT_TRUE(ApplyCacheDecisions(admit, 60, 100, &free_at, &table).ok());
+  ASSERT_OK(ApplyCacheDecisions(admit, 60, 100, &free_at, &table));
   EXPECT_EQ(table.residency({0, 3}), Residency::kResident);
   EXPECT_EQ(table.residency({0, 0}), Residency::kAbsent);
   EXPECT_DOUBLE_EQ(free_at, 250);  // admissions copy nothing
@@ -108,18 +109,18 @@ class LruTest : public ::testing::Test {
   void SetUp() override {
     absl::StatusOr<std::vector<ExpertKey>> placed =
         PlaceExperts({PlacementPolicy::kFirstLayers, /*num_slots=*/4, /*ways=*/2}, 4, 8, nullptr);
-    ASSERT_TRUE(placed.ok());
+    ASSERT_OK(placed);
     table_ = std::make_unique<ResidencyTable>(Table(4, 8, 4, *placed));
     absl::StatusOr<std::unique_ptr<LruCachePolicy>> lru = LruCachePolicy::Create({2, 2}, 4, 8);
-    ASSERT_TRUE(lru.ok()) << lru.status();
+    ASSERT_OK(lru);
     lru_ = std::move(*lru);
-    ASSERT_TRUE(lru_->Reset(*table_).ok());
+    ASSERT_OK(lru_->Reset(*table_));
   }
   // Routes and applies at once (copies land immediately: step tests).
   std::vector<CacheDecision> Step(int layer, const std::vector<int32_t>& rows) {
     std::vector<CacheDecision> decisions = Route(*lru_, *table_, layer, rows);
     double free_at = 0;
-    EXPECT_TRUE(ApplyCacheDecisions(decisions, 0, 0, &free_at, table_.get()).ok());
+    EXPECT_OK(ApplyCacheDecisions(decisions, 0, 0, &free_at, table_.get()));
     table_->CompleteMigrationsBy(0);
     return decisions;
   }
@@ -159,7 +160,7 @@ TEST_F(LruTest, InFlightCopiesAreNotFetchedTwiceNorEvicted) {
   std::vector<CacheDecision> d = Route(*lru_, *table_, 0, {0, 0, 1, 0, 0, 0, 0, 0});
   ASSERT_EQ(d, (std::vector<CacheDecision>{Migrate(0, 2, 0, 0)}));
   double free_at = 0;
-  ASSERT_TRUE(ApplyCacheDecisions(d, 0, 1000, &free_at, table_.get()).ok());
+  ASSERT_OK(ApplyCacheDecisions(d, 0, 1000, &free_at, table_.get()));
   // Next token uses 2 again (still in flight): no second fetch. Then a miss
   // on 6 must evict 1 (resident), not 2 (in flight).
   EXPECT_TRUE(Route(*lru_, *table_, 0, {0, 0, 1, 0, 0, 0, 0, 0}).empty());
@@ -185,7 +186,7 @@ TEST_F(LruTest, AdmitsWhatThePlannerCopied) {
 TEST(LruCachePolicyTest, FreeWaysFillBeforeEvicting) {
   ResidencyTable table = Table(2, 8, 4, {{0, 0}});
   absl::StatusOr<std::unique_ptr<LruCachePolicy>> lru = LruCachePolicy::Create({2, 2}, 2, 8);
-  ASSERT_TRUE(lru.ok());
+  ASSERT_OK(lru);
   EXPECT_EQ(Route(**lru, table, 0, {0, 0, 3, 0, 0, 1, 0, 0}),
             (std::vector<CacheDecision>{Migrate(0, 2), Migrate(0, 5, 0, 0)}));
 }
@@ -224,7 +225,7 @@ TEST_P(SequenceSwapTest, SwapsWhenHotReachesThresholdTimesCold) {
   const SwapCase& c = GetParam();
   ResidencyTable table = Table(1, 8, 4, {{0, 0}, {0, 1}, {0, 2}, {0, 3}});
   absl::StatusOr<std::unique_ptr<SequenceCachePolicy>> policy = SequenceCachePolicy::Create({});
-  ASSERT_TRUE(policy.ok());
+  ASSERT_OK(policy);
   const std::vector<int32_t> rows = {1000, 1000, 1000, c.cold, 0, 0, c.hot, 0};
   const std::vector<CacheDecision> decisions = Route(**policy, table, 0, rows, Phase::kPrefill);
   if (c.swaps) {
@@ -247,7 +248,7 @@ TEST(SequenceCachePolicyTest, PairsHottestWithColdestUpToHalfTheExperts) {
   // swap, (7:3, 2:3) 3 < 3.15: no.
   ResidencyTable table = Table(1, 8, 5, {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 4}});
   absl::StatusOr<std::unique_ptr<SequenceCachePolicy>> policy = SequenceCachePolicy::Create({});
-  ASSERT_TRUE(policy.ok());
+  ASSERT_OK(policy);
   EXPECT_EQ(Route(**policy, table, 0, {1, 2, 3, 4, 5, 50, 40, 3}, Phase::kPrefill),
             (std::vector<CacheDecision>{Migrate(0, 5, 0, 0), Migrate(0, 6, 0, 1)}));
   // 16 experts, 9 hot CPU experts, 7 idle GPU experts: only SwapNum = 8 pairs.
@@ -263,9 +264,9 @@ TEST(SequenceCachePolicyTest, PairsHottestWithColdestUpToHalfTheExperts) {
 
 TEST(SequenceCachePolicyTest, InactiveCpuExpertsAreNeverHotAndCopiesInFlightStay) {
   ResidencyTable table = Table(1, 8, 3, {{0, 0}, {0, 1}});
-  ASSERT_TRUE(table.BeginMigration({0, 2}, 1e9).ok());
+  ASSERT_OK(table.BeginMigration({0, 2}, 1e9));
   absl::StatusOr<std::unique_ptr<SequenceCachePolicy>> policy = SequenceCachePolicy::Create({});
-  ASSERT_TRUE(policy.ok());
+  ASSERT_OK(policy);
   // Expert 2 (in flight, 0 tokens) is not swapped out; expert 0 (5 tokens)
   // is colder than hot 7 (9 tokens) by more than 1.05.
   EXPECT_EQ(Route(**policy, table, 0, {5, 20, 0, 0, 0, 0, 0, 9}, Phase::kPrefill),
@@ -288,7 +289,7 @@ CostModel PaperCost() {
   p.migrate = TransferCost{0, 28020.0 / 352321536};
   p.dma = TransferCost{0, 0};
   absl::StatusOr<CostModel> cost = CostModel::Create(p);
-  EXPECT_TRUE(cost.ok()) << cost.status();
+  EXPECT_OK(cost);
   return *cost;
 }
 
@@ -298,7 +299,7 @@ class AdaptiveTest : public ::testing::Test {
     AdaptiveOptions options;
     options.num_experts_per_token = 2;
     absl::StatusOr<std::unique_ptr<AdaptiveCachePolicy>> policy = AdaptiveCachePolicy::Create(options, &cost_, 2, 8);
-    ASSERT_TRUE(policy.ok()) << policy.status();
+    ASSERT_OK(policy);
     policy_ = std::move(*policy);
   }
   CostModel cost_ = PaperCost();
@@ -309,7 +310,7 @@ TEST_F(AdaptiveTest, PrefillFrequenciesDriveASwapWorthItsCost) {
   // Both slots hold layer-0 experts 0 and 1. The prompt (100 tokens, top-2)
   // routes 60 tokens to expert 3, 2 to expert 0 and none to expert 1.
   ResidencyTable table = Table(2, 8, 2, {{0, 0}, {0, 1}});
-  ASSERT_TRUE(policy_->Reset(table).ok());
+  ASSERT_OK(policy_->Reset(table));
   policy_->OnSequenceStart({/*expected_decode_steps=*/64, /*decode_rows_per_step=*/1});
   const std::vector<int32_t> prompt = {2, 0, 40, 60, 30, 30, 20, 18};
   // Expert 3 saves 0.6 x (7340 - 250) us per token over 64 tokens = 272 ms,
@@ -322,7 +323,7 @@ TEST_F(AdaptiveTest, PrefillFrequenciesDriveASwapWorthItsCost) {
   EXPECT_EQ(d, (std::vector<CacheDecision>{Migrate(0, 3, 0, 1)}));
   EXPECT_NEAR(policy_->ExpectedSavingUs({0, 3}), 64 * 0.6 * (7340 - 250), 1e-6);
   double free_at = 0;
-  ASSERT_TRUE(ApplyCacheDecisions(d, 0, cost_.MigrateUs(), &free_at, &table).ok());
+  ASSERT_OK(ApplyCacheDecisions(d, 0, cost_.MigrateUs(), &free_at, &table));
   table.CompleteMigrationsBy(free_at);
   EXPECT_EQ(Route(*policy_, table, 0, std::vector<int32_t>(8, 0), Phase::kDecode),
             (std::vector<CacheDecision>{Migrate(0, 2, 0, 0)}));
@@ -330,7 +331,7 @@ TEST_F(AdaptiveTest, PrefillFrequenciesDriveASwapWorthItsCost) {
 
 TEST_F(AdaptiveTest, NoMigrationWhenTheSequenceIsAboutToEnd) {
   ResidencyTable table = Table(2, 8, 2, {{0, 0}, {0, 1}});
-  ASSERT_TRUE(policy_->Reset(table).ok());
+  ASSERT_OK(policy_->Reset(table));
   // Two decode tokens left: 2 x 0.6 x 7.09 ms = 8.5 ms < 28 ms.
   policy_->OnSequenceStart({2, 1});
   EXPECT_TRUE(Route(*policy_, table, 0, {2, 0, 40, 60, 30, 30, 20, 18}, Phase::kPrefill).empty());
@@ -338,7 +339,7 @@ TEST_F(AdaptiveTest, NoMigrationWhenTheSequenceIsAboutToEnd) {
 
 TEST_F(AdaptiveTest, FreeSlotsFillWithoutEvictionAndBacklogHoldsCopies) {
   ResidencyTable table = Table(2, 8, 4, {});
-  ASSERT_TRUE(policy_->Reset(table).ok());
+  ASSERT_OK(policy_->Reset(table));
   policy_->OnSequenceStart({64, 1});
   const std::vector<int32_t> prompt = {0, 0, 0, 100, 0, 0, 0, 100};
   // The copy engine is busy for a whole migration already: nothing starts.
@@ -350,7 +351,7 @@ TEST_F(AdaptiveTest, FreeSlotsFillWithoutEvictionAndBacklogHoldsCopies) {
 
 TEST_F(AdaptiveTest, DecodeFrequenciesFollowAnEwma) {
   ResidencyTable table = Table(2, 8, 0, {});
-  ASSERT_TRUE(policy_->Reset(table).ok());
+  ASSERT_OK(policy_->Reset(table));
   policy_->OnSequenceStart({});
   EXPECT_DOUBLE_EQ(policy_->frequency({1, 5}), 0.25);  // prior: K / E
   Route(*policy_, table, 1, {0, 0, 0, 0, 0, 1, 1, 0}, Phase::kDecode);
@@ -362,7 +363,7 @@ TEST_F(AdaptiveTest, DecodeFrequenciesFollowAnEwma) {
 
 TEST_F(AdaptiveTest, AdmitsPlannerCopiesWhenWorthMoreThanTheVictim) {
   ResidencyTable table = Table(2, 8, 1, {{0, 4}});
-  ASSERT_TRUE(policy_->Reset(table).ok());
+  ASSERT_OK(policy_->Reset(table));
   policy_->OnSequenceStart({64, 1});
   // Layer 0's prompt leaves expert 4 cold (0 tokens); layer 1's makes 6 hot.
   Route(*policy_, table, 0, {50, 50, 0, 0, 0, 50, 50, 0}, Phase::kPrefill, 1e12);  // backlog: no copy now
@@ -386,7 +387,7 @@ TEST_F(AdaptiveTest, PrefillNeverEvictsALayerItHasNotReached) {
   // Layer 1 is about to run with ~all its experts busy: evicting from it
   // would cost a copy in this very step.
   ResidencyTable table = Table(2, 8, 1, {{1, 4}});
-  ASSERT_TRUE(policy_->Reset(table).ok());
+  ASSERT_OK(policy_->Reset(table));
   policy_->OnSequenceStart({64, 1});
   const std::vector<int32_t> rows = {0, 0, 0, 0, 0, 10, 40, 30};
   EXPECT_TRUE(Route(*policy_, table, 0, rows, Phase::kPrefill).empty());
@@ -399,7 +400,7 @@ TEST(CachePolicyFactoryTest, NamesAndOptions) {
   for (CachePolicyKind kind : {CachePolicyKind::kStatic, CachePolicyKind::kLru, CachePolicyKind::kSequence,
                                CachePolicyKind::kAdaptive}) {
     absl::StatusOr<CachePolicyKind> parsed = ParseCachePolicyKind(CachePolicyKindName(kind));
-    ASSERT_TRUE(parsed.ok());
+    ASSERT_OK(parsed);
     EXPECT_EQ(*parsed, kind);
   }
   EXPECT_FALSE(ParseCachePolicyKind("fifo").ok());
@@ -408,14 +409,14 @@ TEST(CachePolicyFactoryTest, NamesAndOptions) {
   options.kind = CachePolicyKind::kLru;
   options.lru = {14, 4};
   absl::StatusOr<std::unique_ptr<CachePolicy>> policy = MakeCachePolicy(options, 32, 8, nullptr);
-  ASSERT_TRUE(policy.ok()) << policy.status();
+  ASSERT_OK(policy);
   EXPECT_EQ((*policy)->name(), "lru");
   options.kind = CachePolicyKind::kAdaptive;
   policy = MakeCachePolicy(options, 32, 8, nullptr);
   ASSERT_FALSE(policy.ok());
   EXPECT_TRUE(absl::StrContains(policy.status().message(), "cost")) << policy.status();
   policy = MakeCachePolicy(options, 32, 8, &cost);
-  ASSERT_TRUE(policy.ok());
+  ASSERT_OK(policy);
   EXPECT_EQ((*policy)->name(), "adaptive");
 }
 

@@ -14,6 +14,7 @@
 #include "tests/server_process_testlib.h"
 #include "tests/temp_dir_testlib.h"
 #include "tests/tokens_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -48,7 +49,7 @@ class CliTest : public ::testing::Test {
     args.insert(args.begin(), kCli);
     if (with_server) args.push_back("--server=" + server_->address());
     auto result = RunProcess(args, {}, dir_->path(), absl::Seconds(60));
-    EXPECT_TRUE(result.ok()) << result.status();
+    EXPECT_OK(result);
     return result.ok() ? *result : ProcessResult{};
   }
   static nlohmann::json Json(const ProcessResult& r) {
@@ -70,7 +71,7 @@ absl::Status* CliTest::start_ = new absl::Status();
 TEST_F(CliTest, GenerateJsonEqualsInProcessGreedy) {
   const std::vector<int32_t> prompt = RandomTokens(6, 512, /*seed=*/11);
   auto expected = GreedyInProcess(dir_->path() / "model", prompt, 10);
-  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_OK(expected);
   const nlohmann::json j = Json(Cli({"generate", "--prompt_ids", absl::StrJoin(prompt, ","), "-n", "10",
                                      "--temperature", "0", "--ignore_eos", "--logprobs", "2", "--json"}));
   ASSERT_TRUE(j.is_object()) << j;

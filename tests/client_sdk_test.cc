@@ -12,12 +12,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
-#include "common/model.h"
+#include "common/model/model.h"
 #include "gtest/gtest.h"
 #include "tests/sdk_testlib.h"
 #include "tests/server_process_testlib.h"
 #include "tests/temp_dir_testlib.h"
 #include "tests/tokens_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -51,7 +52,7 @@ class ClientSdkTest : public ::testing::Test {
   void SetUp() override {
     ASSERT_TRUE(start_->ok()) << *start_;
     auto client = sdk::Client::Connect(server_->address());
-    ASSERT_TRUE(client.ok()) << client.status();
+    ASSERT_OK(client);
     client_ = std::move(*client);
   }
   void TearDown() override {
@@ -64,7 +65,7 @@ class ClientSdkTest : public ::testing::Test {
   }
   static std::vector<int32_t> Expected() {
     auto ids = GreedyInProcess(model_dir(), Prompt(), kMaxTokens);
-    EXPECT_TRUE(ids.ok()) << ids.status();
+    EXPECT_OK(ids);
     return ids.ok() ? *ids : std::vector<int32_t>{};
   }
 
@@ -81,7 +82,7 @@ absl::Status* ClientSdkTest::start_ = new absl::Status();
 TEST_F(ClientSdkTest, GreedyGenerateEqualsInProcess) {
   std::vector<int32_t> streamed;
   auto result = client_->Generate(Greedy(), [&](const sdk::StreamedToken& t) { streamed.push_back(t.id); });
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_OK(result);
   EXPECT_EQ(result->ids(), Expected());
   EXPECT_EQ(streamed, result->ids());
   EXPECT_EQ(result->finish_reason, sdk::FinishReason::kMaxTokens);
@@ -97,11 +98,11 @@ TEST_F(ClientSdkTest, StreamGivesTheSameTokens) {
   sdk::GenerateOptions options = Greedy();
   options.logprobs = 3;
   auto stream = client_->GenerateStreaming(options);
-  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_OK(stream);
   std::vector<int32_t> ids;
   while (true) {
     auto token = (*stream)->Next();
-    ASSERT_TRUE(token.ok()) << token.status();
+    ASSERT_OK(token);
     if (!token->has_value()) break;
     ids.push_back((*token)->id);
     ASSERT_EQ((*token)->top_logprobs.size(), 3u);
@@ -113,7 +114,7 @@ TEST_F(ClientSdkTest, StreamGivesTheSameTokens) {
   EXPECT_EQ((*stream)->result().ids(), ids);
   EXPECT_EQ((*stream)->result().finish_reason, sdk::FinishReason::kMaxTokens);
   auto after = (*stream)->Next();  // a finished stream stays finished
-  ASSERT_TRUE(after.ok());
+  ASSERT_OK(after);
   EXPECT_FALSE(after->has_value());
 }
 
@@ -122,20 +123,20 @@ TEST_F(ClientSdkTest, SeededSamplingIsReproducibleAndReportsTheSeed) {
                                .ignore_eos = true};
   auto a = client_->Generate(options);
   auto b = client_->Generate(options);
-  ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_OK(a);
+  ASSERT_OK(b);
   EXPECT_EQ(a->ids(), b->ids());
   EXPECT_EQ(a->seed, 1234u);
 }
 
 TEST_F(ClientSdkTest, InfoStatsTokenizeDetokenize) {
   auto model = LoadModel(model_dir());
-  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_OK(model);
   ASSERT_NE((*model)->tokenizer, nullptr);
   const ModelConfig& config = (*model)->config;
 
   auto info = client_->Info();
-  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_OK(info);
   EXPECT_EQ(info->vocab_size, config.vocab_size);
   EXPECT_EQ(info->hidden_size, config.hidden_size);
   EXPECT_EQ(info->num_layers, config.num_hidden_layers);
@@ -147,22 +148,22 @@ TEST_F(ClientSdkTest, InfoStatsTokenizeDetokenize) {
 
   const std::string text = "The licensee may copy the software";
   auto expected_ids = (*model)->tokenizer->Encode(text, /*add_bos=*/true);
-  ASSERT_TRUE(expected_ids.ok());
+  ASSERT_OK(expected_ids);
   auto tokens = client_->Tokenize(text);
-  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  ASSERT_OK(tokens);
   EXPECT_EQ(tokens->ids, *expected_ids);
   EXPECT_EQ(tokens->pieces.size(), tokens->ids.size());
   auto no_bos = client_->Tokenize(text, /*add_bos=*/false);
-  ASSERT_TRUE(no_bos.ok()) << no_bos.status();
+  ASSERT_OK(no_bos);
   EXPECT_EQ(no_bos->ids.size() + 1, tokens->ids.size());
 
   auto decoded = client_->Detokenize(tokens->ids);
-  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ASSERT_OK(decoded);
   EXPECT_EQ(*decoded, text);
 
-  ASSERT_TRUE(client_->Generate(Greedy(4)).ok());
+  ASSERT_OK(client_->Generate(Greedy(4)));
   auto stats = client_->Stats();
-  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_OK(stats);
   EXPECT_GE(stats->requests_total, 1);
   EXPECT_GE(stats->generated_tokens, 4);
   EXPECT_GT(stats->uptime_s, 0);
@@ -174,7 +175,7 @@ TEST_F(ClientSdkTest, BeamSearchReturnsSequencesBestFirst) {
   auto result = client_->BeamSearch(
       {.prompt_ids = Prompt(), .beam_width = 3, .max_tokens = 5, .num_return_sequences = 2, .ignore_eos = true},
       [&](const sdk::BeamProgress& p) { progress.push_back(p); });
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_OK(result);
   ASSERT_EQ(result->sequences.size(), 2u);
   EXPECT_GE(result->sequences[0].score, result->sequences[1].score);
   for (const sdk::BeamSequence& s : result->sequences) {
@@ -195,7 +196,7 @@ TEST_F(ClientSdkTest, InvalidRequestKeepsTheServersCodeAndMessage) {
 
   // The stream form reports the same error from Next.
   auto stream = client_->GenerateStreaming(options);
-  ASSERT_TRUE(stream.ok());
+  ASSERT_OK(stream);
   auto token = (*stream)->Next();
   ASSERT_FALSE(token.ok());
   EXPECT_TRUE(absl::IsInvalidArgument(token.status())) << token.status();
@@ -221,12 +222,12 @@ TEST_F(ClientSdkTest, ConnectToAMissingSocketFailsNamingIt) {
 
 TEST_F(ClientSdkTest, CancelledStreamEndsCancelledAndTheServerGoesOn) {
   auto before = client_->Stats();
-  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_OK(before);
   // As long as the context allows: far more than is read before Cancel.
   auto stream = client_->GenerateStreaming({.prompt_ids = Prompt(), .max_tokens = 240, .ignore_eos = true});
-  ASSERT_TRUE(stream.ok());
+  ASSERT_OK(stream);
   auto first = (*stream)->Next();
-  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_OK(first);
   ASSERT_TRUE(first->has_value());
   (*stream)->Cancel();
   absl::Status end;
@@ -242,25 +243,25 @@ TEST_F(ClientSdkTest, CancelledStreamEndsCancelledAndTheServerGoesOn) {
   absl::StatusOr<sdk::ServerStats> after;
   for (int i = 0; i < 100; ++i) {
     after = client_->Stats();
-    ASSERT_TRUE(after.ok()) << after.status();
+    ASSERT_OK(after);
     if (after->requests_cancelled > before->requests_cancelled && after->requests_active == 0) break;
     absl::SleepFor(absl::Milliseconds(50));
   }
   EXPECT_GT(after->requests_cancelled, before->requests_cancelled);
   EXPECT_EQ(after->requests_active, 0);
   auto again = client_->Generate(Greedy());
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   EXPECT_EQ(again->ids(), Expected());
 }
 
 TEST_F(ClientSdkTest, DestroyingAnUnfinishedStreamCancelsIt) {
   {
     auto stream = client_->GenerateStreaming({.prompt_ids = Prompt(), .max_tokens = 240, .ignore_eos = true});
-    ASSERT_TRUE(stream.ok());
-    ASSERT_TRUE((*stream)->Next().ok());
+    ASSERT_OK(stream);
+    ASSERT_OK((*stream)->Next());
   }
   auto again = client_->Generate(Greedy());
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
 }
 
 TEST_F(ClientSdkTest, PerCallDeadline) {
@@ -269,7 +270,7 @@ TEST_F(ClientSdkTest, PerCallDeadline) {
   ASSERT_FALSE(result.ok());
   EXPECT_TRUE(absl::IsDeadlineExceeded(result.status())) << result.status();
   auto info = client_->Info({.timeout = absl::Seconds(5)});
-  EXPECT_TRUE(info.ok()) << info.status();
+  EXPECT_OK(info);
 }
 
 }  // namespace

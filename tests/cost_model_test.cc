@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -49,7 +50,7 @@ TEST(FitRooflineTest, RecoversAnExactRoofline) {
   std::vector<TimingSample> table;
   for (double rows : {512.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0}) table.push_back({rows, truth.Us(rows)});
   absl::StatusOr<RooflineCurve> fit = FitRoofline(table);
-  ASSERT_TRUE(fit.ok()) << fit.status();
+  ASSERT_OK(fit);
   for (double rows : {1.0, 3.0, 8.0, 10.0, 50.0, 300.0, 1000.0}) {
     EXPECT_NEAR(fit->Us(rows), truth.Us(rows), 1e-6 * truth.Us(rows)) << rows;
   }
@@ -60,12 +61,12 @@ TEST(FitRooflineTest, LinearAndFlatTablesAreSpecialCases) {
   std::vector<TimingSample> linear;
   for (double rows : {1.0, 2.0, 4.0, 8.0}) linear.push_back({rows, 7000 * rows});
   absl::StatusOr<RooflineCurve> fit = FitRoofline(linear);
-  ASSERT_TRUE(fit.ok()) << fit.status();
+  ASSERT_OK(fit);
   for (double rows : {1.0, 3.0, 16.0}) EXPECT_NEAR(fit->Us(rows), 7000 * rows, 1e-6 * 7000 * rows);
   // Fiddler's GPU model: constant.
   std::vector<TimingSample> flat{{1, 250}, {8, 250}, {64, 250}};
   fit = FitRoofline(flat);
-  ASSERT_TRUE(fit.ok()) << fit.status();
+  ASSERT_OK(fit);
   EXPECT_NEAR(fit->Us(1), 250, 1e-9);
   EXPECT_NEAR(fit->Us(4096), 250, 1e-9);
   EXPECT_NEAR(fit->per_row_us, 0, 1e-9);
@@ -79,7 +80,7 @@ TEST(FitRooflineTest, FitsTheMeasuredEpycTableWithinTolerance) {
   const std::vector<TimingSample> table = {{1, 13700},   {2, 14800},   {4, 22800},   {8, 35600},   {16, 74400},
                                            {32, 97000},  {64, 190000}, {128, 386000}, {256, 779000}, {512, 1260000}};
   absl::StatusOr<RooflineCurve> fit = FitRoofline(table);
-  ASSERT_TRUE(fit.ok()) << fit.status();
+  ASSERT_OK(fit);
   double sum = 0, worst = 0;
   for (const TimingSample& p : table) {
     const double error = std::abs(fit->Us(p.rows) - p.us) / p.us;
@@ -107,7 +108,7 @@ TEST(FitRooflineTest, NoisyTableStaysClose) {
     table.push_back({rows, truth.Us(rows) / noise});
   }
   absl::StatusOr<RooflineCurve> fit = FitRoofline(table);
-  ASSERT_TRUE(fit.ok()) << fit.status();
+  ASSERT_OK(fit);
   for (double rows = 1; rows <= 1024; rows *= 2) EXPECT_NEAR(fit->Us(rows), truth.Us(rows), 0.08 * truth.Us(rows)) << rows;
 }
 
@@ -127,7 +128,7 @@ TEST(FitRooflineTest, RejectsBadTablesNamingTheField) {
 
 TEST(CostModelTest, TermsFollowTheParameters) {
   absl::StatusOr<CostModel> cost = CostModel::Create(SimpleParams(2));
-  ASSERT_TRUE(cost.ok()) << cost.status();
+  ASSERT_OK(cost);
   EXPECT_EQ(cost->num_cpu_workers(), 2);
   EXPECT_DOUBLE_EQ(cost->CpuUs(0, 1), 1000);
   EXPECT_DOUBLE_EQ(cost->CpuUs(1, 20), 2000);
@@ -138,7 +139,7 @@ TEST(CostModelTest, TermsFollowTheParameters) {
   EXPECT_DOUBLE_EQ(cost->DmaUs(10000), 5 + 1);
   EXPECT_DOUBLE_EQ(cost->IpcUs(1, 1000), 10 + 1);
   absl::StatusOr<double> t = cost->TransportUs("shm", 1000);
-  ASSERT_TRUE(t.ok());
+  ASSERT_OK(t);
   EXPECT_DOUBLE_EQ(*t, 11);
   EXPECT_FALSE(cost->TransportUs("carrier-pigeon", 1).ok());
   // One expert alone: split halves it across both workers, shard runs it whole.
@@ -171,10 +172,11 @@ TEST(CostModelTest, ValidateNamesTheFirstBadField) {
 
 TEST(CostModelTest, DivideCpuIntoWorkers) {
   absl::StatusOr<CostModelParams> two = DivideCpuIntoWorkers(SimpleParams(1), 2);
-  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_OK(two);
   absl::StatusOr<CostModel> whole = CostModel::Create(SimpleParams(1));
   absl::StatusOr<CostModel> divided = CostModel::Create(*two);
-  ASSERT_TRUE(whole.ok() && divided.ok());
+  ASSERT_OK(whole);
+  ASSERT_OK(divided);
   ASSERT_EQ(divided->num_cpu_workers(), 2);
   for (double rows : {1.0, 5.0, 50.0}) {
     EXPECT_DOUBLE_EQ(divided->CpuUs(1, rows), 2 * whole->CpuUs(0, rows));
@@ -189,7 +191,7 @@ TEST(CostModelTest, EwmaMovesThePredictionTowardTheMeasurement) {
   CostModelOptions options;
   options.ewma_alpha = 0.25;
   absl::StatusOr<CostModel> cost = CostModel::Create(SimpleParams(), options);
-  ASSERT_TRUE(cost.ok());
+  ASSERT_OK(cost);
   // Linear region (s = 50: 5000 us predicted); the machine is twice as slow.
   const int32_t rows[] = {50};
   for (int i = 1; i <= 10; ++i) {
@@ -211,7 +213,7 @@ TEST(CostModelTest, BatchObservationsScaleTheWholeCurve) {
   CostModelOptions options;
   options.ewma_alpha = 0.5;
   absl::StatusOr<CostModel> cost = CostModel::Create(SimpleParams(), options);
-  ASSERT_TRUE(cost.ok());
+  ASSERT_OK(cost);
   const int32_t batch[] = {2, 50, 0};  // 1000 + 5000 predicted
   cost->ObserveCpu(0, batch, 12000);   // twice that
   const double factor = 1 + 0.5 * (12000.0 / 6000 - 1);
@@ -223,7 +225,7 @@ TEST(CostModelTest, SplitObservationsAreScaledToWholeExperts) {
   CostModelOptions options;
   options.ewma_alpha = 1.0;
   absl::StatusOr<CostModel> cost = CostModel::Create(SimpleParams(2), options);
-  ASSERT_TRUE(cost.ok());
+  ASSERT_OK(cost);
   const int32_t rows[] = {50};  // whole expert: 5000 us; worker 1's half: 2500
   cost->ObserveCpu(1, rows, 2500, /*share=*/0.5);
   EXPECT_NEAR(cost->CpuUs(1, 50), 5000, 1e-9);  // right on: unchanged
@@ -236,7 +238,7 @@ TEST(CostModelTest, MigrationDmaIpcAndGpuRefine) {
   CostModelOptions options;
   options.ewma_alpha = 1.0;  // jump straight to the measurement
   absl::StatusOr<CostModel> cost = CostModel::Create(SimpleParams(), options);
-  ASSERT_TRUE(cost.ok());
+  ASSERT_OK(cost);
   cost->ObserveMigration(240);
   EXPECT_NEAR(cost->MigrateUs(), 240, 1e-9);
   cost->ObserveDma(10000, 12);
@@ -253,7 +255,7 @@ TEST(CostModelTest, MapeCoversTheLastNObservations) {
   options.ewma_alpha = 1e-9;  // keep predictions fixed so the errors are known
   options.error_window = 4;
   absl::StatusOr<CostModel> cost = CostModel::Create(SimpleParams(), options);
-  ASSERT_TRUE(cost.ok());
+  ASSERT_OK(cost);
   EXPECT_EQ(cost->Stats().cpu.window, 0);
   EXPECT_EQ(cost->Stats().cpu.mape_percent, 0);
   const int32_t rows[] = {50};  // predicts 5000
@@ -286,14 +288,14 @@ namespace {
 
 TEST(CostModelTest, CostModelForWorkersDividesAWholeCpuProfileOnly) {
   absl::StatusOr<CostModel> one = CostModelForWorkers(SimpleParams(1), 1);
-  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_OK(one);
   EXPECT_EQ(one->num_cpu_workers(), 1);
   absl::StatusOr<CostModel> two = CostModelForWorkers(SimpleParams(1), 2);
-  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_OK(two);
   EXPECT_EQ(two->num_cpu_workers(), 2);
   absl::StatusOr<CostModelParams> listed = DivideCpuIntoWorkers(SimpleParams(1), 2);
-  ASSERT_TRUE(listed.ok());
-  EXPECT_TRUE(CostModelForWorkers(*listed, 2).ok()) << "a profile that lists its workers is used as it is";
+  ASSERT_OK(listed);
+  EXPECT_OK(CostModelForWorkers(*listed, 2)) << "a profile that lists its workers is used as it is";
   const absl::StatusOr<CostModel> mismatch = CostModelForWorkers(*listed, 3);
   EXPECT_EQ(mismatch.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(mismatch.status().message().find("workers"), std::string::npos) << mismatch.status();

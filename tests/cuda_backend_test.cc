@@ -39,9 +39,9 @@
 #include <string>
 #include <vector>
 
-#include "common/dtype.h"
-#include "common/model.h"
-#include "common/synthetic_model.h"
+#include "common/base/dtype.h"
+#include "common/model/model.h"
+#include "common/model/synthetic_model.h"
 #include "coordinator/cpu_backend.h"
 #include "coordinator/engine.h"
 #include "coordinator/kv_cache.h"
@@ -49,6 +49,7 @@
 #include "gpu_worker/cuda_device.h"
 #include "gtest/gtest.h"
 #include "tests/cuda_skip_testlib.h"
+#include "tests/status_testlib.h"
 
 #if TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -168,7 +169,7 @@ void PrintTo(const OpCase& c, std::ostream* os) {
 
 ModelConfig CaseConfig(const OpCase& c) {
   absl::StatusOr<ModelConfig> base = SyntheticConfig(SyntheticModelSpec{.preset = c.preset});
-  EXPECT_TRUE(base.ok()) << base.status();
+  EXPECT_OK(base);
   ModelConfig config = *base;
   config.num_attention_heads = c.heads;
   config.num_key_value_heads = c.kv_heads;
@@ -200,7 +201,7 @@ Pair MakePair(const ModelWeights* w, int64_t block_size, CudaBackendOptions opti
   Pair p;
   p.cpu = std::make_unique<CpuBackend>(w, nullptr);
   auto gpu = CudaBackend::Create(w, options);
-  EXPECT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_OK(gpu);
   if (!gpu.ok()) return p;
   p.gpu = std::move(*gpu);
   const KvCacheOptions kv{.num_layers = w->config.num_hidden_layers,
@@ -209,8 +210,8 @@ Pair MakePair(const ModelWeights* w, int64_t block_size, CudaBackendOptions opti
                           .max_blocks = 4096};
   auto cpu_pool = KvBlockPool::Create(kv);
   auto gpu_pool = p.gpu->CreateKvPool(kv);
-  EXPECT_TRUE(cpu_pool.ok()) << cpu_pool.status();
-  EXPECT_TRUE(gpu_pool.ok()) << gpu_pool.status();
+  EXPECT_OK(cpu_pool);
+  EXPECT_OK(gpu_pool);
   if (cpu_pool.ok()) p.cpu_pool = std::move(*cpu_pool);
   if (gpu_pool.ok()) p.gpu_pool = std::move(*gpu_pool);
   return p;
@@ -218,7 +219,7 @@ Pair MakePair(const ModelWeights* w, int64_t block_size, CudaBackendOptions opti
 
 TEST(CudaBackendTest, CreateExplainsWhyNot) {
   absl::StatusOr<ModelConfig> config = SyntheticConfig(SyntheticModelSpec{.preset = "tiny"});
-  ASSERT_TRUE(config.ok());
+  ASSERT_OK(config);
   TestWeights w(*config, DType::kBF16, 1);
   auto backend = CudaBackend::Create(w.get());
   if (!BuiltWithCuda()) {
@@ -229,7 +230,7 @@ TEST(CudaBackendTest, CreateExplainsWhyNot) {
     EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnavailable) << backend.status();
     GTEST_SKIP() << backend.status().message();  // "no CUDA device: ..."
   }
-  ASSERT_TRUE(backend.ok()) << backend.status();
+  ASSERT_OK(backend);
   const CudaBackendStats stats = (*backend)->stats();
   std::cout << "[ weights  ] " << stats.weight_bytes << " bytes of dense weights on the device\n";
   EXPECT_GT(stats.weight_bytes, 0);
@@ -255,8 +256,8 @@ TEST_P(CudaBackendOpTest, EmbedRouterCombineLogitsMatchCpu) {
     std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab - 1));
     for (int32_t& id : tokens) id = tok(rng);
     std::vector<float> hc(n * static_cast<size_t>(d)), hg(hc.size());
-    ASSERT_TRUE(p.cpu->Embed(tokens, hc.data()).ok());
-    ASSERT_TRUE(p.gpu->Embed(tokens, hg.data()).ok());
+    ASSERT_OK(p.cpu->Embed(tokens, hc.data()));
+    ASSERT_OK(p.gpu->Embed(tokens, hg.data()));
     EXPECT_EQ(hc, hg) << "embedding";
 
     // Router: the norm in f32 (f64 sums), the router GEMM in f32 (f32
@@ -266,9 +267,9 @@ TEST_P(CudaBackendOpTest, EmbedRouterCombineLogitsMatchCpu) {
       std::vector<float> mc(hidden.size()), mg(hidden.size()), lc(n * static_cast<size_t>(e)), lg(lc.size());
       std::vector<int32_t> ec(n * static_cast<size_t>(k)), eg(ec.size());
       std::vector<float> wc(ec.size()), wg(ec.size());
-      ASSERT_TRUE(p.cpu->Router(layer, t, hidden.data(), mc.data(), lc.data(), ec.data(), wc.data()).ok());
+      ASSERT_OK(p.cpu->Router(layer, t, hidden.data(), mc.data(), lc.data(), ec.data(), wc.data()));
       const absl::Status st = p.gpu->Router(layer, t, hidden.data(), mg.data(), lg.data(), eg.data(), wg.data());
-      ASSERT_TRUE(st.ok()) << st;
+      ASSERT_OK(st);
       EXPECT_LT(Nmse(mg, mc), 1e-12) << "moe_input layer " << layer;
       EXPECT_LT(Nmse(lg, lc), 1e-10) << "router logits layer " << layer;
       EXPECT_EQ(eg, ec) << "experts layer " << layer;
@@ -279,8 +280,8 @@ TEST_P(CudaBackendOpTest, EmbedRouterCombineLogitsMatchCpu) {
     const std::vector<float> weights = RandomVector(n * static_cast<size_t>(k), rng);
     const std::vector<float> expert_out = RandomVector(n * static_cast<size_t>(k * d), rng);
     std::vector<float> cc = hidden, cg = hidden;
-    ASSERT_TRUE(p.cpu->Combine(t, weights.data(), expert_out.data(), cc.data()).ok());
-    ASSERT_TRUE(p.gpu->Combine(t, weights.data(), expert_out.data(), cg.data()).ok());
+    ASSERT_OK(p.cpu->Combine(t, weights.data(), expert_out.data(), cc.data()));
+    ASSERT_OK(p.gpu->Combine(t, weights.data(), expert_out.data(), cg.data()));
     EXPECT_LT(Nmse(cg, cc), 1e-12) << "combine";
 
     // Logits of a subset of rows (every third, and the last).
@@ -288,9 +289,9 @@ TEST_P(CudaBackendOpTest, EmbedRouterCombineLogitsMatchCpu) {
     for (int64_t r = 0; r < t; r += 3) rows.push_back(r);
     if (rows.back() != t - 1) rows.push_back(t - 1);
     std::vector<float> oc(rows.size() * static_cast<size_t>(vocab)), og(oc.size());
-    ASSERT_TRUE(p.cpu->Logits(rows, hidden.data(), oc.data()).ok());
+    ASSERT_OK(p.cpu->Logits(rows, hidden.data(), oc.data()));
     const absl::Status st = p.gpu->Logits(rows, hidden.data(), og.data());
-    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_OK(st);
     EXPECT_LT(Nmse(og, oc), BoundFor(c.dtype)) << "logits";
   }
 }
@@ -319,8 +320,8 @@ void RunScenario(Pair& p, const ModelConfig& config, int num_sequences, const st
       const int64_t n = steps[step][static_cast<size_t>(s)];
       if (n == 0) continue;
       const int64_t start = cpu_kv[static_cast<size_t>(s)]->length();
-      ASSERT_TRUE(cpu_kv[static_cast<size_t>(s)]->Reserve(start + n).ok());
-      ASSERT_TRUE(gpu_kv[static_cast<size_t>(s)]->Reserve(start + n).ok());
+      ASSERT_OK(cpu_kv[static_cast<size_t>(s)]->Reserve(start + n));
+      ASSERT_OK(gpu_kv[static_cast<size_t>(s)]->Reserve(start + n));
       cs.push_back(SequenceSlice{cpu_kv[static_cast<size_t>(s)].get(), start, n, rows});
       gs.push_back(SequenceSlice{gpu_kv[static_cast<size_t>(s)].get(), start, n, rows});
       rows += n;
@@ -329,9 +330,9 @@ void RunScenario(Pair& p, const ModelConfig& config, int num_sequences, const st
       SCOPED_TRACE(testing::Message() << "step " << step << " layer " << layer << " rows " << rows);
       const std::vector<float> input = RandomVector(static_cast<size_t>(rows * d), rng);
       std::vector<float> hc = input, hg = input;
-      ASSERT_TRUE(p.cpu->Attention(layer, cs, rows, hc.data()).ok());
+      ASSERT_OK(p.cpu->Attention(layer, cs, rows, hc.data()));
       const absl::Status st = p.gpu->Attention(layer, gs, rows, hg.data());
-      ASSERT_TRUE(st.ok()) << st;
+      ASSERT_OK(st);
       for (size_t i = 0; i < input.size(); ++i) {
         hc[i] -= input[i];
         hg[i] -= input[i];
@@ -415,7 +416,7 @@ struct ModelRun {
 std::unique_ptr<ModelRun> MakeModelRun(const std::string& preset, CudaBackendOptions options) {
   auto run = std::make_unique<ModelRun>();
   auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = preset, .seed = 7, .dtype = DType::kBF16});
-  EXPECT_TRUE(model.ok()) << model.status();
+  EXPECT_OK(model);
   if (!model.ok()) return nullptr;
   run->model = std::move(*model);
   const ModelConfig& config = run->model->config;
@@ -425,14 +426,15 @@ std::unique_ptr<ModelRun> MakeModelRun(const std::string& preset, CudaBackendOpt
   run->experts = std::make_unique<LocalExpertExecutor>(std::move(local), run->pool.get());
   run->cpu = std::make_unique<CpuBackend>(run->model->weights.get(), run->pool.get());
   auto gpu = CudaBackend::Create(run->model->weights.get(), options);
-  EXPECT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_OK(gpu);
   if (!gpu.ok()) return nullptr;
   run->gpu = std::move(*gpu);
   const KvCacheOptions kv{.num_layers = config.num_hidden_layers, .kv_dim = config.kv_dim(), .block_size = 16,
                           .max_blocks = 256};
   auto cpu_kv = KvBlockPool::Create(kv);
   auto gpu_kv = run->gpu->CreateKvPool(kv);
-  EXPECT_TRUE(cpu_kv.ok() && gpu_kv.ok());
+  EXPECT_OK(cpu_kv);
+  EXPECT_OK(gpu_kv);
   if (!cpu_kv.ok() || !gpu_kv.ok()) return nullptr;
   run->cpu_kv = std::move(*cpu_kv);
   run->gpu_kv = std::move(*gpu_kv);
@@ -460,8 +462,8 @@ std::vector<float> CompareGreedy(ModelRun& run, int64_t prompt_len, int64_t step
     const ForwardInput ci{&ckv, next, false}, gi{&gkv, next, false};
     const absl::Status cs = run.cpu_engine->Forward({&ci, 1}, &lc);
     const absl::Status gs = run.gpu_engine->Forward({&gi, 1}, &lg);
-    EXPECT_TRUE(cs.ok()) << cs;
-    EXPECT_TRUE(gs.ok()) << gs;
+    EXPECT_OK(cs);
+    EXPECT_OK(gs);
     if (!cs.ok() || !gs.ok() || lc.size() != vocab || lg.size() != vocab) return all_gpu;
     const double nmse = Nmse(lg, lc);
     worst = std::max(worst, nmse);
@@ -539,7 +541,7 @@ INSTANTIATE_TEST_SUITE_P(Presets, CudaBackendModelTest, ::testing::Values("tiny"
 TEST(CudaBackendTest, CopyOnWriteOnDeviceLeavesTheParentUnchanged) {
   SKIP_WITHOUT_CUDA_DEVICE();
   absl::StatusOr<ModelConfig> config = SyntheticConfig(SyntheticModelSpec{.preset = "tiny"});
-  ASSERT_TRUE(config.ok());
+  ASSERT_OK(config);
   TestWeights w(*config, DType::kBF16, 17);
   Pair p = MakePair(w.get(), /*block_size=*/4);
   ASSERT_NE(p.gpu, nullptr);
@@ -550,16 +552,16 @@ TEST(CudaBackendTest, CopyOnWriteOnDeviceLeavesTheParentUnchanged) {
   // Runs every layer's attention over one slice on both backends; returns
   // the worst delta nmse.
   auto attend = [&](SequenceKv& ckv, SequenceKv& gkv, int64_t start, int64_t n) {
-    EXPECT_TRUE(ckv.Reserve(start + n).ok());
-    EXPECT_TRUE(gkv.Reserve(start + n).ok());
+    EXPECT_OK(ckv.Reserve(start + n));
+    EXPECT_OK(gkv.Reserve(start + n));
     const SequenceSlice cs{&ckv, start, n, 0}, gs{&gkv, start, n, 0};
     double worst = 0.0;
     for (int layer = 0; layer < config->num_hidden_layers; ++layer) {
       const std::vector<float> input = RandomVector(static_cast<size_t>(n * d), rng);
       std::vector<float> hc = input, hg = input;
-      EXPECT_TRUE(p.cpu->Attention(layer, {&cs, 1}, n, hc.data()).ok());
+      EXPECT_OK(p.cpu->Attention(layer, {&cs, 1}, n, hc.data()));
       const absl::Status st = p.gpu->Attention(layer, {&gs, 1}, n, hg.data());
-      EXPECT_TRUE(st.ok()) << st;
+      EXPECT_OK(st);
       for (size_t i = 0; i < input.size(); ++i) hc[i] -= input[i], hg[i] -= input[i];
       worst = std::max(worst, Nmse(hg, hc));
     }
@@ -603,12 +605,12 @@ TEST(CudaBackendTest, CopyOnWriteOnDeviceLeavesTheParentUnchanged) {
 TEST(CudaBackendTest, RejectsAHostKvCache) {
   SKIP_WITHOUT_CUDA_DEVICE();
   absl::StatusOr<ModelConfig> config = SyntheticConfig(SyntheticModelSpec{.preset = "tiny"});
-  ASSERT_TRUE(config.ok());
+  ASSERT_OK(config);
   TestWeights w(*config, DType::kBF16, 19);
   Pair p = MakePair(w.get(), 16);
   ASSERT_NE(p.gpu, nullptr);
   SequenceKv host(p.cpu_pool.get());
-  ASSERT_TRUE(host.Reserve(1).ok());
+  ASSERT_OK(host.Reserve(1));
   const SequenceSlice slice{&host, 0, 1, 0};
   std::vector<float> hidden(static_cast<size_t>(config->hidden_size), 0.5f);
   EXPECT_EQ(p.gpu->Attention(0, {&slice, 1}, 1, hidden.data()).code(), absl::StatusCode::kFailedPrecondition);

@@ -24,13 +24,14 @@
 #include <thread>
 #include <vector>
 
-#include "common/dtype.h"
-#include "common/model_config.h"
+#include "common/base/dtype.h"
+#include "common/model/model_config.h"
 #include "cpu_worker/expert_ffn.h"
 #include "gpu_worker/cuda_device.h"
 #include "gpu_worker/cuda_expert_pool.h"
 #include "gtest/gtest.h"
 #include "tests/cuda_skip_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -142,14 +143,14 @@ std::vector<float> CpuFfn(const ExpertWeights& w, const std::vector<float>& x, i
   ExpertFfn ffn(nullptr);
   std::vector<float> y(static_cast<size_t>(rows * d));
   const absl::Status status = ffn.Run(w, x.data(), rows, y.data());
-  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_OK(status);
   return y;
 }
 
 // The pool's copy of `key` (read back from the GPU) is `w`'s bytes.
 void ExpectHeldBytes(CudaExpertPool& pool, ExpertKey key, const ExpertWeights& w) {
   auto held = pool.ReadHeld(key);
-  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_OK(held);
   const size_t bytes = static_cast<size_t>(pool.layout().matrix_bytes);
   EXPECT_EQ(std::memcmp(held->data(), w.w1.data, bytes), 0) << "expert " << key.expert << " w1";
   EXPECT_EQ(std::memcmp(held->data() + bytes, w.w3.data, bytes), 0) << "expert " << key.expert << " w3";
@@ -174,7 +175,7 @@ TEST(CudaExpertPoolTest, CreateSaysWhyWhenItCannotRun) {
     EXPECT_NE(pool.status().message().find("no usable CUDA device"), std::string::npos) << pool.status();
     return;
   }
-  ASSERT_TRUE(pool.ok()) << pool.status();
+  ASSERT_OK(pool);
   EXPECT_NE((*pool)->kind().find("CUDA pool"), std::string::npos);
   // A budget far beyond any GPU is refused up front, naming the need.
   options.pool.num_slots = 1 << 30;
@@ -204,12 +205,12 @@ TEST(CudaExpertPoolTest, FfnMatchesTheCpuExpertFfnByNormalisedMse) {
     const bool pinned = (c.d / 64) % 2 == 1;
     if (pinned) options.host_regions.push_back(region.region());
     auto created = CudaExpertPool::Create(region.config(), region.experts(), options);
-    ASSERT_TRUE(created.ok()) << created.status();
+    ASSERT_OK(created);
     CudaExpertPool& pool = **created;
-    ASSERT_TRUE(pool.Place({0, 0}).ok());
-    ASSERT_TRUE(pool.Migrate({0, 1}, std::nullopt).ok());
-    ASSERT_TRUE(pool.Migrate({0, 2}, std::nullopt).ok());
-    ASSERT_TRUE(pool.Stage({0, 3}).ok());
+    ASSERT_OK(pool.Place({0, 0}));
+    ASSERT_OK(pool.Migrate({0, 1}, std::nullopt));
+    ASSERT_OK(pool.Migrate({0, 2}, std::nullopt));
+    ASSERT_OK(pool.Stage({0, 3}));
     // The bytes on the GPU are the model's.
     for (int e = 0; e < 4; ++e) ExpectHeldBytes(pool, {0, e}, region.expert({0, e}));
     for (int64_t rows : row_counts) {
@@ -225,7 +226,7 @@ TEST(CudaExpertPoolTest, FfnMatchesTheCpuExpertFfnByNormalisedMse) {
       }
       PoolRunTiming timing;
       const absl::Status run = pool.RunExperts(0, work, &timing);
-      ASSERT_TRUE(run.ok()) << run;
+      ASSERT_OK(run);
       EXPECT_EQ(timing.slot_runs + timing.staging_runs, 3);
       EXPECT_EQ(timing.staging_runs, 1);
       for (int e = 0; e < 4; ++e) {
@@ -237,7 +238,7 @@ TEST(CudaExpertPoolTest, FfnMatchesTheCpuExpertFfnByNormalisedMse) {
       }
     }
     EXPECT_EQ(pool.pageable_copies(), pinned ? 0 : 3);
-    ASSERT_TRUE(pool.ReleaseStaging().ok());
+    ASSERT_OK(pool.ReleaseStaging());
     EXPECT_FALSE(pool.Find({0, 3}).held);
     // A key the pool does not hold is refused, naming it.
     std::vector<float> one_x = RandomRows(1, c.d, 5), one_y(static_cast<size_t>(c.d));
@@ -282,10 +283,10 @@ TEST(CudaExpertPoolTest, GroupedAndPerExpertPathsMatchTheCpuOnUnevenRows) {
       options.grouped_gemm = grouped;
       options.host_regions.push_back(region.region());
       auto created = CudaExpertPool::Create(region.config(), region.experts(), options);
-      ASSERT_TRUE(created.ok()) << created.status();
+      ASSERT_OK(created);
       CudaExpertPool& pool = **created;
-      for (int e = 0; e < kExperts - 1; ++e) ASSERT_TRUE(pool.Migrate({0, e}, std::nullopt).ok());
-      ASSERT_TRUE(pool.Stage({0, kExperts - 1}).ok());
+      for (int e = 0; e < kExperts - 1; ++e) ASSERT_OK(pool.Migrate({0, e}, std::nullopt));
+      ASSERT_OK(pool.Stage({0, kExperts - 1}));
       // Twice: the second call reuses the pointer arrays and scratch.
       for (int call = 0; call < 2; ++call) {
         std::vector<std::vector<float>> y(kExperts);
@@ -298,7 +299,7 @@ TEST(CudaExpertPoolTest, GroupedAndPerExpertPathsMatchTheCpuOnUnevenRows) {
         }
         PoolRunTiming timing;
         const absl::Status run = pool.RunExperts(0, work, &timing);
-        ASSERT_TRUE(run.ok()) << run;
+        ASSERT_OK(run);
         EXPECT_EQ(timing.slot_runs + timing.staging_runs, kExperts - 1);  // the empty one does not run
         for (int e = 0; e < kExperts; ++e) {
           if (rows[e] == 0) continue;
@@ -317,7 +318,7 @@ TEST(CudaExpertPoolTest, GroupedAndPerExpertPathsMatchTheCpuOnUnevenRows) {
       // a NOT_SUPPORTED answer from cuBLAS would silently fall back.
       EXPECT_EQ(pool.grouped_gemm(), grouped && c.aligned)
           << "grouped GEMM " << (grouped ? "asked for" : "not asked for") << "; see the log for cuBLAS's answer";
-      ASSERT_TRUE(pool.ReleaseStaging().ok());
+      ASSERT_OK(pool.ReleaseStaging());
     }
     for (int e = 0; e < kExperts; ++e) {
       if (rows[e] == 0) continue;
@@ -338,7 +339,7 @@ TEST(CudaExpertPoolTest, MigrationsUnderLoadNeverFeedAHalfCopiedOrFreedExpert) {
   options.poison_freed_buffers = true;  // also in release builds: a freed buffer reads as NaN
   options.host_regions.push_back(region.region());
   auto created = CudaExpertPool::Create(region.config(), region.experts(), options);
-  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_OK(created);
   CudaExpertPool& pool = **created;
 
   // One fixed input per expert and the CPU's answer; a run uses a prefix of
@@ -382,7 +383,7 @@ TEST(CudaExpertPoolTest, MigrationsUnderLoadNeverFeedAHalfCopiedOrFreedExpert) {
         in_slots.erase(in_slots.begin() + static_cast<long>(v));
       }
       const absl::Status migrated = pool.Migrate(key, victim);
-      ASSERT_TRUE(migrated.ok()) << migrated;
+      ASSERT_OK(migrated);
       in_slots.push_back(key);
     }
     // A plan's copies into staging buffers, for this layer only.
@@ -390,7 +391,7 @@ TEST(CudaExpertPoolTest, MigrationsUnderLoadNeverFeedAHalfCopiedOrFreedExpert) {
     for (int e = 0; e < kExperts && static_cast<int>(staged.size()) < pool.num_staging_buffers(); ++e) {
       const ExpertKey key{layer, static_cast<int>(rng() % kExperts)};
       if (pool.Find(key).held) continue;
-      ASSERT_TRUE(pool.Stage(key).ok());
+      ASSERT_OK(pool.Stage(key));
       staged.push_back(key);
     }
     // Every expert of this layer the pool holds, some still copying.
@@ -404,7 +405,7 @@ TEST(CudaExpertPoolTest, MigrationsUnderLoadNeverFeedAHalfCopiedOrFreedExpert) {
       work.push_back({e, rows, inputs[index({layer, e})].data(), outputs.back().data()});
     }
     const absl::Status ran = pool.RunExperts(layer, work, nullptr);
-    ASSERT_TRUE(ran.ok()) << ran;
+    ASSERT_OK(ran);
     for (size_t w = 0; w < work.size(); ++w) {
       const double nmse = Nmse(outputs[w].data(), wants[index({layer, work[w].expert})].data(), outputs[w].size());
       worst = std::max(worst, nmse);
@@ -419,15 +420,15 @@ TEST(CudaExpertPoolTest, MigrationsUnderLoadNeverFeedAHalfCopiedOrFreedExpert) {
         victim = in_slots[v];
         in_slots.erase(in_slots.begin() + static_cast<long>(v));
       }
-      ASSERT_TRUE(pool.Admit(staged[0], victim).ok());
+      ASSERT_OK(pool.Admit(staged[0], victim));
       in_slots.push_back(staged[0]);
     }
-    ASSERT_TRUE(pool.ReleaseStaging().ok());
+    ASSERT_OK(pool.ReleaseStaging());
     // Now and then an eviction on its own, and a byte check of a fresh copy
     // (the poison fill of its buffer must have landed before the copy).
     if (!in_slots.empty() && rng() % 4 == 0) {
       const size_t v = rng() % in_slots.size();
-      ASSERT_TRUE(pool.Evict(in_slots[v]).ok());
+      ASSERT_OK(pool.Evict(in_slots[v]));
       in_slots.erase(in_slots.begin() + static_cast<long>(v));
     }
     if (!in_slots.empty() && step % 25 == 0) {
@@ -438,7 +439,7 @@ TEST(CudaExpertPoolTest, MigrationsUnderLoadNeverFeedAHalfCopiedOrFreedExpert) {
   }
   stop = true;
   observer.join();
-  for (const ExpertKey& key : in_slots) ASSERT_TRUE(pool.WaitReady(key).ok());
+  for (const ExpertKey& key : in_slots) ASSERT_OK(pool.WaitReady(key));
   const ExpertPoolStats stats = pool.stats();
   EXPECT_EQ(stats.migrations_started, stats.migrations_completed);
   EXPECT_EQ(stats.used_slots, static_cast<int>(in_slots.size()));
@@ -479,12 +480,12 @@ TEST(CudaExpertPoolTest, GathersSplitSlicesWithStridedCopies) {
   options.pool.num_staging_buffers = 1;
   options.host_regions.push_back(region.region());
   auto created = CudaExpertPool::Create(region.config(), std::move(sources), options);
-  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_OK(created);
   CudaExpertPool& pool = **created;
   EXPECT_EQ(pool.pageable_copies(), 0);
-  ASSERT_TRUE(pool.Place({0, 0}).ok());
-  ASSERT_TRUE(pool.Migrate({0, 2}, std::nullopt).ok());
-  ASSERT_TRUE(pool.Stage({0, 3}).ok());
+  ASSERT_OK(pool.Place({0, 0}));
+  ASSERT_OK(pool.Migrate({0, 2}, std::nullopt));
+  ASSERT_OK(pool.Stage({0, 3}));
   for (int e : {0, 2, 3}) ExpectHeldBytes(pool, {0, e}, region.expert({0, e}));
   EXPECT_EQ(pool.pageable_copies(), 0) << "every piece lies in the registered region";
 }

@@ -23,11 +23,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/local_runtime.h"
-#include "common/model.h"
+#include "runtime/local_runtime.h"
+#include "common/model/model.h"
 #include "gtest/gtest.h"
 #include "tests/reference_model_testlib.h"
 #include "tests/tokens_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -50,13 +51,13 @@ double NmseF32(std::span<const float> actual, std::span<const float> reference) 
 
 std::unique_ptr<LocalRuntime> MakeRuntime(const std::string& preset, int64_t kv_cache_tokens = 0) {
   auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = preset, .seed = kSeed, .dtype = DType::kBF16});
-  EXPECT_TRUE(model.ok()) << model.status();
+  EXPECT_OK(model);
   if (!model.ok()) return nullptr;
   LocalRuntimeOptions options;
   options.num_threads = 2;
   options.kv_cache_tokens = kv_cache_tokens;
   auto runtime = LocalRuntime::Create(std::move(*model), options);
-  EXPECT_TRUE(runtime.ok()) << runtime.status();
+  EXPECT_OK(runtime);
   return runtime.ok() ? std::move(*runtime) : nullptr;
 }
 
@@ -66,7 +67,7 @@ std::vector<float> ForwardOne(LocalRuntime& rt, SequenceKv& kv, std::span<const 
   const ForwardInput input{&kv, tokens, all_logits};
   std::vector<float> logits;
   const absl::Status status = rt.engine().Forward({&input, 1}, &logits);
-  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_OK(status);
   return logits;
 }
 
@@ -142,9 +143,9 @@ TEST_P(DecodeParityTest, DecodingOneAtATimeEqualsOnePrefill) {
   // The routing of this sequence is not within f32 rounding of a
   // discontinuity (else the two paths could legitimately route differently).
   auto reference = ReferenceModel::Create(*rt->model().weights);
-  ASSERT_TRUE(reference.ok()) << reference.status();
+  ASSERT_OK(reference);
   auto ref = (*reference)->Forward(sequence);
-  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_OK(ref);
   double margin = std::numeric_limits<double>::infinity();
   for (const auto& layer : ref->routing) {
     for (const RefRouting& r : layer) margin = std::min(margin, r.margin);
@@ -212,7 +213,7 @@ TEST_P(BatchParityTest, BatchedSequencesEqualEachAlone) {
   auto run_batch = [&](std::vector<ForwardInput> inputs) {
     batched.clear();
     const absl::Status status = rt->engine().Forward(inputs, &batched);
-    ASSERT_TRUE(status.ok()) << status;
+    ASSERT_OK(status);
   };
   SequenceKv a_alone(&rt->kv_pool()), b_alone(&rt->kv_pool()), c_alone(&rt->kv_pool());
 

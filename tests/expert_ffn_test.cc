@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "cpu_worker/local_expert_executor.h"
 #include "gtest/gtest.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -134,7 +135,7 @@ void ExpectFfnMatchesNaive(const Case& c, const LinearOptions& options, const st
   for (int64_t rows : row_counts) {
     const std::vector<float> x = RandomVector(rows * c.hidden, 1000 + static_cast<uint32_t>(rows));
     std::vector<float> y(static_cast<size_t>(rows * c.hidden), std::numeric_limits<float>::quiet_NaN());
-    ASSERT_TRUE(ffn.Run(expert.weights, x.data(), rows, y.data()).ok());
+    ASSERT_OK(ffn.Run(expert.weights, x.data(), rows, y.data()));
     std::vector<double> ref, tolerance;
     NaiveExpertFfn(expert.weights, x.data(), rows, ref, tolerance);
     for (int64_t i = 0; i < rows * c.hidden; ++i) {
@@ -208,7 +209,7 @@ TEST(ExpertFfnErrors, ZeroRowsChangesNothing) {
   const StoredExpert expert(DType::kBF16, 16, 24, 3);
   ExpertFfn ffn(nullptr);
   std::vector<float> y(16, 5.0f);
-  EXPECT_TRUE(ffn.Run(expert.weights, nullptr, 0, y.data()).ok());
+  EXPECT_OK(ffn.Run(expert.weights, nullptr, 0, y.data()));
   for (float v : y) EXPECT_EQ(v, 5.0f);
 }
 
@@ -247,20 +248,20 @@ TEST_F(LocalExpertExecutorTest, RunsEachExpertLikeExpertFfn) {
   const std::vector<float> x0 = RandomVector(3 * kHidden, 1), x2 = RandomVector(20 * kHidden, 2);
   std::vector<float> y0(3 * kHidden), y2(20 * kHidden);
   const ExpertWork work[] = {{0, 3, x0.data(), y0.data()}, {2, 20, x2.data(), y2.data()}};
-  ASSERT_TRUE(executor_->RunExperts(1, work).ok());
+  ASSERT_OK(executor_->RunExperts(1, work));
 
   // Same kernels on the same pool: results are bit-identical.
   ExpertFfn ffn(pool_.get());
   std::vector<float> want0(y0.size()), want2(y2.size());
-  ASSERT_TRUE(ffn.Run(Weights(1, 0), x0.data(), 3, want0.data()).ok());
-  ASSERT_TRUE(ffn.Run(Weights(1, 2), x2.data(), 20, want2.data()).ok());
+  ASSERT_OK(ffn.Run(Weights(1, 0), x0.data(), 3, want0.data()));
+  ASSERT_OK(ffn.Run(Weights(1, 2), x2.data(), 20, want2.data()));
   EXPECT_EQ(y0, want0);
   EXPECT_EQ(y2, want2);
 
   // Layer 0 has different weights, so its answer differs.
   std::vector<float> other(y0.size());
   const ExpertWork layer0[] = {{0, 3, x0.data(), other.data()}};
-  ASSERT_TRUE(executor_->RunExperts(0, layer0).ok());
+  ASSERT_OK(executor_->RunExperts(0, layer0));
   EXPECT_NE(other, y0);
 }
 
@@ -268,8 +269,8 @@ TEST_F(LocalExpertExecutorTest, CollectsStats) {
   const std::vector<float> x = RandomVector(5 * kHidden, 1);
   std::vector<float> y(5 * kHidden);
   const ExpertWork work[] = {{1, 5, x.data(), y.data()}, {2, 0, nullptr, nullptr}};
-  ASSERT_TRUE(executor_->RunExperts(0, work).ok());
-  ASSERT_TRUE(executor_->RunExperts(1, work).ok());
+  ASSERT_OK(executor_->RunExperts(0, work));
+  ASSERT_OK(executor_->RunExperts(1, work));
   const ExpertCallStats last = executor_->last_call();
   EXPECT_EQ(last.calls, 1);
   EXPECT_EQ(last.experts, 1);  // the zero-row entry is skipped

@@ -1,7 +1,7 @@
 // How experts are divided between CPU workers: split ranges cover each
 // expert's intermediate dimension exactly once, balanced and 16-aligned;
 // shards cover every (layer, expert) exactly once.
-#include "common/expert_partition.h"
+#include "common/model/expert_partition.h"
 
 #include <algorithm>
 #include <map>
@@ -9,9 +9,10 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "common/synthetic_model.h"
+#include "common/model/synthetic_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -28,7 +29,7 @@ ModelConfig Config(int64_t layers, int64_t experts, int64_t intermediate) {
 TEST(ExpertPartitionTest, DivisionNamesRoundTrip) {
   for (ExpertDivision division : {ExpertDivision::kSplit, ExpertDivision::kShard}) {
     absl::StatusOr<ExpertDivision> parsed = ParseExpertDivision(ExpertDivisionName(division));
-    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    ASSERT_OK(parsed);
     EXPECT_EQ(*parsed, division);
   }
   absl::StatusOr<ExpertDivision> bad = ParseExpertDivision("halves");
@@ -39,7 +40,7 @@ TEST(ExpertPartitionTest, DivisionNamesRoundTrip) {
 
 TEST(ExpertPartitionTest, MixtralSplitsInHalvesOf7168) {
   absl::StatusOr<std::vector<IntermediateRange>> ranges = SplitIntermediate(14336, 2);
-  ASSERT_TRUE(ranges.ok()) << ranges.status();
+  ASSERT_OK(ranges);
   ASSERT_EQ(ranges->size(), 2u);
   EXPECT_EQ((*ranges)[0].begin, 0);
   EXPECT_EQ((*ranges)[0].end, 7168);
@@ -49,11 +50,11 @@ TEST(ExpertPartitionTest, MixtralSplitsInHalvesOf7168) {
 
 TEST(ExpertPartitionTest, TinySplits) {
   absl::StatusOr<std::vector<IntermediateRange>> two = SplitIntermediate(96, 2);
-  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_OK(two);
   EXPECT_EQ((*two)[0].end, 48);
   EXPECT_EQ((*two)[1].size(), 48);
   absl::StatusOr<std::vector<IntermediateRange>> three = SplitIntermediate(96, 3);
-  ASSERT_TRUE(three.ok()) << three.status();
+  ASSERT_OK(three);
   for (int w = 0; w < 3; ++w) {
     EXPECT_EQ((*three)[static_cast<size_t>(w)].begin, 32 * w);
     EXPECT_EQ((*three)[static_cast<size_t>(w)].size(), 32);
@@ -67,7 +68,7 @@ TEST(ExpertPartitionTest, SplitCoversOnceBalancedAndAligned) {
     for (int workers = 1; workers <= 9; ++workers) {
       if (intermediate < workers) continue;
       absl::StatusOr<std::vector<IntermediateRange>> ranges = SplitIntermediate(intermediate, workers);
-      ASSERT_TRUE(ranges.ok()) << ranges.status();
+      ASSERT_OK(ranges);
       ASSERT_EQ(ranges->size(), static_cast<size_t>(workers));
       int64_t next = 0, smallest = intermediate, largest = 0;
       for (const IntermediateRange& r : *ranges) {
@@ -92,13 +93,13 @@ TEST(ExpertPartitionTest, SplitCoversOnceBalancedAndAligned) {
 
 TEST(ExpertPartitionTest, SplitGivesEveryWorkerEveryExpertInOrder) {
   absl::StatusOr<ModelConfig> config = SyntheticConfig(SyntheticModelSpec{.preset = "tiny"});
-  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_OK(config);
   for (int workers : {1, 2, 3}) {
     absl::StatusOr<std::vector<IntermediateRange>> ranges = SplitIntermediate(config->intermediate_size, workers);
-    ASSERT_TRUE(ranges.ok()) << ranges.status();
+    ASSERT_OK(ranges);
     for (int w = 0; w < workers; ++w) {
       absl::StatusOr<std::vector<ExpertSlice>> slices = PartitionExperts(*config, ExpertDivision::kSplit, w, workers);
-      ASSERT_TRUE(slices.ok()) << slices.status();
+      ASSERT_OK(slices);
       ASSERT_EQ(slices->size(), static_cast<size_t>(config->num_hidden_layers * config->num_local_experts));
       size_t i = 0;
       for (int layer = 0; layer < config->num_hidden_layers; ++layer) {
@@ -120,7 +121,7 @@ TEST(ExpertPartitionTest, ShardCoversEveryExpertOnceWhole) {
     std::map<std::pair<int, int>, int> owner;
     for (int w = 0; w < workers; ++w) {
       absl::StatusOr<std::vector<ExpertSlice>> slices = PartitionExperts(config, ExpertDivision::kShard, w, workers);
-      ASSERT_TRUE(slices.ok()) << slices.status();
+      ASSERT_OK(slices);
       for (size_t i = 0; i < slices->size(); ++i) {
         const ExpertSlice& s = (*slices)[i];
         EXPECT_EQ(s.intermediate_begin, 0);
@@ -138,7 +139,7 @@ TEST(ExpertPartitionTest, ShardCoversEveryExpertOnceWhole) {
   // Two workers, four experts: each holds two per layer, rotating by layer.
   const ModelConfig tiny = Config(2, 4, 96);
   absl::StatusOr<std::vector<ExpertSlice>> w0 = PartitionExperts(tiny, ExpertDivision::kShard, 0, 2);
-  ASSERT_TRUE(w0.ok()) << w0.status();
+  ASSERT_OK(w0);
   ASSERT_EQ(w0->size(), 4u);
   EXPECT_EQ((*w0)[0].expert, 0);
   EXPECT_EQ((*w0)[1].expert, 2);

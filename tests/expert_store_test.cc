@@ -24,15 +24,16 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/expert_store_view.h"
-#include "common/model.h"
-#include "common/model_fingerprint.h"
-#include "common/numa_topology.h"
-#include "common/shm_region.h"
-#include "common/thread_pool.h"
+#include "common/model/expert_store_view.h"
+#include "common/model/model.h"
+#include "common/model/model_fingerprint.h"
+#include "common/platform/numa_topology.h"
+#include "common/platform/shm_region.h"
+#include "common/base/thread_pool.h"
 #include "cpu_worker/local_expert_executor.h"
 #include "cpu_worker/store_expert_executor.h"
 #include "gtest/gtest.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -42,16 +43,16 @@ std::string RegionName(const std::string& tag) { return absl::StrCat("/tandem-te
 std::unique_ptr<Model> LoadTiny(DType dtype = DType::kBF16) {
   absl::StatusOr<std::unique_ptr<Model>> model =
       LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = 11, .dtype = dtype});
-  EXPECT_TRUE(model.ok()) << model.status();
+  EXPECT_OK(model);
   return model.ok() ? std::move(model).value() : nullptr;
 }
 
 // The worker's pool as a real worker builds it: pinned to its node's cores.
 std::unique_ptr<ThreadPool> PinnedPool(const std::string& name, int* numa_node) {
   absl::StatusOr<NumaTopology> topology = DiscoverTopology();
-  EXPECT_TRUE(topology.ok()) << topology.status();
+  EXPECT_OK(topology);
   absl::StatusOr<std::vector<WorkerPlacement>> plan = PlanWorkers(*topology, 1, 0);
-  EXPECT_TRUE(plan.ok()) << plan.status();
+  EXPECT_OK(plan);
   ThreadPoolOptions options = (*plan)[0].PoolOptions();
   options.name = name;
   *numa_node = (*plan)[0].numa_node;
@@ -115,7 +116,7 @@ TEST_P(ExpertStoreTest, SplitStoresHoldTheirRowsAndColumnsByteForByte) {
   const ModelConfig& config = model_->config;
   for (int w = 0; w < 2; ++w) {
     absl::StatusOr<std::unique_ptr<ExpertStore>> store = Create(absl::StrCat("split", w), ExpertDivision::kSplit, w, 2);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_OK(store);
     const ExpertStore& s = **store;
     ASSERT_EQ(s.slices().size(), static_cast<size_t>(config.num_hidden_layers * config.num_local_experts));
     EXPECT_EQ(s.info().division, ExpertDivision::kSplit);
@@ -141,7 +142,7 @@ TEST_P(ExpertStoreTest, ShardStoresHoldWholeExpertsOnce) {
   std::vector<std::unique_ptr<ExpertStore>> stores;
   for (int w = 0; w < 2; ++w) {
     absl::StatusOr<std::unique_ptr<ExpertStore>> store = Create(absl::StrCat("shard", w), ExpertDivision::kShard, w, 2);
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_OK(store);
     stores.push_back(std::move(store).value());
   }
   for (int layer = 0; layer < config.num_hidden_layers; ++layer) {
@@ -160,13 +161,13 @@ TEST_P(ExpertStoreTest, ShardStoresHoldWholeExpertsOnce) {
 
 TEST_P(ExpertStoreTest, ReadOnlyViewSeesTheSameBytesAndOutlivesTheStore) {
   absl::StatusOr<std::unique_ptr<ExpertStore>> store = Create("view", ExpertDivision::kSplit, 1, 2);
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_OK(store);
   absl::StatusOr<ExpertStoreView> view = ExpertStore::OpenReadOnly((*store)->region_name());
-  ASSERT_TRUE(view.ok()) << view.status();
+  ASSERT_OK(view);
   EXPECT_EQ(view->region_bytes(), (*store)->region_bytes());
   ASSERT_EQ(view->slices().size(), (*store)->slices().size());
   absl::StatusOr<ModelFingerprint> fingerprint = FingerprintModel(model_->config, *model_->weights->source);
-  ASSERT_TRUE(fingerprint.ok()) << fingerprint.status();
+  ASSERT_OK(fingerprint);
   EXPECT_EQ(view->info().config_hash, fingerprint->config_hash);
   EXPECT_EQ(view->info().tensors_hash, fingerprint->tensors_hash);
   EXPECT_EQ(view->info().worker_index, 1);
@@ -212,7 +213,7 @@ TEST_F(ExpertStoreRegionTest, RegionIsUnlinkedWhenTheStoreDies) {
   const std::string name = RegionName("unlink");
   {
     absl::StatusOr<std::unique_ptr<ExpertStore>> store = ExpertStore::Create(*model_->weights, Options("unlink"));
-    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_OK(store);
     const int fd = shm_open(name.c_str(), O_RDONLY, 0);
     EXPECT_GE(fd, 0);
     if (fd >= 0) close(fd);
@@ -226,13 +227,13 @@ TEST_F(ExpertStoreRegionTest, RegionIsUnlinkedWhenTheStoreDies) {
 
 TEST_F(ExpertStoreRegionTest, NameCollisionIsAlreadyExistsNamingTheRegion) {
   absl::StatusOr<std::unique_ptr<ExpertStore>> first = ExpertStore::Create(*model_->weights, Options("collide"));
-  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_OK(first);
   absl::StatusOr<std::unique_ptr<ExpertStore>> second = ExpertStore::Create(*model_->weights, Options("collide"));
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists) << second.status();
   EXPECT_TRUE(absl::StrContains(second.status().message(), RegionName("collide"))) << second.status();
   // The failed attempt left the live region alone.
-  EXPECT_TRUE(ExpertStore::OpenReadOnly(RegionName("collide")).ok());
+  EXPECT_OK(ExpertStore::OpenReadOnly(RegionName("collide")));
 }
 
 TEST_F(ExpertStoreRegionTest, BadOptionsAndModelsAreInvalidArgument) {
@@ -254,11 +255,11 @@ TEST_F(ExpertStoreRegionTest, BadOptionsAndModelsAreInvalidArgument) {
 
 TEST_F(ExpertStoreRegionTest, CorruptHeaderOrTableIsDataLossNamingTheRegion) {
   absl::StatusOr<std::unique_ptr<ExpertStore>> store = ExpertStore::Create(*model_->weights, Options("corrupt"));
-  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_OK(store);
   const std::string name = (*store)->region_name();
   // A second, writable mapping of the store's region (the store's own is read-only).
   absl::StatusOr<ShmRegion> rw = ShmRegion::Open(name, ShmAccess::kReadWrite);
-  ASSERT_TRUE(rw.ok()) << rw.status();
+  ASSERT_OK(rw);
   auto* header = reinterpret_cast<ExpertStoreHeader*>(rw->data());
   auto* table = reinterpret_cast<ExpertStoreEntry*>(rw->bytes() + header->table_offset);
   const std::vector<uint8_t> pristine(rw->bytes(), rw->bytes() + header->data_offset);
@@ -295,7 +296,7 @@ TEST_F(ExpertStoreRegionTest, CorruptHeaderOrTableIsDataLossNamingTheRegion) {
     EXPECT_TRUE(absl::StrContains(view.status().message(), name)) << c.what << ": " << view.status();
     EXPECT_TRUE(absl::StrContains(view.status().message(), c.mentions)) << c.what << ": " << view.status();
   }
-  EXPECT_TRUE(ExpertStore::OpenReadOnly(name).ok());  // restored
+  EXPECT_OK(ExpertStore::OpenReadOnly(name));  // restored
 }
 
 TEST_F(ExpertStoreRegionTest, BogusRegionsAreDataLoss) {
@@ -303,7 +304,7 @@ TEST_F(ExpertStoreRegionTest, BogusRegionsAreDataLoss) {
   for (size_t bytes : {size_t{10}, size_t{8192}}) {
     const std::string name = RegionName(absl::StrCat("bogus", bytes));
     absl::StatusOr<ShmRegion> region = ShmRegion::Create(name, bytes);
-    ASSERT_TRUE(region.ok()) << region.status();
+    ASSERT_OK(region);
     for (size_t i = 0; i < bytes; ++i) region->bytes()[i] = static_cast<uint8_t>(rng());
     absl::StatusOr<ExpertStoreView> view = ExpertStoreView::Open(name);
     ASSERT_FALSE(view.ok());
@@ -333,7 +334,7 @@ class StoreExecutorTest : public ::testing::Test {
                                                                    .num_workers = workers,
                                                                    .numa_node = numa_node_,
                                                                    .pool = pool_.get()});
-      EXPECT_TRUE(store.ok()) << store.status();
+      EXPECT_OK(store);
       if (store.ok()) stores.push_back(std::move(store).value());
     }
     return stores;
@@ -358,7 +359,7 @@ class StoreExecutorTest : public ::testing::Test {
       work.push_back(
           ExpertWork{.expert = e, .num_rows = rows, .input = x.data(), .output = out[static_cast<size_t>(e)].data()});
     absl::Status status = executor.RunExperts(layer, work);
-    EXPECT_TRUE(status.ok()) << status;
+    EXPECT_OK(status);
     return out;
   }
 
@@ -417,7 +418,7 @@ TEST_F(StoreExecutorTest, SplitPartialsSummedInWorkerOrderMatchLocalSplitWaysBit
 TEST_F(StoreExecutorTest, SplitAtDemoWidthIsIndependentOfThreadCount) {
   absl::StatusOr<std::unique_ptr<Model>> demo =
       LoadSyntheticModel(SyntheticModelSpec{.preset = "demo", .num_layers = 1, .seed = 3});
-  ASSERT_TRUE(demo.ok()) << demo.status();
+  ASSERT_OK(demo);
   model_ = std::move(demo).value();
   const ModelConfig& config = model_->config;
   std::vector<std::unique_ptr<ExpertStore>> stores = Stores("edemo", ExpertDivision::kSplit, 2);
@@ -500,8 +501,8 @@ TEST_F(StoreExecutorTest, SplitWaysAndStoreExecutorsWorkInPlace) {
       std::vector<float> separate(x.size()), in_place = x;
       const ExpertWork apart[] = {{.expert = 1, .num_rows = rows, .input = x.data(), .output = separate.data()}};
       const ExpertWork same[] = {{.expert = 1, .num_rows = rows, .input = in_place.data(), .output = in_place.data()}};
-      ASSERT_TRUE(executor->RunExperts(1, apart).ok());
-      ASSERT_TRUE(executor->RunExperts(1, same).ok());
+      ASSERT_OK(executor->RunExperts(1, apart));
+      ASSERT_OK(executor->RunExperts(1, same));
       EXPECT_EQ(std::memcmp(separate.data(), in_place.data(), x.size() * sizeof(float)), 0) << rows << " rows";
     }
   }

@@ -32,15 +32,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/local_runtime.h"
+#include "runtime/local_runtime.h"
 #include "common/kernels/linear.h"
-#include "common/model.h"
-#include "common/routing.h"
+#include "common/model/model.h"
+#include "common/model/routing.h"
 #include "coordinator/cpu_ops.h"
 #include "cpu_worker/expert_ffn.h"
 #include "gtest/gtest.h"
 #include "tests/reference_model_testlib.h"
 #include "tests/tokens_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -76,10 +77,10 @@ class ForwardParityTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     SyntheticModelSpec spec{.preset = GetParam(), .seed = kSeed, .dtype = DType::kBF16};
     auto model = LoadSyntheticModel(spec);
-    ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_OK(model);
     model_ = std::move(*model);
     auto reference = ReferenceModel::Create(*model_->weights);
-    ASSERT_TRUE(reference.ok()) << reference.status();
+    ASSERT_OK(reference);
     reference_ = std::move(*reference);
   }
   const ModelConfig& config() const { return model_->config; }
@@ -287,10 +288,8 @@ TEST_P(ForwardParityTest, ExpertFfnMatchesReference) {
       for (int expert : {0, static_cast<int>(config().num_local_experts) - 1}) {
         const std::vector<float> x = RandomFloats(rows * d, 50 + static_cast<uint32_t>(rows), -2.0f, 2.0f);
         std::vector<float> y(x.size());
-        ASSERT_TRUE(
-            ffn.Run(model_->weights->layers[static_cast<size_t>(layer)].experts[static_cast<size_t>(expert)],
-                    x.data(), rows, y.data())
-                .ok());
+        ASSERT_OK(ffn.Run(model_->weights->layers[static_cast<size_t>(layer)].experts[static_cast<size_t>(expert)],
+                    x.data(), rows, y.data()));
         const RefTensor ref = ReferenceModel::ExpertFfn(RefTensor::FromF32(x.data(), rows, d),
                                                         reference_->layer(layer).experts[expert]);
         ExpectNmseBelow(Nmse(y, ref.data), kMatmulNmse,
@@ -307,9 +306,8 @@ TEST_P(ForwardParityTest, LinearWithBiasMatchesReference) {
   for (int64_t rows : {1, 3, 24}) {
     const std::vector<float> x = RandomFloats(rows * d, 60 + static_cast<uint32_t>(rows), -2.0f, 2.0f);
     std::vector<float> y(static_cast<size_t>(rows * v));
-    ASSERT_TRUE(Linear(x.data(), rows, w.lm_head, w.lm_head_bias.empty() ? nullptr : w.lm_head_bias.data(),
-                       y.data(), nullptr)
-                    .ok());
+    ASSERT_OK(Linear(x.data(), rows, w.lm_head, w.lm_head_bias.empty() ? nullptr : w.lm_head_bias.data(),
+                       y.data(), nullptr));
     const RefTensor ref = ReferenceModel::Linear(RefTensor::FromF32(x.data(), rows, d), reference_->lm_head(),
                                                  reference_->lm_head_bias());
     ExpectNmseBelow(Nmse(y, ref.data), kMatmulNmse, absl::StrCat("lm_head linear, ", rows, " rows"));
@@ -338,25 +336,25 @@ TEST_P(WholeForwardTest, EveryIntermediateMatchesReference) {
   const ForwardCase& c = GetParam();
   auto model =
       LoadSyntheticModel(SyntheticModelSpec{.preset = c.preset, .seed = kSeed, .dtype = DType::kBF16});
-  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_OK(model);
   DumpRecorder dump;
   LocalRuntimeOptions options;
   options.num_threads = 2;
   options.engine.dump = dump.Hook();
   auto runtime = LocalRuntime::Create(std::move(*model), options);
-  ASSERT_TRUE(runtime.ok()) << runtime.status();
+  ASSERT_OK(runtime);
   const ModelConfig& config = (*runtime)->model().config;
   auto reference = ReferenceModel::Create(*(*runtime)->model().weights);
-  ASSERT_TRUE(reference.ok()) << reference.status();
+  ASSERT_OK(reference);
 
   const std::vector<int32_t> tokens = RandomTokens(c.length, config.vocab_size, c.prompt_seed);
   SequenceKv kv(&(*runtime)->kv_pool());
   const ForwardInput input{&kv, tokens, /*all_logits=*/true};
   std::vector<float> logits;
-  ASSERT_TRUE((*runtime)->engine().Forward({&input, 1}, &logits).ok());
+  ASSERT_OK((*runtime)->engine().Forward({&input, 1}, &logits));
   EXPECT_EQ(kv.length(), c.length);
   auto ref = (*reference)->Forward(tokens);
-  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_OK(ref);
   if (config.rope_scaling.type == "longrope") {
     EXPECT_EQ(ref->long_rope, c.length > config.rope_scaling.original_max_position_embeddings);
   }

@@ -14,12 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "client/local_runtime.h"
-#include "common/model.h"
+#include "runtime/local_runtime.h"
+#include "common/model/model.h"
 #include "coordinator/generator.h"
 #include "gtest/gtest.h"
 #include "tests/reference_model_testlib.h"
 #include "tests/tokens_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -31,13 +32,13 @@ constexpr uint64_t kSeed = 7;
 std::unique_ptr<LocalRuntime> MakeRuntime(const std::string& preset,
                                           const std::function<void(Model&)>& edit = {}) {
   auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = preset, .seed = kSeed, .dtype = DType::kBF16});
-  EXPECT_TRUE(model.ok()) << model.status();
+  EXPECT_OK(model);
   if (!model.ok()) return nullptr;
   if (edit) edit(**model);
   LocalRuntimeOptions options;
   options.num_threads = 2;
   auto runtime = LocalRuntime::Create(std::move(*model), options);
-  EXPECT_TRUE(runtime.ok()) << runtime.status();
+  EXPECT_OK(runtime);
   return runtime.ok() ? std::move(*runtime) : nullptr;
 }
 
@@ -60,7 +61,7 @@ class GenerationTest : public ::testing::TestWithParam<std::string> {
   }
   GenerationResult Generate(const GenerationRequest& request) {
     auto result = rt_->generator().Generate(request);
-    EXPECT_TRUE(result.ok()) << result.status();
+    EXPECT_OK(result);
     return result.ok() ? *result : GenerationResult{};
   }
 
@@ -76,9 +77,9 @@ TEST_P(GenerationTest, GreedyIsDeterministicAndEqualsTheReference) {
   EXPECT_EQ(first.finish_reason, FinishReason::kMaxTokens);
 
   auto reference = ReferenceModel::Create(*rt_->model().weights);
-  ASSERT_TRUE(reference.ok()) << reference.status();
+  ASSERT_OK(reference);
   auto want = (*reference)->GreedyGenerate(prompt_, 16);
-  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_OK(want);
   EXPECT_EQ(Ids(first), *want);
   // Not a degenerate model: greedy text is not one token repeated.
   const std::vector<int32_t> ids = Ids(first);
@@ -132,13 +133,13 @@ TEST_P(GenerationTest, EosStopsUnlessIgnored) {
   GenerationRequest request = Greedy(16);
   request.ignore_eos = false;
   auto stopped = rt->generator().Generate(request);
-  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  ASSERT_OK(stopped);
   EXPECT_EQ(stopped->finish_reason, FinishReason::kEos);
   EXPECT_EQ(Ids(*stopped),
             std::vector<int32_t>(full.begin(), full.begin() + static_cast<ptrdiff_t>(first) + 1));
   request.ignore_eos = true;
   auto ignored = rt->generator().Generate(request);
-  ASSERT_TRUE(ignored.ok()) << ignored.status();
+  ASSERT_OK(ignored);
   EXPECT_EQ(ignored->finish_reason, FinishReason::kMaxTokens);
   EXPECT_EQ(Ids(*ignored), full);
 }
@@ -175,7 +176,7 @@ TEST_P(GenerationTest, BadRequestsAreInvalidArgumentNamingTheField) {
   }
   // The last valid length: prompt + max_tokens == context.
   GenerationRequest edge = Greedy(context - 20);
-  EXPECT_TRUE(rt_->generator().Validate(edge).ok());
+  EXPECT_OK(rt_->generator().Validate(edge));
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, GenerationTest, ::testing::Values("tiny", "tiny-phimoe"),

@@ -5,11 +5,12 @@
 #include <string>
 #include <vector>
 
-#include "client/local_runtime.h"
+#include "runtime/local_runtime.h"
 #include "gtest/gtest.h"
 #include "tests/cuda_skip_testlib.h"
 #include "tests/sdk_testlib.h"
 #include "tests/temp_dir_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -41,21 +42,21 @@ TEST(GpuFlagsTest, TheProgramsRejectGpuFlagsTheyCannotHonour) {
     return RunProcess(argv, {}, dir.path());
   };
   auto pool_alone = with({"--expert_pool", "cuda"});
-  ASSERT_TRUE(pool_alone.ok()) << pool_alone.status();
+  ASSERT_OK(pool_alone);
   EXPECT_NE(pool_alone->exit_code, 0);
   EXPECT_NE(pool_alone->err.find("--expert_pool"), std::string::npos) << pool_alone->err;
   auto bad_backend = with({"--backend", "tpu"});
-  ASSERT_TRUE(bad_backend.ok());
+  ASSERT_OK(bad_backend);
   EXPECT_NE(bad_backend->exit_code, 0);
   EXPECT_NE(bad_backend->err.find("--backend"), std::string::npos) << bad_backend->err;
   auto graphs = with({"--cuda_graphs"});
-  ASSERT_TRUE(graphs.ok());
+  ASSERT_OK(graphs);
   EXPECT_NE(graphs->exit_code, 0);
   EXPECT_NE(graphs->err.find("--cuda_graphs needs --backend cuda"), std::string::npos) << graphs->err;
 
   if (NoCudaDeviceReason()) {
     auto cuda = with({"--backend", "cuda"});
-    ASSERT_TRUE(cuda.ok());
+    ASSERT_OK(cuda);
     EXPECT_NE(cuda->exit_code, 0);
     EXPECT_NE(cuda->err.find("CUDA"), std::string::npos) << cuda->err;
   }

@@ -13,15 +13,16 @@
 #include <string>
 #include <vector>
 
-#include "client/local_runtime.h"
-#include "common/model.h"
-#include "common/synthetic_model.h"
+#include "runtime/local_runtime.h"
+#include "common/model/model.h"
+#include "common/model/synthetic_model.h"
 #include "gpu_worker/cuda_device.h"
 #include "gpu_worker/pinned_regions.h"
 #include "gtest/gtest.h"
 #include "tests/cuda_skip_testlib.h"
 #include "tests/test_cost_testlib.h"
 #include "tests/tokens_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -61,7 +62,7 @@ TEST(PinnedRegionsTest, BackToBackExpertsBecomeOneRegionAndFarOnesStayApart) {
 
 TEST(PinnedRegionsTest, TheTinyModelsExpertsAreCoveredByDisjointPageAlignedRegions) {
   auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = kSeed});
-  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_OK(model);
   std::vector<std::vector<ExpertWeights>> experts;
   for (const LayerWeights& layer : (*model)->weights->layers) experts.push_back(layer.experts);
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -88,7 +89,7 @@ TEST(PinnedRegionsTest, TheTinyModelsExpertsAreCoveredByDisjointPageAlignedRegio
 
 std::unique_ptr<Model> TinyModel() {
   auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = kSeed});
-  EXPECT_TRUE(model.ok()) << model.status();
+  EXPECT_OK(model);
   return model.ok() ? std::move(*model) : nullptr;
 }
 
@@ -98,7 +99,7 @@ std::vector<int32_t> GreedyIds(const LocalRuntimeOptions& base, CudaBackendStats
   LocalRuntimeOptions options = base;
   options.num_threads = 2;
   auto rt = LocalRuntime::Create(TinyModel(), options);
-  EXPECT_TRUE(rt.ok()) << rt.status();
+  EXPECT_OK(rt);
   if (!rt.ok()) return {};
   std::vector<int32_t> ids;
   const int64_t vocab = (*rt)->model().config.vocab_size;
@@ -108,7 +109,7 @@ std::vector<int32_t> GreedyIds(const LocalRuntimeOptions& base, CudaBackendStats
     request.max_tokens = 16;
     request.ignore_eos = true;
     auto result = (*rt)->generator().Generate(request);
-    EXPECT_TRUE(result.ok()) << result.status();
+    EXPECT_OK(result);
     if (!result.ok()) return {};
     const std::vector<int32_t> got = Ids(*result);
     ids.insert(ids.end(), got.begin(), got.end());
@@ -148,7 +149,7 @@ TEST(GpuRuntimeTest, AskingForTheGpuWorksOrFailsWithTheReason) {
     options.backend = BackendKind::kCuda;
     auto rt = LocalRuntime::Create(TinyModel(), options);
     if (have_gpu) {
-      ASSERT_TRUE(rt.ok()) << rt.status();
+      ASSERT_OK(rt);
       EXPECT_NE((*rt)->backend_name().find("CUDA backend"), std::string::npos) << (*rt)->backend_name();
     } else {
       ASSERT_FALSE(rt.ok());
@@ -162,7 +163,7 @@ TEST(GpuRuntimeTest, AskingForTheGpuWorksOrFailsWithTheReason) {
     options.orchestrator = CudaPool();
     auto rt = LocalRuntime::Create(TinyModel(), options);
     if (have_gpu) {
-      ASSERT_TRUE(rt.ok()) << rt.status();
+      ASSERT_OK(rt);
       EXPECT_NE((*rt)->expert_pool()->kind().find("CUDA pool"), std::string::npos) << (*rt)->expert_pool()->kind();
     } else {
       ASSERT_FALSE(rt.ok());

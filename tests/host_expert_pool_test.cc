@@ -12,11 +12,12 @@
 #include <thread>
 #include <vector>
 
-#include "common/model.h"
+#include "common/model/model.h"
 #include "cpu_worker/expert_ffn.h"
 #include "cpu_worker/local_expert_executor.h"
 #include "gpu_worker/host_expert_pool.h"
 #include "gtest/gtest.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -25,7 +26,7 @@ class HostExpertPoolTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = 7, .dtype = DType::kBF16});
-    ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_OK(model);
     model_ = std::move(*model);
     for (const LayerWeights& layer : model_->weights->layers) experts_.push_back(layer.experts);
   }
@@ -39,14 +40,14 @@ class HostExpertPoolTest : public ::testing::Test {
         model_->config, experts_,
         [ffn](const ExpertWeights& w, const float* x, int64_t rows, float* y) { return ffn->Run(w, x, rows, y); },
         options);
-    EXPECT_TRUE(pool.ok()) << pool.status();
+    EXPECT_OK(pool);
     return pool.ok() ? std::move(*pool) : nullptr;
   }
 
   // The pool's copy of `key` holds exactly the model's bytes.
   void ExpectSameBytes(HostExpertPool& pool, ExpertKey key) {
     auto held = pool.HeldWeights(key);
-    ASSERT_TRUE(held.ok()) << held.status();
+    ASSERT_OK(held);
     const ExpertWeights& src = experts_[static_cast<size_t>(key.layer)][static_cast<size_t>(key.expert)];
     const size_t bytes = static_cast<size_t>(pool.layout().matrix_bytes);
     EXPECT_EQ(std::memcmp(held->w1.data, src.w1.data, bytes), 0);
@@ -62,7 +63,7 @@ class HostExpertPoolTest : public ::testing::Test {
 
 TEST_F(HostExpertPoolTest, SlotsComeFromTheMemoryBudget) {
   auto layout = ExpertLayout::ForModel(model_->config, DType::kBF16);
-  ASSERT_TRUE(layout.ok());
+  ASSERT_OK(layout);
   const int64_t d = model_->config.hidden_size, i = model_->config.intermediate_size;
   EXPECT_EQ(layout->copy_bytes, 3 * d * i * 2);
   EXPECT_EQ(layout->buffer_bytes % kExpertBufferAlignment, 0);
@@ -70,7 +71,7 @@ TEST_F(HostExpertPoolTest, SlotsComeFromTheMemoryBudget) {
   options.memory_bytes = 7 * layout->buffer_bytes + 100;
   options.num_staging_buffers = 2;
   auto slots = options.SlotCount(*layout);
-  ASSERT_TRUE(slots.ok());
+  ASSERT_OK(slots);
   EXPECT_EQ(*slots, 5);
   options.memory_bytes = layout->buffer_bytes;  // not even the staging buffers
   auto too_small = options.SlotCount(*layout);
@@ -86,7 +87,7 @@ TEST_F(HostExpertPoolTest, MigrationCopiesTheBytesOnItsThreadAndSignalsReadiness
   EXPECT_EQ(pool->kind(), "no-GPU host pool");
   const ExpertKey key{1, 2};
   EXPECT_FALSE(pool->Find(key).held);
-  ASSERT_TRUE(pool->Migrate(key, std::nullopt).ok());
+  ASSERT_OK(pool->Migrate(key, std::nullopt));
   const PoolLocation at = pool->Find(key);
   EXPECT_TRUE(at.held);
   EXPECT_FALSE(at.staging);
@@ -94,7 +95,7 @@ TEST_F(HostExpertPoolTest, MigrationCopiesTheBytesOnItsThreadAndSignalsReadiness
   absl::Status waited;
   std::thread waiter([&] { waited = pool->WaitReady(key); });
   waiter.join();
-  ASSERT_TRUE(waited.ok()) << waited;
+  ASSERT_OK(waited);
   EXPECT_TRUE(pool->IsReady(key));
   ExpectSameBytes(*pool, key);
 
@@ -119,16 +120,16 @@ TEST_F(HostExpertPoolTest, MigrationCopiesTheBytesOnItsThreadAndSignalsReadiness
 TEST_F(HostExpertPoolTest, EvictionFreesTheVictimsSlotForTheNewExpert) {
   auto pool = MakePool(2, 1);
   ASSERT_NE(pool, nullptr);
-  ASSERT_TRUE(pool->Place({0, 0}).ok());
-  ASSERT_TRUE(pool->Migrate({0, 1}, std::nullopt).ok());
+  ASSERT_OK(pool->Place({0, 0}));
+  ASSERT_OK(pool->Migrate({0, 1}, std::nullopt));
   EXPECT_TRUE(pool->IsReady({0, 0}));  // placement is synchronous
   EXPECT_EQ(pool->Migrate({1, 3}, std::nullopt).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(pool->Migrate({1, 3}, ExpertKey{1, 0}).code(), absl::StatusCode::kFailedPrecondition);  // not held
   const int slot_of_victim = pool->Find({0, 0}).index;
-  ASSERT_TRUE(pool->Migrate({1, 3}, ExpertKey{0, 0}).ok());
+  ASSERT_OK(pool->Migrate({1, 3}, ExpertKey{0, 0}));
   EXPECT_FALSE(pool->Find({0, 0}).held);
   EXPECT_EQ(pool->Find({1, 3}).index, slot_of_victim);
-  ASSERT_TRUE(pool->WaitReady({1, 3}).ok());
+  ASSERT_OK(pool->WaitReady({1, 3}));
   ExpectSameBytes(*pool, {1, 3});
   ExpectSameBytes(*pool, {0, 1});  // a victim's neighbour is untouched
 
@@ -138,7 +139,7 @@ TEST_F(HostExpertPoolTest, EvictionFreesTheVictimsSlotForTheNewExpert) {
   EXPECT_EQ(table[2].staging, true);
   EXPECT_FALSE(table[2].expert.has_value());
 
-  ASSERT_TRUE(pool->Evict({0, 1}).ok());
+  ASSERT_OK(pool->Evict({0, 1}));
   EXPECT_EQ(pool->Evict({0, 1}).code(), absl::StatusCode::kFailedPrecondition);
   const ExpertPoolStats stats = pool->stats();
   EXPECT_EQ(stats.placements, 1);
@@ -149,12 +150,12 @@ TEST_F(HostExpertPoolTest, EvictionFreesTheVictimsSlotForTheNewExpert) {
 TEST_F(HostExpertPoolTest, StagedExpertIsAdmittedWithoutACopy) {
   auto pool = MakePool(1, 1);
   ASSERT_NE(pool, nullptr);
-  ASSERT_TRUE(pool->Place({0, 2}).ok());
-  ASSERT_TRUE(pool->Stage({1, 1}).ok());
+  ASSERT_OK(pool->Place({0, 2}));
+  ASSERT_OK(pool->Stage({1, 1}));
   EXPECT_TRUE(pool->Find({1, 1}).staging);
   EXPECT_EQ(pool->Stage({1, 2}).code(), absl::StatusCode::kResourceExhausted);  // one staging buffer
   EXPECT_EQ(pool->Admit({1, 2}, std::nullopt).code(), absl::StatusCode::kFailedPrecondition);  // not staged
-  ASSERT_TRUE(pool->Admit({1, 1}, ExpertKey{0, 2}).ok());
+  ASSERT_OK(pool->Admit({1, 1}, ExpertKey{0, 2}));
   const PoolLocation at = pool->Find({1, 1});
   EXPECT_FALSE(at.staging);
   EXPECT_EQ(at.index, 0);
@@ -165,8 +166,8 @@ TEST_F(HostExpertPoolTest, StagedExpertIsAdmittedWithoutACopy) {
   EXPECT_EQ(stats.staging_copies, 1);
   EXPECT_EQ(stats.admissions, 1);
   // The staging buffer is free again for the next plan.
-  ASSERT_TRUE(pool->Stage({1, 2}).ok());
-  ASSERT_TRUE(pool->ReleaseStaging().ok());
+  ASSERT_OK(pool->Stage({1, 2}));
+  ASSERT_OK(pool->ReleaseStaging());
   EXPECT_FALSE(pool->Find({1, 2}).held);
   EXPECT_TRUE(pool->TakeCompletedMigrations().size() == 2);
 }
@@ -183,14 +184,14 @@ TEST_F(HostExpertPoolTest, ComputesFromItsOwnCopy) {
   LocalExpertExecutor cpu(experts_, nullptr);
   std::vector<float> want(x.size()), got(x.size());
   const ExpertWork cpu_work{3, rows, x.data(), want.data()};
-  ASSERT_TRUE(cpu.RunExperts(1, std::span<const ExpertWork>(&cpu_work, 1)).ok());
+  ASSERT_OK(cpu.RunExperts(1, std::span<const ExpertWork>(&cpu_work, 1)));
 
   const ExpertWork pool_work{3, rows, x.data(), got.data()};
   EXPECT_EQ(pool->RunExperts(1, std::span<const ExpertWork>(&pool_work, 1), nullptr).code(),
             absl::StatusCode::kFailedPrecondition);  // not held
-  ASSERT_TRUE(pool->Migrate({1, 3}, std::nullopt).ok());
+  ASSERT_OK(pool->Migrate({1, 3}, std::nullopt));
   PoolRunTiming timing;
-  ASSERT_TRUE(pool->RunExperts(1, std::span<const ExpertWork>(&pool_work, 1), &timing).ok());  // waits for the copy
+  ASSERT_OK(pool->RunExperts(1, std::span<const ExpertWork>(&pool_work, 1), &timing));  // waits for the copy
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
   EXPECT_EQ(timing.slot_runs, 1);
   EXPECT_GT(timing.compute_us, 0);
@@ -198,10 +199,10 @@ TEST_F(HostExpertPoolTest, ComputesFromItsOwnCopy) {
   // Flip bits in the pool's copy of W1: the pool's output changes, so it
   // really computes from its copy, not from the model's weights.
   auto held = pool->HeldWeights({1, 3});
-  ASSERT_TRUE(held.ok());
+  ASSERT_OK(held);
   auto* w1 = static_cast<uint16_t*>(const_cast<void*>(held->w1.data));
   for (int64_t j = 0; j < d; ++j) w1[j] ^= 0x4000;
-  ASSERT_TRUE(pool->RunExperts(1, std::span<const ExpertWork>(&pool_work, 1), nullptr).ok());
+  ASSERT_OK(pool->RunExperts(1, std::span<const ExpertWork>(&pool_work, 1), nullptr));
   EXPECT_NE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
   EXPECT_EQ(pool->stats().slot_runs, 2);
 }
@@ -223,7 +224,7 @@ TEST_F(HostExpertPoolTest, ManyQueuedMigrationsAllLandInOrder) {
           victim = resident.front();
           resident.erase(resident.begin());
         }
-        ASSERT_TRUE(pool->Migrate(key, victim).ok()) << l << " " << e;
+        ASSERT_OK(pool->Migrate(key, victim)) << l << " " << e;
         resident.push_back(key);
         ++copies;
       }
@@ -280,10 +281,10 @@ TEST_F(HostExpertPoolTest, GathersAnExpertFromWorkerSlices) {
   auto pool = HostExpertPool::Create(
       c, sources, [ffn](const ExpertWeights& w, const float* x, int64_t rows, float* y) { return ffn->Run(w, x, rows, y); },
       options);
-  ASSERT_TRUE(pool.ok()) << pool.status();
-  ASSERT_TRUE((*pool)->Place({0, 1}).ok());
-  ASSERT_TRUE((*pool)->Migrate({1, 3}, std::nullopt).ok());
-  ASSERT_TRUE((*pool)->Stage({1, 0}).ok());
+  ASSERT_OK(pool);
+  ASSERT_OK((*pool)->Place({0, 1}));
+  ASSERT_OK((*pool)->Migrate({1, 3}, std::nullopt));
+  ASSERT_OK((*pool)->Stage({1, 0}));
   for (ExpertKey key : {ExpertKey{0, 1}, ExpertKey{1, 3}, ExpertKey{1, 0}}) ExpectSameBytes(**pool, key);
 
   // Pieces that do not tile the matrix are refused, naming the matrix.

@@ -1,6 +1,7 @@
 // The block KV cache: growth by blocks, the memory limit, and forking by
 // block table with copy-on-write of a shared block (what beam search relies on).
 #include "coordinator/kv_cache.h"
+#include "tests/status_testlib.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +10,7 @@ namespace {
 
 std::unique_ptr<KvBlockPool> MakePool(int64_t max_blocks) {
   auto pool = KvBlockPool::Create({.num_layers = 2, .kv_dim = 4, .block_size = 4, .max_blocks = max_blocks});
-  EXPECT_TRUE(pool.ok()) << pool.status();
+  EXPECT_OK(pool);
   return std::move(*pool);
 }
 
@@ -33,9 +34,9 @@ TEST(KvCacheTest, RejectsNonPositiveOptions) {
 TEST(KvCacheTest, GrowsByBlocksAndStopsAtTheLimit) {
   auto pool = MakePool(3);
   SequenceKv kv(pool.get());
-  ASSERT_TRUE(kv.Reserve(5).ok());
+  ASSERT_OK(kv.Reserve(5));
   EXPECT_EQ(pool->blocks_in_use(), 2);
-  ASSERT_TRUE(kv.Reserve(12).ok());
+  ASSERT_OK(kv.Reserve(12));
   EXPECT_EQ(pool->blocks_in_use(), 3);
   EXPECT_EQ(kv.Reserve(13).code(), absl::StatusCode::kResourceExhausted);
 }
@@ -44,7 +45,7 @@ TEST(KvCacheTest, ForkSharesBlocksAndCopiesOnlyTheWrittenBlock) {
   auto pool = MakePool(16);
   {
     SequenceKv parent(pool.get());
-    ASSERT_TRUE(parent.Reserve(6).ok());  // blocks 0 (full) and 1 (half)
+    ASSERT_OK(parent.Reserve(6));  // blocks 0 (full) and 1 (half)
     Fill(parent, 0, 6, 100);
     parent.set_length(6);
     EXPECT_EQ(pool->blocks_in_use(), 2);
@@ -56,7 +57,7 @@ TEST(KvCacheTest, ForkSharesBlocksAndCopiesOnlyTheWrittenBlock) {
     EXPECT_EQ(child.KeyRow(1, 5)[0], parent.KeyRow(1, 5)[0]);
 
     // The child writes position 6: only the shared, half-full block 1 is copied.
-    ASSERT_TRUE(child.Reserve(7).ok());
+    ASSERT_OK(child.Reserve(7));
     EXPECT_EQ(pool->blocks_in_use(), 3);
     EXPECT_EQ(pool->copies_on_write(), 1);
     EXPECT_EQ(child.KeyRow(1, 5)[0], 100 + 51) << "the copy keeps the shared prefix";
@@ -64,7 +65,7 @@ TEST(KvCacheTest, ForkSharesBlocksAndCopiesOnlyTheWrittenBlock) {
     child.set_length(7);
     // The parent's block is untouched by the child's writes, and the full
     // block 0 is still shared.
-    ASSERT_TRUE(parent.Reserve(7).ok());  // the parent is now the only owner of its block 1: no copy
+    ASSERT_OK(parent.Reserve(7));  // the parent is now the only owner of its block 1: no copy
     EXPECT_EQ(pool->copies_on_write(), 1);
     Fill(parent, 6, 7, 900);
     EXPECT_EQ(child.KeyRow(0, 6)[0], 500 + 60);
@@ -77,13 +78,13 @@ TEST(KvCacheTest, ForkSharesBlocksAndCopiesOnlyTheWrittenBlock) {
 TEST(KvCacheTest, ForkOfABlockAlignedSequenceCopiesNothing) {
   auto pool = MakePool(16);
   SequenceKv parent(pool.get());
-  ASSERT_TRUE(parent.Reserve(8).ok());
+  ASSERT_OK(parent.Reserve(8));
   parent.set_length(8);
   SequenceKv a(pool.get()), b(pool.get());
   a.ForkFrom(parent);
   b.ForkFrom(parent);
-  ASSERT_TRUE(a.Reserve(9).ok());
-  ASSERT_TRUE(b.Reserve(9).ok());
+  ASSERT_OK(a.Reserve(9));
+  ASSERT_OK(b.Reserve(9));
   EXPECT_EQ(pool->copies_on_write(), 0) << "new positions start a new block";
   EXPECT_EQ(pool->blocks_in_use(), 4);
 }
@@ -91,9 +92,9 @@ TEST(KvCacheTest, ForkOfABlockAlignedSequenceCopiesNothing) {
 TEST(KvCacheTest, ForkReplacesTheForkedSequencesOwnBlocks) {
   auto pool = MakePool(16);
   SequenceKv a(pool.get()), b(pool.get());
-  ASSERT_TRUE(a.Reserve(4).ok());
+  ASSERT_OK(a.Reserve(4));
   a.set_length(4);
-  ASSERT_TRUE(b.Reserve(8).ok());
+  ASSERT_OK(b.Reserve(8));
   b.set_length(8);
   EXPECT_EQ(pool->blocks_in_use(), 3);
   b.ForkFrom(a);

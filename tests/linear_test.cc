@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -98,7 +99,7 @@ void ExpectMatchesNaive(const Case& c, const std::vector<int64_t>& row_counts, c
     const std::vector<float> x = RandomVector(m * c.k, 100 + static_cast<uint32_t>(m));
     std::vector<float> y(static_cast<size_t>(m * c.n), std::numeric_limits<float>::quiet_NaN());
     const float* b = c.bias ? bias.data() : nullptr;
-    ASSERT_TRUE(Linear(x.data(), m, w.view, b, y.data(), &pool, options).ok());
+    ASSERT_OK(Linear(x.data(), m, w.view, b, y.data(), &pool, options));
     std::vector<double> ref, magnitude;
     NaiveLinear(x.data(), m, w.view, b, ref, magnitude);
     for (int64_t i = 0; i < m * c.n; ++i) {
@@ -181,7 +182,7 @@ TEST(LinearErrors, RejectsBadArguments) {
   EXPECT_EQ(Linear(x.data(), 2, empty, nullptr, y.data(), nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   // Zero rows is a valid no-op, even without buffers.
-  EXPECT_TRUE(Linear(nullptr, 0, w.view, nullptr, nullptr, nullptr).ok());
+  EXPECT_OK(Linear(nullptr, 0, w.view, nullptr, nullptr, nullptr));
 }
 
 TEST(LinearSliceTest, WritesOnlyItsFeatures) {
@@ -198,7 +199,7 @@ TEST(LinearSliceTest, WritesOnlyItsFeatures) {
     options.prefill_kernel = kernel;
     const LinearSliceArgs args{
         .x = x.data(), .ldx = 72, .m = m, .n_begin = 10, .n_end = 27, .y = y.data(), .ldy = ldy};
-    ASSERT_TRUE(LinearSlice(w.view, args, options).ok());
+    ASSERT_OK(LinearSlice(w.view, args, options));
     std::vector<double> ref, magnitude;
     NaiveLinear(x.data(), m, w.view, nullptr, ref, magnitude);
     for (int64_t r = 0; r < m; ++r) {

@@ -1,13 +1,14 @@
 // config.json parsing: the real fields of each architecture, defaults as
 // Hugging Face has them, and a clear error for every missing or inconsistent field.
-#include "common/model_config.h"
+#include "common/model/model_config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
-#include "common/synthetic_model.h"
+#include "common/model/synthetic_model.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -48,7 +49,7 @@ absl::StatusOr<ModelConfig> Parse(const json& j) { return ParseModelConfig(j.dum
 
 TEST(ModelConfigTest, ReadsMixtral) {
   auto c = Parse(MixtralJson());
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_OK(c);
   EXPECT_EQ(c->architecture, Architecture::kMixtral);
   EXPECT_EQ(c->norm_kind(), NormKind::kRmsNorm);
   EXPECT_EQ(c->router_kind(), RouterKind::kSoftmaxTopK);
@@ -65,7 +66,7 @@ TEST(ModelConfigTest, ReadsMixtral) {
 
 TEST(ModelConfigTest, ReadsPhiMoE) {
   auto c = Parse(PhiMoEJson());
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_OK(c);
   EXPECT_EQ(c->architecture, Architecture::kPhiMoE);
   EXPECT_EQ(c->norm_kind(), NormKind::kLayerNorm);
   EXPECT_EQ(c->router_kind(), RouterKind::kSparseMixer);
@@ -85,7 +86,7 @@ TEST(ModelConfigTest, AcceptsRopeTypeSpellingAndEosList) {
   j["rope_scaling"]["rope_type"] = "longrope";
   j["eos_token_id"] = {32000, 32007};
   auto c = Parse(j);
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_OK(c);
   EXPECT_EQ(c->eos_token_ids, (std::vector<int32_t>{32000, 32007}));
 }
 
@@ -93,7 +94,7 @@ TEST(ModelConfigTest, HeadDimDefaultsToHiddenOverHeads) {
   json j = MixtralJson();
   j["head_dim"] = 64;  // explicit head_dim wins (as in newer Mistral configs)
   auto c = Parse(j);
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_OK(c);
   EXPECT_EQ(c->head_dim, 64);
   EXPECT_EQ(c->q_dim(), 2048);
 }
@@ -167,9 +168,9 @@ TEST(ModelConfigTest, MissingFileIsNotFound) {
 TEST(ModelConfigTest, WrittenConfigReadsBackIdentically) {
   for (const std::string& preset : SyntheticPresets()) {
     auto c = SyntheticConfig({.preset = preset});
-    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_OK(c);
     auto back = ParseModelConfig(ModelConfigToJson(*c), preset);
-    ASSERT_TRUE(back.ok()) << back.status();
+    ASSERT_OK(back);
     EXPECT_EQ(ModelConfigToJson(*back), ModelConfigToJson(*c)) << preset;
   }
 }

@@ -7,11 +7,12 @@
 #include <cstring>
 #include <fstream>
 
-#include "common/model.h"
-#include "common/safetensors.h"
-#include "common/synthetic_model.h"
-#include "common/tensor_names.h"
+#include "common/model/model.h"
+#include "common/model/safetensors.h"
+#include "common/model/synthetic_model.h"
+#include "common/model/tensor_names.h"
 #include "tests/temp_dir_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -39,11 +40,11 @@ class ModelLoadingTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ModelLoadingTest, WrittenModelLoadsWithTheSameBytesAsInMemory) {
   ScopedTempDir dir;
-  ASSERT_TRUE(WriteSyntheticModel(kTiny, dir.path(), {.num_shards = GetParam(), .with_tokenizer = false}).ok());
+  ASSERT_OK(WriteSyntheticModel(kTiny, dir.path(), {.num_shards = GetParam(), .with_tokenizer = false}));
   auto from_disk = LoadModel(dir.path());
-  ASSERT_TRUE(from_disk.ok()) << from_disk.status();
+  ASSERT_OK(from_disk);
   auto in_memory = LoadSyntheticModel(kTiny);
-  ASSERT_TRUE(in_memory.ok()) << in_memory.status();
+  ASSERT_OK(in_memory);
   ExpectSameBytes(*(*from_disk)->weights, *(*in_memory)->weights);
   EXPECT_EQ((*from_disk)->tokenizer, nullptr);
   EXPECT_EQ(std::filesystem::exists(dir.path() / "model.safetensors.index.json"), GetParam() > 1);
@@ -53,7 +54,7 @@ INSTANTIATE_TEST_SUITE_P(Shards, ModelLoadingTest, ::testing::Values(1, 3));
 
 TEST(ModelLoadingErrorsTest, TextNeedsTokenizerButIdsDoNot) {
   auto model = LoadSyntheticModel(kTiny);
-  ASSERT_TRUE(model.ok());
+  ASSERT_OK(model);
   auto tokenizer = (*model)->RequireTokenizer();
   ASSERT_FALSE(tokenizer.ok());
   EXPECT_EQ(tokenizer.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -64,7 +65,7 @@ TEST(ModelLoadingErrorsTest, TextNeedsTokenizerButIdsDoNot) {
 void WriteEdited(const std::filesystem::path& dir, const std::string& victim, bool drop,
                  std::vector<int64_t> new_shape = {}) {
   auto config = SyntheticConfig(kTiny);
-  ASSERT_TRUE(config.ok());
+  ASSERT_OK(config);
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "config.json") << ModelConfigToJson(*config);
   std::vector<TensorToWrite> tensors;
@@ -79,7 +80,7 @@ void WriteEdited(const std::filesystem::path& dir, const std::string& victim, bo
   }
   std::vector<const TensorToWrite*> pointers;
   for (const auto& t : tensors) pointers.push_back(&t);
-  ASSERT_TRUE(WriteSafetensorsCheckpoint(dir, pointers, 2).ok());
+  ASSERT_OK(WriteSafetensorsCheckpoint(dir, pointers, 2));
 }
 
 TEST(ModelLoadingErrorsTest, MissingTensorIsNamed) {
@@ -107,7 +108,7 @@ TEST(ModelLoadingErrorsTest, WrongShapeIsNamedWithBothShapes) {
 
 TEST(ModelLoadingErrorsTest, MissingShardIsNamed) {
   ScopedTempDir dir;
-  ASSERT_TRUE(WriteSyntheticModel(kTiny, dir.path(), {.num_shards = 2, .with_tokenizer = false}).ok());
+  ASSERT_OK(WriteSyntheticModel(kTiny, dir.path(), {.num_shards = 2, .with_tokenizer = false}));
   std::filesystem::remove(dir.path() / "model-00002-of-00002.safetensors");
   auto model = LoadModel(dir.path());
   ASSERT_FALSE(model.ok());
@@ -130,7 +131,9 @@ TEST(SyntheticModelTest, SameSeedSameBytesOtherSeedOtherBytes) {
   SyntheticModelSpec other = kTiny;
   other.seed = 4;
   auto c = LoadSyntheticModel(other);
-  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  ASSERT_OK(c);
   ExpectSameBytes(*(*a)->weights, *(*b)->weights);
   EXPECT_NE(0, std::memcmp((*a)->weights->embed_tokens.data, (*c)->weights->embed_tokens.data,
                            (*a)->weights->embed_tokens.size_bytes));

@@ -1,7 +1,7 @@
 // NUMA discovery and worker placement: multi-socket plans on synthetic hwloc
 // topologies (this machine has one node), and real pinning checked through
 // /proc, which is what the kernel enforces.
-#include "common/numa_topology.h"
+#include "common/platform/numa_topology.h"
 
 #include <dirent.h>
 #include <sched.h>
@@ -19,9 +19,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/thread_pool.h"
+#include "common/base/thread_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -65,7 +66,7 @@ void ExpectDisjointAndLocal(const NumaTopology& topology, const std::vector<Work
 
 TEST(NumaTopologyTest, SyntheticTwoSocketsHasTwoNodesOfEightCoresOnePuEach) {
   absl::StatusOr<NumaTopology> topology = TopologyFromSynthetic(kTwoSockets);
-  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_OK(topology);
   ASSERT_EQ(topology->nodes.size(), 2u) << topology->ToString();
   EXPECT_TRUE(topology->has_numa);
   EXPECT_EQ(topology->num_cores(), 16);
@@ -80,7 +81,7 @@ TEST(NumaTopologyTest, SyntheticTwoSocketsHasTwoNodesOfEightCoresOnePuEach) {
 
 TEST(NumaTopologyTest, SyntheticWithoutNumaLevelIsOneNodeWithEveryCore) {
   absl::StatusOr<NumaTopology> topology = TopologyFromSynthetic("core:4 pu:1");
-  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_OK(topology);
   ASSERT_EQ(topology->nodes.size(), 1u) << topology->ToString();
   EXPECT_EQ(topology->nodes[0].cpus, Range(0, 4));
 }
@@ -94,9 +95,9 @@ TEST(NumaTopologyTest, BadSyntheticDescriptionIsInvalidArgumentNamingIt) {
 
 TEST(NumaTopologyTest, PlanOneWorkerPerNodeByDefault) {
   absl::StatusOr<NumaTopology> topology = TopologyFromSynthetic(kTwoSockets);
-  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_OK(topology);
   absl::StatusOr<std::vector<WorkerPlacement>> plan = PlanWorkers(*topology, 0, 0);
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_OK(plan);
   ASSERT_EQ(plan->size(), 2u);
   for (int w = 0; w < 2; ++w) {
     const WorkerPlacement& p = (*plan)[static_cast<size_t>(w)];
@@ -113,9 +114,9 @@ TEST(NumaTopologyTest, PlanOneWorkerPerNodeByDefault) {
 
 TEST(NumaTopologyTest, PlanTwoWorkersWithThreadLimit) {
   absl::StatusOr<NumaTopology> topology = TopologyFromSynthetic(kTwoSockets);
-  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_OK(topology);
   absl::StatusOr<std::vector<WorkerPlacement>> plan = PlanWorkers(*topology, 2, 4);
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_OK(plan);
   ASSERT_EQ(plan->size(), 2u);
   EXPECT_THAT((*plan)[0].cpus, ElementsAre(0, 2, 4, 6));
   EXPECT_EQ((*plan)[1].cpus, Range(16, 4, 2));
@@ -125,9 +126,9 @@ TEST(NumaTopologyTest, PlanTwoWorkersWithThreadLimit) {
 
 TEST(NumaTopologyTest, PlanFourWorkersSplitsEachNode) {
   absl::StatusOr<NumaTopology> topology = TopologyFromSynthetic(kTwoSockets);
-  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_OK(topology);
   absl::StatusOr<std::vector<WorkerPlacement>> plan = PlanWorkers(*topology, 4, 0);
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_OK(plan);
   ASSERT_EQ(plan->size(), 4u);
   const int nodes[] = {0, 0, 1, 1};
   for (int w = 0; w < 4; ++w) {
@@ -141,17 +142,17 @@ TEST(NumaTopologyTest, PlanFourWorkersSplitsEachNode) {
   ExpectDisjointAndLocal(*topology, *plan);
 
   absl::StatusOr<std::vector<WorkerPlacement>> limited = PlanWorkers(*topology, 4, 2);
-  ASSERT_TRUE(limited.ok()) << limited.status();
+  ASSERT_OK(limited);
   EXPECT_THAT((*limited)[1].cpus, ElementsAre(4, 6));  // second worker of node 0: the next cores
   ExpectDisjointAndLocal(*topology, *limited);
 }
 
 TEST(NumaTopologyTest, PlanUnevenCounts) {
   absl::StatusOr<NumaTopology> topology = TopologyFromSynthetic(kTwoSockets);
-  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_OK(topology);
   // Three workers: two share node 0, one has node 1.
   absl::StatusOr<std::vector<WorkerPlacement>> three = PlanWorkers(*topology, 3, 0);
-  ASSERT_TRUE(three.ok()) << three.status();
+  ASSERT_OK(three);
   ASSERT_EQ(three->size(), 3u);
   EXPECT_EQ((*three)[0].cpus.size(), 4u);
   EXPECT_EQ((*three)[1].cpus.size(), 4u);
@@ -160,20 +161,20 @@ TEST(NumaTopologyTest, PlanUnevenCounts) {
   ExpectDisjointAndLocal(*topology, *three);
   // One worker: node 0 only, never stretched over both sockets.
   absl::StatusOr<std::vector<WorkerPlacement>> one = PlanWorkers(*topology, 1, 0);
-  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_OK(one);
   ASSERT_EQ(one->size(), 1u);
   EXPECT_EQ((*one)[0].numa_node, 0);
   EXPECT_EQ((*one)[0].cpus.size(), 8u);
   // 16 workers: one core each.
   absl::StatusOr<std::vector<WorkerPlacement>> sixteen = PlanWorkers(*topology, 16, 0);
-  ASSERT_TRUE(sixteen.ok()) << sixteen.status();
+  ASSERT_OK(sixteen);
   for (const WorkerPlacement& p : *sixteen) EXPECT_EQ(p.cpus.size(), 1u);
   ExpectDisjointAndLocal(*topology, *sixteen);
 }
 
 TEST(NumaTopologyTest, ImpossiblePlansAreErrorsNamingTheParameter) {
   absl::StatusOr<NumaTopology> topology = TopologyFromSynthetic(kTwoSockets);
-  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_OK(topology);
   struct Case {
     int workers, threads;
     std::string mentions;
@@ -200,14 +201,14 @@ TEST(NumaTopologyTest, MemoryOnlyNodeGetsNoWorker) {
   topology.nodes.push_back(NumaNode{.os_index = 0, .cpus = {0, 1}, .all_cpus = {0, 1}});
   topology.nodes.push_back(NumaNode{.os_index = 1});  // CXL / HBM: memory, no cores
   absl::StatusOr<std::vector<WorkerPlacement>> plan = PlanWorkers(topology, 0, 0);
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_OK(plan);
   ASSERT_EQ(plan->size(), 1u);
   EXPECT_EQ((*plan)[0].numa_node, 0);
 }
 
 TEST(NumaTopologyTest, DiscoversThisMachineWithinOurAffinity) {
   absl::StatusOr<NumaTopology> topology = DiscoverTopology();
-  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_OK(topology);
   ASSERT_GE(topology->nodes.size(), 1u);
   std::set<int> all;
   for (const NumaNode& node : topology->nodes) {
@@ -221,7 +222,7 @@ TEST(NumaTopologyTest, DiscoversThisMachineWithinOurAffinity) {
   EXPECT_FALSE(topology->ToString().empty());
 
   absl::StatusOr<std::vector<WorkerPlacement>> plan = PlanWorkers(*topology, 0, 0);
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_OK(plan);
   ExpectDisjointAndLocal(*topology, *plan);
 }
 
@@ -243,9 +244,9 @@ std::map<std::string, pid_t> ThreadsByName() {
 
 TEST(NumaTopologyTest, PinnedPoolThreadsRunOnlyOnTheirCpu) {
   absl::StatusOr<NumaTopology> topology = DiscoverTopology();
-  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_OK(topology);
   absl::StatusOr<std::vector<WorkerPlacement>> plan = PlanWorkers(*topology, 1, 0);
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_OK(plan);
   ThreadPoolOptions options = (*plan)[0].PoolOptions();
   options.name = "pintest";
   // One thread more than cpus: the pool wraps around (thread i -> cpus[i % n]).
@@ -258,7 +259,7 @@ TEST(NumaTopologyTest, PinnedPoolThreadsRunOnlyOnTheirCpu) {
     auto it = threads.find(name);
     ASSERT_NE(it, threads.end()) << "no thread named " << name;
     absl::StatusOr<std::vector<int>> affinity = ThreadAffinityFromProc(it->second);
-    ASSERT_TRUE(affinity.ok()) << affinity.status();
+    ASSERT_OK(affinity);
     EXPECT_THAT(*affinity, ElementsAre(cpus[static_cast<size_t>(t) % cpus.size()])) << name;
   }
 }
@@ -274,8 +275,8 @@ TEST(NumaTopologyTest, PinCurrentThreadToCpu) {
     seen = ThreadAffinityFromProc(static_cast<pid_t>(syscall(SYS_gettid)));
   });
   thread.join();
-  ASSERT_TRUE(pinned.ok()) << pinned;
-  ASSERT_TRUE(seen.ok()) << seen.status();
+  ASSERT_OK(pinned);
+  ASSERT_OK(seen);
   EXPECT_THAT(*seen, ElementsAre(target));
 
   absl::Status out_of_range = PinCurrentThreadToCpu(CPU_SETSIZE);
@@ -296,11 +297,11 @@ TEST(NumaTopologyTest, ThreadAffinityFromProcOfMissingThreadIsNotFound) {
 
 TEST(NumaTopologyTest, CpuListsRoundTrip) {
   absl::StatusOr<std::vector<int>> cpus = ParseCpuList("0-3,8, 10-11\n");
-  ASSERT_TRUE(cpus.ok()) << cpus.status();
+  ASSERT_OK(cpus);
   EXPECT_THAT(*cpus, ElementsAre(0, 1, 2, 3, 8, 10, 11));
   EXPECT_EQ(FormatCpuList(*cpus), "0-3,8,10-11");
   EXPECT_EQ(FormatCpuList({5, 3, 4, 9}), "3-5,9");
-  EXPECT_TRUE(ParseCpuList("").ok());
+  EXPECT_OK(ParseCpuList(""));
   for (const char* bad : {"1-", "a", "3-1", "1,,2", "-1", "99999"}) {
     absl::StatusOr<std::vector<int>> parsed = ParseCpuList(bad);
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << bad;
@@ -312,10 +313,10 @@ TEST(NumaTopologyTest, BindMemoryToNode) {
   void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(memory, MAP_FAILED);
   absl::StatusOr<NumaTopology> topology = DiscoverTopology();
-  ASSERT_TRUE(topology.ok()) << topology.status();
+  ASSERT_OK(topology);
   const int node = topology->nodes[0].os_index;
   absl::Status bound = BindMemoryToNode(memory, bytes, node);
-  EXPECT_TRUE(bound.ok()) << bound;
+  EXPECT_OK(bound);
   static_cast<char*>(memory)[0] = 1;  // the first touch, under the policy
   absl::Status missing = BindMemoryToNode(memory, bytes, 4095);
   EXPECT_EQ(missing.code(), absl::StatusCode::kInvalidArgument) << missing;

@@ -15,15 +15,16 @@
 #include <tuple>
 #include <vector>
 
-#include "client/local_runtime.h"
-#include "common/model.h"
+#include "runtime/local_runtime.h"
+#include "common/model/model.h"
 #include "coordinator/planner/profile_io.h"
 #include "coordinator/planner/simulator.h"
-#include "coordinator/routing_trace_io.h"
+#include "coordinator/planner/routing_trace_io.h"
 #include "gtest/gtest.h"
 #include "tests/temp_dir_testlib.h"
 #include "tests/test_cost_testlib.h"
 #include "tests/tokens_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -41,7 +42,7 @@ struct GenerationRun {
 
 std::unique_ptr<LocalRuntime> MakeRuntime(const LocalRuntimeOptions& base, GenerationRun* run) {
   auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = kSeed, .dtype = DType::kBF16});
-  EXPECT_TRUE(model.ok()) << model.status();
+  EXPECT_OK(model);
   if (!model.ok()) return nullptr;
   LocalRuntimeOptions options = base;
   options.num_threads = 2;
@@ -51,7 +52,7 @@ std::unique_ptr<LocalRuntime> MakeRuntime(const LocalRuntimeOptions& base, Gener
     };
   }
   auto runtime = LocalRuntime::Create(std::move(*model), options);
-  EXPECT_TRUE(runtime.ok()) << runtime.status();
+  EXPECT_OK(runtime);
   return runtime.ok() ? std::move(*runtime) : nullptr;
 }
 
@@ -64,7 +65,7 @@ void Generate(LocalRuntime& rt, GenerationRun* run) {
     request.max_tokens = kNewTokens;
     request.ignore_eos = true;
     auto result = rt.generator().Generate(request);
-    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_OK(result);
     const std::vector<int32_t> ids = Ids(*result);
     run->tokens.insert(run->tokens.end(), ids.begin(), ids.end());
   }
@@ -100,7 +101,7 @@ TEST_P(OrchestratorPolicyTest, SameTokensAndLogitsAsThePlainEngine) {
   ASSERT_EQ(want.tokens.size(), 3u * kNewTokens);
 
   auto config = SyntheticConfig(SyntheticModelSpec{.preset = "tiny", .seed = kSeed});
-  ASSERT_TRUE(config.ok());
+  ASSERT_OK(config);
   LocalRuntimeOptions options;
   options.orchestrator = Orchestrated(execution, cache, *config);
   GenerationRun got;
@@ -176,7 +177,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(OrchestratorTest, LruHitsOnRepeatedRouting) {
   auto config = SyntheticConfig(SyntheticModelSpec{.preset = "tiny", .seed = kSeed});
-  ASSERT_TRUE(config.ok());
+  ASSERT_OK(config);
   LocalRuntimeOptions options;
   options.orchestrator = Orchestrated(ExecutionPolicy::kCpuOnly, CachePolicyKind::kLru, *config);
   auto rt = MakeRuntime(options, nullptr);
@@ -185,10 +186,10 @@ TEST(OrchestratorTest, LruHitsOnRepeatedRouting) {
   request.prompt_ids = RandomTokens(kPromptTokens, config->vocab_size, 500);
   request.max_tokens = kNewTokens;
   request.ignore_eos = true;
-  ASSERT_TRUE(rt->generator().Generate(request).ok());
+  ASSERT_OK(rt->generator().Generate(request));
   rt->orchestrator()->ResetStats();
   // The same prompt again: the cache already holds what it routes to.
-  ASSERT_TRUE(rt->generator().Generate(request).ok());
+  ASSERT_OK(rt->generator().Generate(request));
   const OrchestratorStats s = rt->orchestrator()->stats();
   SCOPED_TRACE(s.ToJson());
   EXPECT_GT(s.total.gpu_hits, 0);
@@ -198,9 +199,9 @@ TEST(OrchestratorTest, LruHitsOnRepeatedRouting) {
 
 TEST(OrchestratorTest, PopularityWithoutUsageIsInvalid) {
   auto config = SyntheticConfig(SyntheticModelSpec{.preset = "tiny", .seed = kSeed});
-  ASSERT_TRUE(config.ok());
+  ASSERT_OK(config);
   auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = kSeed, .dtype = DType::kBF16});
-  ASSERT_TRUE(model.ok());
+  ASSERT_OK(model);
   LocalRuntimeOptions options;
   options.num_threads = 1;
   options.orchestrator = Orchestrated(ExecutionPolicy::kMakespan, CachePolicyKind::kStatic, *config);
@@ -214,7 +215,7 @@ TEST(OrchestratorTest, CalibrationIsMeasuredOnceAndThenReadFromItsCache) {
   ScopedTempDir dir;
   const std::string profile = (dir.path() / "calibration.json").string();
   auto config = SyntheticConfig(SyntheticModelSpec{.preset = "tiny", .seed = kSeed});
-  ASSERT_TRUE(config.ok());
+  ASSERT_OK(config);
   LocalRuntimeOptions options;
   options.orchestrator = Orchestrated(ExecutionPolicy::kMakespan, CachePolicyKind::kLru, *config);
   options.orchestrator.cost.reset();
@@ -262,7 +263,7 @@ TEST(OrchestratorTest, RecordedTraceReplaysInTheSimulatorAndUsageDrivesPopularit
   const std::string trace_path = (dir.path() / "trace.jsonl").string();
   const std::string usage_path = (dir.path() / "usage.json").string();
   auto config = SyntheticConfig(SyntheticModelSpec{.preset = "tiny", .seed = kSeed});
-  ASSERT_TRUE(config.ok());
+  ASSERT_OK(config);
   {
     LocalRuntimeOptions options;
     options.record_trace = trace_path;
@@ -271,11 +272,11 @@ TEST(OrchestratorTest, RecordedTraceReplaysInTheSimulatorAndUsageDrivesPopularit
     ASSERT_NE(rt, nullptr);
     GenerationRun run;
     Generate(*rt, &run);
-    ASSERT_TRUE(rt->FinishRecording().ok());
+    ASSERT_OK(rt->FinishRecording());
     EXPECT_EQ(rt->recorder()->steps_recorded(), 3 * kNewTokens);
   }
   auto trace = LoadRoutingTrace(trace_path);
-  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_OK(trace);
   EXPECT_EQ(trace->num_layers, 2);
   EXPECT_EQ(trace->num_experts, 4);
   EXPECT_EQ(trace->num_experts_per_token, 2);
@@ -299,9 +300,9 @@ TEST(OrchestratorTest, RecordedTraceReplaysInTheSimulatorAndUsageDrivesPopularit
 
   // Replay: every expert run the trace implies is accounted for.
   auto cost = CostModel::Create(PoolMattersCost(*config));
-  ASSERT_TRUE(cost.ok());
+  ASSERT_OK(cost);
   auto usage = LoadExpertUsage(usage_path);
-  ASSERT_TRUE(usage.ok()) << usage.status();
+  ASSERT_OK(usage);
   SimOptions sim;
   sim.planner.policy = ExecutionPolicy::kMakespan;
   sim.cache.kind = CachePolicyKind::kLru;
@@ -310,7 +311,7 @@ TEST(OrchestratorTest, RecordedTraceReplaysInTheSimulatorAndUsageDrivesPopularit
   sim.placement.num_slots = 4;
   sim.usage = &*usage;
   auto result = Simulate(*trace, *cost, sim);
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_OK(result);
   EXPECT_EQ(result->expert_runs, active);
   EXPECT_EQ(result->gpu_hits + result->inflight_waits + result->planner_migrations + result->cpu_runs, active);
   EXPECT_GT(result->decode_step_us, 0);
@@ -326,16 +327,16 @@ TEST(OrchestratorTest, RecordedTraceReplaysInTheSimulatorAndUsageDrivesPopularit
   auto rt = MakeRuntime(options, nullptr);
   ASSERT_NE(rt, nullptr);
   auto want = PlaceExperts({PlacementPolicy::kPopularity, 4, 0, false}, 2, 4, &*usage);
-  ASSERT_TRUE(want.ok());
+  ASSERT_OK(want);
   for (const ExpertKey& key : *want) {
     EXPECT_EQ(rt->orchestrator()->residency().residency(key), Residency::kResident) << key.layer << "/" << key.expert;
     EXPECT_TRUE(rt->expert_pool()->IsReady(key));
   }
   // Saved and loaded again, the trace is the same.
   const std::string copy = (dir.path() / "copy.jsonl").string();
-  ASSERT_TRUE(SaveRoutingTrace(*trace, "tiny", copy).ok());
+  ASSERT_OK(SaveRoutingTrace(*trace, "tiny", copy));
   auto reloaded = LoadRoutingTrace(copy);
-  ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+  ASSERT_OK(reloaded);
   ASSERT_EQ(reloaded->steps.size(), trace->steps.size());
   for (size_t i = 0; i < trace->steps.size(); ++i) {
     EXPECT_EQ(reloaded->steps[i].rows, trace->steps[i].rows);
@@ -351,7 +352,7 @@ TEST(RoutingTraceIoTest, BadLinesNameTheFileLineAndField) {
                                   "{\"step\": 0, \"sequence\": 4, \"phase\": \"decode\", \"start\": 3, \"tokens\": 1, \"rows\": [[1, 0]]}\n"
                                   "{\"step\": 0, \"sequence\": 5, \"phase\": \"prefill\", \"start\": 0, \"tokens\": 2, \"rows\": [[1, 1]]}\n",
                               "t.jsonl");
-  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_OK(ok);
   ASSERT_EQ(ok->steps.size(), 1u);  // one batch of two sequences
   EXPECT_EQ(ok->steps[0].tokens, 3);
   EXPECT_EQ(ok->steps[0].phase, Phase::kPrefill);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -28,7 +29,7 @@ int CountInLayer(const std::vector<ExpertKey>& keys, int layer) {
 TEST(PlacementTest, PopularityTakesTheMostUsedExpertsOfTheModel) {
   ExpertUsage usage{2, 4, {1, 9, 3, 9, 8, 0, 7, 2}};
   absl::StatusOr<std::vector<ExpertKey>> placed = PlaceExperts({PlacementPolicy::kPopularity, 3}, 2, 4, &usage);
-  ASSERT_TRUE(placed.ok()) << placed.status();
+  ASSERT_OK(placed);
   // 9, 9 (layer 0: experts 1 and 3) and 8 (layer 1 expert 0); ties by layer then id.
   EXPECT_EQ(*placed, (std::vector<ExpertKey>{{0, 1}, {0, 3}, {1, 0}}));
 }
@@ -40,14 +41,14 @@ TEST(PlacementTest, BalancedPopularityGivesEveryLayerItsShareFirst) {
   PlacementOptions options{PlacementPolicy::kPopularity, 5};
   options.balance_layers = true;
   absl::StatusOr<std::vector<ExpertKey>> placed = PlaceExperts(options, 2, 4, &usage);
-  ASSERT_TRUE(placed.ok()) << placed.status();
+  ASSERT_OK(placed);
   EXPECT_EQ(*placed, (std::vector<ExpertKey>{{0, 1}, {0, 2}, {0, 3}, {1, 0}, {1, 2}}));
 }
 
 TEST(PlacementTest, FiddlerEnvironmentOneFills56Of256) {
   const ExpertUsage usage = Usage(32, 8);
   absl::StatusOr<std::vector<ExpertKey>> placed = PlaceExperts({PlacementPolicy::kPopularity, 56}, 32, 8, &usage);
-  ASSERT_TRUE(placed.ok());
+  ASSERT_OK(placed);
   ASSERT_EQ(placed->size(), 56u);
   double min_placed = 1e9, max_left = -1;
   std::set<int> chosen;
@@ -64,20 +65,20 @@ TEST(PlacementTest, FiddlerEnvironmentOneFills56Of256) {
 TEST(PlacementTest, FirstLayersCoversNIndexesOfMWays) {
   // The collaborative paper: 56 slots as 4 ways → 14 indexes, layers 0-13.
   absl::StatusOr<std::vector<ExpertKey>> placed = PlaceExperts({PlacementPolicy::kFirstLayers, 56, 4}, 32, 8, nullptr);
-  ASSERT_TRUE(placed.ok()) << placed.status();
+  ASSERT_OK(placed);
   ASSERT_EQ(placed->size(), 56u);
   for (int l = 0; l < 32; ++l) EXPECT_EQ(CountInLayer(*placed, l), l < 14 ? 4 : 0) << l;
   EXPECT_EQ(placed->front(), (ExpertKey{0, 0}));
   // With a usage profile each covered layer keeps its most used experts.
   ExpertUsage usage{2, 4, {1, 9, 3, 9, 8, 0, 7, 2}};
   placed = PlaceExperts({PlacementPolicy::kFirstLayers, 3, 2}, 2, 4, &usage);
-  ASSERT_TRUE(placed.ok());
+  ASSERT_OK(placed);
   EXPECT_EQ(*placed, (std::vector<ExpertKey>{{0, 1}, {0, 3}}));  // 3 / 2 = 1 index
 }
 
 TEST(PlacementTest, UniformSpreadsOverLayersAndIds) {
   absl::StatusOr<std::vector<ExpertKey>> placed = PlaceExperts({PlacementPolicy::kUniform, 125}, 32, 8, nullptr);
-  ASSERT_TRUE(placed.ok());
+  ASSERT_OK(placed);
   ASSERT_EQ(placed->size(), 125u);
   std::vector<int> per_id(8, 0);
   for (int l = 0; l < 32; ++l) EXPECT_EQ(CountInLayer(*placed, l), l < 29 ? 4 : 3) << l;
@@ -88,7 +89,7 @@ TEST(PlacementTest, UniformSpreadsOverLayersAndIds) {
   }
   // More slots than experts: everything, once.
   placed = PlaceExperts({PlacementPolicy::kUniform, 1000}, 2, 4, nullptr);
-  ASSERT_TRUE(placed.ok());
+  ASSERT_OK(placed);
   EXPECT_EQ(placed->size(), 8u);
 }
 
@@ -110,7 +111,7 @@ TEST(PlacementTest, ErrorsNameTheParameter) {
   EXPECT_FALSE(negative.Validate().ok());
   for (PlacementPolicy p : {PlacementPolicy::kPopularity, PlacementPolicy::kFirstLayers, PlacementPolicy::kUniform}) {
     absl::StatusOr<PlacementPolicy> parsed = ParsePlacementPolicy(PlacementPolicyName(p));
-    ASSERT_TRUE(parsed.ok());
+    ASSERT_OK(parsed);
     EXPECT_EQ(*parsed, p);
   }
   EXPECT_FALSE(ParsePlacementPolicy("random").ok());
@@ -118,8 +119,8 @@ TEST(PlacementTest, ErrorsNameTheParameter) {
 
 TEST(PlacementTest, ApplyFillsTheTableAndRefusesOverflow) {
   absl::StatusOr<ResidencyTable> table = ResidencyTable::Create(2, 4, 2);
-  ASSERT_TRUE(table.ok());
-  ASSERT_TRUE(ApplyPlacement({{0, 1}, {1, 2}}, &*table).ok());
+  ASSERT_OK(table);
+  ASSERT_OK(ApplyPlacement({{0, 1}, {1, 2}}, &*table));
   EXPECT_EQ(table->residency({1, 2}), Residency::kResident);
   absl::Status s = ApplyPlacement({{0, 3}}, &*table);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;

@@ -13,7 +13,8 @@
 #include "absl/strings/match.h"
 #include "coordinator/planner/planner.h"
 #include "gtest/gtest.h"
-#include "temp_dir_testlib.h"
+#include "tests/temp_dir_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -29,7 +30,7 @@ std::string Slurp(const fs::path& path) {
 
 HardwareProfile Load(const std::string& name) {
   absl::StatusOr<HardwareProfile> profile = LoadHardwareProfile((ProfilesDir() / name).string());
-  EXPECT_TRUE(profile.ok()) << profile.status();
+  EXPECT_OK(profile);
   return profile.ok() ? *profile : HardwareProfile{};
 }
 
@@ -47,7 +48,7 @@ TEST(HardwareProfileTest, EveryShippedProfileLoadsAndCitesItsNumbers) {
     ++count;
     SCOPED_TRACE(entry.path().filename().string());
     absl::StatusOr<HardwareProfile> p = LoadHardwareProfile(entry.path().string());
-    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_OK(p);
     EXPECT_EQ(p->name + ".json", entry.path().filename().string());
     EXPECT_FALSE(p->source.empty());
     for (const char* path : {"machine", "model", "cost_model.gpu", "cost_model.migrate", "cost_model.dma"}) {
@@ -58,7 +59,7 @@ TEST(HardwareProfileTest, EveryShippedProfileLoadsAndCitesItsNumbers) {
     }
     for (const NamedTransferCost& t : p->cost.transports) EXPECT_TRUE(HasSource(*p, "cost_model.transports." + t.name));
     absl::StatusOr<CostModel> cost = CostModel::Create(p->cost);
-    ASSERT_TRUE(cost.ok()) << cost.status();
+    ASSERT_OK(cost);
     // Every paper's premise: at decode (one row) the CPU beats a migration,
     // and so does a resident expert on the GPU. (Not always the GPU beating
     // the CPU: Fiddler's stated ratios make its GPU path slow, see
@@ -75,26 +76,26 @@ TEST(HardwareProfileTest, ReproducesThePublishedFigures) {
   // Collaborative paper, Table III (Mixtral, 24 threads).
   HardwareProfile collab = Load("collab-rtx4090-tr7960x-mixtral.json");
   absl::StatusOr<CostModel> cost = CostModel::Create(collab.cost);
-  ASSERT_TRUE(cost.ok());
+  ASSERT_OK(cost);
   EXPECT_NEAR(cost->MigrateUs(), 28020, 5);
   EXPECT_DOUBLE_EQ(cost->CpuUs(0, 1), 7340);
   EXPECT_DOUBLE_EQ(cost->GpuUs(1), 250);
   EXPECT_EQ(collab.model.gpu_expert_slots, 56);
   HardwareProfile phi = Load("collab-rtx4090-tr7960x-phi35moe.json");
   cost = CostModel::Create(phi.cost);
-  ASSERT_TRUE(cost.ok());
+  ASSERT_OK(cost);
   EXPECT_NEAR(cost->MigrateUs(), 12260, 5);
   EXPECT_EQ(phi.model.num_experts, 16);
   // DAOP Table I.
   HardwareProfile daop = Load("daop-a100-xeon6326-mixtral.json");
   cost = CostModel::Create(daop.cost);
-  ASSERT_TRUE(cost.ok());
+  ASSERT_OK(cost);
   EXPECT_NEAR(cost->MigrateUs(), 39870, 5);
   EXPECT_NEAR(cost->MigrateUs() / (2 * cost->GpuUs(1)), 32, 0.5);  // "approximately 32x slower"
   // Fiddler Table 1 (slots) and its ~50 ms weight copy on Environment 1.
   HardwareProfile env1 = Load("fiddler-env1-quadro-rtx6000-xeon6126.json");
   cost = CostModel::Create(env1.cost);
-  ASSERT_TRUE(cost.ok());
+  ASSERT_OK(cost);
   EXPECT_NEAR(cost->MigrateUs(), 50000, 5);
   EXPECT_EQ(env1.model.gpu_expert_slots, 56);
   EXPECT_EQ(Load("fiddler-env2-rtx6000ada-xeon8480.json").model.gpu_expert_slots, 125);
@@ -105,18 +106,18 @@ TEST(HardwareProfileTest, FiddlerThresholdOnEnvironmentOne) {
   // from 8 rows up.
   HardwareProfile env1 = Load("fiddler-env1-quadro-rtx6000-xeon6126.json");
   absl::StatusOr<CostModel> cost = CostModel::Create(env1.cost);
-  ASSERT_TRUE(cost.ok());
+  ASSERT_OK(cost);
   PlannerOptions options;
   options.policy = ExecutionPolicy::kThreshold;
   absl::StatusOr<Planner> planner = Planner::Create(options);
-  ASSERT_TRUE(planner.ok());
+  ASSERT_OK(planner);
   const std::vector<int32_t> rows = {7, 8, 0, 0, 0, 0, 0, 0};
   const std::vector<ExpertState> residency(8);
   LayerPlanInput input;
   input.rows = rows;
   input.residency = residency;
   LayerPlan plan;
-  ASSERT_TRUE(planner->Plan(input, *cost, &plan).ok());
+  ASSERT_OK(planner->Plan(input, *cost, &plan));
   EXPECT_EQ(plan.experts[0].placement, ExpertPlacement::kCpu);
   EXPECT_EQ(plan.experts[1].placement, ExpertPlacement::kMigrateThenGpu);
 }
@@ -124,7 +125,7 @@ TEST(HardwareProfileTest, FiddlerThresholdOnEnvironmentOne) {
 TEST(HardwareProfileTest, RoundTripsThroughJson) {
   const HardwareProfile original = Load("daop-a6000-i9-10980xe-mixtral.json");
   absl::StatusOr<HardwareProfile> again = ParseHardwareProfile(HardwareProfileToJson(original), "round-trip");
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   EXPECT_EQ(again->name, original.name);
   EXPECT_EQ(again->model.gpu_expert_slots, original.model.gpu_expert_slots);
   EXPECT_EQ(again->sources, original.sources);
@@ -137,9 +138,9 @@ TEST(HardwareProfileTest, RoundTripsThroughJson) {
   HardwareProfile measured = original;
   measured.cache_key = "epyc-2core/mixtral-8x7b/split-2";
   const std::string path = (dir.path() / "measured.json").string();
-  ASSERT_TRUE(SaveHardwareProfile(measured, path).ok());
+  ASSERT_OK(SaveHardwareProfile(measured, path));
   absl::StatusOr<HardwareProfile> loaded = LoadHardwareProfile(path);
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_OK(loaded);
   EXPECT_EQ(loaded->cache_key, measured.cache_key);
 }
 
@@ -226,7 +227,7 @@ TEST(HardwareProfileTest, CurvesMayBeGivenAsMeasuredTables) {
       {"table", {{1, 13700}, {2, 14800}, {4, 22800}, {8, 35600}, {16, 74400}, {32, 97000}, {64, 190000}, {128, 386000}}},
       {"source", "measured"}};
   absl::StatusOr<HardwareProfile> p = ParseHardwareProfile(root.dump(), "table.json");
-  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_OK(p);
   EXPECT_NEAR(p->cost.cpu_workers[0].compute.Us(1), 13700, 0.25 * 13700);
   EXPECT_NEAR(p->cost.cpu_workers[0].compute.Us(128), 386000, 0.1 * 386000);
   root["cost_model"]["cpu_workers"][0]["compute"] = {{"table", {{1, 13700}}}};
@@ -238,14 +239,14 @@ TEST(HardwareProfileTest, CurvesMayBeGivenAsMeasuredTables) {
 TEST(ExpertUsageTest, RoundTripsAndNamesErrors) {
   ExpertUsage usage{2, 3, {1, 2, 3, 4, 5, 6}};
   absl::StatusOr<ExpertUsage> again = ParseExpertUsage(ExpertUsageToJson(usage, "tiny"), "usage.json");
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   EXPECT_EQ(again->tokens, usage.tokens);
   EXPECT_EQ(again->num_layers, 2);
   ScopedTempDir dir;
   const std::string path = (dir.path() / "usage.json").string();
-  ASSERT_TRUE(SaveExpertUsage(usage, "tiny", path).ok());
+  ASSERT_OK(SaveExpertUsage(usage, "tiny", path));
   again = LoadExpertUsage(path);
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   EXPECT_EQ(again->At(1, 2), 6);
   absl::StatusOr<ExpertUsage> bad = ParseExpertUsage(
       R"({"format": "tandem-expert-usage/1", "num_layers": 2, "num_experts": 3, "tokens": [[1, 2, 3], [4, -5, 6]]})",

@@ -7,6 +7,7 @@
 #include "coordinator/planner/simulator.h"
 #include "coordinator/planner/synthetic_trace.h"
 #include "gtest/gtest.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -17,7 +18,7 @@ TEST(SyntheticTraceTest, MatchesThePublishedStatistics) {
   options.prompt_tokens = 256;
   options.decode_steps = 256;
   absl::StatusOr<RoutingTrace> trace = GenerateSyntheticTrace(options);
-  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_OK(trace);
   const TraceStats stats = MeasureTrace(*trace);
   RecordProperty("popularity_mean", std::to_string(stats.popularity_mean));
   RecordProperty("popularity_sd", std::to_string(stats.popularity_sd));
@@ -46,7 +47,8 @@ TEST(SyntheticTraceTest, ShapeAndDeterminism) {
   options.decode_rows_per_step = 3;
   absl::StatusOr<RoutingTrace> a = GenerateSyntheticTrace(options);
   absl::StatusOr<RoutingTrace> b = GenerateSyntheticTrace(options);
-  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
   ASSERT_EQ(a->steps.size(), 2u * (1 + 5));
   for (size_t i = 0; i < a->steps.size(); ++i) {
     const TraceStep& step = a->steps[i];
@@ -63,7 +65,7 @@ TEST(SyntheticTraceTest, ShapeAndDeterminism) {
   }
   options.seed = 9;
   absl::StatusOr<RoutingTrace> c = GenerateSyntheticTrace(options);
-  ASSERT_TRUE(c.ok());
+  ASSERT_OK(c);
   EXPECT_NE(c->steps[0].rows, a->steps[0].rows);
 }
 
@@ -75,7 +77,8 @@ TEST(SyntheticTraceTest, CalibrationTraceSharesTheModelsPopularity) {
   absl::StatusOr<RoutingTrace> a = GenerateSyntheticTrace(options);
   options.seed = 77;
   absl::StatusOr<RoutingTrace> b = GenerateSyntheticTrace(options);
-  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
   const ExpertUsage ua = TraceUsage(*a), ub = TraceUsage(*b);
   double dot = 0, na = 0, nb = 0, ma = 0, mb = 0;
   for (size_t i = 0; i < ua.tokens.size(); ++i) {
@@ -102,7 +105,7 @@ TEST(SyntheticTraceTest, UniformRoutingHasChanceReuse) {
   options.phase_drift = 0;
   options.decode_steps = 2000;
   absl::StatusOr<RoutingTrace> trace = GenerateSyntheticTrace(options);
-  ASSERT_TRUE(trace.ok());
+  ASSERT_OK(trace);
   const TraceStats stats = MeasureTrace(*trace);
   EXPECT_NEAR(stats.token_reuse, 0.25, 0.02);
   EXPECT_NEAR(stats.layer_same_id, 0.25, 0.02);
@@ -135,7 +138,7 @@ CostModel PaperCost() {
   p.migrate = TransferCost::FromBandwidth(0, 12.574);
   p.dma = TransferCost::FromBandwidth(110, 12.574);
   absl::StatusOr<CostModel> cost = CostModel::Create(p);
-  EXPECT_TRUE(cost.ok()) << cost.status();
+  EXPECT_OK(cost);
   return *cost;
 }
 
@@ -146,7 +149,7 @@ RoutingTrace SmallTrace(uint64_t seed = 3) {
   options.decode_steps = 32;
   options.seed = seed;
   absl::StatusOr<RoutingTrace> trace = GenerateSyntheticTrace(options);
-  EXPECT_TRUE(trace.ok());
+  EXPECT_OK(trace);
   return *trace;
 }
 
@@ -166,7 +169,7 @@ TEST(SimulatorTest, NoSlotsRunsEverythingOnTheCpu) {
   const CostModel cost = PaperCost();
   absl::StatusOr<SimResult> r =
       Simulate(trace, cost, Options(ExecutionPolicy::kCpuOnly, CachePolicyKind::kStatic, PlacementPolicy::kUniform, 0, nullptr));
-  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_OK(r);
   EXPECT_EQ(r->hit_rate(), 0);
   EXPECT_EQ(r->cpu_runs, r->expert_runs);
   EXPECT_EQ(r->planner_migrations + r->cache_migrations, 0);
@@ -182,7 +185,7 @@ TEST(SimulatorTest, EveryExpertResidentNeverMigrates) {
                             ExecutionPolicy::kCpuOnly}) {
     absl::StatusOr<SimResult> r =
         Simulate(trace, cost, Options(p, CachePolicyKind::kStatic, PlacementPolicy::kUniform, 256, nullptr));
-    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_OK(r);
     EXPECT_EQ(r->hit_rate(), 1) << ExecutionPolicyName(p);
     EXPECT_EQ(r->planner_migrations, 0);
     EXPECT_NEAR(r->decode_step_us, 32 * 2 * 250, 1e-6);  // gpu(1) = max(250, 2.35)
@@ -196,7 +199,8 @@ TEST(SimulatorTest, DeterministicAndCountsAddUp) {
   SimOptions o = Options(ExecutionPolicy::kMakespan, CachePolicyKind::kAdaptive, PlacementPolicy::kPopularity, 56, &usage);
   absl::StatusOr<SimResult> a = Simulate(trace, cost, o);
   absl::StatusOr<SimResult> b = Simulate(trace, cost, o);
-  ASSERT_TRUE(a.ok() && b.ok()) << a.status();
+  ASSERT_OK(a) << a.status();
+  ASSERT_OK(b) << a.status();
   EXPECT_EQ(a->total_us, b->total_us);
   EXPECT_EQ(a->gpu_hits + a->inflight_waits + a->planner_migrations + a->cpu_runs, a->expert_runs);
   int64_t runs = 0;
@@ -213,7 +217,8 @@ TEST(SimulatorTest, LruPostFetchesOnMisses) {
       Simulate(trace, cost, Options(ExecutionPolicy::kCpuOnly, CachePolicyKind::kStatic, PlacementPolicy::kFirstLayers, 56, nullptr));
   absl::StatusOr<SimResult> lru =
       Simulate(trace, cost, Options(ExecutionPolicy::kCpuOnly, CachePolicyKind::kLru, PlacementPolicy::kFirstLayers, 56, nullptr));
-  ASSERT_TRUE(fixed.ok() && lru.ok());
+  ASSERT_OK(fixed);
+  ASSERT_OK(lru);
   EXPECT_GT(lru->cache_migrations, 0);
   EXPECT_GT(lru->hit_rate(), fixed->hit_rate());
 }
@@ -228,7 +233,8 @@ TEST(SimulatorTest, MakespanAdaptiveIsNotSlowerThanFiddler) {
       trace, cost, Options(ExecutionPolicy::kThreshold, CachePolicyKind::kStatic, PlacementPolicy::kPopularity, 56, &usage));
   absl::StatusOr<SimResult> ours = Simulate(
       trace, cost, Options(ExecutionPolicy::kMakespan, CachePolicyKind::kAdaptive, PlacementPolicy::kPopularity, 56, &usage));
-  ASSERT_TRUE(fiddler.ok() && ours.ok());
+  ASSERT_OK(fiddler);
+  ASSERT_OK(ours);
   EXPECT_LE(ours->ttft_us, fiddler->ttft_us);
   EXPECT_LE(ours->decode_step_us, fiddler->decode_step_us);
 }

@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -30,7 +31,7 @@ CostModel SimpleCost(int num_workers = 1, double cpu_per_row = 1000, double gpu_
   p.migrate = TransferCost{0, migrate_us / 1'000'000};
   p.dma = TransferCost{0, 0};
   absl::StatusOr<CostModel> cost = CostModel::Create(p);
-  EXPECT_TRUE(cost.ok()) << cost.status();
+  EXPECT_OK(cost);
   return *cost;
 }
 
@@ -150,7 +151,7 @@ TEST_P(PlanCaseTest, GivesTheExpectedAssignment) {
   PlannerOptions options;
   options.policy = c.policy;
   absl::StatusOr<Planner> planner = Planner::Create(options);
-  ASSERT_TRUE(planner.ok()) << planner.status();
+  ASSERT_OK(planner);
   const std::vector<ExpertState> residency = Residencies(c.residency, c.etas);
   LayerPlanInput input;
   input.rows = c.rows;
@@ -160,7 +161,7 @@ TEST_P(PlanCaseTest, GivesTheExpectedAssignment) {
   const CostModel cost = SimpleCost();
   LayerPlan plan;
   absl::Status s = planner->Plan(input, cost, &plan);
-  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_OK(s);
   EXPECT_EQ(Placements(plan), c.expected);
   EXPECT_NEAR(plan.makespan_us, c.makespan_us, 1e-6);
   EXPECT_EQ(plan.migrations, c.migrations);
@@ -194,14 +195,14 @@ TEST(PlannerTest, ManyTinyBatchesOn128Experts) {
   PlannerOptions options;
   options.policy = ExecutionPolicy::kThreshold;
   absl::StatusOr<Planner> threshold = Planner::Create(options);
-  ASSERT_TRUE(threshold.ok());
-  ASSERT_TRUE(threshold->Plan(input, cost, &plan).ok());
+  ASSERT_OK(threshold);
+  ASSERT_OK(threshold->Plan(input, cost, &plan));
   EXPECT_EQ(plan.num_cpu, 64);
   EXPECT_NEAR(plan.makespan_us, 64000, 1e-6);
   options.policy = ExecutionPolicy::kMakespan;
   absl::StatusOr<Planner> makespan = Planner::Create(options);
-  ASSERT_TRUE(makespan.ok());
-  ASSERT_TRUE(makespan->Plan(input, cost, &plan).ok());
+  ASSERT_OK(makespan);
+  ASSERT_OK(makespan->Plan(input, cost, &plan));
   EXPECT_EQ(plan.num_migrations, 16);
   EXPECT_EQ(plan.num_cpu, 48);
   EXPECT_NEAR(plan.makespan_us, 48100, 1e-6);
@@ -224,16 +225,16 @@ TEST(PlannerTest, SplitDividesEveryExpertShardGivesItToItsOwner) {
   options.num_cpu_workers = 2;
   options.division = ExpertDivision::kSplit;
   absl::StatusOr<Planner> split = Planner::Create(options);
-  ASSERT_TRUE(split.ok());
-  ASSERT_TRUE(split->Plan(input, cost, &plan).ok());
+  ASSERT_OK(split);
+  ASSERT_OK(split->Plan(input, cost, &plan));
   ASSERT_EQ(plan.cpu_worker_us.size(), 2u);
   EXPECT_NEAR(plan.cpu_worker_us[0], 3000, 1e-6);  // 0.5 · 2000 · (2 + 1)
   EXPECT_NEAR(plan.cpu_worker_us[1], 3000, 1e-6);
   EXPECT_EQ(plan.experts[0].cpu_worker, kAllCpuWorkers);
   options.division = ExpertDivision::kShard;
   absl::StatusOr<Planner> shard = Planner::Create(options);
-  ASSERT_TRUE(shard.ok());
-  ASSERT_TRUE(shard->Plan(input, cost, &plan).ok());
+  ASSERT_OK(shard);
+  ASSERT_OK(shard->Plan(input, cost, &plan));
   // ShardWorker(layer 0, e, 2) = e mod 2: expert 0 on worker 0, expert 1 on 1.
   EXPECT_NEAR(plan.cpu_worker_us[0], 4000, 1e-6);
   EXPECT_NEAR(plan.cpu_worker_us[1], 2000, 1e-6);
@@ -243,7 +244,7 @@ TEST(PlannerTest, SplitDividesEveryExpertShardGivesItToItsOwner) {
   // An explicit owner table overrides ShardWorker.
   const std::vector<int> owners = {1, 1, 0, 0};
   input.shard_owner = owners;
-  ASSERT_TRUE(shard->Plan(input, cost, &plan).ok());
+  ASSERT_OK(shard->Plan(input, cost, &plan));
   EXPECT_NEAR(plan.cpu_worker_us[0], 0, 1e-6);
   EXPECT_NEAR(plan.cpu_worker_us[1], 6000, 1e-6);
 }
@@ -263,9 +264,9 @@ TEST(PlannerTest, ShardMakespanRelievesTheBusiestWorker) {
   options.num_cpu_workers = 2;
   options.division = ExpertDivision::kShard;
   absl::StatusOr<Planner> planner = Planner::Create(options);
-  ASSERT_TRUE(planner.ok());
+  ASSERT_OK(planner);
   LayerPlan plan;
-  ASSERT_TRUE(planner->Plan(input, cost, &plan).ok());
+  ASSERT_OK(planner->Plan(input, cost, &plan));
   EXPECT_EQ(Placements(plan), "MCCC");
   EXPECT_NEAR(plan.makespan_us, 9000, 1e-6);
 }
@@ -280,7 +281,7 @@ TEST(PlannerTest, DmaAndIpcCountOncePerBusyWorker) {
   p.migrate = TransferCost{1e6, 0};  // never worth it
   p.dma = TransferCost{5, 0.001};
   absl::StatusOr<CostModel> cost = CostModel::Create(p);
-  ASSERT_TRUE(cost.ok());
+  ASSERT_OK(cost);
   const std::vector<int32_t> rows = {3, 0, 0, 0};
   const std::vector<ExpertState> residency(4);
   LayerPlanInput input;
@@ -290,9 +291,9 @@ TEST(PlannerTest, DmaAndIpcCountOncePerBusyWorker) {
   options.num_cpu_workers = 2;
   options.division = ExpertDivision::kShard;
   absl::StatusOr<Planner> planner = Planner::Create(options);
-  ASSERT_TRUE(planner.ok());
+  ASSERT_OK(planner);
   LayerPlan plan;
-  ASSERT_TRUE(planner->Plan(input, *cost, &plan).ok());
+  ASSERT_OK(planner->Plan(input, *cost, &plan));
   // Worker 0: 300 bytes each way: dma 2 · (5 + 0.3) + ipc (20 + 6) + 1000.
   EXPECT_NEAR(plan.cpu_worker_us[0], 2 * 5.3 + 26 + 1000, 1e-9);
   EXPECT_EQ(plan.cpu_worker_us[1], 0);  // idle worker: no round trip at all
@@ -318,11 +319,11 @@ TEST(PlannerTest, DeterministicAndReusesTheOutput) {
       options.division = division;
       options.num_cpu_workers = 2;
       absl::StatusOr<Planner> planner = Planner::Create(options);
-      ASSERT_TRUE(planner.ok());
+      ASSERT_OK(planner);
       LayerPlan a, b;
-      ASSERT_TRUE(planner->Plan(input, cost, &a).ok());
-      ASSERT_TRUE(planner->Plan(input, cost, &b).ok());
-      ASSERT_TRUE(planner->Plan(input, cost, &b).ok());  // reused output
+      ASSERT_OK(planner->Plan(input, cost, &a));
+      ASSERT_OK(planner->Plan(input, cost, &b));
+      ASSERT_OK(planner->Plan(input, cost, &b));  // reused output
       EXPECT_EQ(Placements(a), Placements(b));
       EXPECT_EQ(a.migrations, b.migrations);
       EXPECT_EQ(a.makespan_us, b.makespan_us);
@@ -333,7 +334,7 @@ TEST(PlannerTest, DeterministicAndReusesTheOutput) {
 TEST(PlannerTest, RejectsMalformedInputNamingTheField) {
   const CostModel cost = SimpleCost();
   absl::StatusOr<Planner> planner = Planner::Create({});
-  ASSERT_TRUE(planner.ok());
+  ASSERT_OK(planner);
   LayerPlan plan;
   auto expect_error = [&](const LayerPlanInput& input, const std::string& field) {
     absl::Status s = planner->Plan(input, cost, &plan);
@@ -377,7 +378,7 @@ TEST(PlannerTest, RejectsMalformedInputNamingTheField) {
 TEST(PlannerTest, PolicyNamesRoundTrip) {
   for (ExecutionPolicy p : {kThreshold, kMakespan, kGpuOnly, kCpuOnly}) {
     absl::StatusOr<ExecutionPolicy> parsed = ParseExecutionPolicy(ExecutionPolicyName(p));
-    ASSERT_TRUE(parsed.ok());
+    ASSERT_OK(parsed);
     EXPECT_EQ(*parsed, p);
   }
   absl::StatusOr<ExecutionPolicy> bad = ParseExecutionPolicy("fastest");
@@ -401,9 +402,9 @@ TEST(EvaluatePlanTest, RejectsImpossiblePlacements) {
   plan.experts[1].placement = ExpertPlacement::kMigrateThenGpu;  // not listed in migrations
   EXPECT_FALSE(EvaluatePlan(input, cost, ExpertDivision::kSplit, &plan).ok());
   plan.migrations = {1};
-  EXPECT_TRUE(EvaluatePlan(input, cost, ExpertDivision::kSplit, &plan).ok());
+  EXPECT_OK(EvaluatePlan(input, cost, ExpertDivision::kSplit, &plan));
   plan.experts[2].placement = ExpertPlacement::kGpuAfterInflight;
-  ASSERT_TRUE(EvaluatePlan(input, cost, ExpertDivision::kSplit, &plan).ok());
+  ASSERT_OK(EvaluatePlan(input, cost, ExpertDivision::kSplit, &plan));
   // Residents (100), the in-flight one at 10 (+100), the copy after it
   // lands at max(in-flight ETA, queue) + 3000.
   EXPECT_NEAR(plan.gpu_us, 3010 + 100, 1e-9);
@@ -438,7 +439,7 @@ RandomLayer MakeRandomLayer(std::mt19937_64& rng) {
   p.migrate = TransferCost{uniform(0, 100), uniform(1e-3, 8e-3)};
   p.dma = TransferCost{uniform(0, 30), uniform(0, 1e-4)};
   absl::StatusOr<CostModel> cost = CostModel::Create(p);
-  EXPECT_TRUE(cost.ok()) << cost.status();
+  EXPECT_OK(cost);
   RandomLayer layer{*cost, integer(0, 1) ? ExpertDivision::kSplit : ExpertDivision::kShard, {}, {}, 0, kUnlimitedMigrations};
   const int num_experts = integer(1, 9);
   int inflight = 0;
@@ -501,7 +502,7 @@ double BruteForce(const RandomLayer& layer, LayerPlan* best_plan) {
       return layer.rows[static_cast<size_t>(a)] > layer.rows[static_cast<size_t>(b)];
     });
     absl::Status s = EvaluatePlan(input, layer.cost, layer.division, &plan);
-    EXPECT_TRUE(s.ok()) << s;
+    EXPECT_OK(s);
     if (plan.makespan_us < best) {
       best = plan.makespan_us;
       *best_plan = plan;
@@ -522,7 +523,7 @@ TEST(MakespanPolicyTest, MatchesBruteForceOnSmallRandomLayers) {
     options.division = layer.division;
     options.num_cpu_workers = layer.cost.num_cpu_workers();
     absl::StatusOr<Planner> planner = Planner::Create(options);
-    ASSERT_TRUE(planner.ok());
+    ASSERT_OK(planner);
     LayerPlanInput input;
     input.rows = layer.rows;
     input.residency = layer.residency;
@@ -530,7 +531,7 @@ TEST(MakespanPolicyTest, MatchesBruteForceOnSmallRandomLayers) {
     input.max_new_migrations = layer.max_new_migrations;
     LayerPlan plan;
     absl::Status s = planner->Plan(input, layer.cost, &plan);
-    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_OK(s);
     ASSERT_NEAR(plan.makespan_us, brute, 1e-7 * std::max(1.0, brute))
         << "trial " << trial << " planner " << Placements(plan) << " brute " << Placements(brute_plan)
         << " division " << ExpertDivisionName(layer.division) << " workers " << layer.cost.num_cpu_workers();
@@ -539,7 +540,7 @@ TEST(MakespanPolicyTest, MatchesBruteForceOnSmallRandomLayers) {
       options.policy = other;
       absl::StatusOr<Planner> p = Planner::Create(options);
       LayerPlan other_plan;
-      ASSERT_TRUE(p->Plan(input, layer.cost, &other_plan).ok());
+      ASSERT_OK(p->Plan(input, layer.cost, &other_plan));
       EXPECT_GE(other_plan.makespan_us, plan.makespan_us - 1e-7 * std::max(1.0, brute)) << ExecutionPolicyName(other);
     }
     ++cases;
@@ -564,7 +565,7 @@ TEST(MakespanPolicyTest, SlopedGpuCurveStaysNearTheOptimum) {
     // row and ~2.3 us per row put it near 100) or a much slower one.
     p.gpu.per_row_us = p.gpu.plateau_us / std::uniform_real_distribution<double>(4, 64)(rng);
     absl::StatusOr<CostModel> cost = CostModel::Create(p);
-    ASSERT_TRUE(cost.ok());
+    ASSERT_OK(cost);
     layer.cost = *cost;
     LayerPlan brute_plan;
     const double brute = BruteForce(layer, &brute_plan);
@@ -578,7 +579,7 @@ TEST(MakespanPolicyTest, SlopedGpuCurveStaysNearTheOptimum) {
     input.copy_engine_free_us = layer.copy_engine_free_us;
     input.max_new_migrations = layer.max_new_migrations;
     LayerPlan plan;
-    ASSERT_TRUE(planner->Plan(input, layer.cost, &plan).ok());
+    ASSERT_OK(planner->Plan(input, layer.cost, &plan));
     ASSERT_GE(plan.makespan_us, brute - 1e-7 * std::max(1.0, brute));
     if (brute > 0) worst = std::max(worst, plan.makespan_us / brute);
   }

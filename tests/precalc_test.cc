@@ -12,12 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "client/local_runtime.h"
-#include "common/model.h"
-#include "common/status_macros.h"
+#include "runtime/local_runtime.h"
+#include "common/model/model.h"
+#include "common/base/status_macros.h"
 #include "gtest/gtest.h"
 #include "tests/test_cost_testlib.h"
 #include "tests/tokens_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -61,9 +62,9 @@ struct Outcome {
 void CheckAgainstExact(int slots, Outcome* outcome) {
   SCOPED_TRACE(slots < 0 ? std::string("no orchestrator") : "slots " + std::to_string(slots));
   auto exact = MakeRuntime(-1, {});
-  ASSERT_TRUE(exact.ok()) << exact.status();
+  ASSERT_OK(exact);
   auto daop = MakeRuntime(slots, PrecalcOptions{.policy = PrecalcPolicy::kDaop, .start_layer = 1});
-  ASSERT_TRUE(daop.ok()) << daop.status();
+  ASSERT_OK(daop);
   LocalRuntime& x = **exact;
   LocalRuntime& y = **daop;
   for (uint32_t prompt_seed : {600u, 601u, 602u}) {
@@ -71,16 +72,16 @@ void CheckAgainstExact(int slots, Outcome* outcome) {
     std::vector<int32_t> tokens = RandomTokens(kPromptTokens, x.model().config.vocab_size, prompt_seed);
     std::vector<float> logits_x, logits_y;
     const PrecalcStats before_prefill = y.precalc_stats();
-    ASSERT_TRUE(x.engine().Forward(std::vector<ForwardInput>{{&kv_x, tokens}}, &logits_x).ok());
-    ASSERT_TRUE(y.engine().Forward(std::vector<ForwardInput>{{&kv_y, tokens}}, &logits_y).ok());
+    ASSERT_OK(x.engine().Forward(std::vector<ForwardInput>{{&kv_x, tokens}}, &logits_x));
+    ASSERT_OK(y.engine().Forward(std::vector<ForwardInput>{{&kv_y, tokens}}, &logits_y));
     ASSERT_EQ(logits_x, logits_y) << "the prefill is exact";
     EXPECT_EQ(y.precalc_stats().predictions, before_prefill.predictions) << "no predictions at prefill";
     for (int step = 0; step < kDecodeSteps; ++step) {
       const int32_t token = Argmax(logits_x);
       const PrecalcStats before = y.precalc_stats();
-      ASSERT_TRUE(x.engine().Forward(std::vector<ForwardInput>{{&kv_x, std::span<const int32_t>(&token, 1)}}, &logits_x).ok());
+      ASSERT_OK(x.engine().Forward(std::vector<ForwardInput>{{&kv_x, std::span<const int32_t>(&token, 1)}}, &logits_x));
       auto status = y.engine().Forward(std::vector<ForwardInput>{{&kv_y, std::span<const int32_t>(&token, 1)}}, &logits_y);
-      ASSERT_TRUE(status.ok()) << status;
+      ASSERT_OK(status);
       const PrecalcStats after = y.precalc_stats();
       const int64_t predictions = after.predictions - before.predictions;
       ASSERT_EQ(predictions, 1) << "one row, one predicted layer";
@@ -130,13 +131,13 @@ TEST(PrecalcTest, DiffersFromExactOnlyWhenAPredictionOrAPrecomputationDid) {
 
 TEST(PrecalcTest, GeneratesEndToEndAndCounts) {
   auto rt = MakeRuntime(4, PrecalcOptions{.policy = PrecalcPolicy::kDaop, .start_layer = 4});  // clamped to 1
-  ASSERT_TRUE(rt.ok()) << rt.status();
+  ASSERT_OK(rt);
   GenerationRequest request;
   request.prompt_ids = RandomTokens(kPromptTokens, (*rt)->model().config.vocab_size, 700);
   request.max_tokens = 10;
   request.ignore_eos = true;
   auto result = (*rt)->generator().Generate(request);
-  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_OK(result);
   EXPECT_EQ(result->tokens.size(), 10u);
   const PrecalcStats s = (*rt)->precalc_stats();
   SCOPED_TRACE(s.ToJson());
@@ -166,7 +167,7 @@ TEST(PrecalcTest, BadOptionsNameTheirField) {
   EXPECT_EQ(policy.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(policy.status().message()).find("--precalc"), std::string::npos);
   auto daop = ParsePrecalcPolicy("daop");
-  ASSERT_TRUE(daop.ok());
+  ASSERT_OK(daop);
   EXPECT_EQ(*daop, PrecalcPolicy::kDaop);
 }
 

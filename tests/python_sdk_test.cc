@@ -12,6 +12,7 @@
 #include "tests/server_process_testlib.h"
 #include "tests/temp_dir_testlib.h"
 #include "tests/tokens_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -27,22 +28,22 @@ TEST(PythonSdkTest, TestClientScriptPasses) {
       << "Python stubs missing under " << package_dir << ": build the tandem_python target";
 
   ScopedTempDir dir;
-  ASSERT_TRUE(WriteTestModel(dir.path() / "model").ok());
+  ASSERT_OK(WriteTestModel(dir.path() / "model"));
   const std::vector<int32_t> prompt = RandomTokens(5, 512, /*seed=*/5);
   auto expected = GreedyInProcess(dir.path() / "model", prompt, 10);
-  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_OK(expected);
 
   ServerProcess server({.model_dir = dir.path() / "model",
                         .socket = dir.path() / "server.sock",
                         .extra_args = {"--threads", "1"},
                         .log = dir.path() / "server.log"});
   absl::Status started = server.Start();
-  ASSERT_TRUE(started.ok()) << started;
+  ASSERT_OK(started);
 
   auto run = RunProcess({python, TANDEM_SOURCE_DIR "/client/python/tests/test_client.py", "--target", server.address(),
                          "--prompt_ids", absl::StrJoin(prompt, ","), "--expected_ids", absl::StrJoin(*expected, ",")},
                         {"PYTHONPATH=" + package_dir.string(), "PYTHONDONTWRITEBYTECODE=1"}, dir.path());
-  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_OK(run);
   EXPECT_EQ(run->exit_code, 0) << "stdout:\n" << run->out << "\nstderr:\n" << run->err << "\nserver log:\n"
                                << server.LogTail();
 }

@@ -6,9 +6,9 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "common/dtype.h"
-#include "common/safetensors.h"
-#include "common/tensor_view.h"
+#include "common/base/dtype.h"
+#include "common/model/safetensors.h"
+#include "common/base/tensor_view.h"
 
 namespace tandem {
 namespace {

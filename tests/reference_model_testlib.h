@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/model_config.h"
-#include "common/model_weights.h"
+#include "common/model/model_config.h"
+#include "common/model/model_weights.h"
 #include "coordinator/engine.h"
 
 namespace tandem {

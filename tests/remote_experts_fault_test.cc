@@ -20,10 +20,10 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "client/local_runtime.h"
-#include "common/model.h"
-#include "common/model_fingerprint.h"
-#include "common/shm_transport.h"
+#include "runtime/local_runtime.h"
+#include "common/model/model.h"
+#include "common/model/model_fingerprint.h"
+#include "common/platform/shm_transport.h"
 #include "coordinator/remote_expert_executor.h"
 #include "gtest/gtest.h"
 #include "tandem/v1/expert_worker.grpc.pb.h"
@@ -31,6 +31,7 @@
 #include "tests/temp_dir_testlib.h"
 #include "tests/tokens_testlib.h"
 #include "tests/worker_process_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -54,7 +55,7 @@ class WorkerFixture : public ::testing::Test {
       o.log = dir_.path() / absl::StrCat("w", i, ".log");
       workers_.push_back(std::make_unique<WorkerProcess>(o));
       absl::Status started = workers_.back()->Start();
-      ASSERT_TRUE(started.ok()) << started;
+      ASSERT_OK(started);
     }
   }
 
@@ -71,17 +72,17 @@ class WorkerFailureTest : public WorkerFixture, public ::testing::WithParamInter
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(StartWorkers(2, "split"));
     auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = kSeed});
-    ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_OK(model);
     auto fingerprint = FingerprintModel((*model)->config, *(*model)->weights->source);
-    ASSERT_TRUE(fingerprint.ok()) << fingerprint.status();
+    ASSERT_OK(fingerprint);
     auto transport = ParseWorkerTransport(GetParam());
-    ASSERT_TRUE(transport.ok());
+    ASSERT_OK(transport);
     RemoteExpertExecutorOptions options;
     options.addresses = {workers_[0]->address(), workers_[1]->address()};
     options.transports = {*transport};
     options.call_timeout = kCallTimeout;
     auto remote = RemoteExpertExecutor::Connect((*model)->config, *fingerprint, options);
-    ASSERT_TRUE(remote.ok()) << remote.status();
+    ASSERT_OK(remote);
     remote_ = std::move(*remote);
     LocalRuntimeOptions rt_options;
     rt_options.num_threads = 1;
@@ -93,10 +94,10 @@ class WorkerFailureTest : public WorkerFixture, public ::testing::WithParamInter
     request_.max_tokens = 8;
     request_.ignore_eos = true;
     auto rt = LocalRuntime::Create(std::move(*model), rt_options);
-    ASSERT_TRUE(rt.ok()) << rt.status();
+    ASSERT_OK(rt);
     rt_ = std::move(*rt);
     auto first = rt_->generator().Generate(request_);
-    ASSERT_TRUE(first.ok()) << first.status();
+    ASSERT_OK(first);
     want_ = Ids(*first);
   }
 
@@ -135,9 +136,9 @@ TEST_P(WorkerFailureTest, KilledWorkerFailsTheRequestAndIsReconnectedAfterRestar
   EXPECT_LT(absl::Now() - start, kCallTimeout + absl::Seconds(1));
 
   // Back: the next request is re-Described, re-checked and served.
-  ASSERT_TRUE(workers_[1]->Start().ok()) << workers_[1]->LogTail();
+  ASSERT_OK(workers_[1]->Start()) << workers_[1]->LogTail();
   auto again = rt_->generator().Generate(request_);
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   EXPECT_EQ(Ids(*again), want_);
   EXPECT_GE(remote_->stats()[1].reconnects, 1);
   EXPECT_GE(remote_->stats()[1].failures, 1);
@@ -157,7 +158,7 @@ TEST_P(WorkerFailureTest, HungWorkerIsDeadlineExceededAndServesAgainWhenResumed)
 
   workers_[0]->Kill(SIGCONT);
   auto again = rt_->generator().Generate(request_);
-  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_OK(again);
   EXPECT_EQ(Ids(*again), want_);
 }
 
@@ -179,10 +180,10 @@ class MalformedRequestTest : public WorkerFixture {
     stub_ = v1::ExpertWorker::NewStub(channel_);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    ASSERT_TRUE(stub_->Describe(&context, v1::DescribeRequest(), &describe_).ok());
+    ASSERT_OK(stub_->Describe(&context, v1::DescribeRequest(), &describe_));
     hidden_ = describe_.fingerprint().hidden_size();
     auto arena = ShmArena::Open(describe_.arena_region());
-    ASSERT_TRUE(arena.ok()) << arena.status();
+    ASSERT_OK(arena);
     arena_ = std::move(*arena);
   }
 
@@ -237,7 +238,7 @@ class MalformedRequestTest : public WorkerFixture {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     v1::StatsResponse stats;
-    EXPECT_TRUE(stub_->Stats(&context, v1::StatsRequest(), &stats).ok());
+    EXPECT_OK(stub_->Stats(&context, v1::StatsRequest(), &stats));
     return stats.rejected();
   }
 
@@ -245,10 +246,10 @@ class MalformedRequestTest : public WorkerFixture {
   void ExpectStillServing() {
     v1::RunExpertsResponse via_doorbell, via_grpc, via_inline;
     v1::RunExpertsRequest request = Valid();
-    ASSERT_TRUE(ViaDoorbell(request, &via_doorbell).ok());
+    ASSERT_OK(ViaDoorbell(request, &via_doorbell));
     std::vector<float> doorbell_out(static_cast<size_t>(3 * hidden_));
     std::memcpy(doorbell_out.data(), arena_->slot_data(ArenaSide::kOutput, 0), doorbell_out.size() * sizeof(float));
-    ASSERT_TRUE(ViaGrpc(Valid(), &via_grpc).ok());
+    ASSERT_OK(ViaGrpc(Valid(), &via_grpc));
     EXPECT_EQ(std::memcmp(doorbell_out.data(), arena_->slot_data(ArenaSide::kOutput, 0),
                           doorbell_out.size() * sizeof(float)), 0);
     v1::RunExpertsRequest inline_request = Valid();
@@ -257,7 +258,7 @@ class MalformedRequestTest : public WorkerFixture {
     task->set_inline_rows(std::string(reinterpret_cast<const char*>(arena_->slot_data(ArenaSide::kInput, 0)),
                                       doorbell_out.size() * sizeof(float)));
     task->clear_shm_output();
-    ASSERT_TRUE(ViaGrpc(inline_request, &via_inline).ok());
+    ASSERT_OK(ViaGrpc(inline_request, &via_inline));
     ASSERT_EQ(via_inline.results_size(), 1);
     ASSERT_EQ(via_inline.results(0).inline_output().size(), doorbell_out.size() * sizeof(float));
     EXPECT_EQ(std::memcmp(doorbell_out.data(), via_inline.results(0).inline_output().data(),

@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "client/local_runtime.h"
-#include "common/model.h"
-#include "common/model_fingerprint.h"
+#include "runtime/local_runtime.h"
+#include "common/model/model.h"
+#include "common/model/model_fingerprint.h"
 #include "coordinator/remote_expert_executor.h"
 #include "cpu_worker/local_expert_executor.h"
 #include "gtest/gtest.h"
@@ -29,6 +29,7 @@
 #include "tests/temp_dir_testlib.h"
 #include "tests/tokens_testlib.h"
 #include "tests/worker_process_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -44,7 +45,7 @@ struct GenerationRun {
 
 std::unique_ptr<Model> LoadTiny(const std::string& preset) {
   auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = preset, .seed = kSeed, .dtype = DType::kBF16});
-  EXPECT_TRUE(model.ok()) << model.status();
+  EXPECT_OK(model);
   return model.ok() ? std::move(*model) : nullptr;
 }
 
@@ -79,7 +80,7 @@ GenerationRun Reference(const std::string& preset, int split_ways, const std::ve
   ThreadPool pool(ThreadPoolOptions{.num_threads = 1, .name = "ref"});
   LocalExpertExecutor local(std::move(experts), &pool, LinearOptions{}, split_ways);
   auto run = Generate(std::move(model), &local, prompt, max_tokens);
-  EXPECT_TRUE(run.ok()) << run.status();
+  EXPECT_OK(run);
   return run.ok() ? *run : GenerationRun{};
 }
 
@@ -107,7 +108,7 @@ class RemoteExpertsTest : public ::testing::TestWithParam<Case> {
       o.log = dir_.path() / absl::StrCat("w", i, ".log");
       workers_.push_back(std::make_unique<WorkerProcess>(o));
       absl::Status started = workers_.back()->Start();
-      ASSERT_TRUE(started.ok()) << started;
+      ASSERT_OK(started);
     }
   }
   std::vector<std::string> Addresses() const {
@@ -138,11 +139,11 @@ TEST_P(RemoteExpertsTest, TokensAndLogitsEqualTheSingleProcessEngine) {
   ASSERT_NE(model, nullptr);
   const std::vector<int32_t> prompt = RandomTokens(20, model->config.vocab_size, 500);
   auto remote = Connect(*model, c.transport);
-  ASSERT_TRUE(remote.ok()) << remote.status();
+  ASSERT_OK(remote);
   EXPECT_EQ(ExpertDivisionName((*remote)->division()), c.division);
 
   auto got = Generate(std::move(model), remote->get(), prompt, 12);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   const GenerationRun want = Reference("tiny", c.division == "split" ? 2 : 1, prompt, 12);
   ASSERT_EQ(got->tokens.size(), 12u);
   EXPECT_EQ(got->tokens, want.tokens);
@@ -185,9 +186,9 @@ TEST_F(RemoteConnectTest, LayerTooLargeForTheArenaFallsBackToInlineExactly) {
   ASSERT_NE(model, nullptr);
   const std::vector<int32_t> prompt = RandomTokens(300, model->config.vocab_size, 501);
   auto remote = Connect(*model, "shm");
-  ASSERT_TRUE(remote.ok()) << remote.status();
+  ASSERT_OK(remote);
   auto got = Generate(std::move(model), remote->get(), prompt, 3);
-  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_OK(got);
   const GenerationRun want = Reference("demo", 2, prompt, 3);
   EXPECT_EQ(got->tokens, want.tokens);
   ASSERT_EQ(got->logits.size(), want.logits.size());
@@ -210,10 +211,10 @@ TEST_F(RemoteConnectTest, DescribeCalibrateStatsAndHealth) {
     return c;
   };
   v1::DescribeResponse d;
-  ASSERT_TRUE(stub->Describe(context().get(), v1::DescribeRequest(), &d).ok());
+  ASSERT_OK(stub->Describe(context().get(), v1::DescribeRequest(), &d));
   EXPECT_EQ(d.protocol_version(), kExpertWorkerProtocolVersion);
   auto fingerprint = FingerprintModel(model->config, *model->weights->source);
-  ASSERT_TRUE(fingerprint.ok());
+  ASSERT_OK(fingerprint);
   EXPECT_EQ(FromProto(d.fingerprint()), *fingerprint);
   EXPECT_EQ(d.division(), v1::DIVISION_SHARD);
   EXPECT_EQ(d.worker_index(), 1);
@@ -234,7 +235,7 @@ TEST_F(RemoteConnectTest, DescribeCalibrateStatsAndHealth) {
   calibrate.add_rows(16);
   calibrate.set_reps(3);
   v1::CalibrateResponse points;
-  ASSERT_TRUE(stub->Calibrate(context().get(), calibrate, &points).ok());
+  ASSERT_OK(stub->Calibrate(context().get(), calibrate, &points));
   ASSERT_EQ(points.points_size(), 2);
   EXPECT_EQ(points.points(1).rows(), 16);
   EXPECT_GT(points.points(0).median_us(), 0.0);
@@ -243,10 +244,10 @@ TEST_F(RemoteConnectTest, DescribeCalibrateStatsAndHealth) {
   EXPECT_EQ(not_held.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << not_held.error_message();
 
   v1::HealthResponse health;
-  ASSERT_TRUE(stub->Health(context().get(), v1::HealthRequest(), &health).ok());
+  ASSERT_OK(stub->Health(context().get(), v1::HealthRequest(), &health));
   EXPECT_TRUE(health.serving());
   v1::StatsResponse stats;
-  ASSERT_TRUE(stub->Stats(context().get(), v1::StatsRequest(), &stats).ok());
+  ASSERT_OK(stub->Stats(context().get(), v1::StatsRequest(), &stats));
   EXPECT_EQ(stats.requests(), 0u);  // Calibrate is not a request
   EXPECT_EQ(stats.rejected(), 0u);
 }
@@ -281,13 +282,13 @@ TEST_F(RemoteConnectTest, ShmTransportNeedsAWorkerWithAnArena) {
   EXPECT_EQ(remote.status().code(), absl::StatusCode::kFailedPrecondition) << remote.status();
   EXPECT_NE(remote.status().message().find("arena"), std::string::npos) << remote.status();
   auto inline_ok = Connect(*model, "inline");
-  EXPECT_TRUE(inline_ok.ok()) << inline_ok.status();
+  EXPECT_OK(inline_ok);
 }
 
 TEST_F(RemoteConnectTest, NoWorkerListeningIsUnavailableOrDeadlineExceeded) {
   std::unique_ptr<Model> model = LoadTiny("tiny");
   auto fingerprint = FingerprintModel(model->config, *model->weights->source);
-  ASSERT_TRUE(fingerprint.ok());
+  ASSERT_OK(fingerprint);
   RemoteExpertExecutorOptions options;
   options.addresses = {"unix:" + (dir_.path() / "nobody.sock").string()};
   options.transports = {WorkerTransport::kShmDoorbell};

@@ -6,7 +6,7 @@
 // nothing.
 //
 // Legend: E experts, K num_experts_per_tok, T tokens, D hidden.
-#include "common/routing.h"
+#include "common/model/routing.h"
 
 #include <algorithm>
 #include <cmath>
@@ -18,14 +18,15 @@
 #include <string>
 #include <vector>
 
-#include "common/model.h"
-#include "common/thread_pool.h"
+#include "common/model/model.h"
+#include "common/base/thread_pool.h"
 #include "coordinator/cpu_backend.h"
 #include "coordinator/engine.h"
 #include "coordinator/kv_cache.h"
 #include "cpu_worker/local_expert_executor.h"
 #include "gtest/gtest.h"
 #include "tests/reference_model_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -246,7 +247,7 @@ class ExpertDispatchTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     auto model =
         LoadSyntheticModel(SyntheticModelSpec{.preset = GetParam(), .seed = 7, .dtype = DType::kBF16});
-    ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_OK(model);
     model_ = std::move(*model);
   }
   std::unique_ptr<Model> model_;
@@ -263,7 +264,7 @@ TEST_P(ExpertDispatchTest, OnlyChosenExpertsAreCalledWithTheirRows) {
   for (const std::vector<int32_t>* tokens : {&prompt, &next}) {
     rt.recorder.Clear();
     const ForwardInput input{&kv, *tokens, false};
-    ASSERT_TRUE(rt.engine->Forward({&input, 1}, &logits).ok());
+    ASSERT_OK(rt.engine->Forward({&input, 1}, &logits));
     const int64_t rows = static_cast<int64_t>(tokens->size());
     for (int layer = 0; layer < config.num_hidden_layers; ++layer) {
       // What the router chose, from the logits the engine dumped.
@@ -303,7 +304,7 @@ TEST_P(ExpertDispatchTest, AnExpertWithZeroRowsChangesNothing) {
     for (const std::vector<int32_t>* tokens : {&prompt, &next}) {
       const ForwardInput input{&kv, *tokens, true};
       std::vector<float> logits;
-      ASSERT_TRUE(rt.engine->Forward({&input, 1}, &logits).ok());
+      ASSERT_OK(rt.engine->Forward({&input, 1}, &logits));
       results[add_empty].push_back(logits);
     }
   }

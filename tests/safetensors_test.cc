@@ -1,4 +1,4 @@
-#include "common/safetensors.h"
+#include "common/model/safetensors.h"
 
 #include <stdlib.h>
 
@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -81,15 +82,15 @@ TEST_F(SafetensorsTest, RoundTripsEveryDtypeAndMetadata) {
       MakeTensor("w.f32", DType::kF32, {3, 5}), MakeTensor("w.f16", DType::kF16, {7}),
       MakeTensor("w.bf16", DType::kBF16, {2, 3, 4}), MakeTensor("scalar", DType::kF32, {})};
   const fs::path path = dir_ / "x.safetensors";
-  ASSERT_TRUE(WriteSafetensors(path, Pointers(tensors), {{"format", "pt"}}).ok());
+  ASSERT_OK(WriteSafetensors(path, Pointers(tensors), {{"format", "pt"}}));
 
   auto file = SafetensorsFile::Open(path);
-  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_OK(file);
   EXPECT_EQ((*file)->metadata().at("format"), "pt");
   ASSERT_EQ((*file)->tensors().size(), tensors.size());
   for (const TensorToWrite& t : tensors) {
     auto view = (*file)->Get(t.name);
-    ASSERT_TRUE(view.ok()) << view.status();
+    ASSERT_OK(view);
     ExpectSameTensor(t, *view);
   }
   const auto bf16 = *(*file)->Get("w.bf16");
@@ -106,7 +107,7 @@ TEST_F(SafetensorsTest, RoundTripsEveryDtypeAndMetadata) {
 TEST_F(SafetensorsTest, ShardedCheckpointRoundTrips) {
   std::vector<TensorToWrite> tensors;
   for (int i = 0; i < 7; ++i) tensors.push_back(MakeTensor(absl::StrCat("layer.", i), DType::kBF16, {16, 8 * (i + 1)}));
-  ASSERT_TRUE(WriteSafetensorsCheckpoint(dir_, Pointers(tensors), 3).ok());
+  ASSERT_OK(WriteSafetensorsCheckpoint(dir_, Pointers(tensors), 3));
   for (const char* shard : {"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
                             "model-00003-of-00003.safetensors", "model.safetensors.index.json"}) {
     EXPECT_TRUE(fs::exists(dir_ / shard)) << shard;
@@ -116,13 +117,13 @@ TEST_F(SafetensorsTest, ShardedCheckpointRoundTrips) {
   EXPECT_THAT(index_text, HasSubstr("\"total_size\": 7168"));  // 2 bytes * 16 * 8 * (1 + ... + 7)
 
   auto checkpoint = SafetensorsCheckpoint::Open(dir_);
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  ASSERT_OK(checkpoint);
   ASSERT_EQ((*checkpoint)->files().size(), 3u);
   for (const auto& file : (*checkpoint)->files()) EXPECT_FALSE(file->tensors().empty()) << file->path();
   EXPECT_EQ((*checkpoint)->Names().size(), tensors.size());
   for (const TensorToWrite& t : tensors) {
     auto view = (*checkpoint)->Get(t.name);
-    ASSERT_TRUE(view.ok()) << view.status();
+    ASSERT_OK(view);
     ExpectSameTensor(t, *view);
   }
 }
@@ -130,10 +131,10 @@ TEST_F(SafetensorsTest, ShardedCheckpointRoundTrips) {
 TEST_F(SafetensorsTest, CheckpointWithoutIndexReadsEveryFile) {
   const std::vector<TensorToWrite> a = {MakeTensor("a", DType::kF32, {4})};
   const std::vector<TensorToWrite> b = {MakeTensor("b", DType::kF16, {4})};
-  ASSERT_TRUE(WriteSafetensors(dir_ / "one.safetensors", Pointers(a)).ok());
-  ASSERT_TRUE(WriteSafetensors(dir_ / "two.safetensors", Pointers(b)).ok());
+  ASSERT_OK(WriteSafetensors(dir_ / "one.safetensors", Pointers(a)));
+  ASSERT_OK(WriteSafetensors(dir_ / "two.safetensors", Pointers(b)));
   auto checkpoint = SafetensorsCheckpoint::Open(dir_);
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  ASSERT_OK(checkpoint);
   EXPECT_EQ((*checkpoint)->Names(), (std::vector<std::string>{"a", "b"}));
 }
 
@@ -158,7 +159,7 @@ TEST_F(SafetensorsTest, TruncatedDataNamesTheTensor) {
   const std::vector<TensorToWrite> tensors = {MakeTensor("first", DType::kF32, {8}),
                                               MakeTensor("last", DType::kF32, {8})};
   const fs::path path = dir_ / "cut.safetensors";
-  ASSERT_TRUE(WriteSafetensors(path, Pointers(tensors)).ok());
+  ASSERT_OK(WriteSafetensors(path, Pointers(tensors)));
   fs::resize_file(path, fs::file_size(path) - 3);
   const absl::Status status = SafetensorsFile::Open(path).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
@@ -231,15 +232,15 @@ TEST_F(SafetensorsTest, MalformedHeadersAreRejectedWithFileAndTensor) {
 
 TEST_F(SafetensorsTest, GetOfAbsentTensorIsNotFound) {
   const std::vector<TensorToWrite> tensors = {MakeTensor("w", DType::kF32, {2})};
-  ASSERT_TRUE(WriteSafetensorsCheckpoint(dir_, Pointers(tensors), 1).ok());
+  ASSERT_OK(WriteSafetensorsCheckpoint(dir_, Pointers(tensors), 1));
   auto file = SafetensorsFile::Open(dir_ / "model.safetensors");
-  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_OK(file);
   absl::Status status = (*file)->Get("missing").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(status.message(), AllOf(HasSubstr("model.safetensors"), HasSubstr("\"missing\"")));
 
   auto checkpoint = SafetensorsCheckpoint::Open(dir_);
-  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  ASSERT_OK(checkpoint);
   status = (*checkpoint)->Get("missing").status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(status.message(), AllOf(HasSubstr(dir_.string()), HasSubstr("\"missing\"")));
@@ -254,7 +255,7 @@ TEST_F(SafetensorsTest, DirectoryWithoutSafetensorsIsNotFound) {
 TEST_F(SafetensorsTest, IndexNamingMissingShard) {
   std::vector<TensorToWrite> tensors;
   for (const char* name : {"a", "b", "c"}) tensors.push_back(MakeTensor(name, DType::kF32, {4}));
-  ASSERT_TRUE(WriteSafetensorsCheckpoint(dir_, Pointers(tensors), 3).ok());
+  ASSERT_OK(WriteSafetensorsCheckpoint(dir_, Pointers(tensors), 3));
   fs::remove(dir_ / "model-00002-of-00003.safetensors");
   const absl::Status status = SafetensorsCheckpoint::Open(dir_).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
@@ -263,7 +264,7 @@ TEST_F(SafetensorsTest, IndexNamingMissingShard) {
 
 TEST_F(SafetensorsTest, IndexNamingTensorAbsentFromShard) {
   const std::vector<TensorToWrite> tensors = {MakeTensor("a", DType::kF32, {4})};
-  ASSERT_TRUE(WriteSafetensors(dir_ / "shard.safetensors", Pointers(tensors)).ok());
+  ASSERT_OK(WriteSafetensors(dir_ / "shard.safetensors", Pointers(tensors)));
   WriteBytes("model.safetensors.index.json",
              R"({"weight_map": {"a": "shard.safetensors", "ghost": "shard.safetensors"}})");
   const absl::Status status = SafetensorsCheckpoint::Open(dir_).status();
@@ -273,8 +274,8 @@ TEST_F(SafetensorsTest, IndexNamingTensorAbsentFromShard) {
 
 TEST_F(SafetensorsTest, TensorInTwoFilesIsRejected) {
   const std::vector<TensorToWrite> tensors = {MakeTensor("dup", DType::kF32, {4})};
-  ASSERT_TRUE(WriteSafetensors(dir_ / "one.safetensors", Pointers(tensors)).ok());
-  ASSERT_TRUE(WriteSafetensors(dir_ / "two.safetensors", Pointers(tensors)).ok());
+  ASSERT_OK(WriteSafetensors(dir_ / "one.safetensors", Pointers(tensors)));
+  ASSERT_OK(WriteSafetensors(dir_ / "two.safetensors", Pointers(tensors)));
   const absl::Status status = SafetensorsCheckpoint::Open(dir_).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(),

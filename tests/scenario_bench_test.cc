@@ -14,12 +14,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "client/local_runtime.h"
-#include "common/model.h"
+#include "runtime/local_runtime.h"
+#include "common/model/model.h"
 #include "gtest/gtest.h"
 #include "tests/sdk_testlib.h"
 #include "tests/temp_dir_testlib.h"
 #include "tests/test_cost_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -32,7 +33,7 @@ std::vector<int32_t> Greedy(LocalRuntime& rt) {
   request.max_tokens = 8;
   request.ignore_eos = true;
   auto result = rt.generator().Generate(request);
-  EXPECT_TRUE(result.ok()) << result.status();
+  EXPECT_OK(result);
   std::vector<int32_t> ids;
   if (result.ok()) {
     for (const GeneratedToken& t : result->tokens) ids.push_back(t.id);
@@ -42,13 +43,13 @@ std::vector<int32_t> Greedy(LocalRuntime& rt) {
 
 TEST(SharedModelTest, RuntimesOneAfterAnotherShareOneModel) {
   auto loaded = LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = 3});
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_OK(loaded);
   const std::shared_ptr<const Model> model(std::move(*loaded));
 
   std::vector<int32_t> plain_ids;
   {
     auto rt = LocalRuntime::Create(model, {.num_threads = 1});
-    ASSERT_TRUE(rt.ok()) << rt.status();
+    ASSERT_OK(rt);
     EXPECT_EQ(&(*rt)->model(), model.get());  // not a copy
     EXPECT_EQ(model.use_count(), 2);
     plain_ids = Greedy(**rt);
@@ -62,7 +63,7 @@ TEST(SharedModelTest, RuntimesOneAfterAnotherShareOneModel) {
   options.orchestrator.gpu_slots = 2;
   options.orchestrator.cost = PoolMattersCost(model->config);
   auto rt = LocalRuntime::Create(model, options);
-  ASSERT_TRUE(rt.ok()) << rt.status();
+  ASSERT_OK(rt);
   EXPECT_EQ(&(*rt)->model(), model.get());
   EXPECT_EQ(Greedy(**rt), plain_ids);
 
@@ -78,7 +79,7 @@ TEST(ScenarioBenchTest, TinyGridRecordsParseAndPoliciesAgree) {
                          "--beam_widths", "2", "--beam_input", "8", "--beam_output", "4", "--threads", "1",
                          "--calibration_profile", (dir.path() / "calibration.json").string(), "--out", out.string()},
                         {}, dir.path(), absl::Seconds(60));
-  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_OK(run);
   ASSERT_EQ(run->exit_code, 0) << run->err;
 
   std::ifstream in(out);
@@ -126,7 +127,7 @@ TEST(ScenarioBenchTest, PrefillPastTheContextNamesTheFlag) {
   // tiny's context is 256 positions: a 256-token prefill and its first token need 257.
   auto run = RunProcess({kBench, "--synthetic", "tiny", "--prefills", "256", "--threads", "1"}, {}, dir.path(),
                         absl::Seconds(30));
-  ASSERT_TRUE(run.ok()) << run.status();
+  ASSERT_OK(run);
   EXPECT_NE(run->exit_code, 0);
   EXPECT_NE(run->err.find("--prefills"), std::string::npos) << run->err;
   EXPECT_NE(run->err.find("max_position_embeddings"), std::string::npos) << run->err;

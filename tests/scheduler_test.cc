@@ -8,28 +8,29 @@
 
 #include <thread>
 
-#include "client/local_runtime.h"
+#include "runtime/local_runtime.h"
 #include "tests/beam_reference_testlib.h"
 #include "tests/reference_model_testlib.h"
 #include "tests/tokens_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
 
 std::unique_ptr<LocalRuntime> TinyRuntime(int64_t kv_cache_tokens = 4096) {
   auto model = LoadSyntheticModel({.preset = "tiny", .seed = 7});
-  EXPECT_TRUE(model.ok()) << model.status();
+  EXPECT_OK(model);
   LocalRuntimeOptions options;
   options.num_threads = 2;
   options.kv_cache_tokens = kv_cache_tokens;
   auto runtime = LocalRuntime::Create(std::move(*model), options);
-  EXPECT_TRUE(runtime.ok()) << runtime.status();
+  EXPECT_OK(runtime);
   return std::move(*runtime);
 }
 
 std::unique_ptr<Scheduler> MakeScheduler(LocalRuntime& rt, SchedulerOptions options = {}) {
   auto scheduler = Scheduler::Create(&rt.model(), &rt.engine(), &rt.kv_pool(), options);
-  EXPECT_TRUE(scheduler.ok()) << scheduler.status();
+  EXPECT_OK(scheduler);
   return std::move(*scheduler);
 }
 
@@ -105,13 +106,13 @@ TEST(SchedulerTest, GreedyEqualsTheGenerator) {
     GenerationRequest request = Greedy(prompt, 10).request;
     request.logprobs = 3;
     auto expected = alone->generator().Generate(request);
-    ASSERT_TRUE(expected.ok()) << expected.status();
+    ASSERT_OK(expected);
     GenerateParams params = Greedy(prompt, 10);
     params.request.logprobs = 3;
     auto stream = scheduler->SubmitGenerate(params);
-    ASSERT_TRUE(stream.ok()) << stream.status();
+    ASSERT_OK(stream);
     Outcome out = Drain(**stream);
-    ASSERT_TRUE(out.status.ok()) << out.status;
+    ASSERT_OK(out.status);
     EXPECT_EQ(IdsOf(out.tokens), Ids(*expected)) << "prompt length " << len;
     ASSERT_EQ(out.tokens.size(), expected->tokens.size());
     for (size_t i = 0; i < out.tokens.size(); ++i) {
@@ -135,11 +136,11 @@ TEST(SchedulerTest, ChunkedPrefillEqualsOnePass) {
   auto scheduler = MakeScheduler(*rt, options);
   const auto prompt = RandomTokens(50, 512, 5);
   auto expected = alone->generator().Generate(Greedy(prompt, 6).request);
-  ASSERT_TRUE(expected.ok());
+  ASSERT_OK(expected);
   auto stream = scheduler->SubmitGenerate(Greedy(prompt, 6));
-  ASSERT_TRUE(stream.ok());
+  ASSERT_OK(stream);
   Outcome out = Drain(**stream);
-  ASSERT_TRUE(out.status.ok()) << out.status;
+  ASSERT_OK(out.status);
   EXPECT_EQ(IdsOf(out.tokens), Ids(*expected));
   EXPECT_GE(scheduler->Stats().steps, 7 + 5);
 }
@@ -151,11 +152,11 @@ TEST(SchedulerTest, SampledGenerationFollowsTheSeed) {
   GenerateParams params = Greedy(RandomTokens(5, 512, 9), 12);
   params.request.sampling = {.temperature = 0.9f, .top_k = 40, .top_p = 0.9f, .seed = 1234};
   auto expected = alone->generator().Generate(params.request);
-  ASSERT_TRUE(expected.ok());
+  ASSERT_OK(expected);
   auto stream = scheduler->SubmitGenerate(params);
-  ASSERT_TRUE(stream.ok());
+  ASSERT_OK(stream);
   Outcome out = Drain(**stream);
-  ASSERT_TRUE(out.status.ok());
+  ASSERT_OK(out.status);
   EXPECT_EQ(IdsOf(out.tokens), Ids(*expected));
 }
 
@@ -164,16 +165,16 @@ TEST(SchedulerTest, StopIdsAndEosEndGeneration) {
   auto scheduler = MakeScheduler(*rt);
   const auto prompt = RandomTokens(6, 512, 3);
   auto first = scheduler->SubmitGenerate(Greedy(prompt, 8));
-  ASSERT_TRUE(first.ok());
+  ASSERT_OK(first);
   Outcome all = Drain(**first);
-  ASSERT_TRUE(all.status.ok());
+  ASSERT_OK(all.status);
   // Stop at the third token's id: generation ends there (or earlier if it came before).
   GenerateParams params = Greedy(prompt, 8);
   params.request.stop_ids = {all.tokens[2].id};
   auto second = scheduler->SubmitGenerate(params);
-  ASSERT_TRUE(second.ok());
+  ASSERT_OK(second);
   Outcome stopped = Drain(**second);
-  ASSERT_TRUE(stopped.status.ok());
+  ASSERT_OK(stopped.status);
   EXPECT_EQ(stopped.done.finish_reason, FinishReason::kStopId);
   EXPECT_LE(stopped.tokens.size(), 3u);
   EXPECT_EQ(stopped.tokens.back().id, all.tokens[2].id);
@@ -185,13 +186,13 @@ TEST(SchedulerTest, BeamWidthOneEqualsGreedy) {
   auto scheduler = MakeScheduler(*rt);
   const auto prompt = RandomTokens(9, 512, 21);
   auto expected = alone->generator().Generate(Greedy(prompt, 12).request);
-  ASSERT_TRUE(expected.ok());
+  ASSERT_OK(expected);
   BeamSearchJob job = Beam(prompt, 1, 12);
   job.ignore_eos = true;
   auto stream = scheduler->SubmitBeamSearch(job);
-  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_OK(stream);
   Outcome out = Drain(**stream);
-  ASSERT_TRUE(out.status.ok()) << out.status;
+  ASSERT_OK(out.status);
   ASSERT_EQ(out.done.beams.size(), 1u);
   EXPECT_EQ(out.done.beams[0].ids, Ids(*expected));
   double sum = 0;
@@ -205,7 +206,7 @@ TEST_P(BeamVsReferenceTest, EqualsNaiveBeamSearchOverTheReferenceModel) {
   const int width = GetParam();
   auto rt = TinyRuntime();
   auto reference = ReferenceModel::Create(*rt->model().weights);
-  ASSERT_TRUE(reference.ok()) << reference.status();
+  ASSERT_OK(reference);
   auto scheduler = MakeScheduler(*rt);
   for (uint32_t seed : {1u, 2u}) {
     const auto prompt = RandomTokens(5 + seed, 512, 300 + seed);
@@ -219,11 +220,11 @@ TEST_P(BeamVsReferenceTest, EqualsNaiveBeamSearchOverTheReferenceModel) {
                           .num_return_sequences = width,
                           .end_ids = {2}};
     auto expected = NaiveBeamSearch(**reference, prompt, naive);
-    ASSERT_TRUE(expected.ok()) << expected.status();
+    ASSERT_OK(expected);
     auto stream = scheduler->SubmitBeamSearch(job);
-    ASSERT_TRUE(stream.ok()) << stream.status();
+    ASSERT_OK(stream);
     Outcome out = Drain(**stream);
-    ASSERT_TRUE(out.status.ok()) << out.status;
+    ASSERT_OK(out.status);
     ASSERT_EQ(out.done.beams.size(), expected->size()) << "width " << width;
     for (size_t i = 0; i < expected->size(); ++i) {
       EXPECT_EQ(out.done.beams[i].ids, (*expected)[i].ids) << "width " << width << " seed " << seed << " rank " << i;
@@ -245,9 +246,9 @@ TEST(SchedulerTest, BeamsRunAsOneBatch) {
   auto rt = TinyRuntime();
   auto scheduler = MakeScheduler(*rt);
   auto stream = scheduler->SubmitBeamSearch(Beam(RandomTokens(4, 512, 8), 8, 10));
-  ASSERT_TRUE(stream.ok());
+  ASSERT_OK(stream);
   Outcome out = Drain(**stream);
-  ASSERT_TRUE(out.status.ok());
+  ASSERT_OK(out.status);
   const SchedulerStats stats = scheduler->Stats();
   // One prefill step plus one step per generated position, each with every live beam.
   EXPECT_LE(stats.steps, 1 + 10);
@@ -277,9 +278,9 @@ TEST(SchedulerTest, SixteenConcurrentRequestsEqualTheirRunsAlone) {
   std::vector<Outcome> alone;
   for (const Job& job : jobs) {
     auto stream = job.beam ? scheduler->SubmitBeamSearch(job.beam_job) : scheduler->SubmitGenerate(job.generate);
-    ASSERT_TRUE(stream.ok());
+    ASSERT_OK(stream);
     alone.push_back(Drain(**stream));
-    ASSERT_TRUE(alone.back().status.ok());
+    ASSERT_OK(alone.back().status);
   }
   // Together: all submitted at once from 16 threads.
   std::vector<Outcome> together(jobs.size());
@@ -297,7 +298,7 @@ TEST(SchedulerTest, SixteenConcurrentRequestsEqualTheirRunsAlone) {
   }
   for (std::thread& t : clients) t.join();
   for (size_t i = 0; i < jobs.size(); ++i) {
-    ASSERT_TRUE(together[i].status.ok()) << "request " << i << ": " << together[i].status;
+    ASSERT_OK(together[i].status) << "request " << i << ": " << together[i].status;
     if (jobs[i].beam) {
       ASSERT_EQ(together[i].done.beams.size(), alone[i].done.beams.size());
       for (size_t b = 0; b < alone[i].done.beams.size(); ++b) {
@@ -317,7 +318,7 @@ TEST(SchedulerTest, CancellationStopsTheWorkAndFreesItsBlocks) {
   auto rt = TinyRuntime();
   auto scheduler = MakeScheduler(*rt);
   auto stream = scheduler->SubmitGenerate(Greedy(RandomTokens(8, 512, 4), 240));
-  ASSERT_TRUE(stream.ok());
+  ASSERT_OK(stream);
   std::optional<StreamEvent> first = (*stream)->Next(absl::Seconds(30));
   ASSERT_TRUE(first.has_value());
   (*stream)->Cancel(absl::CancelledError("test cancels"));
@@ -328,8 +329,8 @@ TEST(SchedulerTest, CancellationStopsTheWorkAndFreesItsBlocks) {
   ExpectAllBlocksFree(*scheduler);
   // And the scheduler serves the next request.
   auto next = scheduler->SubmitGenerate(Greedy(RandomTokens(3, 512, 5), 3));
-  ASSERT_TRUE(next.ok());
-  EXPECT_TRUE(Drain(**next).status.ok());
+  ASSERT_OK(next);
+  EXPECT_OK(Drain(**next).status);
 }
 
 TEST(SchedulerTest, RefusesWhatCanNeverFitAndQueuesWhatFitsLater) {
@@ -347,10 +348,11 @@ TEST(SchedulerTest, RefusesWhatCanNeverFitAndQueuesWhatFitsLater) {
   // Each needs 3 of the 4 blocks: the second waits for the first.
   auto a = scheduler->SubmitGenerate(Greedy(RandomTokens(20, 512, 2), 25));
   auto b = scheduler->SubmitGenerate(Greedy(RandomTokens(20, 512, 3), 25));
-  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
   Outcome oa = Drain(**a), ob = Drain(**b);
-  ASSERT_TRUE(oa.status.ok()) << oa.status;
-  ASSERT_TRUE(ob.status.ok()) << ob.status;
+  ASSERT_OK(oa.status);
+  ASSERT_OK(ob.status);
   // One after the other: a prefill and 24 decode steps each, never batched.
   EXPECT_GE(scheduler->Stats().steps, 2 * 25) << "b waited for a";
   EXPECT_GT(ob.done.usage.queue_ms, 0);
@@ -397,7 +399,7 @@ TEST(SchedulerTest, ShutdownFailsQueuedRequestsWithUnavailable) {
   auto rt = TinyRuntime();
   auto scheduler = MakeScheduler(*rt);
   auto stream = scheduler->SubmitGenerate(Greedy(RandomTokens(8, 512, 4), 240));
-  ASSERT_TRUE(stream.ok());
+  ASSERT_OK(stream);
   scheduler.reset();
   Outcome out = Drain(**stream);
   EXPECT_TRUE(out.status.ok() || out.status.code() == absl::StatusCode::kUnavailable) << out.status;

@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "client/local_runtime.h"
-#include "common/synthetic_model.h"
+#include "runtime/local_runtime.h"
+#include "common/model/synthetic_model.h"
 #include "tests/child_process_testlib.h"
 
 namespace tandem {

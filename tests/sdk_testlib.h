@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/model.h"
+#include "common/model/model.h"
 
 namespace tandem {
 

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "common/model.h"
+#include "common/model/model.h"
 #include "tests/beam_reference_testlib.h"
 #include "tests/reference_model_testlib.h"
 #include "tests/sdk_testlib.h"
@@ -22,6 +22,7 @@
 #include "tests/temp_dir_testlib.h"
 #include "tests/tokens_testlib.h"
 #include "tests/worker_process_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -102,13 +103,13 @@ class ServerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new ScopedTempDir();
-    ASSERT_TRUE(WriteTestModel(model_dir()).ok());
+    ASSERT_OK(WriteTestModel(model_dir()));
     server_ = new ServerProcess({.model_dir = model_dir(),
                                  .socket = dir_->path() / "server.sock",
                                  .extra_args = {"--threads", "2", "--max_sequences", "32"},
                                  .log = dir_->path() / "server.log"});
     const absl::Status started = server_->Start();
-    ASSERT_TRUE(started.ok()) << started;
+    ASSERT_OK(started);
   }
   static void TearDownTestSuite() {
     delete server_;
@@ -119,7 +120,7 @@ class ServerTest : public ::testing::Test {
   v1::ServerStats Stats() {
     grpc::ClientContext context;
     v1::ServerStats stats;
-    EXPECT_TRUE(server_->NewStub()->GetStats(&context, v1::GetStatsRequest(), &stats).ok());
+    EXPECT_OK(server_->NewStub()->GetStats(&context, v1::GetStatsRequest(), &stats));
     return stats;
   }
   void ExpectAllBlocksFree() {
@@ -139,9 +140,9 @@ ServerProcess* ServerTest::server_ = nullptr;
 TEST_F(ServerTest, GreedyGenerateEqualsTheInProcessEngine) {
   const auto prompt = RandomTokens(11, 512, 77);
   auto expected = GreedyInProcess(model_dir(), prompt, 12);
-  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_OK(expected);
   Generated out = RunGenerate(*server_->NewStub(), GreedyRequest(prompt, 12));
-  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  ASSERT_OK(out.status);
   EXPECT_EQ(out.ids, *expected);
   EXPECT_TRUE(out.last.done());
   EXPECT_EQ(out.last.finish_reason(), v1::FINISH_REASON_MAX_TOKENS);
@@ -151,20 +152,20 @@ TEST_F(ServerTest, GreedyGenerateEqualsTheInProcessEngine) {
 
 TEST_F(ServerTest, BeamSearchEqualsTheNaiveReference) {
   auto model = LoadModel(model_dir());
-  ASSERT_TRUE(model.ok());
+  ASSERT_OK(model);
   auto reference = ReferenceModel::Create(*(*model)->weights);
-  ASSERT_TRUE(reference.ok());
+  ASSERT_OK(reference);
   auto stub = server_->NewStub();
   for (int width : {2, 4, 8}) {
     const auto prompt = RandomTokens(6, 512, 500 + width);
     BeamSearchRequest request = BeamRequest(prompt, width, 5);
     request.set_stream_progress(true);
     Beams out = RunBeamSearch(*stub, request);
-    ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+    ASSERT_OK(out.status);
     auto expected = NaiveBeamSearch(**reference, prompt,
                                     {.beam_width = width, .max_tokens = 5, .num_return_sequences = width,
                                      .end_ids = (*model)->config.eos_token_ids});
-    ASSERT_TRUE(expected.ok());
+    ASSERT_OK(expected);
     ASSERT_EQ(out.ids.size(), expected->size()) << "width " << width;
     for (size_t i = 0; i < expected->size(); ++i) {
       EXPECT_EQ(out.ids[i], (*expected)[i].ids) << "width " << width << " rank " << i;
@@ -194,11 +195,11 @@ TEST_F(ServerTest, SixteenConcurrentClientsEachGetWhatTheyGetAlone) {
   for (const Job& job : jobs) {
     if (job.beam) {
       Beams b = RunBeamSearch(*stub, job.beam_request);
-      ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+      ASSERT_OK(b.status);
       alone.push_back(b.ids);
     } else {
       Generated g = RunGenerate(*stub, job.generate);
-      ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+      ASSERT_OK(g.status);
       alone.push_back({g.ids});
     }
   }
@@ -221,7 +222,7 @@ TEST_F(ServerTest, SixteenConcurrentClientsEachGetWhatTheyGetAlone) {
   }
   for (std::thread& t : clients) t.join();
   for (size_t i = 0; i < jobs.size(); ++i) {
-    ASSERT_TRUE(statuses[i].ok()) << "client " << i << ": " << statuses[i].error_message();
+    ASSERT_OK(statuses[i]) << "client " << i << ": " << statuses[i].error_message();
     EXPECT_EQ(together[i], alone[i]) << "client " << i;
   }
   const v1::ServerStats stats = Stats();
@@ -332,7 +333,7 @@ TEST_F(ServerTest, StopStringsEndTheTextBeforeThem) {
   request.set_temperature(0);
   request.set_ignore_eos(true);
   Generated full = RunGenerate(*stub, request);
-  ASSERT_TRUE(full.status.ok()) << full.status.error_message();
+  ASSERT_OK(full.status);
   ASSERT_GT(full.text.size(), 8u) << full.text;
   // A stop string from the middle of the text: the stream ends right before it.
   // A visible ASCII character from the second half of a random model's text.
@@ -344,7 +345,7 @@ TEST_F(ServerTest, StopStringsEndTheTextBeforeThem) {
   const std::string stop = full.text.substr(at, 1);
   request.add_stop(stop);
   Generated stopped = RunGenerate(*stub, request);
-  ASSERT_TRUE(stopped.status.ok()) << stopped.status.error_message();
+  ASSERT_OK(stopped.status);
   EXPECT_EQ(stopped.last.finish_reason(), v1::FINISH_REASON_STOP_STRING);
   EXPECT_EQ(stopped.text, full.text.substr(0, full.text.find(stop)));
   EXPECT_LT(stopped.ids.size(), full.ids.size());
@@ -362,7 +363,7 @@ TEST_F(ServerTest, StreamedTextIsValidUtf8EvenFromBytePieces) {
   request.set_logprobs(5);
   request.set_ignore_eos(true);
   Generated out = RunGenerate(*stub, request);
-  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  ASSERT_OK(out.status);
   EXPECT_EQ(out.ids.size(), 120u);
   EXPECT_EQ(out.last.seed(), 11u);
 }
@@ -370,7 +371,7 @@ TEST_F(ServerTest, StreamedTextIsValidUtf8EvenFromBytePieces) {
 TEST_F(ServerTest, ModelInfoDescribesTheModel) {
   grpc::ClientContext context;
   v1::ModelInfo info;
-  ASSERT_TRUE(server_->NewStub()->GetModelInfo(&context, v1::GetModelInfoRequest(), &info).ok());
+  ASSERT_OK(server_->NewStub()->GetModelInfo(&context, v1::GetModelInfoRequest(), &info));
   EXPECT_EQ(info.architecture(), "MixtralForCausalLM");
   EXPECT_EQ(info.num_layers(), 2);
   EXPECT_EQ(info.num_experts(), 4);
@@ -386,7 +387,7 @@ TEST_F(ServerTest, ModelInfoDescribesTheModel) {
 
 TEST(ServerWorkerFailureTest, ADeadWorkerFailsTheRequestInFlightAndTheServerRecovers) {
   ScopedTempDir dir;
-  ASSERT_TRUE(WriteTestModel(dir.path() / "model").ok());
+  ASSERT_OK(WriteTestModel(dir.path() / "model"));
   WorkerProcessOptions o;
   o.binary = std::string(TANDEM_BINARY_DIR) + "/bin/tandem-cpu-worker";
   o.socket = dir.path() / "w0.sock";
@@ -395,17 +396,17 @@ TEST(ServerWorkerFailureTest, ADeadWorkerFailsTheRequestInFlightAndTheServerReco
                   "--arena_slot_mb", "1"};
   o.log = dir.path() / "w0.log";
   WorkerProcess worker(o);
-  ASSERT_TRUE(worker.Start().ok());
+  ASSERT_OK(worker.Start());
   ServerProcess server({.model_dir = dir.path() / "model",
                         .socket = dir.path() / "server.sock",
                         .extra_args = {"--threads", "1", "--workers", worker.address(), "--worker_timeout_ms", "2000"},
                         .log = dir.path() / "server.log"});
   const absl::Status started = server.Start();
-  ASSERT_TRUE(started.ok()) << started;
+  ASSERT_OK(started);
   auto stub = server.NewStub();
   const auto prompt = RandomTokens(5, 512, 9);
   Generated before = RunGenerate(*stub, GreedyRequest(prompt, 8));
-  ASSERT_TRUE(before.status.ok()) << before.status.error_message();
+  ASSERT_OK(before.status);
 
   {
     grpc::ClientContext context;
@@ -424,10 +425,10 @@ TEST(ServerWorkerFailureTest, ADeadWorkerFailsTheRequestInFlightAndTheServerReco
   // The server is still up, and serves again once the worker is back.
   grpc::ClientContext context;
   v1::ModelInfo info;
-  EXPECT_TRUE(stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &info).ok());
-  ASSERT_TRUE(worker.Start().ok());
+  EXPECT_OK(stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &info));
+  ASSERT_OK(worker.Start());
   Generated after = RunGenerate(*stub, GreedyRequest(prompt, 8));
-  ASSERT_TRUE(after.status.ok()) << after.status.error_message() << "\n" << server.LogTail();
+  ASSERT_OK(after.status) << after.status.error_message() << "\n" << server.LogTail();
   EXPECT_EQ(after.ids, before.ids);
 }
 
@@ -441,29 +442,29 @@ namespace {
 
 TEST(ServerOrchestratorTest, OrchestratedServerGivesTheSameTokensAndReportsHitRates) {
   ScopedTempDir dir;
-  ASSERT_TRUE(WriteTestModel(dir.path() / "model").ok());
+  ASSERT_OK(WriteTestModel(dir.path() / "model"));
   ServerProcess server({.model_dir = dir.path() / "model",
                         .socket = dir.path() / "server.sock",
                         .extra_args = {"--threads", "1", "--execution_policy", "makespan", "--cache_policy", "lru",
                                        "--gpu_slots", "4"},
                         .log = dir.path() / "server.log"});
   const absl::Status started = server.Start();
-  ASSERT_TRUE(started.ok()) << started;
+  ASSERT_OK(started);
   auto stub = server.NewStub();
   const auto prompt = RandomTokens(7, 512, 41);
   auto expected = GreedyInProcess(dir.path() / "model", prompt, 10);
-  ASSERT_TRUE(expected.ok());
+  ASSERT_OK(expected);
   Generated out = RunGenerate(*stub, GreedyRequest(prompt, 10));
-  ASSERT_TRUE(out.status.ok()) << out.status.error_message();
+  ASSERT_OK(out.status);
   EXPECT_EQ(out.ids, *expected) << "an exact policy changes no token";
 
   grpc::ClientContext info_context;
   v1::ModelInfo info;
-  ASSERT_TRUE(stub->GetModelInfo(&info_context, v1::GetModelInfoRequest(), &info).ok());
+  ASSERT_OK(stub->GetModelInfo(&info_context, v1::GetModelInfoRequest(), &info));
   EXPECT_NE(info.placement_summary().find("no-GPU host pool"), std::string::npos) << info.placement_summary();
   grpc::ClientContext stats_context;
   v1::ServerStats stats;
-  ASSERT_TRUE(stub->GetStats(&stats_context, v1::GetStatsRequest(), &stats).ok());
+  ASSERT_OK(stub->GetStats(&stats_context, v1::GetStatsRequest(), &stats));
   const nlohmann::json orchestrator = nlohmann::json::parse(stats.orchestrator_json())["orchestrator"];
   EXPECT_EQ(orchestrator["execution_policy"], "makespan");
   EXPECT_EQ(orchestrator["cache_policy"], "lru");

@@ -12,13 +12,14 @@
 #include <string>
 #include <thread>
 
-#include "common/model.h"
-#include "common/model_fingerprint.h"
-#include "common/shm_region.h"
-#include "common/shm_transport.h"
-#include "common/synthetic_model.h"
+#include "common/model/model.h"
+#include "common/model/model_fingerprint.h"
+#include "common/platform/shm_region.h"
+#include "common/platform/shm_transport.h"
+#include "common/model/synthetic_model.h"
 #include "gtest/gtest.h"
 #include "tests/worker_process_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -33,13 +34,13 @@ TEST(ShmRegionTest, CreateOpenAndUnlinkByOwner) {
   NameGuard guard{UniqueRegionPrefix()};
   {
     auto owner = ShmRegion::Create(guard.name, 10000);
-    ASSERT_TRUE(owner.ok()) << owner.status();
+    ASSERT_OK(owner);
     EXPECT_TRUE(owner->owner());
     EXPECT_EQ(owner->size(), 10000u);
     owner->bytes()[123] = 42;
 
     auto reader = ShmRegion::Open(guard.name, ShmAccess::kReadOnly);
-    ASSERT_TRUE(reader.ok()) << reader.status();
+    ASSERT_OK(reader);
     EXPECT_FALSE(reader->owner());
     EXPECT_EQ(reader->size(), 10000u);
     EXPECT_EQ(reader->bytes()[123], 42);
@@ -77,12 +78,12 @@ TEST(ShmRegionTest, AStaleRegionOfADeadOwnerIsReclaimed) {
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 
   auto stale = ShmRegion::Open(guard.name, ShmAccess::kReadWrite);
-  ASSERT_TRUE(stale.ok()) << stale.status();
+  ASSERT_OK(stale);
   EXPECT_FALSE(stale->OwnerAlive());
   EXPECT_EQ(ShmRegion::Create(guard.name, 4096, {.reclaim_stale = false}).status().code(),
             absl::StatusCode::kAlreadyExists);
   auto fresh = ShmRegion::Create(guard.name, 8192);
-  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  ASSERT_OK(fresh);
   EXPECT_EQ(fresh->size(), 8192u);
 }
 
@@ -90,10 +91,10 @@ class ArenaTest : public ::testing::Test {
  protected:
   void SetUp() override {
     auto arena = ShmArena::Create(ArenaOptions{.name = guard_.name, .num_slots = 2, .slot_bytes = 8192});
-    ASSERT_TRUE(arena.ok()) << arena.status();
+    ASSERT_OK(arena);
     worker_ = std::move(*arena);
     auto opened = ShmArena::Open(guard_.name);
-    ASSERT_TRUE(opened.ok()) << opened.status();
+    ASSERT_OK(opened);
     coordinator_ = std::move(*opened);
   }
   ArenaTensorRef Ref(ArenaSide side, uint32_t slot, uint64_t offset, int64_t rows) {
@@ -119,7 +120,7 @@ TEST_F(ArenaTest, BothSidesSeeTheSameLayout) {
 
 TEST_F(ArenaTest, CorruptHeaderIsDataLossNamingTheField) {
   auto raw = ShmRegion::Open(guard_.name, ShmAccess::kReadWrite);
-  ASSERT_TRUE(raw.ok());
+  ASSERT_OK(raw);
   uint32_t* num_slots = reinterpret_cast<uint32_t*>(raw->bytes() + 16);
   *num_slots = 1000;
   auto opened = ShmArena::Open(guard_.name);
@@ -132,18 +133,18 @@ TEST_F(ArenaTest, CorruptHeaderIsDataLossNamingTheField) {
   EXPECT_EQ(opened.status().code(), absl::StatusCode::kDataLoss) << opened.status();
   EXPECT_NE(opened.status().message().find("magic"), std::string::npos) << opened.status();
   raw->bytes()[0] ^= 0xff;
-  EXPECT_TRUE(ShmArena::Open(guard_.name).ok());
+  EXPECT_OK(ShmArena::Open(guard_.name));
 }
 
 TEST_F(ArenaTest, DescriptorValidation) {
   coordinator_->AdvanceSequence(ArenaSide::kInput, 0);
   auto ok = worker_->Resolve(Ref(ArenaSide::kInput, 0, 64, 3), 3, kHidden, "t");
-  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_OK(ok);
   EXPECT_EQ(reinterpret_cast<uint8_t*>(*ok), worker_->slot_data(ArenaSide::kInput, 0) + 64);
   // The last row ends exactly at the slot's end: fine; one float more is not.
   const int64_t rows_fit = 8192 / (kHidden * 4);
-  EXPECT_TRUE(worker_->Resolve(Ref(ArenaSide::kInput, 0, 0, rows_fit), rows_fit, kHidden, "t").ok());
-  EXPECT_TRUE(worker_->Resolve(Ref(ArenaSide::kInput, 0, 0, 0), 0, kHidden, "t").ok());
+  EXPECT_OK(worker_->Resolve(Ref(ArenaSide::kInput, 0, 0, rows_fit), rows_fit, kHidden, "t"));
+  EXPECT_OK(worker_->Resolve(Ref(ArenaSide::kInput, 0, 0, 0), 0, kHidden, "t"));
 
   struct Case {
     ArenaTensorRef ref;
@@ -198,16 +199,16 @@ TEST_F(ArenaTest, DoorbellRoundTrip) {
   for (int i = 0; i < 200; ++i) {
     const std::string message = "request " + std::to_string(i);
     auto seq = coordinator_->PostRequest(message);
-    ASSERT_TRUE(seq.ok()) << seq.status();
+    ASSERT_OK(seq);
     std::string_view response;
     // Alternate spinning and sleeping waits.
     absl::Status s = coordinator_->AwaitResponse(*seq, absl::Now() + absl::Seconds(5),
                                                  i % 2 ? absl::Microseconds(200) : absl::ZeroDuration(), &response);
-    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_OK(s);
     EXPECT_EQ(response, "echo:" + message);
   }
   auto seq = coordinator_->PostRequest("fail");
-  ASSERT_TRUE(seq.ok());
+  ASSERT_OK(seq);
   std::string_view response;
   absl::Status s = coordinator_->AwaitResponse(*seq, absl::Now() + absl::Seconds(5), absl::ZeroDuration(), &response);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -222,7 +223,7 @@ TEST_F(ArenaTest, DoorbellRoundTrip) {
 
 TEST_F(ArenaTest, NoAnswerIsDeadlineExceededAndTheNextPostWaitsForIt) {
   auto seq = coordinator_->PostRequest("nobody listens");
-  ASSERT_TRUE(seq.ok());
+  ASSERT_OK(seq);
   std::string_view response;
   const absl::Time start = absl::Now();
   absl::Status s = coordinator_->AwaitResponse(*seq, start + absl::Milliseconds(100), absl::Microseconds(10), &response);
@@ -234,7 +235,7 @@ TEST_F(ArenaTest, NoAnswerIsDeadlineExceededAndTheNextPostWaitsForIt) {
   ASSERT_TRUE(late.has_value());
   worker_->PostResponse(late->seq, absl::OkStatus(), "late");
   EXPECT_FALSE(coordinator_->ResponsePending());
-  EXPECT_TRUE(coordinator_->PostRequest("next").ok());
+  EXPECT_OK(coordinator_->PostRequest("next"));
 }
 
 TEST(ArenaDeathTest, ADeadWorkerIsUnavailableQuickly) {
@@ -254,9 +255,9 @@ TEST(ArenaDeathTest, ADeadWorkerIsUnavailableQuickly) {
   ASSERT_EQ(read(ready[0], &byte, 1), 1);
   ASSERT_EQ(byte, 1);
   auto arena = ShmArena::Open(guard.name);
-  ASSERT_TRUE(arena.ok()) << arena.status();
+  ASSERT_OK(arena);
   auto seq = (*arena)->PostRequest("hello");
-  ASSERT_TRUE(seq.ok());
+  ASSERT_OK(seq);
   kill(child, SIGKILL);
   int status = 0;
   waitpid(child, &status, 0);
@@ -276,10 +277,14 @@ TEST(ModelFingerprintTest, SameModelSameFingerprintAndEveryChangeShows) {
   auto tiny3 = LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .num_layers = 3, .seed = 1});
   auto tiny_f32 = LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = 1, .dtype = DType::kF32});
   auto phi = LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny-phimoe", .seed = 1});
-  ASSERT_TRUE(tiny.ok() && tiny_other_seed.ok() && tiny3.ok() && tiny_f32.ok() && phi.ok());
+  ASSERT_OK(tiny);
+  ASSERT_OK(tiny_other_seed);
+  ASSERT_OK(tiny3);
+  ASSERT_OK(tiny_f32);
+  ASSERT_OK(phi);
   auto fp = [](const std::unique_ptr<Model>& m) {
     auto f = FingerprintModel(m->config, *m->weights->source);
-    EXPECT_TRUE(f.ok()) << f.status();
+    EXPECT_OK(f);
     return f.ok() ? *f : ModelFingerprint{};
   };
   const ModelFingerprint a = fp(*tiny);

@@ -9,18 +9,19 @@
 #include <fstream>
 #include <sstream>
 
-#include "client/local_runtime.h"
-#include "common/expert_partition.h"
-#include "common/model.h"
-#include "common/model_fingerprint.h"
-#include "common/synthetic_model.h"
-#include "common/tensor_names.h"
-#include "common/tokenizer.h"
+#include "runtime/local_runtime.h"
+#include "common/model/expert_partition.h"
+#include "common/model/model.h"
+#include "common/model/model_fingerprint.h"
+#include "common/model/synthetic_model.h"
+#include "common/model/tensor_names.h"
+#include "common/model/tokenizer.h"
 #include "cpu_worker/expert_store.h"
 #include "tests/sdk_testlib.h"
 #include "tests/temp_dir_testlib.h"
 #include "tests/tokens_testlib.h"
 #include "tests/worker_process_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -38,29 +39,31 @@ std::string ReadFile(const std::filesystem::path& path) {
 
 std::vector<int32_t> Greedy(std::unique_ptr<Model> model, const std::vector<int32_t>& prompt, int n) {
   auto ids = GreedyInProcess(std::move(model), prompt, n);
-  EXPECT_TRUE(ids.ok()) << ids.status();
+  EXPECT_OK(ids);
   return ids.ok() ? *ids : std::vector<int32_t>{};
 }
 
 TEST(SyntheticInMemoryTest, SameAsTheWrittenModel) {
   ScopedTempDir dir;
-  ASSERT_TRUE(WriteSyntheticModel(kTiny, dir.path(), {.num_shards = 2, .with_tokenizer = true, .num_threads = 2}).ok());
+  ASSERT_OK(WriteSyntheticModel(kTiny, dir.path(), {.num_shards = 2, .with_tokenizer = true, .num_threads = 2}));
   auto written = LoadModel(dir.path());
-  ASSERT_TRUE(written.ok()) << written.status();
+  ASSERT_OK(written);
   // Three threads and small chunks of work: the split must not change a bit.
   auto generated = LoadSyntheticModel(kTiny, ModelLoadOptions{.num_threads = 3, .tokenizer = true});
-  ASSERT_TRUE(generated.ok()) << generated.status();
+  ASSERT_OK(generated);
   const Model& a = **written;
   const Model& b = **generated;
 
   auto fa = FingerprintModel(a.config, *a.weights->source);
   auto fb = FingerprintModel(b.config, *b.weights->source);
-  ASSERT_TRUE(fa.ok() && fb.ok());
+  ASSERT_OK(fa);
+  ASSERT_OK(fb);
   EXPECT_EQ(*fa, *fb) << FingerprintString(*fa) << " vs " << FingerprintString(*fb);
   for (const WeightSpec& w : ExpectedWeights(a.config)) {
     auto x = a.weights->source->Get(w.name);
     auto y = b.weights->source->Get(w.name);
-    ASSERT_TRUE(x.ok() && y.ok()) << w.name;
+    ASSERT_OK(x) << w.name;
+    ASSERT_OK(y) << w.name;
     ASSERT_EQ(x->size_bytes, y->size_bytes) << w.name;
     EXPECT_EQ(0, std::memcmp(x->data, y->data, x->size_bytes)) << w.name;
   }
@@ -70,14 +73,15 @@ TEST(SyntheticInMemoryTest, SameAsTheWrittenModel) {
 
   // The tokenizer: the written file's bytes, and the same ids for text.
   auto proto = SyntheticTokenizerModel(kTiny);
-  ASSERT_TRUE(proto.ok()) << proto.status();
+  ASSERT_OK(proto);
   EXPECT_EQ(*proto, ReadFile(dir.path() / "tokenizer.model"));
   ASSERT_NE(a.tokenizer, nullptr);
   ASSERT_NE(b.tokenizer, nullptr);
   const std::string text = "Permission is hereby granted, free of charge, to any person: ünïcödé 123";
   auto ia = a.tokenizer->Encode(text, true);
   auto ib = b.tokenizer->Encode(text, true);
-  ASSERT_TRUE(ia.ok() && ib.ok());
+  ASSERT_OK(ia);
+  ASSERT_OK(ib);
   EXPECT_EQ(*ia, *ib);
   EXPECT_EQ(a.tokenizer->vocab_size(), b.tokenizer->vocab_size());
 
@@ -95,7 +99,7 @@ TEST(SyntheticInMemoryTest, InMemoryTokenizerIsTheTrainedFileAndWritesNothing) {
   options.vocab_size = 512;
   options.model_prefix = dir.path() / "tok";
   const absl::Status trained = TrainTokenizer(options);
-  ASSERT_TRUE(trained.ok()) << trained;
+  ASSERT_OK(trained);
   const std::filesystem::path cwd = std::filesystem::current_path();
   std::filesystem::create_directories(dir.path() / "cwd");
   std::filesystem::current_path(dir.path() / "cwd");
@@ -103,12 +107,13 @@ TEST(SyntheticInMemoryTest, InMemoryTokenizerIsTheTrainedFileAndWritesNothing) {
   auto proto = TrainTokenizerInMemory(options);
   const bool wrote = !std::filesystem::is_empty(dir.path() / "cwd");
   std::filesystem::current_path(cwd);
-  ASSERT_TRUE(proto.ok()) << proto.status();
+  ASSERT_OK(proto);
   EXPECT_FALSE(wrote) << "in-memory training left files in the working directory";
   // The same tokenizer (the bytes differ only in the recorded model_prefix).
   auto from_file = Tokenizer::Load(dir.path() / "tok.model");
   auto in_memory = Tokenizer::FromModelProto(*proto, "in memory");
-  ASSERT_TRUE(from_file.ok() && in_memory.ok());
+  ASSERT_OK(from_file);
+  ASSERT_OK(in_memory);
   ASSERT_EQ((*from_file)->vocab_size(), (*in_memory)->vocab_size());
   for (int32_t id = 0; id < (*from_file)->vocab_size(); ++id) {
     ASSERT_EQ((*from_file)->PieceText(id), (*in_memory)->PieceText(id)) << id;
@@ -126,7 +131,8 @@ TEST(SyntheticExpertsTest, NoneLeavesEveryExpertOutButKeepsTheFingerprint) {
   auto dense = LoadSyntheticModel(kTiny, ModelLoadOptions{.num_threads = 2,
                                                           .experts = {.mode = SyntheticExperts::Mode::kNone},
                                                           .tokenizer = false});
-  ASSERT_TRUE(full.ok() && dense.ok());
+  ASSERT_OK(full);
+  ASSERT_OK(dense);
   const ModelWeights& f = *(*full)->weights;
   const ModelWeights& d = *(*dense)->weights;
   EXPECT_EQ(d.expert_bytes, 0);
@@ -145,7 +151,8 @@ TEST(SyntheticExpertsTest, NoneLeavesEveryExpertOutButKeepsTheFingerprint) {
                            static_cast<size_t>(f.layers[1].router.n * f.layers[1].router.k) * 2));
   auto ff = FingerprintModel(f.config, *f.source);
   auto fd = FingerprintModel(d.config, *d.source);
-  ASSERT_TRUE(ff.ok() && fd.ok());
+  ASSERT_OK(ff);
+  ASSERT_OK(fd);
   EXPECT_EQ(*ff, *fd);
 }
 
@@ -153,14 +160,14 @@ TEST(SyntheticExpertsTest, NoneLeavesEveryExpertOutButKeepsTheFingerprint) {
 // experts it holds no part of are not generated.
 void CheckSlices(ExpertDivision division, int w) {
   auto full = LoadSyntheticModel(kTiny);
-  ASSERT_TRUE(full.ok());
+  ASSERT_OK(full);
   const ModelConfig& config = (*full)->config;
   auto slices = PartitionExperts(config, division, w, 2);
-  ASSERT_TRUE(slices.ok());
+  ASSERT_OK(slices);
   ModelLoadOptions load{.num_threads = 2, .tokenizer = false};
   load.experts = {.mode = SyntheticExperts::Mode::kSlices, .slices = *slices};
   auto part = LoadSyntheticModel(kTiny, load);
-  ASSERT_TRUE(part.ok()) << part.status();
+  ASSERT_OK(part);
   const int64_t d = config.hidden_size, n = config.intermediate_size;
   int held = 0;
   for (int l = 0; l < config.num_hidden_layers; ++l) {
@@ -220,7 +227,8 @@ TEST(SyntheticExpertsTest, StoreGeneratedInPlaceEqualsStoreCopiedFromTheModel) {
   auto bare = LoadSyntheticModel(kTiny, ModelLoadOptions{.experts = {.mode = SyntheticExperts::Mode::kNone},
                                                          .dense_matrices = false,
                                                          .tokenizer = false});
-  ASSERT_TRUE(full.ok() && bare.ok());
+  ASSERT_OK(full);
+  ASSERT_OK(bare);
   EXPECT_EQ((*bare)->weights->embed_tokens.data, nullptr);
   ThreadPool pool({.num_threads = 2, .name = "test"});
   for (ExpertDivision division : {ExpertDivision::kSplit, ExpertDivision::kShard}) {
@@ -228,7 +236,7 @@ TEST(SyntheticExpertsTest, StoreGeneratedInPlaceEqualsStoreCopiedFromTheModel) {
     ExpertStoreOptions options{.region_name = prefix + "-copied", .division = division, .worker_index = 1,
                                .num_workers = 2, .pool = &pool};
     auto copied = ExpertStore::Create(*(*full)->weights, options);
-    ASSERT_TRUE(copied.ok()) << copied.status();
+    ASSERT_OK(copied);
     options.region_name = prefix + "-generated";
     const ModelConfig config = (*full)->config;
     options.fill = [config](int layer, int expert, WeightRole role, int64_t begin, int64_t end, void* out) {
@@ -236,7 +244,7 @@ TEST(SyntheticExpertsTest, StoreGeneratedInPlaceEqualsStoreCopiedFromTheModel) {
       FillSyntheticRange(config, w, kTiny.seed, kTiny.dtype, out, begin, end, begin);
     };
     auto generated = ExpertStore::Create(*(*bare)->weights, options);
-    ASSERT_TRUE(generated.ok()) << generated.status();
+    ASSERT_OK(generated);
     ASSERT_EQ((*copied)->region_bytes(), (*generated)->region_bytes());
     ASSERT_EQ((*copied)->slices().size(), (*generated)->slices().size());
     for (const ExpertSlice& s : (*copied)->slices()) {
@@ -253,13 +261,13 @@ TEST(SyntheticExpertsTest, StoreGeneratedInPlaceEqualsStoreCopiedFromTheModel) {
 
 TEST(ModelSourceTest, ParsesAndNamesTheModel) {
   auto dir = ParseModelSource("/models/demo", "", 3);
-  ASSERT_TRUE(dir.ok());
+  ASSERT_OK(dir);
   EXPECT_EQ(dir->model_dir, "/models/demo");
   EXPECT_FALSE(dir->synthetic.has_value());
   EXPECT_EQ(dir->Describe(), "/models/demo");
 
   auto tiny = ParseModelSource("", "tiny", 7);
-  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  ASSERT_OK(tiny);
   ASSERT_TRUE(tiny->synthetic.has_value());
   EXPECT_EQ(tiny->synthetic->preset, "tiny");
   EXPECT_EQ(tiny->synthetic->num_layers, 0);
@@ -267,7 +275,7 @@ TEST(ModelSourceTest, ParsesAndNamesTheModel) {
   EXPECT_EQ(tiny->Describe(), "synthetic:tiny:2 seed 7");
 
   auto mixtral = ParseModelSource("", "mixtral-8x7b:3", 1);
-  ASSERT_TRUE(mixtral.ok()) << mixtral.status();
+  ASSERT_OK(mixtral);
   EXPECT_EQ(mixtral->synthetic->num_layers, 3);
   EXPECT_EQ(mixtral->Describe(), "synthetic:mixtral-8x7b:3 seed 1");
 }

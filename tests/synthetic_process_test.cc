@@ -18,6 +18,7 @@
 #include "tests/temp_dir_testlib.h"
 #include "tests/tokens_testlib.h"
 #include "tests/worker_process_testlib.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -30,7 +31,7 @@ const char kWorker[] = TANDEM_BINARY_DIR "/bin/tandem-cpu-worker";
 
 TEST(SyntheticProcessTest, GenerateGivesTheWrittenModelsText) {
   ScopedTempDir dir;
-  ASSERT_TRUE(WriteTestModel(dir.path() / "model").ok());  // tiny, seed 7
+  ASSERT_OK(WriteTestModel(dir.path() / "model"));  // tiny, seed 7
   const std::vector<std::string> common = {"--prompt", "The licensee may", "-n", "16", "--ignore_eos", "--threads", "2"};
   std::vector<std::string> from_dir = {kGenerate, "--model", (dir.path() / "model").string()};
   std::vector<std::string> synthetic = {kGenerate, "--synthetic", "tiny:2", "--synthetic_seed", "7"};
@@ -38,7 +39,8 @@ TEST(SyntheticProcessTest, GenerateGivesTheWrittenModelsText) {
   synthetic.insert(synthetic.end(), common.begin(), common.end());
   auto a = RunProcess(from_dir, {}, dir.path());
   auto b = RunProcess(synthetic, {}, dir.path());
-  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
   ASSERT_EQ(a->exit_code, 0) << a->err;
   ASSERT_EQ(b->exit_code, 0) << b->err;
   EXPECT_GT(a->out.size(), std::string("The licensee may").size() + 4);
@@ -69,7 +71,7 @@ void RunSyntheticSplit(const std::filesystem::path& dir, const std::vector<int32
     o.log = dir / absl::StrCat("w", w, ".log");
     workers.push_back(std::make_unique<WorkerProcess>(o));
     const absl::Status started = workers.back()->Start();
-    ASSERT_TRUE(started.ok()) << started << workers.back()->LogTail();
+    ASSERT_OK(started) << started << workers.back()->LogTail();
     absl::StrAppend(&addresses, w > 0 ? "," : "", workers.back()->address());
   }
   run->worker_log = workers[1]->LogTail(100000);
@@ -78,7 +80,7 @@ void RunSyntheticSplit(const std::filesystem::path& dir, const std::vector<int32
   args.insert(args.end(), server_args.begin(), server_args.end());
   ServerProcess server({.model_dir = {}, .socket = dir / "server.sock", .extra_args = args, .log = dir / "server.log"});
   const absl::Status started = server.Start();
-  ASSERT_TRUE(started.ok()) << started;
+  ASSERT_OK(started);
   auto stub = server.NewStub();
 
   v1::GenerateRequest request;
@@ -93,12 +95,12 @@ void RunSyntheticSplit(const std::filesystem::path& dir, const std::vector<int32
     for (const v1::Token& t : response.tokens()) run->ids.push_back(t.id());
   }
   const grpc::Status status = reader->Finish();
-  ASSERT_TRUE(status.ok()) << status.error_message() << "\n" << server.LogTail();
+  ASSERT_OK(status) << status.error_message() << "\n" << server.LogTail();
 
   // Text works too: the tokenizer was trained in memory.
   grpc::ClientContext info_context;
   v1::ModelInfo info;
-  ASSERT_TRUE(stub->GetModelInfo(&info_context, v1::GetModelInfoRequest(), &info).ok());
+  ASSERT_OK(stub->GetModelInfo(&info_context, v1::GetModelInfoRequest(), &info));
   EXPECT_EQ(info.model_dir(), "synthetic:tiny:2 seed 7");
   EXPECT_TRUE(info.has_tokenizer());
   EXPECT_GT(info.expert_bytes(), 0);  // one expert's size, from the shapes
@@ -107,10 +109,10 @@ void RunSyntheticSplit(const std::filesystem::path& dir, const std::vector<int32
 
 TEST(SyntheticProcessTest, ServerWithSyntheticWorkersMatchesInProcessAndGeneratesNoExperts) {
   ScopedTempDir dir;
-  ASSERT_TRUE(WriteTestModel(dir.path() / "model").ok());
+  ASSERT_OK(WriteTestModel(dir.path() / "model"));
   const std::vector<int32_t> prompt = RandomTokens(6, 512, 5);
   auto expected = GreedyInProcess(dir.path() / "model", prompt, 10);
-  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_OK(expected);
   SplitRun run;
   ASSERT_NO_FATAL_FAILURE(RunSyntheticSplit(dir.path(), prompt, {}, &run));
   EXPECT_EQ(run.ids, *expected);
@@ -127,10 +129,10 @@ TEST(SyntheticProcessTest, ServerWithSyntheticWorkersMatchesInProcessAndGenerate
 // slices across both), and the tokens stay the single process's.
 TEST(SyntheticProcessTest, OrchestratedServerCopiesExpertsFromTheWorkersStores) {
   ScopedTempDir dir;
-  ASSERT_TRUE(WriteTestModel(dir.path() / "model").ok());
+  ASSERT_OK(WriteTestModel(dir.path() / "model"));
   const std::vector<int32_t> prompt = RandomTokens(6, 512, 5);
   auto expected = GreedyInProcess(dir.path() / "model", prompt, 10);
-  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_OK(expected);
   SplitRun run;
   ASSERT_NO_FATAL_FAILURE(RunSyntheticSplit(
       dir.path(), prompt, {"--execution_policy", "gpu-only", "--gpu_slots", "2", "--staging_buffers", "4"}, &run));
@@ -159,7 +161,7 @@ TEST(SyntheticProcessTest, BadSpecsNameTheFlagInEveryProgram) {
       if (std::string(binary) == kServer) argv.insert(argv.end(), {"--listen", "unix:" + (dir.path() / "s.sock").string()});
       if (std::string(binary) == kWorker) argv.insert(argv.end(), {"--socket", (dir.path() / "w.sock").string()});
       auto result = RunProcess(argv, {}, dir.path(), absl::Seconds(30));
-      ASSERT_TRUE(result.ok()) << result.status();
+      ASSERT_OK(result);
       EXPECT_NE(result->exit_code, 0) << binary << " " << c.expected;
       EXPECT_THAT(result->err, HasSubstr(c.expected)) << binary;
     }

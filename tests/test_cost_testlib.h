@@ -4,7 +4,7 @@
 // worth their copy. Given to the runtime so no test depends on calibration.
 #pragma once
 
-#include "common/model_config.h"
+#include "common/model/model_config.h"
 #include "coordinator/planner/cost_model.h"
 
 namespace tandem {

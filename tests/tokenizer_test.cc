@@ -1,4 +1,4 @@
-#include "common/tokenizer.h"
+#include "common/model/tokenizer.h"
 
 #include <stdlib.h>
 
@@ -10,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -35,9 +36,9 @@ class TokenizerTest : public ::testing::Test {
     dir_ = new fs::path(pattern);
     ASSERT_FALSE(DefaultTokenizerCorpus().empty()) << "no files in " << kDefaultTokenizerCorpusDir;
     const absl::Status trained = TrainTokenizer(Options(*dir_ / "tok"));
-    ASSERT_TRUE(trained.ok()) << trained;
+    ASSERT_OK(trained);
     auto tokenizer = Tokenizer::Load(*dir_ / "tok.model");
-    ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+    ASSERT_OK(tokenizer);
     tokenizer_ = tokenizer->release();
   }
   static void TearDownTestSuite() {
@@ -68,23 +69,23 @@ TEST_F(TokenizerTest, SpecialIdsAndSize) {
 
 TEST_F(TokenizerTest, EncodeDecodeRoundTrip) {
   auto ids = tokenizer_->Encode(kSentence, /*add_bos=*/true);
-  ASSERT_TRUE(ids.ok()) << ids.status();
+  ASSERT_OK(ids);
   ASSERT_GT(ids->size(), 1u);
   EXPECT_EQ(ids->front(), tokenizer_->bos_id());
   auto text = tokenizer_->Decode(*ids);
-  ASSERT_TRUE(text.ok()) << text.status();
+  ASSERT_OK(text);
   EXPECT_EQ(*text, kSentence);
 
   // Ids past the tokenizer decode to nothing.
   ids->push_back(tokenizer_->vocab_size() + 10);
   text = tokenizer_->Decode(*ids);
-  ASSERT_TRUE(text.ok()) << text.status();
+  ASSERT_OK(text);
   EXPECT_EQ(*text, kSentence);
 }
 
 TEST_F(TokenizerTest, PieceTextsConcatenateToDecodedText) {
   auto ids = tokenizer_->Encode(kSentence, /*add_bos=*/true);
-  ASSERT_TRUE(ids.ok()) << ids.status();
+  ASSERT_OK(ids);
   ids->push_back(tokenizer_->eos_id());
   std::string streamed;
   for (int32_t id : *ids) streamed += tokenizer_->PieceText(id);
@@ -95,9 +96,9 @@ TEST_F(TokenizerTest, PieceTextsConcatenateToDecodedText) {
 
 TEST_F(TokenizerTest, TrainingIsDeterministic) {
   const fs::path prefix = *dir_ / "again";
-  ASSERT_TRUE(TrainTokenizer(Options(prefix)).ok());
+  ASSERT_OK(TrainTokenizer(Options(prefix)));
   const std::string first = ReadFile(fs::path(prefix) += ".model");
-  ASSERT_TRUE(TrainTokenizer(Options(prefix)).ok());
+  ASSERT_OK(TrainTokenizer(Options(prefix)));
   EXPECT_FALSE(first.empty());
   EXPECT_EQ(ReadFile(fs::path(prefix) += ".model"), first);
 }

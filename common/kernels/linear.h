@@ -24,8 +24,8 @@
 #include <string_view>
 
 #include "absl/status/status.h"
-#include "common/dtype.h"
-#include "common/thread_pool.h"
+#include "common/base/dtype.h"
+#include "common/base/thread_pool.h"
 
 namespace tandem {
 

@@ -20,7 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/expert_partition.h"
+#include "common/base/expert_division.h"
 
 namespace tandem {
 

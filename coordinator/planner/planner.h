@@ -38,7 +38,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/expert_partition.h"
+#include "common/base/expert_division.h"
 #include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/residency.h"
 

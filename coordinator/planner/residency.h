@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/expert_key.h"
+#include "common/base/expert_key.h"
 
 namespace tandem {
 

@@ -14,10 +14,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "common/dtype.h"
-#include "common/expert_partition.h"
-#include "common/model_fingerprint.h"
-#include "common/shm_transport.h"
+#include "common/base/dtype.h"
+#include "common/model/expert_partition.h"
+#include "common/model/model_fingerprint.h"
+#include "common/platform/shm_transport.h"
 #include "tandem/v1/expert_worker.pb.h"
 
 namespace tandem {

@@ -1,0 +1,106 @@
+#include "common/base/thread_pool.h"
+
+#include <immintrin.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+namespace {
+
+// About 50-100 µs of pause instructions: long enough to bridge the gap
+// between the parallel loops of one forward pass, short enough that an idle
+// pool stops burning its cores almost at once.
+constexpr int kSpinPauses = 4000;
+
+}  // namespace
+
+int AvailableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  const int count = CPU_COUNT(&set);
+  return count > 0 ? count : 1;
+}
+
+ThreadPool::ThreadPool(ThreadPoolOptions options) : num_threads_(options.num_threads < 1 ? 1 : options.num_threads) {
+  // Thread 0 is the caller; threads 1..N-1 are owned here.
+  for (int t = 1; t < num_threads_; ++t) {
+    threads_.emplace_back([this, t] { WorkerLoop(t); });
+    std::string name = absl::StrCat(options.name, "-w", t).substr(0, 15);  // kernel limit
+    pthread_setname_np(threads_.back().native_handle(), name.c_str());
+    if (!options.cpus.empty()) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(options.cpus[t % options.cpus.size()], &set);
+      pthread_setaffinity_np(threads_.back().native_handle(), sizeof(set), &set);
+    }
+  }
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_.store(true);
+  }
+  start_cv_.notify_all();
+  for (auto& thread : threads_) thread.join();
+}
+
+void ThreadPool::RunTasks(int thread) {
+  for (;;) {
+    const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
+    if (task >= num_tasks_) break;
+    (*fn_)(task, thread);
+  }
+}
+
+void ThreadPool::WorkerLoop(int thread) {
+  uint64_t seen = 0;
+  for (;;) {
+    for (int i = 0; i < kSpinPauses && generation_.load(std::memory_order_acquire) == seen &&
+                    !stop_.load(std::memory_order_relaxed);
+         ++i) {
+      _mm_pause();
+    }
+    {
+      // The loop's arguments were written under mutex_: taking it orders them.
+      std::unique_lock<std::mutex> lock(mutex_);
+      start_cv_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
+      if (stop_.load()) return;
+      seen = generation_.load();
+    }
+    RunTasks(thread);
+    if (pending_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> lock(mutex_);  // the waiter checks under the lock: no lost wake-up
+      done_cv_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::ParallelFor(int64_t num_tasks, const std::function<void(int64_t, int)>& fn) {
+  if (num_tasks <= 0) return;
+  if (num_threads_ == 1 || num_tasks == 1) {
+    for (int64_t i = 0; i < num_tasks; ++i) fn(i, 0);
+    return;
+  }
+  std::lock_guard<std::mutex> call_lock(call_mutex_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fn_ = &fn;
+    num_tasks_ = num_tasks;
+    next_task_.store(0, std::memory_order_relaxed);
+    pending_workers_.store(num_threads_ - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  start_cv_.notify_all();
+  RunTasks(0);
+  for (int i = 0; i < kSpinPauses && pending_workers_.load(std::memory_order_acquire) != 0; ++i) _mm_pause();
+  if (pending_workers_.load(std::memory_order_acquire) != 0) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done_cv_.wait(lock, [&] { return pending_workers_.load() == 0; });
+  }
+}
+
+}  // namespace tandem

@@ -1,0 +1,157 @@
+#include "common/model/expert_store_view.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+
+namespace tandem {
+namespace {
+
+// Bounds a corrupt header's table so indexing it cannot ask for absurd
+// memory: far above any real model (Mixtral 8x22B: 56 layers x 8 experts).
+constexpr int64_t kMaxLayerExperts = int64_t{1} << 24;
+
+absl::Status Corrupt(const std::string& region_name, const std::string& what) {
+  return absl::DataLossError(absl::StrCat("expert store region ", region_name, " is corrupt: ", what));
+}
+
+// a * b * c bytes, or -1 when it overflows or exceeds `limit`.
+int64_t MatrixBytes(int64_t rows, int64_t cols, int64_t element_bytes, uint64_t limit) {
+  const unsigned __int128 bytes = static_cast<unsigned __int128>(rows) * static_cast<unsigned __int128>(cols) *
+                                  static_cast<unsigned __int128>(element_bytes);
+  return bytes > limit ? -1 : static_cast<int64_t>(bytes);
+}
+
+}  // namespace
+
+const ExpertWeights* ExpertStoreIndex::Find(int layer, int expert) const {
+  if (layer < 0 || layer >= info.num_layers || expert < 0 || expert >= info.num_experts) return nullptr;
+  const int32_t i =
+      by_expert[static_cast<size_t>(layer) * static_cast<size_t>(info.num_experts) + static_cast<size_t>(expert)];
+  return i < 0 ? nullptr : &weights[static_cast<size_t>(i)];
+}
+
+const ExpertSlice* ExpertStoreIndex::FindSlice(int layer, int expert) const {
+  const ExpertWeights* found = Find(layer, expert);
+  return found == nullptr ? nullptr : &slices[static_cast<size_t>(found - weights.data())];
+}
+
+absl::StatusOr<ExpertStoreIndex> IndexExpertStoreRegion(const void* base, size_t bytes,
+                                                        const std::string& region_name) {
+  if (base == nullptr || bytes < sizeof(ExpertStoreHeader))
+    return Corrupt(region_name,
+                   absl::StrCat(bytes, " bytes, smaller than its ", sizeof(ExpertStoreHeader), "-byte header"));
+  const auto* header = static_cast<const ExpertStoreHeader*>(base);
+  // Acquire pairs with the writer's release store of the magic: every byte
+  // written before it is visible once the magic is.
+  const uint64_t magic = __atomic_load_n(&header->magic, __ATOMIC_ACQUIRE);
+  if (magic == 0)
+    return absl::FailedPreconditionError(
+        absl::StrCat("expert store region ", region_name, " is not ready: its writer is still filling it"));
+  if (magic != kExpertStoreMagic)
+    return Corrupt(region_name, absl::StrCat("magic 0x", absl::Hex(magic), ", expected 0x",
+                                             absl::Hex(kExpertStoreMagic), " (\"TNDMEXPT\")"));
+  if (header->version != kExpertStoreVersion)
+    return Corrupt(region_name,
+                   absl::StrCat("version ", header->version, ", this build reads version ", kExpertStoreVersion));
+  if (header->region_bytes != bytes)
+    return Corrupt(region_name, absl::StrCat("header says region_bytes ", header->region_bytes, " but the region is ",
+                                             bytes, " bytes"));
+  if (header->dtype > static_cast<uint32_t>(DType::kBF16))
+    return Corrupt(region_name, absl::StrCat("dtype ", header->dtype, " is not F32, F16 or BF16"));
+  if (header->division > static_cast<uint32_t>(ExpertDivision::kShard))
+    return Corrupt(region_name, absl::StrCat("division ", header->division, " is not split or shard"));
+  if (header->hidden_size < 1 || header->intermediate_size < 1 || header->hidden_size > static_cast<int64_t>(bytes) ||
+      header->intermediate_size > static_cast<int64_t>(bytes))
+    return Corrupt(region_name, absl::StrCat("hidden_size ", header->hidden_size, ", intermediate_size ",
+                                             header->intermediate_size));
+  if (header->num_layers < 1 || header->num_experts < 1 ||
+      int64_t{header->num_layers} * header->num_experts > kMaxLayerExperts)
+    return Corrupt(region_name, absl::StrCat("num_layers ", header->num_layers, ", num_experts ", header->num_experts));
+  if (header->num_workers < 1 || header->worker_index < 0 || header->worker_index >= header->num_workers)
+    return Corrupt(region_name,
+                   absl::StrCat("worker_index ", header->worker_index, " of num_workers ", header->num_workers));
+  if (header->table_offset != sizeof(ExpertStoreHeader))
+    return Corrupt(region_name,
+                   absl::StrCat("table_offset ", header->table_offset, ", expected ", sizeof(ExpertStoreHeader)));
+  const uint64_t max_slices = int64_t{header->num_layers} * header->num_experts;
+  if (header->slice_count > max_slices ||
+      header->slice_count > (bytes - header->table_offset) / sizeof(ExpertStoreEntry))
+    return Corrupt(region_name, absl::StrCat("slice_count ", header->slice_count, " (", header->num_layers,
+                                             " layers x ", header->num_experts, " experts, ", bytes, " bytes)"));
+  const uint64_t table_end = header->table_offset + header->slice_count * sizeof(ExpertStoreEntry);
+  if (header->data_offset < table_end || header->data_offset > bytes ||
+      header->data_offset % kExpertStoreAlignment != 0)
+    return Corrupt(region_name, absl::StrCat("data_offset ", header->data_offset, " (table ends at ", table_end,
+                                             ", region ", bytes, " bytes, alignment ", kExpertStoreAlignment, ")"));
+
+  ExpertStoreIndex index;
+  index.info = ExpertStoreInfo{.dtype = static_cast<DType>(header->dtype),
+                               .hidden_size = header->hidden_size,
+                               .intermediate_size = header->intermediate_size,
+                               .num_layers = header->num_layers,
+                               .num_experts = header->num_experts,
+                               .division = static_cast<ExpertDivision>(header->division),
+                               .worker_index = header->worker_index,
+                               .num_workers = header->num_workers,
+                               .config_hash = header->config_hash,
+                               .tensors_hash = header->tensors_hash};
+  const int64_t element_bytes = static_cast<int64_t>(DTypeSize(index.info.dtype));
+  const int64_t hidden = header->hidden_size;
+  index.by_expert.assign(static_cast<size_t>(max_slices), -1);
+  index.slices.reserve(static_cast<size_t>(header->slice_count));
+  index.weights.reserve(static_cast<size_t>(header->slice_count));
+
+  const auto* table = reinterpret_cast<const ExpertStoreEntry*>(static_cast<const char*>(base) + header->table_offset);
+  int64_t previous_key = -1;
+  for (uint64_t i = 0; i < header->slice_count; ++i) {
+    ExpertStoreEntry entry;
+    std::memcpy(&entry, &table[i], sizeof(entry));  // the table is only 8-byte aligned; copy, don't alias
+    const std::string where = absl::StrCat("slice ", i, " (layer ", entry.layer, " expert ", entry.expert, ")");
+    if (entry.layer < 0 || entry.layer >= header->num_layers || entry.expert < 0 || entry.expert >= header->num_experts)
+      return Corrupt(region_name, absl::StrCat(where, " is outside ", header->num_layers, " layers x ",
+                                               header->num_experts, " experts"));
+    const int64_t key = int64_t{entry.layer} * header->num_experts + entry.expert;
+    if (key <= previous_key)
+      return Corrupt(region_name, absl::StrCat(where, " is out of (layer, expert) order or repeated"));
+    previous_key = key;
+    if (entry.intermediate_begin < 0 || entry.intermediate_begin >= entry.intermediate_end ||
+        entry.intermediate_end > header->intermediate_size)
+      return Corrupt(region_name,
+                     absl::StrCat(where, " has rows [", entry.intermediate_begin, ", ", entry.intermediate_end,
+                                  ") outside [0, ", header->intermediate_size, ")"));
+    const int64_t rows = entry.intermediate_end - entry.intermediate_begin;
+    const int64_t matrix_bytes = MatrixBytes(rows, hidden, element_bytes, bytes);
+    if (matrix_bytes < 0)
+      return Corrupt(region_name,
+                     absl::StrCat(where, " has [", rows, ", ", hidden, "] matrices larger than the region"));
+    const std::pair<const char*, uint64_t> matrices[] = {
+        {"w1", entry.w1_offset}, {"w3", entry.w3_offset}, {"w2", entry.w2_offset}};
+    for (const auto& [name, offset] : matrices) {
+      if (offset < header->data_offset || offset % kExpertStoreAlignment != 0 || offset > bytes ||
+          static_cast<uint64_t>(matrix_bytes) > bytes - offset)
+        return Corrupt(region_name, absl::StrCat(where, " ", name, "_offset ", offset, " + ", matrix_bytes,
+                                                 " bytes is outside the data [", header->data_offset, ", ", bytes,
+                                                 ") or not ", kExpertStoreAlignment, "-aligned"));
+    }
+    const char* data = static_cast<const char*>(base);
+    ExpertWeights weights;
+    weights.w1 = LinearWeight{data + entry.w1_offset, index.info.dtype, rows, hidden};
+    weights.w3 = LinearWeight{data + entry.w3_offset, index.info.dtype, rows, hidden};
+    weights.w2 = LinearWeight{data + entry.w2_offset, index.info.dtype, hidden, rows};
+    index.by_expert[static_cast<size_t>(key)] = static_cast<int32_t>(index.slices.size());
+    index.slices.push_back(ExpertSlice{entry.layer, entry.expert, entry.intermediate_begin, entry.intermediate_end});
+    index.weights.push_back(weights);
+  }
+  return index;
+}
+
+absl::StatusOr<ExpertStoreView> ExpertStoreView::Open(const std::string& region_name) {
+  ExpertStoreView view;
+  TANDEM_ASSIGN_OR_RETURN(view.region_, ShmRegion::Open(region_name, ShmAccess::kReadOnly));
+  TANDEM_ASSIGN_OR_RETURN(view.index_, IndexExpertStoreRegion(view.region_.data(), view.region_.size(), region_name));
+  return view;
+}
+
+}  // namespace tandem

@@ -1,0 +1,116 @@
+#include "common/model/model.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/base/log.h"
+#include "common/base/status_macros.h"
+
+namespace tandem {
+
+absl::StatusOr<const Tokenizer*> Model::RequireTokenizer() const {
+  if (tokenizer == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model ", origin, " has no tokenizer.model: send token ids instead of text"));
+  }
+  return tokenizer.get();
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return absl::NotFoundError(absl::StrCat(dir.string(), ": model directory not found"));
+  }
+  auto model = std::make_unique<Model>();
+  model->origin = dir.string();
+  TANDEM_ASSIGN_OR_RETURN(model->config, LoadModelConfig(dir / "config.json"));
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> checkpoint, SafetensorsCheckpoint::Open(dir));
+  TANDEM_ASSIGN_OR_RETURN(model->weights, LoadModelWeights(model->config, std::move(checkpoint)));
+  if (std::filesystem::exists(dir / "tokenizer.model", ec)) {
+    TANDEM_ASSIGN_OR_RETURN(model->tokenizer, Tokenizer::Load(dir / "tokenizer.model"));
+  } else {
+    LOG_WARNING(dir.string(), " has no tokenizer.model: only token-id requests will be served");
+  }
+  return model;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadSyntheticModel(const SyntheticModelSpec& spec, int num_threads) {
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<SyntheticTensorSource> source, SyntheticTensorSource::Create(spec, num_threads));
+  auto model = std::make_unique<Model>();
+  model->config = source->config();
+  model->origin = source->Describe();
+  TANDEM_ASSIGN_OR_RETURN(model->weights, LoadModelWeights(model->config, std::move(source)));
+  return model;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadSyntheticModel(const SyntheticModelSpec& spec,
+                                                          const ModelLoadOptions& options) {
+  SyntheticSourceOptions source_options{
+      .num_threads = options.num_threads, .experts = options.experts, .dense_matrices = options.dense_matrices};
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<SyntheticTensorSource> source,
+                          SyntheticTensorSource::Create(spec, source_options));
+  const char* experts = options.experts.mode == SyntheticExperts::Mode::kAll    ? "all experts"
+                        : options.experts.mode == SyntheticExperts::Mode::kNone ? "no experts"
+                                                                                : "this worker's expert slices";
+  const std::string what = options.dense_matrices ? experts : absl::StrCat(experts, ", no dense matrices");
+  const double bytes = static_cast<double>(source->generated_bytes());
+  LOG_INFO("generated ", source->Describe(), ": ",
+           bytes >= 1e9 ? absl::StrFormat("%.2f GB", bytes / 1e9) : absl::StrFormat("%.1f MB", bytes / 1e6), " (",
+           what, ") in ", absl::StrFormat("%.2f s", source->generate_seconds()), " on ",
+           std::max(1, options.num_threads), " threads (",
+           absl::StrFormat("%.2f GB/s", bytes / 1e9 / std::max(source->generate_seconds(), 1e-9)), ")");
+  auto model = std::make_unique<Model>();
+  model->config = source->config();
+  model->origin = source->Describe();
+  TANDEM_ASSIGN_OR_RETURN(model->weights, LoadModelWeights(model->config, std::move(source)));
+  if (options.tokenizer) {
+    const absl::Time start = absl::Now();
+    TANDEM_ASSIGN_OR_RETURN(std::string proto, SyntheticTokenizerModel(spec));
+    TANDEM_ASSIGN_OR_RETURN(model->tokenizer,
+                            Tokenizer::FromModelProto(proto, absl::StrCat(model->origin, " tokenizer")));
+    LOG_INFO("trained the ", model->origin, " tokenizer (", model->tokenizer->vocab_size(), " pieces) in memory in ",
+             absl::StrFormat("%.2f s", absl::ToDoubleSeconds(absl::Now() - start)));
+  }
+  return model;
+}
+
+std::string ModelSource::Describe() const { return synthetic ? SyntheticModelName(*synthetic) : model_dir; }
+
+absl::StatusOr<ModelSource> ParseModelSource(const std::string& model_flag, const std::string& synthetic_flag,
+                                             uint64_t seed_flag) {
+  if (model_flag.empty() == synthetic_flag.empty()) {
+    return absl::InvalidArgumentError("give exactly one of --model DIR or --synthetic PRESET[:layers]");
+  }
+  ModelSource source;
+  if (!model_flag.empty()) {
+    source.model_dir = model_flag;
+    return source;
+  }
+  SyntheticModelSpec spec;
+  std::vector<std::string> parts = absl::StrSplit(synthetic_flag, ':');
+  spec.preset = parts[0];
+  if (parts.size() > 2 || (parts.size() == 2 && (!absl::SimpleAtoi(parts[1], &spec.num_layers) || spec.num_layers < 1))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--synthetic \"", synthetic_flag, "\": expected PRESET or PRESET:layers with layers >= 1"));
+  }
+  spec.seed = seed_flag;
+  if (absl::Status status = SyntheticConfig(spec).status(); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--synthetic \"", synthetic_flag, "\": ", status.message()));
+  }
+  source.synthetic = spec;
+  return source;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadModelFrom(const ModelSource& source, const ModelLoadOptions& options) {
+  if (source.synthetic) return LoadSyntheticModel(*source.synthetic, options);
+  return LoadModel(source.model_dir);
+}
+
+}  // namespace tandem

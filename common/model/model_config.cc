@@ -1,0 +1,311 @@
+#include "common/model/model_config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
+
+namespace tandem {
+namespace {
+
+using nlohmann::json;
+
+absl::Status FieldError(const std::string& source, absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": field \"", field, "\" ", what));
+}
+
+// Typed getters: absent → default (or error when required); wrong type → error.
+class Fields {
+ public:
+  Fields(const json& object, const std::string& source) : object_(object), source_(source) {}
+
+  absl::StatusOr<int64_t> Int(const std::string& name, std::optional<int64_t> fallback) const {
+    auto it = object_.find(name);
+    if (it == object_.end() || it->is_null()) {
+      if (fallback) return *fallback;
+      return FieldError(source_, name, "is missing");
+    }
+    if (!it->is_number_integer()) return FieldError(source_, name, absl::StrCat("must be an integer, got ", it->dump()));
+    return it->get<int64_t>();
+  }
+
+  absl::StatusOr<double> Number(const std::string& name, double fallback) const {
+    auto it = object_.find(name);
+    if (it == object_.end() || it->is_null()) return fallback;
+    if (!it->is_number()) return FieldError(source_, name, absl::StrCat("must be a number, got ", it->dump()));
+    return it->get<double>();
+  }
+
+  absl::StatusOr<bool> Bool(const std::string& name, bool fallback) const {
+    auto it = object_.find(name);
+    if (it == object_.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) return FieldError(source_, name, absl::StrCat("must be true or false, got ", it->dump()));
+    return it->get<bool>();
+  }
+
+  absl::StatusOr<std::string> String(const std::string& name, std::string fallback) const {
+    auto it = object_.find(name);
+    if (it == object_.end() || it->is_null()) return fallback;
+    if (!it->is_string()) return FieldError(source_, name, absl::StrCat("must be a string, got ", it->dump()));
+    return it->get<std::string>();
+  }
+
+  absl::StatusOr<std::vector<double>> Numbers(const std::string& name) const {
+    auto it = object_.find(name);
+    if (it == object_.end() || it->is_null()) return FieldError(source_, name, "is missing");
+    if (!it->is_array()) return FieldError(source_, name, "must be a list of numbers");
+    std::vector<double> out;
+    for (const json& v : *it) {
+      if (!v.is_number()) return FieldError(source_, name, absl::StrCat("must hold only numbers, got ", v.dump()));
+      out.push_back(v.get<double>());
+    }
+    return out;
+  }
+
+ private:
+  const json& object_;
+  const std::string& source_;
+};
+
+absl::StatusOr<RopeScaling> ParseRopeScaling(const json& root, Architecture arch, const std::string& source) {
+  RopeScaling scaling;
+  auto it = root.find("rope_scaling");
+  if (it == root.end() || it->is_null()) return scaling;
+  if (!it->is_object()) return FieldError(source, "rope_scaling", "must be an object or null");
+  const std::string field_source = absl::StrCat(source, " rope_scaling");
+  Fields f(*it, field_source);
+  TANDEM_ASSIGN_OR_RETURN(std::string type, f.String("rope_type", ""));
+  if (type.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(type, f.String("type", ""));
+  }
+  if (type != "longrope" || arch != Architecture::kPhiMoE) {
+    return FieldError(source, "rope_scaling",
+                      absl::StrCat("type \"", type, "\" is not supported for this architecture (tandem reads "
+                                   "\"longrope\" for PhiMoEForCausalLM and no scaling for MixtralForCausalLM)"));
+  }
+  scaling.type = type;
+  TANDEM_ASSIGN_OR_RETURN(scaling.short_factor, f.Numbers("short_factor"));
+  TANDEM_ASSIGN_OR_RETURN(scaling.long_factor, f.Numbers("long_factor"));
+  if (!it->contains("short_mscale") || !it->contains("long_mscale")) {
+    return FieldError(field_source, "short_mscale/long_mscale", "are required for longrope");
+  }
+  TANDEM_ASSIGN_OR_RETURN(scaling.short_mscale, f.Number("short_mscale", 1.0));
+  TANDEM_ASSIGN_OR_RETURN(scaling.long_mscale, f.Number("long_mscale", 1.0));
+  TANDEM_ASSIGN_OR_RETURN(scaling.original_max_position_embeddings,
+                          f.Int("original_max_position_embeddings", std::nullopt));
+  return scaling;
+}
+
+absl::StatusOr<std::vector<int32_t>> ParseEosIds(const json& root, const std::string& source) {
+  auto it = root.find("eos_token_id");
+  if (it == root.end() || it->is_null()) return std::vector<int32_t>{2};
+  if (it->is_number_integer()) return std::vector<int32_t>{it->get<int32_t>()};
+  if (it->is_array()) {
+    std::vector<int32_t> ids;
+    for (const json& v : *it) {
+      if (!v.is_number_integer()) return FieldError(source, "eos_token_id", "must be an integer or a list of integers");
+      ids.push_back(v.get<int32_t>());
+    }
+    return ids;
+  }
+  return FieldError(source, "eos_token_id", "must be an integer or a list of integers");
+}
+
+}  // namespace
+
+absl::Status ModelConfig::Validate(const std::string& source) const {
+  auto positive = [&](const std::string& name, int64_t v) -> absl::Status {
+    if (v <= 0) return FieldError(source, name, absl::StrCat("must be positive, got ", v));
+    return absl::OkStatus();
+  };
+  TANDEM_RETURN_IF_ERROR(positive("vocab_size", vocab_size));
+  TANDEM_RETURN_IF_ERROR(positive("hidden_size", hidden_size));
+  TANDEM_RETURN_IF_ERROR(positive("intermediate_size", intermediate_size));
+  TANDEM_RETURN_IF_ERROR(positive("num_hidden_layers", num_hidden_layers));
+  TANDEM_RETURN_IF_ERROR(positive("num_attention_heads", num_attention_heads));
+  TANDEM_RETURN_IF_ERROR(positive("num_key_value_heads", num_key_value_heads));
+  TANDEM_RETURN_IF_ERROR(positive("head_dim", head_dim));
+  TANDEM_RETURN_IF_ERROR(positive("max_position_embeddings", max_position_embeddings));
+  TANDEM_RETURN_IF_ERROR(positive("num_local_experts", num_local_experts));
+  TANDEM_RETURN_IF_ERROR(positive("num_experts_per_tok", num_experts_per_tok));
+  if (num_attention_heads % num_key_value_heads != 0) {
+    return FieldError(source, "num_key_value_heads",
+                      absl::StrCat("(", num_key_value_heads, ") must divide num_attention_heads (",
+                                   num_attention_heads, ")"));
+  }
+  if (head_dim % 2 != 0 || head_dim > 1024) {
+    return FieldError(source, "head_dim", absl::StrCat("must be even and at most 1024, got ", head_dim));
+  }
+  if (num_experts_per_tok > num_local_experts) {
+    return FieldError(source, "num_experts_per_tok",
+                      absl::StrCat("(", num_experts_per_tok, ") exceeds num_local_experts (", num_local_experts, ")"));
+  }
+  if (router_kind() == RouterKind::kSparseMixer && num_experts_per_tok != 2) {
+    return FieldError(source, "num_experts_per_tok",
+                      absl::StrCat("must be 2 for PhiMoE's sparsemixer router, got ", num_experts_per_tok));
+  }
+  if (!(rope_theta > 0)) return FieldError(source, "rope_theta", "must be positive");
+  if (!(rms_norm_eps > 0)) return FieldError(source, "rms_norm_eps", "must be positive");
+  if (router_jitter_noise < 0) return FieldError(source, "router_jitter_noise", "must not be negative");
+  if (sliding_window && *sliding_window <= 0) {
+    return FieldError(source, "sliding_window", absl::StrCat("must be positive or null, got ", *sliding_window));
+  }
+  if (bos_token_id < 0 || bos_token_id >= vocab_size) {
+    return FieldError(source, "bos_token_id", absl::StrCat(bos_token_id, " is outside the vocabulary [0, ", vocab_size, ")"));
+  }
+  for (int32_t id : eos_token_ids) {
+    if (id < 0 || id >= vocab_size) {
+      return FieldError(source, "eos_token_id", absl::StrCat(id, " is outside the vocabulary [0, ", vocab_size, ")"));
+    }
+  }
+  if (rope_scaling.type == "longrope") {
+    const size_t half = static_cast<size_t>(head_dim / 2);
+    if (rope_scaling.short_factor.size() != half || rope_scaling.long_factor.size() != half) {
+      return FieldError(source, "rope_scaling",
+                        absl::StrCat("short_factor and long_factor need head_dim/2 = ", half, " entries, got ",
+                                     rope_scaling.short_factor.size(), " and ", rope_scaling.long_factor.size()));
+    }
+    for (double v : rope_scaling.short_factor) {
+      if (!(v > 0)) return FieldError(source, "rope_scaling.short_factor", "entries must be positive");
+    }
+    for (double v : rope_scaling.long_factor) {
+      if (!(v > 0)) return FieldError(source, "rope_scaling.long_factor", "entries must be positive");
+    }
+    if (!(rope_scaling.short_mscale > 0) || !(rope_scaling.long_mscale > 0)) {
+      return FieldError(source, "rope_scaling", "short_mscale and long_mscale must be positive");
+    }
+    if (rope_scaling.original_max_position_embeddings <= 0) {
+      return FieldError(source, "rope_scaling.original_max_position_embeddings", "must be positive");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const std::string& source) {
+  json root;
+  try {
+    root = json::parse(json_text);
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON: ", e.what()));
+  }
+  if (!root.is_object()) return absl::InvalidArgumentError(absl::StrCat(source, ": must hold a JSON object"));
+
+  ModelConfig c;
+  auto archs = root.find("architectures");
+  if (archs == root.end() || !archs->is_array() || archs->empty() || !(*archs)[0].is_string()) {
+    return FieldError(source, "architectures", "is missing or not a list of names");
+  }
+  c.architecture_name = (*archs)[0].get<std::string>();
+  if (c.architecture_name == "MixtralForCausalLM") {
+    c.architecture = Architecture::kMixtral;
+  } else if (c.architecture_name == "PhiMoEForCausalLM") {
+    c.architecture = Architecture::kPhiMoE;
+  } else {
+    return FieldError(source, "architectures",
+                      absl::StrCat("names \"", c.architecture_name,
+                                   "\", which tandem does not support (MixtralForCausalLM, PhiMoEForCausalLM)"));
+  }
+  const bool phimoe = c.architecture == Architecture::kPhiMoE;
+  const std::string expected_type = phimoe ? "phimoe" : "mixtral";
+
+  Fields f(root, source);
+  TANDEM_ASSIGN_OR_RETURN(c.model_type, f.String("model_type", expected_type));
+  if (c.model_type != expected_type) {
+    return FieldError(source, "model_type",
+                      absl::StrCat("is \"", c.model_type, "\" but architectures says ", c.architecture_name));
+  }
+  TANDEM_ASSIGN_OR_RETURN(c.vocab_size, f.Int("vocab_size", std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(c.hidden_size, f.Int("hidden_size", std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(c.intermediate_size, f.Int("intermediate_size", std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(c.num_hidden_layers, f.Int("num_hidden_layers", std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(c.num_attention_heads, f.Int("num_attention_heads", std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(c.num_key_value_heads, f.Int("num_key_value_heads", c.num_attention_heads));
+  if (c.num_attention_heads <= 0) return FieldError(source, "num_attention_heads", "must be positive");
+  const bool head_dim_given = root.contains("head_dim") && !root["head_dim"].is_null();
+  TANDEM_ASSIGN_OR_RETURN(c.head_dim, f.Int("head_dim", c.hidden_size / c.num_attention_heads));
+  if (!head_dim_given && c.hidden_size % c.num_attention_heads != 0) {
+    return FieldError(source, "hidden_size",
+                      absl::StrCat("(", c.hidden_size, ") is not divisible by num_attention_heads (",
+                                   c.num_attention_heads, ") and no head_dim is given"));
+  }
+  TANDEM_ASSIGN_OR_RETURN(c.max_position_embeddings, f.Int("max_position_embeddings", std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(c.rope_theta, f.Number("rope_theta", 1e6));
+  TANDEM_ASSIGN_OR_RETURN(c.rms_norm_eps, f.Number("rms_norm_eps", 1e-5));
+  auto sw = root.find("sliding_window");
+  if (sw != root.end() && !sw->is_null()) {
+    if (!sw->is_number_integer()) return FieldError(source, "sliding_window", "must be an integer or null");
+    c.sliding_window = sw->get<int64_t>();
+  }
+  TANDEM_ASSIGN_OR_RETURN(c.num_local_experts, f.Int("num_local_experts", std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(c.num_experts_per_tok, f.Int("num_experts_per_tok", std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(c.attention_bias, f.Bool("attention_bias", false));
+  TANDEM_ASSIGN_OR_RETURN(c.lm_head_bias, f.Bool("lm_head_bias", false));
+  TANDEM_ASSIGN_OR_RETURN(c.tie_word_embeddings, f.Bool("tie_word_embeddings", false));
+  TANDEM_ASSIGN_OR_RETURN(c.router_jitter_noise, f.Number("router_jitter_noise", phimoe ? 0.01 : 0.0));
+  TANDEM_ASSIGN_OR_RETURN(int64_t bos, f.Int("bos_token_id", 1));
+  c.bos_token_id = static_cast<int32_t>(bos);
+  TANDEM_ASSIGN_OR_RETURN(c.eos_token_ids, ParseEosIds(root, source));
+  TANDEM_ASSIGN_OR_RETURN(c.torch_dtype, f.String("torch_dtype", "bfloat16"));
+  if (!phimoe && (c.attention_bias || c.lm_head_bias)) {
+    return FieldError(source, c.attention_bias ? "attention_bias" : "lm_head_bias",
+                      "is true, but MixtralForCausalLM has no biases");
+  }
+  TANDEM_ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(root, c.architecture, source));
+  TANDEM_RETURN_IF_ERROR(c.Validate(source));
+  return c;
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& config_json) {
+  std::ifstream in(config_json);
+  if (!in) return absl::NotFoundError(absl::StrCat(config_json.string(), ": cannot open model config"));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return ParseModelConfig(buffer.str(), config_json.string());
+}
+
+std::string ModelConfigToJson(const ModelConfig& c) {
+  json root;
+  root["architectures"] = {c.architecture_name};
+  root["model_type"] = c.model_type;
+  root["vocab_size"] = c.vocab_size;
+  root["hidden_size"] = c.hidden_size;
+  root["intermediate_size"] = c.intermediate_size;
+  root["num_hidden_layers"] = c.num_hidden_layers;
+  root["num_attention_heads"] = c.num_attention_heads;
+  root["num_key_value_heads"] = c.num_key_value_heads;
+  root["head_dim"] = c.head_dim;
+  root["max_position_embeddings"] = c.max_position_embeddings;
+  root["rope_theta"] = c.rope_theta;
+  root["rms_norm_eps"] = c.rms_norm_eps;
+  root["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
+  root["num_local_experts"] = c.num_local_experts;
+  root["num_experts_per_tok"] = c.num_experts_per_tok;
+  root["tie_word_embeddings"] = c.tie_word_embeddings;
+  root["bos_token_id"] = c.bos_token_id;
+  root["eos_token_id"] = c.eos_token_ids.size() == 1 ? json(c.eos_token_ids[0]) : json(c.eos_token_ids);
+  root["torch_dtype"] = c.torch_dtype;
+  root["hidden_act"] = "silu";
+  if (c.architecture == Architecture::kPhiMoE) {
+    root["attention_bias"] = c.attention_bias;
+    root["lm_head_bias"] = c.lm_head_bias;
+    root["router_jitter_noise"] = c.router_jitter_noise;
+    root["input_jitter_noise"] = c.router_jitter_noise;
+  }
+  if (c.rope_scaling.type.empty()) {
+    root["rope_scaling"] = nullptr;
+  } else {
+    root["rope_scaling"] = {{"type", c.rope_scaling.type},
+                            {"short_factor", c.rope_scaling.short_factor},
+                            {"long_factor", c.rope_scaling.long_factor},
+                            {"short_mscale", c.rope_scaling.short_mscale},
+                            {"long_mscale", c.rope_scaling.long_mscale},
+                            {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
+  }
+  return root.dump(2) + "\n";
+}
+
+}  // namespace tandem

@@ -1,0 +1,105 @@
+#include "common/model/model_weights.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/model/tensor_names.h"
+
+namespace tandem {
+namespace {
+
+class Binder {
+ public:
+  Binder(const ModelConfig& config, const TensorSource& source) : config_(config), source_(source) {}
+
+  absl::StatusOr<TensorView> View(WeightRole role, int layer = -1, int expert = -1) {
+    const std::string name = WeightName(config_, role, layer, expert);
+    TANDEM_ASSIGN_OR_RETURN(TensorView view, source_.Get(name));
+    const std::vector<int64_t> expected = WeightShape(config_, role);
+    if (view.shape != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(source_.Describe(), ": tensor ", name, " has shape ",
+                                                     ShapeString(view.shape), ", config.json implies ",
+                                                     ShapeString(expected)));
+    }
+    bytes_ += static_cast<int64_t>(view.size_bytes);
+    return view;
+  }
+
+  absl::StatusOr<LinearWeight> Linear(WeightRole role, int layer = -1, int expert = -1) {
+    TANDEM_ASSIGN_OR_RETURN(TensorView view, View(role, layer, expert));
+    return LinearWeight{view.data, view.dtype, view.dim(0), view.dim(1)};
+  }
+
+  absl::StatusOr<std::vector<float>> Vector(WeightRole role, int layer = -1) {
+    TANDEM_ASSIGN_OR_RETURN(TensorView view, View(role, layer));
+    std::vector<float> out(static_cast<size_t>(view.num_elements()));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = LoadAsF32(view.data, view.dtype, i);
+    return out;
+  }
+
+  absl::StatusOr<NormWeights> Norm(WeightRole weight, WeightRole bias, int layer = -1) {
+    NormWeights norm;
+    TANDEM_ASSIGN_OR_RETURN(norm.weight, Vector(weight, layer));
+    if (config_.norm_kind() == NormKind::kLayerNorm) {
+      TANDEM_ASSIGN_OR_RETURN(norm.bias, Vector(bias, layer));
+    }
+    return norm;
+  }
+
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  const ModelConfig& config_;
+  const TensorSource& source_;
+  int64_t bytes_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModelWeights(const ModelConfig& config,
+                                                               std::shared_ptr<const TensorSource> source) {
+  auto w = std::make_unique<ModelWeights>();
+  w->config = config;
+  Binder bind(config, *source);
+  TANDEM_ASSIGN_OR_RETURN(w->embed_tokens, bind.View(WeightRole::kEmbedTokens));
+  w->layers.resize(static_cast<size_t>(config.num_hidden_layers));
+  for (int l = 0; l < config.num_hidden_layers; ++l) {
+    LayerWeights& layer = w->layers[static_cast<size_t>(l)];
+    TANDEM_ASSIGN_OR_RETURN(layer.input_norm, bind.Norm(WeightRole::kInputNorm, WeightRole::kInputNormBias, l));
+    TANDEM_ASSIGN_OR_RETURN(layer.q_proj, bind.Linear(WeightRole::kQProj, l));
+    TANDEM_ASSIGN_OR_RETURN(layer.k_proj, bind.Linear(WeightRole::kKProj, l));
+    TANDEM_ASSIGN_OR_RETURN(layer.v_proj, bind.Linear(WeightRole::kVProj, l));
+    TANDEM_ASSIGN_OR_RETURN(layer.o_proj, bind.Linear(WeightRole::kOProj, l));
+    if (config.attention_bias) {
+      TANDEM_ASSIGN_OR_RETURN(layer.q_bias, bind.Vector(WeightRole::kQBias, l));
+      TANDEM_ASSIGN_OR_RETURN(layer.k_bias, bind.Vector(WeightRole::kKBias, l));
+      TANDEM_ASSIGN_OR_RETURN(layer.v_bias, bind.Vector(WeightRole::kVBias, l));
+      TANDEM_ASSIGN_OR_RETURN(layer.o_bias, bind.Vector(WeightRole::kOBias, l));
+    }
+    TANDEM_ASSIGN_OR_RETURN(layer.post_attention_norm,
+                            bind.Norm(WeightRole::kPostAttentionNorm, WeightRole::kPostAttentionNormBias, l));
+    TANDEM_ASSIGN_OR_RETURN(layer.router, bind.Linear(WeightRole::kRouter, l));
+    const int64_t before_experts = bind.bytes();
+    layer.experts.resize(static_cast<size_t>(config.num_local_experts));
+    for (int e = 0; e < config.num_local_experts; ++e) {
+      ExpertWeights& expert = layer.experts[static_cast<size_t>(e)];
+      TANDEM_ASSIGN_OR_RETURN(expert.w1, bind.Linear(WeightRole::kExpertW1, l, e));
+      TANDEM_ASSIGN_OR_RETURN(expert.w2, bind.Linear(WeightRole::kExpertW2, l, e));
+      TANDEM_ASSIGN_OR_RETURN(expert.w3, bind.Linear(WeightRole::kExpertW3, l, e));
+    }
+    w->expert_bytes += bind.bytes() - before_experts;
+  }
+  TANDEM_ASSIGN_OR_RETURN(w->final_norm, bind.Norm(WeightRole::kFinalNorm, WeightRole::kFinalNormBias));
+  if (config.tie_word_embeddings) {
+    w->lm_head = LinearWeight{w->embed_tokens.data, w->embed_tokens.dtype, config.vocab_size, config.hidden_size};
+  } else {
+    TANDEM_ASSIGN_OR_RETURN(w->lm_head, bind.Linear(WeightRole::kLmHead));
+  }
+  if (config.lm_head_bias) {
+    TANDEM_ASSIGN_OR_RETURN(w->lm_head_bias, bind.Vector(WeightRole::kLmHeadBias));
+  }
+  w->total_bytes = bind.bytes();
+  w->source = std::move(source);
+  return w;
+}
+
+}  // namespace tandem

@@ -1,0 +1,62 @@
+// The model's weights, read-only, by lifetime separate from the config (the
+// blueprint) and the run state (activations). Large matrices are views into
+// their TensorSource (an mmap'd checkpoint or an in-memory synthetic model);
+// small vectors (norms, biases) are converted to f32 once at load.
+//
+// Legend: V vocab, D hidden, I intermediate, E experts, Hq = heads * head_dim,
+// Hkv = kv heads * head_dim.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/kernels/linear.h"
+#include "common/model/model_config.h"
+#include "common/model/safetensors.h"
+#include "common/base/tensor_view.h"
+
+namespace tandem {
+
+struct NormWeights {
+  std::vector<float> weight;  // [D] f32
+  std::vector<float> bias;    // [D] f32 for LayerNorm, empty for RMSNorm
+};
+
+struct ExpertWeights {
+  LinearWeight w1;  // gate_proj [I, D]
+  LinearWeight w2;  // down_proj [D, I]
+  LinearWeight w3;  // up_proj   [I, D]
+};
+
+struct LayerWeights {
+  NormWeights input_norm;
+  LinearWeight q_proj;  // [Hq, D]
+  LinearWeight k_proj;  // [Hkv, D]
+  LinearWeight v_proj;  // [Hkv, D]
+  LinearWeight o_proj;  // [D, Hq]
+  std::vector<float> q_bias, k_bias, v_bias, o_bias;  // f32, empty without attention_bias
+  NormWeights post_attention_norm;
+  LinearWeight router;  // [E, D] block_sparse_moe.gate
+  std::vector<ExpertWeights> experts;  // [E]
+};
+
+// Immutable after load; any thread may read it.
+struct ModelWeights {
+  ModelConfig config;
+  TensorView embed_tokens;  // [V, D]
+  std::vector<LayerWeights> layers;
+  NormWeights final_norm;
+  LinearWeight lm_head;             // [V, D] (embed_tokens when tied)
+  std::vector<float> lm_head_bias;  // [V] f32 or empty
+  std::shared_ptr<const TensorSource> source;  // keeps the viewed bytes alive
+  int64_t total_bytes = 0;                     // bytes of every tensor used
+  int64_t expert_bytes = 0;                    // bytes of all expert FFN weights
+};
+
+// Binds every tensor the config implies; a missing tensor, a wrong shape or a
+// non-float dtype is an error naming the tensor and the source.
+absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModelWeights(const ModelConfig& config,
+                                                               std::shared_ptr<const TensorSource> source);
+
+}  // namespace tandem

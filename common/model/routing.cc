@@ -1,0 +1,73 @@
+#include "common/model/routing.h"
+
+#include <cmath>
+#include <limits>
+
+namespace tandem {
+
+void RouteSoftmaxTopK(const float* logits, int64_t num_experts, int64_t k, int32_t* experts, float* weights) {
+  // Selection by repeated argmax: K is 1–8, E at most a few hundred.
+  for (int64_t slot = 0; slot < k; ++slot) {
+    int32_t best = -1;
+    for (int64_t e = 0; e < num_experts; ++e) {
+      bool taken = false;
+      for (int64_t s = 0; s < slot; ++s) taken |= experts[s] == e;
+      if (!taken && (best < 0 || logits[e] > logits[best])) best = static_cast<int32_t>(e);
+    }
+    experts[slot] = best;
+  }
+  const float max_logit = logits[experts[0]];
+  double sum = 0.0;
+  for (int64_t s = 0; s < k; ++s) {
+    weights[s] = std::exp(logits[experts[s]] - max_logit);
+    sum += weights[s];
+  }
+  for (int64_t s = 0; s < k; ++s) weights[s] = static_cast<float>(weights[s] / sum);
+}
+
+namespace {
+
+// Softmax weight of `chosen` among the logits not masked out: the masked ones
+// are those outside the band around `threshold` (and `excluded`).
+float BandWeight(const float* scores, int64_t num_experts, int32_t chosen, int32_t excluded, float threshold,
+                 double jitter_eps) {
+  double sum = 0.0;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    if (e == excluded) continue;
+    const float factor = std::max(std::fabs(scores[e]), threshold);  // scores.abs().clamp(min=threshold)
+    const bool masked = (threshold - scores[e]) / factor > 2.0 * jitter_eps;
+    if (!masked) sum += std::exp(static_cast<double>(scores[e]) - threshold);
+  }
+  return static_cast<float>(std::exp(static_cast<double>(scores[chosen]) - threshold) / sum);
+}
+
+}  // namespace
+
+void RouteSparseMixer(const float* scores, int64_t num_experts, double jitter_eps, int32_t* experts, float* weights) {
+  int32_t first = 0;
+  for (int64_t e = 1; e < num_experts; ++e) {
+    if (scores[e] > scores[first]) first = static_cast<int32_t>(e);
+  }
+  experts[0] = first;
+  weights[0] = BandWeight(scores, num_experts, first, -1, scores[first], jitter_eps);
+  int32_t second = -1;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    if (e != first && (second < 0 || scores[e] > scores[second])) second = static_cast<int32_t>(e);
+  }
+  experts[1] = second;
+  weights[1] = BandWeight(scores, num_experts, second, first, scores[second], jitter_eps);
+}
+
+void Route(const ModelConfig& config, const float* logits, int64_t num_tokens, int32_t* experts, float* weights) {
+  const int64_t e = config.num_local_experts;
+  const int64_t k = config.num_experts_per_tok;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    if (config.router_kind() == RouterKind::kSparseMixer) {
+      RouteSparseMixer(logits + t * e, e, config.router_jitter_noise, experts + t * k, weights + t * k);
+    } else {
+      RouteSoftmaxTopK(logits + t * e, e, k, experts + t * k, weights + t * k);
+    }
+  }
+}
+
+}  // namespace tandem

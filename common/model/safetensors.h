@@ -1,0 +1,112 @@
+// Safetensors files over mmap: one file, or a sharded checkpoint described by
+// model.safetensors.index.json. Every header is validated before any tensor is
+// handed out (header length, JSON, dtype, shape x element size == byte range,
+// ranges inside the file, no overlaps); every failure names the file and,
+// where there is one, the tensor. Status codes:
+//   DataLoss         the file is shorter than its own header says (under 8
+//                    bytes, header length past the end, a tensor's range past
+//                    the end of the data section): a truncated copy.
+//   InvalidArgument  malformed content: an absurd header length (> 100 MB),
+//                    bad JSON, wrong field types, unsupported dtype, negative
+//                    dimension, shape x element size != byte range, overlaps,
+//                    an index whose shard lacks a tensor, a tensor in two files.
+//   NotFound         a missing file, shard, directory or tensor.
+//
+// Format: 8-byte little-endian header length N, N bytes of JSON
+//   {"__metadata__": {...}, "<name>": {"dtype": "BF16", "shape": [..],
+//    "data_offsets": [begin, end]}, ...}
+// then the data section; offsets are relative to the data section.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/base/tensor_view.h"
+
+namespace tandem {
+
+// One mmap'd safetensors file. Owns the mapping; views stay valid while it lives.
+// Immutable after Open: any thread may call its const methods.
+class SafetensorsFile {
+ public:
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::filesystem::path& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // NotFound naming the file and tensor when absent.
+  absl::StatusOr<TensorView> Get(const std::string& name) const;
+
+ private:
+  SafetensorsFile() = default;
+  std::filesystem::path path_;
+  void* mapping_ = nullptr;
+  size_t mapping_bytes_ = 0;
+  std::map<std::string, TensorView> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Where a model's tensors come from: an abstraction so that weights generated
+// in memory (synthetic full-size models) and weights read from disk look alike.
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  // NotFound (naming the tensor and the source) when absent.
+  virtual absl::StatusOr<TensorView> Get(const std::string& name) const = 0;
+  virtual std::vector<std::string> Names() const = 0;
+  // Human-readable origin for error messages, e.g. the model directory.
+  virtual std::string Describe() const = 0;
+};
+
+// All tensors of a model directory: model.safetensors.index.json if present
+// (every listed shard must exist and hold the tensors the index says), else
+// every *.safetensors file in the directory. A tensor named in two files is an
+// error. Owns the files.
+class SafetensorsCheckpoint : public TensorSource {
+ public:
+  static absl::StatusOr<std::unique_ptr<SafetensorsCheckpoint>> Open(const std::filesystem::path& model_dir);
+
+  absl::StatusOr<TensorView> Get(const std::string& name) const override;
+  std::vector<std::string> Names() const override;
+  std::string Describe() const override { return dir_.string(); }
+  const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
+
+ private:
+  std::filesystem::path dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, TensorView> tensors_;
+};
+
+// A tensor to be written: `data` holds num_elements * DTypeSize(dtype) bytes.
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;
+};
+
+// Writes one safetensors file (tensors in the given order, 8-byte aligned
+// header as the reference implementation does) to a temporary name, then
+// renames it. InvalidArgument naming the tensor when its data size does not
+// match its shape and dtype, or a name is repeated.
+absl::Status WriteSafetensors(const std::filesystem::path& path, const std::vector<const TensorToWrite*>& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
+
+// Writes `tensors` into `num_shards` files named
+// model-0000i-of-0000N.safetensors plus model.safetensors.index.json
+// ({"metadata": {"total_size": bytes}, "weight_map": {name: file}}), split in
+// order into shards of roughly equal bytes, none empty (so num_shards must not
+// exceed the number of tensors). num_shards == 1 writes a single
+// model.safetensors and removes any stale index. Every file is written to a
+// temporary name and renamed, the index last.
+absl::Status WriteSafetensorsCheckpoint(const std::filesystem::path& model_dir,
+                                        const std::vector<const TensorToWrite*>& tensors, int num_shards);
+
+}  // namespace tandem

@@ -1,0 +1,491 @@
+#include "common/model/synthetic_model.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/base/log.h"
+#include "common/base/status_macros.h"
+#include "common/base/thread_pool.h"
+#include "common/model/tokenizer.h"
+
+namespace tandem {
+namespace {
+
+// Counter-based generator: element i of a tensor is SplitMix64(key + i), so
+// any slice can be generated independently and in parallel.
+inline uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [-1, 1): std 1/sqrt(3).
+inline float Uniform(uint64_t key, uint64_t i) {
+  return static_cast<float>(static_cast<double>(SplitMix64(key + i) >> 11) * 0x1.0p-52 - 1.0);
+}
+
+uint64_t NameKey(uint64_t seed, std::string_view name) {
+  uint64_t h = 0xcbf29ce484222325ull ^ SplitMix64(seed);  // FNV-1a over the name
+  for (char c : name) h = (h ^ static_cast<uint8_t>(c)) * 0x100000001b3ull;
+  return SplitMix64(h);
+}
+
+constexpr float kSqrt3 = 1.7320508f;
+
+struct Preset {
+  ModelConfig config;
+  int64_t tokenizer_vocab;
+};
+
+ModelConfig MixtralBase() {
+  ModelConfig c;
+  c.architecture = Architecture::kMixtral;
+  c.architecture_name = "MixtralForCausalLM";
+  c.model_type = "mixtral";
+  c.rope_theta = 1e6;
+  c.rms_norm_eps = 1e-5;
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  c.torch_dtype = "bfloat16";
+  c.num_experts_per_tok = 2;
+  return c;
+}
+
+// Phi-3.5-MoE's longrope factors have this shape: short ≈ 1, long growing
+// with the frequency index. These are made-up values of that shape.
+void SetLongRope(ModelConfig& c, int64_t original_max) {
+  c.rope_scaling.type = "longrope";
+  const int64_t half = c.head_dim / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const double t = static_cast<double>(i) / static_cast<double>(half);
+    c.rope_scaling.short_factor.push_back(1.0 + 0.1 * t * t);
+    c.rope_scaling.long_factor.push_back(1.0 + 30.0 * t * t);
+  }
+  c.rope_scaling.short_mscale = 1.243163121016122;
+  c.rope_scaling.long_mscale = 1.243163121016122;
+  c.rope_scaling.original_max_position_embeddings = original_max;
+}
+
+ModelConfig PhiMoEBase() {
+  ModelConfig c = MixtralBase();
+  c.architecture = Architecture::kPhiMoE;
+  c.architecture_name = "PhiMoEForCausalLM";
+  c.model_type = "phimoe";
+  c.attention_bias = true;
+  c.lm_head_bias = true;
+  c.router_jitter_noise = 0.01;
+  return c;
+}
+
+absl::StatusOr<Preset> FindPreset(const std::string& name) {
+  if (name == "tiny") {
+    ModelConfig c = MixtralBase();
+    c.vocab_size = 512, c.hidden_size = 64, c.intermediate_size = 96, c.num_hidden_layers = 2;
+    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 16;
+    c.num_local_experts = 4, c.max_position_embeddings = 256;
+    return Preset{c, 512};
+  }
+  if (name == "tiny-phimoe") {
+    ModelConfig c = PhiMoEBase();
+    c.vocab_size = 520, c.hidden_size = 64, c.intermediate_size = 80, c.num_hidden_layers = 2;
+    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 16;
+    c.num_local_experts = 6, c.max_position_embeddings = 256, c.rope_theta = 10000.0;
+    c.sliding_window = 48;  // exercised by tests: shorter than the prompts they use
+    SetLongRope(c, 64);     // and the long factors kick in past 64 positions
+    return Preset{c, 512};
+  }
+  if (name == "demo") {
+    ModelConfig c = MixtralBase();
+    c.vocab_size = 2000, c.hidden_size = 512, c.intermediate_size = 1024, c.num_hidden_layers = 4;
+    c.num_attention_heads = 8, c.num_key_value_heads = 4, c.head_dim = 64;
+    c.num_local_experts = 8, c.max_position_embeddings = 4096;
+    return Preset{c, 2000};
+  }
+  if (name == "mixtral-8x7b") {  // mistralai/Mixtral-8x7B-v0.1 config.json
+    ModelConfig c = MixtralBase();
+    c.vocab_size = 32000, c.hidden_size = 4096, c.intermediate_size = 14336, c.num_hidden_layers = 32;
+    c.num_attention_heads = 32, c.num_key_value_heads = 8, c.head_dim = 128;
+    c.num_local_experts = 8, c.max_position_embeddings = 32768;
+    return Preset{c, 32000};
+  }
+  if (name == "phi-3.5-moe") {  // microsoft/Phi-3.5-MoE-instruct config.json
+    ModelConfig c = PhiMoEBase();
+    c.vocab_size = 32064, c.hidden_size = 4096, c.intermediate_size = 6400, c.num_hidden_layers = 32;
+    c.num_attention_heads = 32, c.num_key_value_heads = 8, c.head_dim = 128;
+    c.num_local_experts = 16, c.max_position_embeddings = 131072, c.rope_theta = 10000.0;
+    c.sliding_window = 131072;
+    c.eos_token_ids = {32000};
+    SetLongRope(c, 4096);
+    return Preset{c, 32000};
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown synthetic model preset \"", name, "\" (known: ",
+                                                 absl::StrJoin(SyntheticPresets(), ", "), ")"));
+}
+
+// Standard deviation of each weight role's uniform distribution.
+struct Scales {
+  float embed, linear_in_d, linear_in_q, w2, router, lm_head;
+};
+
+Scales ScalesFor(const ModelConfig& c) {
+  const float d = static_cast<float>(c.hidden_size);
+  return Scales{
+      .embed = 1.0f / std::sqrt(d),
+      .linear_in_d = 1.0f / std::sqrt(d),
+      .linear_in_q = 1.0f / std::sqrt(static_cast<float>(c.q_dim())),
+      .w2 = 1.0f / std::sqrt(static_cast<float>(c.intermediate_size)),
+      .router = 2.0f / std::sqrt(d),   // logits with std ≈ 2: clear but not one-hot routing
+      .lm_head = 3.0f / std::sqrt(d),  // peaked enough that greedy text is not noise
+  };
+}
+
+void Store(void* out, DType dtype, size_t i, float v) {
+  switch (dtype) {
+    case DType::kF32: static_cast<float*>(out)[i] = v; break;
+    case DType::kF16: static_cast<uint16_t*>(out)[i] = F32ToF16(v); break;
+    case DType::kBF16: static_cast<uint16_t*>(out)[i] = F32ToBf16(v); break;
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> SyntheticPresets() { return {"tiny", "tiny-phimoe", "demo", "mixtral-8x7b", "phi-3.5-moe"}; }
+
+absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& spec) {
+  TANDEM_ASSIGN_OR_RETURN(Preset preset, FindPreset(spec.preset));
+  if (spec.num_layers < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("num_layers must be >= 0, got ", spec.num_layers));
+  }
+  if (spec.num_layers > 0) preset.config.num_hidden_layers = spec.num_layers;
+  preset.config.torch_dtype = spec.dtype == DType::kF32 ? "float32" : spec.dtype == DType::kF16 ? "float16" : "bfloat16";
+  TANDEM_RETURN_IF_ERROR(preset.config.Validate(absl::StrCat("preset ", spec.preset)));
+  return preset.config;
+}
+
+int64_t SyntheticTokenizerVocab(const SyntheticModelSpec& spec) {
+  auto preset = FindPreset(spec.preset);
+  return preset.ok() ? preset->tokenizer_vocab : 0;
+}
+
+void FillSyntheticRange(const ModelConfig& c, const WeightSpec& w, uint64_t seed, DType dtype, void* out,
+                        int64_t begin, int64_t end, int64_t out_first) {
+  const Scales s = ScalesFor(c);
+  const uint64_t key = NameKey(seed, w.name);
+  auto fill = [&](float std_dev) {
+    const float a = std_dev * kSqrt3;
+    for (int64_t i = begin; i < end; ++i) Store(out, dtype, static_cast<size_t>(i - out_first), a * Uniform(key, static_cast<uint64_t>(i)));
+  };
+  // The shared direction u (entries ±1) that embeddings carry and routers lean on.
+  const uint64_t u_key = NameKey(seed, "shared-direction");
+  auto u = [&](int64_t j) { return (SplitMix64(u_key + static_cast<uint64_t>(j)) & 1) ? 1.0f : -1.0f; };
+  const int64_t d = c.hidden_size;
+  switch (w.role) {
+    case WeightRole::kEmbedTokens:
+      for (int64_t i = begin; i < end; ++i) {
+        const float g = kSqrt3 * Uniform(key, static_cast<uint64_t>(i));
+        Store(out, dtype, static_cast<size_t>(i - out_first), s.embed * (g + 0.5f * u(i % d)));
+      }
+      return;
+    case WeightRole::kRouter: {
+      // Per-expert lean on u in [-1.5, 1.5]: a popularity spread.
+      const uint64_t lean_key = NameKey(seed, absl::StrCat(w.name, "#lean"));
+      int64_t row = -1;
+      float lean = 0;
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t e = i / d, j = i % d;
+        if (e != row) row = e, lean = 1.5f * Uniform(lean_key, static_cast<uint64_t>(e));
+        const float g = kSqrt3 * Uniform(key, static_cast<uint64_t>(i));
+        Store(out, dtype, static_cast<size_t>(i - out_first), s.router * g + lean * u(j) / static_cast<float>(d));
+      }
+      return;
+    }
+    case WeightRole::kInputNorm:
+    case WeightRole::kPostAttentionNorm:
+    case WeightRole::kFinalNorm:
+      for (int64_t i = begin; i < end; ++i) Store(out, dtype, static_cast<size_t>(i - out_first), 1.0f + 0.1f * Uniform(key, static_cast<uint64_t>(i)));
+      return;
+    case WeightRole::kInputNormBias:
+    case WeightRole::kPostAttentionNormBias:
+    case WeightRole::kFinalNormBias:
+    case WeightRole::kQBias:
+    case WeightRole::kKBias:
+    case WeightRole::kVBias:
+    case WeightRole::kOBias:
+    case WeightRole::kLmHeadBias:
+      fill(0.02f);
+      return;
+    case WeightRole::kQProj:
+    case WeightRole::kKProj:
+    case WeightRole::kVProj:
+    case WeightRole::kExpertW1:
+    case WeightRole::kExpertW3:
+      fill(s.linear_in_d);
+      return;
+    case WeightRole::kOProj: fill(s.linear_in_q); return;
+    case WeightRole::kExpertW2: fill(s.w2); return;
+    case WeightRole::kLmHead: fill(s.lm_head); return;
+  }
+}
+
+void FillSyntheticTensor(const ModelConfig& c, const WeightSpec& w, uint64_t seed, DType dtype, void* out) {
+  int64_t n = 1;
+  for (int64_t dim : w.shape) n *= dim;
+  FillSyntheticRange(c, w, seed, dtype, out, 0, n);
+}
+
+std::string SyntheticModelName(const SyntheticModelSpec& spec) {
+  auto config = SyntheticConfig(spec);
+  const int64_t layers = config.ok() ? config->num_hidden_layers : spec.num_layers;
+  return absl::StrCat("synthetic:", spec.preset, ":", layers, " seed ", spec.seed);
+}
+
+absl::StatusOr<std::string> SyntheticTokenizerModel(const SyntheticModelSpec& spec) {
+  TANDEM_RETURN_IF_ERROR(SyntheticConfig(spec).status());
+  TokenizerTrainOptions train;
+  train.input_files = DefaultTokenizerCorpus();
+  train.vocab_size = static_cast<int>(SyntheticTokenizerVocab(spec));
+  return TrainTokenizerInMemory(train);
+}
+
+namespace {
+
+int64_t NumElements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+absl::Status WriteTextFile(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat(path.string(), ": cannot write"));
+  return absl::OkStatus();
+}
+
+// Generates `specs` into TensorToWrite buffers, in parallel over tensors.
+std::vector<TensorToWrite> Generate(const ModelConfig& c, const std::vector<WeightSpec>& specs, uint64_t seed,
+                                    DType dtype, ThreadPool& pool) {
+  std::vector<TensorToWrite> out(specs.size());
+  pool.ParallelFor(static_cast<int64_t>(specs.size()), [&](int64_t i, int) {
+    const WeightSpec& w = specs[static_cast<size_t>(i)];
+    TensorToWrite& t = out[static_cast<size_t>(i)];
+    t.name = w.name;
+    t.dtype = dtype;
+    t.shape = w.shape;
+    t.data.resize(static_cast<size_t>(NumElements(w.shape)) * DTypeSize(dtype));
+    FillSyntheticTensor(c, w, seed, dtype, t.data.data());
+  });
+  return out;
+}
+
+}  // namespace
+
+absl::Status WriteSyntheticModel(const SyntheticModelSpec& spec, const std::filesystem::path& dir,
+                                 const WriteSyntheticOptions& options) {
+  TANDEM_ASSIGN_OR_RETURN(ModelConfig config, SyntheticConfig(spec));
+  if (options.num_shards < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("num_shards must be >= 1, got ", options.num_shards));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat(dir.string(), ": cannot create directory: ", ec.message()));
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.path().extension() == ".safetensors" || name == "model.safetensors.index.json") {
+      std::filesystem::remove(entry.path(), ec);
+    }
+  }
+  TANDEM_RETURN_IF_ERROR(WriteTextFile(dir / "config.json", ModelConfigToJson(config)));
+
+  // Shards are generated and written one at a time so that memory holds one
+  // shard, not the model (a 2-layer Mixtral is ~6 GB, a full one ~90 GB).
+  const std::vector<WeightSpec> specs = ExpectedWeights(config);
+  int64_t total_bytes = 0;
+  for (const WeightSpec& w : specs) total_bytes += NumElements(w.shape) * static_cast<int64_t>(DTypeSize(spec.dtype));
+  const int num_shards = options.num_shards;
+  ThreadPool pool({.num_threads = options.num_threads, .name = "make-model"});
+  nlohmann::json weight_map = nlohmann::json::object();
+  size_t next = 0;
+  int64_t written = 0;
+  for (int shard = 0; shard < num_shards; ++shard) {
+    const int64_t shard_end_bytes = total_bytes * (shard + 1) / num_shards;
+    std::vector<WeightSpec> shard_specs;
+    while (next < specs.size() && (written < shard_end_bytes || shard == num_shards - 1)) {
+      written += NumElements(specs[next].shape) * static_cast<int64_t>(DTypeSize(spec.dtype));
+      shard_specs.push_back(specs[next++]);
+    }
+    const std::string file = num_shards == 1 ? "model.safetensors"
+                                             : absl::StrFormat("model-%05d-of-%05d.safetensors", shard + 1, num_shards);
+    std::vector<TensorToWrite> tensors = Generate(config, shard_specs, spec.seed, spec.dtype, pool);
+    std::vector<const TensorToWrite*> pointers;
+    for (const TensorToWrite& t : tensors) {
+      pointers.push_back(&t);
+      weight_map[t.name] = file;
+    }
+    TANDEM_RETURN_IF_ERROR(WriteSafetensors(dir / file, pointers, {{"format", "pt"}}));
+  }
+  if (num_shards > 1) {
+    nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+    TANDEM_RETURN_IF_ERROR(WriteTextFile(dir / "model.safetensors.index.json", index.dump(2) + "\n"));
+  }
+  if (options.with_tokenizer) {
+    // The very bytes an in-memory model loads (LoadSyntheticModel), so a
+    // written model and a generated one tokenize alike by construction.
+    TANDEM_ASSIGN_OR_RETURN(std::string tokenizer, SyntheticTokenizerModel(spec));
+    TANDEM_RETURN_IF_ERROR(WriteTextFile(dir / "tokenizer.model", tokenizer));
+  }
+  LOG_INFO("wrote synthetic ", spec.preset, " model (", config.num_hidden_layers, " layers, ",
+           absl::StrFormat("%.1f", static_cast<double>(total_bytes) / 1e6), " MB, seed ", spec.seed, ") to ",
+           dir.string());
+  return absl::OkStatus();
+}
+
+namespace {
+
+using Range = std::pair<int64_t, int64_t>;  // elements [first, second)
+
+// The element ranges of `w` to generate: everything for dense tensors and
+// kAll; nothing for experts under kNone or outside every slice; a slice's
+// rows of w1/w3 [I, D] (one range) and its columns of w2 [D, I] (one range
+// per row).
+std::vector<Range> WantedRanges(const WeightSpec& w, const SyntheticSourceOptions& options,
+                                const std::map<std::pair<int, int>, ExpertSlice>& slices) {
+  const SyntheticExperts& experts = options.experts;
+  const int64_t n = NumElements(w.shape);
+  const bool expert = w.role == WeightRole::kExpertW1 || w.role == WeightRole::kExpertW2 ||
+                      w.role == WeightRole::kExpertW3;
+  const bool dense_matrix = w.role == WeightRole::kEmbedTokens || w.role == WeightRole::kQProj ||
+                            w.role == WeightRole::kKProj || w.role == WeightRole::kVProj ||
+                            w.role == WeightRole::kOProj || w.role == WeightRole::kLmHead;
+  if (dense_matrix && !options.dense_matrices) return {};
+  if (!expert || experts.mode == SyntheticExperts::Mode::kAll) return {{0, n}};
+  if (experts.mode == SyntheticExperts::Mode::kNone) return {};
+  auto it = slices.find({w.layer, w.expert});
+  if (it == slices.end()) return {};
+  const ExpertSlice& s = it->second;
+  if (w.role != WeightRole::kExpertW2) {
+    const int64_t row = w.shape[1];
+    return {{s.intermediate_begin * row, s.intermediate_end * row}};
+  }
+  const int64_t rows = w.shape[0], cols = w.shape[1];
+  std::vector<Range> out;
+  out.reserve(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) out.push_back({r * cols + s.intermediate_begin, r * cols + s.intermediate_end});
+  return out;
+}
+
+// One unit of generation work: ranges [begin, end) of ranges_[tensor].
+struct Chunk {
+  size_t tensor;
+  size_t begin, end;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SyntheticTensorSource>> SyntheticTensorSource::Create(
+    const SyntheticModelSpec& spec, const SyntheticSourceOptions& options) {
+  auto source = std::unique_ptr<SyntheticTensorSource>(new SyntheticTensorSource());
+  TANDEM_ASSIGN_OR_RETURN(source->config_, SyntheticConfig(spec));
+  source->description_ = SyntheticModelName(spec);
+  const ModelConfig& config = source->config_;
+  std::map<std::pair<int, int>, ExpertSlice> slices;
+  for (const ExpertSlice& s : options.experts.slices) {
+    if (s.layer < 0 || s.layer >= config.num_hidden_layers || s.expert < 0 || s.expert >= config.num_local_experts ||
+        s.intermediate_begin < 0 || s.intermediate_end > config.intermediate_size || s.size() < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(source->description_, ": expert slice (layer ", s.layer,
+                                                     ", expert ", s.expert, ", rows [", s.intermediate_begin, ", ",
+                                                     s.intermediate_end, ")) is outside the model"));
+    }
+    slices[{s.layer, s.expert}] = s;
+  }
+
+  const absl::Time start = absl::Now();
+  const std::vector<WeightSpec> specs = ExpectedWeights(config);
+  const size_t element = DTypeSize(spec.dtype);
+  std::vector<std::vector<Range>> ranges(specs.size());
+  std::vector<TensorView> views(specs.size());
+  source->mappings_.reserve(specs.size());
+  // Chunks of about 4 MB balance the threads whatever the tensor sizes
+  // (a full Mixtral: 32000 x 4096 embeddings beside 4096-float norms).
+  constexpr int64_t kChunkElements = int64_t{2} << 20;
+  std::vector<Chunk> chunks;
+  for (size_t t = 0; t < specs.size(); ++t) {
+    const WeightSpec& w = specs[t];
+    views[t] = TensorView{w.name, spec.dtype, w.shape, nullptr, 0};
+    ranges[t] = WantedRanges(w, options, slices);
+    if (ranges[t].empty() || NumElements(w.shape) == 0) continue;
+    // A private anonymous mapping: pages never written (outside a worker's
+    // slices) are never backed by memory.
+    const size_t bytes = static_cast<size_t>(NumElements(w.shape)) * element;
+    void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (data == MAP_FAILED) {
+      return absl::ResourceExhaustedError(absl::StrCat(source->description_, ": cannot allocate ", bytes,
+                                                       " bytes for ", w.name, ": ", std::strerror(errno)));
+    }
+    source->mappings_.push_back({data, bytes});
+    views[t].data = data;
+    views[t].size_bytes = bytes;
+    // Split the ranges into chunks; a large range is cut, small ones grouped.
+    std::vector<Range> split;
+    for (const Range& r : ranges[t]) {
+      for (int64_t b = r.first; b < r.second; b += kChunkElements) split.push_back({b, std::min(r.second, b + kChunkElements)});
+    }
+    ranges[t] = std::move(split);
+    int64_t elements = 0;
+    size_t first = 0;
+    for (size_t i = 0; i < ranges[t].size(); ++i) {
+      elements += ranges[t][i].second - ranges[t][i].first;
+      source->generated_bytes_ += (ranges[t][i].second - ranges[t][i].first) * static_cast<int64_t>(element);
+      if (elements >= kChunkElements || i + 1 == ranges[t].size()) {
+        chunks.push_back({t, first, i + 1});
+        first = i + 1;
+        elements = 0;
+      }
+    }
+  }
+  ThreadPool pool({.num_threads = std::max(1, options.num_threads), .name = "synthetic"});
+  pool.ParallelFor(static_cast<int64_t>(chunks.size()), [&](int64_t i, int) {
+    const Chunk& c = chunks[static_cast<size_t>(i)];
+    for (size_t r = c.begin; r < c.end; ++r) {
+      const Range& range = ranges[c.tensor][r];
+      FillSyntheticRange(config, specs[c.tensor], spec.seed, spec.dtype, const_cast<void*>(views[c.tensor].data),
+                         range.first, range.second);
+    }
+  });
+  source->generate_seconds_ = absl::ToDoubleSeconds(absl::Now() - start);
+  for (TensorView& v : views) source->views_.emplace(v.name, std::move(v));
+  return source;
+}
+
+SyntheticTensorSource::~SyntheticTensorSource() {
+  for (const Mapping& m : mappings_) munmap(m.data, m.bytes);
+}
+
+absl::StatusOr<TensorView> SyntheticTensorSource::Get(const std::string& name) const {
+  auto it = views_.find(name);
+  if (it == views_.end()) return absl::NotFoundError(absl::StrCat(description_, ": no tensor ", name));
+  return it->second;
+}
+
+std::vector<std::string> SyntheticTensorSource::Names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, view] : views_) names.push_back(name);
+  return names;
+}
+
+}  // namespace tandem

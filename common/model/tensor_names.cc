@@ -1,0 +1,106 @@
+#include "common/model/tensor_names.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+namespace {
+
+// Mixtral and PhiMoE share Hugging Face's naming; PhiMoE adds ".bias" twins.
+std::string LayerPrefix(int layer) { return absl::StrCat("model.layers.", layer, "."); }
+
+}  // namespace
+
+std::string WeightName(const ModelConfig& config, WeightRole role, int layer, int expert) {
+  const std::string p = LayerPrefix(layer);
+  const std::string e = absl::StrCat(p, "block_sparse_moe.experts.", expert, ".");
+  switch (role) {
+    case WeightRole::kEmbedTokens: return "model.embed_tokens.weight";
+    case WeightRole::kInputNorm: return p + "input_layernorm.weight";
+    case WeightRole::kInputNormBias: return p + "input_layernorm.bias";
+    case WeightRole::kQProj: return p + "self_attn.q_proj.weight";
+    case WeightRole::kKProj: return p + "self_attn.k_proj.weight";
+    case WeightRole::kVProj: return p + "self_attn.v_proj.weight";
+    case WeightRole::kQBias: return p + "self_attn.q_proj.bias";
+    case WeightRole::kKBias: return p + "self_attn.k_proj.bias";
+    case WeightRole::kVBias: return p + "self_attn.v_proj.bias";
+    case WeightRole::kOProj: return p + "self_attn.o_proj.weight";
+    case WeightRole::kOBias: return p + "self_attn.o_proj.bias";
+    case WeightRole::kPostAttentionNorm: return p + "post_attention_layernorm.weight";
+    case WeightRole::kPostAttentionNormBias: return p + "post_attention_layernorm.bias";
+    case WeightRole::kRouter: return p + "block_sparse_moe.gate.weight";
+    case WeightRole::kExpertW1: return e + "w1.weight";
+    case WeightRole::kExpertW2: return e + "w2.weight";
+    case WeightRole::kExpertW3: return e + "w3.weight";
+    case WeightRole::kFinalNorm: return "model.norm.weight";
+    case WeightRole::kFinalNormBias: return "model.norm.bias";
+    case WeightRole::kLmHead: return "lm_head.weight";
+    case WeightRole::kLmHeadBias: return "lm_head.bias";
+  }
+  return "";
+}
+
+std::vector<int64_t> WeightShape(const ModelConfig& c, WeightRole role) {
+  const int64_t d = c.hidden_size;
+  switch (role) {
+    case WeightRole::kEmbedTokens:
+    case WeightRole::kLmHead: return {c.vocab_size, d};
+    case WeightRole::kLmHeadBias: return {c.vocab_size};
+    case WeightRole::kInputNorm:
+    case WeightRole::kInputNormBias:
+    case WeightRole::kPostAttentionNorm:
+    case WeightRole::kPostAttentionNormBias:
+    case WeightRole::kFinalNorm:
+    case WeightRole::kFinalNormBias:
+    case WeightRole::kOBias: return {d};
+    case WeightRole::kQProj: return {c.q_dim(), d};
+    case WeightRole::kKProj:
+    case WeightRole::kVProj: return {c.kv_dim(), d};
+    case WeightRole::kQBias: return {c.q_dim()};
+    case WeightRole::kKBias:
+    case WeightRole::kVBias: return {c.kv_dim()};
+    case WeightRole::kOProj: return {d, c.q_dim()};
+    case WeightRole::kRouter: return {c.num_local_experts, d};
+    case WeightRole::kExpertW1:
+    case WeightRole::kExpertW3: return {c.intermediate_size, d};
+    case WeightRole::kExpertW2: return {d, c.intermediate_size};
+  }
+  return {};
+}
+
+std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
+  const bool layer_norm = c.norm_kind() == NormKind::kLayerNorm;
+  std::vector<WeightSpec> specs;
+  auto add = [&](WeightRole role, int layer = -1, int expert = -1) {
+    specs.push_back({WeightName(c, role, layer, expert), role, layer, expert, WeightShape(c, role)});
+  };
+  add(WeightRole::kEmbedTokens);
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    add(WeightRole::kInputNorm, l);
+    if (layer_norm) add(WeightRole::kInputNormBias, l);
+    add(WeightRole::kQProj, l);
+    add(WeightRole::kKProj, l);
+    add(WeightRole::kVProj, l);
+    add(WeightRole::kOProj, l);
+    if (c.attention_bias) {
+      add(WeightRole::kQBias, l);
+      add(WeightRole::kKBias, l);
+      add(WeightRole::kVBias, l);
+      add(WeightRole::kOBias, l);
+    }
+    add(WeightRole::kPostAttentionNorm, l);
+    if (layer_norm) add(WeightRole::kPostAttentionNormBias, l);
+    add(WeightRole::kRouter, l);
+    for (int e = 0; e < c.num_local_experts; ++e) {
+      add(WeightRole::kExpertW1, l, e);
+      add(WeightRole::kExpertW2, l, e);
+      add(WeightRole::kExpertW3, l, e);
+    }
+  }
+  add(WeightRole::kFinalNorm);
+  if (layer_norm) add(WeightRole::kFinalNormBias);
+  if (!c.tie_word_embeddings) add(WeightRole::kLmHead);
+  if (c.lm_head_bias) add(WeightRole::kLmHeadBias);
+  return specs;
+}
+
+}  // namespace tandem

@@ -1,0 +1,52 @@
+// The one vocabulary for weights: every Hugging Face tensor name tandem reads
+// or writes is built here, per architecture, together with its expected shape.
+// Loading, synthetic model generation and logs all speak it.
+//
+// Legend: V vocab, D hidden, I intermediate, E experts, Hq = H * head_dim,
+// Hkv = num_key_value_heads * head_dim.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/model/model_config.h"
+
+namespace tandem {
+
+enum class WeightRole {
+  kEmbedTokens,            // [V, D]
+  kInputNorm,              // [D]
+  kInputNormBias,          // [D]        LayerNorm only
+  kQProj, kKProj, kVProj,  // [Hq, D], [Hkv, D], [Hkv, D]
+  kQBias, kKBias, kVBias,  // [Hq], [Hkv], [Hkv]   attention_bias only
+  kOProj,                  // [D, Hq]
+  kOBias,                  // [D]        attention_bias only
+  kPostAttentionNorm,      // [D]
+  kPostAttentionNormBias,  // [D]        LayerNorm only
+  kRouter,                 // [E, D]     block_sparse_moe.gate
+  kExpertW1,               // [I, D]     gate_proj
+  kExpertW2,               // [D, I]     down_proj
+  kExpertW3,               // [I, D]     up_proj
+  kFinalNorm,              // [D]
+  kFinalNormBias,          // [D]        LayerNorm only
+  kLmHead,                 // [V, D]
+  kLmHeadBias,             // [V]        lm_head_bias only
+};
+
+struct WeightSpec {
+  std::string name;
+  WeightRole role;
+  int layer = -1;   // -1 for model-level tensors
+  int expert = -1;  // -1 unless an expert tensor
+  std::vector<int64_t> shape;
+};
+
+// Hugging Face name of one tensor, e.g. "model.layers.3.block_sparse_moe.experts.5.w1.weight".
+std::string WeightName(const ModelConfig& config, WeightRole role, int layer = -1, int expert = -1);
+std::vector<int64_t> WeightShape(const ModelConfig& config, WeightRole role);
+// Every tensor the architecture stores, in checkpoint order. lm_head is left out
+// when tie_word_embeddings is set.
+std::vector<WeightSpec> ExpectedWeights(const ModelConfig& config);
+
+}  // namespace tandem

@@ -1,0 +1,213 @@
+#include "common/platform/hardware_probe.h"
+
+#include <immintrin.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+namespace {
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+using AlignedFloats = std::unique_ptr<float[], FreeDeleter>;
+
+AlignedFloats AllocateFloats(int64_t count) {
+  const size_t bytes = (static_cast<size_t>(count) * sizeof(float) + 4095) / 4096 * 4096;
+  return AlignedFloats(static_cast<float*>(std::aligned_alloc(4096, bytes)));
+}
+
+double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Runs fn(begin, end) over [0, count) in chunks of `chunk` on the pool.
+template <typename Fn>
+void ParallelChunks(ThreadPool* pool, int64_t count, int64_t chunk, const Fn& fn) {
+  const int64_t tasks = (count + chunk - 1) / chunk;
+  auto task_fn = [&](int64_t task, int) { fn(task * chunk, std::min(count, (task + 1) * chunk)); };
+  if (pool == nullptr) {
+    for (int64_t t = 0; t < tasks; ++t) task_fn(t, 0);
+  } else {
+    pool->ParallelFor(tasks, task_fn);
+  }
+}
+
+}  // namespace
+
+int64_t LastLevelCacheBytes() {
+  // sysfs says what this CPU's L3 slice is; glibc's sysconf on AMD may report
+  // the whole package's L3 (256 MB on the test VM vs the 32 MB lscpu shows).
+  for (int index = 3; index >= 0; --index) {
+    std::ifstream size_file(absl::StrCat("/sys/devices/system/cpu/cpu0/cache/index", index, "/size"));
+    std::string text;
+    if (!(size_file >> text) || text.empty()) continue;
+    int64_t scale = 1;
+    if (text.back() == 'K') scale = 1 << 10;
+    if (text.back() == 'M') scale = 1 << 20;
+    if (scale != 1) text.pop_back();
+    int64_t value = 0;
+    if (absl::SimpleAtoi(text, &value) && value > 0) return value * scale;
+  }
+  const long from_sysconf = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  return from_sysconf > 0 ? from_sysconf : 0;
+}
+
+absl::StatusOr<MemoryBandwidth> MeasureMemoryBandwidth(ThreadPool* pool,
+                                                       const MemoryBandwidthOptions& options) {
+  const int64_t llc = LastLevelCacheBytes();
+  int64_t array_bytes = options.array_bytes;
+  if (array_bytes <= 0) array_bytes = std::max<int64_t>(4 * llc, int64_t{256} << 20);
+  const int64_t n = array_bytes / static_cast<int64_t>(sizeof(float)) / 8 * 8;
+  if (n < 8) return absl::InvalidArgumentError(absl::StrCat("triad arrays of ", array_bytes, " bytes"));
+  AlignedFloats a = AllocateFloats(n), b = AllocateFloats(n), c = AllocateFloats(n);
+  if (!a || !b || !c)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no memory for 3 triad arrays of ", array_bytes, " bytes"));
+
+  // 1 MB chunks: small enough for the task counter to balance the threads,
+  // large enough that its cost is invisible. Initialising with the same split
+  // touches the pages from the threads that will stream them.
+  constexpr int64_t kChunk = (1 << 20) / sizeof(float);
+  ParallelChunks(pool, n, kChunk, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      a[i] = 0.0f;
+      b[i] = 1.0f;
+      c[i] = 2.0f;
+    }
+  });
+
+  float* pa = a.get();
+  const float* pb = b.get();
+  const float* pc = c.get();
+  const __m256 scalar = _mm256_set1_ps(3.0f);
+  double best_s = 1e30;
+  const int reps = std::max(options.reps, 1);
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    ParallelChunks(pool, n, kChunk, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; i += 8)
+        _mm256_store_ps(pa + i, _mm256_fmadd_ps(scalar, _mm256_load_ps(pc + i), _mm256_load_ps(pb + i)));
+    });
+    best_s = std::min(best_s, Seconds(std::chrono::steady_clock::now() - start));
+  }
+  if (pa[n - 1] != 7.0f) return absl::InternalError("triad produced a wrong result");
+
+  // Four accumulators hide the add latency; the partial sums land in `sums`
+  // so the loads cannot be optimised away.
+  std::vector<float> sums(static_cast<size_t>((n + kChunk - 1) / kChunk));
+  double best_read_s = 1e30;
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    ParallelChunks(pool, n, kChunk, [&](int64_t begin, int64_t end) {
+      __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+      for (int64_t i = begin; i + 32 <= end; i += 32) {
+        s0 = _mm256_add_ps(s0, _mm256_load_ps(pb + i));
+        s1 = _mm256_add_ps(s1, _mm256_load_ps(pb + i + 8));
+        s2 = _mm256_add_ps(s2, _mm256_load_ps(pb + i + 16));
+        s3 = _mm256_add_ps(s3, _mm256_load_ps(pb + i + 24));
+      }
+      const __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, s);
+      sums[begin / kChunk] =
+          lanes[0] + lanes[1] + lanes[2] + lanes[3] + lanes[4] + lanes[5] + lanes[6] + lanes[7];
+    });
+    best_read_s = std::min(best_read_s, Seconds(std::chrono::steady_clock::now() - start));
+  }
+  if (!(sums[0] > 0)) return absl::InternalError("read stream produced a wrong result");
+
+  MemoryBandwidth result;
+  result.triad_gb_s = 3.0 * sizeof(float) * static_cast<double>(n) / best_s / 1e9;
+  result.triad_with_write_allocate_gb_s = 4.0 * sizeof(float) * static_cast<double>(n) / best_s / 1e9;
+  result.read_gb_s = sizeof(float) * static_cast<double>(n) / best_read_s / 1e9;
+  result.threads = pool == nullptr ? 1 : pool->num_threads();
+  result.array_bytes = n * static_cast<int64_t>(sizeof(float));
+  result.llc_bytes = llc;
+  result.reps = reps;
+  return result;
+}
+
+namespace {
+
+// 12 independent chains: Zen 3 and Haswell..Ice Lake have FMA latency 4-5 and
+// 2 FMA ports, so >= 10 chains are needed to keep both ports busy. Written in
+// assembly because compilers keep an accumulator array in memory, and store
+// forwarding then sets the pace instead of the FMA units. Operands are zero:
+// FMA timing does not depend on the values (no denormals arise).
+__attribute__((noinline)) void FmaChains(int64_t iterations) {
+  if (iterations <= 0) return;
+  asm volatile(
+      "vxorps %%ymm0, %%ymm0, %%ymm0\n\t"
+      "vxorps %%ymm1, %%ymm1, %%ymm1\n\t"
+      "vxorps %%ymm2, %%ymm2, %%ymm2\n\t"
+      "vxorps %%ymm3, %%ymm3, %%ymm3\n\t"
+      "vxorps %%ymm4, %%ymm4, %%ymm4\n\t"
+      "vxorps %%ymm5, %%ymm5, %%ymm5\n\t"
+      "vxorps %%ymm6, %%ymm6, %%ymm6\n\t"
+      "vxorps %%ymm7, %%ymm7, %%ymm7\n\t"
+      "vxorps %%ymm8, %%ymm8, %%ymm8\n\t"
+      "vxorps %%ymm9, %%ymm9, %%ymm9\n\t"
+      "vxorps %%ymm10, %%ymm10, %%ymm10\n\t"
+      "vxorps %%ymm11, %%ymm11, %%ymm11\n\t"
+      "vxorps %%ymm14, %%ymm14, %%ymm14\n\t"
+      "vxorps %%ymm15, %%ymm15, %%ymm15\n\t"
+      "1:\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm0\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm1\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm2\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm3\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm4\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm5\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm6\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm7\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm8\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm9\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm10\n\t"
+      "vfmadd231ps %%ymm14, %%ymm15, %%ymm11\n\t"
+      "dec %0\n\t"
+      "jnz 1b\n\t"
+      "vzeroupper\n\t"
+      : "+r"(iterations)
+      :
+      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
+        "xmm11", "xmm14", "xmm15");
+}
+
+}  // namespace
+
+absl::StatusOr<FmaPeak> MeasureF32FmaPeak(ThreadPool* pool, const FmaPeakOptions& options) {
+  const int threads = pool == nullptr ? 1 : pool->num_threads();
+  const int64_t iterations = std::max<int64_t>(options.fmas_per_task / 12, 1);
+  const int64_t tasks = static_cast<int64_t>(threads) * std::max(options.tasks_per_thread, 1);
+  auto task_fn = [&](int64_t, int) { FmaChains(iterations); };
+  // Many short tasks rather than one per thread: a thread that is descheduled
+  // or slow to wake cannot leave the others idle at the end.
+  double best_s = 1e30;
+  const int reps = std::max(options.reps, 1);
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    if (pool == nullptr) {
+      for (int64_t t = 0; t < tasks; ++t) task_fn(t, 0);
+    } else {
+      pool->ParallelFor(tasks, task_fn);
+    }
+    best_s = std::min(best_s, Seconds(std::chrono::steady_clock::now() - start));
+  }
+  const double flops = 2.0 * 8.0 * 12.0 * static_cast<double>(iterations) * static_cast<double>(tasks);
+  FmaPeak result;
+  result.gflops = flops / best_s / 1e9;
+  result.threads = threads;
+  result.reps = reps;
+  return result;
+}
+
+}  // namespace tandem

@@ -1,0 +1,61 @@
+// Measured limits of the machine the CPU kernels run on: sustainable memory
+// bandwidth (STREAM triad) and f32 FMA throughput. The expert FFN benchmark
+// reports its kernels as fractions of these, and calibration will feed them to
+// the placement cost model. Both take about a second; call once at start-up.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "common/base/thread_pool.h"
+
+namespace tandem {
+
+struct MemoryBandwidthOptions {
+  // Bytes of each of the three arrays; 0 = max(4 x LLC, 256 MB) as STREAM
+  // asks (each array >= 4x the last-level cache, so nothing is served from it).
+  int64_t array_bytes = 0;
+  int reps = 5;  // the best rep is reported, as STREAM does
+};
+
+struct MemoryBandwidth {
+  // STREAM's count: 3 x sizeof(float) x n bytes per triad (2 reads, 1 write).
+  double triad_gb_s = 0;
+  // What DRAM actually moved with ordinary stores: the write-allocate read of
+  // a[] makes it 4 x sizeof(float) x n. Read-only streams (a GEMV) can
+  // therefore go above triad_gb_s.
+  double triad_with_write_allocate_gb_s = 0;
+  // Read-only stream (a sum over one array), the roofline of a GEMV, which
+  // only reads its weights. Not a STREAM kernel; reported beside it.
+  double read_gb_s = 0;
+  int threads = 0;
+  int64_t array_bytes = 0;
+  int64_t llc_bytes = 0;  // last-level cache as the kernel reports it (sysfs)
+  int reps = 0;
+};
+
+struct FmaPeakOptions {
+  int64_t fmas_per_task = 16 << 20;  // ~2 ms per task on one Zen 3 core
+  int tasks_per_thread = 32;
+  int reps = 3;
+};
+
+struct FmaPeak {
+  double gflops = 0;  // 2 flops per lane per FMA, 8 f32 lanes per AVX2 FMA
+  int threads = 0;
+  int reps = 0;
+};
+
+// Triad a[i] = b[i] + s * c[i] with AVX2 and ordinary stores, and a read-only
+// sum over b, split across all of `pool`'s threads (null: one thread).
+absl::StatusOr<MemoryBandwidth> MeasureMemoryBandwidth(ThreadPool* pool,
+                                                       const MemoryBandwidthOptions& options = {});
+
+// Independent register-resident FMA chains (enough to cover latency x ports),
+// on all of `pool`'s threads (null: one thread).
+absl::StatusOr<FmaPeak> MeasureF32FmaPeak(ThreadPool* pool, const FmaPeakOptions& options = {});
+
+// Last-level cache size in bytes (sysfs, else sysconf), 0 when unknown.
+int64_t LastLevelCacheBytes();
+
+}  // namespace tandem

@@ -1,0 +1,204 @@
+// tandem-server: the coordinator as a server. Loads the model, runs attention
+// and routing here and the experts in this process or in tandem-cpu-worker
+// processes, and serves tandem.v1.Inference (and grpc.health.v1.Health) on a
+// unix socket and/or TCP until SIGINT or SIGTERM.
+//   tandem-server --model models/demo
+//   tandem-server --model DIR --listen unix:/run/tandem/server.sock,127.0.0.1:50051 --max_sequences 32
+//   tandem-server --model DIR --workers unix:/run/tandem/worker-0.sock,unix:/run/tandem/worker-1.sock
+//   tandem-server --synthetic mixtral-8x7b --synthetic_seed 1   (generated in memory, ~93 GB of RAM)
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <nlohmann/json.hpp>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "runtime/local_runtime.h"
+#include "runtime/runtime_flags.h"
+#include "common/base/log.h"
+#include "common/base/runtime_dir.h"
+#include "coordinator/inference_service.h"
+#include "coordinator/scheduler.h"
+
+ABSL_FLAG(std::string, listen, "",
+          "comma-separated addresses: unix:/path/to.sock and/or TCP as PORT (localhost) or host:port (give "
+          "0.0.0.0 only if you mean to expose the server); default unix:<runtime dir>/server.sock");
+ABSL_FLAG(int32_t, max_sequences, 16, "sequences decoding at once (a beam search counts its beam width)");
+ABSL_FLAG(int64_t, max_batch_tokens, 256, "rows per forward step: decodes plus prompt chunks");
+ABSL_FLAG(int32_t, max_waiting, 256, "requests queued beyond the running ones; more are refused");
+ABSL_FLAG(int64_t, kv_cache_tokens, 32768, "KV cache capacity in tokens, all sequences together");
+ABSL_FLAG(int64_t, kv_block_size, 16, "positions per KV cache block");
+ABSL_FLAG(bool, exit_with_parent, false, "shut down when the parent process exits (tests, supervisors)");
+
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "tandem-server: %s\n", std::string(status.message()).c_str());
+  return 1;
+}
+
+// A unix socket's file: its folder made, a stale file from a dead server removed.
+absl::Status PrepareUnixSocket(const std::string& address, std::vector<std::filesystem::path>* created) {
+  std::string path = address.substr(5);
+  if (absl::StartsWith(path, "//")) path = path.substr(2);
+  const std::filesystem::path socket(path);
+  std::error_code error;
+  if (socket.has_parent_path()) std::filesystem::create_directories(socket.parent_path(), error);
+  if (error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen ", address, ": cannot create ", socket.parent_path().string(), ": ", error.message()));
+  }
+  std::filesystem::remove(socket, error);
+  created->push_back(socket);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Serve a MoE model over gRPC (tandem.v1.Inference).\n"
+                               "  tandem-server --model models/demo [--listen unix:/path.sock,127.0.0.1:50051]\n"
+                               "  tandem-server --synthetic mixtral-8x7b --synthetic_seed 1 [--workers ...]");
+  absl::ParseCommandLine(argc, argv);
+  // Every thread started from here on inherits this mask; main waits for
+  // the signals itself.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  if (absl::GetFlag(FLAGS_exit_with_parent)) prctl(PR_SET_PDEATHSIG, SIGTERM);
+
+  // --model / --synthetic / --synthetic_seed are runtime_flags.cc's; checked first, so
+  // a bad one fails before anything is loaded or generated.
+  if (auto source = tandem::ModelSourceFromFlags(); !source.ok()) return Fail(source.status());
+  std::string listen = absl::GetFlag(FLAGS_listen);
+  if (listen.empty()) listen = tandem::DefaultServerAddress();
+  if (absl::GetFlag(FLAGS_kv_cache_tokens) < 1 || absl::GetFlag(FLAGS_kv_block_size) < 1) {
+    return Fail(absl::InvalidArgumentError("--kv_cache_tokens and --kv_block_size must be >= 1"));
+  }
+  tandem::SchedulerOptions scheduler_options;
+  scheduler_options.max_sequences = absl::GetFlag(FLAGS_max_sequences);
+  scheduler_options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  scheduler_options.max_waiting = absl::GetFlag(FLAGS_max_waiting);
+  if (absl::Status status = scheduler_options.Validate(); !status.ok()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--", status.message())));
+  }
+
+  // Threads, CPU workers, the orchestrator, pre-calculation and recording:
+  // the flags tandem-generate takes too (runtime/runtime_flags.h).
+  tandem::LocalRuntimeOptions runtime_options;
+  runtime_options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
+  runtime_options.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
+  auto opened = tandem::OpenRuntimeFromFlags(runtime_options);
+  if (!opened.ok()) return Fail(opened.status());
+  std::unique_ptr<tandem::RemoteExpertExecutor>& remote = opened->remote;
+  std::unique_ptr<tandem::LocalRuntime>* runtime = &opened->runtime;
+  auto scheduler = tandem::Scheduler::Create(&(*runtime)->model(), &(*runtime)->engine(), &(*runtime)->kv_pool(),
+                                             scheduler_options);
+  if (!scheduler.ok()) return Fail(scheduler.status());
+
+  tandem::InferenceServiceOptions service_options;
+  service_options.model_dir = (*runtime)->model().origin;  // the folder, or "synthetic:PRESET:LAYERS seed N"
+  service_options.kv_cache_tokens = (*runtime)->kv_pool().max_blocks() * (*runtime)->kv_pool().options().block_size;
+  tandem::LocalRuntime* rt = runtime->get();
+  service_options.placement_summary =
+      absl::StrCat(rt->backend_name(), "; ",
+                   remote ? absl::StrCat("experts on CPU workers: ", remote->Summary())
+                          : absl::StrCat("experts in this process on ", rt->pool().num_threads(), " CPU threads"));
+  if (tandem::Orchestrator* orchestrator = rt->orchestrator(); orchestrator != nullptr) {
+    absl::StrAppend(&service_options.placement_summary, "; orchestrated over the ", orchestrator->stats().pool_kind,
+                    " (", orchestrator->stats().num_slots, " slots)");
+  }
+  if (rt->orchestrator() != nullptr || rt->precalc_stats().policy != "off") {
+    service_options.orchestrator_json = [rt] {
+      nlohmann::json out = nlohmann::json::object();
+      if (rt->orchestrator() != nullptr) out["orchestrator"] = nlohmann::json::parse(rt->orchestrator()->stats().ToJson());
+      const tandem::PrecalcStats precalc = rt->precalc_stats();
+      if (precalc.policy != "off") out["precalc"] = nlohmann::json::parse(precalc.ToJson());
+      return out.dump();
+    };
+  }
+  if (remote) {
+    tandem::RemoteExpertExecutor* executor = remote.get();
+    service_options.worker_health = [executor] {
+      std::vector<tandem::WorkerHealthInfo> out;
+      for (const tandem::RemoteWorkerStats& w : executor->stats()) {
+        // Every failure is followed by a reconnect once the worker is back.
+        out.push_back({w.address, w.failures <= w.reconnects,
+                       absl::StrCat(w.transport, ": ", w.calls, " calls, ", w.failures, " failures, ", w.reconnects,
+                                    " reconnects, last round trip ", w.last_round_trip_us, " us")});
+      }
+      return out;
+    };
+  }
+  tandem::InferenceService service(&(*runtime)->model(), scheduler->get(), service_options);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  std::vector<std::filesystem::path> sockets;
+  std::vector<std::string> addresses;
+  for (absl::string_view part : absl::StrSplit(listen, ',', absl::SkipWhitespace())) {
+    std::string address(part);
+    // A bare port (50051 or :50051) means TCP on localhost only.
+    const absl::string_view port = absl::StripPrefix(part, ":");
+    if (!port.empty() && std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      address = absl::StrCat("127.0.0.1:", port);
+    }
+    if (absl::StartsWith(address, "unix:")) {
+      if (absl::Status status = PrepareUnixSocket(address, &sockets); !status.ok()) return Fail(status);
+    } else if (address.find(':') == std::string::npos) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--listen: \"", address, "\" is neither unix:/path nor host:port")));
+    }
+    builder.AddListeningPort(address, grpc::InsecureServerCredentials());
+    addresses.push_back(address);
+  }
+  if (addresses.empty()) return Fail(absl::InvalidArgumentError("--listen: no address given"));
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) {
+    return Fail(absl::UnavailableError(absl::StrCat("could not listen on ", listen,
+                                                    " (address in use, or the folder is not writable?)")));
+  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+  const tandem::Model& m = (*runtime)->model();
+  LOG_INFO("tandem-server: model ", m.origin, " (", m.config.architecture_name, ", ", m.config.num_hidden_layers,
+           " layers, ", m.config.num_local_experts, " experts, top-", m.config.num_experts_per_tok, ")");
+  LOG_INFO("tandem-server: ", service_options.placement_summary);
+  LOG_INFO("tandem-server: KV cache ", service_options.kv_cache_tokens, " tokens in blocks of ",
+           (*runtime)->kv_pool().options().block_size, " (", (*runtime)->kv_pool().bytes_per_block(),
+           " bytes each), max_sequences ", scheduler_options.max_sequences, ", max_batch_tokens ",
+           scheduler_options.max_batch_tokens);
+  LOG_INFO("tandem-server: listening on ", absl::StrJoin(addresses, ","));
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  LOG_INFO("tandem-server: signal ", signal_number, ", shutting down");
+  server->GetHealthCheckService()->SetServingStatus(false);
+  // In-flight calls get a moment to finish; the scheduler then fails what is left.
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  server.reset();
+  scheduler->reset();
+  for (const auto& socket : sockets) {
+    std::error_code error;
+    std::filesystem::remove(socket, error);
+  }
+  return 0;
+}
