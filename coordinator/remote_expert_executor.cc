@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/log.h"
-#include "common/shm_transport.h"
-#include "common/status_macros.h"
+#include "common/base/log.h"
+#include "common/platform/shm_transport.h"
+#include "common/base/status_macros.h"
 #include "tandem/v1/expert_worker.grpc.pb.h"
 #include "tandem/v1/expert_worker_convert.h"
 
@@ -19,6 +19,9 @@ namespace tandem {
 namespace {
 
 constexpr uint64_t kRowAlignment = 64;  // each expert's rows start on a cache line of the slot
+// How long a lazy reconnect waits for a restarted worker to accept the
+// connection before the request fails with UNAVAILABLE.
+constexpr absl::Duration kReconnectWait = absl::Milliseconds(300);
 
 uint64_t RoundUp(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
 
@@ -177,12 +180,18 @@ absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> RemoteExpertExecutor::Conn
 
 absl::Status RemoteExpertExecutor::ConnectWorker(Worker& worker, absl::Time deadline, bool initial) {
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(deadline));
   if (initial) {
+    context.set_deadline(absl::ToChronoTime(deadline));
     context.set_wait_for_ready(true);  // at start-up a worker may still be loading
   } else {
-    // Lazily, after a failure: one fresh attempt now, failing fast if the worker is still down.
+    // Lazily, after a failure: one fresh connection attempt now. Resetting
+    // the backoff only starts that attempt; without wait_for_ready the call
+    // would fail at once on the channel's old TRANSIENT_FAILURE state even
+    // when the worker is back, so wait for it, but briefly: a worker still
+    // down fails the request fast.
     grpc::experimental::ChannelResetConnectionBackoff(worker.channel.get());
+    context.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + kReconnectWait)));
+    context.set_wait_for_ready(true);
   }
   v1::DescribeRequest request;
   request.set_protocol_version(kExpertWorkerProtocolVersion);
