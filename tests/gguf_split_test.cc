@@ -167,6 +167,18 @@ TEST_F(GgufSplitTest, TheTensorCountMustMatch) {
               HasSubstr("metadata key \"split.tensors.count\" is 6 but the 3 files hold 5 tensors"));
 }
 
+TEST_F(GgufSplitTest, EveryFilesTensorCountMustAgree) {
+  WriteSet();
+  WriteFile(Split(2), {"blk.1.attn_q.weight", "output.weight"}, 2, 3, 4, false);
+  auto checkpoint = GgufCheckpoint::Open(Split(0));
+  ASSERT_FALSE(checkpoint.ok());
+  EXPECT_THAT(checkpoint.status().message(),
+              HasSubstr("m-00003-of-00003.gguf: metadata key \"split.tensors.count\" is 4 but the first file of the "
+                        "set says 5"));
+  WriteFile(Split(2), {"blk.1.attn_q.weight", "output.weight"}, 2, 3, 5, false);  // as gguf-split writes it
+  EXPECT_TRUE(GgufCheckpoint::Open(Split(0)).ok());
+}
+
 TEST_F(GgufSplitTest, ATensorInTwoFilesIsRefused) {
   WriteSet();
   WriteFile(Split(2), {"blk.1.attn_q.weight", "token_embd.weight"}, 2, 3, std::nullopt, false);

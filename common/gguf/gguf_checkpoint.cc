@@ -58,6 +58,19 @@ absl::StatusOr<std::string> SplitPrefix(const std::string& path, const SplitPosi
   return prefix;
 }
 
+// gguf-split writes split.tensors.count into every file of a set; where
+// two files carry it, they must agree.
+absl::Status SameTensorsCount(const GgufMetadata& first, const GgufMetadata& other) {
+  if (!first.Contains(kGgufSplitTensorsCountKey) || !other.Contains(kGgufSplitTensorsCountKey)) {
+    return absl::OkStatus();
+  }
+  TANDEM_ASSIGN_OR_RETURN(const int64_t a, first.GetInteger(kGgufSplitTensorsCountKey));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t b, other.GetInteger(kGgufSplitTensorsCountKey));
+  if (a == b) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(other.source(), ": metadata key \"", kGgufSplitTensorsCountKey,
+                                                 "\" is ", b, " but the first file of the set says ", a));
+}
+
 }  // namespace
 
 std::string GgufSplitPath(absl::string_view prefix, int index, int count) {
@@ -80,6 +93,7 @@ absl::StatusOr<std::unique_ptr<GgufCheckpoint>> GgufCheckpoint::Open(const std::
             split_path, ": metadata says it is file ", other.no + 1, " of ", other.count, " (keys \"", kGgufSplitNoKey,
             "\", \"", kGgufSplitCountKey, "\"), but its name makes it file ", i + 1, " of ", position.count));
       }
+      TANDEM_RETURN_IF_ERROR(SameTensorsCount(checkpoint->files_.front()->gguf().metadata(), file->gguf().metadata()));
       checkpoint->files_.push_back(std::move(file));
     }
   }

@@ -6,9 +6,10 @@
 //   NotFound         a missing file of the set
 //   InvalidArgument  the name of a split file does not fit its split
 //                    metadata (including being handed a later file of the
-//                    set), split.no/split.count disagree between files, the
-//                    files hold other than split.tensors.count tensors, or
-//                    one tensor name is in two files
+//                    set), split.no/split.count/split.tensors.count disagree
+//                    between files, the files hold other than
+//                    split.tensors.count tensors, or one tensor name is in
+//                    two files
 // plus GgufMappedFile's errors for each file. The metadata is the first
 // file's (the others carry only the split keys). Owns the mapped files;
 // immutable after Open, so any thread may call const methods.
