@@ -1,0 +1,62 @@
+#include "common/gguf/gguf_mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "common/gguf/gguf_parser.h"
+
+namespace tandem {
+namespace {
+
+// Closes the descriptor on every way out of Open; the mapping outlives it.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GgufMappedFile>> GgufMappedFile::Open(const std::filesystem::path& path) {
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open GGUF file ", path.string()));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot stat ", path.string()));
+  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path.string(), " is not a regular file"));
+
+  std::unique_ptr<GgufMappedFile> file(new GgufMappedFile());
+  file->path_ = path;
+  if (st.st_size > 0) {  // mmap refuses length 0; an empty file then fails to parse
+    void* mapping = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd.get(), 0);
+    if (mapping == MAP_FAILED) return absl::ErrnoToStatus(errno, absl::StrCat("cannot mmap ", path.string()));
+    file->mapping_ = mapping;  // from here on the destructor unmaps, on errors too
+    file->mapping_bytes_ = static_cast<size_t>(st.st_size);
+  }
+  absl::StatusOr<GgufFile> gguf = ParseGguf(file->bytes(), path.string());
+  if (!gguf.ok()) return gguf.status();
+  file->gguf_.emplace(*std::move(gguf));
+  return file;
+}
+
+GgufMappedFile::~GgufMappedFile() {
+  if (mapping_ != nullptr) ::munmap(mapping_, mapping_bytes_);
+}
+
+absl::Span<const uint8_t> GgufMappedFile::TensorData(const GgufTensorInfo& tensor) const {
+  return bytes().subspan(gguf_->data_offset() + tensor.offset, tensor.size_bytes);
+}
+
+}  // namespace tandem

@@ -1,0 +1,42 @@
+// The 256-value "K" super-block formats (Q4_K, Q5_K, Q6_K): one block per
+// call, `x`/`y` 256 floats, `block` the format's bytes (block_formats.h).
+// The quantizers follow ggml's reference quantizers (quantize_row_q*_K_ref,
+// what llama-quantize uses without an importance matrix) step for step:
+//   Q4_K/Q5_K  per 32-value sub-block an affine fit (scale_search.h,
+//              weights |x| + rms of the sub-block); the eight scales and
+//              mins are quantized to 6 bits against the block's largest
+//              (d = max_scale/63, dmin = max_min/63); each value is then
+//              re-quantized with its sub-block's stored scale and min.
+//   Q6_K       per 16-value sub-block a symmetric fit; the sixteen scales
+//              quantized to int8 against the largest (d = -max_scale/128);
+//              values re-quantized with the stored scales, levels [-32, 31].
+//
+// Packing (ggml's): Q4_K/Q5_K scales[12] hold eight 6-bit scales and mins:
+// for sub-block j < 4 the scale is scales[j] & 63 and the min
+// scales[j+4] & 63; for j >= 4 the low four bits sit in the nibbles of
+// scales[j+4] (scale low, min high) and the top two bits in bits 6-7 of
+// scales[j-4] (scale) and scales[j] (min). Each 64-value half-chunk c uses
+// qs[32c .. 32c+31]: low nibbles for values 64c..64c+31, high nibbles for
+// 64c+32..64c+63; Q5_K's fifth bit of those is bit 2c resp. 2c+1 of qh[l].
+// Q6_K: each 128-value half h uses ql[64h .. 64h+63] and qh[32h .. 32h+31];
+// for l < 32 the values 128h + l + 32k (k = 0..3) take ql[64h+l] low,
+// ql[64h+l+32] low, ql[64h+l] high, ql[64h+l+32] high nibble and bits 2k,
+// 2k+1 of qh[32h+l]; value i uses scale scales[i / 16].
+#pragma once
+
+#include <cstdint>
+
+namespace tandem {
+
+void QuantizeBlockQ4_K(const float* x, uint8_t* block);
+void QuantizeBlockQ5_K(const float* x, uint8_t* block);
+void QuantizeBlockQ6_K(const float* x, uint8_t* block);
+
+void DequantizeBlockQ4_K(const uint8_t* block, float* y);
+void DequantizeBlockQ5_K(const uint8_t* block, float* y);
+void DequantizeBlockQ6_K(const uint8_t* block, float* y);
+
+// The 6-bit scale and min of sub-block `j` (0..7) of a Q4_K/Q5_K scales[12].
+void UnpackKScaleMin(const uint8_t* scales, int j, uint8_t* scale, uint8_t* min);
+
+}  // namespace tandem
