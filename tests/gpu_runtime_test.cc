@@ -1,14 +1,12 @@
 // The GPU path as a user turns it on: LocalRuntime (and so tandem-server and
 // tandem-generate) with --backend cuda and --expert_pool cuda. What needs no
-// GPU runs everywhere: the page-locked regions' arithmetic, and a clear
-// failure (never a silent CPU fallback) when a GPU is asked for and there is
-// none. What needs one skips with the reason (no CUDA in the build, or no
-// device): the tiny model's greedy tokens with the CUDA backend, the CUDA
-// pool, and both, equal to the CPU's. Self-contained (no other programs), so
-// deploy/gpu-check.sh carries it to the GPU machine; the programs' flag
-// errors are in gpu_flags_test.cc.
-#include <unistd.h>
-
+// GPU runs everywhere: a clear failure (never a silent CPU fallback) when a
+// GPU is asked for and there is none. What needs one skips with the reason
+// (no CUDA in the build, or no device): the tiny model's greedy tokens with
+// the CUDA backend, the CUDA pool, and both, equal to the CPU's.
+// Self-contained (no other programs), so deploy/gpu-check.sh carries it to
+// the GPU machine; the programs' flag errors are in gpu_flags_test.cc, the
+// page-locked regions' arithmetic in pinned_regions_test.cc.
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,7 +15,6 @@
 #include "common/model.h"
 #include "common/synthetic_model.h"
 #include "gpu_worker/cuda_device.h"
-#include "gpu_worker/pinned_regions.h"
 #include "gtest/gtest.h"
 #include "tests/cuda_skip_testlib.h"
 #include "tests/test_cost_testlib.h"
@@ -27,64 +24,6 @@ namespace tandem {
 namespace {
 
 constexpr uint64_t kSeed = 7;
-
-
-LinearWeight Matrix(const void* data, int64_t n, int64_t k) {
-  return LinearWeight{.data = data, .dtype = DType::kBF16, .n = n, .k = k};
-}
-
-TEST(PinnedRegionsTest, BackToBackExpertsBecomeOneRegionAndFarOnesStayApart) {
-  constexpr size_t kPage = 4096;
-  alignas(kPage) static uint8_t arena[16 * kPage];
-  // Expert 0: three 1000-element bf16 matrices back to back from the arena's
-  // start (6000 bytes in all: pages 0-1). Expert 1 starts mid-page 1 (shares
-  // it) and ends in page 2. Expert 2 lies alone in pages 10-11.
-  std::vector<std::vector<ExpertWeights>> experts(1);
-  experts[0].push_back({.w1 = Matrix(arena, 10, 100), .w2 = Matrix(arena + 4000, 10, 100), .w3 = Matrix(arena + 2000, 10, 100)});
-  experts[0].push_back({.w1 = Matrix(arena + 6000, 10, 100), .w2 = Matrix(arena + 10000, 10, 100),
-                        .w3 = Matrix(arena + 8000, 10, 100)});
-  experts[0].push_back({.w1 = Matrix(arena + 10 * kPage, 10, 100), .w2 = Matrix(arena + 10 * kPage + 4000, 10, 100),
-                        .w3 = Matrix(arena + 10 * kPage + 2000, 10, 100)});
-  experts[0].push_back({});  // an expert without weights (e.g. generated elsewhere) is skipped
-
-  const std::vector<PinnedHostRegion> regions = ExpertHostRegions(WholeExperts(experts), kPage);
-  ASSERT_EQ(regions.size(), 2u);
-  EXPECT_EQ(regions[0].data, arena);
-  EXPECT_EQ(regions[0].bytes, 3 * kPage);  // 0..12000 → pages 0, 1, 2
-  EXPECT_EQ(regions[1].data, arena + 10 * kPage);
-  EXPECT_EQ(regions[1].bytes, 2 * kPage);  // 6000 bytes from a page start → 2 pages
-  for (const PinnedHostRegion& r : regions) {
-    EXPECT_TRUE(r.read_only);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(r.data) % kPage, 0u);
-  }
-}
-
-TEST(PinnedRegionsTest, TheTinyModelsExpertsAreCoveredByDisjointPageAlignedRegions) {
-  auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = kSeed});
-  ASSERT_TRUE(model.ok()) << model.status();
-  std::vector<std::vector<ExpertWeights>> experts;
-  for (const LayerWeights& layer : (*model)->weights->layers) experts.push_back(layer.experts);
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  const std::vector<PinnedHostRegion> regions = ExpertHostRegions(WholeExperts(experts), page);
-  ASSERT_FALSE(regions.empty());
-  for (size_t i = 0; i + 1 < regions.size(); ++i) {
-    EXPECT_LT(static_cast<const uint8_t*>(regions[i].data) + regions[i].bytes, regions[i + 1].data) << "region " << i;
-  }
-  auto covered = [&](const void* p, size_t bytes) {
-    for (const PinnedHostRegion& r : regions) {
-      const uint8_t* b = static_cast<const uint8_t*>(r.data);
-      if (static_cast<const uint8_t*>(p) >= b && static_cast<const uint8_t*>(p) + bytes <= b + r.bytes) return true;
-    }
-    return false;
-  };
-  for (const auto& layer : experts) {
-    for (const ExpertWeights& e : layer) {
-      for (const LinearWeight* m : {&e.w1, &e.w2, &e.w3}) {
-        EXPECT_TRUE(covered(m->data, static_cast<size_t>(m->n * m->k) * DTypeSize(m->dtype)));
-      }
-    }
-  }
-}
 
 std::unique_ptr<Model> TinyModel() {
   auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = kSeed});
