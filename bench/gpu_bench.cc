@@ -206,8 +206,10 @@ struct Settings {
 
 // One layer's experts in one page-aligned anonymous mapping, each matrix on
 // a 4096-byte boundary (as the CPU worker's store lays them out), filled
-// with uniform random values of trained-expert spread (~N(0, 0.02²)), then
-// made read-only like the coordinator's view of that store.
+// with uniform random values of trained-expert spread (~N(0, 0.02²)). Left
+// writable: a read-only mapping cannot be page-locked on a GPU without
+// cudaDevAttrHostRegisterReadOnlySupported (discrete GPUs in x86 hosts), and
+// the registered-copy benches need it locked (gpu_worker/pinned_regions.h).
 class LayerRegion {
  public:
   static absl::StatusOr<std::unique_ptr<LayerRegion>> Create(const ModelConfig& config, DType dtype, ThreadPool* pool) {
@@ -246,9 +248,6 @@ class LayerRegion {
         }
       }
     });
-    if (mprotect(region->data_, region->bytes_, PROT_READ) != 0) {
-      return absl::InternalError("mprotect(PROT_READ) of the experts' region failed");
-    }
     for (int64_t x = 0; x < e; ++x) {
       uint8_t* at = base + static_cast<size_t>(x) * 3 * stride;
       ExpertWeights w;
@@ -266,7 +265,7 @@ class LayerRegion {
   LayerRegion& operator=(const LayerRegion&) = delete;
 
   const std::vector<ExpertWeights>& experts() const { return experts_; }
-  PinnedHostRegion pinned_region() const { return {data_, bytes_, /*read_only=*/true}; }
+  PinnedHostRegion pinned_region() const { return {data_, bytes_}; }
   const void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
 
@@ -455,8 +454,10 @@ absl::Status Bench::RawWeightCopies() {
     emit("pinned_malloc_host", t);
   }
   {
+    // As the pool registers it (ChooseHostPinMode on a writable mapping).
+    TANDEM_ASSIGN_OR_RETURN(const bool read_only, HostRegisterReadOnlySupported(s_.device));
     HostRegistration registration;
-    TANDEM_ASSIGN_OR_RETURN(registration, HostRegistration::Register(region_->data(), region_->bytes(), true));
+    TANDEM_ASSIGN_OR_RETURN(registration, HostRegistration::Register(region_->data(), region_->bytes(), read_only));
     TANDEM_ASSIGN_OR_RETURN(GpuTimes t, TimeOnStream(stream.get(), s_.warmup, s_.repeats, rotating));
     w_copy_us_ = emit("pinned_registered", t);
   }
@@ -632,7 +633,7 @@ absl::Status Bench::PoolWeightCopies(bool pinned) {
   PutSummary(line, "host_", host);
   line["queued_median_us"] = Summarise(queued_us).median;
   line["gb_s"] = GbPerS(static_cast<double>(expert_bytes()), copy.median);
-  line["pageable_copies"] = pool->pageable_copies();
+  line["pageable_copies"] = pool->stats().pageable_copies;
   line["timing"] = "the pool's copy events (MigrationRecord::copy_us); host_* is Migrate → WaitReady";
   out_.Emit(line);
   return absl::OkStatus();

@@ -375,6 +375,7 @@ Json OrchestratorJson(const OrchestratorStats& s, bool full) {
       {"migrations_completed", s.pool.migrations_completed},
       {"bytes_copied", s.pool.bytes_copied},
       {"migration_gb_s", s.pool.MigrationGbPerSecond()},
+      {"pageable_copies", s.pool.pageable_copies},
       {"predicted_makespan_ms", s.predicted_makespan_us / 1e3},
       {"measured_makespan_ms", s.measured_makespan_us / 1e3},
       {"makespan_mape_percent", s.accuracy.makespan.mape_percent},

@@ -126,6 +126,9 @@ struct CudaBackend::Impl {
   explicit Impl(const ModelWeights* w, const CudaBackendOptions& o) : weights(w), config(w->config), options(o) {}
 
   absl::Status Init();
+  // InvalidArgument when a kernel's needs at this model's shape exceed the
+  // device's limits (shared memory per block).
+  absl::Status CheckDeviceFitsKernels();
   absl::StatusOr<const void*> Upload(const void* host, size_t bytes);
   absl::StatusOr<const float*> UploadFloats(const std::vector<float>& values);
   absl::StatusOr<DeviceLinear> UploadLinear(const LinearWeight& w, bool widen_to_f32);
@@ -260,6 +263,26 @@ absl::StatusOr<DeviceNorm> CudaBackend::Impl::UploadNorm(const NormWeights& norm
   return d;
 }
 
+absl::Status CudaBackend::Impl::CheckDeviceFitsKernels() {
+  // The prefill tiles need shared memory by head_dim: within every targeted
+  // GPU's limit up to kMaxHeadDim (checked at compile time), but a GPU this
+  // binary was not built for could have less: say so now, not at the first
+  // prefill.
+  int shared_optin = 0;
+  TANDEM_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, options.device));
+  const size_t need = PrefillAttentionSharedBytes(static_cast<int>(config.head_dim));
+  if (need > static_cast<size_t>(shared_optin)) {
+    cudaDeviceProp prop;
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, options.device));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "head_dim ", config.head_dim, ": prefill attention needs ", need, " bytes of shared memory per block, and ",
+        prop.name, " (sm_", prop.major, prop.minor, ", CUDA device ", options.device, ") allows ", shared_optin,
+        " (see docs/gpu.md for the supported GPUs)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::Impl::Init() {
   const ModelConfig& c = config;
   // Shapes the kernels support (cuda_backend_kernels.h).
@@ -294,6 +317,7 @@ absl::Status CudaBackend::Impl::Init() {
     return absl::InvalidArgumentError(absl::StrCat("CUDA device ", options.device, " does not exist (", count, " found)"));
   }
   TANDEM_RETURN_IF_ERROR(SetDevice());
+  TANDEM_RETURN_IF_ERROR(CheckDeviceFitsKernels());
   TANDEM_ASSIGN_OR_RETURN(stream, CudaStream::Create());
   TANDEM_ASSIGN_OR_RETURN(cublas, CublasHandle::Create());
   TANDEM_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas.get(), stream.get()));

@@ -66,7 +66,8 @@ struct CudaBackendStats {
 class CudaBackend final : public ComputeBackend {
  public:
   // Unavailable when no CUDA device is usable, InvalidArgument for a model
-  // shape the kernels do not support (cuda_backend_kernels.h),
+  // shape the kernels do not support (cuda_backend_kernels.h) or that needs
+  // more shared memory than this GPU has (naming both),
   // ResourceExhausted when the weights do not fit; Unimplemented in a build
   // without CUDA.
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const ModelWeights* weights,

@@ -272,14 +272,16 @@ AttentionDecodeKernel(const AttnSlice* __restrict__ slices, const float* __restr
 }
 
 // ---- prefill attention: one block per (query tile of a slice, query head) ----
-// Shared memory (dynamic): q_s [kPrefillQueryTile, hd], k_s [kPrefillKeyTile,
-// hd + 1] (padded: lane j reads key j's row, conflict-free), v_s
-// [kPrefillKeyTile, hd].
+// Shared memory (dynamic, PrefillAttentionSharedBytes): q_s
+// [kPrefillQueryTile, hd], then kv_s, which holds one key tile
+// [kPrefillKeyTile, hd + 1] (padded: lane j reads key j's row,
+// conflict-free) while it is scored, then the same tile's values
+// [kPrefillKeyTile, hd] while they are summed. Keys and values taking turns
+// in one buffer keeps head_dim 256 at 48.1 KB, within sm_75's 64 KB
+// (separate buffers took 80.1 KB).
 
-size_t PrefillSharedBytes(int hd) {
-  return sizeof(float) * (static_cast<size_t>(kPrefillQueryTile) * hd + static_cast<size_t>(kPrefillKeyTile) * (hd + 1) +
-                          static_cast<size_t>(kPrefillKeyTile) * hd);
-}
+static_assert(PrefillAttentionSharedBytes(kMaxHeadDim) <= kMinOptInSharedBytesPerBlock,
+              "the prefill tiles must fit the smallest targeted GPU's shared memory (sm_75: 64 KB per block)");
 
 __global__ void __launch_bounds__(kAttnThreads)
 AttentionPrefillKernel(const AttnSlice* __restrict__ slices, const int2* __restrict__ tiles,
@@ -287,9 +289,8 @@ AttentionPrefillKernel(const AttnSlice* __restrict__ slices, const int2* __restr
                        float* __restrict__ out) {
   extern __shared__ float smem[];
   const int hd = s.head_dim;
-  float* q_s = smem;                                 // [16, hd]
-  float* k_s = q_s + kPrefillQueryTile * hd;         // [32, hd + 1]
-  float* v_s = k_s + kPrefillKeyTile * (hd + 1);     // [32, hd]
+  float* q_s = smem;                          // [16, hd]
+  float* kv_s = q_s + kPrefillQueryTile * hd;  // [32, hd + 1] keys, then [32, hd] values
   const int2 tile = tiles[blockIdx.x];
   const AttnSlice slice = slices[tile.x];
   const int h = blockIdx.y;
@@ -319,25 +320,24 @@ AttentionPrefillKernel(const AttnSlice* __restrict__ slices, const int2* __restr
   }
 
   for (int tile_start = key_begin; tile_start <= pos_last; tile_start += kPrefillKeyTile) {
-    __syncthreads();  // q_s written (first pass) / the previous tile consumed
+    // Keys of the tile (zero past pos_last: never visible, see `valid`).
+    __syncthreads();  // q_s written (first pass) / the previous tile's values consumed
     for (int idx = threadIdx.x; idx < kPrefillKeyTile * hd; idx += blockDim.x) {
       const int j = idx / hd, i = idx % hd;
       const int kp = tile_start + j;
-      float kv = 0.0f, vv = 0.0f;
-      if (kp <= pos_last) {
-        const float* key = CacheRow(block_ptrs, slice, s, kv_dim, kp) + static_cast<int64_t>(kvh) * hd;
-        kv = key[i];
-        vv = key[value_offset + i];
-      }
-      k_s[j * (hd + 1) + i] = kv;
-      v_s[j * hd + i] = vv;
+      kv_s[j * (hd + 1) + i] =
+          kp <= pos_last ? CacheRow(block_ptrs, slice, s, kv_dim, kp)[static_cast<int64_t>(kvh) * hd + i] : 0.0f;
     }
     __syncthreads();
 
-    // Lane j scores key tile_start + j against each of the warp's rows.
+    // Lane j scores key tile_start + j against each of the warp's rows; the
+    // row's running max, sum and accumulator are rescaled now, its
+    // probabilities kept (in p[rr], lane j's for key j) for the value pass.
     const int kp = tile_start + lane;
+    float p[kRowsPerWarp];
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+      p[rr] = 0.0f;
       const int r = warp * kRowsPerWarp + rr;
       if (r >= num_q) continue;  // uniform over the warp; no barrier inside
       const int qp = pos0 + r;
@@ -346,28 +346,45 @@ AttentionPrefillKernel(const AttnSlice* __restrict__ slices, const int2* __restr
       float score = -INFINITY;
       if (valid) {
         const float* qrow = q_s + r * hd;
-        const float* krow = k_s + lane * (hd + 1);
+        const float* krow = kv_s + lane * (hd + 1);
         float dot = 0.0f;
         for (int i = 0; i < hd; ++i) dot += qrow[i] * krow[i];
         score = dot * s.scale;
       }
       const float tile_max = WarpMax(score);
-      if (tile_max == -INFINITY) continue;  // no key of this tile is visible to row r
+      if (tile_max == -INFINITY) continue;  // no key of this tile is visible to row r: p stays 0
       const float m_new = fmaxf(m[rr], tile_max);
       const float correction = expf(m[rr] - m_new);
-      const float p = valid ? expf(score - m_new) : 0.0f;
-      l[rr] = l[rr] * correction + WarpSum(p);
+      p[rr] = valid ? expf(score - m_new) : 0.0f;
+      l[rr] = l[rr] * correction + WarpSum(p[rr]);
 #pragma unroll
       for (int c = 0; c < kHdChunks; ++c) acc[rr][c] *= correction;
+      m[rr] = m_new;
+    }
+
+    // Values of the tile, into the same buffer once every warp has scored.
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < kPrefillKeyTile * hd; idx += blockDim.x) {
+      const int j = idx / hd, i = idx % hd;
+      const int vp = tile_start + j;
+      kv_s[j * hd + i] = vp <= pos_last
+                             ? CacheRow(block_ptrs, slice, s, kv_dim, vp)[value_offset + static_cast<int64_t>(kvh) * hd + i]
+                             : 0.0f;
+    }
+    __syncthreads();
+
+#pragma unroll
+    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+      const int r = warp * kRowsPerWarp + rr;
+      if (r >= num_q) continue;  // uniform over the warp
       for (int j = 0; j < kPrefillKeyTile; ++j) {
-        const float pj = __shfl_sync(kFullMask, p, j);
+        const float pj = __shfl_sync(kFullMask, p[rr], j);  // 0 for keys row r does not see
 #pragma unroll
         for (int c = 0; c < kHdChunks; ++c) {
           const int i = lane + 32 * c;
-          if (i < hd) acc[rr][c] += pj * v_s[j * hd + i];
+          if (i < hd) acc[rr][c] += pj * kv_s[j * hd + i];
         }
       }
-      m[rr] = m_new;
     }
   }
 
@@ -526,9 +543,10 @@ cudaError_t LaunchAttentionPrefill(const AttnSlice* slices, const int2* tiles, i
       shape.heads % shape.kv_heads != 0) {
     return cudaErrorInvalidValue;
   }
-  const size_t shared = PrefillSharedBytes(shape.head_dim);
+  const size_t shared = PrefillAttentionSharedBytes(shape.head_dim);
   if (shared > 48 * 1024) {
-    // Above the default 48 KB a kernel must opt in (hd > 128 here).
+    // Above the default 48 KB a kernel must opt in (only hd 256 here; the
+    // backend checked the device's limit at Create).
     const cudaError_t err = cudaFuncSetAttribute(AttentionPrefillKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                  static_cast<int>(shared));
     if (err != cudaSuccess) return err;

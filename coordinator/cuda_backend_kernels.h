@@ -25,6 +25,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "gpu_worker/cuda_expert_kernels.h"  // KernelDType, LaunchConvertF32
@@ -108,6 +109,18 @@ cudaError_t LaunchAttentionDecode(const AttnSlice* slices, int64_t num_slices, c
 // of the tile within the slice), host-built.
 constexpr int kPrefillQueryTile = 16;
 constexpr int kPrefillKeyTile = 32;
+// The prefill kernel's dynamic shared memory at head_dim `hd`: the query
+// tile [16, hd] and one key tile [32, hd + 1] (the tile's values reuse it)
+// of f32; 48.1 KB at hd 256.
+constexpr size_t PrefillAttentionSharedBytes(int hd) {
+  return sizeof(float) * (static_cast<size_t>(kPrefillQueryTile) * static_cast<size_t>(hd) +
+                          static_cast<size_t>(kPrefillKeyTile) * (static_cast<size_t>(hd) + 1));
+}
+// The smallest opt-in shared memory per block of the GPUs the build targets
+// (sm_75: 64 KB; sm_80 163 KB, sm_86/89 99 KB, sm_90 227 KB). The kernel's
+// need at kMaxHeadDim is checked against it at compile time, and against
+// the device's own cudaDevAttrMaxSharedMemoryPerBlockOptin at Create.
+constexpr size_t kMinOptInSharedBytesPerBlock = 64 * 1024;
 cudaError_t LaunchAttentionPrefill(const AttnSlice* slices, const int2* tiles, int64_t num_tiles, const float* q,
                                    const float* const* block_ptrs, const AttnShape& shape, float* out,
                                    cudaStream_t stream);

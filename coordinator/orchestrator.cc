@@ -179,6 +179,7 @@ std::string OrchestratorStats::ToJson() const {
                {"bytes_copied", pool.bytes_copied},
                {"copy_us", pool.copy_us},
                {"migration_gb_s", pool.MigrationGbPerSecond()},
+               {"pageable_copies", pool.pageable_copies},
                {"admissions", pool.admissions},
                {"evictions", pool.evictions},
                {"slot_runs", pool.slot_runs},

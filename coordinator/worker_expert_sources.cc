@@ -3,12 +3,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/log.h"
 #include "common/base/status_macros.h"
 
 namespace tandem {
 
 absl::StatusOr<std::unique_ptr<WorkerExpertSources>> WorkerExpertSources::Open(const ModelConfig& config,
-                                                                               const std::vector<std::string>& regions) {
+                                                                               const std::vector<std::string>& regions,
+                                                                               bool writable) {
   auto out = std::unique_ptr<WorkerExpertSources>(new WorkerExpertSources());
   const int64_t d = config.hidden_size;
   out->sources_.assign(static_cast<size_t>(config.num_hidden_layers),
@@ -18,7 +20,14 @@ absl::StatusOr<std::unique_ptr<WorkerExpertSources>> WorkerExpertSources::Open(c
       return absl::InvalidArgumentError(absl::StrCat(
           "worker ", w, " reports no expert store, so the expert pool has nothing to copy from (an echo worker?)"));
     }
-    auto view = ExpertStoreView::Open(regions[w]);
+    auto view = ExpertStoreView::Open(regions[w], writable ? ShmAccess::kReadWrite : ShmAccess::kReadOnly);
+    if (writable && !view.ok() && view.status().code() == absl::StatusCode::kInternal) {
+      // Not ours to write (another user's store?): read-only still serves,
+      // the pool then copies from it unpinned.
+      LOG_WARNING("worker ", w, "'s expert store ", regions[w], " cannot be mapped writable (", view.status().message(),
+                  "); mapped read-only, so the GPU pool cannot page-lock it");
+      view = ExpertStoreView::Open(regions[w], ShmAccess::kReadOnly);
+    }
     if (!view.ok()) {
       return absl::Status(view.status().code(),
                           absl::StrCat("worker ", w, "'s expert store ", regions[w],
@@ -58,7 +67,7 @@ absl::StatusOr<std::unique_ptr<WorkerExpertSources>> WorkerExpertSources::Open(c
 
 std::vector<PinnedHostRegion> WorkerExpertSources::regions() const {
   std::vector<PinnedHostRegion> out;
-  for (const ExpertStoreView& view : views_) out.push_back({view.data(), view.region_bytes(), /*read_only=*/true});
+  for (const ExpertStoreView& view : views_) out.push_back({view.data(), view.region_bytes()});
   return out;
 }
 

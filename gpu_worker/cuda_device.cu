@@ -29,6 +29,13 @@ absl::StatusOr<std::vector<CudaDeviceInfo>> ListCudaDevices() {
     info.total_memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
     info.multiprocessors = prop.multiProcessorCount;
     info.async_copy_engines = prop.asyncEngineCount;
+    int read_only = 0, shared_optin = 0;
+    if (cudaDeviceGetAttribute(&read_only, cudaDevAttrHostRegisterReadOnlySupported, i) == cudaSuccess) {
+      info.host_register_read_only = read_only != 0;
+    }
+    if (cudaDeviceGetAttribute(&shared_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, i) == cudaSuccess) {
+      info.max_shared_bytes_per_block = shared_optin;
+    }
     char bus[32] = {0};
     if (cudaDeviceGetPCIBusId(bus, sizeof(bus), i) == cudaSuccess) info.pci_bus_id = bus;
     size_t free_bytes = 0, total_bytes = 0;
@@ -38,6 +45,26 @@ absl::StatusOr<std::vector<CudaDeviceInfo>> ListCudaDevices() {
     devices.push_back(std::move(info));
   }
   return devices;
+}
+
+absl::StatusOr<bool> HostRegisterReadOnlySupported(int device) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return absl::UnavailableError(absl::StrCat("no usable CUDA device: ", err != cudaSuccess ? cudaGetErrorString(err)
+                                                                                               : "the driver reports 0 devices"));
+  }
+  if (device < 0 || device >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device, " does not exist (", count, " found)"));
+  }
+  int supported = 0;
+  const cudaError_t attr = cudaDeviceGetAttribute(&supported, cudaDevAttrHostRegisterReadOnlySupported, device);
+  if (attr != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("cudaDeviceGetAttribute(HostRegisterReadOnlySupported, ", device,
+                                            "): ", cudaGetErrorString(attr)));
+  }
+  return supported != 0;
 }
 
 }  // namespace tandem

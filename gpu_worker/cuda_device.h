@@ -20,6 +20,13 @@ struct CudaDeviceInfo {
   int64_t free_memory_bytes = 0;
   int multiprocessors = 0;
   int async_copy_engines = 0;  // 2 lets host→GPU and GPU→host copies overlap
+  // cudaDevAttrHostRegisterReadOnlySupported: read-only mappings can be
+  // page-locked in place (not on discrete GPUs in x86 hosts; see
+  // pinned_regions.h for what the expert pool does then).
+  bool host_register_read_only = false;
+  // cudaDevAttrMaxSharedMemoryPerBlockOptin: the most shared memory one
+  // block may use (after opting in above 48 KB).
+  int64_t max_shared_bytes_per_block = 0;
   std::string pci_bus_id;
 };
 
@@ -30,5 +37,10 @@ bool BuiltWithCuda();
 // Unavailable when CUDA is built in but no device or driver is present (the
 // message carries CUDA's own reason).
 absl::StatusOr<std::vector<CudaDeviceInfo>> ListCudaDevices();
+
+// Whether `device` can page-lock a read-only mapping in place
+// (cudaDevAttrHostRegisterReadOnlySupported). Errors as ListCudaDevices,
+// and InvalidArgument for a device index out of range.
+absl::StatusOr<bool> HostRegisterReadOnlySupported(int device);
 
 }  // namespace tandem

@@ -27,7 +27,9 @@
 #include "common/base/status_macros.h"
 #include "gpu_worker/cuda_dtype.h"
 #include "gpu_worker/cuda_expert_kernels.h"
+#include "gpu_worker/cuda_device.h"
 #include "gpu_worker/cuda_handles.h"
+#include "gpu_worker/pinned_regions.h"
 
 namespace tandem {
 namespace {
@@ -98,10 +100,7 @@ class CudaExpertPoolImpl final : public CudaExpertPool {
   absl::Status RunExperts(int layer, std::span<const ExpertWork> work, PoolRunTiming* timing) override;
 
   absl::StatusOr<std::vector<uint8_t>> ReadHeld(ExpertKey key) override;
-  int64_t pageable_copies() const override {
-    std::lock_guard<std::mutex> lock(mutex());
-    return pageable_copies_;
-  }
+  std::vector<HostPinMode> host_pin_modes() const override { return host_pins_; }
   bool grouped_gemm() const override { return grouped_.load(std::memory_order_relaxed); }
 
  private:
@@ -122,7 +121,7 @@ class CudaExpertPoolImpl final : public CudaExpertPool {
     bool issued = false;  // the current copy's `ready` is recorded: the GPU can wait on it (guarded by mutex())
     CudaEvent start;      // before the copy's first byte (timing)
     CudaEvent ready;      // after its last byte: RunExperts' compute stream waits on it
-    CudaEvent freed;      // after the poison fill: the next copy into the buffer waits on it
+    CudaEvent freed;      // on the compute stream after the buffer's last fill (Init records it too): the next copy waits on it
   };
 
   absl::Status EnterDevice() override {
@@ -133,6 +132,9 @@ class CudaExpertPoolImpl final : public CudaExpertPool {
   void OnQueuedLocked(int buffer) override { buffers_[static_cast<size_t>(buffer)].issued = false; }
   absl::Status OnFreedLocked(int buffer) override;
 
+  // Page-locks options.host_regions (registrations_, host_pins_) and marks
+  // the experts that lie wholly inside them (source_pinned_).
+  absl::Status RegisterHostRegions(const std::vector<PinnedHostRegion>& regions);
   // Waits until `buffer`'s copy is issued (its `ready` event recorded).
   absl::Status WaitIssuedLocked(std::unique_lock<std::mutex>& lock, int buffer, ExpertKey key);
   // Issues w1, w3, w2 host→device into `dst` on `stream`.
@@ -155,6 +157,7 @@ class CudaExpertPoolImpl final : public CudaExpertPool {
 
   // CUDA resources (created by Init; destroyed after the copy threads join).
   std::vector<HostRegistration> registrations_;
+  std::vector<HostPinMode> host_pins_;  // [options.host_regions]; set by Init, then read-only
   DeviceBuffer memory_;  // [(slots + staging) * buffer_bytes] the budget
   CudaStream compute_stream_;
   std::vector<CudaStream> copy_streams_;
@@ -177,8 +180,7 @@ class CudaExpertPoolImpl final : public CudaExpertPool {
   GroupedGemmArgs gate_up_args_, down_args_;
 
   std::vector<Buffer> buffers_;      // [slots + staging] by buffer number; sized by Init, never resized
-  std::vector<bool> source_pinned_;  // [L * E] all three matrices inside a registered region
-  int64_t pageable_copies_ = 0;      // guarded by mutex()
+  std::vector<bool> source_pinned_;  // [L * E] all three matrices inside a registered region; set by Init
   std::vector<std::thread> copy_threads_;
 };
 
@@ -217,10 +219,6 @@ absl::Status CudaExpertPoolImpl::Init(const CudaExpertPoolOptions& options) {
     TANDEM_ASSIGN_OR_RETURN(buffer.ready, CudaEvent::Create(/*timing=*/true));
     TANDEM_ASSIGN_OR_RETURN(buffer.freed, CudaEvent::Create(/*timing=*/false));
   }
-  if (poison_ && pool_bytes > 0) {
-    // Never-written buffers read as NaN too.
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemset(memory_.get(), 0xFF, pool_bytes));
-  }
 
   // Compute at the highest priority: a layer's experts should not queue
   // behind copies' bookkeeping kernels (there are none today; cheap insurance).
@@ -235,28 +233,21 @@ absl::Status CudaExpertPoolImpl::Init(const CudaExpertPoolOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(cublas_, CublasHandle::Create());
   TANDEM_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_.get(), compute_stream_.get()));
 
-  for (const PinnedHostRegion& region : options.host_regions) {
-    TANDEM_ASSIGN_OR_RETURN(HostRegistration registration,
-                            HostRegistration::Register(region.data, region.bytes, region.read_only));
-    registrations_.push_back(std::move(registration));
+  // Never-written buffers read as NaN too. On the compute stream, like every
+  // later fill: the streams are non-blocking, so a fill on the legacy
+  // default stream would be ordered before nothing. Each buffer's `freed`
+  // event is recorded after it, so the first copy into any buffer (on a copy
+  // stream) waits for the fill on the GPU, as every later copy waits for the
+  // fill of its buffer's last free; placements run on the compute stream.
+  if (poison_ && pool_bytes > 0) {
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(memory_.get(), 0xFF, pool_bytes, compute_stream_.get()));
   }
-  int64_t pageable = 0;
-  for (size_t l = 0; l < experts().size(); ++l) {
-    for (size_t e = 0; e < experts()[l].size(); ++e) {
-      const ExpertSource& w = experts()[l][e];
-      const size_t elt = DTypeSize(layout().dtype);
-      bool pinned = true;
-      for (const std::vector<MatrixPiece>* m : {&w.w1, &w.w3, &w.w2}) {
-        for (const MatrixPiece& piece : *m) {
-          pinned &= std::any_of(registrations_.begin(), registrations_.end(), [&](const HostRegistration& r) {
-            return r.Contains(piece.data, piece.SpanBytes(elt));
-          });
-        }
-      }
-      source_pinned_[l * static_cast<size_t>(num_experts()) + e] = pinned;
-      pageable += !pinned;
-    }
+  for (Buffer& buffer : buffers_) {
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(buffer.freed.get(), compute_stream_.get()));
   }
+
+  TANDEM_RETURN_IF_ERROR(RegisterHostRegions(options.host_regions));
+  const int64_t pageable = std::count(source_pinned_.begin(), source_pinned_.end(), false);
   if (options.max_rows > 0) TANDEM_RETURN_IF_ERROR(EnsureScratch(options.max_rows));
   // cuBLAS wants the grouped GEMMs' matrix pointers 16-byte aligned for
   // 16-bit types. Buffers are (cudaMalloc: 256 B; matrices in a pool buffer:
@@ -272,13 +263,66 @@ absl::Status CudaExpertPoolImpl::Init(const CudaExpertPoolOptions& options) {
   LOG_INFO(kind(), ": ", num_slots(), " slots + ", num_staging_buffers(), " staging buffers of ",
            absl::StrFormat("%.2f MB", layout().buffer_bytes / 1e6), " (", absl::StrFormat("%.2f GB", pool_bytes / 1e9),
            ") on device ", device_, "; ", num_streams, " copy streams (the GPU has ", prop.asyncEngineCount,
-           " copy engines); ", registrations_.size(), " host regions registered",
+           " copy engines); ", registrations_.size(), " of ", options.host_regions.size(), " host regions page-locked",
            pageable > 0 ? absl::StrCat("; ", pageable, " experts' weights are in pageable memory (slower copies)") : "",
            poison_ ? "; freed buffers are poisoned" : "",
            grouped_ ? "; grouped GEMMs"
                     : (!options.grouped_gemm ? "; per-expert GEMMs (asked for)"
                                              : (!kHaveGroupedGemm ? "; per-expert GEMMs (cuBLAS < 12.5)"
                                                                   : "; per-expert GEMMs (rows not 16-byte aligned)")));
+  return absl::OkStatus();
+}
+
+absl::Status CudaExpertPoolImpl::RegisterHostRegions(const std::vector<PinnedHostRegion>& regions) {
+  bool read_only_supported = false;
+  std::string memory_map;
+  if (!regions.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(read_only_supported, HostRegisterReadOnlySupported(device_));
+    absl::StatusOr<std::string> map = ReadSelfMemoryMap();
+    if (map.ok()) {
+      memory_map = std::move(*map);
+    } else {
+      LOG_WARNING(kind(), ": ", map.status().message(), "; trying to page-lock every host region as writable");
+    }
+  }
+  for (const PinnedHostRegion& region : regions) {
+    // Unknown protection (no memory map): try; a refusal leaves it pageable.
+    bool writable = true;
+    if (!memory_map.empty()) {
+      TANDEM_ASSIGN_OR_RETURN(writable, RangeWritableInPlace(memory_map, region.data, region.bytes));
+    }
+    HostPinMode mode = ChooseHostPinMode(read_only_supported, writable);
+    const std::string what = absl::StrFormat("host region of %.1f MB at %p", region.bytes / 1e6, region.data);
+    if (mode == HostPinMode::kPageable) {
+      LOG_WARNING(kind(), ": ", what, " stays pageable (copies from it are slower): the device cannot page-lock a "
+                  "read-only mapping (cudaDevAttrHostRegisterReadOnlySupported is 0) and this one is not writable");
+    } else {
+      absl::StatusOr<HostRegistration> registration =
+          HostRegistration::Register(region.data, region.bytes, mode == HostPinMode::kReadOnly);
+      if (registration.ok()) {
+        registrations_.push_back(std::move(*registration));
+      } else {
+        LOG_WARNING(kind(), ": ", what, " stays pageable (copies from it are slower): ", registration.status().message());
+        mode = HostPinMode::kPageable;
+      }
+    }
+    host_pins_.push_back(mode);
+  }
+  const size_t elt = DTypeSize(layout().dtype);
+  for (size_t l = 0; l < experts().size(); ++l) {
+    for (size_t e = 0; e < experts()[l].size(); ++e) {
+      const ExpertSource& w = experts()[l][e];
+      bool pinned = true;
+      for (const std::vector<MatrixPiece>* m : {&w.w1, &w.w3, &w.w2}) {
+        for (const MatrixPiece& piece : *m) {
+          pinned &= std::any_of(registrations_.begin(), registrations_.end(), [&](const HostRegistration& r) {
+            return r.Contains(piece.data, piece.SpanBytes(elt));
+          });
+        }
+      }
+      source_pinned_[l * static_cast<size_t>(num_experts()) + e] = pinned;
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -378,6 +422,7 @@ absl::Status CudaExpertPoolImpl::CopyNowLocked(int b, ExpertKey key) {
   // placement, not steady state.
   TANDEM_RETURN_IF_ERROR(IssueCopy(key, buffer.data, compute_stream_.get()));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_stream_.get()));
+  if (!source_pinned_[Index(key)]) CountPageableCopyLocked();
   buffer.issued = true;  // its `ready` event, if ever recorded, is complete
   return absl::OkStatus();
 }
@@ -664,7 +709,7 @@ void CudaExpertPoolImpl::CopyLoop(int stream_index) {
       CopyFailedLocked(task->expert, status);
       continue;  // drain the queue; every wait returns the first failure
     }
-    pageable_copies_ += !pinned;
+    if (!pinned) CountPageableCopyLocked();
     CopyDoneLocked(*task, issue_us, static_cast<double>(copy_ms) * 1e3);
   }
 }

@@ -11,12 +11,16 @@
 //            issuing w1, w3, w2 host→GPU with cudaMemcpyAsync on its stream,
 //            then recording the buffer's readiness event. Sources should lie
 //            in page-locked memory: the caller names the host regions that
-//            hold the weights (the CPU worker's shared-memory region, mapped
-//            read-only) and the pool registers them in place
-//            (cudaHostRegister), keeping no second host copy. Weights outside
-//            every registered region are still copied correctly, but from
-//            pageable memory (the driver bounces them; slower, and the stats
-//            count them).
+//            hold the weights (the model's mapped weights, or the CPU
+//            workers' shared-memory stores) and the pool registers them in
+//            place (cudaHostRegister), keeping no second host copy: read-only
+//            where the device supports it, else plainly where the mapping is
+//            writable (pinned_regions.h, ChooseHostPinMode). A region that
+//            cannot be locked (a read-only mapping on a discrete GPU in an
+//            x86 host, or the driver refusing) does not stop the pool: it is
+//            logged once, and weights outside every registered region are
+//            still copied correctly, but from pageable memory (the driver
+//            stages them; slower, and stats().pageable_copies counts them).
 //   Compute  RunExperts on the pool's compute stream: the rows of every
 //            expert packed on the host into one pinned [T, D] batch (the
 //            rows arrive in separate host arrays, so this host copy is the
@@ -47,7 +51,11 @@
 //            poison_freed_buffers (default on in debug builds) the freed
 //            buffer is filled with 0xFF bytes (NaN in bf16, f16 and f32), so
 //            that computing from a freed or half-written buffer shows up as
-//            NaN outputs. The next copy into it waits for the fill on the GPU.
+//            NaN outputs. Every fill (the whole pool's at Create, then each
+//            freed buffer's) runs on the compute stream and records the
+//            buffer's `freed` event there; the next copy into the buffer, on
+//            a copy stream (non-blocking: no implicit order with any other
+//            stream), waits for that event on the GPU.
 //
 // Results differ from the CPU ExpertFfn by rounding only: activations are
 // rounded to the weights' type (bf16: 8 bits of mantissa) before each GEMM,
@@ -83,8 +91,10 @@ struct CudaExpertPoolOptions {
   ExpertPoolOptions pool;  // slots, memory budget, staging buffers
   int device = 0;          // CUDA device index
   int num_copy_streams = 2;
-  // Regions to cudaHostRegister for the pool's lifetime (must not overlap
-  // one another or memory already pinned): ExpertHostRegions (pinned_regions.h).
+  // Regions to page-lock for the pool's lifetime (must not overlap one
+  // another or memory already pinned): ExpertHostRegions (pinned_regions.h),
+  // or WorkerExpertSources::regions(). Each is locked as ChooseHostPinMode
+  // says for this device and its mapping, or left pageable.
   std::vector<PinnedHostRegion> host_regions;
   // Fill freed buffers with 0xFF (NaN) on the GPU.
 #ifdef NDEBUG
@@ -124,8 +134,9 @@ class CudaExpertPool : public SlotPool {
   // copy): w1, w3, w2 bytes concatenated, layout().copy_bytes in all. For
   // tests; a synchronous device→host copy. FailedPrecondition when not held.
   virtual absl::StatusOr<std::vector<uint8_t>> ReadHeld(ExpertKey key) = 0;
-  // Copies whose source lay outside every registered region (pageable).
-  virtual int64_t pageable_copies() const = 0;
+  // How each of options.host_regions was page-locked (same order);
+  // kPageable where it could not be. Any thread.
+  virtual std::vector<HostPinMode> host_pin_modes() const = 0;
   // Whether RunExperts uses the grouped GEMMs now: asked for, the shape's
   // rows 16-byte aligned, and cuBLAS has not refused them. Any thread.
   virtual bool grouped_gemm() const = 0;

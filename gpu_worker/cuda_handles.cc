@@ -60,11 +60,11 @@ absl::StatusOr<HostRegistration> HostRegistration::Register(const void* data, si
   if (data == nullptr || bytes == 0) return absl::InvalidArgumentError("host region to register is empty");
   unsigned int flags = cudaHostRegisterPortable;  // pinned for every context, not only the current one
   if (read_only) flags |= cudaHostRegisterReadOnly;
-  void* p = const_cast<void*>(data);  // cudaHostRegister takes void*; read_only promises the GPU never writes it
+  void* p = const_cast<void*>(data);  // cudaHostRegister takes void*; the GPU never writes expert weights
   const cudaError_t err = cudaHostRegister(p, bytes, flags);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return CudaStatus(err, absl::StrCat("cudaHostRegister(", bytes, " bytes", read_only ? ", read-only" : "", ")").c_str());
+    return CudaStatus(err, absl::StrCat("cudaHostRegister(", bytes, " bytes, ", read_only ? "read-only" : "read-write", ")").c_str());
   }
   registration.ptr_ = p;
   registration.bytes_ = bytes;

@@ -95,14 +95,18 @@ class PinnedHostBuffer {
   size_t bytes_ = 0;
 };
 
-// Existing host memory (the CPU worker's shared-memory weight region, mapped
-// read-only) page-locked in place with cudaHostRegister, so that copies
-// from it are DMA without a second host copy. The memory must outlive the
-// registration.
+// Existing host memory (the model's expert weights, or a CPU worker's
+// shared-memory store) page-locked in place with cudaHostRegister, so that
+// copies from it are DMA without a second host copy. The memory must
+// outlive the registration.
 class HostRegistration {
  public:
   HostRegistration() = default;
-  // `read_only`: the mapping is PROT_READ (cudaHostRegisterReadOnly).
+  // `read_only`: with cudaHostRegisterReadOnly (the device must support it:
+  // cudaDevAttrHostRegisterReadOnlySupported); without it the mapping must
+  // be writable, as pinning takes write access (pinned_regions.h,
+  // ChooseHostPinMode, decides). Internal naming the call and CUDA's reason
+  // when the driver refuses; nothing is then registered.
   static absl::StatusOr<HostRegistration> Register(const void* data, size_t bytes, bool read_only);
   ~HostRegistration() { Reset(); }
   HostRegistration(HostRegistration&& other) noexcept

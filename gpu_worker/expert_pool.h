@@ -138,6 +138,10 @@ struct ExpertPoolStats {
   int64_t migrations_completed = 0;
   int64_t staging_copies = 0;    // of those, planner copies into staging buffers
   int64_t bytes_copied = 0;      // by completed migrations
+  // Copies (placements and migrations) from host memory that is not
+  // page-locked: the driver stages them, at a fraction of DMA's speed
+  // (CUDA pool only: see pinned_regions.h for when a region cannot be).
+  int64_t pageable_copies = 0;
   double copy_us = 0;            // Σ copy time of completed migrations
   int64_t admissions = 0;        // staged experts kept in a slot
   int64_t evictions = 0;

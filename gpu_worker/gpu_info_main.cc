@@ -1,4 +1,7 @@
 // tandem-gpu-info: the CUDA devices tandem would use, one JSON line each.
+// host_register_read_only false (discrete GPUs in x86 hosts) means the
+// expert pool page-locks only writable mappings (pinned_regions.h);
+// max_shared_bytes_per_block bounds the attention kernels' tiles.
 #include <cstdio>
 #include <iostream>
 
@@ -21,6 +24,8 @@ int main() {
                                 {"free_memory_bytes", d.free_memory_bytes},
                                 {"multiprocessors", d.multiprocessors},
                                 {"async_copy_engines", d.async_copy_engines},
+                                {"host_register_read_only", d.host_register_read_only},
+                                {"max_shared_bytes_per_block", d.max_shared_bytes_per_block},
                                 {"pci_bus_id", d.pci_bus_id}}
                      .dump()
               << "\n";

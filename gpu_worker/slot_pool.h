@@ -129,6 +129,8 @@ class SlotPool : public ExpertPool {
   absl::StatusOr<int64_t> CheckWork(int layer, std::span<const ExpertWork> work) const;
   // Adds one RunExperts call's timing to the stats.
   void RecordRun(const PoolRunTiming& run);
+  // One copy (placement or migration) read pageable host memory.
+  void CountPageableCopyLocked() { ++stats_.pageable_copies; }
 
   // The buffer at `position`, the position holding `key` (-1: none).
   int BufferAtLocked(int position) const { return position_buffer_[static_cast<size_t>(position)]; }

@@ -12,6 +12,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "coordinator/worker_connect.h"
+#include "gpu_worker/cuda_device.h"
 
 ABSL_FLAG(std::string, model, "", "model directory (config.json, *.safetensors, tokenizer.model)");
 ABSL_FLAG(std::string, synthetic, "",
@@ -186,12 +187,18 @@ absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions option
   options.orchestrator.cpu_transport = absl::GetFlag(FLAGS_transport);
   options.orchestrator.overlap_cpu = true;
   if (options.orchestrator.enabled) {
-    TANDEM_ASSIGN_OR_RETURN(out.worker_experts,
-                            WorkerExpertSources::Open(connected->first->config, out.remote->weights_regions()));
+    // Read-only unless the CUDA pool must page-lock the stores and its GPU
+    // cannot lock read-only mappings (worker_expert_sources.h says why).
+    // Unknown (no device): read-only; the pool then fails saying why.
+    const bool writable = options.orchestrator.pool == ExpertPoolKind::kCuda &&
+                          !HostRegisterReadOnlySupported(options.orchestrator.cuda_device).value_or(true);
+    TANDEM_ASSIGN_OR_RETURN(out.worker_experts, WorkerExpertSources::Open(connected->first->config,
+                                                                          out.remote->weights_regions(), writable));
     options.orchestrator.worker_experts = out.worker_experts.get();
     LOG_INFO("expert pool: migrations copy from the ", out.remote->num_workers(), " workers' expert stores (",
-             absl::StrFormat("%.1f MB", out.worker_experts->mapped_bytes() / 1e6),
-             " mapped read-only), not from a copy in this process");
+             absl::StrFormat("%.1f MB", out.worker_experts->mapped_bytes() / 1e6), " mapped ",
+             writable ? "read-write, so that the GPU can page-lock them" : "read-only",
+             "), not from a copy in this process");
   }
   TANDEM_ASSIGN_OR_RETURN(out.runtime, LocalRuntime::Create(std::move(connected->first), options));
   return out;

@@ -3,7 +3,11 @@
 // shapes, row counts and dtypes), the bytes in its slots equal the model's,
 // and under load — many migrations, stagings, admissions and evictions
 // queued while layers compute, with freed buffers poisoned with NaN — no
-// output ever comes from a half-copied or freed buffer.
+// output ever comes from a half-copied or freed buffer. A fresh pool's first
+// copies are not overwritten by its initial poison fill, and host regions
+// are page-locked as ChooseHostPinMode says for this GPU (a read-only
+// mapping where read-only registration is unsupported is copied from
+// pageable memory, counted, and the pool still works).
 //
 // RunExperts has two compute paths (grouped cuBLAS GEMMs over all experts
 // of a call, and per-expert GEMMs); both are checked against the CPU, on
@@ -29,6 +33,7 @@
 #include "cpu_worker/expert_ffn.h"
 #include "gpu_worker/cuda_device.h"
 #include "gpu_worker/cuda_expert_pool.h"
+#include "gpu_worker/pinned_regions.h"
 #include "gtest/gtest.h"
 #include "tests/cuda_skip_testlib.h"
 #include "tests/status_testlib.h"
@@ -38,11 +43,12 @@ namespace {
 
 
 // Experts of random weights in one page-aligned mmap'd region, like the CPU
-// worker's shared-memory store; read-only once filled, as the coordinator
-// maps that store.
+// worker's shared-memory store. Writable (lockable on every GPU), or
+// read-only once filled (`read_only`), as the coordinator maps that store
+// where its GPU can lock read-only mappings.
 class ExpertRegion {
  public:
-  ExpertRegion(int layers, int experts, int64_t d, int64_t i, DType dtype, uint32_t seed) {
+  ExpertRegion(int layers, int experts, int64_t d, int64_t i, DType dtype, uint32_t seed, bool read_only = false) {
     config_.hidden_size = d;
     config_.intermediate_size = i;
     config_.num_hidden_layers = layers;
@@ -72,7 +78,7 @@ class ExpertRegion {
         experts_[static_cast<size_t>(l)].push_back(w);
       }
     }
-    mprotect(data_, bytes_, PROT_READ);
+    if (read_only && mprotect(data_, bytes_, PROT_READ) != 0) ADD_FAILURE() << "mprotect(PROT_READ) failed";
   }
   ~ExpertRegion() {
     if (data_ != nullptr) munmap(data_, bytes_);
@@ -85,7 +91,7 @@ class ExpertRegion {
   const ExpertWeights& expert(ExpertKey key) const {
     return experts_[static_cast<size_t>(key.layer)][static_cast<size_t>(key.expert)];
   }
-  PinnedHostRegion region() const { return {data_, bytes_, /*read_only=*/true}; }
+  PinnedHostRegion region() const { return {data_, bytes_}; }
 
  private:
   template <typename Dist>
@@ -237,7 +243,7 @@ TEST(CudaExpertPoolTest, FfnMatchesTheCpuExpertFfnByNormalisedMse) {
                   << work[static_cast<size_t>(e)].num_rows << " expert " << e << ": nmse " << nmse << "\n";
       }
     }
-    EXPECT_EQ(pool.pageable_copies(), pinned ? 0 : 3);
+    EXPECT_EQ(pool.stats().pageable_copies, pinned ? 0 : 4);  // a placement, two migrations, a staging copy
     ASSERT_OK(pool.ReleaseStaging());
     EXPECT_FALSE(pool.Find({0, 3}).held);
     // A key the pool does not hold is refused, naming it.
@@ -443,7 +449,7 @@ TEST(CudaExpertPoolTest, MigrationsUnderLoadNeverFeedAHalfCopiedOrFreedExpert) {
   const ExpertPoolStats stats = pool.stats();
   EXPECT_EQ(stats.migrations_started, stats.migrations_completed);
   EXPECT_EQ(stats.used_slots, static_cast<int>(in_slots.size()));
-  EXPECT_EQ(pool.pageable_copies(), 0);
+  EXPECT_EQ(stats.pageable_copies, 0);
   EXPECT_GT(stats.MigrationGbPerSecond(), 0);
   const std::vector<MigrationRecord> done = pool.TakeCompletedMigrations();
   EXPECT_EQ(static_cast<int64_t>(done.size()), stats.migrations_completed);
@@ -451,6 +457,65 @@ TEST(CudaExpertPoolTest, MigrationsUnderLoadNeverFeedAHalfCopiedOrFreedExpert) {
             << stats.evictions << " evictions, " << stats.admissions << " admissions, " << checked
             << " expert outputs checked, worst nmse " << worst << ", copy " << stats.MigrationGbPerSecond()
             << " GB/s, wait " << stats.wait_us << " us, compute " << stats.compute_us << " us\n";
+}
+
+// Item by item what an x86 host with a discrete GPU does differently: there
+// cudaDevAttrHostRegisterReadOnlySupported is 0, so a read-only mapping
+// cannot be locked at all. The pool must still start, copy every byte right
+// from pageable memory and count those copies; a writable mapping is locked
+// (plainly) everywhere. Where the attribute is 1, both are locked read-only.
+TEST(CudaExpertPoolTest, ReadOnlyMappingsAreLockedWhereTheGpuCanElseCopiedFromPageableMemory) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  absl::StatusOr<bool> supported = HostRegisterReadOnlySupported(0);
+  ASSERT_OK(supported);
+  std::cout << "  device 0: cudaDevAttrHostRegisterReadOnlySupported = " << *supported << "\n";
+  for (const bool read_only : {true, false}) {
+    SCOPED_TRACE(read_only ? "read-only mapping" : "writable mapping");
+    ExpertRegion region(1, 4, 64, 96, DType::kBF16, 5, read_only);
+    CudaExpertPoolOptions options;
+    options.pool.num_slots = 2;
+    options.pool.num_staging_buffers = 1;
+    options.host_regions.push_back(region.region());
+    auto created = CudaExpertPool::Create(region.config(), region.experts(), options);
+    ASSERT_OK(created);
+    CudaExpertPool& pool = **created;
+    const HostPinMode want = ChooseHostPinMode(*supported, /*mapping_writable_in_place=*/!read_only);
+    ASSERT_EQ(pool.host_pin_modes().size(), 1u);
+    EXPECT_EQ(pool.host_pin_modes()[0], want) << HostPinModeName(pool.host_pin_modes()[0]);
+    ASSERT_OK(pool.Place({0, 0}));
+    ASSERT_OK(pool.Migrate({0, 1}, std::nullopt));
+    ASSERT_OK(pool.Stage({0, 2}));
+    for (int e = 0; e < 3; ++e) ExpectHeldBytes(pool, {0, e}, region.expert({0, e}));
+    EXPECT_EQ(pool.stats().pageable_copies, want == HostPinMode::kPageable ? 3 : 0);
+  }
+}
+
+// A fresh pool's first copies land after its initial poison fill, not under
+// it: the fill runs on the compute stream and every buffer's `freed` event
+// follows it, so copies on the (non-blocking) copy streams wait for it. A
+// fill on the legacy default stream ordered nothing and could overwrite a
+// just-copied expert with 0xFF. Many large buffers, copies queued the
+// moment the pool exists, every byte read back; a few fresh pools.
+TEST(CudaExpertPoolTest, FirstCopiesOfAFreshPoolAreNotOverwrittenByItsPoisonFill) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int kExperts = 48;
+  ExpertRegion region(1, kExperts, 512, 1536, DType::kBF16, 9);
+  for (int round = 0; round < 3; ++round) {
+    CudaExpertPoolOptions options;
+    options.pool.num_slots = kExperts - 2;
+    options.pool.num_staging_buffers = 2;
+    options.poison_freed_buffers = true;
+    options.host_regions.push_back(region.region());
+    auto created = CudaExpertPool::Create(region.config(), region.experts(), options);
+    ASSERT_OK(created);
+    CudaExpertPool& pool = **created;
+    for (int e = 0; e < kExperts - 2; ++e) ASSERT_OK(pool.Migrate({0, e}, std::nullopt));
+    for (int e = kExperts - 2; e < kExperts; ++e) ASSERT_OK(pool.Stage({0, e}));
+    for (int e = 0; e < kExperts; ++e) {
+      ASSERT_NO_FATAL_FAILURE(ExpectHeldBytes(pool, {0, e}, region.expert({0, e})));
+      ASSERT_FALSE(::testing::Test::HasFailure()) << "round " << round << ", expert " << e;
+    }
+  }
 }
 
 // Experts in slices, as the CPU workers' stores hold them under the split
@@ -482,12 +547,13 @@ TEST(CudaExpertPoolTest, GathersSplitSlicesWithStridedCopies) {
   auto created = CudaExpertPool::Create(region.config(), std::move(sources), options);
   ASSERT_OK(created);
   CudaExpertPool& pool = **created;
-  EXPECT_EQ(pool.pageable_copies(), 0);
+  ASSERT_EQ(pool.host_pin_modes().size(), 1u);
+  EXPECT_NE(pool.host_pin_modes()[0], HostPinMode::kPageable);
   ASSERT_OK(pool.Place({0, 0}));
   ASSERT_OK(pool.Migrate({0, 2}, std::nullopt));
   ASSERT_OK(pool.Stage({0, 3}));
   for (int e : {0, 2, 3}) ExpectHeldBytes(pool, {0, e}, region.expert({0, e}));
-  EXPECT_EQ(pool.pageable_copies(), 0) << "every piece lies in the registered region";
+  EXPECT_EQ(pool.stats().pageable_copies, 0) << "every piece lies in the registered region";
 }
 
 }  // namespace

@@ -147,9 +147,9 @@ absl::StatusOr<ExpertStoreIndex> IndexExpertStoreRegion(const void* base, size_t
   return index;
 }
 
-absl::StatusOr<ExpertStoreView> ExpertStoreView::Open(const std::string& region_name) {
+absl::StatusOr<ExpertStoreView> ExpertStoreView::Open(const std::string& region_name, ShmAccess access) {
   ExpertStoreView view;
-  TANDEM_ASSIGN_OR_RETURN(view.region_, ShmRegion::Open(region_name, ShmAccess::kReadOnly));
+  TANDEM_ASSIGN_OR_RETURN(view.region_, ShmRegion::Open(region_name, access));
   TANDEM_ASSIGN_OR_RETURN(view.index_, IndexExpertStoreRegion(view.region_.data(), view.region_.size(), region_name));
   return view;
 }

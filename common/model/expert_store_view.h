@@ -106,15 +106,18 @@ struct ExpertStoreIndex {
 // still zero (the writer is filling it).
 absl::StatusOr<ExpertStoreIndex> IndexExpertStoreRegion(const void* base, size_t bytes, const std::string& region_name);
 
-// A region mapped read-only. Movable; unmaps on destruction (never unlinks:
+// A region mapped read-only (or, where a reader must page-lock it for DMA
+// and its GPU cannot lock read-only mappings, read-write; readers never
+// write it either way). Movable; unmaps on destruction (never unlinks:
 // the writer owns the name; ShmRegion::OwnerAlive tells whether it lives). The pages stay valid after the writer
 // unlinks the name or exits.
 class ExpertStoreView {
  public:
-  // ShmRegion::Open read-only, then IndexExpertStoreRegion. NotFound when no
-  // region has that name; DataLoss when it is empty or corrupt;
+  // ShmRegion::Open with `access`, then IndexExpertStoreRegion. NotFound
+  // when no region has that name; DataLoss when it is empty or corrupt;
   // FailedPrecondition while its writer is still filling it.
-  static absl::StatusOr<ExpertStoreView> Open(const std::string& region_name);
+  static absl::StatusOr<ExpertStoreView> Open(const std::string& region_name,
+                                              ShmAccess access = ShmAccess::kReadOnly);
 
   ExpertStoreView(ExpertStoreView&& other) noexcept = default;
   ExpertStoreView& operator=(ExpertStoreView&& other) noexcept = default;
