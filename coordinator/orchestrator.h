@@ -169,6 +169,22 @@ class Orchestrator final : public ExpertExecutor, public ForwardObserver {
   absl::Status RunCpu(int layer, std::span<const ExpertWork> work, double* us);
   void ObserveCpu(int layer, std::span<const ExpertWork> work, double measured_us);
 
+  // Create's steps after the constructor.
+  absl::StatusOr<int> StartPolicies(const ModelConfig& config);
+  void InitStats(int placed);
+  void LogSetup() const;
+
+  // RunExperts' steps, in order.
+  struct Execution;
+  absl::StatusOr<int64_t> IndexWork(int layer, std::span<const ExpertWork> work);
+  CacheStep RoutingStep(int layer, int64_t total_rows, double now) const;
+  absl::Status PlanLayer(int layer, double now);
+  void SplitWork(std::span<const ExpertWork> work, OrchestratorLayerStats* delta);
+  absl::Status Execute(int layer, Execution* execution);
+  void ObserveExecution(int layer, const Execution& execution);
+  absl::Status AdmitExecuted(CacheStep& step, OrchestratorLayerStats* delta);
+  void RecordLayer(int layer, const OrchestratorLayerStats& delta, const Execution& execution, double total_us);
+
   const int num_layers_;
   const int num_experts_;
   const int num_experts_per_token_;
