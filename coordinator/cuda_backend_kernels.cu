@@ -281,6 +281,57 @@ size_t PrefillSharedBytes(int hd) {
                           static_cast<size_t>(kPrefillKeyTile) * hd);
 }
 
+// The prefill kernel's steps. Its query tile [num_q rows of head h] into
+// q_s [kPrefillQueryTile, hd], zero past num_q.
+__device__ __forceinline__ void LoadQueryTile(const float* __restrict__ q, int64_t row0, int num_q, int64_t q_dim,
+                                              int h, int hd, float* q_s) {
+  for (int idx = threadIdx.x; idx < kPrefillQueryTile * hd; idx += blockDim.x) {
+    const int r = idx / hd, i = idx % hd;
+    q_s[idx] = r < num_q ? q[(row0 + r) * q_dim + static_cast<int64_t>(h) * hd + i] : 0.0f;
+  }
+}
+
+// Keys and values of positions [tile_start, tile_start + kPrefillKeyTile) of
+// KV head kvh into k_s [kPrefillKeyTile, hd + 1] and v_s [kPrefillKeyTile,
+// hd], zero past pos_last.
+__device__ __forceinline__ void LoadKeyTile(float* const* __restrict__ block_ptrs, const AttnSlice& slice,
+                                            const AttnShape& s, int64_t kv_dim, int kvh, int tile_start, int pos_last,
+                                            float* k_s, float* v_s) {
+  const int hd = s.head_dim;
+  const int64_t value_offset = static_cast<int64_t>(s.num_layers) * s.block_size * kv_dim;
+  for (int idx = threadIdx.x; idx < kPrefillKeyTile * hd; idx += blockDim.x) {
+    const int j = idx / hd, i = idx % hd;
+    const int kp = tile_start + j;
+    float kv = 0.0f, vv = 0.0f;
+    if (kp <= pos_last) {
+      const float* key = CacheRow(block_ptrs, slice, s, kv_dim, kp) + static_cast<int64_t>(kvh) * hd;
+      kv = key[i];
+      vv = key[value_offset + i];
+    }
+    k_s[j * (hd + 1) + i] = kv;
+    v_s[j * hd + i] = vv;
+  }
+}
+
+// The warp's rows of the tile: acc / l into out.
+__device__ __forceinline__ void WriteWarpRows(const float (&l)[kRowsPerWarp], const float (&acc)[kRowsPerWarp][kHdChunks],
+                                              int64_t row0, int num_q, int64_t q_dim, int h, int hd,
+                                              float* __restrict__ out) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int r = warp * kRowsPerWarp + rr;
+    if (r >= num_q) continue;
+    // l > 0: the row's own position is always visible.
+    const float inv_l = 1.0f / l[rr];
+#pragma unroll
+    for (int c = 0; c < kHdChunks; ++c) {
+      const int i = lane + 32 * c;
+      if (i < hd) out[(row0 + r) * q_dim + static_cast<int64_t>(h) * hd + i] = acc[rr][c] * inv_l;
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kAttnThreads)
 AttentionPrefillKernel(const AttnSlice* __restrict__ slices, const int2* __restrict__ tiles,
                        const float* __restrict__ q, float* const* __restrict__ block_ptrs, AttnShape s,
@@ -295,7 +346,6 @@ AttentionPrefillKernel(const AttnSlice* __restrict__ slices, const int2* __restr
   const int h = blockIdx.y;
   const int kvh = h / (s.heads / s.kv_heads);
   const int64_t q_dim = static_cast<int64_t>(s.heads) * hd, kv_dim = static_cast<int64_t>(s.kv_heads) * hd;
-  const int64_t value_offset = static_cast<int64_t>(s.num_layers) * s.block_size * kv_dim;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
   const int num_q = min(kPrefillQueryTile, slice.num_tokens - tile.y);  // rows in this tile, >= 1
@@ -304,10 +354,7 @@ AttentionPrefillKernel(const AttnSlice* __restrict__ slices, const int2* __restr
   const int pos_last = pos0 + num_q - 1;
   const int key_begin = s.window > 0 ? max(0, pos0 - s.window + 1) : 0;
 
-  for (int idx = threadIdx.x; idx < kPrefillQueryTile * hd; idx += blockDim.x) {
-    const int r = idx / hd, i = idx % hd;
-    q_s[idx] = r < num_q ? q[(row0 + r) * q_dim + static_cast<int64_t>(h) * hd + i] : 0.0f;
-  }
+  LoadQueryTile(q, row0, num_q, q_dim, h, hd, q_s);
 
   float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kHdChunks];
 #pragma unroll
@@ -320,18 +367,7 @@ AttentionPrefillKernel(const AttnSlice* __restrict__ slices, const int2* __restr
 
   for (int tile_start = key_begin; tile_start <= pos_last; tile_start += kPrefillKeyTile) {
     __syncthreads();  // q_s written (first pass) / the previous tile consumed
-    for (int idx = threadIdx.x; idx < kPrefillKeyTile * hd; idx += blockDim.x) {
-      const int j = idx / hd, i = idx % hd;
-      const int kp = tile_start + j;
-      float kv = 0.0f, vv = 0.0f;
-      if (kp <= pos_last) {
-        const float* key = CacheRow(block_ptrs, slice, s, kv_dim, kp) + static_cast<int64_t>(kvh) * hd;
-        kv = key[i];
-        vv = key[value_offset + i];
-      }
-      k_s[j * (hd + 1) + i] = kv;
-      v_s[j * hd + i] = vv;
-    }
+    LoadKeyTile(block_ptrs, slice, s, kv_dim, kvh, tile_start, pos_last, k_s, v_s);
     __syncthreads();
 
     // Lane j scores key tile_start + j against each of the warp's rows.
@@ -371,18 +407,7 @@ AttentionPrefillKernel(const AttnSlice* __restrict__ slices, const int2* __restr
     }
   }
 
-#pragma unroll
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    const int r = warp * kRowsPerWarp + rr;
-    if (r >= num_q) continue;
-    // l > 0: the row's own position is always visible.
-    const float inv_l = 1.0f / l[rr];
-#pragma unroll
-    for (int c = 0; c < kHdChunks; ++c) {
-      const int i = lane + 32 * c;
-      if (i < hd) out[(row0 + r) * q_dim + static_cast<int64_t>(h) * hd + i] = acc[rr][c] * inv_l;
-    }
-  }
+  WriteWarpRows(l, acc, row0, num_q, q_dim, h, hd, out);
 }
 
 // ---- routers (one thread per row) ----
