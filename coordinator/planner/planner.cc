@@ -291,6 +291,22 @@ static void SortBySizeDescending(const LayerPlanInput& input, std::vector<int>* 
   });
 }
 
+// The absent experts a policy wants on the GPU: with fewer staging buffers
+// (max_new_migrations) than candidates, the largest batches get them, in
+// copy order; the rest run on the CPU.
+static void MigrateLargest(const LayerPlanInput& input, std::vector<int>* absent, LayerPlan* plan) {
+  SortBySizeDescending(input, absent);
+  for (size_t i = 0; i < absent->size(); ++i) {
+    const size_t e = static_cast<size_t>((*absent)[i]);
+    if (static_cast<int64_t>(i) < input.max_new_migrations) {
+      plan->experts[e].placement = ExpertPlacement::kMigrateThenGpu;
+      plan->migrations.push_back((*absent)[i]);
+    } else {
+      plan->experts[e].placement = ExpertPlacement::kCpu;
+    }
+  }
+}
+
 // Fiddler (ICLR 2025) Algorithm 1. is_at_gpu is "resident"; an expert whose
 // copy is already in flight (only cache policies make those; Fiddler's
 // placement is static) is treated the same way with trans_lat() replaced by
@@ -313,17 +329,7 @@ void Planner::PlanThreshold(const LayerPlanInput& input, const CostModel& cost, 
       plan->experts[e].placement = ExpertPlacement::kCpu;
     }
   }
-  SortBySizeDescending(input, &absent_);
-  // With fewer staging buffers than candidates, the largest batches get them.
-  for (size_t i = 0; i < absent_.size(); ++i) {
-    const size_t e = static_cast<size_t>(absent_[i]);
-    if (static_cast<int64_t>(i) < input.max_new_migrations) {
-      plan->experts[e].placement = ExpertPlacement::kMigrateThenGpu;
-      plan->migrations.push_back(absent_[i]);
-    } else {
-      plan->experts[e].placement = ExpertPlacement::kCpu;
-    }
-  }
+  MigrateLargest(input, &absent_, plan);
 }
 
 // On-demand offloading (DeepSpeed-MII, Mixtral-Offloading, MoE-OnDemand):
@@ -340,16 +346,7 @@ void Planner::PlanGpuOnly(const LayerPlanInput& input, LayerPlan* plan) {
       absent_.push_back(static_cast<int>(e));
     }
   }
-  SortBySizeDescending(input, &absent_);
-  for (size_t i = 0; i < absent_.size(); ++i) {
-    const size_t e = static_cast<size_t>(absent_[i]);
-    if (static_cast<int64_t>(i) < input.max_new_migrations) {
-      plan->experts[e].placement = ExpertPlacement::kMigrateThenGpu;
-      plan->migrations.push_back(absent_[i]);
-    } else {
-      plan->experts[e].placement = ExpertPlacement::kCpu;
-    }
-  }
+  MigrateLargest(input, &absent_, plan);
 }
 
 // llama.cpp-like: what is on the GPU runs there, everything else on the CPU
