@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/log.h"
@@ -161,11 +162,13 @@ class Orchestrator::CpuLane {
   ExpertExecutor* cpu_;
   std::mutex mutex_;
   std::condition_variable cv_;
-  bool stop_ = false, pending_ = false, done_ = false;
-  int layer_ = 0;
-  std::span<const ExpertWork> work_;
-  absl::Status status_;
-  double us_ = 0;
+  bool stop_ ABSL_GUARDED_BY(mutex_) = false;
+  bool pending_ ABSL_GUARDED_BY(mutex_) = false;
+  bool done_ ABSL_GUARDED_BY(mutex_) = false;
+  int layer_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::span<const ExpertWork> work_ ABSL_GUARDED_BY(mutex_);
+  absl::Status status_ ABSL_GUARDED_BY(mutex_);
+  double us_ ABSL_GUARDED_BY(mutex_) = 0;
   std::thread thread_;  // last: starts once the rest exists
 };
 

@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/expert_executor.h"
@@ -215,8 +216,9 @@ class Orchestrator final : public ExpertExecutor, public ForwardObserver {
   std::vector<ExpertWork> unserved_;  // precalc: the work not pre-computed
 
   mutable std::mutex stats_mutex_;
-  OrchestratorStats stats_;  // pool is filled in by stats()
-  bool warned_refusal_ = false;
+  // Create fills stats_ before the orchestrator is shared, without the lock.
+  OrchestratorStats stats_ ABSL_GUARDED_BY(stats_mutex_);  // pool is filled in by stats()
+  bool warned_refusal_ ABSL_GUARDED_BY(stats_mutex_) = false;
 };
 
 }  // namespace tandem

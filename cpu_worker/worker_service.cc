@@ -8,6 +8,7 @@
 #include <random>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
@@ -523,7 +524,7 @@ struct WorkerServer::Bindings {
   std::unique_ptr<grpc::ServerCompletionQueue> cq;
   std::thread thread;
   std::mutex arm_mutex;  // arming a call races cq->Shutdown otherwise (a request on a shut-down queue aborts)
-  bool cq_shut_down = false;
+  bool cq_shut_down ABSL_GUARDED_BY(arm_mutex) = false;
 
   void ArmAll();
   void Serve();

@@ -115,8 +115,9 @@ class WorkerService {
   std::thread doorbell_thread_;
   std::atomic<bool> stop_{false};
 
-  std::mutex compute_mutex_;  // one RunExperts/Calibrate at a time
-  std::vector<ExpertWork> work_;  // reused under compute_mutex_
+  // One RunExperts/Calibrate at a time: it guards no member, it serialises
+  // the calls into options_.executor (which has one caller at a time).
+  std::mutex compute_mutex_;
 
   std::atomic<uint64_t> requests_{0}, doorbell_requests_{0}, expert_calls_{0}, rows_{0}, rejected_{0};
   std::atomic<int64_t> compute_ns_{0};

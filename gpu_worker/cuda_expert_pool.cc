@@ -21,6 +21,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/clock.h"
@@ -188,7 +189,7 @@ class CudaExpertPoolImpl final : public CudaExpertPool {
 
   std::vector<Buffer> buffers_;      // [slots + staging] by buffer number; sized by Init, never resized
   std::vector<bool> source_pinned_;  // [L * E] all three matrices inside a registered region
-  int64_t pageable_copies_ = 0;      // guarded by mutex()
+  int64_t pageable_copies_ ABSL_GUARDED_BY(mutex()) = 0;
   std::vector<std::thread> copy_threads_;
 };
 
