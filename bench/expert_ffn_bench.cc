@@ -25,7 +25,9 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_stats.h"
 #include "bench/json_lines.h"
+#include "common/base/clock.h"
 #include "common/base/dtype.h"
 #include "common/platform/hardware_probe.h"
 #include "common/kernels/linear.h"
@@ -96,12 +98,6 @@ class WeightBuffer {
   std::vector<Line> data_;
 };
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 struct Timing {
   double median_us = 0;
   double best_us = 0;
@@ -115,8 +111,7 @@ absl::StatusOr<Timing> TimeFfn(ExpertFfn& ffn, const std::vector<ExpertFfnWeight
     const ExpertFfnWeights& weights = experts[next_expert++ % experts.size()];
     const auto start = std::chrono::steady_clock::now();
     absl::Status status = ffn.Run(weights, x, rows, y);
-    const double elapsed =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    const double elapsed = MicrosSince(start);
     if (!status.ok()) return status;
     if (!std::isfinite(y[0])) return absl::InternalError("expert FFN produced a non-finite output");
     if (rep >= 0) us.push_back(elapsed);

@@ -67,7 +67,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_stats.h"
 #include "bench/json_lines.h"
+#include "common/base/clock.h"
 #include "common/base/dtype.h"
 #include "common/base/log.h"
 #include "common/model/model_config.h"
@@ -110,29 +112,6 @@ using Json = nlohmann::json;
 
 // ---------------------------------------------------------------------------
 // Statistics and output.
-
-struct Summary {
-  double median = 0, mean = 0, stddev = 0, min = 0, max = 0;
-  int64_t n = 0;
-};
-
-Summary Summarise(std::vector<double> v) {
-  Summary s;
-  if (v.empty()) return s;
-  std::sort(v.begin(), v.end());
-  s.n = static_cast<int64_t>(v.size());
-  const size_t n = v.size();
-  s.median = n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  double sum = 0;
-  for (double x : v) sum += x;
-  s.mean = sum / static_cast<double>(n);
-  double sq = 0;
-  for (double x : v) sq += (x - s.mean) * (x - s.mean);
-  s.stddev = n > 1 ? std::sqrt(sq / static_cast<double>(n - 1)) : 0;
-  s.min = v.front();
-  s.max = v.back();
-  return s;
-}
 
 // {"<prefix>median_us": ..., "<prefix>mean_us": ..., ...}
 void PutSummary(Json& line, const std::string& prefix, const Summary& s) {
@@ -184,10 +163,6 @@ class Output {
 // The measurements.
 
 using Clock = std::chrono::steady_clock;
-
-double UsSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-}
 
 struct Settings {
   std::string preset;
@@ -295,7 +270,7 @@ absl::StatusOr<GpuTimes> TimeOnStream(cudaStream_t stream, int warmup, int repea
     TANDEM_RETURN_IF_ERROR(issue(rep));
     TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop.get(), stream));
     TANDEM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop.get()));
-    const double host_us = UsSince(host_start);
+    const double host_us = MicrosSince(host_start);
     float ms = 0;
     TANDEM_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start.get(), stop.get()));
     if (rep >= 0) {
@@ -384,7 +359,7 @@ absl::Status Bench::Run() {
   one_layer.num_hidden_layers = 1;
   TANDEM_ASSIGN_OR_RETURN(region_, LayerRegion::Create(one_layer, s_.dtype, fill_pool_.get()));
   LOG_INFO("tandem-gpu-bench: ", experts(), " experts of ", expert_bytes() / 1e6, " MB generated in ",
-           UsSince(fill_start) / 1e6, " s");
+           MicrosSince(fill_start) / 1e6, " s");
 
   // Raw copies first, while the region is not registered (pageable), then
   // registered for their own measurement only; the pools register it again.
@@ -616,7 +591,7 @@ absl::Status Bench::PoolWeightCopies(bool pinned) {
     const Clock::time_point start = Clock::now();
     TANDEM_RETURN_IF_ERROR(pool->Migrate(key, std::nullopt));
     TANDEM_RETURN_IF_ERROR(pool->WaitReady(key));
-    const double us = UsSince(start);
+    const double us = MicrosSince(start);
     const std::vector<MigrationRecord> done = pool->TakeCompletedMigrations();
     if (done.size() != 1) return absl::InternalError(absl::StrCat("expected one completed migration, got ", done.size()));
     TANDEM_RETURN_IF_ERROR(pool->Evict(key));
@@ -661,7 +636,7 @@ absl::Status Bench::GpuExperts(bool grouped) {
       PoolRunTiming timing;
       const Clock::time_point start = Clock::now();
       TANDEM_RETURN_IF_ERROR(pool->RunExperts(0, work, &timing));
-      const double us = UsSince(start);
+      const double us = MicrosSince(start);
       if (!std::isfinite(y[0])) return absl::InternalError("the GPU expert produced a non-finite output");
       if (rep < 0) continue;
       host_us->push_back(us);
@@ -756,7 +731,7 @@ absl::Status Bench::Overlap(CudaExpertPool& pool) {
   for (int rep = -s_.warmup; rep < s_.repeats; ++rep) {
     const Clock::time_point start = Clock::now();
     TANDEM_RETURN_IF_ERROR(pool.RunExperts(0, work, nullptr));
-    if (rep >= 0) alone_us.push_back(UsSince(start));
+    if (rep >= 0) alone_us.push_back(MicrosSince(start));
   }
   const Summary alone = Summarise(alone_us);
   const double round_bytes = static_cast<double>(expert_bytes()) * static_cast<double>(movers.size());
@@ -774,7 +749,7 @@ absl::Status Bench::Overlap(CudaExpertPool& pool) {
     const Clock::time_point epoch = Clock::now();
     std::map<int, double> queued_at;
     for (const ExpertKey& key : movers) {
-      queued_at[key.expert] = UsSince(epoch);
+      queued_at[key.expert] = MicrosSince(epoch);
       TANDEM_RETURN_IF_ERROR(pool.Migrate(key, std::nullopt));
     }
     std::vector<std::pair<double, double>> calls;
@@ -783,9 +758,9 @@ absl::Status Bench::Overlap(CudaExpertPool& pool) {
         return std::all_of(movers.begin(), movers.end(), [&](const ExpertKey& k) { return pool.IsReady(k); });
       };
       while (!all_ready()) {
-        const double start = UsSince(epoch);
+        const double start = MicrosSince(epoch);
         TANDEM_RETURN_IF_ERROR(pool.RunExperts(0, work, nullptr));
-        calls.emplace_back(start, UsSince(epoch));
+        calls.emplace_back(start, MicrosSince(epoch));
       }
     }
     for (const ExpertKey& key : movers) TANDEM_RETURN_IF_ERROR(pool.WaitReady(key));
@@ -867,7 +842,7 @@ absl::Status Bench::CpuExperts() {
       const ExpertWeights& w = region_->experts()[next++ % region_->experts().size()];
       const Clock::time_point start = Clock::now();
       TANDEM_RETURN_IF_ERROR(ffn.Run(w, x.data(), rows, y.data()));
-      if (rep >= 0) us.push_back(UsSince(start));
+      if (rep >= 0) us.push_back(MicrosSince(start));
     }
     const Summary s = Summarise(us);
     Json line = Record("cpu_expert");

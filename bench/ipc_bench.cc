@@ -44,7 +44,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_stats.h"
 #include "bench/json_lines.h"
+#include "common/base/clock.h"
 #include "common/base/log.h"
 #include "common/platform/numa_topology.h"
 #include "common/model/synthetic_model.h"
@@ -168,18 +170,6 @@ class EchoWorker {
   std::string socket_;
 };
 
-struct Timing {
-  double median_us, p99_us, mean_us, min_us;
-};
-
-Timing Summarise(std::vector<double> us) {
-  std::sort(us.begin(), us.end());
-  double sum = 0;
-  for (double x : us) sum += x;
-  const size_t n = us.size();
-  return Timing{us[n / 2], us[std::min(n - 1, n * 99 / 100)], sum / static_cast<double>(n), us[0]};
-}
-
 int Main(const char* argv0) {
   std::vector<int64_t> rows_list;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_rows), ',', absl::SkipWhitespace())) {
@@ -272,7 +262,7 @@ int Main(const char* argv0) {
         }
         const auto start = std::chrono::steady_clock::now();
         absl::Status status = call();
-        const double elapsed = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+        const double elapsed = MicrosSince(start);
         if (!status.ok()) {
           std::fprintf(stderr, "%s rows %lld: %s\n", transport.c_str(), static_cast<long long>(rows),
                        status.ToString().c_str());
@@ -285,7 +275,7 @@ int Main(const char* argv0) {
                      static_cast<long long>(rows));
         return 1;
       }
-      const Timing t = Summarise(us);
+      const Summary t = Summarise(us);
       const int64_t calls = remote_executor ? remote_executor->stats()[0].calls - calls_before : 0;
       const double worker_compute_us =
           calls > 0 ? (remote_executor->stats()[0].worker_compute_us - compute_before) / static_cast<double>(calls) : 0;
@@ -295,10 +285,10 @@ int Main(const char* argv0) {
                 {"hidden", d},
                 {"payload_bytes", rows * d * 4},
                 {"iterations", iterations},
-                {"median_us", t.median_us},
-                {"p99_us", t.p99_us},
-                {"mean_us", t.mean_us},
-                {"min_us", t.min_us},
+                {"median_us", t.median},
+                {"p99_us", t.p99},
+                {"mean_us", t.mean},
+                {"min_us", t.min},
                 {"worker_compute_us", worker_compute_us},
                 {"gap_us", absl::GetFlag(FLAGS_gap_us)},
                 {"grpc_spin_us", absl::GetFlag(FLAGS_grpc_spin_us)},

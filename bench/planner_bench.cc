@@ -22,8 +22,10 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_stats.h"
 #include "bench/json_lines.h"
-#include "common/base/expert_division.h"
+#include "common/base/clock.h"
+#include "common/model/expert_partition.h"
 #include "common/base/log.h"
 #include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/planner.h"
@@ -195,18 +197,18 @@ int Run() {
             for (size_t i = 0; i < layers.size(); ++i) plan_one(i);
             planned += layers.size();
           }
-          const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+          const double ns = 1e3 * MicrosSince(start);
           ns_per_plan.push_back(ns / static_cast<double>(planned));
         }
-        std::sort(ns_per_plan.begin(), ns_per_plan.end());
+        const Summary plan_ns = Summarise(ns_per_plan);
         EmitJsonLine({{"kind", "plan"},
               {"policy", ExecutionPolicyName(policy)},
               {"experts", num_experts},
               {"experts_per_token", k},
               {"tokens", tokens},
               {"active_experts", active},
-              {"median_us_per_plan", ns_per_plan[ns_per_plan.size() / 2] / 1000},
-              {"min_us_per_plan", ns_per_plan.front() / 1000},
+              {"median_us_per_plan", plan_ns.median / 1000},
+              {"min_us_per_plan", plan_ns.min / 1000},
               {"mean_predicted_makespan_us", makespan_sum / static_cast<double>(layers.size())},
               {"mean_migrations", static_cast<double>(migrations) / static_cast<double>(layers.size())}});
       }

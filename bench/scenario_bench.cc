@@ -76,7 +76,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "bench/bench_stats.h"
 #include "runtime/local_runtime.h"
+#include "common/base/clock.h"
 #include "common/base/log.h"
 #include "common/model/model.h"
 #include "common/base/status_macros.h"
@@ -328,13 +330,6 @@ class Output {
 
 // ---------------------------------------------------------------- measuring
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 // Deterministic token ids in [3, vocab): the same prompt for every policy.
 std::vector<int32_t> Prompt(int n, int64_t vocab, int salt) {
   std::vector<int32_t> ids;
@@ -524,7 +519,7 @@ class PolicyRun {
         if (!event) return absl::DeadlineExceededError(absl::StrCat("beam width ", width, ": no event in 30 minutes"));
         if (event->done) done = std::move(event);
       }
-      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      const double seconds = SecondsSince(start);
       TANDEM_RETURN_IF_ERROR(done->status);
       scheduler.reset();  // the engine is this thread's again
       const int64_t steps = done->usage.generated_tokens;

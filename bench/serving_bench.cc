@@ -27,8 +27,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_stats.h"
 #include "bench/json_lines.h"
 #include "runtime/local_runtime.h"
+#include "common/base/clock.h"
 #include "common/platform/hardware_probe.h"
 #include "common/base/log.h"
 #include "coordinator/inference_service.h"
@@ -46,14 +48,6 @@ namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
-}
 
 std::vector<int32_t> Prompt(int n, int64_t vocab, int salt) {
   std::vector<int32_t> ids;
@@ -82,7 +76,7 @@ ClientRun GenerateOnce(const std::string& address, const std::vector<int32_t>& p
   while (reader->Read(&response)) {
     for (int i = 0; i < response.tokens_size(); ++i) {
       const auto now = Clock::now();
-      if (run.tokens > 0) run.gaps_ms.push_back(std::chrono::duration<double, std::milli>(now - last).count());
+      if (run.tokens > 0) run.gaps_ms.push_back(tandem::MillisBetween(last, now));
       last = now;
       ++run.tokens;
     }
@@ -168,7 +162,7 @@ int main(int argc, char** argv) {
       if (response.done()) usage = response.usage();
     }
     const grpc::Status status = reader->Finish();
-    const double seconds = Seconds(start, Clock::now());
+    const double seconds = tandem::SecondsSince(start);
     if (!status.ok()) return Fail(absl::InternalError(status.error_message()));
     if (width == 1) width1_s = seconds;
     json line = base;
@@ -199,7 +193,7 @@ int main(int argc, char** argv) {
       clients.emplace_back([&, i] { runs[i] = GenerateOnce(address, Prompt(input, vocab, 1000 + i), output); });
     }
     for (std::thread& t : clients) t.join();
-    const double seconds = Seconds(start, Clock::now());
+    const double seconds = tandem::SecondsSince(start);
     int64_t tokens = 0;
     std::vector<double> gaps;
     for (const ClientRun& run : runs) {
@@ -213,8 +207,8 @@ int main(int argc, char** argv) {
     line["seconds"] = seconds;
     line["tokens"] = tokens;
     line["aggregate_tokens_per_s"] = static_cast<double>(tokens) / seconds;
-    line["p50_inter_token_ms"] = Percentile(gaps, 0.50);
-    line["p99_inter_token_ms"] = Percentile(gaps, 0.99);
+    line["p50_inter_token_ms"] = tandem::Percentile(gaps, 0.50);
+    line["p99_inter_token_ms"] = tandem::Percentile(gaps, 0.99);
     line["mean_batch_rows"] = (*scheduler)->Stats().mean_batch_rows;
     tandem::EmitJsonLine(line);
   }

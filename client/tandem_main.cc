@@ -26,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/client.h"
+#include "common/base/parse_ids.h"
 #include "common/base/runtime_dir.h"
 
 ABSL_FLAG(std::string, server, tandem::DefaultServerAddress(),
@@ -61,6 +62,7 @@ ABSL_FLAG(bool, progress, false, "print each step's best beam on stderr (with --
 
 namespace {
 
+using tandem::ParseIds;
 using tandem::sdk::Client;
 
 constexpr char kUsage[] =
@@ -115,18 +117,6 @@ int UsageError(const std::string& message) {
 int Fail(const absl::Status& status) {
   std::fprintf(stderr, "tandem: %s\n", status.ToString().c_str());
   return kExitError;
-}
-
-absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text, const char* flag) {
-  std::vector<int32_t> ids;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    int32_t id;
-    if (!absl::SimpleAtoi(part, &id)) {
-      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": \"", part, "\" is not an integer token id"));
-    }
-    ids.push_back(id);
-  }
-  return ids;
 }
 
 absl::Duration Seconds(double s) { return s > 0 ? absl::Seconds(s) : absl::ZeroDuration(); }

@@ -10,22 +10,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/clock.h"
 #include "common/base/log.h"
+#include "common/base/sample_stats.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 
 namespace tandem {
 namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 std::string CpuModelName() {
   std::ifstream in("/proc/cpuinfo");
@@ -40,6 +32,154 @@ std::string CpuModelName() {
     }
   }
   return "unknown";
+}
+
+absl::Status CheckSetup(const CalibrationSetup& setup) {
+  if (setup.config == nullptr) return absl::InvalidArgumentError("config: calibration needs the model's config");
+  if (setup.cpu == nullptr) return absl::InvalidArgumentError("cpu: calibration needs the CPU expert executor");
+  if (setup.pool == nullptr) return absl::InvalidArgumentError("pool: calibration needs the expert pool");
+  if (setup.num_cpu_workers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("num_cpu_workers must be >= 1, got ", setup.num_cpu_workers));
+  }
+  if (setup.pool->num_staging_buffers() < 1) {
+    return absl::InvalidArgumentError("num_staging_buffers: calibration times the pool through a staging buffer; give it one");
+  }
+  return absl::OkStatus();
+}
+
+// What Calibrate's steps share: the rows every measurement computes on, and
+// the experts in the order they are taken.
+struct CalibrationRun {
+  CalibrationRun(const CalibrationSetup& setup, const CalibrationOptions& options)
+      : setup(setup),
+        options(options),
+        pool(*setup.pool),
+        num_layers(static_cast<int>(setup.config->num_hidden_layers)),
+        num_experts(static_cast<int>(setup.config->num_local_experts)),
+        start(std::chrono::steady_clock::now()) {
+    const int64_t d = setup.config->hidden_size;
+    const int max_rows = options.rows.back();
+    input.resize(static_cast<size_t>(max_rows * d));
+    output.resize(static_cast<size_t>(max_rows * d));
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    for (float& x : input) x = uniform(rng);
+  }
+
+  // Experts are taken in turn over the whole model, so that one measurement
+  // does not find the previous one's weights in the caches.
+  ExpertKey NextKey() {
+    const ExpertKey key{(next / num_experts) % num_layers, next % num_experts};
+    ++next;
+    return key;
+  }
+
+  const CalibrationSetup& setup;
+  const CalibrationOptions& options;
+  ExpertPool& pool;
+  const int num_layers;
+  const int num_experts;
+  const std::chrono::steady_clock::time_point start;
+  std::vector<float> input, output;  // [max rows, D] f32
+  int next = 0;
+};
+
+// Experts not in a slot, staged into the pool's staging buffers (one per
+// buffer) and waited for: what the pool's compute is timed on.
+absl::StatusOr<std::vector<ExpertKey>> StageExperts(CalibrationRun& run) {
+  ExpertPool& pool = run.pool;
+  std::vector<ExpertKey> staged;
+  for (int i = 0; i < run.num_layers * run.num_experts && static_cast<int>(staged.size()) < pool.num_staging_buffers();
+       ++i) {
+    const ExpertKey key = run.NextKey();
+    if (pool.Find(key).held) continue;
+    TANDEM_RETURN_IF_ERROR(pool.Stage(key));
+    staged.push_back(key);
+  }
+  if (staged.empty()) return absl::FailedPreconditionError("every expert is in a slot: nothing to time the pool with");
+  for (const ExpertKey& key : staged) TANDEM_RETURN_IF_ERROR(pool.WaitReady(key));
+  return staged;
+}
+
+// cpu(s) and gpu(s): the median of options.repetitions calls at each row
+// count (after one warm-up), larger counts only while time is left.
+absl::Status MeasureCurves(CalibrationRun& run, const std::vector<ExpertKey>& staged,
+                           std::vector<TimingSample>* cpu_samples, std::vector<TimingSample>* gpu_samples) {
+  const CalibrationOptions& options = run.options;
+  for (size_t r = 0; r < options.rows.size(); ++r) {
+    if (r >= 2 && SecondsSince(run.start) > options.max_seconds) break;
+    const int rows = options.rows[r];
+    std::vector<double> cpu_us, gpu_us;
+    for (int rep = -1; rep < options.repetitions; ++rep) {  // rep -1 warms up
+      const ExpertKey key = run.NextKey();
+      const ExpertWork cpu_work{key.expert, rows, run.input.data(), run.output.data()};
+      const auto t = std::chrono::steady_clock::now();
+      TANDEM_RETURN_IF_ERROR(run.setup.cpu->RunExperts(key.layer, std::span<const ExpertWork>(&cpu_work, 1)));
+      const double us = MicrosSince(t);
+      const ExpertKey on_pool = staged[static_cast<size_t>(rep + 1) % staged.size()];
+      const ExpertWork pool_work{on_pool.expert, rows, run.input.data(), run.output.data()};
+      PoolRunTiming timing;
+      TANDEM_RETURN_IF_ERROR(run.pool.RunExperts(on_pool.layer, std::span<const ExpertWork>(&pool_work, 1), &timing));
+      if (rep < 0) continue;
+      cpu_us.push_back(us);
+      gpu_us.push_back(timing.compute_us);
+    }
+    // The clock's resolution is far finer; the floor only keeps a sample valid.
+    cpu_samples->push_back({static_cast<double>(rows), std::max(Median(cpu_us), 0.01)});
+    gpu_samples->push_back({static_cast<double>(rows), std::max(Median(gpu_us), 0.01)});
+  }
+  return absl::OkStatus();
+}
+
+// options.migrations pool copies of experts not in a slot, one at a time.
+absl::StatusOr<std::vector<double>> TimeCopies(CalibrationRun& run) {
+  ExpertPool& pool = run.pool;
+  std::vector<double> copy_us;
+  for (int m = 0; m < run.options.migrations; ++m) {
+    ExpertKey key = run.NextKey();
+    for (int tries = 0; pool.Find(key).held && tries < run.num_layers * run.num_experts; ++tries) key = run.NextKey();
+    if (pool.Find(key).held) break;
+    TANDEM_RETURN_IF_ERROR(pool.Stage(key));
+    TANDEM_RETURN_IF_ERROR(pool.WaitReady(key));
+    TANDEM_RETURN_IF_ERROR(pool.ReleaseStaging());
+    for (const MigrationRecord& record : pool.TakeCompletedMigrations()) copy_us.push_back(record.copy_us);
+  }
+  if (copy_us.empty()) return absl::InternalError("calibration timed no pool copy");
+  return copy_us;
+}
+
+// The profile's names: what was measured, on which machine, for which model.
+void DescribeProfile(const CalibrationRun& run, size_t num_samples, double max_rows, size_t num_copies,
+                     HardwareProfile* profile) {
+  const ModelConfig& config = *run.setup.config;
+  profile->name = "calibrated";
+  profile->source = "measured at start-up (coordinator/calibration.h)";
+  profile->description = absl::StrCat("cpu(s) and gpu(s) at ", num_samples, " row counts (1..", max_rows,
+                                      "), median of ", run.options.repetitions, "; ", num_copies, " pool copies");
+  profile->cache_key = CalibrationCacheKey(run.setup);
+  profile->gpu = run.pool.kind();
+  profile->cpu = CpuModelName();
+  profile->pcie = run.pool.kind() == "no-GPU host pool" ? "none (host memcpy)" : "";
+  profile->model.name = config.architecture_name;
+  profile->model.num_layers = run.num_layers;
+  profile->model.num_experts = run.num_experts;
+  profile->model.num_experts_per_token = static_cast<int>(config.num_experts_per_tok);
+  profile->model.gpu_expert_slots = run.pool.num_slots();
+}
+
+// The cost model from the fitted curves and the copies' median.
+void FillCost(const CalibrationRun& run, const RooflineCurve& cpu_curve, const RooflineCurve& gpu_curve,
+              const std::vector<double>& copy_us, CostModelParams* cost) {
+  cost->expert_bytes = run.pool.layout().copy_bytes;
+  cost->activation_row_bytes = run.setup.config->hidden_size * static_cast<int64_t>(sizeof(float));
+  // The dispatch round trip is inside the measured curve: the transport
+  // adds nothing.
+  cost->transports.push_back({run.setup.cpu_transport, TransferCost{}});
+  cost->cpu_workers.assign(static_cast<size_t>(run.setup.num_cpu_workers), CpuWorkerCost{cpu_curve, 0});
+  cost->gpu = gpu_curve;
+  // One expert size only: a pure per-byte rate (no fixed part to separate).
+  cost->migrate = TransferCost{0, Median(copy_us) / static_cast<double>(cost->expert_bytes)};
+  cost->dma = TransferCost{};  // the no-GPU pool moves no activations
 }
 
 }  // namespace
@@ -71,84 +211,15 @@ std::string CalibrationCacheKey(const CalibrationSetup& setup) {
 
 absl::StatusOr<HardwareProfile> Calibrate(const CalibrationSetup& setup, const CalibrationOptions& options) {
   TANDEM_RETURN_IF_ERROR(options.Validate());
-  if (setup.config == nullptr) return absl::InvalidArgumentError("config: calibration needs the model's config");
-  if (setup.cpu == nullptr) return absl::InvalidArgumentError("cpu: calibration needs the CPU expert executor");
-  if (setup.pool == nullptr) return absl::InvalidArgumentError("pool: calibration needs the expert pool");
-  if (setup.num_cpu_workers < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("num_cpu_workers must be >= 1, got ", setup.num_cpu_workers));
-  }
-  ExpertPool& pool = *setup.pool;
-  if (pool.num_staging_buffers() < 1) {
-    return absl::InvalidArgumentError("num_staging_buffers: calibration times the pool through a staging buffer; give it one");
-  }
-  const ModelConfig& config = *setup.config;
-  const int num_layers = static_cast<int>(config.num_hidden_layers);
-  const int num_experts = static_cast<int>(config.num_local_experts);
-  const int64_t d = config.hidden_size;
-  const auto start = std::chrono::steady_clock::now();
-
-  const int max_rows = options.rows.back();
-  std::vector<float> input(static_cast<size_t>(max_rows * d)), output(static_cast<size_t>(max_rows * d));
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (float& x : input) x = uniform(rng);
-
-  // Experts are taken in turn over the whole model, so that one measurement
-  // does not find the previous one's weights in the caches.
-  int next = 0;
-  auto next_key = [&] {
-    const ExpertKey key{(next / num_experts) % num_layers, next % num_experts};
-    ++next;
-    return key;
-  };
-  std::vector<ExpertKey> staged;
-  for (int i = 0; i < num_layers * num_experts && static_cast<int>(staged.size()) < pool.num_staging_buffers(); ++i) {
-    const ExpertKey key = next_key();
-    if (pool.Find(key).held) continue;
-    TANDEM_RETURN_IF_ERROR(pool.Stage(key));
-    staged.push_back(key);
-  }
-  if (staged.empty()) return absl::FailedPreconditionError("every expert is in a slot: nothing to time the pool with");
-  for (const ExpertKey& key : staged) TANDEM_RETURN_IF_ERROR(pool.WaitReady(key));
-
+  TANDEM_RETURN_IF_ERROR(CheckSetup(setup));
+  CalibrationRun run(setup, options);
+  TANDEM_ASSIGN_OR_RETURN(const std::vector<ExpertKey> staged, StageExperts(run));
   std::vector<TimingSample> cpu_samples, gpu_samples;
-  for (size_t r = 0; r < options.rows.size(); ++r) {
-    if (r >= 2 && SecondsSince(start) > options.max_seconds) break;
-    const int rows = options.rows[r];
-    std::vector<double> cpu_us, gpu_us;
-    for (int rep = -1; rep < options.repetitions; ++rep) {  // rep -1 warms up
-      const ExpertKey key = next_key();
-      const ExpertWork cpu_work{key.expert, rows, input.data(), output.data()};
-      const auto t = std::chrono::steady_clock::now();
-      TANDEM_RETURN_IF_ERROR(setup.cpu->RunExperts(key.layer, std::span<const ExpertWork>(&cpu_work, 1)));
-      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count();
-      const ExpertKey on_pool = staged[static_cast<size_t>(rep + 1) % staged.size()];
-      const ExpertWork pool_work{on_pool.expert, rows, input.data(), output.data()};
-      PoolRunTiming timing;
-      TANDEM_RETURN_IF_ERROR(pool.RunExperts(on_pool.layer, std::span<const ExpertWork>(&pool_work, 1), &timing));
-      if (rep < 0) continue;
-      cpu_us.push_back(us);
-      gpu_us.push_back(timing.compute_us);
-    }
-    // The clock's resolution is far finer; the floor only keeps a sample valid.
-    cpu_samples.push_back({static_cast<double>(rows), std::max(Median(cpu_us), 0.01)});
-    gpu_samples.push_back({static_cast<double>(rows), std::max(Median(gpu_us), 0.01)});
-  }
-  TANDEM_RETURN_IF_ERROR(pool.ReleaseStaging());
-  (void)pool.TakeCompletedMigrations();
-
-  std::vector<double> copy_us;
-  for (int m = 0; m < options.migrations; ++m) {
-    ExpertKey key = next_key();
-    for (int tries = 0; pool.Find(key).held && tries < num_layers * num_experts; ++tries) key = next_key();
-    if (pool.Find(key).held) break;
-    TANDEM_RETURN_IF_ERROR(pool.Stage(key));
-    TANDEM_RETURN_IF_ERROR(pool.WaitReady(key));
-    TANDEM_RETURN_IF_ERROR(pool.ReleaseStaging());
-    for (const MigrationRecord& record : pool.TakeCompletedMigrations()) copy_us.push_back(record.copy_us);
-  }
-  if (copy_us.empty()) return absl::InternalError("calibration timed no pool copy");
-  pool.ResetStats();
+  TANDEM_RETURN_IF_ERROR(MeasureCurves(run, staged, &cpu_samples, &gpu_samples));
+  TANDEM_RETURN_IF_ERROR(run.pool.ReleaseStaging());
+  (void)run.pool.TakeCompletedMigrations();
+  TANDEM_ASSIGN_OR_RETURN(const std::vector<double> copy_us, TimeCopies(run));
+  run.pool.ResetStats();
 
   // Under split each worker's curve is for a whole expert alone; the call
   // measured all W slices in parallel.
@@ -158,37 +229,14 @@ absl::StatusOr<HardwareProfile> Calibrate(const CalibrationSetup& setup, const C
   TANDEM_ASSIGN_OR_RETURN(RooflineCurve gpu_curve, FitRoofline(gpu_samples, "gpu"));
 
   HardwareProfile profile;
-  profile.name = "calibrated";
-  profile.source = "measured at start-up (coordinator/calibration.h)";
-  profile.description = absl::StrCat("cpu(s) and gpu(s) at ", cpu_samples.size(), " row counts (1..",
-                                     cpu_samples.back().rows, "), median of ", options.repetitions, "; ",
-                                     copy_us.size(), " pool copies");
-  profile.cache_key = CalibrationCacheKey(setup);
-  profile.gpu = pool.kind();
-  profile.cpu = CpuModelName();
-  profile.pcie = pool.kind() == "no-GPU host pool" ? "none (host memcpy)" : "";
-  profile.model.name = config.architecture_name;
-  profile.model.num_layers = num_layers;
-  profile.model.num_experts = num_experts;
-  profile.model.num_experts_per_token = static_cast<int>(config.num_experts_per_tok);
-  profile.model.gpu_expert_slots = pool.num_slots();
-  CostModelParams& cost = profile.cost;
-  cost.expert_bytes = pool.layout().copy_bytes;
-  cost.activation_row_bytes = d * static_cast<int64_t>(sizeof(float));
-  // The dispatch round trip is inside the measured curve: the transport
-  // adds nothing.
-  cost.transports.push_back({setup.cpu_transport, TransferCost{}});
-  cost.cpu_workers.assign(static_cast<size_t>(setup.num_cpu_workers), CpuWorkerCost{cpu_curve, 0});
-  cost.gpu = gpu_curve;
-  // One expert size only: a pure per-byte rate (no fixed part to separate).
-  cost.migrate = TransferCost{0, Median(copy_us) / static_cast<double>(cost.expert_bytes)};
-  cost.dma = TransferCost{};  // the no-GPU pool moves no activations
-  TANDEM_RETURN_IF_ERROR(cost.Validate());
-  LOG_INFO("calibration: ", absl::StrFormat("%.2f s", SecondsSince(start)), "; cpu(1) ",
+  DescribeProfile(run, cpu_samples.size(), cpu_samples.back().rows, copy_us.size(), &profile);
+  FillCost(run, cpu_curve, gpu_curve, copy_us, &profile.cost);
+  TANDEM_RETURN_IF_ERROR(profile.cost.Validate());
+  LOG_INFO("calibration: ", absl::StrFormat("%.2f s", SecondsSince(run.start)), "; cpu(1) ",
            absl::StrFormat("%.1f", cpu_curve.Us(1)), " us, cpu(", cpu_samples.back().rows, ") ",
            absl::StrFormat("%.1f", cpu_curve.Us(cpu_samples.back().rows)), " us; pool gpu(1) ",
            absl::StrFormat("%.1f", gpu_curve.Us(1)), " us; migration ",
-           absl::StrFormat("%.1f us (%.2f GB/s)", Median(copy_us), cost.migrate.GbPerSecond()));
+           absl::StrFormat("%.1f us (%.2f GB/s)", Median(copy_us), profile.cost.migrate.GbPerSecond()));
   return profile;
 }
 

@@ -283,111 +283,95 @@ AttentionDecodeKernel(const AttnSlice* __restrict__ slices, const float* __restr
 static_assert(PrefillAttentionSharedBytes(kMaxHeadDim) <= kMinOptInSharedBytesPerBlock,
               "the prefill tiles must fit the smallest targeted GPU's shared memory (sm_75: 64 KB per block)");
 
-__global__ void __launch_bounds__(kAttnThreads)
-AttentionPrefillKernel(const AttnSlice* __restrict__ slices, const int2* __restrict__ tiles,
-                       const float* __restrict__ q, float* const* __restrict__ block_ptrs, AttnShape s,
-                       float* __restrict__ out) {
-  extern __shared__ float smem[];
-  const int hd = s.head_dim;
-  float* q_s = smem;                          // [16, hd]
-  float* kv_s = q_s + kPrefillQueryTile * hd;  // [32, hd + 1] keys, then [32, hd] values
-  const int2 tile = tiles[blockIdx.x];
-  const AttnSlice slice = slices[tile.x];
-  const int h = blockIdx.y;
-  const int kvh = h / (s.heads / s.kv_heads);
-  const int64_t q_dim = static_cast<int64_t>(s.heads) * hd, kv_dim = static_cast<int64_t>(s.kv_heads) * hd;
-  const int64_t value_offset = static_cast<int64_t>(s.num_layers) * s.block_size * kv_dim;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-
-  const int num_q = min(kPrefillQueryTile, slice.num_tokens - tile.y);  // rows in this tile, >= 1
-  const int64_t row0 = static_cast<int64_t>(slice.row_offset) + tile.y;  // batch row of local row 0
-  const int pos0 = slice.start_position + tile.y;                       // its position
-  const int pos_last = pos0 + num_q - 1;
-  const int key_begin = s.window > 0 ? max(0, pos0 - s.window + 1) : 0;
-
+// The prefill kernel's steps. Its query tile [num_q rows of head h] into
+// q_s [kPrefillQueryTile, hd], zero past num_q.
+__device__ __forceinline__ void LoadQueryTile(const float* __restrict__ q, int64_t row0, int num_q, int64_t q_dim,
+                                              int h, int hd, float* q_s) {
   for (int idx = threadIdx.x; idx < kPrefillQueryTile * hd; idx += blockDim.x) {
     const int r = idx / hd, i = idx % hd;
     q_s[idx] = r < num_q ? q[(row0 + r) * q_dim + static_cast<int64_t>(h) * hd + i] : 0.0f;
   }
+}
 
-  float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kHdChunks];
+// Rows [tile_start, tile_start + kPrefillKeyTile) of KV head kvh's keys
+// (values: `value_offset` floats further on in the cache) into kv_s, row j
+// at kv_s + j * ld, zero past pos_last (never visible, see ScoreKeyTile).
+__device__ __forceinline__ void LoadKvTile(float* const* __restrict__ block_ptrs, const AttnSlice& slice,
+                                           const AttnShape& s, int64_t kv_dim, int64_t value_offset, int kvh,
+                                           int tile_start, int pos_last, int ld, float* kv_s) {
+  const int hd = s.head_dim;
+  for (int idx = threadIdx.x; idx < kPrefillKeyTile * hd; idx += blockDim.x) {
+    const int j = idx / hd, i = idx % hd;
+    const int kp = tile_start + j;
+    kv_s[j * ld + i] =
+        kp <= pos_last ? CacheRow(block_ptrs, slice, s, kv_dim, kp)[value_offset + static_cast<int64_t>(kvh) * hd + i]
+                       : 0.0f;
+  }
+}
+
+// Online softmax over one key tile: lane j scores key tile_start + j against
+// each of the warp's rows; each row's running max m, sum l and accumulator
+// are rescaled now, its probabilities kept in p[rr] (lane j's for key j) for
+// the value pass.
+struct PrefillRows {
+  float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kHdChunks], p[kRowsPerWarp];
+};
+__device__ __forceinline__ void ScoreKeyTile(const float* q_s, const float* k_s, const AttnShape& s, int num_q,
+                                             int pos0, int tile_start, PrefillRows& rows) {
+  const int hd = s.head_dim;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int kp = tile_start + lane;
 #pragma unroll
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    m[rr] = -INFINITY;
-    l[rr] = 0.0f;
+    rows.p[rr] = 0.0f;
+    const int r = warp * kRowsPerWarp + rr;
+    if (r >= num_q) continue;  // uniform over the warp; no barrier inside
+    const int qp = pos0 + r;
+    const int first = s.window > 0 ? max(0, qp - s.window + 1) : 0;
+    const bool valid = kp <= qp && kp >= first;  // causal, window; kp <= qp <= pos_last
+    float score = -INFINITY;
+    if (valid) {
+      const float* qrow = q_s + r * hd;
+      const float* krow = k_s + lane * (hd + 1);
+      float dot = 0.0f;
+      for (int i = 0; i < hd; ++i) dot += qrow[i] * krow[i];
+      score = dot * s.scale;
+    }
+    const float tile_max = WarpMax(score);
+    if (tile_max == -INFINITY) continue;  // no key of this tile is visible to row r: p stays 0
+    const float m_new = fmaxf(rows.m[rr], tile_max);
+    const float correction = expf(rows.m[rr] - m_new);
+    rows.p[rr] = valid ? expf(score - m_new) : 0.0f;
+    rows.l[rr] = rows.l[rr] * correction + WarpSum(rows.p[rr]);
 #pragma unroll
-    for (int c = 0; c < kHdChunks; ++c) acc[rr][c] = 0.0f;
+    for (int c = 0; c < kHdChunks; ++c) rows.acc[rr][c] *= correction;
+    rows.m[rr] = m_new;
   }
+}
 
-  for (int tile_start = key_begin; tile_start <= pos_last; tile_start += kPrefillKeyTile) {
-    // Keys of the tile (zero past pos_last: never visible, see `valid`).
-    __syncthreads();  // q_s written (first pass) / the previous tile's values consumed
-    for (int idx = threadIdx.x; idx < kPrefillKeyTile * hd; idx += blockDim.x) {
-      const int j = idx / hd, i = idx % hd;
-      const int kp = tile_start + j;
-      kv_s[j * (hd + 1) + i] =
-          kp <= pos_last ? CacheRow(block_ptrs, slice, s, kv_dim, kp)[static_cast<int64_t>(kvh) * hd + i] : 0.0f;
-    }
-    __syncthreads();
-
-    // Lane j scores key tile_start + j against each of the warp's rows; the
-    // row's running max, sum and accumulator are rescaled now, its
-    // probabilities kept (in p[rr], lane j's for key j) for the value pass.
-    const int kp = tile_start + lane;
-    float p[kRowsPerWarp];
+// acc += p · V for the warp's rows, the tile's values in v_s [kPrefillKeyTile, hd].
+__device__ __forceinline__ void AccumulateValueTile(const float* v_s, int hd, int num_q, PrefillRows& rows) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
-    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-      p[rr] = 0.0f;
-      const int r = warp * kRowsPerWarp + rr;
-      if (r >= num_q) continue;  // uniform over the warp; no barrier inside
-      const int qp = pos0 + r;
-      const int first = s.window > 0 ? max(0, qp - s.window + 1) : 0;
-      const bool valid = kp <= qp && kp >= first;  // causal, window; kp <= qp <= pos_last
-      float score = -INFINITY;
-      if (valid) {
-        const float* qrow = q_s + r * hd;
-        const float* krow = kv_s + lane * (hd + 1);
-        float dot = 0.0f;
-        for (int i = 0; i < hd; ++i) dot += qrow[i] * krow[i];
-        score = dot * s.scale;
-      }
-      const float tile_max = WarpMax(score);
-      if (tile_max == -INFINITY) continue;  // no key of this tile is visible to row r: p stays 0
-      const float m_new = fmaxf(m[rr], tile_max);
-      const float correction = expf(m[rr] - m_new);
-      p[rr] = valid ? expf(score - m_new) : 0.0f;
-      l[rr] = l[rr] * correction + WarpSum(p[rr]);
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int r = warp * kRowsPerWarp + rr;
+    if (r >= num_q) continue;  // uniform over the warp
+    for (int j = 0; j < kPrefillKeyTile; ++j) {
+      const float pj = __shfl_sync(kFullMask, rows.p[rr], j);  // 0 for keys row r does not see
 #pragma unroll
-      for (int c = 0; c < kHdChunks; ++c) acc[rr][c] *= correction;
-      m[rr] = m_new;
-    }
-
-    // Values of the tile, into the same buffer once every warp has scored.
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < kPrefillKeyTile * hd; idx += blockDim.x) {
-      const int j = idx / hd, i = idx % hd;
-      const int vp = tile_start + j;
-      kv_s[j * hd + i] = vp <= pos_last
-                             ? CacheRow(block_ptrs, slice, s, kv_dim, vp)[value_offset + static_cast<int64_t>(kvh) * hd + i]
-                             : 0.0f;
-    }
-    __syncthreads();
-
-#pragma unroll
-    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-      const int r = warp * kRowsPerWarp + rr;
-      if (r >= num_q) continue;  // uniform over the warp
-      for (int j = 0; j < kPrefillKeyTile; ++j) {
-        const float pj = __shfl_sync(kFullMask, p[rr], j);  // 0 for keys row r does not see
-#pragma unroll
-        for (int c = 0; c < kHdChunks; ++c) {
-          const int i = lane + 32 * c;
-          if (i < hd) acc[rr][c] += pj * kv_s[j * hd + i];
-        }
+      for (int c = 0; c < kHdChunks; ++c) {
+        const int i = lane + 32 * c;
+        if (i < hd) rows.acc[rr][c] += pj * v_s[j * hd + i];
       }
     }
   }
+}
 
+// The warp's rows of the tile: acc / l into out.
+__device__ __forceinline__ void WriteWarpRows(const float (&l)[kRowsPerWarp], const float (&acc)[kRowsPerWarp][kHdChunks],
+                                              int64_t row0, int num_q, int64_t q_dim, int h, int hd,
+                                              float* __restrict__ out) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
     const int r = warp * kRowsPerWarp + rr;
@@ -400,6 +384,51 @@ AttentionPrefillKernel(const AttnSlice* __restrict__ slices, const int2* __restr
       if (i < hd) out[(row0 + r) * q_dim + static_cast<int64_t>(h) * hd + i] = acc[rr][c] * inv_l;
     }
   }
+}
+
+__global__ void __launch_bounds__(kAttnThreads)
+AttentionPrefillKernel(const AttnSlice* __restrict__ slices, const int2* __restrict__ tiles,
+                       const float* __restrict__ q, float* const* __restrict__ block_ptrs, AttnShape s,
+                       float* __restrict__ out) {
+  extern __shared__ float smem[];
+  const int hd = s.head_dim;
+  float* q_s = smem;                           // [16, hd]
+  float* kv_s = q_s + kPrefillQueryTile * hd;  // [32, hd + 1] keys, then [32, hd] values
+  const int2 tile = tiles[blockIdx.x];
+  const AttnSlice slice = slices[tile.x];
+  const int h = blockIdx.y;
+  const int kvh = h / (s.heads / s.kv_heads);
+  const int64_t q_dim = static_cast<int64_t>(s.heads) * hd, kv_dim = static_cast<int64_t>(s.kv_heads) * hd;
+  const int64_t value_offset = static_cast<int64_t>(s.num_layers) * s.block_size * kv_dim;
+
+  const int num_q = min(kPrefillQueryTile, slice.num_tokens - tile.y);  // rows in this tile, >= 1
+  const int64_t row0 = static_cast<int64_t>(slice.row_offset) + tile.y;  // batch row of local row 0
+  const int pos0 = slice.start_position + tile.y;                       // its position
+  const int pos_last = pos0 + num_q - 1;
+  const int key_begin = s.window > 0 ? max(0, pos0 - s.window + 1) : 0;
+
+  LoadQueryTile(q, row0, num_q, q_dim, h, hd, q_s);
+  PrefillRows rows;
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    rows.m[rr] = -INFINITY;
+    rows.l[rr] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kHdChunks; ++c) rows.acc[rr][c] = 0.0f;
+  }
+
+  for (int tile_start = key_begin; tile_start <= pos_last; tile_start += kPrefillKeyTile) {
+    __syncthreads();  // q_s written (first pass) / the previous tile's values consumed
+    LoadKvTile(block_ptrs, slice, s, kv_dim, 0, kvh, tile_start, pos_last, hd + 1, kv_s);
+    __syncthreads();
+    ScoreKeyTile(q_s, kv_s, s, num_q, pos0, tile_start, rows);
+    __syncthreads();  // every warp has scored: the values may take the buffer
+    LoadKvTile(block_ptrs, slice, s, kv_dim, value_offset, kvh, tile_start, pos_last, hd, kv_s);
+    __syncthreads();
+    AccumulateValueTile(kv_s, hd, num_q, rows);
+  }
+
+  WriteWarpRows(rows.l, rows.acc, row0, num_q, q_dim, h, hd, out);
 }
 
 // ---- routers (one thread per row) ----

@@ -3,14 +3,11 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/clock.h"
 #include "common/base/status_macros.h"
 
 namespace tandem {
 namespace {
-
-double MicrosSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-}
 
 template <typename T>
 void Grow(std::vector<T>& v, int64_t n) {
@@ -64,11 +61,40 @@ absl::Status Engine::ForwardLayers(std::span<const ForwardInput> inputs, std::ve
   const auto start = std::chrono::steady_clock::now();
   timing_ = ForwardTiming{};
   timing_.layers.resize(static_cast<size_t>(config_.num_hidden_layers));
-  const int64_t d = config_.hidden_size, e = config_.num_local_experts, k = config_.num_experts_per_tok;
-
-  // Lay the batch out: each input is one slice of consecutive rows.
   std::vector<SequenceSlice> slices;
   std::vector<int64_t> logit_rows;
+  TANDEM_RETURN_IF_ERROR(LayOutBatch(inputs, &slices, &logit_rows));
+  const int64_t rows = static_cast<int64_t>(tokens_.size());
+  timing_.rows = rows;
+  GrowRunState(rows);
+  if (!options_.observers.empty() || options_.layer_hook != nullptr) {
+    DescribeStep(slices);
+    step_begun_ = true;
+    for (ForwardObserver* observer : options_.observers) observer->OnStepBegin(step_);
+  }
+
+  auto t = std::chrono::steady_clock::now();
+  TANDEM_RETURN_IF_ERROR(backend_->Embed(tokens_, hidden_.data()));  // [T, D]
+  timing_.embed_us = MicrosSince(t);
+  Dump("embedding", -1, hidden_.data(), rows, config_.hidden_size);
+  for (int layer = 0; layer < config_.num_hidden_layers; ++layer) {
+    TANDEM_RETURN_IF_ERROR(ForwardLayer(layer, slices, rows));
+  }
+  t = std::chrono::steady_clock::now();
+  logits->resize(logit_rows.size() * static_cast<size_t>(config_.vocab_size));
+  TANDEM_RETURN_IF_ERROR(backend_->Logits(logit_rows, hidden_.data(), logits->data()));
+  timing_.logits_us = MicrosSince(t);
+  Dump("logits", -1, logits->data(), static_cast<int64_t>(logit_rows.size()), config_.vocab_size);
+
+  for (const SequenceSlice& s : slices) s.kv->set_length(s.start_position + s.num_tokens);
+  timing_.total_us = MicrosSince(start);
+  return absl::OkStatus();
+}
+
+// Lays the batch out: each input is one slice of consecutive rows of
+// tokens_; its KV cache reserved; the rows whose logits it wants.
+absl::Status Engine::LayOutBatch(std::span<const ForwardInput> inputs, std::vector<SequenceSlice>* slices,
+                                 std::vector<int64_t>* logit_rows) {
   tokens_.clear();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const ForwardInput& in = inputs[i];
@@ -84,89 +110,83 @@ absl::Status Engine::ForwardLayers(std::span<const ForwardInput> inputs, std::ve
     }
     TANDEM_RETURN_IF_ERROR(in.kv->Reserve(end));
     const int64_t row_offset = static_cast<int64_t>(tokens_.size());
-    slices.push_back({in.kv, start_position, static_cast<int64_t>(in.tokens.size()), row_offset});
+    slices->push_back({in.kv, start_position, static_cast<int64_t>(in.tokens.size()), row_offset});
     tokens_.insert(tokens_.end(), in.tokens.begin(), in.tokens.end());
     if (in.all_logits) {
-      for (size_t j = 0; j < in.tokens.size(); ++j) logit_rows.push_back(row_offset + static_cast<int64_t>(j));
+      for (size_t j = 0; j < in.tokens.size(); ++j) logit_rows->push_back(row_offset + static_cast<int64_t>(j));
     } else {
-      logit_rows.push_back(row_offset + static_cast<int64_t>(in.tokens.size()) - 1);
+      logit_rows->push_back(row_offset + static_cast<int64_t>(in.tokens.size()) - 1);
     }
   }
-  const int64_t rows = static_cast<int64_t>(tokens_.size());
-  timing_.rows = rows;
+  return absl::OkStatus();
+}
+
+void Engine::GrowRunState(int64_t rows) {
+  const int64_t d = config_.hidden_size, e = config_.num_local_experts, k = config_.num_experts_per_tok;
   Grow(hidden_, rows * d);
   Grow(moe_input_, rows * d);
   Grow(router_logits_, rows * e);
   Grow(routing_weights_, rows * k);
   Grow(routing_experts_, rows * k);
-  auto dump = [&](std::string_view name, int layer, const float* data, int64_t n, int64_t cols) {
-    if (options_.dump) options_.dump(name, layer, data, n, cols);
-  };
+}
 
-  if (!options_.observers.empty() || options_.layer_hook != nullptr) {
-    DescribeStep(slices);
-    step_begun_ = true;
-    for (ForwardObserver* observer : options_.observers) observer->OnStepBegin(step_);
-  }
+void Engine::Dump(std::string_view name, int layer, const float* data, int64_t n, int64_t cols) const {
+  if (options_.dump) options_.dump(name, layer, data, n, cols);
+}
 
+// One decoder layer on hidden_: attention, router, experts, combine.
+absl::Status Engine::ForwardLayer(int layer, std::span<const SequenceSlice> slices, int64_t rows) {
+  const int64_t d = config_.hidden_size;
+  LayerTimingUs& layer_timing = timing_.layers[static_cast<size_t>(layer)];
   auto t = std::chrono::steady_clock::now();
-  TANDEM_RETURN_IF_ERROR(backend_->Embed(tokens_, hidden_.data()));  // [T, D]
-  timing_.embed_us = MicrosSince(t);
-  dump("embedding", -1, hidden_.data(), rows, d);
-
-  for (int layer = 0; layer < config_.num_hidden_layers; ++layer) {
-    t = std::chrono::steady_clock::now();
-    TANDEM_RETURN_IF_ERROR(backend_->Attention(layer, slices, rows, hidden_.data()));
-    LayerTimingUs& layer_timing = timing_.layers[static_cast<size_t>(layer)];
-    layer_timing.attention_us = MicrosSince(t);
-    timing_.attention_us += layer_timing.attention_us;
-    dump("attention_out", layer, hidden_.data(), rows, d);
-
-    t = std::chrono::steady_clock::now();
-    TANDEM_RETURN_IF_ERROR(backend_->Router(layer, rows, hidden_.data(), moe_input_.data(), router_logits_.data(),
-                                            routing_experts_.data(), routing_weights_.data()));
-    layer_timing.router_us = MicrosSince(t);
-    timing_.router_us += layer_timing.router_us;
-    dump("moe_input", layer, moe_input_.data(), rows, d);
-    dump("router_logits", layer, router_logits_.data(), rows, e);
-    for (ForwardObserver* observer : options_.observers) {
-      observer->OnRouting(step_, layer, std::span<const int32_t>(routing_experts_.data(), static_cast<size_t>(rows * k)),
-                          static_cast<int>(k));
-    }
-    if (options_.layer_hook != nullptr) {
-      // After the observers: they record the router's own choice.
-      RoutedLayer routed{layer, rows, hidden_.data(), moe_input_.data(), router_logits_.data(), routing_experts_.data(),
-                         routing_weights_.data()};
-      TANDEM_RETURN_IF_ERROR(options_.layer_hook->OnLayerRouted(step_, backend_, routed));
-    }
-
-    t = std::chrono::steady_clock::now();
-    TANDEM_RETURN_IF_ERROR(RunExperts(layer, rows));
-    layer_timing.experts_us = MicrosSince(t);
-    timing_.experts_us += layer_timing.experts_us;
-
-    t = std::chrono::steady_clock::now();
-    if (options_.dump) {
-      // The weighted expert sum alone, for parity checks: combine into zeros.
-      Grow(moe_out_, rows * d);
-      std::fill_n(moe_out_.begin(), rows * d, 0.0f);
-      TANDEM_RETURN_IF_ERROR(backend_->Combine(rows, routing_weights_.data(), expert_out_.data(), moe_out_.data()));
-      dump("moe_out", layer, moe_out_.data(), rows, d);
-    }
-    TANDEM_RETURN_IF_ERROR(backend_->Combine(rows, routing_weights_.data(), expert_out_.data(), hidden_.data()));
-    layer_timing.combine_us = MicrosSince(t);
-    timing_.combine_us += layer_timing.combine_us;
-    dump("layer_out", layer, hidden_.data(), rows, d);
-  }
+  TANDEM_RETURN_IF_ERROR(backend_->Attention(layer, slices, rows, hidden_.data()));
+  layer_timing.attention_us = MicrosSince(t);
+  timing_.attention_us += layer_timing.attention_us;
+  Dump("attention_out", layer, hidden_.data(), rows, d);
 
   t = std::chrono::steady_clock::now();
-  logits->resize(logit_rows.size() * static_cast<size_t>(config_.vocab_size));
-  TANDEM_RETURN_IF_ERROR(backend_->Logits(logit_rows, hidden_.data(), logits->data()));
-  timing_.logits_us = MicrosSince(t);
-  dump("logits", -1, logits->data(), static_cast<int64_t>(logit_rows.size()), config_.vocab_size);
+  TANDEM_RETURN_IF_ERROR(backend_->Router(layer, rows, hidden_.data(), moe_input_.data(), router_logits_.data(),
+                                          routing_experts_.data(), routing_weights_.data()));
+  layer_timing.router_us = MicrosSince(t);
+  timing_.router_us += layer_timing.router_us;
+  Dump("moe_input", layer, moe_input_.data(), rows, d);
+  Dump("router_logits", layer, router_logits_.data(), rows, config_.num_local_experts);
+  TANDEM_RETURN_IF_ERROR(AnnounceRouting(layer, rows));
 
-  for (const SequenceSlice& s : slices) s.kv->set_length(s.start_position + s.num_tokens);
-  timing_.total_us = MicrosSince(start);
+  t = std::chrono::steady_clock::now();
+  TANDEM_RETURN_IF_ERROR(RunExperts(layer, rows));
+  layer_timing.experts_us = MicrosSince(t);
+  timing_.experts_us += layer_timing.experts_us;
+
+  t = std::chrono::steady_clock::now();
+  if (options_.dump) {
+    // The weighted expert sum alone, for parity checks: combine into zeros.
+    Grow(moe_out_, rows * d);
+    std::fill_n(moe_out_.begin(), rows * d, 0.0f);
+    TANDEM_RETURN_IF_ERROR(backend_->Combine(rows, routing_weights_.data(), expert_out_.data(), moe_out_.data()));
+    Dump("moe_out", layer, moe_out_.data(), rows, d);
+  }
+  TANDEM_RETURN_IF_ERROR(backend_->Combine(rows, routing_weights_.data(), expert_out_.data(), hidden_.data()));
+  layer_timing.combine_us = MicrosSince(t);
+  timing_.combine_us += layer_timing.combine_us;
+  Dump("layer_out", layer, hidden_.data(), rows, d);
+  return absl::OkStatus();
+}
+
+// The router's choice to the observers, then to the layer hook (which may
+// change it).
+absl::Status Engine::AnnounceRouting(int layer, int64_t rows) {
+  const int64_t k = config_.num_experts_per_tok;
+  for (ForwardObserver* observer : options_.observers) {
+    observer->OnRouting(step_, layer, std::span<const int32_t>(routing_experts_.data(), static_cast<size_t>(rows * k)),
+                        static_cast<int>(k));
+  }
+  if (options_.layer_hook != nullptr) {
+    // After the observers: they record the router's own choice.
+    RoutedLayer routed{layer, rows, hidden_.data(), moe_input_.data(), router_logits_.data(), routing_experts_.data(),
+                       routing_weights_.data()};
+    TANDEM_RETURN_IF_ERROR(options_.layer_hook->OnLayerRouted(step_, backend_, routed));
+  }
   return absl::OkStatus();
 }
 

@@ -74,7 +74,14 @@ class Engine {
 
  private:
   absl::Status ForwardLayers(std::span<const ForwardInput> inputs, std::vector<float>* logits);
+  // ForwardLayers' steps.
+  absl::Status LayOutBatch(std::span<const ForwardInput> inputs, std::vector<SequenceSlice>* slices,
+                           std::vector<int64_t>* logit_rows);
+  void GrowRunState(int64_t rows);
+  absl::Status ForwardLayer(int layer, std::span<const SequenceSlice> slices, int64_t rows);
+  absl::Status AnnounceRouting(int layer, int64_t rows);
   absl::Status RunExperts(int layer, int64_t rows);
+  void Dump(std::string_view name, int layer, const float* data, int64_t n, int64_t cols) const;
   // Fills step_ and step_sequences_ for the observers from the batch layout.
   void DescribeStep(std::span<const SequenceSlice> slices);
 

@@ -4,14 +4,11 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/clock.h"
 #include "common/base/status_macros.h"
 
 namespace tandem {
 namespace {
-
-double MillisSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
 
 }  // namespace
 

@@ -38,6 +38,8 @@ void ToProto(const RequestUsage& u, v1::Usage* out) {
 }
 
 uint64_t FreshSeed() {
+  // mu guards device (function-local statics: ABSL_GUARDED_BY applies to
+  // members and globals only).
   static std::mutex mu;
   static std::random_device device;
   std::lock_guard<std::mutex> lock(mu);

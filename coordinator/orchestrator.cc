@@ -10,16 +10,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/clock.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 
 namespace tandem {
 namespace {
-
-double MicrosBetween(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-  return std::chrono::duration<double, std::micro>(b - a).count();
-}
 
 std::string KeyName(ExpertKey key) { return absl::StrCat("layer ", key.layer, " expert ", key.expert); }
 
@@ -54,6 +52,55 @@ nlohmann::ordered_json AccuracyJson(const TermAccuracy& a) {
   j["window"] = a.window;
   j["mape_percent"] = a.mape_percent;
   return j;
+}
+
+absl::Status CheckCreateArguments(const ModelConfig& config, ExpertExecutor* cpu, ExpertPool* pool,
+                                  const CostModel& cost, const OrchestratorOptions& options) {
+  if (cpu == nullptr) return absl::InvalidArgumentError("cpu: the orchestrator needs a CPU expert executor");
+  if (pool == nullptr) return absl::InvalidArgumentError("pool: the orchestrator needs an expert pool");
+  const int num_layers = static_cast<int>(config.num_hidden_layers);
+  const int num_experts = static_cast<int>(config.num_local_experts);
+  if (pool->num_layers() != num_layers || pool->num_experts() != num_experts) {
+    return absl::InvalidArgumentError(absl::StrCat("pool holds experts of ", pool->num_layers(), " layers x ",
+                                                   pool->num_experts(), ", the model has ", num_layers, " x ",
+                                                   num_experts));
+  }
+  for (const PoolSlot& slot : pool->SlotTable()) {
+    if (slot.expert) return absl::InvalidArgumentError("pool: must be empty (the orchestrator places its experts)");
+  }
+  if (cost.num_cpu_workers() != options.planner.num_cpu_workers) {
+    return absl::InvalidArgumentError(absl::StrCat("planner.num_cpu_workers is ", options.planner.num_cpu_workers,
+                                                   " but the cost model has ", cost.num_cpu_workers(), " CPU workers"));
+  }
+  if (cost.params().expert_bytes != pool->layout().copy_bytes) {
+    LOG_WARNING("orchestrator: the cost model's expert_bytes (", cost.params().expert_bytes,
+                ") differs from the pool's (", pool->layout().copy_bytes, ")");
+  }
+  return absl::OkStatus();
+}
+
+// `options` with the defaults that depend on the pool and the model filled in.
+absl::StatusOr<OrchestratorOptions> CompleteOptions(const ModelConfig& config, const ExpertPool& pool,
+                                                    const OrchestratorOptions& options) {
+  const int num_layers = static_cast<int>(config.num_hidden_layers);
+  const int num_experts = static_cast<int>(config.num_local_experts);
+  OrchestratorOptions o = options;
+  o.placement.num_slots = pool.num_slots();
+  if (o.cache.kind == CachePolicyKind::kLru && o.cache.lru.num_ways == 0) {
+    // Default: the slots spread over every layer they can cover.
+    o.cache.lru.num_ways = std::clamp(pool.num_slots() / num_layers, 1, num_experts);
+    o.cache.lru.num_indexes = std::min(num_layers, pool.num_slots() / o.cache.lru.num_ways);
+  }
+  if (o.placement.policy == PlacementPolicy::kFirstLayers && o.placement.ways == 0) {
+    o.placement.ways = o.cache.kind == CachePolicyKind::kLru ? o.cache.lru.num_ways
+                                                             : std::clamp(pool.num_slots() / num_layers, 1, num_experts);
+  }
+  o.cache.adaptive.division = o.planner.division;
+  o.cache.adaptive.num_experts_per_token = static_cast<int>(config.num_experts_per_tok);
+  if (o.placement.policy == PlacementPolicy::kPopularity && !o.usage) {
+    return absl::InvalidArgumentError("usage: popularity placement needs an expert usage profile");
+  }
+  return o;
 }
 
 }  // namespace
@@ -103,7 +150,7 @@ class Orchestrator::CpuLane {
       lock.unlock();
       const auto start = std::chrono::steady_clock::now();
       absl::Status status = cpu_->RunExperts(layer, work);
-      const double us = MicrosBetween(start, std::chrono::steady_clock::now());
+      const double us = MicrosSince(start);
       lock.lock();
       status_ = std::move(status);
       us_ = us;
@@ -115,11 +162,13 @@ class Orchestrator::CpuLane {
   ExpertExecutor* cpu_;
   std::mutex mutex_;
   std::condition_variable cv_;
-  bool stop_ = false, pending_ = false, done_ = false;
-  int layer_ = 0;
-  std::span<const ExpertWork> work_;
-  absl::Status status_;
-  double us_ = 0;
+  bool stop_ ABSL_GUARDED_BY(mutex_) = false;
+  bool pending_ ABSL_GUARDED_BY(mutex_) = false;
+  bool done_ ABSL_GUARDED_BY(mutex_) = false;
+  int layer_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::span<const ExpertWork> work_ ABSL_GUARDED_BY(mutex_);
+  absl::Status status_ ABSL_GUARDED_BY(mutex_);
+  double us_ ABSL_GUARDED_BY(mutex_) = 0;
   std::thread thread_;  // last: starts once the rest exists
 };
 
@@ -193,86 +242,69 @@ std::string OrchestratorStats::ToJson() const {
 absl::StatusOr<std::unique_ptr<Orchestrator>> Orchestrator::Create(const ModelConfig& config, ExpertExecutor* cpu,
                                                                    ExpertPool* pool, CostModel cost,
                                                                    const OrchestratorOptions& options) {
-  if (cpu == nullptr) return absl::InvalidArgumentError("cpu: the orchestrator needs a CPU expert executor");
-  if (pool == nullptr) return absl::InvalidArgumentError("pool: the orchestrator needs an expert pool");
+  TANDEM_RETURN_IF_ERROR(CheckCreateArguments(config, cpu, pool, cost, options));
   const int num_layers = static_cast<int>(config.num_hidden_layers);
   const int num_experts = static_cast<int>(config.num_local_experts);
-  if (pool->num_layers() != num_layers || pool->num_experts() != num_experts) {
-    return absl::InvalidArgumentError(absl::StrCat("pool holds experts of ", pool->num_layers(), " layers x ",
-                                                   pool->num_experts(), ", the model has ", num_layers, " x ",
-                                                   num_experts));
-  }
-  for (const PoolSlot& slot : pool->SlotTable()) {
-    if (slot.expert) return absl::InvalidArgumentError("pool: must be empty (the orchestrator places its experts)");
-  }
-  if (cost.num_cpu_workers() != options.planner.num_cpu_workers) {
-    return absl::InvalidArgumentError(absl::StrCat("planner.num_cpu_workers is ", options.planner.num_cpu_workers,
-                                                   " but the cost model has ", cost.num_cpu_workers(), " CPU workers"));
-  }
-  if (cost.params().expert_bytes != pool->layout().copy_bytes) {
-    LOG_WARNING("orchestrator: the cost model's expert_bytes (", cost.params().expert_bytes,
-                ") differs from the pool's (", pool->layout().copy_bytes, ")");
-  }
   TANDEM_ASSIGN_OR_RETURN(Planner planner, Planner::Create(options.planner));
   TANDEM_ASSIGN_OR_RETURN(ResidencyTable table, ResidencyTable::Create(num_layers, num_experts, pool->num_slots()));
-
-  OrchestratorOptions o = options;
-  o.placement.num_slots = pool->num_slots();
-  if (o.cache.kind == CachePolicyKind::kLru && o.cache.lru.num_ways == 0) {
-    // Default: the slots spread over every layer they can cover.
-    o.cache.lru.num_ways = std::clamp(pool->num_slots() / num_layers, 1, num_experts);
-    o.cache.lru.num_indexes = std::min(num_layers, pool->num_slots() / o.cache.lru.num_ways);
-  }
-  if (o.placement.policy == PlacementPolicy::kFirstLayers && o.placement.ways == 0) {
-    o.placement.ways = o.cache.kind == CachePolicyKind::kLru ? o.cache.lru.num_ways
-                                                             : std::clamp(pool->num_slots() / num_layers, 1, num_experts);
-  }
-  o.cache.adaptive.division = o.planner.division;
-  o.cache.adaptive.num_experts_per_token = static_cast<int>(config.num_experts_per_tok);
-  if (o.placement.policy == PlacementPolicy::kPopularity && !o.usage) {
-    return absl::InvalidArgumentError("usage: popularity placement needs an expert usage profile");
-  }
+  TANDEM_ASSIGN_OR_RETURN(const OrchestratorOptions o, CompleteOptions(config, *pool, options));
 
   auto orchestrator = std::unique_ptr<Orchestrator>(
       new Orchestrator(config, cpu, pool, std::move(cost), o, std::move(planner), nullptr, std::move(table)));
-  Orchestrator& self = *orchestrator;
+  TANDEM_ASSIGN_OR_RETURN(const int placed, orchestrator->StartPolicies(config));
+  orchestrator->InitStats(placed);
+  orchestrator->LogSetup();
+  return orchestrator;
+}
+
+// The cache policy, the initial placement (into the table and the pool), the
+// CPU lane and precalc. Returns how many experts were placed.
+absl::StatusOr<int> Orchestrator::StartPolicies(const ModelConfig& config) {
+  const OrchestratorOptions& o = options_;
   // The adaptive policy reads the orchestrator's own (refined) cost model.
-  TANDEM_ASSIGN_OR_RETURN(self.cache_, MakeCachePolicy(o.cache, num_layers, num_experts, &self.cost_));
+  TANDEM_ASSIGN_OR_RETURN(cache_, MakeCachePolicy(o.cache, num_layers_, num_experts_, &cost_));
   TANDEM_ASSIGN_OR_RETURN(std::vector<ExpertKey> placed,
-                          PlaceExperts(o.placement, num_layers, num_experts, o.usage ? &*o.usage : nullptr));
+                          PlaceExperts(o.placement, num_layers_, num_experts_, o.usage ? &*o.usage : nullptr));
   for (const ExpertKey& key : placed) {
-    TANDEM_RETURN_IF_ERROR(self.table_.Place(key));
-    TANDEM_RETURN_IF_ERROR(pool->Place(key));
+    TANDEM_RETURN_IF_ERROR(table_.Place(key));
+    TANDEM_RETURN_IF_ERROR(pool_->Place(key));
   }
-  TANDEM_RETURN_IF_ERROR(self.cache_->Reset(self.table_));
-  if (o.overlap_cpu) self.cpu_lane_ = std::make_unique<CpuLane>(cpu);
+  TANDEM_RETURN_IF_ERROR(cache_->Reset(table_));
+  if (o.overlap_cpu) cpu_lane_ = std::make_unique<CpuLane>(cpu_);
   TANDEM_RETURN_IF_ERROR(ValidatePrecalcOptions(o.precalc));
   if (o.precalc.policy == PrecalcPolicy::kDaop) {
-    TANDEM_ASSIGN_OR_RETURN(self.precalc_, DaopPrecalc::Create(config, cpu, nullptr, &self.table_, o.precalc));
-    self.stats_.precalc = self.precalc_->stats();
+    TANDEM_ASSIGN_OR_RETURN(precalc_, DaopPrecalc::Create(config, cpu_, nullptr, &table_, o.precalc));
+    stats_.precalc = precalc_->stats();
   }
+  return static_cast<int>(placed.size());
+}
 
-  self.stats_.pool_kind = pool->kind();
-  self.stats_.cost_model = self.cost_.params();
-  self.stats_.execution_policy = ExecutionPolicyName(o.planner.policy);
-  self.stats_.cache_policy = CachePolicyKindName(o.cache.kind);
-  self.stats_.placement = PlacementPolicyName(o.placement.policy) +
-                          (o.placement.policy == PlacementPolicy::kPopularity && o.placement.balance_layers ? "-balanced" : "");
-  self.stats_.num_slots = pool->num_slots();
-  self.stats_.num_staging_buffers = pool->num_staging_buffers();
-  self.stats_.placed = static_cast<int>(placed.size());
-  self.stats_.layers.assign(static_cast<size_t>(num_layers), OrchestratorLayerStats{});
-  LOG_INFO("orchestrator: execution ", self.stats_.execution_policy, ", cache ", self.stats_.cache_policy,
+void Orchestrator::InitStats(int placed) {
+  const OrchestratorOptions& o = options_;
+  stats_.pool_kind = pool_->kind();
+  stats_.cost_model = cost_.params();
+  stats_.execution_policy = ExecutionPolicyName(o.planner.policy);
+  stats_.cache_policy = CachePolicyKindName(o.cache.kind);
+  stats_.placement = PlacementPolicyName(o.placement.policy) +
+                     (o.placement.policy == PlacementPolicy::kPopularity && o.placement.balance_layers ? "-balanced" : "");
+  stats_.num_slots = pool_->num_slots();
+  stats_.num_staging_buffers = pool_->num_staging_buffers();
+  stats_.placed = placed;
+  stats_.layers.assign(static_cast<size_t>(num_layers_), OrchestratorLayerStats{});
+}
+
+void Orchestrator::LogSetup() const {
+  const OrchestratorOptions& o = options_;
+  LOG_INFO("orchestrator: execution ", stats_.execution_policy, ", cache ", stats_.cache_policy,
            o.cache.kind == CachePolicyKind::kLru
                ? absl::StrCat(" (", o.cache.lru.num_indexes, " layers x ", o.cache.lru.num_ways, " ways)")
                : std::string(),
-           ", placement ", self.stats_.placement, " (", placed.size(), " of ", num_layers * num_experts,
-           " experts placed); ", pool->kind(), " with ", pool->num_slots(), " slots + ", pool->num_staging_buffers(),
+           ", placement ", stats_.placement, " (", stats_.placed, " of ", num_layers_ * num_experts_,
+           " experts placed); ", pool_->kind(), " with ", pool_->num_slots(), " slots + ", pool_->num_staging_buffers(),
            " staging buffers; ", o.planner.num_cpu_workers, " CPU worker(s), ", ExpertDivisionName(o.planner.division),
-           self.precalc_ ? absl::StrCat("; precalc daop from layer ", self.stats_.precalc.start_layer,
-                                        " (LOSSY: daop pre-calculation changes the outputs)")
-                         : std::string("; precalc off (exact)"));
-  return orchestrator;
+           precalc_ ? absl::StrCat("; precalc daop from layer ", stats_.precalc.start_layer,
+                                   " (LOSSY: daop pre-calculation changes the outputs)")
+                    : std::string("; precalc off (exact)"));
 }
 
 Orchestrator::Orchestrator(const ModelConfig& config, ExpertExecutor* cpu, ExpertPool* pool, CostModel cost,
@@ -294,7 +326,7 @@ Orchestrator::Orchestrator(const ModelConfig& config, ExpertExecutor* cpu, Exper
 
 Orchestrator::~Orchestrator() = default;
 
-double Orchestrator::NowUs() const { return MicrosBetween(epoch_, std::chrono::steady_clock::now()); }
+double Orchestrator::NowUs() const { return MicrosSince(epoch_); }
 
 void Orchestrator::OnStepBegin(const ForwardStep& step) {
   in_step_ = true;
@@ -363,7 +395,7 @@ absl::Status Orchestrator::ApplyDecisions(std::span<const CacheDecision> decisio
 absl::Status Orchestrator::RunCpu(int layer, std::span<const ExpertWork> work, double* us) {
   const auto start = std::chrono::steady_clock::now();
   absl::Status status = cpu_->RunExperts(layer, work);
-  *us = MicrosBetween(start, std::chrono::steady_clock::now());
+  *us = MicrosSince(start);
   return status;
 }
 
@@ -387,6 +419,13 @@ void Orchestrator::ObserveCpu(int layer, std::span<const ExpertWork> work, doubl
   }
 }
 
+// What Execute measured of one layer's expert work.
+struct Orchestrator::Execution {
+  double cpu_us = 0;       // the CPU executor's call
+  PoolRunTiming pool;      // the pool's waits and compute
+  double measured_us = 0;  // wall time of both
+};
+
 absl::Status Orchestrator::RunExperts(int layer, std::span<const ExpertWork> work) {
   const auto start = std::chrono::steady_clock::now();
   if (layer < 0 || layer >= num_layers_) {
@@ -398,6 +437,30 @@ absl::Status Orchestrator::RunExperts(int layer, std::span<const ExpertWork> wor
     TANDEM_RETURN_IF_ERROR(precalc_->Serve(layer, work, &unserved_));
     work = unserved_;
   }
+  TANDEM_ASSIGN_OR_RETURN(const int64_t total_rows, IndexWork(layer, work));
+
+  // The cache policy sees the routing first, then the planner plans.
+  DrainMigrations();
+  const double now = NowUs();
+  OrchestratorLayerStats delta;
+  CacheStep step = RoutingStep(layer, total_rows, now);
+  decisions_.clear();
+  cache_->OnRouting(step, &decisions_);
+  TANDEM_RETURN_IF_ERROR(ApplyDecisions(decisions_, now, &delta));
+  TANDEM_RETURN_IF_ERROR(PlanLayer(layer, now));
+
+  SplitWork(work, &delta);
+  Execution execution;
+  TANDEM_RETURN_IF_ERROR(Execute(layer, &execution));
+  ObserveExecution(layer, execution);
+  TANDEM_RETURN_IF_ERROR(AdmitExecuted(step, &delta));
+  RecordLayer(layer, delta, execution, MicrosSince(start));
+  return absl::OkStatus();
+}
+
+// rows_ and work_index_ for `work`, checked: each expert in range, named
+// once, with a row count an int32 holds. Returns the total rows.
+absl::StatusOr<int64_t> Orchestrator::IndexWork(int layer, std::span<const ExpertWork> work) {
   std::fill(rows_.begin(), rows_.end(), 0);
   std::fill(work_index_.begin(), work_index_.end(), -1);
   int64_t total_rows = 0;
@@ -418,10 +481,10 @@ absl::Status Orchestrator::RunExperts(int layer, std::span<const ExpertWork> wor
     rows_[static_cast<size_t>(w.expert)] = static_cast<int32_t>(w.num_rows);
     total_rows += w.num_rows;
   }
+  return total_rows;
+}
 
-  DrainMigrations();
-  const double now = NowUs();
-  OrchestratorLayerStats delta;
+CacheStep Orchestrator::RoutingStep(int layer, int64_t total_rows, double now) const {
   CacheStep step;
   step.layer = layer;
   if (in_step_) {
@@ -434,10 +497,12 @@ absl::Status Orchestrator::RunExperts(int layer, std::span<const ExpertWork> wor
   step.rows = rows_;
   step.residency = &table_;
   step.copy_backlog_us = std::max(0.0, copy_free_at_us_ - now);
-  decisions_.clear();
-  cache_->OnRouting(step, &decisions_);
-  TANDEM_RETURN_IF_ERROR(ApplyDecisions(decisions_, now, &delta));
+  return step;
+}
 
+// The planner's plan for the layer; its own copies queue behind everything
+// already queued.
+absl::Status Orchestrator::PlanLayer(int layer, double now) {
   table_.LayerStates(layer, now, &states_);
   LayerPlanInput input;
   input.layer = layer;
@@ -446,8 +511,6 @@ absl::Status Orchestrator::RunExperts(int layer, std::span<const ExpertWork> wor
   input.copy_engine_free_us = std::max(0.0, copy_free_at_us_ - now);
   input.max_new_migrations = pool_->num_staging_buffers();
   TANDEM_RETURN_IF_ERROR(planner_.Plan(input, cost_, &plan_));
-
-  // The plan's own copies queue behind everything already queued.
   for (int e : plan_.migrations) {
     absl::Status staged = pool_->Stage({layer, e});
     if (!staged.ok()) {
@@ -458,29 +521,33 @@ absl::Status Orchestrator::RunExperts(int layer, std::span<const ExpertWork> wor
   if (!plan_.migrations.empty()) {
     copy_free_at_us_ = std::max(copy_free_at_us_, now) + static_cast<double>(plan_.migrations.size()) * cost_.MigrateUs();
   }
+  return absl::OkStatus();
+}
 
-  // Split the work. The pool runs resident experts first (nothing to wait
-  // for), then those whose copies land first.
+// Split the work by the plan into cpu_work_ and pool_work_. The pool runs
+// resident experts first (nothing to wait for), then those whose copies
+// land first.
+void Orchestrator::SplitWork(std::span<const ExpertWork> work, OrchestratorLayerStats* delta) {
   cpu_work_.clear();
   pool_work_.clear();
   std::vector<int> after_inflight;
   for (int e = 0; e < num_experts_; ++e) {
     const int index = work_index_[static_cast<size_t>(e)];
     if (index < 0 || rows_[static_cast<size_t>(e)] == 0) continue;
-    ++delta.expert_runs;
+    ++delta->expert_runs;
     switch (plan_.experts[static_cast<size_t>(e)].placement) {
       case ExpertPlacement::kIdle: break;
       case ExpertPlacement::kGpuResident:
-        ++delta.gpu_hits;
+        ++delta->gpu_hits;
         pool_work_.push_back(work[static_cast<size_t>(index)]);
         break;
       case ExpertPlacement::kGpuAfterInflight:
-        ++delta.inflight_waits;
+        ++delta->inflight_waits;
         after_inflight.push_back(e);
         break;
-      case ExpertPlacement::kMigrateThenGpu: ++delta.planner_migrations; break;
+      case ExpertPlacement::kMigrateThenGpu: ++delta->planner_migrations; break;
       case ExpertPlacement::kCpu:
-        ++delta.cpu_runs;
+        ++delta->cpu_runs;
         cpu_work_.push_back(work[static_cast<size_t>(index)]);
         break;
     }
@@ -490,62 +557,70 @@ absl::Status Orchestrator::RunExperts(int layer, std::span<const ExpertWork> wor
   });
   for (int e : after_inflight) pool_work_.push_back(work[static_cast<size_t>(work_index_[static_cast<size_t>(e)])]);
   for (int e : plan_.migrations) pool_work_.push_back(work[static_cast<size_t>(work_index_[static_cast<size_t>(e)])]);
+}
 
-  // Execute: CPU and pool. Sequentially the CPU goes first, so copies in
-  // flight land meanwhile.
+// CPU and pool. Sequentially the CPU goes first, so copies in flight land
+// meanwhile. On failure the staged copies are released.
+absl::Status Orchestrator::Execute(int layer, Execution* execution) {
   const auto exec_start = std::chrono::steady_clock::now();
-  double cpu_us = 0;
-  PoolRunTiming pool_timing;
   absl::Status cpu_status, pool_status;
   const bool overlap = cpu_lane_ != nullptr && !cpu_work_.empty() && !pool_work_.empty();
   if (overlap) {
     cpu_lane_->Start(layer, cpu_work_);
   } else if (!cpu_work_.empty()) {
-    cpu_status = RunCpu(layer, cpu_work_, &cpu_us);
+    cpu_status = RunCpu(layer, cpu_work_, &execution->cpu_us);
   }
-  if (cpu_status.ok() && !pool_work_.empty()) pool_status = pool_->RunExperts(layer, pool_work_, &pool_timing);
-  if (overlap) cpu_status = cpu_lane_->Wait(&cpu_us);
-  const double measured_us = MicrosBetween(exec_start, std::chrono::steady_clock::now());
+  if (cpu_status.ok() && !pool_work_.empty()) pool_status = pool_->RunExperts(layer, pool_work_, &execution->pool);
+  if (overlap) cpu_status = cpu_lane_->Wait(&execution->cpu_us);
+  execution->measured_us = MicrosSince(exec_start);
   if (!cpu_status.ok() || !pool_status.ok()) {
     (void)pool_->ReleaseStaging();
     return cpu_status.ok() ? pool_status : cpu_status;
   }
+  return absl::OkStatus();
+}
 
+// The measurements refine the cost model (refine_online) and score its makespan.
+void Orchestrator::ObserveExecution(int layer, const Execution& execution) {
   if (options_.refine_online) {
-    if (!cpu_work_.empty()) ObserveCpu(layer, cpu_work_, cpu_us);
-    if (!pool_work_.empty() && pool_timing.compute_us > 0) {
+    if (!cpu_work_.empty()) ObserveCpu(layer, cpu_work_, execution.cpu_us);
+    if (!pool_work_.empty() && execution.pool.compute_us > 0) {
       observed_rows_.clear();
       for (const ExpertWork& w : pool_work_) observed_rows_.push_back(static_cast<int32_t>(w.num_rows));
-      cost_.ObserveGpu(observed_rows_, pool_timing.compute_us);
+      cost_.ObserveGpu(observed_rows_, execution.pool.compute_us);
     }
   }
-  cost_.ObserveMakespan(plan_.makespan_us, measured_us);
+  cost_.ObserveMakespan(plan_.makespan_us, execution.measured_us);
+}
 
-  // Admissions: the cache policy may keep what the plan copied.
+// Admissions: the cache policy may keep what the plan copied. The staged
+// copies are released either way.
+absl::Status Orchestrator::AdmitExecuted(CacheStep& step, OrchestratorLayerStats* delta) {
   DrainMigrations();
   const double after = NowUs();
   step.copy_backlog_us = std::max(0.0, copy_free_at_us_ - after);
   decisions_.clear();
   cache_->OnExecuted(step, plan_, &decisions_);
-  absl::Status applied = ApplyDecisions(decisions_, after, &delta);
+  absl::Status applied = ApplyDecisions(decisions_, after, delta);
   absl::Status released = pool_->ReleaseStaging();
   TANDEM_RETURN_IF_ERROR(applied);
-  TANDEM_RETURN_IF_ERROR(released);
+  return released;
+}
 
-  const double total_us = MicrosBetween(start, std::chrono::steady_clock::now());
+void Orchestrator::RecordLayer(int layer, const OrchestratorLayerStats& delta, const Execution& execution,
+                               double total_us) {
   std::lock_guard<std::mutex> lock(stats_mutex_);
   ++stats_.layer_plans;
   Add(delta, &stats_.total);
   Add(delta, &stats_.layers[static_cast<size_t>(layer)]);
-  stats_.plan_us += total_us - measured_us;
+  stats_.plan_us += total_us - execution.measured_us;
   stats_.predicted_makespan_us += plan_.makespan_us;
-  stats_.measured_makespan_us += measured_us;
-  stats_.cpu_us += cpu_us;
-  stats_.pool_wait_us += pool_timing.wait_us;
-  stats_.pool_compute_us += pool_timing.compute_us;
+  stats_.measured_makespan_us += execution.measured_us;
+  stats_.cpu_us += execution.cpu_us;
+  stats_.pool_wait_us += execution.pool.wait_us;
+  stats_.pool_compute_us += execution.pool.compute_us;
   stats_.accuracy = cost_.Stats();
   stats_.cost_model = cost_.params();
-  return absl::OkStatus();
 }
 
 OrchestratorStats Orchestrator::stats() const {

@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/base/expert_executor.h"
@@ -169,6 +170,22 @@ class Orchestrator final : public ExpertExecutor, public ForwardObserver {
   absl::Status RunCpu(int layer, std::span<const ExpertWork> work, double* us);
   void ObserveCpu(int layer, std::span<const ExpertWork> work, double measured_us);
 
+  // Create's steps after the constructor.
+  absl::StatusOr<int> StartPolicies(const ModelConfig& config);
+  void InitStats(int placed);
+  void LogSetup() const;
+
+  // RunExperts' steps, in order.
+  struct Execution;
+  absl::StatusOr<int64_t> IndexWork(int layer, std::span<const ExpertWork> work);
+  CacheStep RoutingStep(int layer, int64_t total_rows, double now) const;
+  absl::Status PlanLayer(int layer, double now);
+  void SplitWork(std::span<const ExpertWork> work, OrchestratorLayerStats* delta);
+  absl::Status Execute(int layer, Execution* execution);
+  void ObserveExecution(int layer, const Execution& execution);
+  absl::Status AdmitExecuted(CacheStep& step, OrchestratorLayerStats* delta);
+  void RecordLayer(int layer, const OrchestratorLayerStats& delta, const Execution& execution, double total_us);
+
   const int num_layers_;
   const int num_experts_;
   const int num_experts_per_token_;
@@ -199,8 +216,9 @@ class Orchestrator final : public ExpertExecutor, public ForwardObserver {
   std::vector<ExpertWork> unserved_;  // precalc: the work not pre-computed
 
   mutable std::mutex stats_mutex_;
-  OrchestratorStats stats_;  // pool is filled in by stats()
-  bool warned_refusal_ = false;
+  // Create fills stats_ before the orchestrator is shared, without the lock.
+  OrchestratorStats stats_ ABSL_GUARDED_BY(stats_mutex_);  // pool is filled in by stats()
+  bool warned_refusal_ ABSL_GUARDED_BY(stats_mutex_) = false;
 };
 
 }  // namespace tandem

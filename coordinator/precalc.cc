@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/clock.h"
 #include "common/model/routing.h"
 #include "common/base/status_macros.h"
 
@@ -201,7 +202,7 @@ absl::Status DaopPrecalc::Predict(ComputeBackend* backend, const RoutedLayer& ro
     p.layer = -1;
     return status;
   }
-  delta->precompute_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  delta->precompute_us += MicrosSince(start);
   delta->precomputed_rows += total;
   delta->precomputed_experts += static_cast<int64_t>(work_.size());
   return absl::OkStatus();

@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/base/expert_executor.h"
@@ -140,7 +141,8 @@ class DaopPrecalc final : public LayerHook, public ExpertExecutor {
   std::vector<ExpertWork> rest_;
 
   mutable std::mutex stats_mutex_;
-  PrecalcStats stats_;
+  // Create sets policy and start_layer before the object is shared.
+  PrecalcStats stats_ ABSL_GUARDED_BY(stats_mutex_);
 };
 
 }  // namespace tandem

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/clock.h"
 #include "common/base/log.h"
 #include "common/platform/shm_transport.h"
 #include "common/base/status_macros.h"
@@ -24,10 +25,6 @@ constexpr uint64_t kRowAlignment = 64;  // each expert's rows start on a cache l
 constexpr absl::Duration kReconnectWait = absl::Milliseconds(300);
 
 uint64_t RoundUp(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
-
-double MicrosSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-}
 
 std::string ShareText(int layer, int expert, int64_t begin, int64_t end) {
   return absl::StrCat("layer ", layer, " expert ", expert, " [", begin, ", ", end, ")");
@@ -78,7 +75,7 @@ struct RemoteExpertExecutor::Worker {
   std::string weights_region;  // from Describe: the worker's expert store (empty: none)
   std::unique_ptr<ShmArena> arena;
   uint32_t next_slot = 0;
-  RemoteWorkerStats stats;  // under stats_mutex_
+  RemoteWorkerStats stats;  // under the executor's stats_mutex_
 
   // One call's state, reused across calls.
   std::vector<size_t> entries;    // indices into the call's work
@@ -105,6 +102,27 @@ struct RemoteExpertExecutor::Worker {
   absl::Status Prefixed(const absl::Status& s) const {
     return s.ok() ? s : absl::Status(s.code(), absl::StrCat(name(), ": ", s.message()));
   }
+
+  // ConnectWorker's steps: the Describe call, then the worker's arena.
+  absl::Status Describe(absl::Time deadline, bool initial, v1::DescribeResponse* d);
+  absl::Status OpenArena(const v1::DescribeResponse& d, absl::Time deadline, absl::Duration spin);
+  // One RunExperts call: where each entry's rows go in the slot (returns the
+  // bytes needed), the request with the rows in the slot or inline, posting
+  // it, checking the reply and reading entry k's output.
+  uint64_t LayOutSlot(std::span<const ExpertWork> work, int64_t d);
+  void WriteShmRows(std::span<const ExpertWork> work, int64_t d);
+  void WriteInlineRows(std::span<const ExpertWork> work, int64_t d);
+  void RingDoorbell();
+  void StartGrpcCall(absl::Time deadline, grpc::CompletionQueue* cq);
+  void CheckReply(int layer, std::span<const ExpertWork> work, int64_t d);
+  const float* output(size_t k) const;
+};
+
+// What DispatchAll leaves for AwaitGrpcReplies: how many gRPC replies are
+// outstanding, and until when to poll for them rather than sleep.
+struct RemoteExpertExecutor::Dispatched {
+  int grpc_pending = 0;
+  std::chrono::steady_clock::time_point spin_until;
 };
 
 RemoteExpertExecutor::RemoteExpertExecutor() : rpc_(std::make_unique<Rpc>()) {}
@@ -179,6 +197,25 @@ absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> RemoteExpertExecutor::Conn
 }
 
 absl::Status RemoteExpertExecutor::ConnectWorker(Worker& worker, absl::Time deadline, bool initial) {
+  v1::DescribeResponse d;
+  TANDEM_RETURN_IF_ERROR(worker.Describe(deadline, initial, &d));
+  TANDEM_RETURN_IF_ERROR(CheckIdentity(worker, d, initial));
+  TANDEM_RETURN_IF_ERROR(CheckShares(worker, d));
+  worker.weights_region = d.weights_region();
+  worker.arena.reset();
+  if (worker.transport != WorkerTransport::kInline) TANDEM_RETURN_IF_ERROR(worker.OpenArena(d, deadline, options_.spin));
+  worker.description = absl::StrCat(d.worker_id(), " pid ", d.pid(), " node ", d.numa_node(), " cpus ",
+                                    absl::StrJoin(d.cores(), ","), ", ", d.experts_size(), " shares, ", d.compute());
+  worker.connected = true;
+  if (!initial) {
+    std::lock_guard<std::mutex> lock(stats_mutex_);
+    ++worker.stats.reconnects;
+    LOG_INFO("remote experts: reconnected to ", worker.name(), ": ", worker.description);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoteExpertExecutor::Worker::Describe(absl::Time deadline, bool initial, v1::DescribeResponse* d) {
   grpc::ClientContext context;
   if (initial) {
     context.set_deadline(absl::ToChronoTime(deadline));
@@ -189,16 +226,18 @@ absl::Status RemoteExpertExecutor::ConnectWorker(Worker& worker, absl::Time dead
     // would fail at once on the channel's old TRANSIENT_FAILURE state even
     // when the worker is back, so wait for it, but briefly: a worker still
     // down fails the request fast.
-    grpc::experimental::ChannelResetConnectionBackoff(worker.channel.get());
+    grpc::experimental::ChannelResetConnectionBackoff(channel.get());
     context.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + kReconnectWait)));
     context.set_wait_for_ready(true);
   }
   v1::DescribeRequest request;
   request.set_protocol_version(kExpertWorkerProtocolVersion);
-  v1::DescribeResponse d;
-  const grpc::Status rpc = worker.stub->Describe(&context, request, &d);
-  if (!rpc.ok()) return worker.Prefixed(FromGrpcStatus(rpc, "Describe"));
+  const grpc::Status rpc = stub->Describe(&context, request, d);
+  if (!rpc.ok()) return Prefixed(FromGrpcStatus(rpc, "Describe"));
+  return absl::OkStatus();
+}
 
+absl::Status RemoteExpertExecutor::CheckIdentity(const Worker& worker, const v1::DescribeResponse& d, bool initial) {
   const int n = num_workers();
   if (d.protocol_version() != kExpertWorkerProtocolVersion) {
     return worker.Prefixed(absl::FailedPreconditionError(absl::StrCat(
@@ -223,6 +262,11 @@ absl::Status RemoteExpertExecutor::ConnectWorker(Worker& worker, absl::Time dead
                                                                       ExpertDivisionName(*division), ", worker 0 by ",
                                                                       ExpertDivisionName(division_))));
   }
+  return absl::OkStatus();
+}
+
+absl::Status RemoteExpertExecutor::CheckShares(const Worker& worker, const v1::DescribeResponse& d) const {
+  const int n = num_workers();
   TANDEM_ASSIGN_OR_RETURN(std::vector<ExpertSlice> want, PartitionExperts(config_, division_, worker.index, n));
   for (size_t i = 0; i < std::max(want.size(), static_cast<size_t>(d.experts_size())); ++i) {
     const bool have_want = i < want.size(), have_got = i < static_cast<size_t>(d.experts_size());
@@ -245,51 +289,58 @@ absl::Status RemoteExpertExecutor::ConnectWorker(Worker& worker, absl::Time dead
         have_want ? ShareText(want[i].layer, want[i].expert, want[i].intermediate_begin, want[i].intermediate_end)
                   : std::string("nothing"))));
   }
+  return absl::OkStatus();
+}
 
-  worker.weights_region = d.weights_region();
-  worker.arena.reset();
-  if (worker.transport != WorkerTransport::kInline) {
-    if (d.arena_region().empty()) {
-      return worker.Prefixed(absl::FailedPreconditionError(
-          "offers no shared-memory arena (started with --transport inline); use the inline transport for it"));
-    }
-    if (worker.transport == WorkerTransport::kShmDoorbell && !d.doorbell()) {
-      return worker.Prefixed(absl::FailedPreconditionError("its arena has no doorbell; use shm-grpc for it"));
-    }
-    auto arena = ShmArena::Open(d.arena_region());
-    if (!arena.ok()) return worker.Prefixed(arena.status());
-    if ((*arena)->owner_pid() != d.pid()) {
-      return worker.Prefixed(absl::FailedPreconditionError(absl::StrCat("arena ", d.arena_region(), " belongs to pid ",
-                                                                        (*arena)->owner_pid(), ", not the worker's pid ",
-                                                                        d.pid())));
-    }
-    // A request abandoned at a deadline may still be running: let it finish
-    // before the control block and slots are reused.
-    if ((*arena)->ResponsePending()) {
-      std::string_view ignored;
-      absl::Status drained = (*arena)->AwaitResponse((*arena)->last_posted(), deadline, options_.spin, &ignored);
-      if (absl::IsDeadlineExceeded(drained) || absl::IsUnavailable(drained)) {
-        return worker.Prefixed(absl::Status(drained.code(), absl::StrCat("still busy with an abandoned request: ",
-                                                                         drained.message())));
-      }
-    }
-    worker.arena = std::move(*arena);
+absl::Status RemoteExpertExecutor::Worker::OpenArena(const v1::DescribeResponse& d, absl::Time deadline,
+                                                     absl::Duration spin) {
+  if (d.arena_region().empty()) {
+    return Prefixed(absl::FailedPreconditionError(
+        "offers no shared-memory arena (started with --transport inline); use the inline transport for it"));
   }
-  worker.description = absl::StrCat(d.worker_id(), " pid ", d.pid(), " node ", d.numa_node(), " cpus ",
-                                    absl::StrJoin(d.cores(), ","), ", ", d.experts_size(), " shares, ", d.compute());
-  worker.connected = true;
-  if (!initial) {
-    std::lock_guard<std::mutex> lock(stats_mutex_);
-    ++worker.stats.reconnects;
-    LOG_INFO("remote experts: reconnected to ", worker.name(), ": ", worker.description);
+  if (transport == WorkerTransport::kShmDoorbell && !d.doorbell()) {
+    return Prefixed(absl::FailedPreconditionError("its arena has no doorbell; use shm-grpc for it"));
   }
+  auto opened = ShmArena::Open(d.arena_region());
+  if (!opened.ok()) return Prefixed(opened.status());
+  if ((*opened)->owner_pid() != d.pid()) {
+    return Prefixed(absl::FailedPreconditionError(absl::StrCat("arena ", d.arena_region(), " belongs to pid ",
+                                                               (*opened)->owner_pid(), ", not the worker's pid ",
+                                                               d.pid())));
+  }
+  // A request abandoned at a deadline may still be running: let it finish
+  // before the control block and slots are reused.
+  if ((*opened)->ResponsePending()) {
+    std::string_view ignored;
+    absl::Status drained = (*opened)->AwaitResponse((*opened)->last_posted(), deadline, spin, &ignored);
+    if (absl::IsDeadlineExceeded(drained) || absl::IsUnavailable(drained)) {
+      return Prefixed(absl::Status(drained.code(), absl::StrCat("still busy with an abandoned request: ",
+                                                                drained.message())));
+    }
+  }
+  arena = std::move(*opened);
   return absl::OkStatus();
 }
 
 absl::Status RemoteExpertExecutor::RunExperts(int layer, std::span<const ExpertWork> work) {
   const absl::Time deadline = absl::Now() + options_.call_timeout;
-  const int64_t d = config_.hidden_size, num_experts = config_.num_local_experts;
-  const double grpc_spin_us = absl::ToDoubleMicroseconds(options_.grpc_spin);
+  TANDEM_RETURN_IF_ERROR(CheckWork(layer, work));
+  AssignEntries(layer, work);
+  TANDEM_RETURN_IF_ERROR(ReconnectWorkers(deadline));
+  // Dispatch to every worker before waiting for any; then the gRPC replies
+  // (this thread drives their I/O), then the doorbells (the workers behind
+  // them computed meanwhile). Every wait ends by the deadline.
+  const Dispatched dispatched = DispatchAll(layer, work, deadline);
+  AwaitGrpcReplies(dispatched);
+  AwaitDoorbells(deadline);
+  for (auto& worker : workers_) worker->CheckReply(layer, work, config_.hidden_size);
+  TANDEM_RETURN_IF_ERROR(RecordCall(work));
+  Gather(work);
+  return absl::OkStatus();
+}
+
+absl::Status RemoteExpertExecutor::CheckWork(int layer, std::span<const ExpertWork> work) const {
+  const int64_t num_experts = config_.num_local_experts;
   if (layer < 0 || layer >= config_.num_hidden_layers) {
     return absl::InvalidArgumentError(
         absl::StrCat("RemoteExpertExecutor: layer ", layer, " out of range [0, ", config_.num_hidden_layers, ")"));
@@ -302,8 +353,12 @@ absl::Status RemoteExpertExecutor::RunExperts(int layer, std::span<const ExpertW
                                                      w.num_rows, ") or null input/output"));
     }
   }
+  return absl::OkStatus();
+}
 
-  // Who computes what: split — every expert on every worker; shard — its owner.
+// Who computes what: split — every expert on every worker; shard — its owner.
+void RemoteExpertExecutor::AssignEntries(int layer, std::span<const ExpertWork> work) {
+  const int64_t num_experts = config_.num_local_experts;
   for (auto& worker : workers_) worker->entries.clear();
   for (size_t i = 0; i < work.size(); ++i) {
     if (work[i].num_rows == 0) continue;
@@ -314,8 +369,10 @@ absl::Status RemoteExpertExecutor::RunExperts(int layer, std::span<const ExpertW
           ->entries.push_back(i);
     }
   }
+}
 
-  // Workers that failed before are re-Described (and re-checked) now.
+// Workers that failed before are re-Described (and re-checked) now.
+absl::Status RemoteExpertExecutor::ReconnectWorkers(absl::Time deadline) {
   for (auto& worker : workers_) {
     if (worker->entries.empty() || worker->connected) continue;
     absl::Status status = ConnectWorker(*worker, deadline, /*initial=*/false);
@@ -325,96 +382,130 @@ absl::Status RemoteExpertExecutor::RunExperts(int layer, std::span<const ExpertW
       return status;
     }
   }
+  return absl::OkStatus();
+}
 
-  // Dispatch to every worker before waiting for any.
-  int grpc_pending = 0;
-  const auto dispatched = std::chrono::steady_clock::now();
-  auto spin_until = dispatched;  // no polling unless a gRPC worker's reply is expected within grpc_spin
+RemoteExpertExecutor::Dispatched RemoteExpertExecutor::DispatchAll(int layer, std::span<const ExpertWork> work,
+                                                                   absl::Time deadline) {
+  const double grpc_spin_us = absl::ToDoubleMicroseconds(options_.grpc_spin);
+  const auto start = std::chrono::steady_clock::now();
+  Dispatched dispatched;
+  dispatched.spin_until = start;  // no polling unless a gRPC worker's reply is expected within grpc_spin
   for (auto& worker_ptr : workers_) {
     Worker& w = *worker_ptr;
     w.status = absl::OkStatus();
     w.via_shm = w.via_doorbell = false;
     if (w.entries.empty()) continue;
     w.sent = std::chrono::steady_clock::now();
-    v1::RunExpertsRequest& request = w.request;
-    request.Clear();
-    request.set_request_id(next_request_id_++);
-    request.set_layer(layer);
-    if (w.transport != WorkerTransport::kInline) {
-      w.offsets.clear();
-      uint64_t total = 0;
-      for (size_t i : w.entries) {
-        w.offsets.push_back(total);
-        total += RoundUp(static_cast<uint64_t>(work[i].num_rows * d) * sizeof(float), kRowAlignment);
-      }
-      w.via_shm = total <= w.arena->slot_bytes();
-      if (!w.via_shm) {
-        std::lock_guard<std::mutex> lock(stats_mutex_);
-        if (w.stats.inline_fallbacks++ == 0) {
-          LOG_WARNING("remote experts: ", w.name(), ": a layer's ", total, " bytes exceed the arena slot's ",
-                      w.arena->slot_bytes(), "; such calls go inline over gRPC (raise --arena_slot_mb)");
-        }
-      }
-    }
-    if (w.via_shm) {
-      w.slot = w.next_slot++ % w.arena->num_slots();
-      const uint64_t in_seq = w.arena->AdvanceSequence(ArenaSide::kInput, w.slot);
-      const uint64_t out_seq = w.arena->AdvanceSequence(ArenaSide::kOutput, w.slot);
-      uint8_t* slot_in = w.arena->slot_data(ArenaSide::kInput, w.slot);
-      request.set_transport(v1::TRANSPORT_SHM);
-      for (size_t k = 0; k < w.entries.size(); ++k) {
-        const ExpertWork& e = work[w.entries[k]];
-        CopyFloats(reinterpret_cast<float*>(slot_in + w.offsets[k]), e.input, static_cast<size_t>(e.num_rows * d));
-        v1::ExpertTask* task = request.add_tasks();
-        task->set_expert(e.expert);
-        task->set_num_rows(e.num_rows);
-        ArenaTensorRef ref{ArenaSide::kInput, w.slot, w.offsets[k], {e.num_rows, d}, DType::kF32, in_seq};
-        ToProto(ref, task->mutable_shm_rows());
-        ref.side = ArenaSide::kOutput;
-        ref.sequence = out_seq;
-        ToProto(ref, task->mutable_shm_output());
-      }
-    } else {
-      request.set_transport(v1::TRANSPORT_INLINE);
-      for (size_t i : w.entries) {
-        const ExpertWork& e = work[i];
-        v1::ExpertTask* task = request.add_tasks();
-        task->set_expert(e.expert);
-        task->set_num_rows(e.num_rows);
-        task->set_inline_rows(reinterpret_cast<const char*>(e.input), static_cast<size_t>(e.num_rows * d) * sizeof(float));
-      }
-    }
+    BuildRequest(w, layer, work);
     if (w.via_shm && w.transport == WorkerTransport::kShmDoorbell) {
-      w.via_doorbell = true;
-      request.SerializeToString(&w.serialized);
-      auto seq = w.arena->PostRequest(w.serialized);
-      if (!seq.ok()) {
-        w.status = w.Prefixed(seq.status());
-        continue;
-      }
-      w.doorbell_seq = *seq;
+      w.RingDoorbell();
     } else {
-      w.context = std::make_unique<grpc::ClientContext>();
-      w.context->set_deadline(absl::ToChronoTime(deadline));
-      w.reader = w.stub->AsyncRunExperts(w.context.get(), request, &rpc_->cq);
-      w.reader->Finish(&w.response, &w.grpc_status, &w);
-      w.grpc_pending = true;
-      ++grpc_pending;
+      w.StartGrpcCall(deadline, &rpc_->cq);
+      ++dispatched.grpc_pending;
       if (w.last_grpc_compute_us < grpc_spin_us) {
-        spin_until = dispatched + absl::ToChronoNanoseconds(options_.grpc_spin);
+        dispatched.spin_until = start + absl::ToChronoNanoseconds(options_.grpc_spin);
       }
     }
   }
+  return dispatched;
+}
 
-  // gRPC replies first (this thread drives their I/O), then the doorbells
-  // (the workers behind them computed meanwhile). Every wait ends by the deadline.
-  while (grpc_pending > 0) {
+// Worker w's request for this layer: its rows in its arena slot when they
+// fit (shm transports), else inside the message.
+void RemoteExpertExecutor::BuildRequest(Worker& w, int layer, std::span<const ExpertWork> work) {
+  const int64_t d = config_.hidden_size;
+  v1::RunExpertsRequest& request = w.request;
+  request.Clear();
+  request.set_request_id(next_request_id_++);
+  request.set_layer(layer);
+  if (w.transport != WorkerTransport::kInline) {
+    const uint64_t total = w.LayOutSlot(work, d);
+    w.via_shm = total <= w.arena->slot_bytes();
+    if (!w.via_shm) {
+      std::lock_guard<std::mutex> lock(stats_mutex_);
+      if (w.stats.inline_fallbacks++ == 0) {
+        LOG_WARNING("remote experts: ", w.name(), ": a layer's ", total, " bytes exceed the arena slot's ",
+                    w.arena->slot_bytes(), "; such calls go inline over gRPC (raise --arena_slot_mb)");
+      }
+    }
+  }
+  if (w.via_shm) {
+    w.WriteShmRows(work, d);
+  } else {
+    w.WriteInlineRows(work, d);
+  }
+}
+
+uint64_t RemoteExpertExecutor::Worker::LayOutSlot(std::span<const ExpertWork> work, int64_t d) {
+  offsets.clear();
+  uint64_t total = 0;
+  for (size_t i : entries) {
+    offsets.push_back(total);
+    total += RoundUp(static_cast<uint64_t>(work[i].num_rows * d) * sizeof(float), kRowAlignment);
+  }
+  return total;
+}
+
+void RemoteExpertExecutor::Worker::WriteShmRows(std::span<const ExpertWork> work, int64_t d) {
+  slot = next_slot++ % arena->num_slots();
+  const uint64_t in_seq = arena->AdvanceSequence(ArenaSide::kInput, slot);
+  const uint64_t out_seq = arena->AdvanceSequence(ArenaSide::kOutput, slot);
+  uint8_t* slot_in = arena->slot_data(ArenaSide::kInput, slot);
+  request.set_transport(v1::TRANSPORT_SHM);
+  for (size_t k = 0; k < entries.size(); ++k) {
+    const ExpertWork& e = work[entries[k]];
+    CopyFloats(reinterpret_cast<float*>(slot_in + offsets[k]), e.input, static_cast<size_t>(e.num_rows * d));
+    v1::ExpertTask* task = request.add_tasks();
+    task->set_expert(e.expert);
+    task->set_num_rows(e.num_rows);
+    ArenaTensorRef ref{ArenaSide::kInput, slot, offsets[k], {e.num_rows, d}, DType::kF32, in_seq};
+    ToProto(ref, task->mutable_shm_rows());
+    ref.side = ArenaSide::kOutput;
+    ref.sequence = out_seq;
+    ToProto(ref, task->mutable_shm_output());
+  }
+}
+
+void RemoteExpertExecutor::Worker::WriteInlineRows(std::span<const ExpertWork> work, int64_t d) {
+  request.set_transport(v1::TRANSPORT_INLINE);
+  for (size_t i : entries) {
+    const ExpertWork& e = work[i];
+    v1::ExpertTask* task = request.add_tasks();
+    task->set_expert(e.expert);
+    task->set_num_rows(e.num_rows);
+    task->set_inline_rows(reinterpret_cast<const char*>(e.input), static_cast<size_t>(e.num_rows * d) * sizeof(float));
+  }
+}
+
+void RemoteExpertExecutor::Worker::RingDoorbell() {
+  via_doorbell = true;
+  request.SerializeToString(&serialized);
+  auto seq = arena->PostRequest(serialized);
+  if (!seq.ok()) {
+    status = Prefixed(seq.status());
+    return;
+  }
+  doorbell_seq = *seq;
+}
+
+void RemoteExpertExecutor::Worker::StartGrpcCall(absl::Time deadline, grpc::CompletionQueue* cq) {
+  context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(deadline));
+  reader = stub->AsyncRunExperts(context.get(), request, cq);
+  reader->Finish(&response, &grpc_status, this);
+  grpc_pending = true;
+}
+
+void RemoteExpertExecutor::AwaitGrpcReplies(const Dispatched& dispatched) {
+  int pending = dispatched.grpc_pending;
+  while (pending > 0) {
     void* tag = nullptr;
     bool ok = false;
-    if (!rpc_->Next(spin_until, &tag, &ok)) break;  // only after Shutdown
+    if (!rpc_->Next(dispatched.spin_until, &tag, &ok)) break;  // only after Shutdown
     Worker& w = *static_cast<Worker*>(tag);
     w.grpc_pending = false;
-    --grpc_pending;
+    --pending;
     w.round_trip_us = MicrosSince(w.sent);
     // A failed call (a hung worker, a deadline) is not expected back soon either.
     w.last_grpc_compute_us = ok && w.grpc_status.ok() ? static_cast<double>(w.response.compute_us())
@@ -422,6 +513,9 @@ absl::Status RemoteExpertExecutor::RunExperts(int layer, std::span<const ExpertW
     w.status = w.Prefixed(ok ? FromGrpcStatus(w.grpc_status, "RunExperts")
                              : absl::InternalError("RunExperts: the completion queue reported failure"));
   }
+}
+
+void RemoteExpertExecutor::AwaitDoorbells(absl::Time deadline) {
   for (auto& worker_ptr : workers_) {
     Worker& w = *worker_ptr;
     if (!w.via_doorbell || !w.status.ok()) continue;
@@ -434,71 +528,73 @@ absl::Status RemoteExpertExecutor::RunExperts(int layer, std::span<const ExpertW
     }
     w.status = w.Prefixed(status);
   }
+}
 
-  // Every reply must answer exactly what was asked.
+// Every reply must answer exactly what was asked.
+void RemoteExpertExecutor::Worker::CheckReply(int layer, std::span<const ExpertWork> work, int64_t d) {
+  if (entries.empty() || !status.ok()) return;
+  const v1::RunExpertsResponse& r = response;
+  std::string problem;
+  if (r.request_id() != request.request_id()) {
+    problem = absl::StrCat("answered request ", r.request_id(), " instead of ", request.request_id());
+  } else if (r.results_size() != static_cast<int>(entries.size())) {
+    problem = absl::StrCat("returned ", r.results_size(), " results for ", entries.size(), " experts");
+  } else {
+    for (size_t k = 0; k < entries.size() && problem.empty(); ++k) {
+      const ExpertWork& e = work[entries[k]];
+      const v1::ExpertResult& res = r.results(static_cast<int>(k));
+      if (res.expert() != e.expert || res.num_rows() != e.num_rows) {
+        problem = absl::StrCat("result ", k, " is expert ", res.expert(), " with ", res.num_rows(),
+                               " rows, expected expert ", e.expert, " with ", e.num_rows);
+      } else if (!via_shm && res.inline_output().size() != static_cast<size_t>(e.num_rows * d) * sizeof(float)) {
+        problem = absl::StrCat("result ", k, " (expert ", e.expert, ") has ", res.inline_output().size(),
+                               " output bytes, expected ", e.num_rows * d * 4);
+      }
+    }
+  }
+  if (!problem.empty()) status = Prefixed(absl::DataLossError(absl::StrCat("layer ", layer, ": ", problem)));
+}
+
+// Counts the call in every worker's stats; the first worker's error, if any
+// (a failed worker is re-Described before the next call).
+absl::Status RemoteExpertExecutor::RecordCall(std::span<const ExpertWork> work) {
+  absl::Status first_error;
+  std::lock_guard<std::mutex> lock(stats_mutex_);
   for (auto& worker_ptr : workers_) {
     Worker& w = *worker_ptr;
-    if (w.entries.empty() || !w.status.ok()) continue;
-    const v1::RunExpertsResponse& r = w.response;
-    std::string problem;
-    if (r.request_id() != w.request.request_id()) {
-      problem = absl::StrCat("answered request ", r.request_id(), " instead of ", w.request.request_id());
-    } else if (r.results_size() != static_cast<int>(w.entries.size())) {
-      problem = absl::StrCat("returned ", r.results_size(), " results for ", w.entries.size(), " experts");
-    } else {
-      for (size_t k = 0; k < w.entries.size() && problem.empty(); ++k) {
-        const ExpertWork& e = work[w.entries[k]];
-        const v1::ExpertResult& res = r.results(static_cast<int>(k));
-        if (res.expert() != e.expert || res.num_rows() != e.num_rows) {
-          problem = absl::StrCat("result ", k, " is expert ", res.expert(), " with ", res.num_rows(),
-                                 " rows, expected expert ", e.expert, " with ", e.num_rows);
-        } else if (!w.via_shm &&
-                   res.inline_output().size() != static_cast<size_t>(e.num_rows * d) * sizeof(float)) {
-          problem = absl::StrCat("result ", k, " (expert ", e.expert, ") has ", res.inline_output().size(),
-                                 " output bytes, expected ", e.num_rows * d * 4);
-        }
-      }
+    if (w.entries.empty()) continue;
+    if (!w.status.ok()) {
+      ++w.stats.failures;
+      w.connected = false;  // re-Describe before the next call
+      if (first_error.ok()) first_error = w.status;
+      continue;
     }
-    if (!problem.empty()) w.status = w.Prefixed(absl::DataLossError(absl::StrCat("layer ", layer, ": ", problem)));
+    ++w.stats.calls;
+    for (size_t i : w.entries) w.stats.rows += work[i].num_rows;
+    w.stats.round_trip_us += w.round_trip_us;
+    w.stats.last_round_trip_us = w.round_trip_us;
+    w.stats.worker_compute_us += static_cast<double>(w.response.compute_us());
   }
+  return first_error;
+}
 
-  absl::Status first_error;
-  {
-    std::lock_guard<std::mutex> lock(stats_mutex_);
-    for (auto& worker_ptr : workers_) {
-      Worker& w = *worker_ptr;
-      if (w.entries.empty()) continue;
-      if (!w.status.ok()) {
-        ++w.stats.failures;
-        w.connected = false;  // re-Describe before the next call
-        if (first_error.ok()) first_error = w.status;
-        continue;
-      }
-      ++w.stats.calls;
-      for (size_t i : w.entries) w.stats.rows += work[i].num_rows;
-      w.stats.round_trip_us += w.round_trip_us;
-      w.stats.last_round_trip_us = w.round_trip_us;
-      w.stats.worker_compute_us += static_cast<double>(w.response.compute_us());
-    }
-  }
-  if (!first_error.ok()) return first_error;
+// The output of entry k, [R, D] f32: in the arena slot or the reply.
+const float* RemoteExpertExecutor::Worker::output(size_t k) const {
+  if (via_shm) return reinterpret_cast<const float*>(arena->slot_data(ArenaSide::kOutput, slot) + offsets[k]);
+  return reinterpret_cast<const float*>(response.results(static_cast<int>(k)).inline_output().data());
+}
 
-  // Gather. The output of entry k of worker w, [R, D] f32:
-  auto output_of = [&](const Worker& w, size_t k) -> const float* {
-    if (w.via_shm) {
-      return reinterpret_cast<const float*>(w.arena->slot_data(ArenaSide::kOutput, w.slot) + w.offsets[k]);
-    }
-    return reinterpret_cast<const float*>(w.response.results(static_cast<int>(k)).inline_output().data());
-  };
+void RemoteExpertExecutor::Gather(std::span<const ExpertWork> work) {
+  const int64_t d = config_.hidden_size;
   if (division_ == ExpertDivision::kSplit) {
     // out = p_0; out += p_1; ... in worker order, as LocalExpertExecutor(split_ways = N).
     const size_t num_entries = workers_[0]->entries.size();
     for (size_t k = 0; k < num_entries; ++k) {
       const ExpertWork& e = work[workers_[0]->entries[k]];
       const size_t count = static_cast<size_t>(e.num_rows * d);
-      CopyFloats(e.output, output_of(*workers_[0], k), count);
+      CopyFloats(e.output, workers_[0]->output(k), count);
       for (size_t w = 1; w < workers_.size(); ++w) {
-        const float* partial = output_of(*workers_[w], k);
+        const float* partial = workers_[w]->output(k);
         float* out = e.output;
         for (size_t j = 0; j < count; ++j) out[j] += partial[j];
       }
@@ -508,11 +604,10 @@ absl::Status RemoteExpertExecutor::RunExperts(int layer, std::span<const ExpertW
       const Worker& w = *worker_ptr;
       for (size_t k = 0; k < w.entries.size(); ++k) {
         const ExpertWork& e = work[w.entries[k]];
-        CopyFloats(e.output, output_of(w, k), static_cast<size_t>(e.num_rows * d));
+        CopyFloats(e.output, w.output(k), static_cast<size_t>(e.num_rows * d));
       }
     }
   }
-  return absl::OkStatus();
 }
 
 absl::Status RemoteExpertExecutor::Ping(int index) {

@@ -43,6 +43,9 @@
 #include "common/model/model_fingerprint.h"
 
 namespace tandem {
+namespace v1 {
+class DescribeResponse;
+}  // namespace v1
 
 enum class WorkerTransport { kInline, kShmGrpc, kShmDoorbell };
 // "inline" | "shm-grpc" | "shm" (shm + doorbell, the fast path)
@@ -111,8 +114,24 @@ class RemoteExpertExecutor final : public ExpertExecutor {
 
  private:
   struct Worker;
+  struct Dispatched;
   RemoteExpertExecutor();
   absl::Status ConnectWorker(Worker& worker, absl::Time deadline, bool initial);
+  // ConnectWorker's checks of a worker's Describe reply (worker 0's
+  // division, at start-up, becomes the executor's).
+  absl::Status CheckIdentity(const Worker& worker, const v1::DescribeResponse& d, bool initial);
+  absl::Status CheckShares(const Worker& worker, const v1::DescribeResponse& d) const;
+
+  // RunExperts' steps, in order.
+  absl::Status CheckWork(int layer, std::span<const ExpertWork> work) const;
+  void AssignEntries(int layer, std::span<const ExpertWork> work);
+  absl::Status ReconnectWorkers(absl::Time deadline);
+  Dispatched DispatchAll(int layer, std::span<const ExpertWork> work, absl::Time deadline);
+  void BuildRequest(Worker& w, int layer, std::span<const ExpertWork> work);
+  void AwaitGrpcReplies(const Dispatched& dispatched);
+  void AwaitDoorbells(absl::Time deadline);
+  absl::Status RecordCall(std::span<const ExpertWork> work);
+  void Gather(std::span<const ExpertWork> work);
 
   ModelConfig config_;
   ModelFingerprint expected_;
@@ -123,6 +142,9 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   uint64_t next_request_id_ = 1;
   struct Rpc;
   std::unique_ptr<Rpc> rpc_;  // the completion queue the engine thread drives
+  // Guards every Worker's stats (Worker is defined in the .cc, where an
+  // annotation cannot name this executor's mutex); the rest of a Worker is
+  // the engine thread's.
   mutable std::mutex stats_mutex_;
 };
 

@@ -4,7 +4,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/clock.h"
 #include "common/base/log.h"
+#include "common/base/sample_stats.h"
 #include "coordinator/sampler.h"
 #include "coordinator/stop_strings.h"
 #include "coordinator/utf8_stream.h"
@@ -14,18 +16,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double MsBetween(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-double Percentile(std::vector<double> values, double q) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t at = static_cast<size_t>(q * static_cast<double>(values.size() - 1) + 0.5);
-  return values[std::min(at, values.size() - 1)];
-}
 
 bool IsCancellation(const absl::Status& status) {
   return absl::IsCancelled(status) || absl::IsDeadlineExceeded(status);
@@ -112,7 +103,7 @@ struct Scheduler::Request {
     if (generated == 0) {
       first_token = now;
     } else {
-      gaps_ms.push_back(MsBetween(last_token, now));
+      gaps_ms.push_back(MillisBetween(last_token, now));
     }
     last_token = now;
     ++generated;
@@ -387,7 +378,7 @@ void Scheduler::RunStep() {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.steps;
     stats_.generated_tokens += tokens;
-    window_.push_back({end, MsBetween(start, end), rows, tokens, engine_->last_timing()});
+    window_.push_back({end, MillisBetween(start, end), rows, tokens, engine_->last_timing()});
     while (static_cast<int32_t>(window_.size()) > options_.stats_window_steps) window_.pop_front();
   }
 
@@ -490,16 +481,16 @@ RequestUsage Scheduler::Usage(const Request& r) const {
   const auto now = Clock::now();
   usage.prompt_tokens = static_cast<int64_t>(r.prompt().size());
   usage.generated_tokens = r.generated;
-  usage.total_ms = MsBetween(r.submitted, now);
-  usage.queue_ms = r.admitted ? MsBetween(r.submitted, r.admitted_at) : usage.total_ms;
-  if (r.generated > 0) usage.time_to_first_token_ms = MsBetween(r.submitted, r.first_token);
+  usage.total_ms = MillisBetween(r.submitted, now);
+  usage.queue_ms = r.admitted ? MillisBetween(r.submitted, r.admitted_at) : usage.total_ms;
+  if (r.generated > 0) usage.time_to_first_token_ms = MillisBetween(r.submitted, r.first_token);
   if (!r.gaps_ms.empty()) {
     double sum = 0;
     for (double g : r.gaps_ms) sum += g;
     usage.mean_inter_token_ms = sum / static_cast<double>(r.gaps_ms.size());
     usage.p50_inter_token_ms = Percentile(r.gaps_ms, 0.50);
     usage.p99_inter_token_ms = Percentile(r.gaps_ms, 0.99);
-    const double decode_ms = MsBetween(r.first_token, r.last_token);
+    const double decode_ms = MillisBetween(r.first_token, r.last_token);
     if (decode_ms > 0) usage.tokens_per_s = 1000.0 * static_cast<double>(r.gaps_ms.size()) / decode_ms;
   }
   return usage;
@@ -542,11 +533,11 @@ SchedulerStats Scheduler::Stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
   SchedulerStats s = stats_;
   const auto now = Clock::now();
-  s.uptime_s = std::chrono::duration<double>(now - started_).count();
+  s.uptime_s = SecondsBetween(started_, now);
   if (!window_.empty()) {
     const auto begin = window_.front().end - std::chrono::duration_cast<Clock::duration>(
                                                  std::chrono::duration<double, std::milli>(window_.front().ms));
-    s.window_s = std::chrono::duration<double>(window_.back().end - begin).count();
+    s.window_s = SecondsBetween(begin, window_.back().end);
     double ms = 0, rows = 0, tokens = 0;
     ForwardTiming& f = s.mean_forward;
     for (const StepRecord& step : window_) {

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -107,9 +108,9 @@ class RequestStream {
  private:
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<StreamEvent> events_;
-  std::optional<absl::Status> cancel_;
-  bool done_taken_ = false;
+  std::deque<StreamEvent> events_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Status> cancel_ ABSL_GUARDED_BY(mu_);
+  bool done_taken_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 struct SchedulerStats {
@@ -165,12 +166,12 @@ class Scheduler {
   SchedulerOptions options_;
   const std::chrono::steady_clock::time_point started_;
 
-  std::mutex mu_;  // guards incoming_, stopping_, waiting_count_
+  std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::unique_ptr<Request>> incoming_;
-  bool stopping_ = false;
-  int64_t waiting_count_ = 0;  // incoming + waiting, for max_waiting
-  uint64_t next_id_ = 1;
+  std::deque<std::unique_ptr<Request>> incoming_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t waiting_count_ ABSL_GUARDED_BY(mu_) = 0;  // incoming + waiting, for max_waiting
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
 
   // Scheduler thread only.
   std::deque<std::unique_ptr<Request>> waiting_;
@@ -186,8 +187,8 @@ class Scheduler {
     ForwardTiming timing;
   };
   mutable std::mutex stats_mu_;
-  SchedulerStats stats_;            // counters, under stats_mu_
-  std::deque<StepRecord> window_;   // under stats_mu_
+  SchedulerStats stats_ ABSL_GUARDED_BY(stats_mu_);           // counters
+  std::deque<StepRecord> window_ ABSL_GUARDED_BY(stats_mu_);
 
   std::thread thread_;  // last: starts after everything above exists
 };

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/clock.h"
 
 namespace tandem {
 
@@ -20,7 +21,7 @@ absl::Status ExpertCallRecorder::RunAndRecord(int layer, std::span<const ExpertW
     ++call.experts;
     call.rows += entry.num_rows;
   }
-  call.time_us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
+  call.time_us = NanosSince(start) / 1000;
 
   std::lock_guard<std::mutex> lock(mutex_);
   last_call_ = call;

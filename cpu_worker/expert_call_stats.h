@@ -8,6 +8,7 @@
 #include <mutex>
 #include <span>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "common/base/expert_executor.h"
 
@@ -36,8 +37,8 @@ class ExpertCallRecorder {
 
  private:
   mutable std::mutex mutex_;
-  ExpertCallStats totals_;
-  ExpertCallStats last_call_;
+  ExpertCallStats totals_ ABSL_GUARDED_BY(mutex_);
+  ExpertCallStats last_call_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace tandem

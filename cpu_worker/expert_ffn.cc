@@ -4,12 +4,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/parallel_status.h"
 #include "common/base/status_macros.h"
 
 namespace tandem {
@@ -54,42 +53,6 @@ absl::Status CheckWeight(const LinearWeight& w, const char* name, int64_t n, int
     return absl::InvalidArgumentError(
         absl::StrCat("ExpertFfn: ", name, " is [", w.n, ", ", w.k, "], expected [", n, ", ", k, "]"));
   return absl::OkStatus();
-}
-
-// Keeps the first error of a parallel loop; later tasks see failed() and skip.
-class FirstError {
- public:
-  void Record(absl::Status status) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (status_.ok()) status_ = std::move(status);
-    failed_.store(true, std::memory_order_relaxed);
-  }
-  bool failed() const { return failed_.load(std::memory_order_relaxed); }
-  absl::Status status() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return status_;
-  }
-
- private:
-  std::mutex mutex_;
-  absl::Status status_;
-  std::atomic<bool> failed_{false};
-};
-
-// Runs task(t) for t in [0, tasks) on the pool; returns the first error.
-template <typename Task>
-absl::Status ParallelTasks(ThreadPool* pool, int64_t tasks, const Task& task) {
-  if (pool == nullptr || tasks == 1) {
-    for (int64_t t = 0; t < tasks; ++t) TANDEM_RETURN_IF_ERROR(task(t));
-    return absl::OkStatus();
-  }
-  FirstError error;
-  pool->ParallelFor(tasks, [&](int64_t t, int) {
-    if (error.failed()) return;
-    absl::Status status = task(t);
-    if (!status.ok()) error.Record(std::move(status));
-  });
-  return error.status();
 }
 
 }  // namespace

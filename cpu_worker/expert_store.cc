@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/clock.h"
 #include "common/base/log.h"
 #include "common/model/model_fingerprint.h"
 #include "common/platform/numa_topology.h"
@@ -73,18 +74,28 @@ absl::Status CheckMatrix(const LinearWeight& w, DType dtype, int64_t n, int64_t 
   return absl::OkStatus();
 }
 
-}  // namespace
+// What Create's steps share: this worker's slices, the model's shapes and
+// where each slice's matrices lie in the region.
+struct StoreLayout {
+  std::vector<ExpertSlice> slices;
+  DType dtype = DType::kF32;
+  int64_t hidden = 0;        // D
+  int64_t intermediate = 0;  // I
+  int64_t element = 0;       // bytes of one weight
+  std::vector<ExpertStoreEntry> table;
+  uint64_t data_offset = 0;
+  uint64_t region_bytes = 0;
+};
 
-absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(const ModelWeights& model,
-                                                                 const ExpertStoreOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  TANDEM_RETURN_IF_ERROR(ValidateShmName(options.region_name, "ExpertStoreOptions.region_name"));
-  const std::string& name = options.region_name;
+// This worker's slices, after checking the model holds every one of them
+// in one dtype with the config's shapes.
+absl::StatusOr<StoreLayout> CheckModel(const ModelWeights& model, const ExpertStoreOptions& options) {
   const ModelConfig& config = model.config;
-  TANDEM_ASSIGN_OR_RETURN(std::vector<ExpertSlice> slices,
+  StoreLayout layout;
+  TANDEM_ASSIGN_OR_RETURN(layout.slices,
                           PartitionExperts(config, options.division, options.worker_index, options.num_workers));
-  const int64_t hidden = config.hidden_size;
-  const int64_t intermediate = config.intermediate_size;
+  const int64_t hidden = layout.hidden = config.hidden_size;
+  const int64_t intermediate = layout.intermediate = config.intermediate_size;
   if (hidden < 1) return absl::InvalidArgumentError(absl::StrCat("config hidden_size must be >= 1, got ", hidden));
   if (static_cast<int64_t>(model.layers.size()) != config.num_hidden_layers)
     return absl::InvalidArgumentError(absl::StrCat("model has ", model.layers.size(),
@@ -93,43 +104,44 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(const ModelWeig
     if (static_cast<int64_t>(model.layers[l].experts.size()) != config.num_local_experts)
       return absl::InvalidArgumentError(absl::StrCat("model layer ", l, " has ", model.layers[l].experts.size(),
                                                      " experts, config num_local_experts ", config.num_local_experts));
-  const DType dtype = model.layers[0].experts[0].w1.dtype;
-  for (const ExpertSlice& s : slices) {
+  const DType dtype = layout.dtype = model.layers[0].experts[0].w1.dtype;
+  for (const ExpertSlice& s : layout.slices) {
     const ExpertWeights& w = model.layers[static_cast<size_t>(s.layer)].experts[static_cast<size_t>(s.expert)];
     const bool need_data = !options.fill;
     TANDEM_RETURN_IF_ERROR(CheckMatrix(w.w1, dtype, intermediate, hidden, s.layer, s.expert, "gate_proj (w1)", need_data));
     TANDEM_RETURN_IF_ERROR(CheckMatrix(w.w3, dtype, intermediate, hidden, s.layer, s.expert, "up_proj (w3)", need_data));
     TANDEM_RETURN_IF_ERROR(CheckMatrix(w.w2, dtype, hidden, intermediate, s.layer, s.expert, "down_proj (w2)", need_data));
   }
+  layout.element = static_cast<int64_t>(DTypeSize(dtype));
+  return layout;
+}
 
-  // The model's identity, recorded so a reader can check it is the same model.
-  ModelFingerprint fingerprint = FingerprintConfig(config, dtype);
-  if (model.source != nullptr) {
-    TANDEM_ASSIGN_OR_RETURN(fingerprint, FingerprintModel(config, *model.source));
-  }
-
-  // Layout (common/expert_store_view.h): header, table, then the matrices.
-  const int64_t element = static_cast<int64_t>(DTypeSize(dtype));
-  std::vector<ExpertStoreEntry> table(slices.size());
-  const uint64_t data_offset =
+// Layout (common/expert_store_view.h): header, table, then the matrices.
+void LayOutRegion(StoreLayout& layout) {
+  const std::vector<ExpertSlice>& slices = layout.slices;
+  layout.table.resize(slices.size());
+  layout.data_offset =
       RoundUp(sizeof(ExpertStoreHeader) + slices.size() * sizeof(ExpertStoreEntry), kExpertStoreAlignment);
-  uint64_t offset = data_offset;
+  uint64_t offset = layout.data_offset;
   for (size_t i = 0; i < slices.size(); ++i) {
-    const uint64_t matrix = RoundUp(static_cast<uint64_t>(slices[i].size() * hidden * element), kExpertStoreAlignment);
-    table[i] = ExpertStoreEntry{.layer = slices[i].layer,
-                                .expert = slices[i].expert,
-                                .intermediate_begin = slices[i].intermediate_begin,
-                                .intermediate_end = slices[i].intermediate_end,
-                                .w1_offset = offset,
-                                .w3_offset = offset + matrix,
-                                .w2_offset = offset + 2 * matrix};
+    const uint64_t matrix =
+        RoundUp(static_cast<uint64_t>(slices[i].size() * layout.hidden * layout.element), kExpertStoreAlignment);
+    layout.table[i] = ExpertStoreEntry{.layer = slices[i].layer,
+                                       .expert = slices[i].expert,
+                                       .intermediate_begin = slices[i].intermediate_begin,
+                                       .intermediate_end = slices[i].intermediate_end,
+                                       .w1_offset = offset,
+                                       .w3_offset = offset + matrix,
+                                       .w2_offset = offset + 2 * matrix};
     offset += 3 * matrix;
   }
-  const uint64_t region_bytes = offset;
+  layout.region_bytes = offset;
+}
 
-  // tmpfs allocates on first touch: a region larger than the shm
-  // filesystem's free space would truncate fine and then SIGBUS half-way
-  // through the copy. (glibc's shm_open lives in /dev/shm.)
+// tmpfs allocates on first touch: a region larger than the shm
+// filesystem's free space would truncate fine and then SIGBUS half-way
+// through the copy. (glibc's shm_open lives in /dev/shm.)
+absl::Status CheckShmSpace(const std::string& name, uint64_t region_bytes) {
   struct statvfs fs;
   if (statvfs("/dev/shm", &fs) == 0) {
     const uint64_t available = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
@@ -138,97 +150,107 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(const ModelWeig
           absl::StrFormat("expert store region %s needs %s but /dev/shm has %s free (mount it larger)", name,
                           FormatBytes(region_bytes), FormatBytes(available)));
   }
-  // ftruncate + mmap only: no page exists yet, so binding below decides
-  // where every page goes.
-  std::unique_ptr<ExpertStore> store(new ExpertStore());
-  {
-    absl::StatusOr<ShmRegion> region = ShmRegion::Create(name, region_bytes);
-    if (!region.ok())
-      return absl::Status(region.status().code(), absl::StrCat("expert store: ", region.status().message()));
-    store->region_ = std::move(region).value();
-  }
-  void* mapping = store->region_.data();
+  return absl::OkStatus();
+}
 
+// ftruncate + mmap only: no page exists yet, so binding decides where every
+// page goes. Unlinked again (the ShmRegion dies) when binding fails.
+absl::StatusOr<ShmRegion> CreateBoundRegion(const std::string& name, uint64_t region_bytes, int numa_node) {
+  absl::StatusOr<ShmRegion> region = ShmRegion::Create(name, region_bytes);
+  if (!region.ok())
+    return absl::Status(region.status().code(), absl::StrCat("expert store: ", region.status().message()));
   // Before any page exists, so every page is allocated on the node.
-  if (options.numa_node >= 0) {
-    absl::Status bound = BindMemoryToNode(mapping, region_bytes, options.numa_node);
+  if (numa_node >= 0) {
+    absl::Status bound = BindMemoryToNode(region->data(), region_bytes, numa_node);
     if (!bound.ok())
       return absl::Status(bound.code(), absl::StrCat("expert store region ", name, ": ", bound.message()));
   }
+  return region;
+}
 
-  // Copy on the pinned threads (first touch). w1/w3 slices are contiguous
-  // rows of the source; a w2 slice is a column range, copied row by row.
-  char* base = static_cast<char*>(mapping);
+// Copies on the pinned threads (first touch). w1/w3 slices are contiguous
+// rows of the source; a w2 slice is a column range, copied row by row.
+void CopySlices(const ModelWeights& model, const StoreLayout& layout, ThreadPool* pool, char* base) {
+  const int64_t hidden = layout.hidden, element = layout.element;
   std::vector<CopyTask> tasks;
-  for (size_t i = 0; i < slices.size() && !options.fill; ++i) {
-    const ExpertSlice& s = slices[i];
+  for (size_t i = 0; i < layout.slices.size(); ++i) {
+    const ExpertSlice& s = layout.slices[i];
+    const ExpertStoreEntry& entry = layout.table[i];
     const ExpertWeights& w = model.layers[static_cast<size_t>(s.layer)].experts[static_cast<size_t>(s.expert)];
     const int64_t row = hidden * element;  // a w1/w3 row
-    AddCopy(tasks, base + table[i].w1_offset, static_cast<const char*>(w.w1.data) + s.intermediate_begin * row,
+    AddCopy(tasks, base + entry.w1_offset, static_cast<const char*>(w.w1.data) + s.intermediate_begin * row,
             s.size(), row, row, row);
-    AddCopy(tasks, base + table[i].w3_offset, static_cast<const char*>(w.w3.data) + s.intermediate_begin * row,
+    AddCopy(tasks, base + entry.w3_offset, static_cast<const char*>(w.w3.data) + s.intermediate_begin * row,
             s.size(), row, row, row);
-    AddCopy(tasks, base + table[i].w2_offset, static_cast<const char*>(w.w2.data) + s.intermediate_begin * element,
-            hidden, s.size() * element, intermediate * element, s.size() * element);
+    AddCopy(tasks, base + entry.w2_offset, static_cast<const char*>(w.w2.data) + s.intermediate_begin * element,
+            hidden, s.size() * element, layout.intermediate * element, s.size() * element);
   }
-  if (options.fill) {
-    // The same slicing, generated in place: w1/w3 rows [b, e) are elements
-    // [b*D, e*D) of the tensor; w2 row r's columns [b, e) are elements
-    // [r*I + b, r*I + e). Tasks of about kCopyChunkBytes, as for copies.
-    struct FillTask {
-      size_t slice;
-      WeightRole role;
-      int64_t row_begin, row_end;  // rows of the slice's matrix in the region
-    };
-    std::vector<FillTask> fills;
-    for (size_t i = 0; i < slices.size(); ++i) {
-      const int64_t w13_rows = std::max<int64_t>(1, kCopyChunkBytes / (hidden * element));
-      const int64_t w2_rows = std::max<int64_t>(1, kCopyChunkBytes / (slices[i].size() * element));
-      for (WeightRole role : {WeightRole::kExpertW1, WeightRole::kExpertW3}) {
-        for (int64_t r = 0; r < slices[i].size(); r += w13_rows)
-          fills.push_back({i, role, r, std::min(slices[i].size(), r + w13_rows)});
-      }
-      for (int64_t r = 0; r < hidden; r += w2_rows) fills.push_back({i, WeightRole::kExpertW2, r, std::min(hidden, r + w2_rows)});
-    }
-    auto run = [&](const FillTask& f) {
-      const ExpertSlice& s = slices[f.slice];
-      if (f.role == WeightRole::kExpertW2) {
-        char* out = base + table[f.slice].w2_offset;
-        for (int64_t r = f.row_begin; r < f.row_end; ++r) {
-          options.fill(s.layer, s.expert, f.role, r * intermediate + s.intermediate_begin,
-                       r * intermediate + s.intermediate_end, out + r * s.size() * element);
-        }
-        return;
-      }
-      char* out = base + (f.role == WeightRole::kExpertW1 ? table[f.slice].w1_offset : table[f.slice].w3_offset);
-      options.fill(s.layer, s.expert, f.role, (s.intermediate_begin + f.row_begin) * hidden,
-                   (s.intermediate_begin + f.row_end) * hidden, out + f.row_begin * hidden * element);
-    };
-    if (options.pool != nullptr) {
-      options.pool->ParallelFor(static_cast<int64_t>(fills.size()), [&](int64_t t, int) { run(fills[static_cast<size_t>(t)]); });
-    } else {
-      for (const FillTask& f : fills) run(f);
-    }
-  } else if (options.pool != nullptr) {
-    options.pool->ParallelFor(static_cast<int64_t>(tasks.size()),
-                              [&](int64_t t, int) { RunCopy(tasks[static_cast<size_t>(t)]); });
+  if (pool != nullptr) {
+    pool->ParallelFor(static_cast<int64_t>(tasks.size()), [&](int64_t t, int) { RunCopy(tasks[static_cast<size_t>(t)]); });
   } else {
     for (const CopyTask& task : tasks) RunCopy(task);
   }
+}
 
-  // Table and header, the magic last: a reader that sees it sees the rest.
-  std::memcpy(base + sizeof(ExpertStoreHeader), table.data(), table.size() * sizeof(ExpertStoreEntry));
+// The same slicing as CopySlices, generated in place by options.fill:
+// w1/w3 rows [b, e) are elements [b*D, e*D) of the tensor; w2 row r's
+// columns [b, e) are elements [r*I + b, r*I + e). Tasks of about
+// kCopyChunkBytes, as for copies.
+void FillSlices(const StoreLayout& layout, const ExpertStoreOptions& options, char* base) {
+  const std::vector<ExpertSlice>& slices = layout.slices;
+  const int64_t hidden = layout.hidden, intermediate = layout.intermediate, element = layout.element;
+  struct FillTask {
+    size_t slice;
+    WeightRole role;
+    int64_t row_begin, row_end;  // rows of the slice's matrix in the region
+  };
+  std::vector<FillTask> fills;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const int64_t w13_rows = std::max<int64_t>(1, kCopyChunkBytes / (hidden * element));
+    const int64_t w2_rows = std::max<int64_t>(1, kCopyChunkBytes / (slices[i].size() * element));
+    for (WeightRole role : {WeightRole::kExpertW1, WeightRole::kExpertW3}) {
+      for (int64_t r = 0; r < slices[i].size(); r += w13_rows)
+        fills.push_back({i, role, r, std::min(slices[i].size(), r + w13_rows)});
+    }
+    for (int64_t r = 0; r < hidden; r += w2_rows) fills.push_back({i, WeightRole::kExpertW2, r, std::min(hidden, r + w2_rows)});
+  }
+  auto run = [&](const FillTask& f) {
+    const ExpertSlice& s = slices[f.slice];
+    const ExpertStoreEntry& entry = layout.table[f.slice];
+    if (f.role == WeightRole::kExpertW2) {
+      char* out = base + entry.w2_offset;
+      for (int64_t r = f.row_begin; r < f.row_end; ++r) {
+        options.fill(s.layer, s.expert, f.role, r * intermediate + s.intermediate_begin,
+                     r * intermediate + s.intermediate_end, out + r * s.size() * element);
+      }
+      return;
+    }
+    char* out = base + (f.role == WeightRole::kExpertW1 ? entry.w1_offset : entry.w3_offset);
+    options.fill(s.layer, s.expert, f.role, (s.intermediate_begin + f.row_begin) * hidden,
+                 (s.intermediate_begin + f.row_end) * hidden, out + f.row_begin * hidden * element);
+  };
+  if (options.pool != nullptr) {
+    options.pool->ParallelFor(static_cast<int64_t>(fills.size()), [&](int64_t t, int) { run(fills[static_cast<size_t>(t)]); });
+  } else {
+    for (const FillTask& f : fills) run(f);
+  }
+}
+
+// Table and header, the magic last: a reader that sees it sees the rest.
+void WriteHeader(const StoreLayout& layout, const ModelFingerprint& fingerprint, const ModelConfig& config,
+                 const ExpertStoreOptions& options, char* base) {
+  std::memcpy(base + sizeof(ExpertStoreHeader), layout.table.data(), layout.table.size() * sizeof(ExpertStoreEntry));
   ExpertStoreHeader header;
   header.version = kExpertStoreVersion;
-  header.dtype = static_cast<uint32_t>(dtype);
-  header.region_bytes = region_bytes;
+  header.dtype = static_cast<uint32_t>(layout.dtype);
+  header.region_bytes = layout.region_bytes;
   header.table_offset = sizeof(ExpertStoreHeader);
-  header.data_offset = data_offset;
-  header.slice_count = slices.size();
+  header.data_offset = layout.data_offset;
+  header.slice_count = layout.slices.size();
   header.config_hash = fingerprint.config_hash;
   header.tensors_hash = fingerprint.tensors_hash;
-  header.hidden_size = hidden;
-  header.intermediate_size = intermediate;
+  header.hidden_size = layout.hidden;
+  header.intermediate_size = layout.intermediate;
   header.num_layers = static_cast<int32_t>(config.num_hidden_layers);
   header.num_experts = static_cast<int32_t>(config.num_local_experts);
   header.division = static_cast<uint32_t>(options.division);
@@ -236,23 +258,53 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(const ModelWeig
   header.num_workers = options.num_workers;
   std::memcpy(base, &header, sizeof(header));
   __atomic_store_n(reinterpret_cast<uint64_t*>(base), kExpertStoreMagic, __ATOMIC_RELEASE);
+}
+
+void LogCreated(const std::string& name, const StoreLayout& layout, const ExpertStoreOptions& options,
+                double seconds) {
+  LOG_INFO("expert store ", name, ": ", ExpertDivisionName(options.division), " worker ", options.worker_index, "/",
+           options.num_workers, ", ", layout.slices.size(), " slices, ", FormatBytes(layout.region_bytes),
+           options.numa_node >= 0 ? absl::StrCat(" on NUMA node ", options.numa_node) : std::string(" unbound"),
+           options.fill ? ", generated in place by " : ", filled by ",
+           options.pool != nullptr ? options.pool->num_threads() : 1, " thread(s) in ",
+           absl::StrFormat("%.2f s (%.2f GB/s)", seconds, static_cast<double>(layout.region_bytes) / 1e9 / seconds));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(const ModelWeights& model,
+                                                                 const ExpertStoreOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  TANDEM_RETURN_IF_ERROR(ValidateShmName(options.region_name, "ExpertStoreOptions.region_name"));
+  const std::string& name = options.region_name;
+  TANDEM_ASSIGN_OR_RETURN(StoreLayout layout, CheckModel(model, options));
+  // The model's identity, recorded so a reader can check it is the same model.
+  ModelFingerprint fingerprint = FingerprintConfig(model.config, layout.dtype);
+  if (model.source != nullptr) {
+    TANDEM_ASSIGN_OR_RETURN(fingerprint, FingerprintModel(model.config, *model.source));
+  }
+  LayOutRegion(layout);
+  TANDEM_RETURN_IF_ERROR(CheckShmSpace(name, layout.region_bytes));
+  std::unique_ptr<ExpertStore> store(new ExpertStore());
+  TANDEM_ASSIGN_OR_RETURN(store->region_, CreateBoundRegion(name, layout.region_bytes, options.numa_node));
+  void* mapping = store->region_.data();
+  char* base = static_cast<char*>(mapping);
+  if (options.fill) {
+    FillSlices(layout, options, base);
+  } else {
+    CopySlices(model, layout, options.pool, base);
+  }
+  WriteHeader(layout, fingerprint, model.config, options, base);
 
   // Immutable from now on: a stray write faults here instead of silently
   // corrupting what the coordinator copies to the GPU.
-  if (mprotect(mapping, region_bytes, PROT_READ) != 0) {
+  if (mprotect(mapping, layout.region_bytes, PROT_READ) != 0) {
     const int error = errno;
     return absl::ErrnoToStatus(error, absl::StrCat("mprotect of expert store region ", name));
   }
   // The same validation readers run: writer and readers index alike.
-  TANDEM_ASSIGN_OR_RETURN(store->index_, IndexExpertStoreRegion(mapping, region_bytes, name));
-
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  LOG_INFO("expert store ", name, ": ", ExpertDivisionName(options.division), " worker ", options.worker_index, "/",
-           options.num_workers, ", ", slices.size(), " slices, ", FormatBytes(region_bytes),
-           options.numa_node >= 0 ? absl::StrCat(" on NUMA node ", options.numa_node) : std::string(" unbound"),
-           options.fill ? ", generated in place by " : ", filled by ",
-           options.pool != nullptr ? options.pool->num_threads() : 1, " thread(s) in ",
-           absl::StrFormat("%.2f s (%.2f GB/s)", seconds, static_cast<double>(region_bytes) / 1e9 / seconds));
+  TANDEM_ASSIGN_OR_RETURN(store->index_, IndexExpertStoreRegion(mapping, layout.region_bytes, name));
+  LogCreated(name, layout, options, SecondsSince(start));
   return store;
 }
 

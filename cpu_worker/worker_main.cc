@@ -266,23 +266,19 @@ void RemoveStaleRegion(const std::string& name) {
   if (shm_unlink(name.c_str()) == 0) LOG_WARNING("removed stale shm region ", name, " of a previous worker");
 }
 
-int Run(const WorkerConfig& c) {
-  auto fail = [](const absl::Status& status) {
-    LOG_ERROR("tandem-cpu-worker: ", status.ToString());
-    return 1;
-  };
-  auto lock = SocketLock::Acquire(c.socket);
-  if (!lock.ok()) return fail(lock.status());
-  RemoveStaleRegion(c.experts_region());  // the arena reclaims its own stale name (ShmRegion)
+int Fail(const absl::Status& status) {
+  LOG_ERROR("tandem-cpu-worker: ", status.ToString());
+  return 1;
+}
 
-  auto topology = DiscoverTopology();
-  if (!topology.ok()) return fail(topology.status());
-  auto placement = Place(c, *topology);
-  if (!placement.ok()) return fail(placement.status());
-  const WorkerPlacement& p = *placement;
-  ThreadPool pool(p.PoolOptions());
-  if (absl::Status s = PinCurrentThreadToCpu(p.cpus[0]); !s.ok()) return fail(s);  // the pool's thread 0
+// What computes the experts: the expert store and its executor, or echo.
+// The store outlives the executor that reads it.
+struct WorkerCompute {
+  std::unique_ptr<ExpertStore> store;
+  std::unique_ptr<ExpertExecutor> executor;
+};
 
+WorkerServiceOptions BaseServiceOptions(const WorkerConfig& c, const WorkerPlacement& p) {
   WorkerServiceOptions options;
   options.worker_id = absl::StrCat("worker", c.worker_index, "@node", p.numa_node, "/pid", getpid());
   options.division = c.division;
@@ -291,85 +287,115 @@ int Run(const WorkerConfig& c) {
   options.numa_node = p.numa_node;
   options.cpus = p.cpus;
   options.doorbell_spin = c.spin;
-  std::unique_ptr<ExpertStore> store;
-  std::unique_ptr<ExpertExecutor> executor;
-  if (c.echo) {
-    auto config = LoadConfigOnly(c);
-    if (!config.ok()) return fail(config.status());
-    options.config = *config;
-    options.fingerprint = EchoFingerprint(*config);
-    auto slices = PartitionExperts(*config, c.division, c.worker_index, c.num_workers);
-    if (!slices.ok()) return fail(slices.status());
-    options.slices = *slices;
-    executor = std::make_unique<EchoExpertExecutor>(config->hidden_size);
-    options.compute = "echo";
-    options.kernels = {"memcpy"};
-  } else {
-    absl::StatusOr<std::unique_ptr<Model>> model = LoadWorkerModel(c, p.num_threads());
-    if (!model.ok()) return fail(model.status());
-    options.config = (*model)->config;
-    auto fingerprint = FingerprintModel((*model)->config, *(*model)->weights->source);
-    if (!fingerprint.ok()) return fail(fingerprint.status());
-    options.fingerprint = *fingerprint;
-    auto created = ExpertStore::Create(*(*model)->weights, ExpertStoreOptions{.region_name = c.experts_region(),
-                                                                              .division = c.division,
-                                                                              .worker_index = c.worker_index,
-                                                                              .num_workers = c.num_workers,
-                                                                              .numa_node = p.numa_node,
-                                                                              .pool = &pool,
-                                                                              .fill = c.model.synthetic
-                                                                                          ? SyntheticStoreFill((*model)->config, *c.model.synthetic)
-                                                                                          : nullptr});
-    if (!created.ok()) return fail(created.status());
-    store = std::move(*created);
-    model->reset();  // the store holds this worker's slices; drop the checkpoint (never a full copy per node)
-    options.slices = store->slices();
-    options.weights_region = store->region_name();
-    options.weights_region_bytes = store->region_bytes();
-    executor = std::make_unique<StoreExpertExecutor>(store.get(), &pool);
-    options.compute = "store";
-    options.kernels = {"avx2_stream", "avx2_packed"};
-  }
-  options.executor = executor.get();
-  if (c.shm) {
-    options.arena = ArenaOptions{.name = c.arena_region(), .num_slots = c.arena_slots, .slot_bytes = c.arena_slot_bytes};
-  }
-  const std::string model_origin = c.model.Describe();
-  const std::string fingerprint = FingerprintString(options.fingerprint);
-  const size_t num_slices = options.slices.size();
-  const std::string weights_region = options.weights_region;
-  const uint64_t weights_bytes = options.weights_region_bytes;
+  return options;
+}
 
-  auto service = WorkerService::Create(std::move(options));
-  if (!service.ok()) return fail(service.status());
-  const std::string arena_text =
-      (*service)->arena() ? absl::StrFormat("arena %s (%u slots x %.1f MiB, doorbell)", (*service)->arena()->name(),
-                                            (*service)->arena()->num_slots(), (*service)->arena()->slot_bytes() / 1048576.0)
-                          : std::string("no arena (inline tensors only)");
-  auto server = WorkerServer::Start(std::move(*service), absl::StrCat("unix:", c.socket),
-                                    WorkerServerOptions{.mode = c.rpc_mode, .spin = c.spin});
-  if (!server.ok()) return fail(server.status());
+// --echo: the model's config only; output = input.
+absl::StatusOr<WorkerCompute> EchoCompute(const WorkerConfig& c, WorkerServiceOptions* options) {
+  TANDEM_ASSIGN_OR_RETURN(ModelConfig config, LoadConfigOnly(c));
+  options->config = config;
+  options->fingerprint = EchoFingerprint(config);
+  TANDEM_ASSIGN_OR_RETURN(options->slices, PartitionExperts(config, c.division, c.worker_index, c.num_workers));
+  WorkerCompute compute;
+  compute.executor = std::make_unique<EchoExpertExecutor>(config.hidden_size);
+  options->compute = "echo";
+  options->kernels = {"memcpy"};
+  return compute;
+}
 
-  LOG_INFO("worker ", c.worker_index, "/", c.num_workers, " pid ", getpid(), " serving unix:", c.socket, ": model ",
-           model_origin, " [", fingerprint, "]; node ", p.numa_node, ", cpus ", FormatCpuList(p.cpus), " (",
-           p.num_threads(), " threads); ", ExpertDivisionName(c.division), ", ", num_slices, " slices",
-           c.echo ? " (echo: no weights)"
-                  : absl::StrFormat(" in %s (%.1f MiB)", weights_region, weights_bytes / 1048576.0),
-           "; ", arena_text);
+// The model's slices for this worker, in its expert store on its node.
+absl::StatusOr<WorkerCompute> StoreCompute(const WorkerConfig& c, const WorkerPlacement& p, ThreadPool* pool,
+                                           WorkerServiceOptions* options) {
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadWorkerModel(c, p.num_threads()));
+  options->config = model->config;
+  TANDEM_ASSIGN_OR_RETURN(options->fingerprint, FingerprintModel(model->config, *model->weights->source));
+  WorkerCompute compute;
+  TANDEM_ASSIGN_OR_RETURN(
+      compute.store,
+      ExpertStore::Create(*model->weights,
+                          ExpertStoreOptions{.region_name = c.experts_region(),
+                                             .division = c.division,
+                                             .worker_index = c.worker_index,
+                                             .num_workers = c.num_workers,
+                                             .numa_node = p.numa_node,
+                                             .pool = pool,
+                                             .fill = c.model.synthetic
+                                                         ? SyntheticStoreFill(model->config, *c.model.synthetic)
+                                                         : nullptr}));
+  model.reset();  // the store holds this worker's slices; drop the checkpoint (never a full copy per node)
+  options->slices = compute.store->slices();
+  options->weights_region = compute.store->region_name();
+  options->weights_region_bytes = compute.store->region_bytes();
+  compute.executor = std::make_unique<StoreExpertExecutor>(compute.store.get(), pool);
+  options->compute = "store";
+  options->kernels = {"avx2_stream", "avx2_packed"};
+  return compute;
+}
 
-  // Signals are blocked in every thread (main blocked them before any thread
-  // started): wait for one here, then shut down in order.
+// The start-up log line up to the arena (which the service creates).
+std::string ServingSummary(const WorkerConfig& c, const WorkerPlacement& p, const WorkerServiceOptions& options) {
+  return absl::StrCat("worker ", c.worker_index, "/", c.num_workers, " pid ", getpid(), " serving unix:", c.socket,
+                      ": model ", c.model.Describe(), " [", FingerprintString(options.fingerprint), "]; node ",
+                      p.numa_node, ", cpus ", FormatCpuList(p.cpus), " (", p.num_threads(), " threads); ",
+                      ExpertDivisionName(c.division), ", ", options.slices.size(), " slices",
+                      c.echo ? " (echo: no weights)"
+                             : absl::StrFormat(" in %s (%.1f MiB)", options.weights_region,
+                                               options.weights_region_bytes / 1048576.0));
+}
+
+std::string ArenaText(const WorkerService& service) {
+  return service.arena() ? absl::StrFormat("arena %s (%u slots x %.1f MiB, doorbell)", service.arena()->name(),
+                                           service.arena()->num_slots(), service.arena()->slot_bytes() / 1048576.0)
+                         : std::string("no arena (inline tensors only)");
+}
+
+// Signals are blocked in every thread (main blocked them before any thread
+// started): wait for one here.
+void WaitForShutdownSignal(int worker_index) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   int signal_number = 0;
   sigwait(&set, &signal_number);
-  LOG_INFO("worker ", c.worker_index, ": ", strsignal(signal_number), ", shutting down");
+  LOG_INFO("worker ", worker_index, ": ", strsignal(signal_number), ", shutting down");
+}
+
+int Run(const WorkerConfig& c) {
+  auto lock = SocketLock::Acquire(c.socket);
+  if (!lock.ok()) return Fail(lock.status());
+  RemoveStaleRegion(c.experts_region());  // the arena reclaims its own stale name (ShmRegion)
+
+  auto topology = DiscoverTopology();
+  if (!topology.ok()) return Fail(topology.status());
+  auto placement = Place(c, *topology);
+  if (!placement.ok()) return Fail(placement.status());
+  const WorkerPlacement& p = *placement;
+  ThreadPool pool(p.PoolOptions());
+  if (absl::Status s = PinCurrentThreadToCpu(p.cpus[0]); !s.ok()) return Fail(s);  // the pool's thread 0
+
+  WorkerServiceOptions options = BaseServiceOptions(c, p);
+  auto compute = c.echo ? EchoCompute(c, &options) : StoreCompute(c, p, &pool, &options);
+  if (!compute.ok()) return Fail(compute.status());
+  options.executor = compute->executor.get();
+  if (c.shm) {
+    options.arena = ArenaOptions{.name = c.arena_region(), .num_slots = c.arena_slots, .slot_bytes = c.arena_slot_bytes};
+  }
+  const std::string summary = ServingSummary(c, p, options);
+  auto service = WorkerService::Create(std::move(options));
+  if (!service.ok()) return Fail(service.status());
+  const std::string arena_text = ArenaText(**service);
+  auto server = WorkerServer::Start(std::move(*service), absl::StrCat("unix:", c.socket),
+                                    WorkerServerOptions{.mode = c.rpc_mode, .spin = c.spin});
+  if (!server.ok()) return Fail(server.status());
+  LOG_INFO(summary, "; ", arena_text);
+
+  // Shut down in order.
+  WaitForShutdownSignal(c.worker_index);
   (*server)->Shutdown();
   server->reset();  // the service and its arena (unlinked) go with it
-  executor.reset();
-  store.reset();    // unlinks the expert region
+  compute->executor.reset();
+  compute->store.reset();  // unlinks the expert region
   std::error_code ec;
   std::filesystem::remove(c.socket, ec);
   LOG_INFO("worker ", c.worker_index, ": stopped");

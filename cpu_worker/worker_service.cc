@@ -8,8 +8,10 @@
 #include <random>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/clock.h"
 #include "common/base/log.h"
 #include "common/platform/numa_topology.h"
 #include "common/base/status_macros.h"
@@ -17,10 +19,6 @@
 
 namespace tandem {
 namespace {
-
-int64_t NanosSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
-}
 
 // A payload larger than this many f32 elements is refused before any size
 // arithmetic could overflow (2^40 floats = 4 TiB).
@@ -32,6 +30,8 @@ struct OutputRange {
   uint64_t begin, end;
   int expert;
 };
+
+std::string TaskName(int layer, int expert) { return absl::StrCat("layer ", layer, " expert ", expert); }
 
 }  // namespace
 
@@ -106,154 +106,199 @@ void WorkerService::PinComputeThread() {
   if (!s.ok()) LOG_WARNING("worker ", options_.worker_index, ": pinning a compute thread: ", s.message());
 }
 
+// A RunExperts request checked completely and resolved into work: what
+// ParseRequest and ParseTask collect while they walk the tasks.
+struct WorkerService::ParsedRequest {
+  int layer = 0;
+  bool shm = false;                    // TRANSPORT_SHM: rows and outputs in the arena
+  std::vector<char> seen;              // [E] named by a task already
+  std::vector<OutputRange> outputs;    // shm: where the outputs land so far
+  std::vector<std::vector<float>> realigned;  // inline rows whose bytes are not float-aligned (never in practice)
+  std::vector<ExpertWork> work;
+};
+
 absl::Status WorkerService::Run(const v1::RunExpertsRequest& request, v1::RunExpertsResponse* response,
                                 bool via_doorbell) {
   const auto start = std::chrono::steady_clock::now();
-  const ModelConfig& c = options_.config;
-  const int64_t d = c.hidden_size;
-  const int layer = request.layer();
   response->set_request_id(request.request_id());
-  auto reject = [&](absl::Status status) {
-    rejected_.fetch_add(1, std::memory_order_relaxed);
-    LOG_WARNING("worker ", options_.worker_index, ": rejected RunExperts request ", request.request_id(),
-                via_doorbell ? " (doorbell)" : " (gRPC)", ": ", status.ToString());
-    response->clear_results();
-    return status;
-  };
+  ParsedRequest parsed;
+  absl::Status valid = ParseRequest(request, via_doorbell, response, &parsed);
+  if (!valid.ok()) return Reject(request, via_doorbell, std::move(valid), response);
+  TANDEM_ASSIGN_OR_RETURN(const int64_t compute_ns, Compute(parsed.layer, parsed.work, response));
+  CountRun(parsed.work, via_doorbell, compute_ns);
+  response->set_compute_us(compute_ns / 1000);
+  response->set_total_us(NanosSince(start) / 1000);
+  return absl::OkStatus();
+}
+
+absl::Status WorkerService::Reject(const v1::RunExpertsRequest& request, bool via_doorbell, absl::Status status,
+                                   v1::RunExpertsResponse* response) {
+  rejected_.fetch_add(1, std::memory_order_relaxed);
+  LOG_WARNING("worker ", options_.worker_index, ": rejected RunExperts request ", request.request_id(),
+              via_doorbell ? " (doorbell)" : " (gRPC)", ": ", status.ToString());
+  response->clear_results();
+  return status;
+}
+
+absl::Status WorkerService::ParseRequest(const v1::RunExpertsRequest& request, bool via_doorbell,
+                                         v1::RunExpertsResponse* response, ParsedRequest* parsed) const {
+  const ModelConfig& c = options_.config;
+  const int layer = request.layer();
   if (layer < 0 || layer >= c.num_hidden_layers) {
-    return reject(absl::InvalidArgumentError(
-        absl::StrCat("RunExpertsRequest.layer ", layer, " out of range [0, ", c.num_hidden_layers, ")")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("RunExpertsRequest.layer ", layer, " out of range [0, ", c.num_hidden_layers, ")"));
   }
   const bool shm = request.transport() == v1::TRANSPORT_SHM;
   if (!shm && request.transport() != v1::TRANSPORT_INLINE) {
-    return reject(absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.transport ",
-                                                          static_cast<int>(request.transport()),
-                                                          " is neither TRANSPORT_INLINE nor TRANSPORT_SHM")));
+    return absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.transport ", static_cast<int>(request.transport()),
+                                                   " is neither TRANSPORT_INLINE nor TRANSPORT_SHM"));
   }
   if (shm && !arena_) {
-    return reject(absl::FailedPreconditionError(absl::StrCat(
-        "worker ", options_.worker_index, " offers no shared-memory arena (started with --transport inline)")));
+    return absl::FailedPreconditionError(absl::StrCat("worker ", options_.worker_index,
+                                                      " offers no shared-memory arena (started with --transport inline)"));
   }
   if (via_doorbell && !shm) {
-    return reject(absl::InvalidArgumentError("RunExpertsRequest.transport: doorbell requests carry arena descriptors "
-                                             "(TRANSPORT_SHM), not inline rows"));
+    return absl::InvalidArgumentError("RunExpertsRequest.transport: doorbell requests carry arena descriptors "
+                                      "(TRANSPORT_SHM), not inline rows");
   }
-
-  std::vector<ExpertWork> work;
-  work.reserve(static_cast<size_t>(request.tasks_size()));
-  std::vector<OutputRange> outputs;
-  std::vector<char> seen(static_cast<size_t>(c.num_local_experts), 0);
-  std::vector<std::vector<float>> realigned;  // inline rows whose bytes are not float-aligned (never in practice)
+  parsed->layer = layer;
+  parsed->shm = shm;
+  parsed->seen.assign(static_cast<size_t>(c.num_local_experts), 0);
+  parsed->work.reserve(static_cast<size_t>(request.tasks_size()));
   for (int i = 0; i < request.tasks_size(); ++i) {
-    const v1::ExpertTask& task = request.tasks(i);
-    const int expert = task.expert();
-    const auto what = [&] { return absl::StrCat("layer ", layer, " expert ", expert); };  // for messages only
-    if (expert < 0 || expert >= c.num_local_experts) {
-      return reject(absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.tasks[", i, "].expert ", expert,
-                                                            " out of range [0, ", c.num_local_experts, ")")));
-    }
-    if (seen[static_cast<size_t>(expert)]) {
-      return reject(absl::InvalidArgumentError(
-          absl::StrCat("RunExpertsRequest.tasks[", i, "]: ", what(), " appears more than once")));
-    }
-    seen[static_cast<size_t>(expert)] = 1;
-    if (FindSlice(layer, expert) == nullptr) {
-      return reject(absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.tasks[", i, "]: worker ",
-                                                            options_.worker_index, " of ", options_.num_workers, " (",
-                                                            ExpertDivisionName(options_.division),
-                                                            ") holds no part of ", what())));
-    }
-    const int64_t rows = task.num_rows();
-    if (rows < 0 || rows > kMaxElements / d) {
-      return reject(absl::InvalidArgumentError(
-          absl::StrCat("RunExpertsRequest.tasks[", i, "].num_rows ", rows, " out of range for ", what())));
-    }
-    v1::ExpertResult* result = response->add_results();
-    result->set_expert(expert);
-    result->set_num_rows(rows);
-    if (rows == 0) continue;  // an expert with no rows changes nothing
-    const size_t bytes = static_cast<size_t>(rows * d) * sizeof(float);
-
-    const float* input = nullptr;
-    switch (task.input_case()) {
-      case v1::ExpertTask::kInlineRows: {
-        if (shm) {
-          return reject(absl::InvalidArgumentError(
-              absl::StrCat("RunExpertsRequest.tasks[", i, "]: inline_rows in a TRANSPORT_SHM request (", what(), ")")));
-        }
-        const std::string& rows_bytes = task.inline_rows();
-        if (rows_bytes.size() != bytes) {
-          return reject(absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.tasks[", i, "].inline_rows: ",
-                                                                rows_bytes.size(), " bytes, expected [", rows, ", ", d,
-                                                                "] f32 = ", bytes, " for ", what())));
-        }
-        if (reinterpret_cast<uintptr_t>(rows_bytes.data()) % alignof(float) == 0) {
-          input = reinterpret_cast<const float*>(rows_bytes.data());
-        } else {
-          realigned.emplace_back(static_cast<size_t>(rows * d));
-          std::memcpy(realigned.back().data(), rows_bytes.data(), bytes);
-          input = realigned.back().data();
-        }
-        break;
-      }
-      case v1::ExpertTask::kShmRows: {
-        if (!shm) {
-          return reject(absl::InvalidArgumentError(
-              absl::StrCat("RunExpertsRequest.tasks[", i, "]: shm_rows in a TRANSPORT_INLINE request (", what(), ")")));
-        }
-        auto resolved = arena_->Resolve(FromProto(task.shm_rows(), ArenaSide::kInput), rows, d,
-                                        [&] { return absl::StrCat("RunExpertsRequest.tasks[", i, "].shm_rows (", what(), ")"); });
-        if (!resolved.ok()) return reject(resolved.status());
-        input = *resolved;
-        break;
-      }
-      default:
-        return reject(absl::InvalidArgumentError(
-            absl::StrCat("RunExpertsRequest.tasks[", i, "]: ", rows, " rows but no input for ", what())));
-    }
-
-    float* output = nullptr;
-    if (shm) {
-      if (!task.has_shm_output()) {
-        return reject(absl::InvalidArgumentError(
-            absl::StrCat("RunExpertsRequest.tasks[", i, "]: no shm_output for ", what())));
-      }
-      auto resolved = arena_->Resolve(FromProto(task.shm_output(), ArenaSide::kOutput), rows, d,
-                                      [&] { return absl::StrCat("RunExpertsRequest.tasks[", i, "].shm_output (", what(), ")"); });
-      if (!resolved.ok()) return reject(resolved.status());
-      output = *resolved;
-      const OutputRange range{task.shm_output().slot(), task.shm_output().offset(), task.shm_output().offset() + bytes,
-                              expert};
-      for (const OutputRange& other : outputs) {
-        if (other.slot == range.slot && range.begin < other.end && other.begin < range.end) {
-          return reject(absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.tasks[", i, "].shm_output of ",
-                                                                what(), " overlaps the output of expert ", other.expert)));
-        }
-      }
-      outputs.push_back(range);
-    } else {
-      std::string* out = result->mutable_inline_output();
-      out->resize(bytes);
-      output = reinterpret_cast<float*>(out->data());
-      if (reinterpret_cast<uintptr_t>(output) % alignof(float) != 0) {
-        return reject(absl::InternalError("inline output buffer is not float-aligned"));
-      }
-    }
-    work.push_back(ExpertWork{expert, rows, input, output});
+    TANDEM_RETURN_IF_ERROR(ParseTask(i, request.tasks(i), response, parsed));
   }
+  return absl::OkStatus();
+}
 
-  int64_t compute_ns = 0;
-  {
-    std::lock_guard<std::mutex> lock(compute_mutex_);
-    PinComputeThread();
-    const auto compute_start = std::chrono::steady_clock::now();
-    absl::Status status = options_.executor->RunExperts(layer, work);
-    compute_ns = NanosSince(compute_start);
-    if (!status.ok()) {
-      response->clear_results();
-      return absl::Status(status.code(), absl::StrCat("worker ", options_.worker_index, ": ", status.message()));
+// Task i: its expert (in range, named once, held here) and row count, then
+// its input and output; adds its result (and its work unless it has no rows).
+absl::Status WorkerService::ParseTask(int i, const v1::ExpertTask& task, v1::RunExpertsResponse* response,
+                                      ParsedRequest* parsed) const {
+  const ModelConfig& c = options_.config;
+  const int64_t d = c.hidden_size;
+  const int layer = parsed->layer;
+  const int expert = task.expert();
+  if (expert < 0 || expert >= c.num_local_experts) {
+    return absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.tasks[", i, "].expert ", expert,
+                                                   " out of range [0, ", c.num_local_experts, ")"));
+  }
+  if (parsed->seen[static_cast<size_t>(expert)]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RunExpertsRequest.tasks[", i, "]: ", TaskName(layer, expert), " appears more than once"));
+  }
+  parsed->seen[static_cast<size_t>(expert)] = 1;
+  if (FindSlice(layer, expert) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.tasks[", i, "]: worker ", options_.worker_index,
+                                                   " of ", options_.num_workers, " (",
+                                                   ExpertDivisionName(options_.division), ") holds no part of ",
+                                                   TaskName(layer, expert)));
+  }
+  const int64_t rows = task.num_rows();
+  if (rows < 0 || rows > kMaxElements / d) {
+    return absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.tasks[", i, "].num_rows ", rows,
+                                                   " out of range for ", TaskName(layer, expert)));
+  }
+  v1::ExpertResult* result = response->add_results();
+  result->set_expert(expert);
+  result->set_num_rows(rows);
+  if (rows == 0) return absl::OkStatus();  // an expert with no rows changes nothing
+  TANDEM_ASSIGN_OR_RETURN(const float* input, TaskInput(i, task, rows, parsed));
+  TANDEM_ASSIGN_OR_RETURN(float* output, TaskOutput(i, task, rows, result, parsed));
+  parsed->work.push_back(ExpertWork{expert, rows, input, output});
+  return absl::OkStatus();
+}
+
+// Task i's [rows, D] f32 input: inline in the request or in the arena.
+absl::StatusOr<const float*> WorkerService::TaskInput(int i, const v1::ExpertTask& task, int64_t rows,
+                                                      ParsedRequest* parsed) const {
+  const int64_t d = options_.config.hidden_size;
+  const size_t bytes = static_cast<size_t>(rows * d) * sizeof(float);
+  const auto what = [&] { return TaskName(parsed->layer, task.expert()); };  // for messages only
+  switch (task.input_case()) {
+    case v1::ExpertTask::kInlineRows: {
+      if (parsed->shm) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("RunExpertsRequest.tasks[", i, "]: inline_rows in a TRANSPORT_SHM request (", what(), ")"));
+      }
+      const std::string& rows_bytes = task.inline_rows();
+      if (rows_bytes.size() != bytes) {
+        return absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.tasks[", i, "].inline_rows: ",
+                                                       rows_bytes.size(), " bytes, expected [", rows, ", ", d,
+                                                       "] f32 = ", bytes, " for ", what()));
+      }
+      if (reinterpret_cast<uintptr_t>(rows_bytes.data()) % alignof(float) == 0) {
+        return reinterpret_cast<const float*>(rows_bytes.data());
+      }
+      parsed->realigned.emplace_back(static_cast<size_t>(rows * d));
+      std::memcpy(parsed->realigned.back().data(), rows_bytes.data(), bytes);
+      return parsed->realigned.back().data();
+    }
+    case v1::ExpertTask::kShmRows: {
+      if (!parsed->shm) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("RunExpertsRequest.tasks[", i, "]: shm_rows in a TRANSPORT_INLINE request (", what(), ")"));
+      }
+      return arena_->Resolve(FromProto(task.shm_rows(), ArenaSide::kInput), rows, d,
+                             [&] { return absl::StrCat("RunExpertsRequest.tasks[", i, "].shm_rows (", what(), ")"); });
+    }
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("RunExpertsRequest.tasks[", i, "]: ", rows, " rows but no input for ", what()));
+  }
+}
+
+// Task i's [rows, D] f32 output: in the arena (not overlapping another
+// task's) or in the result's inline bytes.
+absl::StatusOr<float*> WorkerService::TaskOutput(int i, const v1::ExpertTask& task, int64_t rows,
+                                                 v1::ExpertResult* result, ParsedRequest* parsed) const {
+  const int64_t d = options_.config.hidden_size;
+  const size_t bytes = static_cast<size_t>(rows * d) * sizeof(float);
+  const auto what = [&] { return TaskName(parsed->layer, task.expert()); };  // for messages only
+  if (!parsed->shm) {
+    std::string* out = result->mutable_inline_output();
+    out->resize(bytes);
+    float* output = reinterpret_cast<float*>(out->data());
+    if (reinterpret_cast<uintptr_t>(output) % alignof(float) != 0) {
+      return absl::InternalError("inline output buffer is not float-aligned");
+    }
+    return output;
+  }
+  if (!task.has_shm_output()) {
+    return absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.tasks[", i, "]: no shm_output for ", what()));
+  }
+  TANDEM_ASSIGN_OR_RETURN(
+      float* output,
+      arena_->Resolve(FromProto(task.shm_output(), ArenaSide::kOutput), rows, d,
+                      [&] { return absl::StrCat("RunExpertsRequest.tasks[", i, "].shm_output (", what(), ")"); }));
+  const OutputRange range{task.shm_output().slot(), task.shm_output().offset(), task.shm_output().offset() + bytes,
+                          task.expert()};
+  for (const OutputRange& other : parsed->outputs) {
+    if (other.slot == range.slot && range.begin < other.end && other.begin < range.end) {
+      return absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.tasks[", i, "].shm_output of ", what(),
+                                                     " overlaps the output of expert ", other.expert));
     }
   }
+  parsed->outputs.push_back(range);
+  return output;
+}
+
+// The executor's call under the compute mutex; its time in ns.
+absl::StatusOr<int64_t> WorkerService::Compute(int layer, const std::vector<ExpertWork>& work,
+                                               v1::RunExpertsResponse* response) {
+  std::lock_guard<std::mutex> lock(compute_mutex_);
+  PinComputeThread();
+  const auto compute_start = std::chrono::steady_clock::now();
+  absl::Status status = options_.executor->RunExperts(layer, work);
+  const int64_t compute_ns = NanosSince(compute_start);
+  if (!status.ok()) {
+    response->clear_results();
+    return absl::Status(status.code(), absl::StrCat("worker ", options_.worker_index, ": ", status.message()));
+  }
+  return compute_ns;
+}
+
+void WorkerService::CountRun(const std::vector<ExpertWork>& work, bool via_doorbell, int64_t compute_ns) {
   uint64_t rows = 0;
   for (const ExpertWork& w : work) rows += static_cast<uint64_t>(w.num_rows);
   requests_.fetch_add(1, std::memory_order_relaxed);
@@ -261,9 +306,6 @@ absl::Status WorkerService::Run(const v1::RunExpertsRequest& request, v1::RunExp
   expert_calls_.fetch_add(work.size(), std::memory_order_relaxed);
   rows_.fetch_add(rows, std::memory_order_relaxed);
   compute_ns_.fetch_add(compute_ns, std::memory_order_relaxed);
-  response->set_compute_us(compute_ns / 1000);
-  response->set_total_us(NanosSince(start) / 1000);
-  return absl::OkStatus();
 }
 
 void WorkerService::DoorbellLoop() {
@@ -482,7 +524,7 @@ struct WorkerServer::Bindings {
   std::unique_ptr<grpc::ServerCompletionQueue> cq;
   std::thread thread;
   std::mutex arm_mutex;  // arming a call races cq->Shutdown otherwise (a request on a shut-down queue aborts)
-  bool cq_shut_down = false;
+  bool cq_shut_down ABSL_GUARDED_BY(arm_mutex) = false;
 
   void ArmAll();
   void Serve();

@@ -93,14 +93,31 @@ class WorkerService {
   void PinComputeThread();
   const ExpertSlice* FindSlice(int layer, int expert) const;
 
+  // Run's steps: the request checked completely and resolved into work
+  // (task by task: its input, its output), or rejected; then computed and
+  // counted.
+  struct ParsedRequest;
+  absl::Status ParseRequest(const v1::RunExpertsRequest& request, bool via_doorbell, v1::RunExpertsResponse* response,
+                            ParsedRequest* parsed) const;
+  absl::Status ParseTask(int i, const v1::ExpertTask& task, v1::RunExpertsResponse* response,
+                         ParsedRequest* parsed) const;
+  absl::StatusOr<const float*> TaskInput(int i, const v1::ExpertTask& task, int64_t rows, ParsedRequest* parsed) const;
+  absl::StatusOr<float*> TaskOutput(int i, const v1::ExpertTask& task, int64_t rows, v1::ExpertResult* result,
+                                    ParsedRequest* parsed) const;
+  absl::Status Reject(const v1::RunExpertsRequest& request, bool via_doorbell, absl::Status status,
+                      v1::RunExpertsResponse* response);
+  absl::StatusOr<int64_t> Compute(int layer, const std::vector<ExpertWork>& work, v1::RunExpertsResponse* response);
+  void CountRun(const std::vector<ExpertWork>& work, bool via_doorbell, int64_t compute_ns);
+
   WorkerServiceOptions options_;
   std::vector<int32_t> slice_of_;  // [layer * E + expert] -> options_.slices index or -1
   std::unique_ptr<ShmArena> arena_;
   std::thread doorbell_thread_;
   std::atomic<bool> stop_{false};
 
-  std::mutex compute_mutex_;  // one RunExperts/Calibrate at a time
-  std::vector<ExpertWork> work_;  // reused under compute_mutex_
+  // One RunExperts/Calibrate at a time: it guards no member, it serialises
+  // the calls into options_.executor (which has one caller at a time).
+  std::mutex compute_mutex_;
 
   std::atomic<uint64_t> requests_{0}, doorbell_requests_{0}, expert_calls_{0}, rows_{0}, rejected_{0};
   std::atomic<int64_t> compute_ns_{0};

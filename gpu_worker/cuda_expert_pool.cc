@@ -21,8 +21,10 @@
 #include <thread>
 #include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/clock.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "gpu_worker/cuda_dtype.h"
@@ -139,8 +141,17 @@ class CudaExpertPoolImpl final : public CudaExpertPool {
   absl::Status WaitIssuedLocked(std::unique_lock<std::mutex>& lock, int buffer, ExpertKey key);
   // Issues w1, w3, w2 host→device into `dst` on `stream`.
   absl::Status IssueCopy(ExpertKey key, uint8_t* dst, cudaStream_t stream);
+  // Init's steps.
+  absl::StatusOr<cudaDeviceProp> OpenDevice();
+  absl::StatusOr<size_t> AllocateBuffers();
+  absl::Status CreateStreams(int num_streams);
+  absl::Status PoisonBuffers(size_t pool_bytes);
   absl::Status EnsureScratch(int64_t rows);
   absl::Status EnsurePointerScratch(int64_t experts);
+  // RunExperts' steps: the buffers once their copies are issued, then the FFN.
+  absl::StatusOr<std::vector<Run>> IssuedRuns(int layer, std::span<const ExpertWork> work);
+  absl::Status Compute(const std::vector<Run>& runs, int64_t t);
+  void FillGroupedPointers(const std::vector<Run>& runs, int64_t t);
   // The FFN of `runs` (x_act_ filled, T = `t` rows) into y_f32_, on the
   // compute stream. The grouped path answers false, having queued nothing
   // that writes an output, when cuBLAS refuses the grouped GEMM (the caller
@@ -185,67 +196,12 @@ class CudaExpertPoolImpl final : public CudaExpertPool {
 };
 
 absl::Status CudaExpertPoolImpl::Init(const CudaExpertPoolOptions& options) {
-  int count = 0;
-  const cudaError_t count_err = cudaGetDeviceCount(&count);
-  if (count_err != cudaSuccess || count == 0) {
-    (void)cudaGetLastError();
-    return absl::UnavailableError(absl::StrCat(kCudaPoolKind, ": no usable CUDA device: ",
-                                               count_err != cudaSuccess ? cudaGetErrorString(count_err)
-                                                                        : "the driver reports 0 devices"));
-  }
-  if (device_ < 0 || device_ >= count) {
-    return absl::InvalidArgumentError(absl::StrCat("device ", device_, " out of range [0, ", count, ")"));
-  }
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-  cudaDeviceProp prop;
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device_));
+  TANDEM_ASSIGN_OR_RETURN(const cudaDeviceProp prop, OpenDevice());
   SetKind(absl::StrCat(kCudaPoolKind, " on ", prop.name));
-
-  const int total = num_slots() + num_staging_buffers();
-  const size_t pool_bytes = static_cast<size_t>(total) * static_cast<size_t>(layout().buffer_bytes);
-  size_t free_bytes = 0, total_bytes = 0;
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-  if (pool_bytes > free_bytes) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "%s: %d slots + %d staging buffers need %.2f GB, device %d has %.2f GB free of %.2f GB", kCudaPoolKind,
-        num_slots(), num_staging_buffers(), pool_bytes / 1e9, device_, free_bytes / 1e9, total_bytes / 1e9));
-  }
-  TANDEM_ASSIGN_OR_RETURN(memory_, DeviceBuffer::Allocate(pool_bytes));
-  buffers_.resize(static_cast<size_t>(total));
-  for (int b = 0; b < total; ++b) {
-    Buffer& buffer = buffers_[static_cast<size_t>(b)];
-    buffer.data = memory_.bytes() + static_cast<size_t>(b) * static_cast<size_t>(layout().buffer_bytes);
-    TANDEM_ASSIGN_OR_RETURN(buffer.start, CudaEvent::Create(/*timing=*/true));
-    TANDEM_ASSIGN_OR_RETURN(buffer.ready, CudaEvent::Create(/*timing=*/true));
-    TANDEM_ASSIGN_OR_RETURN(buffer.freed, CudaEvent::Create(/*timing=*/false));
-  }
-
-  // Compute at the highest priority: a layer's experts should not queue
-  // behind copies' bookkeeping kernels (there are none today; cheap insurance).
-  int least = 0, greatest = 0;
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  TANDEM_ASSIGN_OR_RETURN(compute_stream_, CudaStream::Create(greatest));
+  TANDEM_ASSIGN_OR_RETURN(const size_t pool_bytes, AllocateBuffers());
   const int num_streams = std::max(1, options.num_copy_streams);
-  for (int s = 0; s < num_streams; ++s) {
-    TANDEM_ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create(least));
-    copy_streams_.push_back(std::move(stream));
-  }
-  TANDEM_ASSIGN_OR_RETURN(cublas_, CublasHandle::Create());
-  TANDEM_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_.get(), compute_stream_.get()));
-
-  // Never-written buffers read as NaN too. On the compute stream, like every
-  // later fill: the streams are non-blocking, so a fill on the legacy
-  // default stream would be ordered before nothing. Each buffer's `freed`
-  // event is recorded after it, so the first copy into any buffer (on a copy
-  // stream) waits for the fill on the GPU, as every later copy waits for the
-  // fill of its buffer's last free; placements run on the compute stream.
-  if (poison_ && pool_bytes > 0) {
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(memory_.get(), 0xFF, pool_bytes, compute_stream_.get()));
-  }
-  for (Buffer& buffer : buffers_) {
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(buffer.freed.get(), compute_stream_.get()));
-  }
-
+  TANDEM_RETURN_IF_ERROR(CreateStreams(num_streams));
+  TANDEM_RETURN_IF_ERROR(PoisonBuffers(pool_bytes));
   TANDEM_RETURN_IF_ERROR(RegisterHostRegions(options.host_regions));
   const int64_t pageable = std::count(source_pinned_.begin(), source_pinned_.end(), false);
   if (options.max_rows > 0) TANDEM_RETURN_IF_ERROR(EnsureScratch(options.max_rows));
@@ -273,6 +229,85 @@ absl::Status CudaExpertPoolImpl::Init(const CudaExpertPoolOptions& options) {
   return absl::OkStatus();
 }
 
+// The device (checked to exist), made current; its properties.
+absl::StatusOr<cudaDeviceProp> CudaExpertPoolImpl::OpenDevice() {
+  int count = 0;
+  const cudaError_t count_err = cudaGetDeviceCount(&count);
+  if (count_err != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return absl::UnavailableError(absl::StrCat(kCudaPoolKind, ": no usable CUDA device: ",
+                                               count_err != cudaSuccess ? cudaGetErrorString(count_err)
+                                                                        : "the driver reports 0 devices"));
+  }
+  if (device_ < 0 || device_ >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("device ", device_, " out of range [0, ", count, ")"));
+  }
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+  cudaDeviceProp prop;
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device_));
+  return prop;
+}
+
+// The slots and staging buffers in one allocation (checked against the
+// device's free memory), each with its events.
+// Returns the bytes allocated.
+absl::StatusOr<size_t> CudaExpertPoolImpl::AllocateBuffers() {
+  const int total = num_slots() + num_staging_buffers();
+  const size_t pool_bytes = static_cast<size_t>(total) * static_cast<size_t>(layout().buffer_bytes);
+  size_t free_bytes = 0, total_bytes = 0;
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (pool_bytes > free_bytes) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s: %d slots + %d staging buffers need %.2f GB, device %d has %.2f GB free of %.2f GB", kCudaPoolKind,
+        num_slots(), num_staging_buffers(), pool_bytes / 1e9, device_, free_bytes / 1e9, total_bytes / 1e9));
+  }
+  TANDEM_ASSIGN_OR_RETURN(memory_, DeviceBuffer::Allocate(pool_bytes));
+  buffers_.resize(static_cast<size_t>(total));
+  for (int b = 0; b < total; ++b) {
+    Buffer& buffer = buffers_[static_cast<size_t>(b)];
+    buffer.data = memory_.bytes() + static_cast<size_t>(b) * static_cast<size_t>(layout().buffer_bytes);
+    TANDEM_ASSIGN_OR_RETURN(buffer.start, CudaEvent::Create(/*timing=*/true));
+    TANDEM_ASSIGN_OR_RETURN(buffer.ready, CudaEvent::Create(/*timing=*/true));
+    TANDEM_ASSIGN_OR_RETURN(buffer.freed, CudaEvent::Create(/*timing=*/false));
+  }
+  return pool_bytes;
+}
+
+// Compute at the highest priority: a layer's experts should not queue
+// behind copies' bookkeeping kernels (there are none today; cheap
+// insurance). cuBLAS on the compute stream.
+absl::Status CudaExpertPoolImpl::CreateStreams(int num_streams) {
+  int least = 0, greatest = 0;
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  TANDEM_ASSIGN_OR_RETURN(compute_stream_, CudaStream::Create(greatest));
+  for (int s = 0; s < num_streams; ++s) {
+    TANDEM_ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create(least));
+    copy_streams_.push_back(std::move(stream));
+  }
+  TANDEM_ASSIGN_OR_RETURN(cublas_, CublasHandle::Create());
+  TANDEM_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_.get(), compute_stream_.get()));
+  return absl::OkStatus();
+}
+
+// Never-written buffers read as NaN too. On the compute stream, like every
+// later fill: the streams are non-blocking, so a fill on the legacy default
+// stream would be ordered before nothing. Each buffer's `freed` event is
+// recorded after it, so the first copy into any buffer (on a copy stream)
+// waits for the fill on the GPU, as every later copy waits for the fill of
+// its buffer's last free; placements run on the compute stream.
+absl::Status CudaExpertPoolImpl::PoisonBuffers(size_t pool_bytes) {
+  if (poison_ && pool_bytes > 0) {
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(memory_.get(), 0xFF, pool_bytes, compute_stream_.get()));
+  }
+  for (Buffer& buffer : buffers_) {
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(buffer.freed.get(), compute_stream_.get()));
+  }
+  return absl::OkStatus();
+}
+
+// Page-locks each of `regions` as the device and the mapping allow (or
+// leaves it pageable, logged), then marks each expert whose three matrices
+// all lie inside a locked one (source_pinned_).
 absl::Status CudaExpertPoolImpl::RegisterHostRegions(const std::vector<PinnedHostRegion>& regions) {
   bool read_only_supported = false;
   std::string memory_map;
@@ -455,107 +490,105 @@ absl::Status CudaExpertPoolImpl::RunExperts(int layer, std::span<const ExpertWor
   }
   TANDEM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   TANDEM_RETURN_IF_ERROR(EnsureScratch(total_rows));
-  const int64_t d = layout().hidden_size, i = layout().intermediate_size, t = total_rows;
-  const cudaStream_t stream = compute_stream_.get();
-
-  // Which buffer each expert computes from, once its copy is issued (so the
-  // GPU has an event to wait on). The host waits only for the copy threads
-  // to reach the copy, never for the copy itself.
-  std::vector<Run> runs;
+  const int64_t d = layout().hidden_size, t = total_rows;
   const auto wait_start = std::chrono::steady_clock::now();
-  {
-    std::unique_lock<std::mutex> lock(mutex());
-    int64_t offset = 0;
-    for (const ExpertWork& entry : work) {
-      if (entry.num_rows == 0) continue;
-      if (entry.num_rows > INT_MAX) {
-        return absl::InvalidArgumentError(absl::StrCat(kind(), ": ", entry.num_rows, " rows for one expert exceed cuBLAS's int"));
-      }
-      const ExpertKey key{layer, entry.expert};
-      const int position = PositionLocked(key);
-      const int b = BufferAtLocked(position);
-      TANDEM_RETURN_IF_ERROR(WaitIssuedLocked(lock, b, key));
-      const Buffer& buffer = buffers_[static_cast<size_t>(b)];
-      runs.push_back({&entry, offset, buffer.data, buffer.ready.get(), IsStaging(position)});
-      offset += entry.num_rows;
-    }
-  }
+  TANDEM_ASSIGN_OR_RETURN(const std::vector<Run> runs, IssuedRuns(layer, work));
   const auto compute_start = std::chrono::steady_clock::now();
-  local.wait_us = std::chrono::duration<double, std::micro>(compute_start - wait_start).count();
+  local.wait_us = MicrosBetween(wait_start, compute_start);
 
-  // x: the experts' rows, packed [T, D] f32 → device → weights' type. The
-  // rows lie in separate host arrays: packing them here into pinned memory
-  // is the gather, and one DMA carries them all (a device gather kernel
-  // would need them on the device first).
-  float* in_host = static_cast<float*>(in_host_.get());
-  float* out_host = static_cast<float*>(out_host_.get());
-  auto compute = [&]() -> absl::Status {
-    for (const Run& run : runs) {
-      std::memcpy(in_host + run.row_offset * d, run.entry->input,
-                  static_cast<size_t>(run.entry->num_rows * d) * sizeof(float));
-    }
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(x_f32_.get(), in_host, static_cast<size_t>(t * d) * sizeof(float),
-                                                cudaMemcpyHostToDevice, stream));
-    TANDEM_CUDA_RETURN_IF_ERROR(LaunchConvertF32(static_cast<const float*>(x_f32_.get()), x_act_.get(),
-                                                 ToKernelDType(layout().dtype), t * d, stream));
-    bool done = false;
-    if (grouped_.load(std::memory_order_relaxed)) {
-      TANDEM_ASSIGN_OR_RETURN(done, ComputeGrouped(runs, t));
-    }
-    if (!done) {
-      TANDEM_RETURN_IF_ERROR(GateUpPerExpert(runs, t));
-      float* gate = static_cast<float*>(gate_up_.get());  // [T, I]
-      TANDEM_CUDA_RETURN_IF_ERROR(
-          LaunchSiluMul(gate, gate + t * i, h_act_.get(), ToKernelDType(layout().dtype), t * i, stream));
-      TANDEM_RETURN_IF_ERROR(DownPerExpert(runs, t));
-    }
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out_host, y_f32_.get(), static_cast<size_t>(t * d) * sizeof(float),
-                                                cudaMemcpyDeviceToHost, stream));
-    return absl::OkStatus();
-  };
-  const absl::Status computed = compute();
+  const absl::Status computed = Compute(runs, t);
   // This stream only: copies on the copy streams keep running. It also
   // completes this call's copies from pinned host memory (rows, matrix
   // pointers), so the next call may rewrite in_host_ and pointers_host_ —
   // on failure too, before the error goes back.
-  const absl::Status synced = CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  const absl::Status synced = CudaStatus(cudaStreamSynchronize(compute_stream_.get()), "cudaStreamSynchronize");
   TANDEM_RETURN_IF_ERROR(computed);
   TANDEM_RETURN_IF_ERROR(synced);
+  const float* out_host = static_cast<const float*>(out_host_.get());
   for (const Run& run : runs) {
     std::memcpy(run.entry->output, out_host + run.row_offset * d,
                 static_cast<size_t>(run.entry->num_rows * d) * sizeof(float));
     ++(run.staging ? local.staging_runs : local.slot_runs);
   }
-  local.compute_us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - compute_start).count();
+  local.compute_us = MicrosSince(compute_start);
   RecordRun(local);
   if (timing != nullptr) *timing = local;
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> CudaExpertPoolImpl::ComputeGrouped(const std::vector<Run>& runs, int64_t t) {
-#if defined(CUBLAS_VERSION) && CUBLAS_VERSION >= 120500
+// Which buffer each expert computes from, once its copy is issued (so the
+// GPU has an event to wait on). The host waits only for the copy threads
+// to reach the copy, never for the copy itself.
+absl::StatusOr<std::vector<CudaExpertPoolImpl::Run>> CudaExpertPoolImpl::IssuedRuns(int layer,
+                                                                                     std::span<const ExpertWork> work) {
+  std::vector<Run> runs;
+  std::unique_lock<std::mutex> lock(mutex());
+  int64_t offset = 0;
+  for (const ExpertWork& entry : work) {
+    if (entry.num_rows == 0) continue;
+    if (entry.num_rows > INT_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(kind(), ": ", entry.num_rows, " rows for one expert exceed cuBLAS's int"));
+    }
+    const ExpertKey key{layer, entry.expert};
+    const int position = PositionLocked(key);
+    const int b = BufferAtLocked(position);
+    TANDEM_RETURN_IF_ERROR(WaitIssuedLocked(lock, b, key));
+    const Buffer& buffer = buffers_[static_cast<size_t>(b)];
+    runs.push_back({&entry, offset, buffer.data, buffer.ready.get(), IsStaging(position)});
+    offset += entry.num_rows;
+  }
+  return runs;
+}
+
+// The FFN of `runs` (T = `t` rows) into out_host_, queued on the compute
+// stream. x: the experts' rows, packed [T, D] f32 → device → weights' type.
+// The rows lie in separate host arrays: packing them here into pinned memory
+// is the gather, and one DMA carries them all (a device gather kernel would
+// need them on the device first).
+absl::Status CudaExpertPoolImpl::Compute(const std::vector<Run>& runs, int64_t t) {
+  const int64_t d = layout().hidden_size, i = layout().intermediate_size;
   const cudaStream_t stream = compute_stream_.get();
+  float* in_host = static_cast<float*>(in_host_.get());
+  float* out_host = static_cast<float*>(out_host_.get());
+  for (const Run& run : runs) {
+    std::memcpy(in_host + run.row_offset * d, run.entry->input,
+                static_cast<size_t>(run.entry->num_rows * d) * sizeof(float));
+  }
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(x_f32_.get(), in_host, static_cast<size_t>(t * d) * sizeof(float),
+                                              cudaMemcpyHostToDevice, stream));
+  TANDEM_CUDA_RETURN_IF_ERROR(LaunchConvertF32(static_cast<const float*>(x_f32_.get()), x_act_.get(),
+                                               ToKernelDType(layout().dtype), t * d, stream));
+  bool done = false;
+  if (grouped_.load(std::memory_order_relaxed)) {
+    TANDEM_ASSIGN_OR_RETURN(done, ComputeGrouped(runs, t));
+  }
+  if (!done) {
+    TANDEM_RETURN_IF_ERROR(GateUpPerExpert(runs, t));
+    float* gate = static_cast<float*>(gate_up_.get());  // [T, I]
+    TANDEM_CUDA_RETURN_IF_ERROR(
+        LaunchSiluMul(gate, gate + t * i, h_act_.get(), ToKernelDType(layout().dtype), t * i, stream));
+    TANDEM_RETURN_IF_ERROR(DownPerExpert(runs, t));
+  }
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out_host, y_f32_.get(), static_cast<size_t>(t * d) * sizeof(float),
+                                              cudaMemcpyDeviceToHost, stream));
+  return absl::OkStatus();
+}
+
+// Matrix pointers, 9E in one array: gate/up A [2E] (w1, w3 per expert),
+// B [2E] (the expert's rows, twice), C [2E] (its gate rows, its up rows);
+// down A [E] (w2), B [E] (its h rows), C [E] (its output rows), into
+// pointers_host_; and the groups' shapes into gate_up_args_ and down_args_.
+// gate/up/h are in the weights' type (cuBLAS's grouped GEMM has no bf16 → f32).
+void CudaExpertPoolImpl::FillGroupedPointers(const std::vector<Run>& runs, int64_t t) {
   const ExpertLayout& l = layout();
   const int64_t d = l.hidden_size, i = l.intermediate_size;
   const size_t elt = DTypeSize(l.dtype);
   const int64_t e = static_cast<int64_t>(runs.size());
-  TANDEM_RETURN_IF_ERROR(EnsurePointerScratch(e));
-
-  // The GPU (not the host) waits for every expert's copy, and only for
-  // those: the grouped GEMM reads them all.
-  for (const Run& run : runs) TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, run.ready, 0));
-
-  // Matrix pointers, 9E in one array: gate/up A [2E] (w1, w3 per expert),
-  // B [2E] (the expert's rows, twice), C [2E] (its gate rows, its up rows);
-  // down A [E] (w2), B [E] (its h rows), C [E] (its output rows). gate/up/h
-  // are in the weights' type (cuBLAS's grouped GEMM has no bf16 → f32).
   uint8_t* x = x_act_.bytes();
   uint8_t* gate = gate_up_.bytes();                              // [T, I] weights' type
   uint8_t* up = gate + static_cast<size_t>(t * i) * elt;         // [T, I] weights' type
   uint8_t* h = h_act_.bytes();                                   // [T, I] weights' type
-  const bool f32 = l.dtype == DType::kF32;
-  uint8_t* y = f32 ? y_f32_.bytes() : y_act_.bytes();            // [T, D] weights' type
+  uint8_t* y = l.dtype == DType::kF32 ? y_f32_.bytes() : y_act_.bytes();  // [T, D] weights' type
   void** p = static_cast<void**>(pointers_host_.get());
   void** gu_a = p;
   void** gu_b = p + 2 * e;
@@ -584,10 +617,30 @@ absl::StatusOr<bool> CudaExpertPoolImpl::ComputeGrouped(const std::vector<Run>& 
     down_args_.Add(static_cast<int>(d), rows, static_cast<int>(i), static_cast<int>(i), static_cast<int>(i),
                    static_cast<int>(d), 1);
   }
+}
+
+absl::StatusOr<bool> CudaExpertPoolImpl::ComputeGrouped(const std::vector<Run>& runs, int64_t t) {
+#if defined(CUBLAS_VERSION) && CUBLAS_VERSION >= 120500
+  const cudaStream_t stream = compute_stream_.get();
+  const ExpertLayout& l = layout();
+  const int64_t d = l.hidden_size, i = l.intermediate_size;
+  const size_t elt = DTypeSize(l.dtype);
+  const int64_t e = static_cast<int64_t>(runs.size());
+  TANDEM_RETURN_IF_ERROR(EnsurePointerScratch(e));
+
+  // The GPU (not the host) waits for every expert's copy, and only for
+  // those: the grouped GEMM reads them all.
+  for (const Run& run : runs) TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, run.ready, 0));
+  FillGroupedPointers(runs, t);
+  uint8_t* gate = gate_up_.bytes();                       // [T, I] weights' type
+  uint8_t* up = gate + static_cast<size_t>(t * i) * elt;  // [T, I] weights' type
+  uint8_t* h = h_act_.bytes();                            // [T, I] weights' type
+  const bool f32 = l.dtype == DType::kF32;
+  uint8_t* y = f32 ? y_f32_.bytes() : y_act_.bytes();     // [T, D] weights' type
   // Ordered before the GEMMs on this stream; pointers_host_ is not touched
   // again until RunExperts' final synchronisation.
   void** dev = static_cast<void**>(pointers_device_.get());
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, p, 9 * static_cast<size_t>(e) * sizeof(void*),
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, pointers_host_.get(), 9 * static_cast<size_t>(e) * sizeof(void*),
                                               cudaMemcpyHostToDevice, stream));
 
   const cudaDataType w_type = CudaDataType(l.dtype);

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/clock.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 
@@ -110,11 +111,10 @@ absl::Status HostExpertPool::RunExperts(int layer, std::span<const ExpertWork> w
       staging = IsStaging(position);
     }
     const auto compute_start = std::chrono::steady_clock::now();
-    local.wait_us += std::chrono::duration<double, std::micro>(compute_start - wait_start).count();
+    local.wait_us += MicrosBetween(wait_start, compute_start);
     // The buffer stays put: only this (the control) thread moves or frees it.
     TANDEM_RETURN_IF_ERROR(kernel_(BufferWeights(data), entry.input, entry.num_rows, entry.output));
-    local.compute_us +=
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - compute_start).count();
+    local.compute_us += MicrosSince(compute_start);
     ++(staging ? local.staging_runs : local.slot_runs);
   }
   RecordRun(local);

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/clock.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 
@@ -99,7 +100,7 @@ void SlotPool::SetKind(std::string kind) {
 }
 
 double SlotPool::NowUs() const {
-  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - epoch_).count();
+  return MicrosSince(epoch_);
 }
 
 absl::Status SlotPool::CheckKey(ExpertKey key, const char* what) const {

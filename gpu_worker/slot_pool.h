@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/base/expert_key.h"
@@ -177,19 +178,22 @@ class SlotPool : public ExpertPool {
   const int num_slots_;
   const int num_staging_;
   const std::chrono::steady_clock::time_point epoch_;
+  // Not guarded: SetKind writes it (under mutex_) only before the copy
+  // threads start; kind() reads it without the lock.
   std::string kind_;
 
   mutable std::mutex mutex_;
   std::condition_variable ready_cv_;  // a copy changed state (issued, finished, failed)
   std::condition_variable work_cv_;   // a copy was queued, or stop
-  std::vector<Entry> entries_;        // [slots + staging] by buffer number
-  std::vector<int> position_buffer_;  // [slots + staging] position (slot s, or staging num_slots + j) -> buffer
-  std::vector<int> where_;            // [L * E] position holding the expert, or -1
-  std::deque<CopyTask> queue_;
-  std::vector<MigrationRecord> completed_;
-  ExpertPoolStats stats_;
-  absl::Status copy_error_;  // the first failed copy
-  bool stop_ = false;
+  std::vector<Entry> entries_ ABSL_GUARDED_BY(mutex_);        // [slots + staging] by buffer number
+  // [slots + staging] position (slot s, or staging num_slots + j) -> buffer
+  std::vector<int> position_buffer_ ABSL_GUARDED_BY(mutex_);
+  std::vector<int> where_ ABSL_GUARDED_BY(mutex_);            // [L * E] position holding the expert, or -1
+  std::deque<CopyTask> queue_ ABSL_GUARDED_BY(mutex_);
+  std::vector<MigrationRecord> completed_ ABSL_GUARDED_BY(mutex_);
+  ExpertPoolStats stats_ ABSL_GUARDED_BY(mutex_);
+  absl::Status copy_error_ ABSL_GUARDED_BY(mutex_);  // the first failed copy
+  bool stop_ ABSL_GUARDED_BY(mutex_) = false;
 };
 
 }  // namespace tandem

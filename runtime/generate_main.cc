@@ -36,6 +36,7 @@
 #include "runtime/runtime_flags.h"
 #include "common/base/log.h"
 #include "common/model/model_fingerprint.h"
+#include "common/base/parse_ids.h"
 #include "common/base/status_macros.h"
 #include "coordinator/remote_expert_executor.h"
 #include "coordinator/utf8_stream.h"
@@ -58,18 +59,7 @@ namespace {
 
 using tandem::GeneratedToken;
 using tandem::GenerationResult;
-
-absl::StatusOr<std::vector<int32_t>> ParseIds(const std::string& text, const char* flag) {
-  std::vector<int32_t> ids;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-    int32_t id;
-    if (!absl::SimpleAtoi(part, &id)) {
-      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": \"", part, "\" is not an integer token id"));
-    }
-    ids.push_back(id);
-  }
-  return ids;
-}
+using tandem::ParseIds;
 
 nlohmann::json ToJson(const GenerationResult& r, const tandem::Model& model) {
   nlohmann::json tokens = nlohmann::json::array();
@@ -106,40 +96,18 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Generate text with a MoE model in this process.\n"
-                               "  tandem-generate --model DIR --prompt \"Once upon a time\" -n 32\n"
-                               "  tandem-generate --synthetic tiny:2 --synthetic_seed 7 --prompt \"Once upon a time\" -n 32");
-  absl::ParseCommandLine(argc, argv);
-  // Flag errors before any loading (a full synthetic model takes a while).
-  if (auto source = tandem::ModelSourceFromFlags(); !source.ok()) return Fail(source.status());
-  const bool has_text = !absl::GetFlag(FLAGS_prompt).empty();
-  const bool has_ids = !absl::GetFlag(FLAGS_prompt_ids).empty();
-  if (has_text == has_ids) return Fail(absl::InvalidArgumentError("give exactly one of --prompt or --prompt_ids"));
-
-  auto opened = tandem::OpenRuntimeFromFlags({});
-  if (!opened.ok()) return Fail(opened.status());
-  std::unique_ptr<tandem::RemoteExpertExecutor>& remote = opened->remote;
-  std::unique_ptr<tandem::LocalRuntime>* runtime = &opened->runtime;
-  const tandem::Model& model = (*runtime)->model();
-
+// The prompt (--prompt encoded, or --prompt_ids), the stop ids and the
+// sampling the flags ask for.
+absl::StatusOr<tandem::GenerationRequest> RequestFromFlags(const tandem::Model& model, bool has_text) {
   tandem::GenerationRequest request;
   if (has_text) {
-    auto tokenizer = model.RequireTokenizer();
-    if (!tokenizer.ok()) return Fail(tokenizer.status());
-    auto ids = (*tokenizer)->Encode(absl::GetFlag(FLAGS_prompt), absl::GetFlag(FLAGS_add_bos));
-    if (!ids.ok()) return Fail(ids.status());
-    request.prompt_ids = *ids;
+    TANDEM_ASSIGN_OR_RETURN(const tandem::Tokenizer* tokenizer, model.RequireTokenizer());
+    TANDEM_ASSIGN_OR_RETURN(request.prompt_ids,
+                            tokenizer->Encode(absl::GetFlag(FLAGS_prompt), absl::GetFlag(FLAGS_add_bos)));
   } else {
-    auto ids = ParseIds(absl::GetFlag(FLAGS_prompt_ids), "prompt_ids");
-    if (!ids.ok()) return Fail(ids.status());
-    request.prompt_ids = *ids;
+    TANDEM_ASSIGN_OR_RETURN(request.prompt_ids, ParseIds(absl::GetFlag(FLAGS_prompt_ids), "prompt_ids"));
   }
-  auto stop_ids = ParseIds(absl::GetFlag(FLAGS_stop_ids), "stop_ids");
-  if (!stop_ids.ok()) return Fail(stop_ids.status());
-  request.stop_ids = *stop_ids;
+  TANDEM_ASSIGN_OR_RETURN(request.stop_ids, ParseIds(absl::GetFlag(FLAGS_stop_ids), "stop_ids"));
   request.max_tokens = absl::GetFlag(FLAGS_n);
   request.sampling = {.temperature = absl::GetFlag(FLAGS_temperature),
                       .top_k = absl::GetFlag(FLAGS_top_k),
@@ -147,14 +115,19 @@ int main(int argc, char** argv) {
                       .seed = absl::GetFlag(FLAGS_seed)};
   request.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
   request.logprobs = absl::GetFlag(FLAGS_logprobs);
+  return request;
+}
 
-  const bool json = absl::GetFlag(FLAGS_json);
+// Generates, streaming the text (or ids) to stdout unless --json.
+absl::StatusOr<GenerationResult> GenerateStreaming(tandem::LocalRuntime& runtime,
+                                                   const tandem::GenerationRequest& request, bool json, bool has_text) {
+  const tandem::Model& model = runtime.model();
   if (!json && has_text) {
     std::cout << absl::GetFlag(FLAGS_prompt) << std::flush;
   }
   // Byte-fallback pieces can split a character: print whole characters only.
   tandem::Utf8Stream utf8;
-  auto result = (*runtime)->generator().Generate(request, [&](const GeneratedToken& token) {
+  auto result = runtime.generator().Generate(request, [&](const GeneratedToken& token) {
     if (json) return;
     if (model.tokenizer) {
       std::cout << utf8.Push(token.text) << std::flush;
@@ -162,10 +135,15 @@ int main(int argc, char** argv) {
       std::cout << token.id << ' ' << std::flush;
     }
   });
-  if (!result.ok()) return Fail(result.status());
+  if (!result.ok()) return result.status();
   if (!json) std::cout << utf8.Flush();
-  if (absl::Status recorded = (*runtime)->FinishRecording(); !recorded.ok()) return Fail(recorded);
-  tandem::Orchestrator* orchestrator = (*runtime)->orchestrator();
+  return result;
+}
+
+// The orchestrator's and precalc's summaries (unless --json) and each
+// worker's, on stderr.
+void PrintRuntimeStats(tandem::LocalRuntime& runtime, const tandem::RemoteExpertExecutor* remote, bool json) {
+  tandem::Orchestrator* orchestrator = runtime.orchestrator();
   if (orchestrator != nullptr && !json) {
     const tandem::OrchestratorStats s = orchestrator->stats();
     std::fprintf(stderr,
@@ -180,7 +158,7 @@ int main(int argc, char** argv) {
                  static_cast<long long>(s.total.cache_admissions), s.accuracy.makespan.mape_percent,
                  s.accuracy.makespan.window, s.pool.bytes_copied / 1e6, s.pool.MigrationGbPerSecond());
   }
-  const tandem::PrecalcStats precalc = (*runtime)->precalc_stats();
+  const tandem::PrecalcStats precalc = runtime.precalc_stats();
   if (precalc.policy != "off" && !json) {
     std::fprintf(stderr,
                  "[precalc daop (LOSSY) from layer %d: %lld predictions, %.0f%% correct, %lld experts pre-computed "
@@ -197,18 +175,51 @@ int main(int argc, char** argv) {
                    w.calls > 0 ? w.worker_compute_us / static_cast<double>(w.calls) : 0.0);
     }
   }
+}
+
+// --json: one object with the stats; else the end of the text and a
+// timing line on stderr.
+void PrintResult(const GenerationResult& result, tandem::LocalRuntime& runtime, bool json) {
   if (json) {
-    nlohmann::json out = ToJson(*result, model);
+    nlohmann::json out = ToJson(result, runtime.model());
+    tandem::Orchestrator* orchestrator = runtime.orchestrator();
     if (orchestrator != nullptr) out["orchestrator"] = nlohmann::json::parse(orchestrator->stats().ToJson());
+    const tandem::PrecalcStats precalc = runtime.precalc_stats();
     if (precalc.policy != "off") out["precalc"] = nlohmann::json::parse(precalc.ToJson());
     std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
-    const auto& tm = result->timing;
+    const auto& tm = result.timing;
     std::cout << std::endl;  // flushed before the stats line on stderr
     std::fprintf(stderr, "[%lld prompt tokens, %lld generated (%s); prefill %.1f ms (%.1f tok/s), decode %.1f tok/s]\n",
                  static_cast<long long>(tm.prompt_tokens), static_cast<long long>(tm.generated_tokens),
-                 std::string(tandem::FinishReasonName(result->finish_reason)).c_str(), tm.prefill_ms,
+                 std::string(tandem::FinishReasonName(result.finish_reason)).c_str(), tm.prefill_ms,
                  tm.prefill_tokens_per_s, tm.decode_tokens_per_s);
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Generate text with a MoE model in this process.\n"
+                               "  tandem-generate --model DIR --prompt \"Once upon a time\" -n 32\n"
+                               "  tandem-generate --synthetic tiny:2 --synthetic_seed 7 --prompt \"Once upon a time\" -n 32");
+  absl::ParseCommandLine(argc, argv);
+  // Flag errors before any loading (a full synthetic model takes a while).
+  if (auto source = tandem::ModelSourceFromFlags(); !source.ok()) return Fail(source.status());
+  const bool has_text = !absl::GetFlag(FLAGS_prompt).empty();
+  const bool has_ids = !absl::GetFlag(FLAGS_prompt_ids).empty();
+  if (has_text == has_ids) return Fail(absl::InvalidArgumentError("give exactly one of --prompt or --prompt_ids"));
+
+  auto opened = tandem::OpenRuntimeFromFlags({});
+  if (!opened.ok()) return Fail(opened.status());
+  tandem::LocalRuntime& runtime = *opened->runtime;
+  auto request = RequestFromFlags(runtime.model(), has_text);
+  if (!request.ok()) return Fail(request.status());
+  const bool json = absl::GetFlag(FLAGS_json);
+  auto result = GenerateStreaming(runtime, *request, json, has_text);
+  if (!result.ok()) return Fail(result.status());
+  if (absl::Status recorded = runtime.FinishRecording(); !recorded.ok()) return Fail(recorded);
+  PrintRuntimeStats(runtime, opened->remote.get(), json);
+  PrintResult(*result, runtime, json);
   return 0;
 }

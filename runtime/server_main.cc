@@ -33,6 +33,7 @@
 #include "runtime/runtime_flags.h"
 #include "common/base/log.h"
 #include "common/base/runtime_dir.h"
+#include "common/base/status_macros.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/scheduler.h"
 
@@ -53,71 +54,48 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
-// A unix socket's file: its folder made, a stale file from a dead server removed.
-absl::Status PrepareUnixSocket(const std::string& address, std::vector<std::filesystem::path>* created) {
-  std::string path = address.substr(5);
-  if (absl::StartsWith(path, "//")) path = path.substr(2);
-  const std::filesystem::path socket(path);
-  std::error_code error;
-  if (socket.has_parent_path()) std::filesystem::create_directories(socket.parent_path(), error);
-  if (error) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--listen ", address, ": cannot create ", socket.parent_path().string(), ": ", error.message()));
-  }
-  std::filesystem::remove(socket, error);
-  created->push_back(socket);
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Serve a MoE model over gRPC (tandem.v1.Inference).\n"
-                               "  tandem-server --model models/demo [--listen unix:/path.sock,127.0.0.1:50051]\n"
-                               "  tandem-server --synthetic mixtral-8x7b --synthetic_seed 1 [--workers ...]");
-  absl::ParseCommandLine(argc, argv);
-  // Every thread started from here on inherits this mask; main waits for
-  // the signals itself.
+// Blocks SIGINT and SIGTERM: every thread started from here on inherits the
+// mask, and main waits for the signals itself.
+sigset_t BlockShutdownSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  if (absl::GetFlag(FLAGS_exit_with_parent)) prctl(PR_SET_PDEATHSIG, SIGTERM);
+  return signals;
+}
 
+// The server's own flags, checked before anything is loaded.
+struct ServerSettings {
+  std::string listen;
+  tandem::SchedulerOptions scheduler;
+};
+
+absl::StatusOr<ServerSettings> SettingsFromFlags() {
   // --model / --synthetic / --synthetic_seed are runtime_flags.cc's; checked first, so
   // a bad one fails before anything is loaded or generated.
-  if (auto source = tandem::ModelSourceFromFlags(); !source.ok()) return Fail(source.status());
-  std::string listen = absl::GetFlag(FLAGS_listen);
-  if (listen.empty()) listen = tandem::DefaultServerAddress();
+  if (auto source = tandem::ModelSourceFromFlags(); !source.ok()) return source.status();
+  ServerSettings settings;
+  settings.listen = absl::GetFlag(FLAGS_listen);
+  if (settings.listen.empty()) settings.listen = tandem::DefaultServerAddress();
   if (absl::GetFlag(FLAGS_kv_cache_tokens) < 1 || absl::GetFlag(FLAGS_kv_block_size) < 1) {
-    return Fail(absl::InvalidArgumentError("--kv_cache_tokens and --kv_block_size must be >= 1"));
+    return absl::InvalidArgumentError("--kv_cache_tokens and --kv_block_size must be >= 1");
   }
-  tandem::SchedulerOptions scheduler_options;
-  scheduler_options.max_sequences = absl::GetFlag(FLAGS_max_sequences);
-  scheduler_options.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
-  scheduler_options.max_waiting = absl::GetFlag(FLAGS_max_waiting);
-  if (absl::Status status = scheduler_options.Validate(); !status.ok()) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat("--", status.message())));
+  settings.scheduler.max_sequences = absl::GetFlag(FLAGS_max_sequences);
+  settings.scheduler.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  settings.scheduler.max_waiting = absl::GetFlag(FLAGS_max_waiting);
+  if (absl::Status status = settings.scheduler.Validate(); !status.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", status.message()));
   }
+  return settings;
+}
 
-  // Threads, CPU workers, the orchestrator, pre-calculation and recording:
-  // the flags tandem-generate takes too (runtime/runtime_flags.h).
-  tandem::LocalRuntimeOptions runtime_options;
-  runtime_options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
-  runtime_options.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
-  auto opened = tandem::OpenRuntimeFromFlags(runtime_options);
-  if (!opened.ok()) return Fail(opened.status());
-  std::unique_ptr<tandem::RemoteExpertExecutor>& remote = opened->remote;
-  std::unique_ptr<tandem::LocalRuntime>* runtime = &opened->runtime;
-  auto scheduler = tandem::Scheduler::Create(&(*runtime)->model(), &(*runtime)->engine(), &(*runtime)->kv_pool(),
-                                             scheduler_options);
-  if (!scheduler.ok()) return Fail(scheduler.status());
-
+// What Info and Health report: where the experts run, the orchestrator's and
+// precalc's stats, the workers' health.
+tandem::InferenceServiceOptions ServiceOptions(tandem::LocalRuntime* rt, tandem::RemoteExpertExecutor* remote) {
   tandem::InferenceServiceOptions service_options;
-  service_options.model_dir = (*runtime)->model().origin;  // the folder, or "synthetic:PRESET:LAYERS seed N"
-  service_options.kv_cache_tokens = (*runtime)->kv_pool().max_blocks() * (*runtime)->kv_pool().options().block_size;
-  tandem::LocalRuntime* rt = runtime->get();
+  service_options.model_dir = rt->model().origin;  // the folder, or "synthetic:PRESET:LAYERS seed N"
+  service_options.kv_cache_tokens = rt->kv_pool().max_blocks() * rt->kv_pool().options().block_size;
   service_options.placement_summary =
       absl::StrCat(rt->backend_name(), "; ",
                    remote ? absl::StrCat("experts on CPU workers: ", remote->Summary())
@@ -136,10 +114,9 @@ int main(int argc, char** argv) {
     };
   }
   if (remote) {
-    tandem::RemoteExpertExecutor* executor = remote.get();
-    service_options.worker_health = [executor] {
+    service_options.worker_health = [remote] {
       std::vector<tandem::WorkerHealthInfo> out;
-      for (const tandem::RemoteWorkerStats& w : executor->stats()) {
+      for (const tandem::RemoteWorkerStats& w : remote->stats()) {
         // Every failure is followed by a reconnect once the worker is back.
         out.push_back({w.address, w.failures <= w.reconnects,
                        absl::StrCat(w.transport, ": ", w.calls, " calls, ", w.failures, " failures, ", w.reconnects,
@@ -148,12 +125,37 @@ int main(int argc, char** argv) {
       return out;
     };
   }
-  tandem::InferenceService service(&(*runtime)->model(), scheduler->get(), service_options);
+  return service_options;
+}
 
+// A unix socket's file: its folder made, a stale file from a dead server removed.
+absl::Status PrepareUnixSocket(const std::string& address, std::vector<std::filesystem::path>* created) {
+  std::string path = address.substr(5);
+  if (absl::StartsWith(path, "//")) path = path.substr(2);
+  const std::filesystem::path socket(path);
+  std::error_code error;
+  if (socket.has_parent_path()) std::filesystem::create_directories(socket.parent_path(), error);
+  if (error) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen ", address, ": cannot create ", socket.parent_path().string(), ": ", error.message()));
+  }
+  std::filesystem::remove(socket, error);
+  created->push_back(socket);
+  return absl::OkStatus();
+}
+
+// The gRPC server serving `service` (and grpc.health.v1.Health) on every
+// --listen address: unix:/path, host:port, or a bare port (TCP on localhost).
+struct Listening {
+  std::unique_ptr<grpc::Server> server;
+  std::vector<std::string> addresses;
+  std::vector<std::filesystem::path> sockets;  // unix sockets' files, removed at shutdown
+};
+
+absl::StatusOr<Listening> Listen(const std::string& listen, grpc::Service* service) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  std::vector<std::filesystem::path> sockets;
-  std::vector<std::string> addresses;
+  Listening out;
   for (absl::string_view part : absl::StrSplit(listen, ',', absl::SkipWhitespace())) {
     std::string address(part);
     // A bare port (50051 or :50051) means TCP on localhost only.
@@ -162,43 +164,82 @@ int main(int argc, char** argv) {
       address = absl::StrCat("127.0.0.1:", port);
     }
     if (absl::StartsWith(address, "unix:")) {
-      if (absl::Status status = PrepareUnixSocket(address, &sockets); !status.ok()) return Fail(status);
+      TANDEM_RETURN_IF_ERROR(PrepareUnixSocket(address, &out.sockets));
     } else if (address.find(':') == std::string::npos) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("--listen: \"", address, "\" is neither unix:/path nor host:port")));
+      return absl::InvalidArgumentError(absl::StrCat("--listen: \"", address, "\" is neither unix:/path nor host:port"));
     }
     builder.AddListeningPort(address, grpc::InsecureServerCredentials());
-    addresses.push_back(address);
+    out.addresses.push_back(address);
   }
-  if (addresses.empty()) return Fail(absl::InvalidArgumentError("--listen: no address given"));
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr) {
-    return Fail(absl::UnavailableError(absl::StrCat("could not listen on ", listen,
-                                                    " (address in use, or the folder is not writable?)")));
+  if (out.addresses.empty()) return absl::InvalidArgumentError("--listen: no address given");
+  builder.RegisterService(service);
+  out.server = builder.BuildAndStart();
+  if (out.server == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("could not listen on ", listen, " (address in use, or the folder is not writable?)"));
   }
-  server->GetHealthCheckService()->SetServingStatus(true);
-  const tandem::Model& m = (*runtime)->model();
+  out.server->GetHealthCheckService()->SetServingStatus(true);
+  return out;
+}
+
+void LogServing(tandem::LocalRuntime& runtime, const tandem::InferenceServiceOptions& service_options,
+                const tandem::SchedulerOptions& scheduler_options, const std::vector<std::string>& addresses) {
+  const tandem::Model& m = runtime.model();
   LOG_INFO("tandem-server: model ", m.origin, " (", m.config.architecture_name, ", ", m.config.num_hidden_layers,
            " layers, ", m.config.num_local_experts, " experts, top-", m.config.num_experts_per_tok, ")");
   LOG_INFO("tandem-server: ", service_options.placement_summary);
   LOG_INFO("tandem-server: KV cache ", service_options.kv_cache_tokens, " tokens in blocks of ",
-           (*runtime)->kv_pool().options().block_size, " (", (*runtime)->kv_pool().bytes_per_block(),
+           runtime.kv_pool().options().block_size, " (", runtime.kv_pool().bytes_per_block(),
            " bytes each), max_sequences ", scheduler_options.max_sequences, ", max_batch_tokens ",
            scheduler_options.max_batch_tokens);
   LOG_INFO("tandem-server: listening on ", absl::StrJoin(addresses, ","));
+}
 
+// Waits for SIGINT or SIGTERM, then stops serving: in-flight calls get a
+// moment to finish; the scheduler then fails what is left.
+void ServeUntilSignal(const sigset_t& signals, Listening& listening, std::unique_ptr<tandem::Scheduler>& scheduler) {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   LOG_INFO("tandem-server: signal ", signal_number, ", shutting down");
-  server->GetHealthCheckService()->SetServingStatus(false);
-  // In-flight calls get a moment to finish; the scheduler then fails what is left.
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(3));
-  server.reset();
-  scheduler->reset();
-  for (const auto& socket : sockets) {
+  listening.server->GetHealthCheckService()->SetServingStatus(false);
+  listening.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  listening.server.reset();
+  scheduler.reset();
+  for (const auto& socket : listening.sockets) {
     std::error_code error;
     std::filesystem::remove(socket, error);
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("Serve a MoE model over gRPC (tandem.v1.Inference).\n"
+                               "  tandem-server --model models/demo [--listen unix:/path.sock,127.0.0.1:50051]\n"
+                               "  tandem-server --synthetic mixtral-8x7b --synthetic_seed 1 [--workers ...]");
+  absl::ParseCommandLine(argc, argv);
+  const sigset_t signals = BlockShutdownSignals();
+  if (absl::GetFlag(FLAGS_exit_with_parent)) prctl(PR_SET_PDEATHSIG, SIGTERM);
+  auto settings = SettingsFromFlags();
+  if (!settings.ok()) return Fail(settings.status());
+
+  // Threads, CPU workers, the orchestrator, pre-calculation and recording:
+  // the flags tandem-generate takes too (runtime/runtime_flags.h).
+  tandem::LocalRuntimeOptions runtime_options;
+  runtime_options.kv_cache_tokens = absl::GetFlag(FLAGS_kv_cache_tokens);
+  runtime_options.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
+  auto opened = tandem::OpenRuntimeFromFlags(runtime_options);
+  if (!opened.ok()) return Fail(opened.status());
+  tandem::LocalRuntime& runtime = *opened->runtime;
+  auto scheduler =
+      tandem::Scheduler::Create(&runtime.model(), &runtime.engine(), &runtime.kv_pool(), settings->scheduler);
+  if (!scheduler.ok()) return Fail(scheduler.status());
+
+  const tandem::InferenceServiceOptions service_options = ServiceOptions(&runtime, opened->remote.get());
+  tandem::InferenceService service(&runtime.model(), scheduler->get(), service_options);
+  auto listening = Listen(settings->listen, &service);
+  if (!listening.ok()) return Fail(listening.status());
+  LogServing(runtime, service_options, settings->scheduler, listening->addresses);
+  ServeUntilSignal(signals, *listening, *scheduler);
   return 0;
 }

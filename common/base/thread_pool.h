@@ -47,8 +47,12 @@ class ThreadPool {
 
   const int num_threads_;
   std::vector<std::thread> threads_;
-  std::mutex call_mutex_;  // one ParallelFor at a time
+  // One ParallelFor at a time: it guards no member, it serialises the
+  // callers of the per-loop state below.
+  std::mutex call_mutex_;
 
+  // Orders the loop's arguments and the sleeps and wake-ups. The atomics are
+  // read without it (the workers spin on generation_ before sleeping).
   std::mutex mutex_;
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;
@@ -56,6 +60,9 @@ class ThreadPool {
   std::atomic<int> pending_workers_{0};  // workers still inside this generation
   std::atomic<bool> stop_{false};
 
+  // The loop's arguments. Not ABSL_GUARDED_BY: written under mutex_ before
+  // generation_ is bumped, then read without it by that generation's
+  // workers (the bump's release, or the mutex, orders the writes first).
   const std::function<void(int64_t, int)>* fn_ = nullptr;
   int64_t num_tasks_ = 0;
   std::atomic<int64_t> next_task_{0};

@@ -8,13 +8,13 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/log.h"
+#include "common/base/parallel_status.h"
 #include "common/base/status_macros.h"
 #include "dnnl.hpp"
 
@@ -537,26 +537,6 @@ absl::Status OneDnnSlice(const LinearWeight& w, const LinearSliceArgs& a) {
   return absl::OkStatus();
 }
 
-// Keeps the first error of a parallel loop; later tasks see failed() and skip.
-class FirstError {
- public:
-  void Record(absl::Status status) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (status_.ok()) status_ = std::move(status);
-    failed_.store(true, std::memory_order_relaxed);
-  }
-  bool failed() const { return failed_.load(std::memory_order_relaxed); }
-  absl::Status status() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return status_;
-  }
-
- private:
-  std::mutex mutex_;
-  absl::Status status_;
-  std::atomic<bool> failed_{false};
-};
-
 }  // namespace
 
 std::string_view LinearPathName(LinearPath path) {
@@ -695,17 +675,7 @@ absl::Status Linear(const float* x, int64_t m, const LinearWeight& w, const floa
     task_args.n_end = std::min(task_args.n_begin + features, w.n);
     return LinearSlice(w, task_args, options);
   };
-  if (pool == nullptr || tasks == 1) {
-    for (int64_t task = 0; task < tasks; ++task) TANDEM_RETURN_IF_ERROR(slice(task));
-    return absl::OkStatus();
-  }
-  FirstError error;
-  pool->ParallelFor(tasks, [&](int64_t task, int) {
-    if (error.failed()) return;
-    absl::Status status = slice(task);
-    if (!status.ok()) error.Record(std::move(status));
-  });
-  return error.status();
+  return ParallelTasks(pool, tasks, slice);
 }
 
 }  // namespace tandem

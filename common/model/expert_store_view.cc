@@ -23,22 +23,9 @@ int64_t MatrixBytes(int64_t rows, int64_t cols, int64_t element_bytes, uint64_t 
   return bytes > limit ? -1 : static_cast<int64_t>(bytes);
 }
 
-}  // namespace
-
-const ExpertWeights* ExpertStoreIndex::Find(int layer, int expert) const {
-  if (layer < 0 || layer >= info.num_layers || expert < 0 || expert >= info.num_experts) return nullptr;
-  const int32_t i =
-      by_expert[static_cast<size_t>(layer) * static_cast<size_t>(info.num_experts) + static_cast<size_t>(expert)];
-  return i < 0 ? nullptr : &weights[static_cast<size_t>(i)];
-}
-
-const ExpertSlice* ExpertStoreIndex::FindSlice(int layer, int expert) const {
-  const ExpertWeights* found = Find(layer, expert);
-  return found == nullptr ? nullptr : &slices[static_cast<size_t>(found - weights.data())];
-}
-
-absl::StatusOr<ExpertStoreIndex> IndexExpertStoreRegion(const void* base, size_t bytes,
-                                                        const std::string& region_name) {
+// The header of a region of `bytes` at `base`, checked field by field: the
+// magic (acquired), version, sizes and the table's and data's bounds.
+absl::StatusOr<const ExpertStoreHeader*> CheckHeader(const void* base, size_t bytes, const std::string& region_name) {
   if (base == nullptr || bytes < sizeof(ExpertStoreHeader))
     return Corrupt(region_name,
                    absl::StrCat(bytes, " bytes, smaller than its ", sizeof(ExpertStoreHeader), "-byte header"));
@@ -85,64 +72,93 @@ absl::StatusOr<ExpertStoreIndex> IndexExpertStoreRegion(const void* base, size_t
       header->data_offset % kExpertStoreAlignment != 0)
     return Corrupt(region_name, absl::StrCat("data_offset ", header->data_offset, " (table ends at ", table_end,
                                              ", region ", bytes, " bytes, alignment ", kExpertStoreAlignment, ")"));
+  return header;
+}
 
+ExpertStoreInfo InfoOf(const ExpertStoreHeader& header) {
+  return ExpertStoreInfo{.dtype = static_cast<DType>(header.dtype),
+                         .hidden_size = header.hidden_size,
+                         .intermediate_size = header.intermediate_size,
+                         .num_layers = header.num_layers,
+                         .num_experts = header.num_experts,
+                         .division = static_cast<ExpertDivision>(header.division),
+                         .worker_index = header.worker_index,
+                         .num_workers = header.num_workers,
+                         .config_hash = header.config_hash,
+                         .tensors_hash = header.tensors_hash};
+}
+
+// Table entry i, checked (in range, in (layer, expert) order after
+// *previous_key, its rows and matrices inside the data), into `index`.
+absl::Status AddSlice(const void* base, size_t bytes, const std::string& region_name, const ExpertStoreHeader& header,
+                      uint64_t i, const ExpertStoreEntry& entry, int64_t* previous_key, ExpertStoreIndex* index) {
+  const int64_t element_bytes = static_cast<int64_t>(DTypeSize(index->info.dtype));
+  const int64_t hidden = header.hidden_size;
+  const std::string where = absl::StrCat("slice ", i, " (layer ", entry.layer, " expert ", entry.expert, ")");
+  if (entry.layer < 0 || entry.layer >= header.num_layers || entry.expert < 0 || entry.expert >= header.num_experts)
+    return Corrupt(region_name, absl::StrCat(where, " is outside ", header.num_layers, " layers x ", header.num_experts,
+                                             " experts"));
+  const int64_t key = int64_t{entry.layer} * header.num_experts + entry.expert;
+  if (key <= *previous_key)
+    return Corrupt(region_name, absl::StrCat(where, " is out of (layer, expert) order or repeated"));
+  *previous_key = key;
+  if (entry.intermediate_begin < 0 || entry.intermediate_begin >= entry.intermediate_end ||
+      entry.intermediate_end > header.intermediate_size)
+    return Corrupt(region_name, absl::StrCat(where, " has rows [", entry.intermediate_begin, ", ", entry.intermediate_end,
+                                             ") outside [0, ", header.intermediate_size, ")"));
+  const int64_t rows = entry.intermediate_end - entry.intermediate_begin;
+  const int64_t matrix_bytes = MatrixBytes(rows, hidden, element_bytes, bytes);
+  if (matrix_bytes < 0)
+    return Corrupt(region_name, absl::StrCat(where, " has [", rows, ", ", hidden, "] matrices larger than the region"));
+  const std::pair<const char*, uint64_t> matrices[] = {
+      {"w1", entry.w1_offset}, {"w3", entry.w3_offset}, {"w2", entry.w2_offset}};
+  for (const auto& [name, offset] : matrices) {
+    if (offset < header.data_offset || offset % kExpertStoreAlignment != 0 || offset > bytes ||
+        static_cast<uint64_t>(matrix_bytes) > bytes - offset)
+      return Corrupt(region_name, absl::StrCat(where, " ", name, "_offset ", offset, " + ", matrix_bytes,
+                                               " bytes is outside the data [", header.data_offset, ", ", bytes,
+                                               ") or not ", kExpertStoreAlignment, "-aligned"));
+  }
+  const char* data = static_cast<const char*>(base);
+  ExpertWeights weights;
+  weights.w1 = LinearWeight{data + entry.w1_offset, index->info.dtype, rows, hidden};
+  weights.w3 = LinearWeight{data + entry.w3_offset, index->info.dtype, rows, hidden};
+  weights.w2 = LinearWeight{data + entry.w2_offset, index->info.dtype, hidden, rows};
+  index->by_expert[static_cast<size_t>(key)] = static_cast<int32_t>(index->slices.size());
+  index->slices.push_back(ExpertSlice{entry.layer, entry.expert, entry.intermediate_begin, entry.intermediate_end});
+  index->weights.push_back(weights);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const ExpertWeights* ExpertStoreIndex::Find(int layer, int expert) const {
+  if (layer < 0 || layer >= info.num_layers || expert < 0 || expert >= info.num_experts) return nullptr;
+  const int32_t i =
+      by_expert[static_cast<size_t>(layer) * static_cast<size_t>(info.num_experts) + static_cast<size_t>(expert)];
+  return i < 0 ? nullptr : &weights[static_cast<size_t>(i)];
+}
+
+const ExpertSlice* ExpertStoreIndex::FindSlice(int layer, int expert) const {
+  const ExpertWeights* found = Find(layer, expert);
+  return found == nullptr ? nullptr : &slices[static_cast<size_t>(found - weights.data())];
+}
+
+absl::StatusOr<ExpertStoreIndex> IndexExpertStoreRegion(const void* base, size_t bytes,
+                                                        const std::string& region_name) {
+  TANDEM_ASSIGN_OR_RETURN(const ExpertStoreHeader* header, CheckHeader(base, bytes, region_name));
   ExpertStoreIndex index;
-  index.info = ExpertStoreInfo{.dtype = static_cast<DType>(header->dtype),
-                               .hidden_size = header->hidden_size,
-                               .intermediate_size = header->intermediate_size,
-                               .num_layers = header->num_layers,
-                               .num_experts = header->num_experts,
-                               .division = static_cast<ExpertDivision>(header->division),
-                               .worker_index = header->worker_index,
-                               .num_workers = header->num_workers,
-                               .config_hash = header->config_hash,
-                               .tensors_hash = header->tensors_hash};
-  const int64_t element_bytes = static_cast<int64_t>(DTypeSize(index.info.dtype));
-  const int64_t hidden = header->hidden_size;
+  index.info = InfoOf(*header);
+  const uint64_t max_slices = int64_t{header->num_layers} * header->num_experts;
   index.by_expert.assign(static_cast<size_t>(max_slices), -1);
   index.slices.reserve(static_cast<size_t>(header->slice_count));
   index.weights.reserve(static_cast<size_t>(header->slice_count));
-
   const auto* table = reinterpret_cast<const ExpertStoreEntry*>(static_cast<const char*>(base) + header->table_offset);
   int64_t previous_key = -1;
   for (uint64_t i = 0; i < header->slice_count; ++i) {
     ExpertStoreEntry entry;
     std::memcpy(&entry, &table[i], sizeof(entry));  // the table is only 8-byte aligned; copy, don't alias
-    const std::string where = absl::StrCat("slice ", i, " (layer ", entry.layer, " expert ", entry.expert, ")");
-    if (entry.layer < 0 || entry.layer >= header->num_layers || entry.expert < 0 || entry.expert >= header->num_experts)
-      return Corrupt(region_name, absl::StrCat(where, " is outside ", header->num_layers, " layers x ",
-                                               header->num_experts, " experts"));
-    const int64_t key = int64_t{entry.layer} * header->num_experts + entry.expert;
-    if (key <= previous_key)
-      return Corrupt(region_name, absl::StrCat(where, " is out of (layer, expert) order or repeated"));
-    previous_key = key;
-    if (entry.intermediate_begin < 0 || entry.intermediate_begin >= entry.intermediate_end ||
-        entry.intermediate_end > header->intermediate_size)
-      return Corrupt(region_name,
-                     absl::StrCat(where, " has rows [", entry.intermediate_begin, ", ", entry.intermediate_end,
-                                  ") outside [0, ", header->intermediate_size, ")"));
-    const int64_t rows = entry.intermediate_end - entry.intermediate_begin;
-    const int64_t matrix_bytes = MatrixBytes(rows, hidden, element_bytes, bytes);
-    if (matrix_bytes < 0)
-      return Corrupt(region_name,
-                     absl::StrCat(where, " has [", rows, ", ", hidden, "] matrices larger than the region"));
-    const std::pair<const char*, uint64_t> matrices[] = {
-        {"w1", entry.w1_offset}, {"w3", entry.w3_offset}, {"w2", entry.w2_offset}};
-    for (const auto& [name, offset] : matrices) {
-      if (offset < header->data_offset || offset % kExpertStoreAlignment != 0 || offset > bytes ||
-          static_cast<uint64_t>(matrix_bytes) > bytes - offset)
-        return Corrupt(region_name, absl::StrCat(where, " ", name, "_offset ", offset, " + ", matrix_bytes,
-                                                 " bytes is outside the data [", header->data_offset, ", ", bytes,
-                                                 ") or not ", kExpertStoreAlignment, "-aligned"));
-    }
-    const char* data = static_cast<const char*>(base);
-    ExpertWeights weights;
-    weights.w1 = LinearWeight{data + entry.w1_offset, index.info.dtype, rows, hidden};
-    weights.w3 = LinearWeight{data + entry.w3_offset, index.info.dtype, rows, hidden};
-    weights.w2 = LinearWeight{data + entry.w2_offset, index.info.dtype, hidden, rows};
-    index.by_expert[static_cast<size_t>(key)] = static_cast<int32_t>(index.slices.size());
-    index.slices.push_back(ExpertSlice{entry.layer, entry.expert, entry.intermediate_begin, entry.intermediate_end});
-    index.weights.push_back(weights);
+    TANDEM_RETURN_IF_ERROR(AddSlice(base, bytes, region_name, *header, i, entry, &previous_key, &index));
   }
   return index;
 }

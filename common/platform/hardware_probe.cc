@@ -13,6 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/clock.h"
 
 namespace tandem {
 namespace {
@@ -26,8 +27,6 @@ AlignedFloats AllocateFloats(int64_t count) {
   const size_t bytes = (static_cast<size_t>(count) * sizeof(float) + 4095) / 4096 * 4096;
   return AlignedFloats(static_cast<float*>(std::aligned_alloc(4096, bytes)));
 }
-
-double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 // Runs fn(begin, end) over [0, count) in chunks of `chunk` on the pool.
 template <typename Fn>
@@ -97,7 +96,7 @@ absl::StatusOr<MemoryBandwidth> MeasureMemoryBandwidth(ThreadPool* pool,
       for (int64_t i = begin; i < end; i += 8)
         _mm256_store_ps(pa + i, _mm256_fmadd_ps(scalar, _mm256_load_ps(pc + i), _mm256_load_ps(pb + i)));
     });
-    best_s = std::min(best_s, Seconds(std::chrono::steady_clock::now() - start));
+    best_s = std::min(best_s, SecondsSince(start));
   }
   if (pa[n - 1] != 7.0f) return absl::InternalError("triad produced a wrong result");
 
@@ -121,7 +120,7 @@ absl::StatusOr<MemoryBandwidth> MeasureMemoryBandwidth(ThreadPool* pool,
       sums[begin / kChunk] =
           lanes[0] + lanes[1] + lanes[2] + lanes[3] + lanes[4] + lanes[5] + lanes[6] + lanes[7];
     });
-    best_read_s = std::min(best_read_s, Seconds(std::chrono::steady_clock::now() - start));
+    best_read_s = std::min(best_read_s, SecondsSince(start));
   }
   if (!(sums[0] > 0)) return absl::InternalError("read stream produced a wrong result");
 
@@ -200,7 +199,7 @@ absl::StatusOr<FmaPeak> MeasureF32FmaPeak(ThreadPool* pool, const FmaPeakOptions
     } else {
       pool->ParallelFor(tasks, task_fn);
     }
-    best_s = std::min(best_s, Seconds(std::chrono::steady_clock::now() - start));
+    best_s = std::min(best_s, SecondsSince(start));
   }
   const double flops = 2.0 * 8.0 * 12.0 * static_cast<double>(iterations) * static_cast<double>(tasks);
   FmaPeak result;

@@ -291,6 +291,22 @@ static void SortBySizeDescending(const LayerPlanInput& input, std::vector<int>* 
   });
 }
 
+// The absent experts a policy wants on the GPU: with fewer staging buffers
+// (max_new_migrations) than candidates, the largest batches get them, in
+// copy order; the rest run on the CPU.
+static void MigrateLargest(const LayerPlanInput& input, std::vector<int>* absent, LayerPlan* plan) {
+  SortBySizeDescending(input, absent);
+  for (size_t i = 0; i < absent->size(); ++i) {
+    const size_t e = static_cast<size_t>((*absent)[i]);
+    if (static_cast<int64_t>(i) < input.max_new_migrations) {
+      plan->experts[e].placement = ExpertPlacement::kMigrateThenGpu;
+      plan->migrations.push_back((*absent)[i]);
+    } else {
+      plan->experts[e].placement = ExpertPlacement::kCpu;
+    }
+  }
+}
+
 // Fiddler (ICLR 2025) Algorithm 1. is_at_gpu is "resident"; an expert whose
 // copy is already in flight (only cache policies make those; Fiddler's
 // placement is static) is treated the same way with trans_lat() replaced by
@@ -313,17 +329,7 @@ void Planner::PlanThreshold(const LayerPlanInput& input, const CostModel& cost, 
       plan->experts[e].placement = ExpertPlacement::kCpu;
     }
   }
-  SortBySizeDescending(input, &absent_);
-  // With fewer staging buffers than candidates, the largest batches get them.
-  for (size_t i = 0; i < absent_.size(); ++i) {
-    const size_t e = static_cast<size_t>(absent_[i]);
-    if (static_cast<int64_t>(i) < input.max_new_migrations) {
-      plan->experts[e].placement = ExpertPlacement::kMigrateThenGpu;
-      plan->migrations.push_back(absent_[i]);
-    } else {
-      plan->experts[e].placement = ExpertPlacement::kCpu;
-    }
-  }
+  MigrateLargest(input, &absent_, plan);
 }
 
 // On-demand offloading (DeepSpeed-MII, Mixtral-Offloading, MoE-OnDemand):
@@ -340,16 +346,7 @@ void Planner::PlanGpuOnly(const LayerPlanInput& input, LayerPlan* plan) {
       absent_.push_back(static_cast<int>(e));
     }
   }
-  SortBySizeDescending(input, &absent_);
-  for (size_t i = 0; i < absent_.size(); ++i) {
-    const size_t e = static_cast<size_t>(absent_[i]);
-    if (static_cast<int64_t>(i) < input.max_new_migrations) {
-      plan->experts[e].placement = ExpertPlacement::kMigrateThenGpu;
-      plan->migrations.push_back(absent_[i]);
-    } else {
-      plan->experts[e].placement = ExpertPlacement::kCpu;
-    }
-  }
+  MigrateLargest(input, &absent_, plan);
 }
 
 // llama.cpp-like: what is on the GPU runs there, everything else on the CPU
@@ -361,6 +358,23 @@ void Planner::PlanCpuOnly(const LayerPlanInput& input, LayerPlan* plan) {
     }
   }
 }
+
+// One PlanMakespan call's constants, and the best plan found so far.
+struct Planner::MakespanScan {
+  const LayerPlanInput& input;
+  const CostModel& cost;
+  int num_workers = 1;
+  bool split = true;
+  double share = 1;        // a worker's part of an expert's CPU compute
+  double row_bytes = 0;    // activation bytes of one row
+  double migrate_us = 0;   // one copy
+  double copy_free = 0;    // when this plan's copies can start
+  double resident_us = 0;  // T_gpu of the residents, which run first
+  int num_pullable = 0;    // absent experts that may be migrated
+  int num_enumerated = 0;  // in-flight experts whose wait-or-CPU choice is enumerated
+  double best = kInf;      // the least makespan found
+  uint32_t best_mask = 0;  // its waited in-flight experts (best_pulled_: its pulls)
+};
 
 // The makespan policy: choose which non-resident experts run on the GPU so
 // that max(T_gpu, max_w T_cpu_w) is least.
@@ -419,21 +433,33 @@ void Planner::PlanCpuOnly(const LayerPlanInput& input, LayerPlan* plan) {
 // tests/planner_test.cc checks this against brute force over every
 // assignment on small random layers, split and shard.
 void Planner::PlanMakespan(const LayerPlanInput& input, const CostModel& cost, LayerPlan* plan) {
-  const int num_workers = options_.num_cpu_workers;
-  const bool split = options_.division == ExpertDivision::kSplit;
-  const double share = split ? 1.0 / num_workers : 1.0;
-  const double row_bytes = static_cast<double>(cost.params().activation_row_bytes);
-  const double migrate_us = cost.MigrateUs();
-  const double copy_free = CopyEngineFree(input);
+  MakespanScan m{.input = input, .cost = cost};
+  StartMakespan(m);
+  best_pulled_.clear();
+  for (uint32_t mask = 0; mask < (1u << m.num_enumerated); ++mask) ScanPulls(m, mask);
+  ApplyMakespan(m, plan);
+}
+
+// The constants; the active experts by residency (absent_ by s descending,
+// inflight_ by ETA); for shard, the absent ones grouped by owner, each group
+// still by s descending (a stable partition of the sorted list).
+void Planner::StartMakespan(MakespanScan& m) {
+  const LayerPlanInput& input = m.input;
+  const CostModel& cost = m.cost;
+  m.num_workers = options_.num_cpu_workers;
+  m.split = options_.division == ExpertDivision::kSplit;
+  m.share = m.split ? 1.0 / m.num_workers : 1.0;
+  m.row_bytes = static_cast<double>(cost.params().activation_row_bytes);
+  m.migrate_us = cost.MigrateUs();
+  m.copy_free = CopyEngineFree(input);
 
   absent_.clear();
   inflight_.clear();
-  double resident_us = 0;
   for (size_t e = 0; e < input.rows.size(); ++e) {
     const int32_t s = input.rows[e];
     if (s == 0) continue;
     switch (input.residency[e].residency) {
-      case Residency::kResident: resident_us += cost.GpuUs(s); break;
+      case Residency::kResident: m.resident_us += cost.GpuUs(s); break;
       case Residency::kMigrating: inflight_.push_back(static_cast<int>(e)); break;
       case Residency::kAbsent: absent_.push_back(static_cast<int>(e)); break;
     }
@@ -444,12 +470,11 @@ void Planner::PlanMakespan(const LayerPlanInput& input, const CostModel& cost, L
     const double eb = input.residency[static_cast<size_t>(b)].migration_eta_us;
     return ea != eb ? ea < eb : a < b;
   });
-  const int num_pullable = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(absent_.size()), input.max_new_migrations));
-  const int num_enumerated = std::min(static_cast<int>(inflight_.size()), options_.max_enumerated_inflight);
+  m.num_pullable = static_cast<int>(std::min<int64_t>(static_cast<int64_t>(absent_.size()), input.max_new_migrations));
+  m.num_enumerated = std::min(static_cast<int>(inflight_.size()), options_.max_enumerated_inflight);
 
-  // Shard: the absent experts grouped by owner, each group still by s
-  // descending (a stable partition of the sorted list).
-  if (!split) {
+  if (!m.split) {
+    const int num_workers = m.num_workers;
     worker_begin_.assign(static_cast<size_t>(num_workers) + 1, 0);
     for (int e : absent_) ++worker_begin_[static_cast<size_t>(Owner(input, e)) + 1];
     for (int w = 0; w < num_workers; ++w) worker_begin_[static_cast<size_t>(w) + 1] += worker_begin_[static_cast<size_t>(w)];
@@ -457,100 +482,109 @@ void Planner::PlanMakespan(const LayerPlanInput& input, const CostModel& cost, L
     worker_queue_.resize(absent_.size());
     for (int e : absent_) worker_queue_[static_cast<size_t>(worker_next_[static_cast<size_t>(Owner(input, e))]++)] = e;
   }
-  load_us_.resize(static_cast<size_t>(num_workers));
-  bytes_.resize(static_cast<size_t>(num_workers));
+  load_us_.resize(static_cast<size_t>(m.num_workers));
+  bytes_.resize(static_cast<size_t>(m.num_workers));
+}
 
-  auto add_to_cpu = [&](int e, double sign) {
-    const int32_t s = input.rows[static_cast<size_t>(e)];
-    if (split) {
-      for (int w = 0; w < num_workers; ++w) {
-        load_us_[static_cast<size_t>(w)] += sign * share * cost.CpuUs(w, s);
-        bytes_[static_cast<size_t>(w)] += sign * s * row_bytes;
-      }
-    } else {
-      const int w = Owner(input, e);
-      load_us_[static_cast<size_t>(w)] += sign * cost.CpuUs(w, s);
-      bytes_[static_cast<size_t>(w)] += sign * s * row_bytes;
+// Expert e onto (sign +1) or off (sign -1) the CPU workers' loads.
+void Planner::AddToCpu(const MakespanScan& m, int e, double sign) {
+  const int32_t s = m.input.rows[static_cast<size_t>(e)];
+  if (m.split) {
+    for (int w = 0; w < m.num_workers; ++w) {
+      load_us_[static_cast<size_t>(w)] += sign * m.share * m.cost.CpuUs(w, s);
+      bytes_[static_cast<size_t>(w)] += sign * s * m.row_bytes;
     }
-  };
-  // max_w T_cpu_w, and which worker attains it (lowest index on ties).
-  auto cpu_max = [&](int* argmax) {
-    double best = 0;
-    *argmax = 0;
-    for (int w = 0; w < num_workers; ++w) {
-      const double t = CpuWorkerUs(cost, w, load_us_[static_cast<size_t>(w)], bytes_[static_cast<size_t>(w)]);
-      if (t > best) {
-        best = t;
-        *argmax = w;
-      }
-    }
-    return best;
-  };
-  auto waits = [&](uint32_t mask, size_t i) {
-    if (static_cast<int>(i) < num_enumerated) return ((mask >> i) & 1u) != 0;
-    // Beyond the enumerated ones: Fiddler's rule with the time left on the copy.
-    const int e = inflight_[i];
-    const int32_t s = input.rows[static_cast<size_t>(e)];
-    return cost.CpuExpertUs(s, options_.division, Owner(input, e)) >
-           cost.GpuUs(s) + input.residency[static_cast<size_t>(e)].migration_eta_us;
-  };
+  } else {
+    const int w = Owner(m.input, e);
+    load_us_[static_cast<size_t>(w)] += sign * m.cost.CpuUs(w, s);
+    bytes_[static_cast<size_t>(w)] += sign * s * m.row_bytes;
+  }
+}
 
-  double best = kInf;
-  uint32_t best_mask = 0;
-  best_pulled_.clear();
-  for (uint32_t mask = 0; mask < (1u << num_enumerated); ++mask) {
-    double gpu_us = resident_us;
-    std::fill(load_us_.begin(), load_us_.end(), 0.0);
-    std::fill(bytes_.begin(), bytes_.end(), 0.0);
-    for (size_t i = 0; i < inflight_.size(); ++i) {
-      const int e = inflight_[i];
-      if (waits(mask, i)) {
-        gpu_us = std::max(gpu_us, input.residency[static_cast<size_t>(e)].migration_eta_us) +
-                 cost.GpuUs(input.rows[static_cast<size_t>(e)]);
-      } else {
-        add_to_cpu(e, +1);
-      }
-    }
-    for (int e : absent_) add_to_cpu(e, +1);
-    if (!split) worker_next_.assign(worker_begin_.begin(), worker_begin_.end() - 1);
-
-    int max_worker = 0;
-    double cpu_us = cpu_max(&max_worker);
-    pulled_.clear();
-    if (Better(std::max(gpu_us, cpu_us), best)) {
-      best = std::max(gpu_us, cpu_us);
-      best_mask = mask;
-      best_pulled_.clear();
-    }
-    for (int k = 1; k <= num_pullable; ++k) {
-      int e;
-      if (split) {
-        e = absent_[static_cast<size_t>(k - 1)];
-      } else {
-        int& next = worker_next_[static_cast<size_t>(max_worker)];
-        if (next == worker_begin_[static_cast<size_t>(max_worker) + 1]) break;  // the max worker has nothing to give up
-        e = worker_queue_[static_cast<size_t>(next++)];
-      }
-      add_to_cpu(e, -1);
-      // Removing the last expert of a worker must leave exactly no traffic.
-      for (double& b : bytes_) {
-        if (b < 0.5) b = 0;
-      }
-      gpu_us = std::max(gpu_us, copy_free + k * migrate_us) + cost.GpuUs(input.rows[static_cast<size_t>(e)]);
-      pulled_.push_back(e);
-      if (!Better(gpu_us, best)) break;  // T_gpu only grows with k
-      cpu_us = cpu_max(&max_worker);
-      if (Better(std::max(gpu_us, cpu_us), best)) {
-        best = std::max(gpu_us, cpu_us);
-        best_mask = mask;
-        best_pulled_.assign(pulled_.begin(), pulled_.end());
-      }
+// max_w T_cpu_w, and which worker attains it (lowest index on ties).
+double Planner::CpuMax(const MakespanScan& m, int* argmax) const {
+  double best = 0;
+  *argmax = 0;
+  for (int w = 0; w < m.num_workers; ++w) {
+    const double t = CpuWorkerUs(m.cost, w, load_us_[static_cast<size_t>(w)], bytes_[static_cast<size_t>(w)]);
+    if (t > best) {
+      best = t;
+      *argmax = w;
     }
   }
+  return best;
+}
 
+// Whether in-flight expert inflight_[i] waits for its copy under `mask`.
+bool Planner::Waits(const MakespanScan& m, uint32_t mask, size_t i) const {
+  if (static_cast<int>(i) < m.num_enumerated) return ((mask >> i) & 1u) != 0;
+  // Beyond the enumerated ones: Fiddler's rule with the time left on the copy.
+  const int e = inflight_[i];
+  const int32_t s = m.input.rows[static_cast<size_t>(e)];
+  return m.cost.CpuExpertUs(s, options_.division, Owner(m.input, e)) >
+         m.cost.GpuUs(s) + m.input.residency[static_cast<size_t>(e)].migration_eta_us;
+}
+
+// One wait combination: the in-flight experts `mask` waits for run on the
+// GPU, the others and every absent one on the CPU; then k = 1, 2, ... absent
+// experts are pulled to the GPU (the claim above says which), keeping the
+// best makespan in m.
+void Planner::ScanPulls(MakespanScan& m, uint32_t mask) {
+  const LayerPlanInput& input = m.input;
+  double gpu_us = m.resident_us;
+  std::fill(load_us_.begin(), load_us_.end(), 0.0);
+  std::fill(bytes_.begin(), bytes_.end(), 0.0);
+  for (size_t i = 0; i < inflight_.size(); ++i) {
+    const int e = inflight_[i];
+    if (Waits(m, mask, i)) {
+      gpu_us = std::max(gpu_us, input.residency[static_cast<size_t>(e)].migration_eta_us) +
+               m.cost.GpuUs(input.rows[static_cast<size_t>(e)]);
+    } else {
+      AddToCpu(m, e, +1);
+    }
+  }
+  for (int e : absent_) AddToCpu(m, e, +1);
+  if (!m.split) worker_next_.assign(worker_begin_.begin(), worker_begin_.end() - 1);
+
+  int max_worker = 0;
+  double cpu_us = CpuMax(m, &max_worker);
+  pulled_.clear();
+  if (Better(std::max(gpu_us, cpu_us), m.best)) {
+    m.best = std::max(gpu_us, cpu_us);
+    m.best_mask = mask;
+    best_pulled_.clear();
+  }
+  for (int k = 1; k <= m.num_pullable; ++k) {
+    int e;
+    if (m.split) {
+      e = absent_[static_cast<size_t>(k - 1)];
+    } else {
+      int& next = worker_next_[static_cast<size_t>(max_worker)];
+      if (next == worker_begin_[static_cast<size_t>(max_worker) + 1]) break;  // the max worker has nothing to give up
+      e = worker_queue_[static_cast<size_t>(next++)];
+    }
+    AddToCpu(m, e, -1);
+    // Removing the last expert of a worker must leave exactly no traffic.
+    for (double& b : bytes_) {
+      if (b < 0.5) b = 0;
+    }
+    gpu_us = std::max(gpu_us, m.copy_free + k * m.migrate_us) + m.cost.GpuUs(input.rows[static_cast<size_t>(e)]);
+    pulled_.push_back(e);
+    if (!Better(gpu_us, m.best)) break;  // T_gpu only grows with k
+    cpu_us = CpuMax(m, &max_worker);
+    if (Better(std::max(gpu_us, cpu_us), m.best)) {
+      m.best = std::max(gpu_us, cpu_us);
+      m.best_mask = mask;
+      best_pulled_.assign(pulled_.begin(), pulled_.end());
+    }
+  }
+}
+
+// The best combination's placements and copies into `plan`.
+void Planner::ApplyMakespan(const MakespanScan& m, LayerPlan* plan) const {
   for (size_t i = 0; i < inflight_.size(); ++i) {
     plan->experts[static_cast<size_t>(inflight_[i])].placement =
-        waits(best_mask, i) ? ExpertPlacement::kGpuAfterInflight : ExpertPlacement::kCpu;
+        Waits(m, m.best_mask, i) ? ExpertPlacement::kGpuAfterInflight : ExpertPlacement::kCpu;
   }
   for (int e : absent_) plan->experts[static_cast<size_t>(e)].placement = ExpertPlacement::kCpu;
   for (int e : best_pulled_) {

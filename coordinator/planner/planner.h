@@ -129,6 +129,15 @@ class Planner {
   void PlanMakespan(const LayerPlanInput& input, const CostModel& cost, LayerPlan* plan);
   int Owner(const LayerPlanInput& input, int expert) const;
 
+  // PlanMakespan's steps.
+  struct MakespanScan;
+  void StartMakespan(MakespanScan& m);
+  void AddToCpu(const MakespanScan& m, int e, double sign);
+  double CpuMax(const MakespanScan& m, int* argmax) const;
+  bool Waits(const MakespanScan& m, uint32_t mask, size_t i) const;
+  void ScanPulls(MakespanScan& m, uint32_t mask);
+  void ApplyMakespan(const MakespanScan& m, LayerPlan* plan) const;
+
   PlannerOptions options_;
   // Scratch, kept between calls so that planning does not allocate.
   std::vector<int> absent_;           // absent active experts, by s descending

@@ -162,6 +162,101 @@ ordered_json TransferJson(const TransferCost& cost) {
   return out;
 }
 
+// "machine": the GPU, CPU and link the profile was measured on.
+absl::Status ReadMachine(const Reader& r, const json& root, HardwareProfile* p) {
+  TANDEM_ASSIGN_OR_RETURN(const json* machine, r.Object(root, "machine", "machine"));
+  TANDEM_ASSIGN_OR_RETURN(p->gpu, r.String(*machine, "gpu", "machine.gpu", true));
+  TANDEM_ASSIGN_OR_RETURN(p->cpu, r.String(*machine, "cpu", "machine.cpu", true));
+  TANDEM_ASSIGN_OR_RETURN(p->pcie, r.String(*machine, "pcie", "machine.pcie", false));
+  CollectSource(*machine, "machine", p);
+  return absl::OkStatus();
+}
+
+// "model": its shape, slots and the bytes an expert and a row move.
+absl::Status ReadModel(const Reader& r, const json& root, HardwareProfile* p) {
+  TANDEM_ASSIGN_OR_RETURN(const json* model, r.Object(root, "model", "model"));
+  TANDEM_ASSIGN_OR_RETURN(p->model.name, r.String(*model, "name", "model.name", true));
+  int64_t v = 0;
+  TANDEM_ASSIGN_OR_RETURN(v, r.Int(*model, "num_layers", "model.num_layers"));
+  if (v < 1) return r.Error("model.num_layers", "must be >= 1");
+  p->model.num_layers = static_cast<int>(v);
+  TANDEM_ASSIGN_OR_RETURN(v, r.Int(*model, "num_experts", "model.num_experts"));
+  if (v < 1) return r.Error("model.num_experts", "must be >= 1");
+  p->model.num_experts = static_cast<int>(v);
+  TANDEM_ASSIGN_OR_RETURN(v, r.Int(*model, "num_experts_per_token", "model.num_experts_per_token"));
+  if (v < 1 || v > p->model.num_experts) return r.Error("model.num_experts_per_token", "must be in [1, num_experts]");
+  p->model.num_experts_per_token = static_cast<int>(v);
+  TANDEM_ASSIGN_OR_RETURN(v, r.Int(*model, "gpu_expert_slots", "model.gpu_expert_slots"));
+  if (v < 0) return r.Error("model.gpu_expert_slots", "must be >= 0");
+  p->model.gpu_expert_slots = static_cast<int>(v);
+  TANDEM_ASSIGN_OR_RETURN(p->cost.expert_bytes, r.Int(*model, "expert_bytes", "model.expert_bytes"));
+  if (p->cost.expert_bytes < 1) return r.Error("model.expert_bytes", "must be >= 1");
+  TANDEM_ASSIGN_OR_RETURN(p->cost.activation_row_bytes,
+                          r.Int(*model, "activation_row_bytes", "model.activation_row_bytes"));
+  if (p->cost.activation_row_bytes < 1) return r.Error("model.activation_row_bytes", "must be >= 1");
+  CollectSource(*model, "model", p);
+  return absl::OkStatus();
+}
+
+// "cost_model.transports": by name (the workers refer to them so).
+absl::Status ReadTransports(const Reader& r, const json& cost, HardwareProfile* p) {
+  TANDEM_ASSIGN_OR_RETURN(const json* transports, r.Object(cost, "transports", "cost_model.transports"));
+  for (auto it = transports->begin(); it != transports->end(); ++it) {
+    const std::string path = absl::StrCat("cost_model.transports.", it.key());
+    if (!it->is_object()) return r.Error(path, "must be an object");
+    NamedTransferCost t;
+    t.name = it.key();
+    TANDEM_ASSIGN_OR_RETURN(t.cost, ReadTransfer(r, *it, path));
+    CollectSource(*it, path, p);
+    p->cost.transports.push_back(t);
+  }
+  if (p->cost.transports.empty()) return r.Error("cost_model.transports", "must name at least one transport");
+  return absl::OkStatus();
+}
+
+// "cost_model.cpu_workers": each one's transport (by name) and compute curve.
+absl::Status ReadCpuWorkers(const Reader& r, const json& cost, HardwareProfile* p) {
+  auto workers = cost.find("cpu_workers");
+  if (workers == cost.end() || workers->is_null()) return r.Error("cost_model.cpu_workers", "is missing");
+  if (!workers->is_array() || workers->empty()) return r.Error("cost_model.cpu_workers", "must be a non-empty list");
+  for (size_t w = 0; w < workers->size(); ++w) {
+    const std::string path = absl::StrCat("cost_model.cpu_workers[", w, "]");
+    const json& worker = (*workers)[w];
+    if (!worker.is_object()) return r.Error(path, "must be an object");
+    CollectSource(worker, path, p);
+    CpuWorkerCost c;
+    TANDEM_ASSIGN_OR_RETURN(std::string transport, r.String(worker, "transport", path + ".transport", true));
+    c.transport = -1;
+    for (size_t t = 0; t < p->cost.transports.size(); ++t) {
+      if (p->cost.transports[t].name == transport) c.transport = static_cast<int>(t);
+    }
+    if (c.transport < 0) return r.Error(path + ".transport", absl::StrCat("names \"", transport, "\", which cost_model.transports does not list"));
+    TANDEM_ASSIGN_OR_RETURN(const json* compute, r.Object(worker, "compute", path + ".compute"));
+    TANDEM_ASSIGN_OR_RETURN(c.compute, ReadCurve(r, *compute, path + ".compute"));
+    CollectSource(*compute, path + ".compute", p);
+    p->cost.cpu_workers.push_back(c);
+  }
+  return absl::OkStatus();
+}
+
+// "cost_model": transports first, then the workers, the GPU, migration and DMA.
+absl::Status ReadCostModel(const Reader& r, const json& root, HardwareProfile* p) {
+  TANDEM_ASSIGN_OR_RETURN(const json* cost, r.Object(root, "cost_model", "cost_model"));
+  CollectSource(*cost, "cost_model", p);
+  TANDEM_RETURN_IF_ERROR(ReadTransports(r, *cost, p));
+  TANDEM_RETURN_IF_ERROR(ReadCpuWorkers(r, *cost, p));
+  TANDEM_ASSIGN_OR_RETURN(const json* gpu, r.Object(*cost, "gpu", "cost_model.gpu"));
+  TANDEM_ASSIGN_OR_RETURN(p->cost.gpu, ReadCurve(r, *gpu, "cost_model.gpu"));
+  CollectSource(*gpu, "cost_model.gpu", p);
+  TANDEM_ASSIGN_OR_RETURN(const json* migrate, r.Object(*cost, "migrate", "cost_model.migrate"));
+  TANDEM_ASSIGN_OR_RETURN(p->cost.migrate, ReadTransfer(r, *migrate, "cost_model.migrate"));
+  CollectSource(*migrate, "cost_model.migrate", p);
+  TANDEM_ASSIGN_OR_RETURN(const json* dma, r.Object(*cost, "dma", "cost_model.dma"));
+  TANDEM_ASSIGN_OR_RETURN(p->cost.dma, ReadTransfer(r, *dma, "cost_model.dma"));
+  CollectSource(*dma, "cost_model.dma", p);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<HardwareProfile> ParseHardwareProfile(const std::string& json_text, const std::string& file_name) {
@@ -176,78 +271,9 @@ absl::StatusOr<HardwareProfile> ParseHardwareProfile(const std::string& json_tex
   TANDEM_ASSIGN_OR_RETURN(p.description, r.String(root, "description", "description", false));
   TANDEM_ASSIGN_OR_RETURN(p.source, r.String(root, "source", "source", false));
   TANDEM_ASSIGN_OR_RETURN(p.cache_key, r.String(root, "cache_key", "cache_key", false));
-
-  TANDEM_ASSIGN_OR_RETURN(const json* machine, r.Object(root, "machine", "machine"));
-  TANDEM_ASSIGN_OR_RETURN(p.gpu, r.String(*machine, "gpu", "machine.gpu", true));
-  TANDEM_ASSIGN_OR_RETURN(p.cpu, r.String(*machine, "cpu", "machine.cpu", true));
-  TANDEM_ASSIGN_OR_RETURN(p.pcie, r.String(*machine, "pcie", "machine.pcie", false));
-  CollectSource(*machine, "machine", &p);
-
-  TANDEM_ASSIGN_OR_RETURN(const json* model, r.Object(root, "model", "model"));
-  TANDEM_ASSIGN_OR_RETURN(p.model.name, r.String(*model, "name", "model.name", true));
-  int64_t v = 0;
-  TANDEM_ASSIGN_OR_RETURN(v, r.Int(*model, "num_layers", "model.num_layers"));
-  if (v < 1) return r.Error("model.num_layers", "must be >= 1");
-  p.model.num_layers = static_cast<int>(v);
-  TANDEM_ASSIGN_OR_RETURN(v, r.Int(*model, "num_experts", "model.num_experts"));
-  if (v < 1) return r.Error("model.num_experts", "must be >= 1");
-  p.model.num_experts = static_cast<int>(v);
-  TANDEM_ASSIGN_OR_RETURN(v, r.Int(*model, "num_experts_per_token", "model.num_experts_per_token"));
-  if (v < 1 || v > p.model.num_experts) return r.Error("model.num_experts_per_token", "must be in [1, num_experts]");
-  p.model.num_experts_per_token = static_cast<int>(v);
-  TANDEM_ASSIGN_OR_RETURN(v, r.Int(*model, "gpu_expert_slots", "model.gpu_expert_slots"));
-  if (v < 0) return r.Error("model.gpu_expert_slots", "must be >= 0");
-  p.model.gpu_expert_slots = static_cast<int>(v);
-  TANDEM_ASSIGN_OR_RETURN(p.cost.expert_bytes, r.Int(*model, "expert_bytes", "model.expert_bytes"));
-  if (p.cost.expert_bytes < 1) return r.Error("model.expert_bytes", "must be >= 1");
-  TANDEM_ASSIGN_OR_RETURN(p.cost.activation_row_bytes, r.Int(*model, "activation_row_bytes", "model.activation_row_bytes"));
-  if (p.cost.activation_row_bytes < 1) return r.Error("model.activation_row_bytes", "must be >= 1");
-  CollectSource(*model, "model", &p);
-
-  TANDEM_ASSIGN_OR_RETURN(const json* cost, r.Object(root, "cost_model", "cost_model"));
-  CollectSource(*cost, "cost_model", &p);
-  // Transports first: workers refer to them by name.
-  TANDEM_ASSIGN_OR_RETURN(const json* transports, r.Object(*cost, "transports", "cost_model.transports"));
-  for (auto it = transports->begin(); it != transports->end(); ++it) {
-    const std::string path = absl::StrCat("cost_model.transports.", it.key());
-    if (!it->is_object()) return r.Error(path, "must be an object");
-    NamedTransferCost t;
-    t.name = it.key();
-    TANDEM_ASSIGN_OR_RETURN(t.cost, ReadTransfer(r, *it, path));
-    CollectSource(*it, path, &p);
-    p.cost.transports.push_back(t);
-  }
-  if (p.cost.transports.empty()) return r.Error("cost_model.transports", "must name at least one transport");
-
-  auto workers = cost->find("cpu_workers");
-  if (workers == cost->end() || workers->is_null()) return r.Error("cost_model.cpu_workers", "is missing");
-  if (!workers->is_array() || workers->empty()) return r.Error("cost_model.cpu_workers", "must be a non-empty list");
-  for (size_t w = 0; w < workers->size(); ++w) {
-    const std::string path = absl::StrCat("cost_model.cpu_workers[", w, "]");
-    const json& worker = (*workers)[w];
-    if (!worker.is_object()) return r.Error(path, "must be an object");
-    CollectSource(worker, path, &p);
-    CpuWorkerCost c;
-    TANDEM_ASSIGN_OR_RETURN(std::string transport, r.String(worker, "transport", path + ".transport", true));
-    c.transport = -1;
-    for (size_t t = 0; t < p.cost.transports.size(); ++t) {
-      if (p.cost.transports[t].name == transport) c.transport = static_cast<int>(t);
-    }
-    if (c.transport < 0) return r.Error(path + ".transport", absl::StrCat("names \"", transport, "\", which cost_model.transports does not list"));
-    TANDEM_ASSIGN_OR_RETURN(const json* compute, r.Object(worker, "compute", path + ".compute"));
-    TANDEM_ASSIGN_OR_RETURN(c.compute, ReadCurve(r, *compute, path + ".compute"));
-    CollectSource(*compute, path + ".compute", &p);
-    p.cost.cpu_workers.push_back(c);
-  }
-  TANDEM_ASSIGN_OR_RETURN(const json* gpu, r.Object(*cost, "gpu", "cost_model.gpu"));
-  TANDEM_ASSIGN_OR_RETURN(p.cost.gpu, ReadCurve(r, *gpu, "cost_model.gpu"));
-  CollectSource(*gpu, "cost_model.gpu", &p);
-  TANDEM_ASSIGN_OR_RETURN(const json* migrate, r.Object(*cost, "migrate", "cost_model.migrate"));
-  TANDEM_ASSIGN_OR_RETURN(p.cost.migrate, ReadTransfer(r, *migrate, "cost_model.migrate"));
-  CollectSource(*migrate, "cost_model.migrate", &p);
-  TANDEM_ASSIGN_OR_RETURN(const json* dma, r.Object(*cost, "dma", "cost_model.dma"));
-  TANDEM_ASSIGN_OR_RETURN(p.cost.dma, ReadTransfer(r, *dma, "cost_model.dma"));
-  CollectSource(*dma, "cost_model.dma", &p);
+  TANDEM_RETURN_IF_ERROR(ReadMachine(r, root, &p));
+  TANDEM_RETURN_IF_ERROR(ReadModel(r, root, &p));
+  TANDEM_RETURN_IF_ERROR(ReadCostModel(r, root, &p));
 
   absl::Status valid = p.cost.Validate();
   if (!valid.ok()) return r.Error("", absl::StrCat("cost_model.", std::string(valid.message())));

@@ -29,6 +29,88 @@ absl::StatusOr<int64_t> Count(const json& object, const char* key, const std::st
   return it->get<int64_t>();
 }
 
+// The header line: the format, then the trace's shape into `trace`.
+absl::Status ReadTraceHeader(const json& object, const std::string& file_name, size_t line_no, RoutingTrace* trace) {
+  auto format = object.find("format");
+  if (format == object.end() || !format->is_string() || format->get<std::string>() != kRoutingTraceFormat) {
+    return LineError(file_name, line_no, absl::StrCat("format must be \"", kRoutingTraceFormat, "\""));
+  }
+  TANDEM_ASSIGN_OR_RETURN(const int64_t layers, Count(object, "num_layers", file_name, line_no));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t experts, Count(object, "num_experts", file_name, line_no));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t k, Count(object, "num_experts_per_token", file_name, line_no));
+  if (layers < 1 || experts < 1 || k < 1 || k > experts) {
+    return LineError(file_name, line_no,
+                     absl::StrCat("num_layers, num_experts, num_experts_per_token must be >= 1 and "
+                                  "num_experts_per_token <= num_experts, got ",
+                                  layers, ", ", experts, ", ", k));
+  }
+  trace->num_layers = static_cast<int>(layers);
+  trace->num_experts = static_cast<int>(experts);
+  trace->num_experts_per_token = static_cast<int>(k);
+  return absl::OkStatus();
+}
+
+// A step line's [L][E] rows, added to `merged`'s.
+absl::Status AddStepRows(const json& rows, const std::string& file_name, size_t line_no, int num_experts,
+                         TraceStep* merged) {
+  for (size_t l = 0; l < rows.size(); ++l) {
+    const json& layer = rows[l];
+    if (!layer.is_array() || layer.size() != static_cast<size_t>(num_experts)) {
+      return LineError(file_name, line_no, absl::StrCat("rows[", l, "] must hold num_experts (", num_experts,
+                                                        ") counts"));
+    }
+    for (int e = 0; e < num_experts; ++e) {
+      const json& v = layer[static_cast<size_t>(e)];
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 30)) {
+        return LineError(file_name, line_no, absl::StrCat("rows[", l, "][", e, "] must be a count >= 0, got ", v.dump()));
+      }
+      merged->rows[l * static_cast<size_t>(num_experts) + static_cast<size_t>(e)] +=
+          static_cast<int32_t>(v.get<int64_t>());
+    }
+  }
+  return absl::OkStatus();
+}
+
+// What ParseRoutingTrace carries from line to line besides the trace.
+struct TraceMerge {
+  int64_t last_step = -1;
+  std::vector<bool> opens;  // per merged step: a sequence starts in it
+};
+
+// A step line: merged into the trace's last step when it has the same step
+// number (several sequences in one batch), else a new step.
+absl::Status ReadTraceStep(const json& object, const std::string& file_name, size_t line_no, RoutingTrace* trace,
+                           TraceMerge* merge) {
+  TANDEM_ASSIGN_OR_RETURN(const int64_t step, Count(object, "step", file_name, line_no));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t start, Count(object, "start", file_name, line_no));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t tokens, Count(object, "tokens", file_name, line_no));
+  auto phase = object.find("phase");
+  if (phase == object.end() || !phase->is_string() ||
+      (phase->get<std::string>() != "prefill" && phase->get<std::string>() != "decode")) {
+    return LineError(file_name, line_no, "phase must be \"prefill\" or \"decode\"");
+  }
+  auto rows = object.find("rows");
+  if (rows == object.end() || !rows->is_array() || rows->size() != static_cast<size_t>(trace->num_layers)) {
+    return LineError(file_name, line_no, absl::StrCat("rows must be an array of num_layers (", trace->num_layers,
+                                                      ") arrays"));
+  }
+  if (step < merge->last_step) {
+    return LineError(file_name, line_no, absl::StrCat("step ", step, " comes after step ", merge->last_step));
+  }
+  if (step != merge->last_step) {
+    trace->steps.push_back(TraceStep{});
+    trace->steps.back().phase = Phase::kDecode;
+    trace->steps.back().rows.assign(static_cast<size_t>(trace->num_layers) * static_cast<size_t>(trace->num_experts), 0);
+    merge->opens.push_back(false);
+    merge->last_step = step;
+  }
+  TraceStep& merged = trace->steps.back();
+  if (start == 0) merge->opens.back() = true;
+  if (phase->get<std::string>() == "prefill") merged.phase = Phase::kPrefill;
+  merged.tokens += static_cast<int>(tokens);
+  return AddStepRows(*rows, file_name, line_no, trace->num_experts, &merged);
+}
+
 }  // namespace
 
 std::string RoutingTraceHeaderLine(const std::string& model, int num_layers, int num_experts,
@@ -62,80 +144,23 @@ absl::StatusOr<RoutingTrace> ParseRoutingTrace(const std::string& text, const st
   RoutingTrace trace;
   std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
   bool have_header = false;
-  int64_t last_step = -1;
-  std::vector<bool> opens;  // per merged step: a sequence starts in it
+  TraceMerge merge;
   for (size_t n = 0; n < lines.size(); ++n) {
     const size_t line_no = n + 1;
     if (lines[n].find_first_not_of(" \t\r") == absl::string_view::npos) continue;
     json object = json::parse(lines[n].begin(), lines[n].end(), nullptr, /*allow_exceptions=*/false);
     if (object.is_discarded() || !object.is_object()) return LineError(file_name, line_no, "not a JSON object");
     if (!have_header) {
-      auto format = object.find("format");
-      if (format == object.end() || !format->is_string() || format->get<std::string>() != kRoutingTraceFormat) {
-        return LineError(file_name, line_no, absl::StrCat("format must be \"", kRoutingTraceFormat, "\""));
-      }
-      TANDEM_ASSIGN_OR_RETURN(const int64_t layers, Count(object, "num_layers", file_name, line_no));
-      TANDEM_ASSIGN_OR_RETURN(const int64_t experts, Count(object, "num_experts", file_name, line_no));
-      TANDEM_ASSIGN_OR_RETURN(const int64_t k, Count(object, "num_experts_per_token", file_name, line_no));
-      if (layers < 1 || experts < 1 || k < 1 || k > experts) {
-        return LineError(file_name, line_no,
-                         absl::StrCat("num_layers, num_experts, num_experts_per_token must be >= 1 and "
-                                      "num_experts_per_token <= num_experts, got ",
-                                      layers, ", ", experts, ", ", k));
-      }
-      trace.num_layers = static_cast<int>(layers);
-      trace.num_experts = static_cast<int>(experts);
-      trace.num_experts_per_token = static_cast<int>(k);
+      TANDEM_RETURN_IF_ERROR(ReadTraceHeader(object, file_name, line_no, &trace));
       have_header = true;
       continue;
     }
-    TANDEM_ASSIGN_OR_RETURN(const int64_t step, Count(object, "step", file_name, line_no));
-    TANDEM_ASSIGN_OR_RETURN(const int64_t start, Count(object, "start", file_name, line_no));
-    TANDEM_ASSIGN_OR_RETURN(const int64_t tokens, Count(object, "tokens", file_name, line_no));
-    auto phase = object.find("phase");
-    if (phase == object.end() || !phase->is_string() ||
-        (phase->get<std::string>() != "prefill" && phase->get<std::string>() != "decode")) {
-      return LineError(file_name, line_no, "phase must be \"prefill\" or \"decode\"");
-    }
-    auto rows = object.find("rows");
-    if (rows == object.end() || !rows->is_array() || rows->size() != static_cast<size_t>(trace.num_layers)) {
-      return LineError(file_name, line_no, absl::StrCat("rows must be an array of num_layers (", trace.num_layers,
-                                                        ") arrays"));
-    }
-    if (step < last_step) {
-      return LineError(file_name, line_no, absl::StrCat("step ", step, " comes after step ", last_step));
-    }
-    if (step != last_step) {
-      trace.steps.push_back(TraceStep{});
-      trace.steps.back().phase = Phase::kDecode;
-      trace.steps.back().rows.assign(static_cast<size_t>(trace.num_layers) * static_cast<size_t>(trace.num_experts), 0);
-      opens.push_back(false);
-      last_step = step;
-    }
-    TraceStep& merged = trace.steps.back();
-    if (start == 0) opens.back() = true;
-    if (phase->get<std::string>() == "prefill") merged.phase = Phase::kPrefill;
-    merged.tokens += static_cast<int>(tokens);
-    for (int l = 0; l < trace.num_layers; ++l) {
-      const json& layer = (*rows)[static_cast<size_t>(l)];
-      if (!layer.is_array() || layer.size() != static_cast<size_t>(trace.num_experts)) {
-        return LineError(file_name, line_no, absl::StrCat("rows[", l, "] must hold num_experts (", trace.num_experts,
-                                                          ") counts"));
-      }
-      for (int e = 0; e < trace.num_experts; ++e) {
-        const json& v = layer[static_cast<size_t>(e)];
-        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 30)) {
-          return LineError(file_name, line_no, absl::StrCat("rows[", l, "][", e, "] must be a count >= 0, got ", v.dump()));
-        }
-        merged.rows[static_cast<size_t>(l) * static_cast<size_t>(trace.num_experts) + static_cast<size_t>(e)] +=
-            static_cast<int32_t>(v.get<int64_t>());
-      }
-    }
+    TANDEM_RETURN_IF_ERROR(ReadTraceStep(object, file_name, line_no, &trace, &merge));
   }
   if (!have_header) return absl::InvalidArgumentError(absl::StrCat(file_name, ": empty routing trace (no header line)"));
   int sequence = -1;
   for (size_t i = 0; i < trace.steps.size(); ++i) {
-    if (opens[i] || sequence < 0) ++sequence;
+    if (merge.opens[i] || sequence < 0) ++sequence;
     trace.steps[i].sequence = sequence;
   }
   return trace;
