@@ -582,8 +582,9 @@ absl::Status ValidateLinear(const float* x, int64_t m, const LinearWeight& w, co
   if (w.n < 1 || w.k < 1) return absl::InvalidArgumentError(absl::StrCat("Linear: empty weight in ", shape));
   if (w.data == nullptr)
     return absl::InvalidArgumentError(absl::StrCat("Linear: null weight data in ", shape));
-  if (w.dtype != DType::kF32 && w.dtype != DType::kF16 && w.dtype != DType::kBF16)
-    return absl::InvalidArgumentError(absl::StrCat("Linear: unknown weight dtype in ", shape));
+  if (absl::Status s = RequireFloatDType(w.dtype, absl::StrCat("Linear: the weight in ", shape), "this kernel");
+      !s.ok())
+    return s;
   if (m > 0 && (x == nullptr || y == nullptr))
     return absl::InvalidArgumentError(absl::StrCat("Linear: null x or y in ", shape));
   return absl::OkStatus();
