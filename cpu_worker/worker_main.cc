@@ -47,7 +47,7 @@
 #include "cpu_worker/store_expert_executor.h"
 #include "cpu_worker/worker_service.h"
 
-ABSL_FLAG(std::string, model, "", "model directory (config.json + *.safetensors)");
+ABSL_FLAG(std::string, model, "", "model directory (config.json + *.safetensors) or GGUF file");
 ABSL_FLAG(std::string, synthetic, "",
           "instead of --model: a synthetic preset generated in memory, PRESET[:layers] (as tandem-make-model)");
 ABSL_FLAG(uint64_t, synthetic_seed, 0, "seed of the --synthetic weights (as tandem-make-model --seed)");

@@ -13,7 +13,8 @@
 #include "common/base/thread_pool.h"
 #include "coordinator/worker_connect.h"
 
-ABSL_FLAG(std::string, model, "", "model directory (config.json, *.safetensors, tokenizer.model)");
+ABSL_FLAG(std::string, model, "",
+          "model directory (config.json, *.safetensors, tokenizer.model) or GGUF file (the first of a split set)");
 ABSL_FLAG(std::string, synthetic, "",
           "instead of --model: a synthetic model generated in memory (weights as tandem-make-model writes them, "
           "tokenizer trained in memory), PRESET[:layers], e.g. tiny:2 or mixtral-8x7b");

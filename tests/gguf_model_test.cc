@@ -605,6 +605,40 @@ TEST_F(GgufModelTest, OlderPerExpertLayoutLoadsTheSameWeights) {
   }
 }
 
+// A split set as gguf-split writes it: the first file has the metadata, every
+// file the split keys; loading starts from the first file.
+TEST_F(GgufModelTest, SplitSetLoadsFromItsFirstFile) {
+  const fs::path whole = Gguf("phimoe", "q6_k");
+  auto checkpoint = GgufCheckpoint::Open(whole);
+  ASSERT_OK(checkpoint);
+  const std::vector<GgufTensor>& all = (*checkpoint)->tensors();
+  const std::string prefix = (dir_->path() / "split").string();
+  for (int part = 0; part < 2; ++part) {
+    GgufMetadata metadata(prefix);
+    if (part == 0) metadata = (*checkpoint)->metadata();
+    metadata.Set(kGgufSplitNoKey, static_cast<uint16_t>(part));
+    metadata.Set(kGgufSplitCountKey, static_cast<uint16_t>(2));
+    metadata.Set(kGgufSplitTensorsCountKey, static_cast<int32_t>(all.size()));
+    std::vector<GgufTensorSpec> specs;
+    const size_t begin = part == 0 ? 0 : all.size() / 2, end = part == 0 ? all.size() / 2 : all.size();
+    for (size_t i = begin; i < end; ++i) specs.push_back({all[i].info->name, all[i].info->dims, all[i].info->type});
+    auto writer = GgufWriter::Create(GgufSplitPath(prefix, part, 2), metadata, specs);
+    ASSERT_OK(writer);
+    for (size_t i = begin; i < end; ++i) ASSERT_OK((*writer)->Write(all[i].info->name, all[i].data));
+    ASSERT_OK((*writer)->Finish());
+  }
+  auto split = LoadModel(GgufSplitPath(prefix, 0, 2));
+  ASSERT_OK(split);
+  EXPECT_THAT((*split)->origin, HasSubstr("2 files"));
+  auto single = LoadModel(whole);
+  ASSERT_OK(single);
+  const std::vector<int32_t> tokens = Prompt((*single)->config);
+  EXPECT_EQ(Logits(std::move(*split), tokens), Logits(std::move(*single), tokens));
+  auto second = LoadModel(GgufSplitPath(prefix, 1, 2));
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("00002-of-00002"));
+}
+
 TEST_F(GgufModelTest, QuantizeRefusesWhatLlamaCppCannotWriteEither) {
   ScopedTempDir dir;
   ASSERT_OK(WriteSyntheticModel({.preset = "tiny-phimoe", .seed = 1}, dir.path() / "phi", {.with_tokenizer = false}));

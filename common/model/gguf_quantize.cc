@@ -195,16 +195,17 @@ class TensorWriter {
     const int64_t out_row_bytes = static_cast<int64_t>(*GgmlRowBytes(spec.type, row_length));
     const int64_t chunk_rows =
         std::clamp<int64_t>(options_.chunk_bytes / (row_length * static_cast<int64_t>(sizeof(float))), 1, rows);
-    std::vector<float> values(static_cast<size_t>(chunk_rows * row_length));
-    std::vector<uint8_t> out(static_cast<size_t>(chunk_rows * out_row_bytes));
+    // Reused across tensors, never zeroed: every byte is written before it is read.
+    float* values = Grow(values_, values_size_, static_cast<size_t>(chunk_rows * row_length));
+    uint8_t* out = Grow(out_, out_size_, static_cast<size_t>(chunk_rows * out_row_bytes));
     std::vector<absl::Status> errors(static_cast<size_t>(pool_ ? pool_->num_threads() : 1));
     for (int64_t first = 0; first < rows; first += chunk_rows) {
       const int64_t n = std::min(chunk_rows, rows - first);
       auto convert = [&](int64_t i, int thread) {
-        float* row = values.data() + i * row_length;
+        float* row = values + i * row_length;
         FillRow(plan, first + i, rows_per_source, row_length, row);
         absl::Status s = QuantizeRow(spec.type, {row, static_cast<size_t>(row_length)},
-                                     {out.data() + i * out_row_bytes, static_cast<size_t>(out_row_bytes)});
+                                     {out + i * out_row_bytes, static_cast<size_t>(out_row_bytes)});
         if (!s.ok()) {
           errors[static_cast<size_t>(thread)] = absl::InvalidArgumentError(
               absl::StrCat(options_.model_dir.string(), ": tensor ", SourceName(plan, first + i, rows_per_source),
@@ -217,7 +218,7 @@ class TensorWriter {
         for (int64_t i = 0; i < n; ++i) convert(i, 0);
       }
       for (const absl::Status& s : errors) TANDEM_RETURN_IF_ERROR(s);
-      TANDEM_RETURN_IF_ERROR(writer_.Write(spec.name, {out.data(), static_cast<size_t>(n * out_row_bytes)}));
+      TANDEM_RETURN_IF_ERROR(writer_.Write(spec.name, {out, static_cast<size_t>(n * out_row_bytes)}));
       // Sources whose last row is written are done.
       for (size_t s = 0; s < sources_.size(); ++s) {
         if (static_cast<int64_t>(s + 1) * rows_per_source <= first + n) ReleasePages(sources_[s]);
@@ -234,6 +235,15 @@ class TensorWriter {
   }
 
  private:
+  template <typename T>
+  static T* Grow(std::unique_ptr<T[]>& buffer, size_t& size, size_t wanted) {
+    if (size < wanted) {
+      buffer = std::make_unique_for_overwrite<T[]>(wanted);
+      size = wanted;
+    }
+    return buffer.get();
+  }
+
   absl::Status BindSources(const GgufTensorPlan& plan) {
     sources_.clear();
     for (const std::string& name : plan.hf_names) {
@@ -277,6 +287,10 @@ class TensorWriter {
   ThreadPool* pool_;
   std::vector<TensorView> sources_;
   std::vector<float> config_values_;
+  std::unique_ptr<float[]> values_;  // [chunk rows, row length] f32
+  size_t values_size_ = 0;
+  std::unique_ptr<uint8_t[]> out_;   // the same rows encoded
+  size_t out_size_ = 0;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
