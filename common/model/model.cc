@@ -40,6 +40,12 @@ std::string ModelSummary(const Model& model, std::string_view weights) {
 
 bool IsGgufPath(const std::filesystem::path& path) { return path.extension() == ".gguf"; }
 
+absl::StatusOr<ModelConfig> LoadModelConfigAt(const std::filesystem::path& path) {
+  if (!IsGgufPath(path)) return LoadModelConfig(path / "config.json");
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<GgufCheckpoint> checkpoint, GgufCheckpoint::Open(path));
+  return ModelConfigFromGguf(*checkpoint);
+}
+
 absl::StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::filesystem::path& path,
                                                      const ModelLoadOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<GgufCheckpoint> checkpoint, GgufCheckpoint::Open(path));

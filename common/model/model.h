@@ -86,6 +86,9 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::filesystem::path
                                                      const ModelLoadOptions& options = {});
 // Whether `path` names a GGUF file (by its .gguf extension).
 bool IsGgufPath(const std::filesystem::path& path);
+// Only the config of what LoadModel(path) would load: <dir>/config.json, or
+// the GGUF's metadata (its header is parsed, no weights are touched).
+absl::StatusOr<ModelConfig> LoadModelConfigAt(const std::filesystem::path& path);
 // The weights of WriteSyntheticModel(spec), generated in memory, no tokenizer.
 absl::StatusOr<std::unique_ptr<Model>> LoadSyntheticModel(const SyntheticModelSpec& spec, int num_threads = 1);
 // The same with options.tokenizer's tokenizer and only options.experts'
