@@ -515,6 +515,8 @@ absl::Status OneDnnSlice(const LinearWeight& w, const LinearSliceArgs& a) {
         tile = buffer;
         break;
       }
+      default:  // quantized: no kernel (ValidateLinear refuses it first)
+        return RequireFloatDType(w.dtype, "Linear: the weight", "this kernel");
     }
     MatmulEntry& entry = context->Matmul({m, n, k, a.ldx, a.ldy, bias != nullptr});
     entry.src.set_data_handle(const_cast<float*>(a.x));
@@ -641,6 +643,8 @@ absl::Status LinearSlice(const LinearWeight& w, const LinearSliceArgs& args, con
         case DType::kBF16:
           PackedSlice<DType::kBF16>(w, args);
           break;
+        default:  // quantized: no kernel (ValidateLinear refuses it first)
+          return RequireFloatDType(w.dtype, "Linear: the weight", "this kernel");
       }
     } catch (const std::bad_alloc&) {
       return absl::ResourceExhaustedError(
@@ -658,6 +662,8 @@ absl::Status LinearSlice(const LinearWeight& w, const LinearSliceArgs& args, con
     case DType::kBF16:
       StreamSlice<DType::kBF16>(w, args);
       break;
+    default:  // quantized: no kernel (ValidateLinear refuses it first)
+      return RequireFloatDType(w.dtype, "Linear: the weight", "this kernel");
   }
   return absl::OkStatus();
 }
