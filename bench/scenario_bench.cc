@@ -91,7 +91,7 @@
 #include "coordinator/scheduler.h"
 #include "gpu_worker/cuda_device.h"
 
-ABSL_FLAG(std::string, model, "", "model directory instead of --synthetic (mapped, not copied)");
+ABSL_FLAG(std::string, model, "", "model directory or GGUF file instead of --synthetic (mapped, not copied)");
 ABSL_FLAG(std::string, synthetic, "",
           "synthetic model generated in memory once for every policy, PRESET[:layers]; default demo "
           "(e.g. mixtral-8x7b, mixtral-8x7b:2, tiny)");

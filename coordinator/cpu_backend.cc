@@ -14,6 +14,7 @@ CpuBackend::CpuBackend(const ModelWeights* weights, ThreadPool* pool)
 absl::Status CpuBackend::Embed(std::span<const int32_t> tokens, float* hidden) {
   const int64_t d = config_.hidden_size;
   const TensorView& table = weights_->embed_tokens;  // [V, D]
+  TANDEM_RETURN_IF_ERROR(RequireFloatDType(table.dtype, table.name, "the CPU backend"));
   for (size_t t = 0; t < tokens.size(); ++t) {
     const int32_t id = tokens[t];
     if (id < 0 || id >= config_.vocab_size) {

@@ -268,6 +268,8 @@ absl::StatusOr<const float*> CudaBackend::Impl::UploadFloats(const std::vector<f
 }
 
 absl::StatusOr<DeviceLinear> CudaBackend::Impl::UploadLinear(const LinearWeight& w, bool widen_to_f32) {
+  TANDEM_RETURN_IF_ERROR(RequireFloatDType(w.dtype, absl::StrCat("a [", w.n, ", ", w.k, "] dense weight"),
+                                           "the CUDA backend"));
   DeviceLinear d{.data = nullptr, .dtype = w.dtype, .n = w.n, .k = w.k};
   if (w.n > std::numeric_limits<int>::max() || w.k > std::numeric_limits<int>::max()) {
     return absl::InvalidArgumentError(absl::StrCat("a [", w.n, ", ", w.k, "] weight is too large for cuBLAS's int sizes"));
@@ -363,6 +365,7 @@ absl::Status CudaBackend::Impl::OpenDevice() {
 // Dense weights, once.
 absl::Status CudaBackend::Impl::UploadWeights() {
   const TensorView& table = weights->embed_tokens;
+  TANDEM_RETURN_IF_ERROR(RequireFloatDType(table.dtype, table.name, "the CUDA backend"));
   TANDEM_ASSIGN_OR_RETURN(embed, Upload(table.data, table.size_bytes));
   embed_dtype = table.dtype;
   for (const LayerWeights& lw : weights->layers) {

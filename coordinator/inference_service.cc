@@ -62,7 +62,7 @@ InferenceService::InferenceService(const Model* model, Scheduler* scheduler, Inf
   }
   if (!w.layers.empty() && !w.layers[0].experts.empty()) {
     for (const LinearWeight* lw : {&w.layers[0].experts[0].w1, &w.layers[0].experts[0].w2, &w.layers[0].experts[0].w3}) {
-      expert_bytes_ += lw->n * lw->k * static_cast<int64_t>(DTypeSize(lw->dtype));
+      expert_bytes_ += lw->bytes();
     }
   }
   absl::StatusOr<ModelFingerprint> fingerprint = FingerprintModel(model_->config, *w.source);

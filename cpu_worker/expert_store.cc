@@ -65,6 +65,7 @@ absl::Status CheckMatrix(const LinearWeight& w, DType dtype, int64_t n, int64_t 
                          const char* name, bool need_data) {
   const std::string where = absl::StrCat("model layer ", layer, " expert ", expert, " ", name);
   if (need_data && w.data == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no data"));
+  TANDEM_RETURN_IF_ERROR(RequireFloatDType(w.dtype, where, "the CPU worker's expert store"));
   if (w.n != n || w.k != k)
     return absl::InvalidArgumentError(absl::StrCat(where, " is [", w.n, ", ", w.k, "], expected [", n, ", ", k, "]"));
   if (w.dtype != dtype)

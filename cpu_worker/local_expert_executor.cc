@@ -16,6 +16,7 @@ LocalExpertExecutor::LocalExpertExecutor(std::vector<std::vector<ExpertFfnWeight
 
 absl::Status LocalExpertExecutor::RunSplit(const ExpertFfnWeights& weights, const float* input, int64_t rows,
                                            float* output) {
+  TANDEM_RETURN_IF_ERROR(RequireFloatDType(weights.w2.dtype, "an expert's down_proj", "split_ways"));
   TANDEM_ASSIGN_OR_RETURN(std::vector<IntermediateRange> ranges, SplitIntermediate(weights.w1.n, split_ways_));
   const int64_t hidden = weights.w1.k;
   const int64_t intermediate = weights.w1.n;

@@ -47,7 +47,7 @@
 #include "cpu_worker/store_expert_executor.h"
 #include "cpu_worker/worker_service.h"
 
-ABSL_FLAG(std::string, model, "", "model directory (config.json + *.safetensors)");
+ABSL_FLAG(std::string, model, "", "model directory (config.json + *.safetensors) or GGUF file");
 ABSL_FLAG(std::string, synthetic, "",
           "instead of --model: a synthetic preset generated in memory, PRESET[:layers] (as tandem-make-model)");
 ABSL_FLAG(uint64_t, synthetic_seed, 0, "seed of the --synthetic weights (as tandem-make-model --seed)");
@@ -235,7 +235,7 @@ absl::StatusOr<WorkerPlacement> Place(const WorkerConfig& c, const NumaTopology&
 
 absl::StatusOr<ModelConfig> LoadConfigOnly(const WorkerConfig& c) {
   if (c.model.synthetic) return SyntheticConfig(*c.model.synthetic);
-  return LoadModelConfig(std::filesystem::path(c.model.model_dir) / "config.json");
+  return LoadModelConfigAt(c.model.model_dir);
 }
 
 // The model this worker takes its slices from. A synthetic one is generated
@@ -243,7 +243,17 @@ absl::StatusOr<ModelConfig> LoadConfigOnly(const WorkerConfig& c) {
 // loader reads): the store generates this worker's slices straight into its
 // region (SyntheticStoreFill), so no expert byte exists twice and none of
 // another worker's share exists at all.
+// A GGUF's quantized experts are dequantized at load until there are
+// quantized kernels (the loader's fallback): only the experts this worker
+// holds a slice of.
 absl::StatusOr<std::unique_ptr<Model>> LoadWorkerModel(const WorkerConfig& c, int num_threads) {
+  if (!c.model.synthetic && IsGgufPath(c.model.model_dir)) {
+    TANDEM_ASSIGN_OR_RETURN(const ModelConfig config, LoadModelConfigAt(c.model.model_dir));
+    ModelLoadOptions load{.num_threads = num_threads};
+    load.experts.mode = SyntheticExperts::Mode::kSlices;
+    TANDEM_ASSIGN_OR_RETURN(load.experts.slices, PartitionExperts(config, c.division, c.worker_index, c.num_workers));
+    return LoadModel(c.model.model_dir, load);
+  }
   if (!c.model.synthetic) return LoadModel(c.model.model_dir);
   ModelLoadOptions load{.num_threads = num_threads, .dense_matrices = false, .tokenizer = false};
   load.experts.mode = SyntheticExperts::Mode::kNone;

@@ -14,7 +14,7 @@ inline cudaDataType CudaDataType(DType dtype) {
   switch (dtype) {
     case DType::kF16: return CUDA_R_16F;
     case DType::kBF16: return CUDA_R_16BF;
-    case DType::kF32: break;
+    default: break;  // F32; quantized types never get here (RequireFloatDType)
   }
   return CUDA_R_32F;
 }
@@ -23,7 +23,7 @@ inline KernelDType ToKernelDType(DType dtype) {
   switch (dtype) {
     case DType::kF16: return KernelDType::kF16;
     case DType::kBF16: return KernelDType::kBF16;
-    case DType::kF32: break;
+    default: break;  // F32; quantized types never get here (RequireFloatDType)
   }
   return KernelDType::kF32;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -18,6 +19,7 @@ absl::StatusOr<ExpertLayout> ExpertLayout::ForModel(const ModelConfig& config, D
   if (config.intermediate_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("intermediate_size must be >= 1, got ", config.intermediate_size));
   }
+  TANDEM_RETURN_IF_ERROR(RequireFloatDType(dtype, "the experts", "the GPU expert pool"));
   ExpertLayout layout;
   layout.dtype = dtype;
   layout.hidden_size = config.hidden_size;

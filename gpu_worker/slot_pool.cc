@@ -16,6 +16,7 @@ constexpr auto kReadyTimeout = std::chrono::seconds(60);
 
 absl::Status CheckMatrix(const LinearWeight& w, DType dtype, int64_t n, int64_t k, const std::string& name) {
   if (w.data == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, " has no data"));
+  TANDEM_RETURN_IF_ERROR(RequireFloatDType(w.dtype, name, "the GPU expert pool"));
   if (w.dtype != dtype) {
     return absl::InvalidArgumentError(absl::StrCat(name, " is ", std::string(DTypeName(w.dtype)),
                                                    ", the pool's experts are ", std::string(DTypeName(dtype))));
@@ -64,6 +65,7 @@ absl::StatusOr<ExpertLayout> SlotPool::CheckExpertSources(const ModelConfig& con
     for (size_t e = 0; e < experts[l].size(); ++e) {
       const ExpertSource& source = experts[l][e];
       const std::string name = absl::StrCat("experts[", l, "][", e, "]");
+      TANDEM_RETURN_IF_ERROR(RequireFloatDType(source.dtype, name, "the GPU expert pool"));
       if (source.dtype != dtype) {
         return absl::InvalidArgumentError(absl::StrCat(name, " is ", std::string(DTypeName(source.dtype)),
                                                        ", the pool's experts are ", std::string(DTypeName(dtype))));

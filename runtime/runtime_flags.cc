@@ -14,7 +14,8 @@
 #include "coordinator/worker_connect.h"
 #include "gpu_worker/cuda_device.h"
 
-ABSL_FLAG(std::string, model, "", "model directory (config.json, *.safetensors, tokenizer.model)");
+ABSL_FLAG(std::string, model, "",
+          "model directory (config.json, *.safetensors, tokenizer.model) or GGUF file (the first of a split set)");
 ABSL_FLAG(std::string, synthetic, "",
           "instead of --model: a synthetic model generated in memory (weights as tandem-make-model writes them, "
           "tokenizer trained in memory), PRESET[:layers], e.g. tiny:2 or mixtral-8x7b");

@@ -1,5 +1,11 @@
-// Element types of weights as stored in safetensors, and scalar conversions.
-// Activations are always f32; weights stay in their stored type.
+// Element types of weights, and scalar conversions. Activations are always
+// f32; weights stay in their stored type: a float type (F32, F16, BF16, as
+// safetensors and GGUF store them) or one of ggml's block-quantized types
+// (GGUF only), where each run of DTypeBlockSize values along a row is packed
+// into DTypeBlockBytes bytes (layouts: common/quant/block_formats.h). A
+// quantized matrix has no per-element size: size it with DTypeRowBytes.
+// Code that computes only float weights checks RequireFloatDType first, so a
+// quantized tensor is refused by name rather than misread.
 #pragma once
 
 #include <immintrin.h>
@@ -13,12 +19,31 @@
 
 namespace tandem {
 
-enum class DType : uint8_t { kF32, kF16, kBF16 };
+// The float types come first and keep their numbers (shared-memory headers
+// and protos store them); the quantized ones follow, in no ggml order.
+enum class DType : uint8_t { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ4_K, kQ5_K, kQ6_K };
 
+inline bool IsQuantized(DType dtype) { return dtype >= DType::kQ8_0; }
+// Bytes of one element of a float type; 0 for a quantized type, which has
+// none (use DTypeRowBytes).
 size_t DTypeSize(DType dtype);
-// Safetensors spelling: "F32", "F16", "BF16".
+// Values per block (1 for float types) and bytes per block (DTypeSize for
+// float types): Q8_0/Q4_0/Q4_1/Q5_0 pack 32 values, the K-quants 256.
+int64_t DTypeBlockSize(DType dtype);
+int64_t DTypeBlockBytes(DType dtype);
+// Bytes of a row of `row_length` values; the length must be a whole number
+// of blocks (loaders check it, naming the tensor, before any view exists).
+inline int64_t DTypeRowBytes(DType dtype, int64_t row_length) {
+  return row_length / DTypeBlockSize(dtype) * DTypeBlockBytes(dtype);
+}
+// "F32", "F16", "BF16" (the safetensors spelling), "Q8_0", "Q4_K", ...
 std::string_view DTypeName(DType dtype);
+// Safetensors dtypes only: "F32", "F16", "BF16".
 absl::StatusOr<DType> ParseDType(std::string_view name);
+// OK for a float type; for a quantized one an InvalidArgument saying that
+// `what` (a tensor name, or a kernel's weight) is of that type and `consumer`
+// takes only F32, F16 and BF16 weights.
+absl::Status RequireFloatDType(DType dtype, std::string_view what, std::string_view consumer);
 
 inline float Bf16ToF32(uint16_t v) {
   uint32_t bits = static_cast<uint32_t>(v) << 16;
@@ -39,12 +64,13 @@ inline uint16_t F32ToBf16(float f) {
 inline float F16ToF32(uint16_t v) { return _cvtsh_ss(v); }
 inline uint16_t F32ToF16(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
 
-// Reads element `i` of a buffer of `dtype` as f32.
+// Reads element `i` of a buffer of float `dtype` as f32.
 inline float LoadAsF32(const void* data, DType dtype, size_t i) {
   switch (dtype) {
     case DType::kF32: return static_cast<const float*>(data)[i];
     case DType::kF16: return F16ToF32(static_cast<const uint16_t*>(data)[i]);
     case DType::kBF16: return Bf16ToF32(static_cast<const uint16_t*>(data)[i]);
+    default: break;  // quantized: no single element to read (callers check first)
   }
   return 0.0f;
 }

@@ -515,6 +515,8 @@ absl::Status OneDnnSlice(const LinearWeight& w, const LinearSliceArgs& a) {
         tile = buffer;
         break;
       }
+      default:  // quantized: no kernel (ValidateLinear refuses it first)
+        return RequireFloatDType(w.dtype, "Linear: the weight", "this kernel");
     }
     MatmulEntry& entry = context->Matmul({m, n, k, a.ldx, a.ldy, bias != nullptr});
     entry.src.set_data_handle(const_cast<float*>(a.x));
@@ -562,8 +564,9 @@ absl::Status ValidateLinear(const float* x, int64_t m, const LinearWeight& w, co
   if (w.n < 1 || w.k < 1) return absl::InvalidArgumentError(absl::StrCat("Linear: empty weight in ", shape));
   if (w.data == nullptr)
     return absl::InvalidArgumentError(absl::StrCat("Linear: null weight data in ", shape));
-  if (w.dtype != DType::kF32 && w.dtype != DType::kF16 && w.dtype != DType::kBF16)
-    return absl::InvalidArgumentError(absl::StrCat("Linear: unknown weight dtype in ", shape));
+  if (absl::Status s = RequireFloatDType(w.dtype, absl::StrCat("Linear: the weight in ", shape), "this kernel");
+      !s.ok())
+    return s;
   if (m > 0 && (x == nullptr || y == nullptr))
     return absl::InvalidArgumentError(absl::StrCat("Linear: null x or y in ", shape));
   return absl::OkStatus();
@@ -620,6 +623,8 @@ absl::Status LinearSlice(const LinearWeight& w, const LinearSliceArgs& args, con
         case DType::kBF16:
           PackedSlice<DType::kBF16>(w, args);
           break;
+        default:  // quantized: no kernel (ValidateLinear refuses it first)
+          return RequireFloatDType(w.dtype, "Linear: the weight", "this kernel");
       }
     } catch (const std::bad_alloc&) {
       return absl::ResourceExhaustedError(
@@ -637,6 +642,8 @@ absl::Status LinearSlice(const LinearWeight& w, const LinearSliceArgs& args, con
     case DType::kBF16:
       StreamSlice<DType::kBF16>(w, args);
       break;
+    default:  // quantized: no kernel (ValidateLinear refuses it first)
+      return RequireFloatDType(w.dtype, "Linear: the weight", "this kernel");
   }
   return absl::OkStatus();
 }

@@ -2,7 +2,8 @@
 //
 // Legend: M rows (tokens), K input features, N output features.
 // x: [M, K] f32, row stride K.   W: [N, K] in F32, F16 or BF16, row-major as
-// Hugging Face stores nn.Linear weights.   y: [M, N] f32, row stride N.
+// Hugging Face stores nn.Linear weights (a quantized W is refused, naming
+// its type).   y: [M, N] f32, row stride N.
 // bias: [N] f32 or nullptr.  Accumulation is f32.
 // Supported: any M >= 0, N >= 1, K >= 1 (no multiple-of-8 requirement; tails
 // are handled), x/W/y need no particular alignment. Needs AVX2 + FMA + F16C.
@@ -31,9 +32,12 @@ namespace tandem {
 
 struct LinearWeight {
   const void* data = nullptr;  // [N, K]
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16;  // a quantized type packs each row in blocks (dtype.h)
   int64_t n = 0;  // output features
   int64_t k = 0;  // input features
+
+  int64_t row_bytes() const { return DTypeRowBytes(dtype, k); }
+  int64_t bytes() const { return n * row_bytes(); }
 };
 
 // The compute-bound kernel used from LinearOptions::prefill_min_rows rows on.

@@ -12,18 +12,80 @@
 #include "absl/time/time.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
+#include "common/model/gguf_model_config.h"
+#include "common/model/gguf_tokenizer.h"
 
 namespace tandem {
 
 absl::StatusOr<const Tokenizer*> Model::RequireTokenizer() const {
   if (tokenizer == nullptr) {
+    if (!no_tokenizer_reason.empty()) return absl::FailedPreconditionError(no_tokenizer_reason);
     return absl::FailedPreconditionError(absl::StrCat(
         "model ", origin, " has no tokenizer.model: send token ids instead of text"));
   }
   return tokenizer.get();
 }
 
-absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::filesystem::path& dir) {
+namespace {
+
+std::string ModelSummary(const Model& model, std::string_view weights) {
+  const ModelConfig& c = model.config;
+  return absl::StrCat(model.origin, ": ", c.architecture_name, ", ", c.num_hidden_layers, " layers, ",
+                      c.num_local_experts, " experts (", c.num_experts_per_tok, " per token), hidden ", c.hidden_size,
+                      ", intermediate ", c.intermediate_size, ", vocab ", c.vocab_size, "; weights ",
+                      std::string(weights));
+}
+
+}  // namespace
+
+bool IsGgufPath(const std::filesystem::path& path) { return path.extension() == ".gguf"; }
+
+absl::StatusOr<ModelConfig> LoadModelConfigAt(const std::filesystem::path& path) {
+  if (!IsGgufPath(path)) return LoadModelConfig(path / "config.json");
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<GgufCheckpoint> checkpoint, GgufCheckpoint::Open(path));
+  return ModelConfigFromGguf(*checkpoint);
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::filesystem::path& path,
+                                                     const ModelLoadOptions& options) {
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<GgufCheckpoint> checkpoint, GgufCheckpoint::Open(path));
+  auto model = std::make_unique<Model>();
+  model->origin = checkpoint->Describe();
+  TANDEM_ASSIGN_OR_RETURN(model->config, ModelConfigFromGguf(*checkpoint));
+  const GgufMetadata& metadata = checkpoint->metadata();
+  TANDEM_ASSIGN_OR_RETURN(model->chat_template, ChatTemplateFromGguf(metadata));
+  if (!GgufHasTokenizer(metadata)) {
+    model->no_tokenizer_reason = absl::StrCat("model ", model->origin, " has no tokenizer.ggml vocabulary: send token ids instead of text");
+  } else if (absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = TokenizerFromGguf(metadata, model->origin);
+             tokenizer.ok()) {
+    model->tokenizer = std::move(*tokenizer);
+  } else {
+    // A vocabulary tandem cannot tokenize still serves token ids.
+    model->no_tokenizer_reason = std::string(tokenizer.status().message());
+    LOG_WARNING(model->no_tokenizer_reason);
+  }
+  const GgufSourceOptions source_options{
+      .quantized = options.quantized, .experts = options.experts, .num_threads = options.num_threads};
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<GgufTensorSource> source,
+                          GgufTensorSource::Create(std::move(checkpoint), model->config, source_options));
+  std::string weights = source->StoredTypesSummary();
+  if (source->dequantized_tensors() > 0) {
+    const std::string fallback =
+        absl::StrFormat("FALLBACK: %d quantized tensors %s (%.2f GB), no quantized kernels yet",
+                        source->dequantized_tensors(), std::string(QuantizedWeightsName(options.quantized)),
+                        static_cast<double>(source->dequantized_bytes()) / 1e9);
+    LOG_WARNING(model->origin, ": ", fallback);
+    absl::StrAppend(&weights, "; ", fallback);
+  }
+  if (source->per_expert_layout()) absl::StrAppend(&weights, "; one tensor per expert (older layout)");
+  TANDEM_ASSIGN_OR_RETURN(model->weights, LoadModelWeights(model->config, std::move(source)));
+  model->summary = ModelSummary(*model, weights);
+  LOG_INFO(model->summary);
+  return model;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::filesystem::path& dir, const ModelLoadOptions& options) {
+  if (IsGgufPath(dir)) return LoadGgufModel(dir, options);
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
     return absl::NotFoundError(absl::StrCat(dir.string(), ": model directory not found"));
@@ -38,6 +100,12 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::filesystem::path& di
   } else {
     LOG_WARNING(dir.string(), " has no tokenizer.model: only token-id requests will be served");
   }
+  if (absl::StatusOr<std::string> chat_template = HfChatTemplate(dir); chat_template.ok()) {
+    model->chat_template = std::move(*chat_template);
+  } else {
+    LOG_WARNING(chat_template.status().message(), ": the model has no chat template");
+  }
+  model->summary = ModelSummary(*model, absl::StrCat(model->config.torch_dtype, " safetensors"));
   return model;
 }
 
@@ -110,7 +178,7 @@ absl::StatusOr<ModelSource> ParseModelSource(const std::string& model_flag, cons
 
 absl::StatusOr<std::unique_ptr<Model>> LoadModelFrom(const ModelSource& source, const ModelLoadOptions& options) {
   if (source.synthetic) return LoadSyntheticModel(*source.synthetic, options);
-  return LoadModel(source.model_dir);
+  return LoadModel(source.model_dir, options);
 }
 
 }  // namespace tandem

@@ -1,5 +1,6 @@
-// A model ready to run: config, weights and (when the folder has one) the
-// tokenizer. Loaded from a Hugging Face folder or generated in memory.
+// A model ready to run: config, weights and (when the source has one) the
+// tokenizer. Loaded from a Hugging Face folder, a GGUF file (or the first
+// file of a split set), or generated in memory.
 // Immutable after load; any thread may read it.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "common/model/model_config.h"
 #include "common/model/model_weights.h"
+#include "common/model/gguf_tensor_source.h"
 #include "common/model/synthetic_model.h"
 #include "common/model/tokenizer.h"
 
@@ -21,7 +23,15 @@ struct Model {
   ModelConfig config;
   std::unique_ptr<ModelWeights> weights;
   std::unique_ptr<Tokenizer> tokenizer;  // null when the folder has no tokenizer.model
-  std::string origin;                    // the folder, or "synthetic:PRESET:LAYERS seed N"
+  std::string origin;                    // the folder or file, or "synthetic:PRESET:LAYERS seed N"
+  // Why there is no tokenizer, for RequireTokenizer ("" : the default reason).
+  std::string no_tokenizer_reason;
+  // The Jinja chat template the source carries (GGUF tokenizer.chat_template,
+  // or tokenizer_config.json's); "" when none.
+  std::string chat_template;
+  // One line for logs and model info: origin, architecture, sizes, stored
+  // weight types and any fallback taken at load.
+  std::string summary;
 
   // A text request needs a tokenizer; token-id requests never do.
   absl::StatusOr<const Tokenizer*> RequireTokenizer() const;
@@ -32,7 +42,7 @@ struct Model {
 // program taking a model (tandem-server, tandem-generate, tandem-cpu-worker)
 // parses its flags with ParseModelSource, so they accept and reject the same.
 struct ModelSource {
-  std::string model_dir;                        // --model; empty for synthetic
+  std::string model_dir;                        // --model (a folder or a .gguf); empty for synthetic
   std::optional<SyntheticModelSpec> synthetic;  // --synthetic; nullopt for a folder
   // The folder, or SyntheticModelName(*synthetic): what Model::origin will be.
   std::string Describe() const;
@@ -55,14 +65,30 @@ struct ModelLoadOptions {
   // Synthetic: train the tokenizer WriteSyntheticModel would write, in
   // memory (0.2-0.5 s on the license corpus); false: no tokenizer.
   bool tokenizer = true;
+  // GGUF: what to do with quantized matrices. Until tandem has quantized
+  // kernels the default is the fallback that dequantizes them to BF16 at
+  // load (only `experts`' experts), logged and named in Model::summary;
+  // kKeep keeps the blocks, which today's kernels refuse by name.
+  QuantizedWeights quantized = QuantizedWeights::kDequantizeToBf16;
 };
 
 // LoadModel or LoadSyntheticModel, as `source` says.
 absl::StatusOr<std::unique_ptr<Model>> LoadModelFrom(const ModelSource& source, const ModelLoadOptions& options);
 
-// Reads <dir>/config.json, the safetensors (sharded or not) and, if present,
-// <dir>/tokenizer.model.
-absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::filesystem::path& dir);
+// A folder: reads <dir>/config.json, the safetensors (sharded or not) and,
+// if present, <dir>/tokenizer.model. A file ending in .gguf (or the first
+// file of a split set, NAME-00001-of-0000N.gguf): config, weights,
+// tokenizer and chat template from the GGUF (LoadGgufModel).
+absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::filesystem::path& path,
+                                                 const ModelLoadOptions& options = {});
+// A GGUF file or split set; errors name the file and the key or tensor.
+absl::StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::filesystem::path& path,
+                                                     const ModelLoadOptions& options = {});
+// Whether `path` names a GGUF file (by its .gguf extension).
+bool IsGgufPath(const std::filesystem::path& path);
+// Only the config of what LoadModel(path) would load: <dir>/config.json, or
+// the GGUF's metadata (its header is parsed, no weights are touched).
+absl::StatusOr<ModelConfig> LoadModelConfigAt(const std::filesystem::path& path);
 // The weights of WriteSyntheticModel(spec), generated in memory, no tokenizer.
 absl::StatusOr<std::unique_ptr<Model>> LoadSyntheticModel(const SyntheticModelSpec& spec, int num_threads = 1);
 // The same with options.tokenizer's tokenizer and only options.experts'

@@ -31,6 +31,8 @@ class Binder {
 
   absl::StatusOr<std::vector<float>> Vector(WeightRole role, int layer = -1) {
     TANDEM_ASSIGN_OR_RETURN(TensorView view, View(role, layer));
+    TANDEM_RETURN_IF_ERROR(RequireFloatDType(view.dtype, absl::StrCat(source_.Describe(), ": tensor ", view.name),
+                                             "the loader's vectors (norms, biases)"));
     std::vector<float> out(static_cast<size_t>(view.num_elements()));
     for (size_t i = 0; i < out.size(); ++i) out[i] = LoadAsF32(view.data, view.dtype, i);
     return out;

@@ -54,6 +54,10 @@ std::string Where(const fs::path& path, const std::string& tensor) {
 // Bytes of a `dtype` tensor of `shape`; fails on a negative dimension or a
 // count that overflows 64 bits (a hostile header must not wrap to a match).
 absl::StatusOr<uint64_t> ShapeBytes(const std::vector<int64_t>& shape, DType dtype) {
+  if (IsQuantized(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(std::string(DTypeName(dtype)), " is a GGUF block type: safetensors holds only ",
+                                                   "F32, F16 and BF16 (write quantized models with tandem-quantize)"));
+  }
   uint64_t bytes = DTypeSize(dtype);
   for (int64_t d : shape) {
     if (d < 0) return absl::InvalidArgumentError(absl::StrCat("negative dimension in shape ", ShapeString(shape)));

@@ -158,6 +158,7 @@ void Store(void* out, DType dtype, size_t i, float v) {
     case DType::kF32: static_cast<float*>(out)[i] = v; break;
     case DType::kF16: static_cast<uint16_t*>(out)[i] = F32ToF16(v); break;
     case DType::kBF16: static_cast<uint16_t*>(out)[i] = F32ToBf16(v); break;
+    default: break;  // quantized: refused by SyntheticConfig before any fill
   }
 }
 
@@ -171,6 +172,8 @@ absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& spec) {
     return absl::InvalidArgumentError(absl::StrCat("num_layers must be >= 0, got ", spec.num_layers));
   }
   if (spec.num_layers > 0) preset.config.num_hidden_layers = spec.num_layers;
+  TANDEM_RETURN_IF_ERROR(RequireFloatDType(spec.dtype, "the synthetic model's dtype",
+                                           "the synthetic generator (quantize its output with tandem-quantize)"));
   preset.config.torch_dtype = spec.dtype == DType::kF32 ? "float32" : spec.dtype == DType::kF16 ? "float16" : "bfloat16";
   TANDEM_RETURN_IF_ERROR(preset.config.Validate(absl::StrCat("preset ", spec.preset)));
   return preset.config;

@@ -52,6 +52,7 @@ inline v1::DType ToProto(DType dtype) {
     case DType::kF32: return v1::DTYPE_F32;
     case DType::kF16: return v1::DTYPE_F16;
     case DType::kBF16: return v1::DTYPE_BF16;
+    default: break;  // quantized: no wire dtype yet, so the peer refuses it
   }
   return v1::DTYPE_UNSPECIFIED;
 }

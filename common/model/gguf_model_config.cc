@@ -1,0 +1,250 @@
+#include "common/model/gguf_model_config.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/model/gguf_names.h"
+#include "common/quant/ggml_type.h"
+
+namespace tandem {
+namespace {
+
+constexpr char kTandemShortMscaleKey[] = "tandem.rope.short_mscale";
+constexpr char kTandemLongMscaleKey[] = "tandem.rope.long_mscale";
+constexpr char kTandemShortFactorKey[] = "tandem.rope.short_factor";
+constexpr char kTandemLongFactorKey[] = "tandem.rope.long_factor";
+constexpr char kTandemRouterJitterKey[] = "tandem.router_jitter_noise";
+// PhiMoEConfig's default and Phi-3.5-MoE's value.
+constexpr double kDefaultRouterJitter = 0.01;
+
+// GGUF keeps hyperparameters as f32; config.json had short decimals
+// ("1e-05"). The shortest decimal that rounds to the same f32 is that
+// decimal, so parsing it back gives the double Hugging Face computes with.
+double FromF32(double stored) {
+  const float f = static_cast<float>(stored);
+  if (!std::isfinite(f)) return stored;
+  char text[64];
+  const auto result = std::to_chars(text, text + sizeof(text) - 1, f);
+  *result.ptr = '\0';
+  return std::strtod(text, nullptr);
+}
+
+class Reader {
+ public:
+  Reader(const GgufMetadata& metadata, std::string arch) : m_(metadata), arch_(std::move(arch)) {}
+
+  absl::StatusOr<int64_t> Int(std::string_view suffix) const { return m_.GetInteger(GgufKey(arch_, suffix)); }
+  absl::StatusOr<int64_t> IntOr(std::string_view suffix, int64_t fallback) const {
+    return m_.Contains(GgufKey(arch_, suffix)) ? Int(suffix) : fallback;
+  }
+  absl::StatusOr<double> FloatOr(const std::string& key, double fallback) const {
+    if (!m_.Contains(key)) return fallback;
+    return Float(key);
+  }
+  // An f32 value as its shortest decimal (FromF32), an f64 one as it is.
+  absl::StatusOr<double> Float(const std::string& key) const {
+    TANDEM_ASSIGN_OR_RETURN(double v, m_.GetFloat(key));
+    return m_.Find(key)->type() == GgufValueType::kFloat32 ? FromF32(v) : v;
+  }
+  absl::StatusOr<double> ArchFloat(std::string_view suffix) const { return Float(GgufKey(arch_, suffix)); }
+  absl::StatusOr<double> ArchFloatOr(std::string_view suffix, double fallback) const {
+    return FloatOr(GgufKey(arch_, suffix), fallback);
+  }
+  // A float64 array of the same length as `values`, replacing them.
+  absl::Status DoublesIfPresent(const std::string& key, std::vector<double>* values) const {
+    if (!m_.Contains(key)) return absl::OkStatus();
+    TANDEM_ASSIGN_OR_RETURN(const GgufArray* array, m_.GetArray(key, GgufValueType::kFloat64));
+    const std::vector<double>& v = *array->As<double>();
+    if (v.size() != values->size()) {
+      return absl::InvalidArgumentError(absl::StrCat(m_.source(), ": key ", key, " has ", v.size(), " values, the ",
+                                                     "rope factor tensors ", values->size()));
+    }
+    *values = v;
+    return absl::OkStatus();
+  }
+  absl::Status Positive(std::string_view suffix, int64_t value) const {
+    if (value > 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(m_.source(), ": key ", GgufKey(arch_, suffix), " must be positive, got ", value));
+  }
+
+ private:
+  const GgufMetadata& m_;
+  std::string arch_;
+};
+
+// A 1-D F32 tensor of `n` values, as doubles (shortest-decimal, see FromF32).
+absl::StatusOr<std::vector<double>> ReadF32Vector(const GgufCheckpoint& checkpoint, const char* name, int64_t n) {
+  TANDEM_ASSIGN_OR_RETURN(GgufTensor t, checkpoint.Get(name));
+  if (t.info->type != GgmlType::kF32 || t.info->dims.size() != 1 || t.info->dims[0] != n) {
+    return absl::InvalidArgumentError(absl::StrCat(checkpoint.Describe(), ": tensor ", name, " must be f32 of ", n,
+                                                   " values (head_dim / 2), is ", GgmlTypeName(t.info->type),
+                                                   " with ", t.info->dims.size(), " dims"));
+  }
+  std::vector<double> out(static_cast<size_t>(n));
+  for (size_t i = 0; i < out.size(); ++i) {
+    float v;
+    std::memcpy(&v, t.data.data() + i * sizeof(float), sizeof(float));
+    out[i] = FromF32(v);
+  }
+  return out;
+}
+
+absl::Status ReadLongRope(const GgufCheckpoint& checkpoint, const Reader& r, ModelConfig& c) {
+  if (checkpoint.Get(kGgufRopeFactorsLong).status().code() == absl::StatusCode::kNotFound) return absl::OkStatus();
+  RopeScaling& s = c.rope_scaling;
+  s.type = "longrope";
+  TANDEM_ASSIGN_OR_RETURN(s.long_factor, ReadF32Vector(checkpoint, kGgufRopeFactorsLong, c.head_dim / 2));
+  TANDEM_ASSIGN_OR_RETURN(s.short_factor, ReadF32Vector(checkpoint, kGgufRopeFactorsShort, c.head_dim / 2));
+  // config.json's doubles, when tandem wrote the file (the tensors are f32).
+  TANDEM_RETURN_IF_ERROR(r.DoublesIfPresent(kTandemLongFactorKey, &s.long_factor));
+  TANDEM_RETURN_IF_ERROR(r.DoublesIfPresent(kTandemShortFactorKey, &s.short_factor));
+  TANDEM_ASSIGN_OR_RETURN(s.original_max_position_embeddings, r.Int("rope.scaling.original_context_length"));
+  // llama.cpp scales cos/sin by attn_factor at every length.
+  TANDEM_ASSIGN_OR_RETURN(const double attn_factor, r.ArchFloatOr("rope.scaling.attn_factor", 1.0));
+  TANDEM_ASSIGN_OR_RETURN(s.short_mscale, r.FloatOr(kTandemShortMscaleKey, attn_factor));
+  TANDEM_ASSIGN_OR_RETURN(s.long_mscale, r.FloatOr(kTandemLongMscaleKey, attn_factor));
+  return absl::OkStatus();
+}
+
+bool Has(const GgufCheckpoint& checkpoint, const std::string& name) { return checkpoint.Get(name).ok(); }
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufCheckpoint& checkpoint) {
+  const GgufMetadata& m = checkpoint.metadata();
+  const std::string source = checkpoint.Describe();
+  TANDEM_ASSIGN_OR_RETURN(const std::string arch, m.GetString(kGgufArchitectureKey));
+  ModelConfig c;
+  TANDEM_ASSIGN_OR_RETURN(c.architecture, ArchitectureFromGguf(arch, source));
+  const bool phimoe = c.architecture == Architecture::kPhiMoE;
+  c.architecture_name = phimoe ? "PhiMoEForCausalLM" : "MixtralForCausalLM";
+  c.model_type = phimoe ? "phimoe" : "mixtral";
+  c.torch_dtype = "bfloat16";
+  const Reader r(m, arch);
+
+  TANDEM_ASSIGN_OR_RETURN(c.hidden_size, r.Int("embedding_length"));
+  TANDEM_ASSIGN_OR_RETURN(c.num_hidden_layers, r.Int("block_count"));
+  TANDEM_ASSIGN_OR_RETURN(c.intermediate_size, r.Int("feed_forward_length"));
+  TANDEM_ASSIGN_OR_RETURN(c.max_position_embeddings, r.Int("context_length"));
+  TANDEM_ASSIGN_OR_RETURN(c.num_attention_heads, r.Int("attention.head_count"));
+  TANDEM_RETURN_IF_ERROR(r.Positive("attention.head_count", c.num_attention_heads));
+  TANDEM_RETURN_IF_ERROR(r.Positive("embedding_length", c.hidden_size));
+  TANDEM_ASSIGN_OR_RETURN(c.num_key_value_heads, r.IntOr("attention.head_count_kv", c.num_attention_heads));
+  TANDEM_ASSIGN_OR_RETURN(c.head_dim, r.IntOr("attention.key_length", c.hidden_size / c.num_attention_heads));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t value_length, r.IntOr("attention.value_length", c.head_dim));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t rope_dims, r.IntOr("rope.dimension_count", c.head_dim));
+  if (value_length != c.head_dim || rope_dims != c.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": key ", GgufKey(arch, "attention.value_length"), " (", value_length, ") and ",
+        GgufKey(arch, "rope.dimension_count"), " (", rope_dims, ") must equal the head size ", c.head_dim,
+        ": tandem rotates and attends over whole heads"));
+  }
+  TANDEM_ASSIGN_OR_RETURN(c.num_local_experts, r.Int("expert_count"));
+  TANDEM_ASSIGN_OR_RETURN(c.num_experts_per_tok, r.Int("expert_used_count"));
+  TANDEM_ASSIGN_OR_RETURN(c.rope_theta, r.ArchFloatOr("rope.freq_base", 10000.0));
+  TANDEM_ASSIGN_OR_RETURN(c.rms_norm_eps, r.ArchFloat("attention.layer_norm_rms_epsilon"));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t window, r.IntOr("attention.sliding_window", 0));
+  if (window > 0) c.sliding_window = window;
+
+  // What the tensors say.
+  TANDEM_ASSIGN_OR_RETURN(GgufTensor embed, checkpoint.Get(GgufTensorName(WeightRole::kEmbedTokens)));
+  if (embed.info->dims.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": tensor token_embd.weight has ", embed.info->dims.size(),
+                                                   " dims, expected 2 ({hidden, vocab})"));
+  }
+  c.vocab_size = embed.info->dims[1];
+  TANDEM_ASSIGN_OR_RETURN(const int64_t vocab_key, r.IntOr("vocab_size", c.vocab_size));
+  if (vocab_key != c.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": key ", GgufKey(arch, "vocab_size"), " is ", vocab_key,
+                                                   " but token_embd.weight has ", c.vocab_size, " rows"));
+  }
+  c.tie_word_embeddings = !Has(checkpoint, GgufTensorName(WeightRole::kLmHead));
+  c.attention_bias = Has(checkpoint, GgufTensorName(WeightRole::kQBias, 0));
+  c.lm_head_bias = Has(checkpoint, GgufTensorName(WeightRole::kLmHeadBias));
+  if (phimoe) {
+    TANDEM_RETURN_IF_ERROR(ReadLongRope(checkpoint, r, c));
+    TANDEM_ASSIGN_OR_RETURN(c.router_jitter_noise, r.FloatOr(kTandemRouterJitterKey, kDefaultRouterJitter));
+  }
+
+  if (m.Contains("tokenizer.ggml.bos_token_id")) {
+    TANDEM_ASSIGN_OR_RETURN(const int64_t bos, m.GetInteger("tokenizer.ggml.bos_token_id"));
+    c.bos_token_id = static_cast<int32_t>(bos);
+  }
+  if (m.Contains("tokenizer.ggml.eos_token_id")) {
+    TANDEM_ASSIGN_OR_RETURN(const int64_t eos, m.GetInteger("tokenizer.ggml.eos_token_id"));
+    c.eos_token_ids = {static_cast<int32_t>(eos)};
+  } else {
+    c.eos_token_ids = {2};
+  }
+  TANDEM_RETURN_IF_ERROR(c.Validate(source));
+  return c;
+}
+
+absl::Status AddModelConfigToGguf(const ModelConfig& c, const std::string& model_name, GgufMetadata* m) {
+  const std::string arch(GgufArchitecture(c.architecture));
+  const bool phimoe = c.architecture == Architecture::kPhiMoE;
+  auto u32 = [](int64_t v) { return GgufValue(static_cast<uint32_t>(v)); };
+  auto f32 = [](double v) { return GgufValue(static_cast<float>(v)); };
+  auto set = [&](std::string_view suffix, GgufValue v) { m->Set(GgufKey(arch, suffix), std::move(v)); };
+  m->Set(kGgufArchitectureKey, arch);
+  m->Set("general.type", "model");
+  m->Set("general.name", model_name);
+  set("block_count", u32(c.num_hidden_layers));
+  set("context_length", u32(c.max_position_embeddings));
+  set("embedding_length", u32(c.hidden_size));
+  set("feed_forward_length", u32(c.intermediate_size));
+  set("attention.head_count", u32(c.num_attention_heads));
+  set("attention.head_count_kv", u32(c.num_key_value_heads));
+  set("rope.freq_base", f32(c.rope_theta));
+  set("attention.layer_norm_rms_epsilon", f32(c.rms_norm_eps));
+  set("expert_count", u32(c.num_local_experts));
+  set("expert_used_count", u32(c.num_experts_per_tok));
+  if (c.head_dim != c.hidden_size / c.num_attention_heads) {
+    set("attention.key_length", u32(c.head_dim));
+    set("attention.value_length", u32(c.head_dim));
+  }
+  set("rope.dimension_count", u32(c.head_dim));
+  if (!phimoe) {
+    set("vocab_size", u32(c.vocab_size));
+    // The llama architecture has no window in llama.cpp; kept for tandem.
+    if (c.sliding_window) set("attention.sliding_window", u32(*c.sliding_window));
+    return absl::OkStatus();
+  }
+  set("attention.sliding_window", u32(c.sliding_window.value_or(0)));
+  if (c.rope_scaling.type == "longrope") {
+    const RopeScaling& s = c.rope_scaling;
+    set("rope.scaling.original_context_length", u32(s.original_max_position_embeddings));
+    // The converter's factor (what llama.cpp scales by), and Hugging Face's.
+    const double scale = static_cast<double>(c.max_position_embeddings) /
+                         static_cast<double>(std::max<int64_t>(s.original_max_position_embeddings, 1));
+    const double attn_factor =
+        scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(s.original_max_position_embeddings)))
+                    : 1.0;
+    set("rope.scaling.attn_factor", f32(attn_factor));
+    m->Set(kTandemShortMscaleKey, s.short_mscale);
+    m->Set(kTandemLongMscaleKey, s.long_mscale);
+    m->Set(kTandemShortFactorKey, GgufArray(s.short_factor));
+    m->Set(kTandemLongFactorKey, GgufArray(s.long_factor));
+  } else if (!c.rope_scaling.type.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("rope_scaling type \"", c.rope_scaling.type,
+                                                   "\" has no GGUF form tandem writes (it writes longrope)"));
+  }
+  m->Set(kTandemRouterJitterKey, c.router_jitter_noise);
+  return absl::OkStatus();
+}
+
+std::vector<std::pair<std::string, std::vector<float>>> GgufConfigTensors(const ModelConfig& c) {
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  if (c.architecture != Architecture::kPhiMoE || c.rope_scaling.type != "longrope") return out;
+  auto floats = [](const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); };
+  out.emplace_back(kGgufRopeFactorsLong, floats(c.rope_scaling.long_factor));
+  out.emplace_back(kGgufRopeFactorsShort, floats(c.rope_scaling.short_factor));
+  return out;
+}
+
+}  // namespace tandem

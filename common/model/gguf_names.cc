@@ -1,0 +1,61 @@
+#include "common/model/gguf_names.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+
+std::string_view GgufArchitecture(Architecture architecture) {
+  return architecture == Architecture::kPhiMoE ? kGgufArchPhiMoE : kGgufArchLlama;
+}
+
+absl::StatusOr<Architecture> ArchitectureFromGguf(std::string_view name, const std::string& source) {
+  if (name == kGgufArchLlama) return Architecture::kMixtral;
+  if (name == kGgufArchPhiMoE) return Architecture::kPhiMoE;
+  return absl::InvalidArgumentError(absl::StrCat(source, ": ", kGgufArchitectureKey, " is \"", std::string(name),
+                                                 "\"; tandem runs \"llama\" with experts (Mixtral) and \"phimoe\""));
+}
+
+std::string GgufKey(std::string_view arch, std::string_view suffix) {
+  return absl::StrCat(std::string(arch), ".", std::string(suffix));
+}
+
+std::string GgufTensorName(WeightRole role, int layer) {
+  const std::string b = absl::StrCat("blk.", layer, ".");
+  switch (role) {
+    case WeightRole::kEmbedTokens: return "token_embd.weight";
+    case WeightRole::kInputNorm: return b + "attn_norm.weight";
+    case WeightRole::kInputNormBias: return b + "attn_norm.bias";
+    case WeightRole::kQProj: return b + "attn_q.weight";
+    case WeightRole::kKProj: return b + "attn_k.weight";
+    case WeightRole::kVProj: return b + "attn_v.weight";
+    case WeightRole::kQBias: return b + "attn_q.bias";
+    case WeightRole::kKBias: return b + "attn_k.bias";
+    case WeightRole::kVBias: return b + "attn_v.bias";
+    case WeightRole::kOProj: return b + "attn_output.weight";
+    case WeightRole::kOBias: return b + "attn_output.bias";
+    case WeightRole::kPostAttentionNorm: return b + "ffn_norm.weight";
+    case WeightRole::kPostAttentionNormBias: return b + "ffn_norm.bias";
+    case WeightRole::kRouter: return b + "ffn_gate_inp.weight";
+    case WeightRole::kExpertW1: return b + "ffn_gate_exps.weight";
+    case WeightRole::kExpertW2: return b + "ffn_down_exps.weight";
+    case WeightRole::kExpertW3: return b + "ffn_up_exps.weight";
+    case WeightRole::kFinalNorm: return "output_norm.weight";
+    case WeightRole::kFinalNormBias: return "output_norm.bias";
+    case WeightRole::kLmHead: return "output.weight";
+    case WeightRole::kLmHeadBias: return "output.bias";
+  }
+  return "";
+}
+
+std::string GgufPerExpertTensorName(WeightRole role, int layer, int expert) {
+  const char* matrix = role == WeightRole::kExpertW1 ? "ffn_gate" : role == WeightRole::kExpertW2 ? "ffn_down" : "ffn_up";
+  return absl::StrCat("blk.", layer, ".", matrix, ".", expert, ".weight");
+}
+
+bool GgufPermutesRows(Architecture architecture, WeightRole role) {
+  if (architecture != Architecture::kMixtral) return false;
+  return role == WeightRole::kQProj || role == WeightRole::kKProj || role == WeightRole::kQBias ||
+         role == WeightRole::kKBias;
+}
+
+}  // namespace tandem

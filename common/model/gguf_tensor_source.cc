@@ -1,0 +1,255 @@
+#include "common/model/gguf_tensor_source.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
+#include "common/base/thread_pool.h"
+#include "common/model/gguf_names.h"
+#include "common/model/tensor_names.h"
+#include "common/quant/quantize.h"
+
+namespace tandem {
+namespace {
+
+std::string DimsString(const std::vector<int64_t>& dims) { return absl::StrCat("{", absl::StrJoin(dims, ", "), "}"); }
+
+// Where one Hugging Face tensor lives in the checkpoint.
+struct Located {
+  const GgufTensorInfo* info = nullptr;
+  const uint8_t* data = nullptr;  // the first byte of this HF tensor
+  int64_t bytes = 0;
+};
+
+// The HF tensor `w`: its own GGUF tensor, or expert w.expert of a stacked
+// one, checked against the dims the config implies.
+absl::StatusOr<Located> Locate(const GgufCheckpoint& checkpoint, const ModelConfig& c, const WeightSpec& w,
+                               bool* per_expert) {
+  std::vector<int64_t> dims(w.shape.rbegin(), w.shape.rend());  // ggml order
+  std::string name = GgufTensorName(w.role, w.layer);
+  bool stacked = IsExpertRole(w.role);
+  if (stacked && !checkpoint.Get(name).ok()) {
+    const std::string single = GgufPerExpertTensorName(w.role, w.layer, w.expert);
+    if (checkpoint.Get(single).ok()) {
+      name = single;
+      stacked = false;
+      *per_expert = true;
+    }
+  }
+  if (stacked) dims.push_back(c.num_local_experts);
+  absl::StatusOr<GgufTensor> t = checkpoint.Get(name);
+  if (!t.ok()) {
+    return absl::NotFoundError(absl::StrCat(checkpoint.Describe(), ": tensor ", name, " not found (it holds ", w.name,
+                                            " of the ", std::string(GgufArchitecture(c.architecture)), " architecture)"));
+  }
+  if (t->info->dims != dims) {
+    return absl::InvalidArgumentError(absl::StrCat(checkpoint.Describe(), ": tensor ", name, " has dims ",
+                                                   DimsString(t->info->dims), ", the model's hyperparameters imply ",
+                                                   DimsString(dims), " (", w.name, " ", ShapeString(w.shape), ")"));
+  }
+  Located loc{t->info, t->data.data(), static_cast<int64_t>(t->data.size())};
+  if (stacked) {
+    loc.bytes /= c.num_local_experts;
+    loc.data += loc.bytes * w.expert;
+  }
+  return loc;
+}
+
+bool ExpertNeeded(const SyntheticExperts& experts, int layer, int expert) {
+  switch (experts.mode) {
+    case SyntheticExperts::Mode::kAll: return true;
+    case SyntheticExperts::Mode::kNone: return false;
+    case SyntheticExperts::Mode::kSlices:
+      return std::any_of(experts.slices.begin(), experts.slices.end(),
+                         [&](const ExpertSlice& s) { return s.layer == layer && s.expert == expert; });
+  }
+  return true;
+}
+
+// Decodes `rows` rows of `row_length` values of ggml `type` (row r at
+// src + r * row_bytes, in the order `src_row(r)` gives) into `out` as `to`.
+absl::Status DecodeRows(GgmlType type, const uint8_t* src, int64_t rows, int64_t row_length, bool permute,
+                        int64_t head_dim, DType to, void* out, ThreadPool* pool) {
+  const int64_t row_bytes = static_cast<int64_t>(*GgmlRowBytes(type, row_length));
+  std::vector<absl::Status> errors(static_cast<size_t>(pool ? pool->num_threads() : 1));
+  constexpr int64_t kRowsPerTask = 64;
+  auto task = [&](int64_t t, int thread) {
+    std::vector<float> row(static_cast<size_t>(row_length));
+    for (int64_t r = t * kRowsPerTask; r < std::min(rows, (t + 1) * kRowsPerTask); ++r) {
+      const int64_t from = permute ? GgufRowOfHfRow(r, head_dim) : r;
+      absl::Status s = DequantizeRow(type, {src + from * row_bytes, static_cast<size_t>(row_bytes)}, absl::MakeSpan(row));
+      if (!s.ok()) {
+        errors[static_cast<size_t>(thread)] = s;
+        return;
+      }
+      if (to == DType::kF32) {
+        std::copy(row.begin(), row.end(), static_cast<float*>(out) + r * row_length);
+      } else {
+        uint16_t* dst = static_cast<uint16_t*>(out) + r * row_length;
+        for (int64_t i = 0; i < row_length; ++i) dst[i] = F32ToBf16(row[static_cast<size_t>(i)]);
+      }
+    }
+  };
+  const int64_t tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
+  if (pool != nullptr) {
+    pool->ParallelFor(tasks, task);
+  } else {
+    for (int64_t t = 0; t < tasks; ++t) task(t, 0);
+  }
+  for (const absl::Status& s : errors) TANDEM_RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string_view QuantizedWeightsName(QuantizedWeights mode) {
+  switch (mode) {
+    case QuantizedWeights::kKeep: return "kept quantized";
+    case QuantizedWeights::kDequantizeToBf16: return "dequantized to BF16 at load";
+    case QuantizedWeights::kDequantizeToF32: return "dequantized to F32 at load";
+  }
+  return "?";
+}
+
+absl::StatusOr<DType> DTypeFromGgml(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32: return DType::kF32;
+    case GgmlType::kF16: return DType::kF16;
+    case GgmlType::kBF16: return DType::kBF16;
+    case GgmlType::kQ8_0: return DType::kQ8_0;
+    case GgmlType::kQ4_0: return DType::kQ4_0;
+    case GgmlType::kQ4_1: return DType::kQ4_1;
+    case GgmlType::kQ5_0: return DType::kQ5_0;
+    case GgmlType::kQ4_K: return DType::kQ4_K;
+    case GgmlType::kQ5_K: return DType::kQ5_K;
+    case GgmlType::kQ6_K: return DType::kQ6_K;
+    default: break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(GgmlTypeName(type), ", which tandem does not run (it runs ",
+                                                 SupportedDequantizeTypes(), ")"));
+}
+
+GgmlType GgmlFromDType(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return GgmlType::kF32;
+    case DType::kF16: return GgmlType::kF16;
+    case DType::kBF16: return GgmlType::kBF16;
+    case DType::kQ8_0: return GgmlType::kQ8_0;
+    case DType::kQ4_0: return GgmlType::kQ4_0;
+    case DType::kQ4_1: return GgmlType::kQ4_1;
+    case DType::kQ5_0: return GgmlType::kQ5_0;
+    case DType::kQ4_K: return GgmlType::kQ4_K;
+    case DType::kQ5_K: return GgmlType::kQ5_K;
+    case DType::kQ6_K: return GgmlType::kQ6_K;
+  }
+  return GgmlType::kF32;
+}
+
+absl::StatusOr<std::unique_ptr<GgufTensorSource>> GgufTensorSource::Create(std::unique_ptr<GgufCheckpoint> checkpoint,
+                                                                           const ModelConfig& config,
+                                                                           const GgufSourceOptions& options) {
+  auto source = std::unique_ptr<GgufTensorSource>(new GgufTensorSource());
+  source->checkpoint_ = std::move(checkpoint);
+  TANDEM_RETURN_IF_ERROR(source->Bind(config, options));
+  return source;
+}
+
+uint8_t* GgufTensorSource::Own(size_t bytes) {
+  buffers_.push_back(std::make_unique_for_overwrite<uint8_t[]>(std::max<size_t>(bytes, 1)));
+  return buffers_.back().get();
+}
+
+absl::Status GgufTensorSource::Bind(const ModelConfig& c, const GgufSourceOptions& options) {
+  std::unique_ptr<ThreadPool> pool;
+  if (options.num_threads > 1 && options.quantized != QuantizedWeights::kKeep) {
+    pool = std::make_unique<ThreadPool>(ThreadPoolOptions{.num_threads = options.num_threads, .name = "gguf-load"});
+  }
+  const DType fallback = options.quantized == QuantizedWeights::kDequantizeToF32 ? DType::kF32 : DType::kBF16;
+  for (const WeightSpec& w : ExpectedWeights(c)) {
+    TANDEM_ASSIGN_OR_RETURN(const Located loc, Locate(*checkpoint_, c, w, &per_expert_layout_));
+    absl::StatusOr<DType> stored = DTypeFromGgml(loc.info->type);
+    if (!stored.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(checkpoint_->Describe(), ": tensor ", loc.info->name, " is ", stored.status().message()));
+    }
+    gguf_names_[w.name] = loc.info->name;
+    const bool permute = GgufPermutesRows(c.architecture, w.role);
+    const int64_t rows = w.shape.size() == 2 ? w.shape[0] : 1;
+    const int64_t row_length = w.shape.back();
+    TensorView view{w.name, *stored, w.shape, loc.data, static_cast<size_t>(loc.bytes)};
+    if (w.shape.size() == 1) {
+      // A vector, read as one row; a permuted bias is permuted element by element.
+      float* out = reinterpret_cast<float*>(Own(static_cast<size_t>(row_length) * sizeof(float)));
+      std::vector<float> row(static_cast<size_t>(row_length));
+      TANDEM_RETURN_IF_ERROR(DequantizeRow(loc.info->type, {loc.data, static_cast<size_t>(loc.bytes)},
+                                           absl::MakeSpan(row)));
+      for (int64_t i = 0; i < row_length; ++i) out[i] = row[static_cast<size_t>(permute ? GgufRowOfHfRow(i, c.head_dim) : i)];
+      view = TensorView{w.name, DType::kF32, w.shape, out, static_cast<size_t>(row_length) * sizeof(float)};
+    } else if (IsQuantized(*stored) && options.quantized != QuantizedWeights::kKeep) {
+      const size_t bytes = static_cast<size_t>(rows * row_length) * DTypeSize(fallback);
+      view = TensorView{w.name, fallback, w.shape, nullptr, 0};
+      if (!IsExpertRole(w.role) || ExpertNeeded(options.experts, w.layer, w.expert)) {
+        uint8_t* out = Own(bytes);
+        TANDEM_RETURN_IF_ERROR(DecodeRows(loc.info->type, loc.data, rows, row_length, permute, c.head_dim, fallback,
+                                          out, pool.get()));
+        view.data = out;
+        view.size_bytes = bytes;
+        ++dequantized_tensors_;
+        dequantized_bytes_ += static_cast<int64_t>(bytes);
+      }
+    } else if (permute) {
+      const int64_t row_bytes = DTypeRowBytes(*stored, row_length);
+      uint8_t* out = Own(static_cast<size_t>(loc.bytes));
+      for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(out + r * row_bytes, loc.data + GgufRowOfHfRow(r, c.head_dim) * row_bytes,
+                    static_cast<size_t>(row_bytes));
+      }
+      view.data = out;
+    }
+    views_[w.name] = std::move(view);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TensorView> GgufTensorSource::Get(const std::string& name) const {
+  auto it = views_.find(name);
+  if (it == views_.end()) {
+    return absl::NotFoundError(absl::StrCat(Describe(), ": no tensor ", name, " (the GGUF maps only the tensors the ",
+                                            "model's config implies)"));
+  }
+  return it->second;
+}
+
+std::vector<std::string> GgufTensorSource::Names() const {
+  std::vector<std::string> names;
+  names.reserve(views_.size());
+  for (const auto& [name, view] : views_) names.push_back(name);
+  return names;
+}
+
+std::string GgufTensorSource::GgufNameOf(const std::string& hf_name) const {
+  auto it = gguf_names_.find(hf_name);
+  return it == gguf_names_.end() ? std::string() : it->second;
+}
+
+std::string GgufTensorSource::StoredTypesSummary() const {
+  std::map<std::string, std::pair<int64_t, uint64_t>> by_type;  // name -> (tensors, bytes)
+  for (const GgufTensor& t : checkpoint_->tensors()) {
+    auto& [count, bytes] = by_type[std::string(GgmlTypeName(t.info->type))];
+    ++count;
+    bytes += t.info->size_bytes;
+  }
+  std::vector<std::string> parts;
+  for (const auto& [type, stats] : by_type) {
+    const double bytes = static_cast<double>(stats.second);
+    parts.push_back(absl::StrCat(type, ": ", stats.first, " tensors, ",
+                                 bytes >= 1e9 ? absl::StrFormat("%.2f GB", bytes / 1e9)
+                                              : absl::StrFormat("%.2f MB", bytes / 1e6)));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
+}  // namespace tandem

@@ -1,0 +1,100 @@
+// A GGUF checkpoint (one file or a split set) seen through Hugging Face's
+// names and shapes (gguf_names.h), so LoadModelWeights, fingerprints and the
+// float64 reference read it as they read a safetensors folder:
+//
+//   - matrices are views into the mapped file, in their stored type (F32,
+//     F16, BF16 or a ggml block type); a stacked expert tensor
+//     blk.l.ffn_*_exps {K, N, E} is E views, expert e at e * N rows, no copy
+//     (older files with one tensor per expert are read the same way);
+//   - q_proj / k_proj of a "llama" file are stored with rows permuted into
+//     llama.cpp's interleaved RoPE order; their rows are put back in Hugging
+//     Face order once at load, in their stored type (rows are independent,
+//     also when quantized), into buffers this source owns: ~1.5% of
+//     Mixtral's bytes, and the attention code stays the one Hugging Face
+//     layout everywhere (CPU and CUDA);
+//   - vectors (norms, biases) are handed out as F32;
+//   - quantized matrices, until tandem has kernels for them, are dequantized
+//     at load when the options ask for it (the logged fallback
+//     QuantizedWeights::kDequantizeToBf16), only for the experts the process
+//     needs; otherwise they stay quantized and every consumer that cannot
+//     compute them refuses them by name (RequireFloatDType).
+//
+// Errors name the file and the GGUF tensor: a missing tensor (NotFound), a
+// shape the config does not imply, a row that is not whole blocks, or a type
+// tandem does not run, e.g. iq2_xxs (InvalidArgument).
+// Owns the checkpoint and the buffers; immutable after Create, so any thread
+// may call its const methods.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/gguf/gguf_checkpoint.h"
+#include "common/model/model_config.h"
+#include "common/model/safetensors.h"
+#include "common/model/synthetic_model.h"
+
+namespace tandem {
+
+enum class QuantizedWeights {
+  kKeep,              // views of the stored blocks
+  kDequantizeToBf16,  // the fallback until quantized kernels exist (logged)
+  kDequantizeToF32,   // the same, exactly (tests compare against references)
+};
+std::string_view QuantizedWeightsName(QuantizedWeights mode);
+
+struct GgufSourceOptions {
+  QuantizedWeights quantized = QuantizedWeights::kDequantizeToBf16;
+  // Which experts the dequantizing fallback materialises; the others keep
+  // name, dtype and shape with data == nullptr (as SyntheticTensorSource's).
+  // Kept (views) experts ignore it: mapped pages never read take no memory.
+  SyntheticExperts experts;
+  int num_threads = 1;  // for the fallback's dequantization
+};
+
+// The ggml type stored as this DType, and back (InvalidArgument naming the
+// type, and listing what tandem runs, for the others).
+absl::StatusOr<DType> DTypeFromGgml(GgmlType type);
+GgmlType GgmlFromDType(DType dtype);
+
+class GgufTensorSource : public TensorSource {
+ public:
+  static absl::StatusOr<std::unique_ptr<GgufTensorSource>> Create(std::unique_ptr<GgufCheckpoint> checkpoint,
+                                                                   const ModelConfig& config,
+                                                                   const GgufSourceOptions& options);
+
+  absl::StatusOr<TensorView> Get(const std::string& name) const override;
+  std::vector<std::string> Names() const override;
+  std::string Describe() const override { return checkpoint_->Describe(); }
+
+  const GgufCheckpoint& checkpoint() const { return *checkpoint_; }
+  // The GGUF tensor behind a Hugging Face name ("" when none).
+  std::string GgufNameOf(const std::string& hf_name) const;
+  // "q4_K: 64 tensors, 1.20 GB; q6_K: ...; f32: ..." over the file's tensors.
+  std::string StoredTypesSummary() const;
+  // The fallback's work: quantized tensors dequantized at load and their
+  // bytes after it (0 when none or kKeep).
+  int64_t dequantized_tensors() const { return dequantized_tensors_; }
+  int64_t dequantized_bytes() const { return dequantized_bytes_; }
+  bool per_expert_layout() const { return per_expert_layout_; }
+
+ private:
+  GgufTensorSource() = default;
+  struct Planned;
+  absl::Status Bind(const ModelConfig& config, const GgufSourceOptions& options);
+  uint8_t* Own(size_t bytes);
+
+  std::unique_ptr<GgufCheckpoint> checkpoint_;
+  std::map<std::string, TensorView> views_;
+  std::map<std::string, std::string> gguf_names_;
+  std::vector<std::unique_ptr<uint8_t[]>> buffers_;
+  int64_t dequantized_tensors_ = 0;
+  int64_t dequantized_bytes_ = 0;
+  bool per_expert_layout_ = false;
+};
+
+}  // namespace tandem

@@ -1,0 +1,67 @@
+// The tokenizer a GGUF file carries (tokenizer.ggml.*), both ways:
+//
+//   tokenizer.ggml.model        "llama": a SentencePiece BPE vocabulary —
+//                               tokens, scores and token_type per id, plus
+//                               bos/eos/unk/padding ids and add_space_prefix.
+//                               Read by building a SentencePiece model proto
+//                               in memory from those arrays (SentencePiece's
+//                               encoder then tokenizes exactly as the
+//                               original tokenizer.model, which llama.cpp's
+//                               converter read them from).
+//                               "gpt2" and the others: refused by name (their
+//                               pre-tokenizer regexes are not implemented).
+//   tokenizer.chat_template     carried as a string (the template engine is
+//                               elsewhere).
+//
+// Writing follows the converter's _set_vocab_sentencepiece: every piece of
+// tokenizer.model, padded with "[PAD<id>]" unused pieces up to the model's
+// vocab_size, special ids from config.json, add_bos/add_eos and the chat
+// template from tokenizer_config.json when present.
+//
+// Errors name the file (`source`) and the key. Stateless functions.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/gguf/gguf_metadata.h"
+#include "common/model/model_config.h"
+#include "common/model/tokenizer.h"
+
+namespace tandem {
+
+inline constexpr char kGgufTokenizerModelKey[] = "tokenizer.ggml.model";
+inline constexpr char kGgufChatTemplateKey[] = "tokenizer.chat_template";
+
+// Whether the metadata has a tokenizer at all (tokenizer.ggml.model).
+bool GgufHasTokenizer(const GgufMetadata& metadata);
+
+// The serialized SentencePiece model proto for a "llama" vocabulary.
+// InvalidArgument naming `source` and the key for another tokenizer model,
+// arrays of different lengths or wrong types, no unknown piece, or special
+// ids outside the vocabulary. Trailing unused "[PAD..]" pieces (the
+// converter's padding to the model's vocab_size) are left out, so the
+// tokenizer has the pieces the original tokenizer.model had.
+absl::StatusOr<std::string> SentencePieceProtoFromGguf(const GgufMetadata& metadata, const std::string& source);
+// The same, loaded: Tokenizer::FromModelProto on it.
+absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGguf(const GgufMetadata& metadata, const std::string& source);
+// tokenizer.chat_template, or "" when absent (InvalidArgument if not a string).
+absl::StatusOr<std::string> ChatTemplateFromGguf(const GgufMetadata& metadata);
+
+// tokenizer.ggml.* for the SentencePiece model `model_proto` (the bytes of a
+// tokenizer.model) of a model with `config`. `source` names the file.
+absl::Status AddSentencePieceVocabToGguf(const std::string& model_proto, const ModelConfig& config,
+                                         const std::string& source, GgufMetadata* metadata);
+// From <dir>/tokenizer_config.json when present: tokenizer.ggml.add_bos_token,
+// add_eos_token and tokenizer.chat_template (a string, or a list of named
+// templates: "default" as tokenizer.chat_template, the others as
+// tokenizer.chat_template.<name>); else from <dir>/chat_template.jinja.
+// InvalidArgument naming the file when it is not valid JSON.
+absl::Status AddHfTokenizerConfigToGguf(const std::filesystem::path& model_dir, GgufMetadata* metadata);
+// The chat template a Hugging Face folder carries, as above; "" when none.
+absl::StatusOr<std::string> HfChatTemplate(const std::filesystem::path& model_dir);
+
+}  // namespace tandem
