@@ -244,6 +244,10 @@ struct MacroStmt : Stmt {
   std::string name;
   std::vector<MacroParam> params;
   Body body;
+  // jinja2: a body that names `varargs` / `kwargs` takes extra positional /
+  // keyword arguments into them (a tuple / a dict); otherwise extras fail.
+  bool catch_varargs = false;
+  bool catch_kwargs = false;
 };
 
 struct CallBlockStmt : Stmt {

@@ -560,6 +560,25 @@ double PythonRound(double value, int64_t precision) {
   return std::strtod(buf, nullptr);
 }
 
+// Python round(int, n): the int itself for n >= 0, else rounded to a
+// multiple of 10**-n with ties to even.
+int64_t RoundInt(int64_t value, int64_t precision) {
+  if (precision >= 0) return value;
+  if (precision < -18) return 0;
+  int64_t scale = 1;
+  for (int64_t i = 0; i < -precision; ++i) scale *= 10;
+  int64_t quotient = value / scale;
+  int64_t remainder = value % scale;
+  if (remainder < 0) {  // floor division
+    remainder += scale;
+    --quotient;
+  }
+  if (2 * remainder > scale || (2 * remainder == scale && (quotient & 1))) ++quotient;
+  int64_t rounded;
+  if (__builtin_mul_overflow(quotient, scale, &rounded)) return value;
+  return rounded;
+}
+
 absl::StatusOr<Value> FilterRound(Interpreter&, const Value& v, CallArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(Bound bound, BindArguments("round", args, {"precision", "method"}));
   int64_t precision = 0;
@@ -572,7 +591,7 @@ absl::StatusOr<Value> FilterRound(Interpreter&, const Value& v, CallArgs& args) 
   }
   if (!v.is_number()) return absl::InvalidArgumentError(absl::StrCat("type ", v.TypeName(), " doesn't define __round__ method"));
   if (method == "common") {
-    if (!v.is_float()) return Value::Int(v.as_int());  // round(int, n) stays an int for n >= 0
+    if (!v.is_float()) return Value::Int(RoundInt(v.as_int(), precision));
     return Value::Float(PythonRound(v.as_float(), precision));
   }
   const double scale = std::pow(10.0, static_cast<double>(precision));

@@ -18,7 +18,12 @@ class MacroCallable : public Callable {
  public:
   MacroCallable(const MacroStmt& def, std::shared_ptr<Scope> closure) : def_(def), closure_(std::move(closure)) {}
   absl::StatusOr<Value> Call(Interpreter& interpreter, CallArgs args) const override {
-    return interpreter.InvokeMacro(def_.name, def_.params, def_.body, closure_, std::move(args));
+    return interpreter.InvokeMacro({.name = def_.name,
+                                    .params = def_.params,
+                                    .body = def_.body,
+                                    .catch_varargs = def_.catch_varargs,
+                                    .catch_kwargs = def_.catch_kwargs},
+                                   closure_, std::move(args));
   }
   std::string Describe() const override { return absl::StrCat("Macro '", def_.name, "'"); }
 
@@ -33,7 +38,8 @@ class CallerCallable : public Callable {
   CallerCallable(const CallBlockStmt& def, std::shared_ptr<Scope> closure)
       : def_(def), closure_(std::move(closure)) {}
   absl::StatusOr<Value> Call(Interpreter& interpreter, CallArgs args) const override {
-    return interpreter.InvokeMacro("caller", def_.caller_params, def_.body, closure_, std::move(args));
+    return interpreter.InvokeMacro({.name = "caller", .params = def_.caller_params, .body = def_.body}, closure_,
+                                   std::move(args));
   }
   std::string Describe() const override { return "Macro 'caller'"; }
 
@@ -425,16 +431,16 @@ absl::Status Interpreter::ExecWith(const WithStmt& stmt) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Value> Interpreter::InvokeMacro(absl::string_view name, const std::vector<MacroParam>& params,
-                                               const Body& body, const std::shared_ptr<Scope>& closure,
+absl::StatusOr<Value> Interpreter::InvokeMacro(const MacroBody& macro, const std::shared_ptr<Scope>& closure,
                                                CallArgs args) {
+  const std::vector<MacroParam>& params = macro.params;
   if (call_depth_ >= limits_.max_call_depth) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("macro calls nest deeper than ", limits_.max_call_depth, " levels (calling '", name, "')"));
+    return absl::ResourceExhaustedError(absl::StrCat("macro calls nest deeper than ", limits_.max_call_depth,
+                                                     " levels (calling '", macro.name, "')"));
   }
-  if (args.positional.size() > params.size()) {
+  if (args.positional.size() > params.size() && !macro.catch_varargs) {
     return absl::InvalidArgumentError(
-        absl::StrCat("macro '", name, "' takes not more than ", params.size(), " argument(s)"));
+        absl::StrCat("macro '", macro.name, "' takes not more than ", params.size(), " argument(s)"));
   }
   ++call_depth_;
   struct DepthRestore {
@@ -443,10 +449,16 @@ absl::StatusOr<Value> Interpreter::InvokeMacro(absl::string_view name, const std
   } restore{&call_depth_};
   ScopeSwap scope(&scope_, closure);
   std::vector<bool> bound(params.size(), false);
+  ValueList varargs;
   for (size_t i = 0; i < args.positional.size(); ++i) {
+    if (i >= params.size()) {
+      varargs.push_back(std::move(args.positional[i]));
+      continue;
+    }
     scope_->vars[params[i].name] = std::move(args.positional[i]);
     bound[i] = true;
   }
+  Dict kwargs;
   for (auto& [key, value] : args.keyword) {
     if (key == "caller") {
       scope_->vars["caller"] = std::move(value);
@@ -455,13 +467,25 @@ absl::StatusOr<Value> Interpreter::InvokeMacro(absl::string_view name, const std
     size_t i = 0;
     while (i < params.size() && params[i].name != key) ++i;
     if (i == params.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("macro '", name, "' takes no keyword argument '", key, "'"));
+      if (!macro.catch_kwargs) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("macro '", macro.name, "' takes no keyword argument '", key, "'"));
+      }
+      kwargs.Set(Value::String(key), std::move(value));
+      continue;
     }
     if (bound[i]) {
-      return absl::InvalidArgumentError(absl::StrCat("macro '", name, "' got multiple values for argument '", key, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("macro '", macro.name, "' got multiple values for argument '", key, "'"));
     }
     scope_->vars[key] = std::move(value);
     bound[i] = true;
+  }
+  if (macro.catch_varargs) {
+    TANDEM_ASSIGN_OR_RETURN(scope_->vars["varargs"], NewList(std::move(varargs), true));
+  }
+  if (macro.catch_kwargs) {
+    TANDEM_ASSIGN_OR_RETURN(scope_->vars["kwargs"], NewDict(std::move(kwargs)));
   }
   for (size_t i = 0; i < params.size(); ++i) {
     if (bound[i]) continue;
@@ -473,7 +497,7 @@ absl::StatusOr<Value> Interpreter::InvokeMacro(absl::string_view name, const std
     }
   }
   outputs_.emplace_back();
-  absl::StatusOr<Flow> flow = ExecBody(body);
+  absl::StatusOr<Flow> flow = ExecBody(macro.body);
   std::string out = std::move(outputs_.back());
   outputs_.pop_back();
   live_output_bytes_ -= out.size();
@@ -841,8 +865,6 @@ absl::StatusOr<bool> Contains(Interpreter& interpreter, const Value& container, 
       return container.as_dict().Find(item) != nullptr;
     case Value::Kind::kUndefined:
       return false;
-    case Value::Kind::kNamespace:
-      return item.is_string() && container.as_namespace().attributes.Find(item.as_string()) != nullptr;
     default:
       return absl::InvalidArgumentError(absl::StrCat("argument of type '", container.TypeName(), "' is not iterable"));
   }

@@ -79,10 +79,17 @@ class Interpreter {
   absl::StatusOr<Value> ApplyFilter(absl::string_view name, const Value& input, CallArgs args);
   absl::StatusOr<bool> ApplyTest(absl::string_view name, const Value& input, CallArgs args);
 
-  // A macro's or caller()'s body with `args` bound to `params`, in a scope
-  // under `closure`; returns its output.
-  absl::StatusOr<Value> InvokeMacro(absl::string_view name, const std::vector<MacroParam>& params, const Body& body,
-                                    const std::shared_ptr<Scope>& closure, CallArgs args);
+  // What InvokeMacro runs: a {% macro %} or a {% call %} block's caller().
+  struct MacroBody {
+    absl::string_view name;
+    const std::vector<MacroParam>& params;
+    const Body& body;
+    bool catch_varargs = false;
+    bool catch_kwargs = false;
+  };
+  // `macro`'s body with `args` bound to its parameters, in a scope under
+  // `closure`; returns its output.
+  absl::StatusOr<Value> InvokeMacro(const MacroBody& macro, const std::shared_ptr<Scope>& closure, CallArgs args);
 
  private:
   enum class Flow { kNormal, kBreak, kContinue };

@@ -281,17 +281,22 @@ Value BoundMethod(const Value& self, const std::string& name) {
 }
 
 // Python slice bounds (PySlice_AdjustIndices): the indices a slice visits.
-absl::StatusOr<std::vector<int64_t>> SliceIndices(int64_t length, const Value& start_v, const Value& stop_v,
-                                                  const Value& step_v) {
-  auto bound = [](const Value& v, absl::string_view what) -> absl::StatusOr<std::optional<int64_t>> {
-    if (v.is_undefined() || v.is_none()) return std::optional<int64_t>();
-    TANDEM_ASSIGN_OR_RETURN(int64_t i, ToInt(v, what));
-    return std::optional<int64_t>(i);
-  };
-  TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> start, bound(start_v, "slice indices must be integers or None"));
-  TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> stop, bound(stop_v, "slice indices must be integers or None"));
-  TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> step_opt, bound(step_v, "slice indices must be integers or None"));
-  const int64_t step = step_opt.value_or(1);
+// jinja2 compiles a slice to a plain Python subscript, so a bound that is no
+// integer fails rather than giving undefined.
+absl::StatusOr<std::vector<int64_t>> SliceIndices(int64_t length, const Value& start_v,
+                                                                 const Value& stop_v, const Value& step_v) {
+  std::optional<int64_t> bounds[3];
+  const Value* values[3] = {&start_v, &stop_v, &step_v};
+  for (int i = 0; i < 3; ++i) {
+    if (values[i]->is_undefined() || values[i]->is_none()) continue;
+    if (!values[i]->is_int() && !values[i]->is_bool()) {
+      return absl::InvalidArgumentError("slice indices must be integers or None or have an __index__ method");
+    }
+    bounds[i] = values[i]->as_int();
+  }
+  const std::optional<int64_t> start = bounds[0];
+  const std::optional<int64_t> stop = bounds[1];
+  const int64_t step = bounds[2].value_or(1);
   if (step == 0) return absl::InvalidArgumentError("slice step cannot be zero");
   auto adjust = [&](std::optional<int64_t> v, int64_t if_absent) {
     if (!v) return if_absent;
@@ -397,8 +402,8 @@ absl::StatusOr<Value> GetSlice(Interpreter& interpreter, const Value& object, co
     for (int64_t i : indices) out.append(s, offsets[i], offsets[i + 1] - offsets[i]);
     return Value::String(std::move(out));
   }
-  // jinja2 turns the TypeError of slicing anything else into undefined.
-  return Value::Undefined(absl::StrCat("'", ObjectTypeRepr(object), "' object is not subscriptable"));
+  if (object.is_dict()) return absl::InvalidArgumentError("unhashable type: 'slice'");
+  return absl::InvalidArgumentError(absl::StrCat("'", object.TypeName(), "' object is not subscriptable"));
 }
 
 }  // namespace tandem::jinja

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/chat/jinja_builtins.h"
@@ -185,11 +186,7 @@ class Parser {
     if (tag == "call") return ParseCallBlock(pos);
     if (tag == "filter") return ParseFilterBlock(pos);
     if (tag == "with") return ParseWith(pos);
-    if (tag == "print") {
-      Advance();
-      TANDEM_ASSIGN_OR_RETURN(ExprPtr expr, ParseTuple(true));
-      return std::make_unique<OutputStmt>(pos, std::move(expr));
-    }
+    if (tag == "print") return ParsePrint(pos);
     if (tag == "break" || tag == "continue") {
       if (loop_depth_ == 0) return ErrorAt(pos, absl::StrCat("'{% ", tag, " %}' outside a for loop"));
       Advance();
@@ -208,6 +205,19 @@ class Parser {
       return ErrorAt(pos, absl::StrCat("unexpected '{% ", tag, " %}' (no open block it closes)"));
     }
     return ErrorAt(pos, absl::StrCat("unknown tag '{% ", tag, " %}'"));
+  }
+
+  // {% print a, b %} writes each expression (not a tuple).
+  absl::StatusOr<StmtPtr> ParsePrint(SourcePos pos) {
+    Advance();
+    auto block = std::make_unique<BodyStmt>(StmtKind::kGeneration, pos);
+    while (Current().kind != TokenKind::kBlockEnd) {
+      if (!block->body.empty()) TANDEM_RETURN_IF_ERROR(ExpectOp(","));
+      const SourcePos expr_pos = Pos();
+      TANDEM_ASSIGN_OR_RETURN(ExprPtr expr, ParseExpression(true));
+      block->body.push_back(std::make_unique<OutputStmt>(expr_pos, std::move(expr)));
+    }
+    return block;
   }
 
   // '%}', statements, then `{% end %}` (consumed up to its '%}' exclusive).
@@ -304,10 +314,16 @@ class Parser {
     TANDEM_ASSIGN_OR_RETURN(stmt->params, ParseSignature());
     const int saved_loops = loop_depth_;
     loop_depth_ = 0;  // a macro body is not inside the caller's loop
+    names_used_.emplace_back();
     absl::StatusOr<Body> body = ParseBlockBody({"endmacro"}, pos, "macro");
     loop_depth_ = saved_loops;
+    absl::flat_hash_set<std::string> used = std::move(names_used_.back());
+    names_used_.pop_back();
     if (!body.ok()) return body.status();
     stmt->body = std::move(*body);
+    stmt->catch_varargs = used.contains("varargs");
+    stmt->catch_kwargs = used.contains("kwargs");
+    if (!names_used_.empty()) names_used_.back().insert(used.begin(), used.end());
     return stmt;
   }
 
@@ -595,6 +611,7 @@ class Parser {
         } else if (token.text == "none" || token.text == "None") {
           node = std::make_unique<LiteralExpr>(pos, Value::None());
         } else {
+          if (!names_used_.empty()) names_used_.back().insert(token.text);
           node = std::make_unique<NameExpr>(pos, token.text);
         }
         Advance();
@@ -836,6 +853,7 @@ class Parser {
   size_t index_ = 0;
   int nesting_ = 0;
   int loop_depth_ = 0;  // for break/continue placement
+  std::vector<absl::flat_hash_set<std::string>> names_used_;  // names read in each enclosing macro body
 };
 
 }  // namespace

@@ -108,9 +108,25 @@ bool IsPrintable(char32_t c) {
   return c <= 0x10FFFF;
 }
 
+// Latin Extended-A pairs an upper and a lower letter at adjacent code
+// points: upper at even ones in U+0100-0137 and U+014A-0177, at odd ones
+// in U+0139-0148 and U+0179-017E.
+bool IsLatinExtendedAUpper(char32_t c) {
+  if ((c >= 0x100 && c <= 0x137 && c != 0x130) || (c >= 0x14A && c <= 0x177)) return c % 2 == 0;
+  if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return c % 2 == 1;
+  return false;
+}
+bool IsLatinExtendedALower(char32_t c) {
+  if ((c >= 0x100 && c <= 0x137 && c != 0x131) || (c >= 0x14A && c <= 0x177)) return c % 2 == 1;
+  if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return c % 2 == 0;
+  return false;
+}
+
 char32_t LowerChar(char32_t c) {
   if (c >= 'A' && c <= 'Z') return c + 32;
   if (c < 0x80) return c;
+  if (IsLatinExtendedAUpper(c)) return c + 1;
+  if (c == 0x178) return 0xFF;
   if ((c >= 0xC0 && c <= 0xDE && c != 0xD7)) return c + 32;
   if (c >= 0x391 && c <= 0x3AB && c != 0x3A2) return c + 32;  // Greek capitals
   if (c >= 0x410 && c <= 0x42F) return c + 32;                // Cyrillic А-Я
@@ -123,6 +139,7 @@ char32_t UpperChar(char32_t c) {
   if (c < 0x80) return c;
   if (c >= 0xE0 && c <= 0xFE && c != 0xF7) return c - 32;
   if (c == 0xFF) return 0x178;
+  if (IsLatinExtendedALower(c)) return c - 1;
   if (c == 0xB5) return 0x39C;
   if (c >= 0x3B1 && c <= 0x3CB && c != 0x3C2) return c - 32;
   if (c == 0x3C2) return 0x3A3;  // final sigma

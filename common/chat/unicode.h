@@ -2,9 +2,9 @@
 // while strings stay UTF-8: code-point iteration, Python's whitespace set,
 // case mapping and repr's printability. Pure functions; any thread.
 //
-// Case mapping covers ASCII, Latin-1, Greek and Cyrillic (the scripts whose
-// case a chat template plausibly changes); other code points map to
-// themselves. Invalid UTF-8 bytes are taken as one code point each (U+DC80 +
+// Case mapping covers ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic
+// (the scripts whose case a chat template plausibly changes); other code
+// points map to themselves. Invalid UTF-8 bytes are taken as one code point each (U+DC80 +
 // byte, Python's surrogateescape), so nothing is ever dropped.
 #pragma once
 
