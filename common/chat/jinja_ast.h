@@ -219,6 +219,7 @@ struct ForStmt : Stmt {
   ExprPtr filter;  // `for x in xs if cond`; may be null
   Body body;
   Body else_body;  // runs when no item passed the filter
+  bool uses_loop = false;  // the body names `loop`: only then is it built
 };
 
 struct SetStmt : Stmt {

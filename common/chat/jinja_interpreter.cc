@@ -84,6 +84,12 @@ Value MakeLoop(const ValueList& items, size_t i) {
 
 absl::Status IntegerOverflow() { return absl::InvalidArgumentError("integer result does not fit in 64 bits"); }
 
+// Using an undefined value where a value is needed: the error points at
+// the expression that was undefined.
+absl::Status UndefinedAt(const Value& undefined, SourcePos pos) {
+  return AtPosition(absl::InvalidArgumentError(undefined.UndefinedMessage()), pos);
+}
+
 absl::Status UnsupportedOperands(absl::string_view op, const Value& a, const Value& b) {
   return absl::InvalidArgumentError(absl::StrCat("unsupported operand type(s) for ", op, ": '", a.TypeName(), "' and '",
                                                  b.TypeName(), "'"));
@@ -342,7 +348,7 @@ absl::Status Interpreter::ExecFor(const ForStmt& stmt) {
     TANDEM_RETURN_IF_ERROR(Charge(1));
     ScopeSwap scope(&scope_, outer);  // each iteration starts afresh: sets do not carry over
     TANDEM_RETURN_IF_ERROR(Assign(stmt.target, items[i]));
-    scope_->vars["loop"] = MakeLoop(items, i);
+    if (stmt.uses_loop) scope_->vars["loop"] = MakeLoop(items, i);
     TANDEM_ASSIGN_OR_RETURN(Flow flow, ExecBody(stmt.body));
     if (flow == Flow::kBreak) break;
   }
@@ -530,14 +536,14 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& expr) {
     case ExprKind::kGetAttr: {
       const auto& e = static_cast<const GetAttrExpr&>(expr);
       TANDEM_ASSIGN_OR_RETURN(Value object, Eval(*e.object));
-      if (object.is_undefined()) return absl::InvalidArgumentError(object.UndefinedMessage());
+      if (object.is_undefined()) return UndefinedAt(object, e.object->pos);
       return GetAttribute(*this, object, e.name);
     }
     case ExprKind::kGetItem: {
       const auto& e = static_cast<const GetItemExpr&>(expr);
       TANDEM_ASSIGN_OR_RETURN(Value object, Eval(*e.object));
       TANDEM_ASSIGN_OR_RETURN(Value key, Eval(*e.key));
-      if (object.is_undefined()) return absl::InvalidArgumentError(object.UndefinedMessage());
+      if (object.is_undefined()) return UndefinedAt(object, e.object->pos);
       return GetItem(*this, object, key);
     }
     case ExprKind::kSlice:
@@ -633,7 +639,7 @@ absl::StatusOr<Value> Interpreter::EvalDict(const DictExpr& expr) {
 
 absl::StatusOr<Value> Interpreter::EvalSlice(const SliceExpr& expr) {
   TANDEM_ASSIGN_OR_RETURN(Value object, Eval(*expr.object));
-  if (object.is_undefined()) return absl::InvalidArgumentError(object.UndefinedMessage());
+  if (object.is_undefined()) return UndefinedAt(object, expr.object->pos);
   Value bounds[3];
   const ExprPtr* exprs[3] = {&expr.start, &expr.stop, &expr.step};
   for (int i = 0; i < 3; ++i) {
@@ -659,6 +665,7 @@ absl::StatusOr<CallArgs> Interpreter::EvalArguments(const Arguments& args) {
 
 absl::StatusOr<Value> Interpreter::EvalCall(const CallExpr& expr) {
   TANDEM_ASSIGN_OR_RETURN(Value callee, Eval(*expr.callee));
+  if (callee.is_undefined()) return UndefinedAt(callee, expr.callee->pos);
   TANDEM_ASSIGN_OR_RETURN(CallArgs args, EvalArguments(expr.args));
   return CallValue(callee, std::move(args));
 }

@@ -33,7 +33,9 @@ struct RenderLimits {
   int max_call_depth = 64;  // macro and caller() recursion
   // Work units: one per expression node, statement or loop iteration, plus
   // one per 16 bytes of text and per value walked by bulk operations.
-  int64_t max_steps = 20'000'000;
+  // 5M is ~1-2 s of work and thousands of times what a real chat template
+  // spends on a long conversation.
+  int64_t max_steps = 5'000'000;
   // Any list or dict the template builds (see jinja_value.h); inputs are
   // bounded only in depth.
   int64_t max_value_weight = int64_t{1} << 22;

@@ -258,11 +258,16 @@ class Parser {
     }
     if (IsName("recursive")) return ErrorAt(Pos(), "unsupported recursive for loop ('recursive')");
     ++loop_depth_;
+    names_used_.emplace_back();
     std::string end_tag;
     absl::StatusOr<Body> body = ParseBlockBody({"endfor", "else"}, pos, "for", &end_tag);
     --loop_depth_;
+    absl::flat_hash_set<std::string> used = std::move(names_used_.back());
+    names_used_.pop_back();
     if (!body.ok()) return body.status();
     stmt->body = std::move(*body);
+    stmt->uses_loop = used.contains("loop");
+    if (!names_used_.empty()) names_used_.back().insert(used.begin(), used.end());
     if (end_tag == "else") {
       TANDEM_ASSIGN_OR_RETURN(stmt->else_body, ParseBlockBody({"endfor"}, pos, "for"));
     }
@@ -853,7 +858,7 @@ class Parser {
   size_t index_ = 0;
   int nesting_ = 0;
   int loop_depth_ = 0;  // for break/continue placement
-  std::vector<absl::flat_hash_set<std::string>> names_used_;  // names read in each enclosing macro body
+  std::vector<absl::flat_hash_set<std::string>> names_used_;  // names read in each enclosing macro or for body
 };
 
 }  // namespace

@@ -135,7 +135,7 @@ class Dict {
 
  private:
   friend class Value;
-  static constexpr size_t kIndexFrom = 8;  // below this a scan beats hashing
+  static constexpr size_t kIndexFrom = 16;  // below this a scan beats hashing (the loop object has 12)
   size_t FindIndex(const Value& key) const;  // entries_.size() when absent
 
   std::vector<std::pair<Value, Value>> entries_;
