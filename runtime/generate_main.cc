@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -109,7 +110,7 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Generate text with a MoE model in this process.\n"
+  tandem::SetProgramUsage("Generate text with a MoE model in this process.\n"
                                "  tandem-generate --model DIR --prompt \"Once upon a time\" -n 32\n"
                                "  tandem-generate --synthetic tiny:2 --synthetic_seed 7 --prompt \"Once upon a time\" -n 32");
   absl::ParseCommandLine(argc, argv);

@@ -6,6 +6,7 @@
 //   tandem-server --model DIR --listen unix:/run/tandem/server.sock,127.0.0.1:50051 --max_sequences 32
 //   tandem-server --model DIR --workers unix:/run/tandem/worker-0.sock,unix:/run/tandem/worker-1.sock
 //   tandem-server --synthetic mixtral-8x7b --synthetic_seed 1   (generated in memory, ~93 GB of RAM)
+//   tandem-server --model DIR --http_listen 8080   (also the OpenAI-compatible HTTP API, docs/http.md)
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <nlohmann/json.hpp>
 
+#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -33,6 +35,7 @@
 #include "runtime/runtime_flags.h"
 #include "common/base/log.h"
 #include "common/base/runtime_dir.h"
+#include "coordinator/http/http_server.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/scheduler.h"
 
@@ -44,6 +47,16 @@ ABSL_FLAG(int64_t, max_batch_tokens, 256, "rows per forward step: decodes plus p
 ABSL_FLAG(int32_t, max_waiting, 256, "requests queued beyond the running ones; more are refused");
 ABSL_FLAG(int64_t, kv_cache_tokens, 32768, "KV cache capacity in tokens, all sequences together");
 ABSL_FLAG(int64_t, kv_block_size, 16, "positions per KV cache block");
+ABSL_FLAG(std::string, http_listen, "",
+          "also serve the OpenAI-compatible HTTP API (docs/http.md) on PORT (127.0.0.1) or HOST:PORT; off when empty");
+ABSL_FLAG(bool, http_allow_remote, false,
+          "let --http_listen bind a non-loopback host (the HTTP API has no authentication)");
+ABSL_FLAG(int32_t, http_max_connections, 64, "HTTP requests handled at once; further connections wait");
+ABSL_FLAG(int64_t, http_max_body_bytes, 8 << 20, "largest HTTP request body accepted (larger: 413)");
+ABSL_FLAG(std::string, served_model_name, "",
+          "the model's name in the HTTP API (/v1/models, responses); default: the model folder's name");
+ABSL_FLAG(std::string, chat_template, "",
+          "a Jinja chat template file for /v1/chat/completions, instead of the model folder's own");
 ABSL_FLAG(bool, exit_with_parent, false, "shut down when the parent process exits (tests, supervisors)");
 
 namespace {
@@ -72,7 +85,7 @@ absl::Status PrepareUnixSocket(const std::string& address, std::vector<std::file
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Serve a MoE model over gRPC (tandem.v1.Inference).\n"
+  tandem::SetProgramUsage("Serve a MoE model over gRPC (tandem.v1.Inference).\n"
                                "  tandem-server --model models/demo [--listen unix:/path.sock,127.0.0.1:50051]\n"
                                "  tandem-server --synthetic mixtral-8x7b --synthetic_seed 1 [--workers ...]");
   absl::ParseCommandLine(argc, argv);
@@ -84,14 +97,41 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   if (absl::GetFlag(FLAGS_exit_with_parent)) prctl(PR_SET_PDEATHSIG, SIGTERM);
+  // A client that hangs up is a failed write (and a cancelled request), not a signal.
+  signal(SIGPIPE, SIG_IGN);
 
   // --model / --synthetic / --synthetic_seed are runtime_flags.cc's; checked first, so
   // a bad one fails before anything is loaded or generated.
-  if (auto source = tandem::ModelSourceFromFlags(); !source.ok()) return Fail(source.status());
+  auto source = tandem::ModelSourceFromFlags();
+  if (!source.ok()) return Fail(source.status());
   std::string listen = absl::GetFlag(FLAGS_listen);
   if (listen.empty()) listen = tandem::DefaultServerAddress();
   if (absl::GetFlag(FLAGS_kv_cache_tokens) < 1 || absl::GetFlag(FLAGS_kv_block_size) < 1) {
     return Fail(absl::InvalidArgumentError("--kv_cache_tokens and --kv_block_size must be >= 1"));
+  }
+  // The HTTP front end listens before the model loads, so /health can say "loading".
+  std::unique_ptr<tandem::HttpServer> http;
+  if (const std::string http_listen = absl::GetFlag(FLAGS_http_listen); !http_listen.empty()) {
+    auto address = tandem::ParseHttpListen(http_listen, absl::GetFlag(FLAGS_http_allow_remote));
+    if (!address.ok()) return Fail(address.status());
+    if (absl::GetFlag(FLAGS_http_max_body_bytes) < 1) {
+      return Fail(absl::InvalidArgumentError("--http_max_body_bytes must be >= 1"));
+    }
+    tandem::HttpServerOptions http_options;
+    http_options.listen = *address;
+    http_options.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+    http_options.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_http_max_body_bytes));
+    http_options.served_model_name = absl::GetFlag(FLAGS_served_model_name);
+    if (http_options.served_model_name.empty()) {
+      http_options.served_model_name =
+          source->model_dir.empty() ? source->Describe()
+                                    : std::filesystem::path(source->model_dir).lexically_normal().filename().string();
+      if (http_options.served_model_name.empty()) http_options.served_model_name = source->model_dir;
+    }
+    auto created = tandem::HttpServer::Create(http_options);
+    if (!created.ok()) return Fail(created.status());
+    http = std::move(*created);
+    LOG_INFO("tandem-server: HTTP listening on ", http->address(), " (loading the model)");
   }
   tandem::SchedulerOptions scheduler_options;
   scheduler_options.max_sequences = absl::GetFlag(FLAGS_max_sequences);
@@ -149,6 +189,12 @@ int main(int argc, char** argv) {
     };
   }
   tandem::InferenceService service(&(*runtime)->model(), scheduler->get(), service_options);
+  if (http) {
+    auto chat = tandem::LoadChatSetup((*runtime)->model(), absl::GetFlag(FLAGS_chat_template));
+    if (!chat.ok()) return Fail(chat.status());
+    if ((*chat)->chat_template == nullptr) LOG_WARNING("tandem-server: ", (*chat)->no_template_reason);
+    http->Serve(&(*runtime)->model(), scheduler->get(), service_options, std::move(*chat));
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -187,11 +233,13 @@ int main(int argc, char** argv) {
            " bytes each), max_sequences ", scheduler_options.max_sequences, ", max_batch_tokens ",
            scheduler_options.max_batch_tokens);
   LOG_INFO("tandem-server: listening on ", absl::StrJoin(addresses, ","));
+  if (http) LOG_INFO("tandem-server: HTTP ready on ", http->address());
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   LOG_INFO("tandem-server: signal ", signal_number, ", shutting down");
   server->GetHealthCheckService()->SetServingStatus(false);
+  if (http) http->Stop();  // cancels its streams while the scheduler still runs
   // In-flight calls get a moment to finish; the scheduler then fails what is left.
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(3));
   server.reset();
