@@ -140,7 +140,9 @@ class HttpServerTest : public ::testing::Test {
     EXPECT_TRUE(e["message"].is_string() && !e["message"].get<std::string>().empty()) << reply.body;
     EXPECT_TRUE(e["type"].is_string()) << reply.body;
     EXPECT_TRUE(e.contains("param") && e.contains("code")) << reply.body;
-    if (!param.empty()) EXPECT_EQ(e["param"], param) << reply.body;
+    if (!param.empty()) {
+      EXPECT_EQ(e["param"], param) << reply.body;
+    }
   }
   int64_t Metric(const std::string& series) {
     const HttpReply reply = Get("/metrics");
@@ -465,7 +467,7 @@ TEST_F(HttpServerTest, MetricsInPrometheusFormat) {
   EXPECT_GT(Metric("tandem_kv_blocks_total"), 0);
 }
 
-TEST(HttpServerFlagsTest, NoChatTemplateIsAClearErrorAndRemoteHostsNeedAFlag) {
+TEST(HttpServerFlagsTest, NoChatTemplateIsAClearErrorRemoteHostsNeedAFlagAndHelpListsFlags) {
   ScopedTempDir dir;
   ASSERT_OK(WriteTestModel(dir.path() / "model"));
   absl::StatusOr<HttpServerProcess> server = StartHttpServer(dir.path() / "model", dir.path(), {"--threads", "1"}, "plain");
@@ -495,6 +497,22 @@ TEST(HttpServerFlagsTest, NoChatTemplateIsAClearErrorAndRemoteHostsNeedAFlag) {
   ASSERT_OK(bad);
   EXPECT_NE(bad->exit_code, 0);
   EXPECT_TRUE(absl::StrContains(bad->err, "--http_listen")) << bad->err;
+
+  // --help lists the flags (absl's default usage config matched none).
+  for (const char* program : {"tandem-server", "tandem-cpu-worker", "tandem", "tandem-generate"}) {
+    absl::StatusOr<ProcessResult> help =
+        RunProcess({absl::StrCat(TANDEM_BINARY_DIR, "/bin/", program), "--help"}, {}, dir.path(), absl::Seconds(30));
+    ASSERT_OK(help);
+    const std::string text = help->out + help->err;
+    EXPECT_FALSE(absl::StrContains(text, "No flags matched")) << program << ": " << text;
+    EXPECT_TRUE(absl::StrContains(text, "default:")) << program << ": " << text;
+  }
+  absl::StatusOr<ProcessResult> help = RunProcess(
+      {std::string(TANDEM_BINARY_DIR) + "/bin/tandem-server", "--help"}, {}, dir.path(), absl::Seconds(30));
+  ASSERT_OK(help);
+  for (const char* flag : {"--http_listen", "--http_allow_remote", "--chat_template", "--model", "--max_sequences"}) {
+    EXPECT_TRUE(absl::StrContains(help->out + help->err, flag)) << flag;
+  }
 }
 
 }  // namespace
