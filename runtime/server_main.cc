@@ -123,9 +123,9 @@ int main(int argc, char** argv) {
     http_options.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_http_max_body_bytes));
     http_options.served_model_name = absl::GetFlag(FLAGS_served_model_name);
     if (http_options.served_model_name.empty()) {
-      http_options.served_model_name =
-          source->model_dir.empty() ? source->Describe()
-                                    : std::filesystem::path(source->model_dir).lexically_normal().filename().string();
+      std::filesystem::path folder = std::filesystem::path(source->model_dir).lexically_normal();
+      if (folder.filename().empty()) folder = folder.parent_path();  // "models/demo/"
+      http_options.served_model_name = source->model_dir.empty() ? source->Describe() : folder.filename().string();
       if (http_options.served_model_name.empty()) http_options.served_model_name = source->model_dir;
     }
     auto created = tandem::HttpServer::Create(http_options);
