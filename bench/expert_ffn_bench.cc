@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
@@ -317,6 +318,7 @@ absl::Status Main() {
 }  // namespace tandem
 
 int main(int argc, char** argv) {
+  tandem::SetProgramUsage("Expert FFN throughput on the CPU against the machine's own measured limits.");
   absl::ParseCommandLine(argc, argv);
   const absl::Status status = tandem::Main();
   if (!status.ok()) {

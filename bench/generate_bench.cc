@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
@@ -87,6 +88,7 @@ absl::Status BenchModel(std::unique_ptr<tandem::Model> model, const std::string&
 }  // namespace
 
 int main(int argc, char** argv) {
+  tandem::SetProgramUsage("Prefill and decode throughput of whole models on the CPU, one sequence.");
   absl::ParseCommandLine(argc, argv);
   const int threads = absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads) : tandem::AvailableCores();
   double triad = 0;

@@ -60,6 +60,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
@@ -897,6 +898,7 @@ int Main(int argc, char** argv) {
   std::vector<std::string> words = {"tandem-gpu-bench"};
   for (int a = 1; a < argc; ++a) words.emplace_back(argv[a]);
   const std::string command = absl::StrJoin(words, " ");
+  tandem::SetProgramUsage("tandem-gpu-bench: Fiddler's Appendix A microbenchmarks (ICLR 2025, Fig. 7) on this GPU.");
   absl::ParseCommandLine(argc, argv);
 
   // First: is there anything to measure on? Both builds answer through

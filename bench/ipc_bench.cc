@@ -39,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
@@ -302,6 +303,7 @@ int Main(const char* argv0) {
 }  // namespace tandem
 
 int main(int argc, char** argv) {
+  tandem::SetProgramUsage("Round-trip latency of one layer's expert dispatch across the process boundary, by payload, for each transport.");
   absl::ParseCommandLine(argc, argv);
   // As tandem-cpu-worker and tandem-generate --workers: MB-sized inline
   // message buffers stay in the heap instead of a fresh mmap per call.

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
@@ -221,6 +222,7 @@ int Run() {
 }  // namespace tandem
 
 int main(int argc, char** argv) {
+  tandem::SetProgramUsage("How long the planner takes to plan one layer.");
   absl::ParseCommandLine(argc, argv);
   return tandem::Run();
 }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
@@ -166,6 +167,7 @@ absl::Status RunPreset(const std::string& preset) {
 }  // namespace tandem
 
 int main(int argc, char** argv) {
+  tandem::SetProgramUsage("tandem-precalc-bench: what DAOP pre-calculation (lossy) does to a model's outputs.");
   absl::ParseCommandLine(argc, argv);
   for (absl::string_view preset : absl::StrSplit(absl::GetFlag(FLAGS_presets), ',', absl::SkipEmpty())) {
     absl::Status status = tandem::RunPreset(std::string(preset));

@@ -66,6 +66,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
@@ -674,6 +675,7 @@ int Main(int argc, char** argv) {
   std::vector<std::string> words = {"tandem-scenario-bench"};
   for (int a = 1; a < argc; ++a) words.emplace_back(argv[a]);
   const std::string command = absl::StrJoin(words, " ");
+  tandem::SetProgramUsage("The papers' three scenarios in one run, every execution policy side by side.");
   absl::ParseCommandLine(argc, argv);
   auto fail = [](const absl::Status& status) {
     std::fprintf(stderr, "tandem-scenario-bench: %s\n", std::string(status.message()).c_str());

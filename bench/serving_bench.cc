@@ -22,6 +22,7 @@
 #include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
 
+#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
@@ -93,6 +94,7 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  tandem::SetProgramUsage("Serving throughput through the real gRPC service.");
   absl::ParseCommandLine(argc, argv);
   tandem::SetMinLogLevel(tandem::LogLevel::kWarning);
   std::vector<std::string> parts = absl::StrSplit(absl::GetFlag(FLAGS_preset), ':');

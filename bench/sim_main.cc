@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
@@ -229,6 +230,7 @@ int Run() {
 }  // namespace tandem
 
 int main(int argc, char** argv) {
+  tandem::SetProgramUsage("tandem-sim: replays a routing trace through combinations of policies under a hardware profile.");
   absl::ParseCommandLine(argc, argv);
   return tandem::Run();
 }

@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -469,7 +470,7 @@ const std::set<std::string>& FlagsOf(const std::string& command) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kUsage);
+  tandem::SetProgramUsage(kUsage);
   const GivenFlags given = ScanFlags(argc, argv);
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() < 2) return UsageError("give a command: generate, beam, info, stats, tokenize or detokenize");

@@ -65,7 +65,7 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
   GenerationResult result;
   result.prompt_ids = request.prompt_ids;
   SequenceKv kv(kv_pool_);
-  Sampler sampler(request.sampling);
+  Sampler sampler(request.sampling, request.prompt_ids);
   std::vector<float> logits;
   const size_t vocab = static_cast<size_t>(config.vocab_size);
 

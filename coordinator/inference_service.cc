@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/dtype.h"
@@ -37,15 +36,6 @@ void ToProto(const RequestUsage& u, v1::Usage* out) {
   out->set_total_ms(u.total_ms);
 }
 
-uint64_t FreshSeed() {
-  // mu guards device (function-local statics: ABSL_GUARDED_BY applies to
-  // members and globals only).
-  static std::mutex mu;
-  static std::random_device device;
-  std::lock_guard<std::mutex> lock(mu);
-  return (static_cast<uint64_t>(device()) << 32) ^ device();
-}
-
 }  // namespace
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
@@ -67,25 +57,6 @@ InferenceService::InferenceService(const Model* model, Scheduler* scheduler, Inf
   }
   absl::StatusOr<ModelFingerprint> fingerprint = FingerprintModel(model_->config, *w.source);
   fingerprint_ = fingerprint.ok() ? FingerprintString(*fingerprint) : fingerprint.status().ToString();
-}
-
-absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const std::string& text,
-                                                                 const google::protobuf::RepeatedField<int32_t>& ids,
-                                                                 bool add_bos) const {
-  if (!text.empty() && !ids.empty()) {
-    return absl::InvalidArgumentError("give exactly one of prompt (text) and prompt_ids, not both");
-  }
-  if (text.empty() && ids.empty()) return absl::InvalidArgumentError("prompt is empty: give prompt or prompt_ids");
-  if (ids.empty()) {
-    if (model_->tokenizer == nullptr) {
-      return absl::InvalidArgumentError("prompt: this model has no tokenizer.model; send prompt_ids instead");
-    }
-    absl::StatusOr<std::vector<int32_t>> encoded = model_->tokenizer->Encode(text, add_bos);
-    if (!encoded.ok()) return absl::InvalidArgumentError(absl::StrCat("prompt: ", encoded.status().message()));
-    if (encoded->empty()) return absl::InvalidArgumentError("prompt: the text encodes to no tokens");
-    return encoded;
-  }
-  return std::vector<int32_t>(ids.begin(), ids.end());
 }
 
 std::optional<StreamEvent> InferenceService::NextEvent(grpc::ServerContext* context, RequestStream& stream) {

@@ -12,25 +12,13 @@
 
 #include "common/model/model.h"
 #include "coordinator/scheduler.h"
+#include "coordinator/serving.h"
 #include "tandem/v1/inference.grpc.pb.h"
 
 namespace tandem {
 
-struct WorkerHealthInfo {
-  std::string address;
-  bool healthy = false;
-  std::string detail;
-};
-
-struct InferenceServiceOptions {
-  std::string model_dir;
-  std::string placement_summary;  // GetModelInfo: where experts run
-  int64_t kv_cache_tokens = 0;
-  // Optional, called from RPC threads: CPU workers' health, and the
-  // orchestrator's figures as JSON.
-  std::function<std::vector<WorkerHealthInfo>()> worker_health;
-  std::function<std::string()> orchestrator_json;
-};
+// GetModelInfo reports placement_summary; GetStats calls the hooks.
+using InferenceServiceOptions = ServingOptions;
 
 // Borrows the model and scheduler. gRPC calls it from its own threads.
 class InferenceService final : public v1::Inference::Service {
@@ -51,10 +39,11 @@ class InferenceService final : public v1::Inference::Service {
                         v1::ServerStats* response) override;
 
  private:
-  // The prompt of a request: exactly one of text and ids.
   absl::StatusOr<std::vector<int32_t>> PromptIds(const std::string& text,
                                                  const google::protobuf::RepeatedField<int32_t>& ids,
-                                                 bool add_bos) const;
+                                                 bool add_bos) const {
+    return tandem::PromptIds(*model_, text, std::span<const int32_t>(ids.data(), ids.size()), add_bos);
+  }
   // Waits for the next event, cancelling the request when the call ends.
   std::optional<StreamEvent> NextEvent(grpc::ServerContext* context, RequestStream& stream);
   grpc::Status ClientGone(grpc::ServerContext* context, RequestStream& stream);

@@ -29,11 +29,59 @@ absl::Status SamplingParams::Validate() const {
   if (!(top_p > 0.0f && top_p <= 1.0f)) {
     return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", top_p));
   }
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("min_p must be in [0, 1] (0 = off), got ", min_p));
+  }
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("presence_penalty must be in [-2, 2], got ", presence_penalty));
+  }
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("frequency_penalty must be in [-2, 2], got ", frequency_penalty));
+  }
+  if (!std::isfinite(repetition_penalty) || repetition_penalty <= 0.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("repetition_penalty must be a finite number > 0 (1 = off), got ", repetition_penalty));
+  }
   return absl::OkStatus();
 }
 
-int32_t Sampler::Sample(std::span<const float> logits) {
-  if (params_.temperature == 0.0f) return Argmax(logits);
+Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt_ids)
+    : params_(params), rng_(params.seed) {
+  if (params_.repetition_penalty != 1.0f) prompt_tokens_.insert(prompt_ids.begin(), prompt_ids.end());
+}
+
+std::span<const float> Sampler::Penalized(std::span<const float> logits) {
+  if (!params_.has_penalties()) return logits;
+  penalized_.assign(logits.begin(), logits.end());
+  auto repeat = [&](int32_t id) {
+    float& l = penalized_[static_cast<size_t>(id)];
+    l = l > 0.0f ? l / params_.repetition_penalty : l * params_.repetition_penalty;
+  };
+  for (const auto& [id, count] : generated_counts_) {
+    if (id < 0 || static_cast<size_t>(id) >= penalized_.size()) continue;
+    penalized_[static_cast<size_t>(id)] -= params_.presence_penalty + params_.frequency_penalty * count;
+    if (params_.repetition_penalty != 1.0f) repeat(id);
+  }
+  for (int32_t id : prompt_tokens_) {
+    if (id < 0 || static_cast<size_t>(id) >= penalized_.size() || generated_counts_.contains(id)) continue;
+    repeat(id);
+  }
+  return penalized_;
+}
+
+int32_t Sampler::Sample(std::span<const float> raw_logits) {
+  const std::span<const float> logits = Penalized(raw_logits);
+  int32_t id = 0;
+  if (params_.temperature == 0.0f) {
+    id = Argmax(logits);
+  } else {
+    id = SampleFiltered(logits);
+  }
+  if (params_.has_penalties()) ++generated_counts_[id];
+  return id;
+}
+
+int32_t Sampler::SampleFiltered(std::span<const float> logits) {
   // Candidates sorted by logit, cut by top-k, then by top-p over the
   // temperature-scaled probabilities.
   candidates_.clear();
@@ -60,6 +108,13 @@ int32_t Sampler::Sample(std::span<const float> logits) {
         break;
       }
     }
+    probs.resize(cut);
+  }
+  if (params_.min_p > 0.0f) {
+    // probs[0] is the most likely token's (sorted); the rest are cut below min_p of it.
+    const double floor = probs[0] * params_.min_p;
+    size_t cut = 1;
+    while (cut < probs.size() && probs[cut] >= floor) ++cut;
     probs.resize(cut);
   }
   std::discrete_distribution<size_t> pick(probs.begin(), probs.end());

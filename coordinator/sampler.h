@@ -1,11 +1,14 @@
-// Turns one position's logits into the next token: greedy, or temperature →
-// top-k → top-p sampling from a seeded generator. Also reports the top-K log
+// Turns one position's logits into the next token: penalties (repetition,
+// presence, frequency) on the logits, then greedy, or temperature → top-k →
+// top-p → min-p sampling from a seeded generator. Also reports the top-K log
 // probabilities of the full distribution (the raw model, before any filter).
 #pragma once
 
 #include <cstdint>
 #include <random>
 #include <span>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -17,23 +20,45 @@ struct SamplingParams {
   float temperature = 0.0f;  // 0: greedy
   int32_t top_k = 0;         // 0: all
   float top_p = 1.0f;        // (0, 1]
+  float min_p = 0.0f;        // [0, 1]: drop tokens below min_p x the top token's probability
+  // OpenAI's: logit -= presence * (count > 0) + frequency * count, over the
+  // tokens generated so far; [-2, 2], 0 = off.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  // CTRL's (as HF and llama.cpp): a token seen in the prompt or the output
+  // has its logit divided by this when positive, multiplied when negative;
+  // > 0, 1 = off.
+  float repetition_penalty = 1.0f;
   uint64_t seed = 0;
 
   // InvalidArgument naming the field: temperature < 0 or not finite, top_k < 0,
-  // top_p outside (0, 1].
+  // top_p outside (0, 1], min_p outside [0, 1], presence/frequency outside
+  // [-2, 2], repetition_penalty <= 0 or not finite.
   absl::Status Validate() const;
+  bool has_penalties() const {
+    return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
+  }
 };
 
-// Owns its random generator; one per sequence, one thread at a time.
+// Owns its random generator and the counts of the tokens it has sampled (the
+// penalties' history); one per sequence, one thread at a time.
 class Sampler {
  public:
-  explicit Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+  // `prompt_ids` count for the repetition penalty only (as in HF and vLLM).
+  explicit Sampler(const SamplingParams& params, std::span<const int32_t> prompt_ids = {});
+  // Samples from `logits` (one row of the vocabulary) and records the token.
   int32_t Sample(std::span<const float> logits);
 
  private:
+  std::span<const float> Penalized(std::span<const float> logits);
+  int32_t SampleFiltered(std::span<const float> logits);
+
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> candidates_;
+  std::unordered_map<int32_t, int32_t> generated_counts_;
+  std::unordered_set<int32_t> prompt_tokens_;
+  std::vector<float> penalized_;
 };
 
 // log_softmax(logits)[id].

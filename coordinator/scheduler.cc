@@ -307,7 +307,7 @@ void Scheduler::Admit() {
     r.admitted_at = Clock::now();
     r.kv = std::make_unique<SequenceKv>(kv_pool_);
     if (r.kind == Request::Kind::kGenerate) {
-      r.sampler = std::make_unique<Sampler>(r.generate.request.sampling);
+      r.sampler = std::make_unique<Sampler>(r.generate.request.sampling, r.generate.request.prompt_ids);
       r.stops = std::make_unique<StopStringMatcher>(r.generate.stop_strings);
     } else {
       r.search = std::make_unique<BeamSearchState>(r.beam.params);

@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -424,7 +425,7 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGINT);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 
-  absl::SetProgramUsageMessage(
+  tandem::SetProgramUsage(
       "Serve one CPU expert worker on a unix socket.\n"
       "  tandem-cpu-worker --model DIR --socket /run/tandem/w0.sock --worker_index 0 --num_workers 2");
   absl::ParseCommandLine(argc, argv);

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/flags/flag.h"
+#include "common/base/flags_usage.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
@@ -200,7 +201,7 @@ void PrintResult(const GenerationResult& result, tandem::LocalRuntime& runtime, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Generate text with a MoE model in this process.\n"
+  tandem::SetProgramUsage("Generate text with a MoE model in this process.\n"
                                "  tandem-generate --model DIR --prompt \"Once upon a time\" -n 32\n"
                                "  tandem-generate --synthetic tiny:2 --synthetic_seed 7 --prompt \"Once upon a time\" -n 32");
   absl::ParseCommandLine(argc, argv);

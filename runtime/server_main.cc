@@ -6,6 +6,7 @@
 //   tandem-server --model DIR --listen unix:/run/tandem/server.sock,127.0.0.1:50051 --max_sequences 32
 //   tandem-server --model DIR --workers unix:/run/tandem/worker-0.sock,unix:/run/tandem/worker-1.sock
 //   tandem-server --synthetic mixtral-8x7b --synthetic_seed 1   (generated in memory, ~93 GB of RAM)
+//   tandem-server --model DIR --http_listen 8080   (also the OpenAI-compatible HTTP API, docs/http.md)
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/flags/flag.h"
+#include "common/base/flags_usage.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
@@ -34,6 +36,7 @@
 #include "common/base/log.h"
 #include "common/base/runtime_dir.h"
 #include "common/base/status_macros.h"
+#include "coordinator/http/http_server.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/scheduler.h"
 
@@ -45,6 +48,16 @@ ABSL_FLAG(int64_t, max_batch_tokens, 256, "rows per forward step: decodes plus p
 ABSL_FLAG(int32_t, max_waiting, 256, "requests queued beyond the running ones; more are refused");
 ABSL_FLAG(int64_t, kv_cache_tokens, 32768, "KV cache capacity in tokens, all sequences together");
 ABSL_FLAG(int64_t, kv_block_size, 16, "positions per KV cache block");
+ABSL_FLAG(std::string, http_listen, "",
+          "also serve the OpenAI-compatible HTTP API (docs/http.md) on PORT (127.0.0.1) or HOST:PORT; off when empty");
+ABSL_FLAG(bool, http_allow_remote, false,
+          "let --http_listen bind a non-loopback host (the HTTP API has no authentication)");
+ABSL_FLAG(int32_t, http_max_connections, 64, "HTTP requests handled at once; further connections wait");
+ABSL_FLAG(int64_t, http_max_body_bytes, 8 << 20, "largest HTTP request body accepted (larger: 413)");
+ABSL_FLAG(std::string, served_model_name, "",
+          "the model's name in the HTTP API (/v1/models, responses); default: the model folder's name");
+ABSL_FLAG(std::string, chat_template, "",
+          "a Jinja chat template file for /v1/chat/completions, instead of the model folder's own");
 ABSL_FLAG(bool, exit_with_parent, false, "shut down when the parent process exits (tests, supervisors)");
 
 namespace {
@@ -69,13 +82,16 @@ sigset_t BlockShutdownSignals() {
 struct ServerSettings {
   std::string listen;
   tandem::SchedulerOptions scheduler;
+  tandem::ModelSource source;
 };
 
 absl::StatusOr<ServerSettings> SettingsFromFlags() {
   // --model / --synthetic / --synthetic_seed are runtime_flags.cc's; checked first, so
   // a bad one fails before anything is loaded or generated.
-  if (auto source = tandem::ModelSourceFromFlags(); !source.ok()) return source.status();
+  auto source = tandem::ModelSourceFromFlags();
+  if (!source.ok()) return source.status();
   ServerSettings settings;
+  settings.source = *source;
   settings.listen = absl::GetFlag(FLAGS_listen);
   if (settings.listen.empty()) settings.listen = tandem::DefaultServerAddress();
   if (absl::GetFlag(FLAGS_kv_cache_tokens) < 1 || absl::GetFlag(FLAGS_kv_block_size) < 1) {
@@ -195,13 +211,40 @@ void LogServing(tandem::LocalRuntime& runtime, const tandem::InferenceServiceOpt
   LOG_INFO("tandem-server: listening on ", absl::StrJoin(addresses, ","));
 }
 
+// The HTTP front end (--http_listen), listening before the model loads so
+// /health can say "loading"; null when not asked for.
+absl::StatusOr<std::unique_ptr<tandem::HttpServer>> StartHttp(const tandem::ModelSource& source) {
+  const std::string http_listen = absl::GetFlag(FLAGS_http_listen);
+  if (http_listen.empty()) return nullptr;
+  TANDEM_ASSIGN_OR_RETURN(auto address, tandem::ParseHttpListen(http_listen, absl::GetFlag(FLAGS_http_allow_remote)));
+  if (absl::GetFlag(FLAGS_http_max_body_bytes) < 1) {
+    return absl::InvalidArgumentError("--http_max_body_bytes must be >= 1");
+  }
+  tandem::HttpServerOptions options;
+  options.listen = address;
+  options.max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  options.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_http_max_body_bytes));
+  options.served_model_name = absl::GetFlag(FLAGS_served_model_name);
+  if (options.served_model_name.empty()) {
+    std::filesystem::path folder = std::filesystem::path(source.model_dir).lexically_normal();
+    if (folder.filename().empty()) folder = folder.parent_path();  // "models/demo/"
+    options.served_model_name = source.model_dir.empty() ? source.Describe() : folder.filename().string();
+    if (options.served_model_name.empty()) options.served_model_name = source.model_dir;
+  }
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<tandem::HttpServer> http, tandem::HttpServer::Create(options));
+  LOG_INFO("tandem-server: HTTP listening on ", http->address(), " (loading the model)");
+  return http;
+}
+
 // Waits for SIGINT or SIGTERM, then stops serving: in-flight calls get a
 // moment to finish; the scheduler then fails what is left.
-void ServeUntilSignal(const sigset_t& signals, Listening& listening, std::unique_ptr<tandem::Scheduler>& scheduler) {
+void ServeUntilSignal(const sigset_t& signals, Listening& listening, tandem::HttpServer* http,
+                      std::unique_ptr<tandem::Scheduler>& scheduler) {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   LOG_INFO("tandem-server: signal ", signal_number, ", shutting down");
   listening.server->GetHealthCheckService()->SetServingStatus(false);
+  if (http != nullptr) http->Stop();  // cancels its streams while the scheduler still runs
   listening.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(3));
   listening.server.reset();
   scheduler.reset();
@@ -214,14 +257,18 @@ void ServeUntilSignal(const sigset_t& signals, Listening& listening, std::unique
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Serve a MoE model over gRPC (tandem.v1.Inference).\n"
+  tandem::SetProgramUsage("Serve a MoE model over gRPC (tandem.v1.Inference).\n"
                                "  tandem-server --model models/demo [--listen unix:/path.sock,127.0.0.1:50051]\n"
                                "  tandem-server --synthetic mixtral-8x7b --synthetic_seed 1 [--workers ...]");
   absl::ParseCommandLine(argc, argv);
   const sigset_t signals = BlockShutdownSignals();
   if (absl::GetFlag(FLAGS_exit_with_parent)) prctl(PR_SET_PDEATHSIG, SIGTERM);
+  // A client that hangs up is a failed write (and a cancelled request), not a signal.
+  signal(SIGPIPE, SIG_IGN);
   auto settings = SettingsFromFlags();
   if (!settings.ok()) return Fail(settings.status());
+  auto http = StartHttp(settings->source);
+  if (!http.ok()) return Fail(http.status());
 
   // Threads, CPU workers, the orchestrator, pre-calculation and recording:
   // the flags tandem-generate takes too (runtime/runtime_flags.h).
@@ -237,9 +284,16 @@ int main(int argc, char** argv) {
 
   const tandem::InferenceServiceOptions service_options = ServiceOptions(&runtime, opened->remote.get());
   tandem::InferenceService service(&runtime.model(), scheduler->get(), service_options);
+  if (*http != nullptr) {
+    auto chat = tandem::LoadChatSetup(runtime.model(), absl::GetFlag(FLAGS_chat_template));
+    if (!chat.ok()) return Fail(chat.status());
+    if ((*chat)->chat_template == nullptr) LOG_WARNING("tandem-server: ", (*chat)->no_template_reason);
+    (*http)->Serve(&runtime.model(), scheduler->get(), service_options, std::move(*chat));
+  }
   auto listening = Listen(settings->listen, &service);
   if (!listening.ok()) return Fail(listening.status());
   LogServing(runtime, service_options, settings->scheduler, listening->addresses);
-  ServeUntilSignal(signals, *listening, *scheduler);
+  if (*http != nullptr) LOG_INFO("tandem-server: HTTP ready on ", (*http)->address());
+  ServeUntilSignal(signals, *listening, http->get(), *scheduler);
   return 0;
 }

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string>
 
+#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -22,7 +23,7 @@ ABSL_FLAG(bool, tokenizer, true, "train tokenizer.model on /usr/share/common-lic
 ABSL_FLAG(int32_t, threads, 0, "generation threads; 0 = all available cores");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(absl::StrCat("Write a synthetic model. Presets: ",
+  tandem::SetProgramUsage(absl::StrCat("Write a synthetic model. Presets: ",
                                             absl::StrJoin(tandem::SyntheticPresets(), ", ")));
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_out).empty()) {

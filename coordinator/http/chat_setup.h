@@ -1,0 +1,45 @@
+// What the HTTP front end knows of the model's chat conventions, loaded once
+// at start: its chat template (tokenizer_config.json and companions, or a
+// file given with --chat_template), the special tokens that a rendered
+// prompt turns into ids, its own stop ids and sampling defaults
+// (generation_config.json). Read-only once built: any thread may use it.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/chat/chat_template.h"
+#include "common/chat/model_defaults.h"
+#include "common/chat/special_tokens.h"
+#include "common/model/model.h"
+
+namespace tandem {
+
+struct ChatSetup {
+  ModelDefaults defaults;
+  std::unique_ptr<ChatTemplate> chat_template;  // null: the model has none
+  std::string no_template_reason;               // why, when null
+  std::optional<SpecialTokenMatcher> special_tokens;  // when the model has added tokens
+  std::vector<int32_t> extra_stop_ids;  // the model's stop ids beyond config.json's eos
+
+  // `messages` (and `tools`, `kwargs`) through the template. FailedPrecondition
+  // naming what is missing when the model has no template; the template's
+  // own InvalidArgument (raise_exception, a type error) otherwise.
+  absl::StatusOr<std::string> Render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                                     bool add_generation_prompt, const nlohmann::ordered_json& kwargs) const;
+  // A rendered prompt as ids: special tokens as their ids, the text between
+  // them through the tokenizer (no BOS: the template writes its own, as
+  // transformers' apply_chat_template does). `add_bos` prepends the model's
+  // BOS when the prompt does not start with it.
+  absl::StatusOr<std::vector<int32_t>> Encode(const Model& model, std::string_view prompt, bool add_bos) const;
+};
+
+// `chat_template_file` (may be empty) overrides the model folder's template.
+// InvalidArgument naming the file for a malformed config or a template the
+// engine cannot compile.
+absl::StatusOr<std::unique_ptr<ChatSetup>> LoadChatSetup(const Model& model, const std::string& chat_template_file);
+
+}  // namespace tandem

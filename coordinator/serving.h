@@ -1,0 +1,45 @@
+// What every front end of the scheduler shares (the gRPC InferenceService and
+// the HTTP server of coordinator/http/): the server's facts and hooks, the
+// prompt of a request as ids, and fresh seeds. One place, so a prompt is
+// checked the same way whichever protocol brought it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model/model.h"
+
+namespace tandem {
+
+struct WorkerHealthInfo {
+  std::string address;
+  bool healthy = false;
+  std::string detail;
+};
+
+struct ServingOptions {
+  std::string model_dir;
+  std::string placement_summary;  // where experts run, in words
+  int64_t kv_cache_tokens = 0;
+  // Optional, called from request threads: CPU workers' health, and the
+  // orchestrator's figures as JSON.
+  std::function<std::vector<WorkerHealthInfo>()> worker_health;
+  std::function<std::string()> orchestrator_json;
+};
+
+// The prompt of a request: exactly one of `text` (tokenized with the model's
+// tokenizer, BOS first when `add_bos`) and `ids`. InvalidArgument naming
+// `field` when both or neither are given, the model has no tokenizer for a
+// text, or the text encodes to nothing.
+absl::StatusOr<std::vector<int32_t>> PromptIds(const Model& model, const std::string& text,
+                                               std::span<const int32_t> ids, bool add_bos,
+                                               const std::string& field = "prompt");
+
+// A seed from the system's entropy, for requests that give none.
+uint64_t FreshSeed();
+
+}  // namespace tandem
