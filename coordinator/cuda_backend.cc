@@ -126,9 +126,6 @@ absl::Status CheckSupportedShape(const ModelConfig& c) {
     return absl::InvalidArgumentError(absl::StrCat("head_dim ", c.head_dim, " unsupported (even, <= ", kMaxHeadDim, ")"));
   }
   if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0) {
-  // InvalidArgument when a kernel's needs at this model's shape exceed the
-  // device's limits (shared memory per block).
-  absl::Status CheckDeviceFitsKernels();
     return absl::InvalidArgumentError("num_attention_heads must be a multiple of num_key_value_heads");
   }
   if (c.num_local_experts > kMaxRouterExperts || c.num_experts_per_tok > kMaxExpertsPerToken ||
@@ -164,6 +161,9 @@ struct CudaBackend::Impl {
   // Init's steps, after CheckSupportedShape.
   absl::Status Init();
   absl::Status OpenDevice();
+  // InvalidArgument when a kernel's needs at this model's shape exceed the
+  // device's limits (shared memory per block).
+  absl::Status CheckDeviceFitsKernels();
   absl::Status UploadWeights();
   absl::Status UploadRope();
   absl::StatusOr<const void*> Upload(const void* host, size_t bytes);
