@@ -119,6 +119,31 @@ absl::StatusOr<BackendKind> ParseBackendKind(const std::string& name, const std:
   return absl::InvalidArgumentError(absl::StrCat(flag, ": unknown compute backend \"", name, "\" (cpu | cuda)"));
 }
 
+absl::Status CheckKvCacheOptions(const ModelConfig& config, int64_t kv_cache_tokens, int64_t kv_block_size) {
+  if (kv_block_size < 1 || kv_block_size > kMaxKvBlockSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_block_size ", kv_block_size, ": must be in [1, ", kMaxKvBlockSize, "] positions"));
+  }
+  if (kv_cache_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--kv_cache_tokens ", kv_cache_tokens, ": must be >= 1"));
+  }
+  if (kv_cache_tokens == 0) return absl::OkStatus();
+  // K and V, f32, every layer, per position; whole blocks.
+  const int64_t per_token = 8 * config.num_hidden_layers * config.kv_dim();
+  const int64_t blocks = kv_cache_tokens / kv_block_size + (kv_cache_tokens % kv_block_size != 0);
+  const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
+  const double memory = pages > 0 && page_bytes > 0 ? static_cast<double>(pages) * static_cast<double>(page_bytes) : 0;
+  const double needed = static_cast<double>(blocks) * static_cast<double>(kv_block_size) * static_cast<double>(per_token);
+  if (memory > 0 && needed > memory) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--kv_cache_tokens %d: a KV cache of %d tokens (%d layers x kv_dim %d, f32 K and V: %d bytes per token) "
+        "takes %.1f GiB, more than this machine's %.1f GiB of memory",
+        kv_cache_tokens, blocks * kv_block_size, config.num_hidden_layers, config.kv_dim(), per_token,
+        needed / (1 << 30), memory / (1 << 30)));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::unique_ptr<Model> model,
                                                                    const LocalRuntimeOptions& options) {
   return Create(std::shared_ptr<const Model>(std::move(model)), options);
@@ -130,8 +155,11 @@ absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::shared_p
   auto rt = std::unique_ptr<LocalRuntime>(new LocalRuntime());
   rt->model_ = std::move(model);
   const ModelConfig& config = rt->model_->config;
+  if (options.backend == BackendKind::kCpu) {
+    TANDEM_RETURN_IF_ERROR(CheckKvCacheOptions(config, options.kv_cache_tokens, options.kv_block_size));
+  }
   const int threads = options.num_threads > 0 ? options.num_threads : AvailableCores();
-  rt->pool_ = std::make_unique<ThreadPool>(ThreadPoolOptions{.num_threads = threads, .name = "compute"});
+  TANDEM_ASSIGN_OR_RETURN(rt->pool_, ThreadPool::Create(ThreadPoolOptions{.num_threads = threads, .name = "compute"}));
   CudaBackend* cuda_backend = nullptr;
   if (options.backend == BackendKind::kCuda) {
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CudaBackend::Create(rt->model_->weights.get(), options.cuda));

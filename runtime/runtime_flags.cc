@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <filesystem>
 #include <utility>
 
 #include "absl/flags/flag.h"
@@ -59,6 +60,9 @@ ABSL_FLAG(std::string, record_usage, "", "write the expert usage profile (--usag
 
 namespace tandem {
 namespace {
+
+// --threads at most this many per core this process may run on.
+constexpr int kMaxThreadsPerCore = 4;
 
 // The model (for the coordinator's own layers) and the workers computing its
 // experts, checked against it at connect.
@@ -144,6 +148,15 @@ absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions option
   if (options.num_threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--threads: must be >= 0, got ", options.num_threads));
   }
+  // A compute pool larger than the cores only contends with itself (and
+  // 100000 threads cannot even be started); some oversubscription is allowed
+  // for small test machines.
+  const int max_threads = kMaxThreadsPerCore * AvailableCores();
+  if (options.num_threads > max_threads) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads ", options.num_threads, ": this process may run on ",
+                                                   AvailableCores(), " cores; give at most ", max_threads,
+                                                   " (0 = one per core)"));
+  }
   TANDEM_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(absl::GetFlag(FLAGS_backend), "--backend"));
   if (absl::GetFlag(FLAGS_cuda_device) < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--cuda_device: must be >= 0, got ", absl::GetFlag(FLAGS_cuda_device)));
@@ -157,6 +170,15 @@ absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions option
   TANDEM_RETURN_IF_ERROR(PrecalcFlags(&options.precalc));
   options.record_trace = absl::GetFlag(FLAGS_record_trace);
   options.record_usage = absl::GetFlag(FLAGS_record_usage);
+  // The KV cache flags against the model's config before any weight is
+  // loaded or generated (a folder whose config does not load fails in the
+  // loader below, with its own message).
+  const absl::StatusOr<ModelConfig> config = source.synthetic
+                                                 ? SyntheticConfig(*source.synthetic)
+                                                 : LoadModelConfig(std::filesystem::path(source.model_dir) / "config.json");
+  if (config.ok() && options.backend == BackendKind::kCpu) {
+    TANDEM_RETURN_IF_ERROR(CheckKvCacheOptions(*config, options.kv_cache_tokens, options.kv_block_size));
+  }
   ModelLoadOptions load;
   load.num_threads = options.num_threads > 0 ? options.num_threads : AvailableCores();
   RuntimeFromFlags out;
