@@ -8,6 +8,7 @@
 //   tandem-server --synthetic mixtral-8x7b --synthetic_seed 1   (generated in memory, ~93 GB of RAM)
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,7 +25,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -33,6 +36,8 @@
 #include "runtime/runtime_flags.h"
 #include "common/base/log.h"
 #include "common/base/runtime_dir.h"
+#include "common/base/status_macros.h"
+#include "common/platform/unix_socket.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/scheduler.h"
 
@@ -53,21 +58,71 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
-// A unix socket's file: its folder made, a stale file from a dead server removed.
-absl::Status PrepareUnixSocket(const std::string& address, std::vector<std::filesystem::path>* created) {
-  std::string path = address.substr(5);
-  if (absl::StartsWith(path, "//")) path = path.substr(2);
-  const std::filesystem::path socket(path);
-  std::error_code error;
-  if (socket.has_parent_path()) std::filesystem::create_directories(socket.parent_path(), error);
-  if (error) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--listen ", address, ": cannot create ", socket.parent_path().string(), ": ", error.message()));
+// One --listen entry: what gRPC binds, and for a unix socket its path.
+struct ListenAddress {
+  std::string address;    // for grpc::ServerBuilder: unix:/path or host:port
+  std::string unix_path;  // empty for TCP
+};
+
+// "50051", ":50051" (127.0.0.1), "host:port", "[::1]:port", "unix:/path".
+// Refuses what would bind something other than what was asked: a port
+// outside 1..65535 (gRPC would log it and bind a random one), an empty or
+// abstract unix path (no file permissions). Checks only the syntax; the
+// socket path itself is checked by PrepareSocketPath.
+absl::StatusOr<std::vector<ListenAddress>> ParseListen(const std::string& listen) {
+  std::vector<ListenAddress> out;
+  auto port_ok = [](absl::string_view port) {
+    int value = 0;
+    return !port.empty() && std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+           port.size() <= 5 && absl::SimpleAtoi(port, &value) && value >= 1 && value <= 65535;
+  };
+  for (absl::string_view part : absl::StrSplit(listen, ',', absl::SkipWhitespace())) {
+    part = absl::StripAsciiWhitespace(part);
+    ListenAddress a{std::string(part), ""};
+    if (absl::StartsWith(part, "unix:") || absl::StartsWith(part, "unix-abstract:")) {
+      TANDEM_ASSIGN_OR_RETURN(a.unix_path, tandem::ParseUnixAddress(std::string(part), "--listen"));
+      a.address = absl::StrCat("unix:", a.unix_path);
+      out.push_back(a);
+      continue;
+    }
+    // A bare port (50051 or :50051) means TCP on localhost only.
+    const absl::string_view bare = absl::StripPrefix(part, ":");
+    const size_t colon = part.rfind(':');
+    const bool digits_only = std::all_of(bare.begin(), bare.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const absl::string_view port = digits_only ? bare : (colon == absl::string_view::npos ? absl::string_view() : part.substr(colon + 1));
+    if (!digits_only && (colon == absl::string_view::npos || colon == 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--listen: \"", part, "\" is neither unix:/path, a port, nor host:port"));
+    }
+    if (!port_ok(port)) {
+      return absl::InvalidArgumentError(absl::StrCat("--listen: \"", part, "\": port \"", port,
+                                                     "\" is not a number in 1..65535"));
+    }
+    if (digits_only) a.address = absl::StrCat("127.0.0.1:", port);
+    out.push_back(a);
   }
-  std::filesystem::remove(socket, error);
-  created->push_back(socket);
-  return absl::OkStatus();
+  if (out.empty()) return absl::InvalidArgumentError("--listen: no address given");
+  return out;
 }
+
+// Before binding a unix socket: its folder (the runtime dir must be ours
+// and private) and whatever is at the path (a stale socket of ours is
+// removed; a live server's socket, another user's or any other file is left
+// alone and refused).
+absl::Status PrepareUnixSocket(const std::string& path) {
+  const std::filesystem::path socket(path);
+  if (socket.parent_path() == std::filesystem::path(tandem::DefaultRuntimeDir())) {
+    TANDEM_RETURN_IF_ERROR(tandem::EnsurePrivateDir(socket.parent_path().string()));
+  }
+  return tandem::PrepareSocketPath(path, "--listen");
+}
+
+// A socket file we bound, removed at exit only if it is still ours.
+struct BoundSocket {
+  std::string path;
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
 
 }  // namespace
 
@@ -90,8 +145,21 @@ int main(int argc, char** argv) {
   if (auto source = tandem::ModelSourceFromFlags(); !source.ok()) return Fail(source.status());
   std::string listen = absl::GetFlag(FLAGS_listen);
   if (listen.empty()) listen = tandem::DefaultServerAddress();
-  if (absl::GetFlag(FLAGS_kv_cache_tokens) < 1 || absl::GetFlag(FLAGS_kv_block_size) < 1) {
-    return Fail(absl::InvalidArgumentError("--kv_cache_tokens and --kv_block_size must be >= 1"));
+  // Every address checked before the model is loaded (minutes for a large
+  // one), and each unix path again just before it is bound.
+  absl::StatusOr<std::vector<ListenAddress>> listen_addresses = ParseListen(listen);
+  if (!listen_addresses.ok()) return Fail(listen_addresses.status());
+  for (const ListenAddress& a : *listen_addresses) {
+    if (a.unix_path.empty()) continue;
+    if (absl::Status status = PrepareUnixSocket(a.unix_path); !status.ok()) return Fail(status);
+  }
+  if (absl::GetFlag(FLAGS_kv_cache_tokens) < 1) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--kv_cache_tokens ", absl::GetFlag(FLAGS_kv_cache_tokens), ": must be >= 1")));
+  }
+  if (absl::GetFlag(FLAGS_kv_block_size) < 1 || absl::GetFlag(FLAGS_kv_block_size) > tandem::kMaxKvBlockSize) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--kv_block_size ", absl::GetFlag(FLAGS_kv_block_size),
+                                                        ": must be in [1, ", tandem::kMaxKvBlockSize, "] positions")));
   }
   tandem::SchedulerOptions scheduler_options;
   scheduler_options.max_sequences = absl::GetFlag(FLAGS_max_sequences);
@@ -152,30 +220,32 @@ int main(int argc, char** argv) {
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  std::vector<std::filesystem::path> sockets;
   std::vector<std::string> addresses;
-  for (absl::string_view part : absl::StrSplit(listen, ',', absl::SkipWhitespace())) {
-    std::string address(part);
-    // A bare port (50051 or :50051) means TCP on localhost only.
-    const absl::string_view port = absl::StripPrefix(part, ":");
-    if (!port.empty() && std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      address = absl::StrCat("127.0.0.1:", port);
+  for (const ListenAddress& a : *listen_addresses) {
+    if (!a.unix_path.empty()) {
+      if (absl::Status status = PrepareUnixSocket(a.unix_path); !status.ok()) return Fail(status);
     }
-    if (absl::StartsWith(address, "unix:")) {
-      if (absl::Status status = PrepareUnixSocket(address, &sockets); !status.ok()) return Fail(status);
-    } else if (address.find(':') == std::string::npos) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("--listen: \"", address, "\" is neither unix:/path nor host:port")));
-    }
-    builder.AddListeningPort(address, grpc::InsecureServerCredentials());
-    addresses.push_back(address);
+    builder.AddListeningPort(a.address, grpc::InsecureServerCredentials());
+    addresses.push_back(a.address);
   }
-  if (addresses.empty()) return Fail(absl::InvalidArgumentError("--listen: no address given"));
   builder.RegisterService(&service);
+  // gRPC creates the socket files: with this umask they are 0600 from the
+  // start (only this user may connect), not 0755 until the chmod below.
+  const mode_t umask_before = umask(077);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  umask(umask_before);
   if (server == nullptr) {
     return Fail(absl::UnavailableError(absl::StrCat("could not listen on ", listen,
                                                     " (address in use, or the folder is not writable?)")));
+  }
+  std::vector<BoundSocket> sockets;
+  for (const ListenAddress& a : *listen_addresses) {
+    if (a.unix_path.empty()) continue;
+    struct stat st {};
+    if (chmod(a.unix_path.c_str(), 0600) != 0 || lstat(a.unix_path.c_str(), &st) != 0) {
+      return Fail(absl::PermissionDeniedError(absl::StrCat("--listen ", a.address, ": cannot make the socket 0600")));
+    }
+    sockets.push_back({a.unix_path, st.st_dev, st.st_ino});
   }
   server->GetHealthCheckService()->SetServingStatus(true);
   const tandem::Model& m = (*runtime)->model();
@@ -196,9 +266,11 @@ int main(int argc, char** argv) {
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(3));
   server.reset();
   scheduler->reset();
-  for (const auto& socket : sockets) {
-    std::error_code error;
-    std::filesystem::remove(socket, error);
+  for (const BoundSocket& socket : sockets) {
+    struct stat st {};
+    if (lstat(socket.path.c_str(), &st) == 0 && st.st_dev == socket.dev && st.st_ino == socket.ino) {
+      unlink(socket.path.c_str());
+    }
   }
   return 0;
 }
