@@ -6,6 +6,7 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/log.h"
+#include "common/model/expert_content.h"
 #include "common/model/model_fingerprint.h"
 #include "common/platform/numa_topology.h"
 #include "common/base/status_macros.h"
@@ -31,7 +33,8 @@ std::string FormatBytes(uint64_t bytes) {
 
 uint64_t RoundUp(uint64_t value, uint64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
 
-// rows x row_bytes from src (row stride src_stride) to dst (row stride dst_stride).
+// rows x row_bytes from src (row stride src_stride) to dst (row stride
+// dst_stride): rows [first, first + rows) of matrix `role` of slice `slice`.
 struct CopyTask {
   char* dst = nullptr;
   const char* src = nullptr;
@@ -39,25 +42,37 @@ struct CopyTask {
   int64_t row_bytes = 0;
   int64_t src_stride = 0;
   int64_t dst_stride = 0;
+  size_t slice = 0;
+  WeightRole role = WeightRole::kExpertW1;
+  int64_t first = 0;  // the first row's index in the stored matrix
 };
 
 // Cuts a rows x row_bytes copy into tasks of about kCopyChunkBytes.
 void AddCopy(std::vector<CopyTask>& tasks, char* dst, const char* src, int64_t rows, int64_t row_bytes,
-             int64_t src_stride, int64_t dst_stride) {
+             int64_t src_stride, int64_t dst_stride, size_t slice, WeightRole role) {
   const int64_t rows_per_task = std::max<int64_t>(1, kCopyChunkBytes / row_bytes);
   for (int64_t r = 0; r < rows; r += rows_per_task) {
     tasks.push_back(CopyTask{dst + r * dst_stride, src + r * src_stride, std::min(rows_per_task, rows - r), row_bytes,
-                             src_stride, dst_stride});
+                             src_stride, dst_stride, slice, role, r});
   }
 }
 
-void RunCopy(const CopyTask& task) {
-  if (task.src_stride == task.row_bytes && task.dst_stride == task.row_bytes) {
-    std::memcpy(task.dst, task.src, static_cast<size_t>(task.rows * task.row_bytes));
-    return;
+// The seed of stored row `row` of matrix `role` of slice `s` (expert_content.h).
+uint64_t StoredRowSeed(const ExpertSlice& s, WeightRole role, int64_t row) {
+  return role == WeightRole::kExpertW2 ? ExpertRowSeed(s.layer, s.expert, role, row, s.intermediate_begin)
+                                       : ExpertRowSeed(s.layer, s.expert, role, s.intermediate_begin + row, 0);
+}
+
+// Copies the task's rows and hashes each right after it lands (still in
+// L1): the sum of the rows' hashes.
+uint64_t RunCopy(const CopyTask& task, const ExpertSlice& slice) {
+  uint64_t sum = 0;
+  for (int64_t r = 0; r < task.rows; ++r) {
+    char* dst = task.dst + r * task.dst_stride;
+    std::memcpy(dst, task.src + r * task.src_stride, static_cast<size_t>(task.row_bytes));
+    sum += HashExpertRow(dst, static_cast<size_t>(task.row_bytes), StoredRowSeed(slice, task.role, task.first + r));
   }
-  for (int64_t r = 0; r < task.rows; ++r)
-    std::memcpy(task.dst + r * task.dst_stride, task.src + r * task.src_stride, static_cast<size_t>(task.row_bytes));
+  return sum;
 }
 
 absl::Status CheckMatrix(const LinearWeight& w, DType dtype, int64_t n, int64_t k, int layer, int expert,
@@ -142,34 +157,40 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(const ModelWeig
   // where every page goes.
   std::unique_ptr<ExpertStore> store(new ExpertStore());
   {
-    absl::StatusOr<ShmRegion> region = ShmRegion::Create(name, region_bytes);
+    absl::StatusOr<ShmRegion> region =
+        ShmRegion::Create(name, region_bytes, ShmCreateOptions{.unique_suffix = options.unique_suffix});
     if (!region.ok())
       return absl::Status(region.status().code(), absl::StrCat("expert store: ", region.status().message()));
     store->region_ = std::move(region).value();
   }
   void* mapping = store->region_.data();
+  const std::string& region = store->region_.name();  // with its random suffix, if asked
 
   // Before any page exists, so every page is allocated on the node.
   if (options.numa_node >= 0) {
     absl::Status bound = BindMemoryToNode(mapping, region_bytes, options.numa_node);
     if (!bound.ok())
-      return absl::Status(bound.code(), absl::StrCat("expert store region ", name, ": ", bound.message()));
+      return absl::Status(bound.code(), absl::StrCat("expert store region ", region, ": ", bound.message()));
   }
 
   // Copy on the pinned threads (first touch). w1/w3 slices are contiguous
   // rows of the source; a w2 slice is a column range, copied row by row.
+  // Every stored row is hashed as it is written (expert_content.h): the
+  // slices' sums of row hashes.
   char* base = static_cast<char*>(mapping);
+  std::unique_ptr<std::atomic<uint64_t>[]> hashes(new std::atomic<uint64_t>[slices.size()]);
+  for (size_t i = 0; i < slices.size(); ++i) hashes[i].store(0);
   std::vector<CopyTask> tasks;
   for (size_t i = 0; i < slices.size() && !options.fill; ++i) {
     const ExpertSlice& s = slices[i];
     const ExpertWeights& w = model.layers[static_cast<size_t>(s.layer)].experts[static_cast<size_t>(s.expert)];
     const int64_t row = hidden * element;  // a w1/w3 row
     AddCopy(tasks, base + table[i].w1_offset, static_cast<const char*>(w.w1.data) + s.intermediate_begin * row,
-            s.size(), row, row, row);
+            s.size(), row, row, row, i, WeightRole::kExpertW1);
     AddCopy(tasks, base + table[i].w3_offset, static_cast<const char*>(w.w3.data) + s.intermediate_begin * row,
-            s.size(), row, row, row);
+            s.size(), row, row, row, i, WeightRole::kExpertW3);
     AddCopy(tasks, base + table[i].w2_offset, static_cast<const char*>(w.w2.data) + s.intermediate_begin * element,
-            hidden, s.size() * element, intermediate * element, s.size() * element);
+            hidden, s.size() * element, intermediate * element, s.size() * element, i, WeightRole::kExpertW2);
   }
   if (options.fill) {
     // The same slicing, generated in place: w1/w3 rows [b, e) are elements
@@ -190,31 +211,51 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(const ModelWeig
       }
       for (int64_t r = 0; r < hidden; r += w2_rows) fills.push_back({i, WeightRole::kExpertW2, r, std::min(hidden, r + w2_rows)});
     }
-    auto run = [&](const FillTask& f) {
+    auto run = [&](const FillTask& f) -> uint64_t {
       const ExpertSlice& s = slices[f.slice];
+      uint64_t sum = 0;  // each stored row hashed right after it is generated
       if (f.role == WeightRole::kExpertW2) {
         char* out = base + table[f.slice].w2_offset;
+        const int64_t row_bytes = s.size() * element;
         for (int64_t r = f.row_begin; r < f.row_end; ++r) {
           options.fill(s.layer, s.expert, f.role, r * intermediate + s.intermediate_begin,
-                       r * intermediate + s.intermediate_end, out + r * s.size() * element);
+                       r * intermediate + s.intermediate_end, out + r * row_bytes);
+          sum += HashExpertRow(out + r * row_bytes, static_cast<size_t>(row_bytes), StoredRowSeed(s, f.role, r));
         }
-        return;
+        return sum;
       }
       char* out = base + (f.role == WeightRole::kExpertW1 ? table[f.slice].w1_offset : table[f.slice].w3_offset);
       options.fill(s.layer, s.expert, f.role, (s.intermediate_begin + f.row_begin) * hidden,
                    (s.intermediate_begin + f.row_end) * hidden, out + f.row_begin * hidden * element);
+      for (int64_t r = f.row_begin; r < f.row_end; ++r) {
+        sum += HashExpertRow(out + r * hidden * element, static_cast<size_t>(hidden * element),
+                             StoredRowSeed(s, f.role, r));
+      }
+      return sum;
+    };
+    auto fill_task = [&](int64_t t, int) {
+      const FillTask& f = fills[static_cast<size_t>(t)];
+      hashes[f.slice].fetch_add(run(f), std::memory_order_relaxed);
     };
     if (options.pool != nullptr) {
-      options.pool->ParallelFor(static_cast<int64_t>(fills.size()), [&](int64_t t, int) { run(fills[static_cast<size_t>(t)]); });
+      options.pool->ParallelFor(static_cast<int64_t>(fills.size()), fill_task);
     } else {
-      for (const FillTask& f : fills) run(f);
+      for (size_t t = 0; t < fills.size(); ++t) fill_task(static_cast<int64_t>(t), 0);
     }
-  } else if (options.pool != nullptr) {
-    options.pool->ParallelFor(static_cast<int64_t>(tasks.size()),
-                              [&](int64_t t, int) { RunCopy(tasks[static_cast<size_t>(t)]); });
   } else {
-    for (const CopyTask& task : tasks) RunCopy(task);
+    auto copy_task = [&](int64_t t, int) {
+      const CopyTask& task = tasks[static_cast<size_t>(t)];
+      hashes[task.slice].fetch_add(RunCopy(task, slices[task.slice]), std::memory_order_relaxed);
+    };
+    if (options.pool != nullptr) {
+      options.pool->ParallelFor(static_cast<int64_t>(tasks.size()), copy_task);
+    } else {
+      for (size_t t = 0; t < tasks.size(); ++t) copy_task(static_cast<int64_t>(t), 0);
+    }
   }
+  store->slice_hashes_.resize(slices.size());
+  for (size_t i = 0; i < slices.size(); ++i) store->slice_hashes_[i] = hashes[i].load();
+  store->content_hash_ = CombineExpertContentHashes(slices, store->slice_hashes_);
 
   // Table and header, the magic last: a reader that sees it sees the rest.
   std::memcpy(base + sizeof(ExpertStoreHeader), table.data(), table.size() * sizeof(ExpertStoreEntry));
@@ -241,18 +282,19 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(const ModelWeig
   // corrupting what the coordinator copies to the GPU.
   if (mprotect(mapping, region_bytes, PROT_READ) != 0) {
     const int error = errno;
-    return absl::ErrnoToStatus(error, absl::StrCat("mprotect of expert store region ", name));
+    return absl::ErrnoToStatus(error, absl::StrCat("mprotect of expert store region ", region));
   }
   // The same validation readers run: writer and readers index alike.
-  TANDEM_ASSIGN_OR_RETURN(store->index_, IndexExpertStoreRegion(mapping, region_bytes, name));
+  TANDEM_ASSIGN_OR_RETURN(store->index_, IndexExpertStoreRegion(mapping, region_bytes, region));
 
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  LOG_INFO("expert store ", name, ": ", ExpertDivisionName(options.division), " worker ", options.worker_index, "/",
+  LOG_INFO("expert store ", region, ": ", ExpertDivisionName(options.division), " worker ", options.worker_index, "/",
            options.num_workers, ", ", slices.size(), " slices, ", FormatBytes(region_bytes),
            options.numa_node >= 0 ? absl::StrCat(" on NUMA node ", options.numa_node) : std::string(" unbound"),
            options.fill ? ", generated in place by " : ", filled by ",
            options.pool != nullptr ? options.pool->num_threads() : 1, " thread(s) in ",
-           absl::StrFormat("%.2f s (%.2f GB/s)", seconds, static_cast<double>(region_bytes) / 1e9 / seconds));
+           absl::StrFormat("%.2f s (%.2f GB/s)", seconds, static_cast<double>(region_bytes) / 1e9 / seconds),
+           ", content hash ", ContentHashString(store->content_hash_));
   return store;
 }
 

@@ -11,7 +11,7 @@ packages=(
   libhwloc-dev hwloc libnuma-dev
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev
+  nlohmann-json3-dev libxxhash-dev
   python3 python3-grpcio python3-protobuf
 )
 

@@ -41,6 +41,22 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> CreateExpertPool(const LocalOrchestr
                             CudaExpertPool::Create(config, std::move(sources), cuda));
     return std::unique_ptr<ExpertPool>(std::move(pool));
   }
+  // Host slots are this machine's memory: more than it has is a mistake
+  // (--gpu_slots), refused before the buffers are allocated.
+  if (pool_options.num_slots > 0 && !experts.empty() && !experts[0].empty()) {
+    const double per_expert = 3.0 * static_cast<double>(config.hidden_size) *
+                              static_cast<double>(config.intermediate_size) *
+                              static_cast<double>(DTypeSize(experts[0][0].w1.dtype));
+    const double needed = per_expert * (pool_options.num_slots + std::max(0, pool_options.num_staging_buffers));
+    const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    if (memory > 0 && needed > memory) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--gpu_slots %d: %d host slots + %d staging buffers of %.1f MB each need %.1f GiB, more than this "
+          "machine's %.1f GiB of memory",
+          pool_options.num_slots, pool_options.num_slots, pool_options.num_staging_buffers, per_expert / 1e6,
+          needed / (1 << 30), memory / (1 << 30)));
+    }
+  }
   // The CPU executor's own kernel, so pool and CPU give the same bits.
   *ffn = std::make_unique<ExpertFfn>(threads);
   ExpertFfn* kernel_ffn = ffn->get();

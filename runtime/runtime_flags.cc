@@ -75,6 +75,8 @@ ConnectWorkers(const ModelSource& source, const ModelLoadOptions& load) {
   settings.transport = absl::GetFlag(FLAGS_transport);
   settings.call_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_worker_timeout_ms));
   settings.connect_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms));
+  settings.synthetic = source.synthetic;
+  settings.num_threads = load.num_threads;
   auto remote = ConnectExpertWorkers(**model, settings);
   if (!remote.ok()) return remote.status();
   return std::make_pair(std::move(*model), std::move(*remote));
@@ -113,9 +115,18 @@ absl::Status OrchestratorFlags(LocalOrchestratorOptions* o) {
   if (o->placement == PlacementPolicy::kPopularity && absl::GetFlag(FLAGS_usage_profile).empty()) {
     return absl::InvalidArgumentError("--placement popularity needs --usage_profile (record one with --record_usage)");
   }
-  if (absl::GetFlag(FLAGS_gpu_memory_mb) < 0) return absl::InvalidArgumentError("--gpu_memory_mb must be >= 0");
-  if (absl::GetFlag(FLAGS_staging_buffers) < 0) return absl::InvalidArgumentError("--staging_buffers must be >= 0");
-  if (absl::GetFlag(FLAGS_lru_ways) < 0) return absl::InvalidArgumentError("--lru_ways must be >= 0");
+  // Bounded so no count can size an allocation beyond reason (or overflow
+  // the MB-to-bytes shift); the pool checks its memory against the machine.
+  auto in_range = [](const char* flag, int64_t value, int64_t low, int64_t high) -> absl::Status {
+    if (value < low || value > high) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, " ", value, ": must be in [", low, ", ", high, "]"));
+    }
+    return absl::OkStatus();
+  };
+  TANDEM_RETURN_IF_ERROR(in_range("gpu_memory_mb", absl::GetFlag(FLAGS_gpu_memory_mb), 0, int64_t{1} << 24));
+  TANDEM_RETURN_IF_ERROR(in_range("gpu_slots", absl::GetFlag(FLAGS_gpu_slots), -1, kMaxExpertsPerModel));
+  TANDEM_RETURN_IF_ERROR(in_range("staging_buffers", absl::GetFlag(FLAGS_staging_buffers), 0, 64));
+  TANDEM_RETURN_IF_ERROR(in_range("lru_ways", absl::GetFlag(FLAGS_lru_ways), 0, kMaxExpertsPerModel));
   o->gpu_slots = absl::GetFlag(FLAGS_gpu_slots);
   o->gpu_memory_bytes = absl::GetFlag(FLAGS_gpu_memory_mb) << 20;
   o->staging_buffers = absl::GetFlag(FLAGS_staging_buffers);
