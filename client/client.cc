@@ -1,6 +1,13 @@
 #include "client/client.h"
 
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <utility>
 
@@ -8,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/base/status_macros.h"
 
 namespace tandem::sdk {
@@ -136,14 +144,93 @@ v1::BeamSearchRequest ToProto(const BeamSearchOptions& o, bool stream_progress) 
   return r;
 }
 
-// Why a connection failed, for the error message: a unix socket that does
-// not exist is the usual cause (server not started, or another path).
+// The socket path of a unix target ("unix:PATH", "unix://PATH"); empty for TCP.
+std::string UnixPath(const std::string& target) {
+  if (!absl::StartsWith(target, "unix:")) return "";
+  return target.substr(absl::StartsWith(target, "unix://") ? 7 : 5);
+}
+
+bool TrustedUid(uid_t uid) { return uid == geteuid() || uid == 0; }
+
+// A prompt goes to a unix socket only when the socket and its folder are
+// this user's or root's (and no one else may replace the socket): a socket
+// another user put where our server's should be would receive the prompts.
+absl::Status CheckUnixTarget(const std::string& target) {
+  if (absl::StartsWith(target, "unix-abstract:")) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(target, ": abstract unix sockets have no owner to check; tandem-server never listens on one"));
+  }
+  const std::string path = UnixPath(target);
+  if (path.empty() && absl::StartsWith(target, "unix:")) {
+    return absl::InvalidArgumentError(absl::StrCat("\"", target, "\": no socket path after unix:"));
+  }
+  if (path.empty()) return absl::OkStatus();
+  if (path[0] == '@') {
+    return absl::PermissionDeniedError(
+        absl::StrCat(target, ": abstract unix sockets have no owner to check; tandem-server never listens on one"));
+  }
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return absl::OkStatus();  // absent: the connect fails and says so
+  struct stat link {};
+  if (lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode) && !TrustedUid(link.st_uid)) {
+    return absl::PermissionDeniedError(absl::StrCat(path, " is a symlink of uid ", link.st_uid,
+                                                    ": refusing to send requests through another user's link"));
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(path, " is not a socket: not a tandem server address"));
+  }
+  if (!TrustedUid(st.st_uid)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        path, " belongs to uid ", st.st_uid, ", not to you (uid ", geteuid(),
+        ") or root: refusing to send requests to another user's socket (it may be posing as tandem-server)"));
+  }
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  struct stat dir {};
+  if (stat(parent.empty() ? "." : parent.c_str(), &dir) == 0) {
+    const bool others_write = (dir.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (dir.st_mode & S_ISVTX) == 0;
+    if (!TrustedUid(dir.st_uid) || others_write) {
+      return absl::PermissionDeniedError(absl::StrFormat(
+          "%s lies in %s (uid %d, mode %04o), which another user may write to: the socket could be replaced; "
+          "refusing to send requests there",
+          path, parent.string(), dir.st_uid, dir.st_mode & 07777));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Why a connection failed, for the error message, from a connect() of our
+// own to the socket: absent, not ours to open, stale, or slow.
 std::string ConnectHint(const std::string& target) {
-  if (!absl::StartsWith(target, "unix:")) return "is tandem-server running and listening there?";
-  std::string path = target.substr(absl::StartsWith(target, "unix://") ? 7 : 5);
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return absl::StrCat("no socket at ", path, ": is tandem-server running?");
-  return absl::StrCat(path, " exists but nothing accepted the connection: is tandem-server still starting or stale?");
+  const std::string path = UnixPath(target);
+  if (path.empty()) return "is tandem-server running and listening there?";
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(address.sun_path)) return absl::StrCat(path, " is too long for a unix socket path");
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::StrCat("cannot create a socket: ", std::strerror(errno));
+  const int err = connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0 ? 0 : errno;
+  close(fd);
+  struct stat st {};
+  const bool have = stat(path.c_str(), &st) == 0;
+  switch (err) {
+    case ENOENT:
+      return absl::StrCat("no socket at ", path, ": is tandem-server running?");
+    case EACCES:
+    case EPERM:
+      return have ? absl::StrFormat("permission denied opening %s (owned by uid %d, mode %04o; you are uid %d): "
+                                    "the server runs as another user, whose socket only they may use",
+                                    path, st.st_uid, st.st_mode & 07777, geteuid())
+                  : absl::StrCat("permission denied reaching ", path, ": a folder on the way is not yours to enter");
+    case ECONNREFUSED:
+      return absl::StrCat(path, " exists but nothing listens on it: the socket of a server that has exited "
+                                "(restart tandem-server)");
+    case 0:
+    case EAGAIN:
+      return absl::StrCat(path, " accepts connections but did not answer in time: is tandem-server still starting?");
+    default:
+      return absl::StrCat("cannot connect to ", path, ": ", std::strerror(err));
+  }
 }
 
 // The streaming calls are read as raw bytes and parsed here. With the typed
@@ -284,6 +371,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   if (target.empty()) {
     return absl::InvalidArgumentError("empty server address (expected unix:/path/to/server.sock or host:port)");
   }
+  TANDEM_RETURN_IF_ERROR(CheckUnixTarget(target));
   grpc::ChannelArguments args;
   // A server that is starting or restarting is found within a tenth of a
   // second, not after gRPC's default reconnect backoff (1 s, growing to 120 s).

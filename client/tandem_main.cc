@@ -481,7 +481,9 @@ int main(int argc, char** argv) {
                                    "\" (expected generate, beam, info, stats, tokenize or detokenize)"));
   }
   if (positional.size() > 2) return UsageError(absl::StrCat("unexpected argument \"", positional[2], "\""));
-  if (absl::GetFlag(FLAGS_connect_timeout_s) <= 0) return UsageError("--connect_timeout_s must be > 0");
+  if (!(absl::GetFlag(FLAGS_connect_timeout_s) > 0)) return UsageError("--connect_timeout_s must be > 0");
+  // 0 is the SDK's default; below 0 (or NaN) is a mistake, not a default.
+  if (!(absl::GetFlag(FLAGS_timeout_s) >= 0)) return UsageError("--timeout_s must be >= 0 (0: the SDK's default)");
   static const std::set<std::string> kCommon = {"server", "connect_timeout_s", "timeout_s", "json"};
   for (const std::string& given_name : given.names) {
     // A known flag that this command would ignore is a mistake worth

@@ -13,8 +13,11 @@ absl::Status BeamSearchParams::Validate(int64_t vocab_size) const {
     return absl::InvalidArgumentError(absl::StrCat("beam_width must be in [1, 64], got ", beam_width));
   }
   if (max_tokens < 1) return absl::InvalidArgumentError(absl::StrCat("max_tokens must be >= 1, got ", max_tokens));
-  if (!std::isfinite(length_penalty)) {
-    return absl::InvalidArgumentError(absl::StrCat("length_penalty must be finite, got ", length_penalty));
+  // Scores are sum / length^penalty: beyond +-10 they overflow to +-inf (or
+  // collapse to 0) for ordinary lengths, and every beam then ties.
+  if (!std::isfinite(length_penalty) || std::fabs(length_penalty) > kMaxLengthPenalty) {
+    return absl::InvalidArgumentError(absl::StrCat("length_penalty must be a number in [-", kMaxLengthPenalty, ", ",
+                                                   kMaxLengthPenalty, "], got ", length_penalty));
   }
   if (num_return_sequences < 1 || num_return_sequences > beam_width) {
     return absl::InvalidArgumentError(absl::StrCat("num_return_sequences must be in [1, beam_width = ", beam_width,

@@ -29,6 +29,10 @@
 
 namespace tandem {
 
+// |length_penalty| at most this (HF's default is 1; useful values lie in
+// [-2, 2]): the scores stay finite for any length up to the context.
+inline constexpr float kMaxLengthPenalty = 10.0f;
+
 struct BeamSearchParams {
   int32_t beam_width = 1;
   int32_t max_tokens = 16;

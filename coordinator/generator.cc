@@ -74,6 +74,7 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
     ForwardInput input{&kv, next, false};
     TANDEM_RETURN_IF_ERROR(engine_->Forward({&input, 1}, &logits));
     std::span<const float> position_logits(logits.data(), vocab);
+    TANDEM_RETURN_IF_ERROR(CheckFiniteLogits(position_logits));
     GeneratedToken token;
     token.id = sampler.Sample(position_logits);
     token.logprob = LogProbability(position_logits, token.id);

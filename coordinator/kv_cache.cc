@@ -1,13 +1,20 @@
 #include "coordinator/kv_cache.h"
 
 #include <algorithm>
+#include <limits>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 
 namespace tandem {
 
 absl::StatusOr<float*> HostKvBlockStorage::AllocateChunk(int64_t bytes) {
-  chunks_.push_back(std::make_unique<float[]>(static_cast<size_t>(bytes) / sizeof(float)));
+  const size_t floats = static_cast<size_t>(bytes) / sizeof(float);
+  std::unique_ptr<float[]> chunk(new (std::nothrow) float[floats]());
+  if (chunk == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV cache: cannot allocate ", bytes, " bytes of host memory"));
+  }
+  chunks_.push_back(std::move(chunk));
   return chunks_.back().get();
 }
 
@@ -22,6 +29,21 @@ absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(const KvCacheOp
     return absl::InvalidArgumentError(absl::StrCat("KV cache options must be positive: layers ", options.num_layers,
                                                    ", kv_dim ", options.kv_dim, ", block_size ", options.block_size,
                                                    ", max_blocks ", options.max_blocks));
+  }
+  if (options.block_size > kMaxKvBlockSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache block_size ", options.block_size, " is more than ", kMaxKvBlockSize, " positions"));
+  }
+  if (options.max_blocks > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache max_blocks ", options.max_blocks, " exceeds 2^31 - 1"));
+  }
+  int64_t block_bytes = 0, pool_bytes = 0;
+  if (__builtin_mul_overflow(int64_t{8} * options.num_layers, options.block_size, &block_bytes) ||
+      __builtin_mul_overflow(block_bytes, options.kv_dim, &block_bytes) ||
+      __builtin_mul_overflow(block_bytes, options.max_blocks, &pool_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache of ", options.max_blocks, " blocks x ", options.block_size,
+                                                   " positions x ", options.num_layers, " layers x kv_dim ",
+                                                   options.kv_dim, " overflows 64-bit byte counts"));
   }
   if (storage == nullptr) storage = std::make_unique<HostKvBlockStorage>();
   return std::unique_ptr<KvBlockPool>(new KvBlockPool(options, std::move(storage)));
@@ -39,7 +61,9 @@ absl::StatusOr<int32_t> KvBlockPool::Allocate() {
       return absl::ResourceExhaustedError(absl::StrCat("KV cache full: all ", options_.max_blocks, " blocks of ",
                                                        options_.block_size, " positions are in use"));
     }
-    absl::StatusOr<float*> chunk = storage_->AllocateChunk(kBlocksPerChunk * bytes_per_block());
+    // The last chunk holds only the blocks left under max_blocks.
+    const int64_t blocks = std::min<int64_t>(kBlocksPerChunk, options_.max_blocks - allocated);
+    absl::StatusOr<float*> chunk = storage_->AllocateChunk(blocks * bytes_per_block());
     if (!chunk.ok()) return chunk.status();
     chunks_.push_back(*chunk);
     const int64_t end = std::min(allocated + kBlocksPerChunk, options_.max_blocks);

@@ -54,17 +54,22 @@ class HostKvBlockStorage final : public KvBlockStorage {
   std::vector<std::unique_ptr<float[]>> chunks_;
 };
 
+// Positions per block at most: one block holds every layer's K and V for
+// them (a full Mixtral: 256 KiB per position), allocated 32 blocks at a time.
+inline constexpr int64_t kMaxKvBlockSize = 1024;
+
 struct KvCacheOptions {
   int64_t num_layers = 0;
   int64_t kv_dim = 0;
-  int64_t block_size = 16;
+  int64_t block_size = 16;  // 1..kMaxKvBlockSize
   int64_t max_blocks = 0;  // memory limit: blocks are allocated lazily up to this
 };
 
 // Owns the block storage. Called from the engine thread only.
 class KvBlockPool {
  public:
-  // `storage` null: host memory (HostKvBlockStorage).
+  // `storage` null: host memory (HostKvBlockStorage). InvalidArgument naming
+  // the option when one is out of range or the sizes overflow.
   static absl::StatusOr<std::unique_ptr<KvBlockPool>> Create(const KvCacheOptions& options,
                                                              std::unique_ptr<KvBlockStorage> storage = nullptr);
 

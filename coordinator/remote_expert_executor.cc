@@ -1,16 +1,21 @@
 #include "coordinator/remote_expert_executor.h"
 
 #include <grpcpp/grpcpp.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/clock.h"
 #include "common/base/log.h"
+#include "common/model/expert_content.h"
 #include "common/platform/shm_transport.h"
 #include "common/base/status_macros.h"
 #include "tandem/v1/expert_worker.grpc.pb.h"
@@ -29,6 +34,21 @@ uint64_t RoundUp(uint64_t x, uint64_t to) { return (x + to - 1) / to * to; }
 std::string ShareText(int layer, int expert, int64_t begin, int64_t end) {
   return absl::StrCat("layer ", layer, " expert ", expert, " [", begin, ", ", end, ")");
 }
+
+// A random nonzero session id: this executor's claim on its workers.
+uint64_t NewSession() {
+  uint64_t session = 0;
+  while (session == 0) {
+    if (getrandom(&session, sizeof(session), 0) != static_cast<ssize_t>(sizeof(session))) {
+      session = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}() ^
+                static_cast<uint64_t>(getpid());
+    }
+  }
+  return session;
+}
+
+// How long the destructor waits for each worker to take its Release.
+constexpr absl::Duration kReleaseWait = absl::Milliseconds(300);
 
 }  // namespace
 
@@ -71,6 +91,8 @@ struct RemoteExpertExecutor::Worker {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::ExpertWorker::Stub> stub;
   bool connected = false;
+  bool claimed = false;  // a Describe succeeded: the worker holds our session until Release
+  std::optional<std::vector<uint64_t>> expected_content;  // per share, from options.expected_content (computed once)
   std::string description;  // from Describe, for Summary and logs
   std::string weights_region;  // from Describe: the worker's expert store (empty: none)
   std::unique_ptr<ShmArena> arena;
@@ -104,7 +126,7 @@ struct RemoteExpertExecutor::Worker {
   }
 
   // ConnectWorker's steps: the Describe call, then the worker's arena.
-  absl::Status Describe(absl::Time deadline, bool initial, v1::DescribeResponse* d);
+  absl::Status Describe(absl::Time deadline, bool initial, uint64_t session, v1::DescribeResponse* d);
   absl::Status OpenArena(const v1::DescribeResponse& d, absl::Time deadline, absl::Duration spin);
   // One RunExperts call: where each entry's rows go in the slot (returns the
   // bytes needed), the request with the rows in the slot or inline, posting
@@ -125,9 +147,21 @@ struct RemoteExpertExecutor::Dispatched {
   std::chrono::steady_clock::time_point spin_until;
 };
 
-RemoteExpertExecutor::RemoteExpertExecutor() : rpc_(std::make_unique<Rpc>()) {}
+RemoteExpertExecutor::RemoteExpertExecutor() : session_(NewSession()), rpc_(std::make_unique<Rpc>()) {}
 
 RemoteExpertExecutor::~RemoteExpertExecutor() {
+  // Free every worker we claimed for the next coordinator (one that has
+  // exited is freed anyway: the worker checks whether its holder still runs).
+  for (auto& worker : workers_) {
+    if (!worker->claimed) continue;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kReleaseWait));
+    v1::ReleaseRequest request;
+    request.set_session(session_);
+    v1::ReleaseResponse response;
+    const grpc::Status status = worker->stub->Release(&context, request, &response);
+    if (!status.ok()) LOG_DEBUG("remote experts: releasing ", worker->name(), ": ", status.error_message());
+  }
   rpc_->cq.Shutdown();
   void* tag;
   bool ok;
@@ -183,6 +217,9 @@ absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> RemoteExpertExecutor::Conn
   for (auto& worker : executor->workers_) {
     TANDEM_RETURN_IF_ERROR(executor->ConnectWorker(*worker, deadline, /*initial=*/true));
   }
+  // Every worker's expected content is known now (reconnects compare with
+  // it); the function may read a model that does not outlive this executor.
+  executor->options_.expected_content = nullptr;
   if (executor->division_ == ExpertDivision::kShard) {
     const int64_t e = config.num_local_experts;
     executor->owner_.assign(static_cast<size_t>(config.num_hidden_layers * e), -1);
@@ -198,9 +235,10 @@ absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> RemoteExpertExecutor::Conn
 
 absl::Status RemoteExpertExecutor::ConnectWorker(Worker& worker, absl::Time deadline, bool initial) {
   v1::DescribeResponse d;
-  TANDEM_RETURN_IF_ERROR(worker.Describe(deadline, initial, &d));
+  TANDEM_RETURN_IF_ERROR(worker.Describe(deadline, initial, session_, &d));
   TANDEM_RETURN_IF_ERROR(CheckIdentity(worker, d, initial));
   TANDEM_RETURN_IF_ERROR(CheckShares(worker, d));
+  TANDEM_RETURN_IF_ERROR(CheckContent(worker, d));
   worker.weights_region = d.weights_region();
   worker.arena.reset();
   if (worker.transport != WorkerTransport::kInline) TANDEM_RETURN_IF_ERROR(worker.OpenArena(d, deadline, options_.spin));
@@ -215,7 +253,8 @@ absl::Status RemoteExpertExecutor::ConnectWorker(Worker& worker, absl::Time dead
   return absl::OkStatus();
 }
 
-absl::Status RemoteExpertExecutor::Worker::Describe(absl::Time deadline, bool initial, v1::DescribeResponse* d) {
+absl::Status RemoteExpertExecutor::Worker::Describe(absl::Time deadline, bool initial, uint64_t session,
+                                                    v1::DescribeResponse* d) {
   grpc::ClientContext context;
   if (initial) {
     context.set_deadline(absl::ToChronoTime(deadline));
@@ -232,8 +271,12 @@ absl::Status RemoteExpertExecutor::Worker::Describe(absl::Time deadline, bool in
   }
   v1::DescribeRequest request;
   request.set_protocol_version(kExpertWorkerProtocolVersion);
+  request.set_session(session);
+  request.set_coordinator_pid(static_cast<int32_t>(getpid()));
+  request.set_coordinator(absl::StrCat("pid ", getpid()));
   const grpc::Status rpc = stub->Describe(&context, request, d);
   if (!rpc.ok()) return Prefixed(FromGrpcStatus(rpc, "Describe"));
+  claimed = true;
   return absl::OkStatus();
 }
 
@@ -290,6 +333,46 @@ absl::Status RemoteExpertExecutor::CheckShares(const Worker& worker, const v1::D
                   : std::string("nothing"))));
   }
   return absl::OkStatus();
+}
+
+absl::Status RemoteExpertExecutor::CheckContent(Worker& worker, const v1::DescribeResponse& d) {
+  if (d.compute() == "echo") return absl::OkStatus();  // no weights; its fingerprint ("echo:...") was checked
+  TANDEM_ASSIGN_OR_RETURN(std::vector<ExpertSlice> shares,
+                          PartitionExperts(config_, division_, worker.index, num_workers()));
+  if (!worker.expected_content) {
+    if (!options_.expected_content) {
+      return worker.Prefixed(absl::FailedPreconditionError(
+          "holds expert weights, but this coordinator has no content hashes to check them against"));
+    }
+    const absl::Time start = absl::Now();
+    absl::StatusOr<std::vector<uint64_t>> expected = options_.expected_content(shares);
+    if (!expected.ok()) return worker.Prefixed(expected.status());
+    if (expected->size() != shares.size()) {
+      return worker.Prefixed(absl::InternalError("expected_content returned a hash count unlike the share count"));
+    }
+    worker.expected_content = std::move(*expected);  // reconnects compare with these
+    LOG_INFO("remote experts: ", worker.name(), ": content hash of its ", shares.size(), " shares computed in ",
+             absl::FormatDuration(absl::Now() - start));
+  }
+  const std::vector<uint64_t>& expected = *worker.expected_content;
+  const uint64_t want = CombineExpertContentHashes(shares, expected);
+  if (d.content_hash() == want) return absl::OkStatus();
+  std::string first;
+  for (size_t i = 0; i < shares.size() && i < static_cast<size_t>(d.experts_size()); ++i) {
+    if (d.experts(static_cast<int>(i)).content_hash() != expected[i]) {
+      first = absl::StrCat(" (first differing share: ",
+                           ShareText(shares[i].layer, shares[i].expert, shares[i].intermediate_begin,
+                                     shares[i].intermediate_end),
+                           ", ", ContentHashString(d.experts(static_cast<int>(i)).content_hash()), " vs ",
+                           ContentHashString(expected[i]), ")");
+      break;
+    }
+  }
+  return worker.Prefixed(absl::FailedPreconditionError(absl::StrCat(
+      "holds other expert weights than the coordinator's model: its content hash is ", ContentHashString(d.content_hash()),
+      ", the coordinator's ", ContentHashString(want), first,
+      "; the same config and shapes with other values (another seed or checkpoint): start the worker on the "
+      "coordinator's model")));
 }
 
 absl::Status RemoteExpertExecutor::Worker::OpenArena(const v1::DescribeResponse& d, absl::Time deadline,
@@ -419,6 +502,7 @@ void RemoteExpertExecutor::BuildRequest(Worker& w, int layer, std::span<const Ex
   request.Clear();
   request.set_request_id(next_request_id_++);
   request.set_layer(layer);
+  request.set_session(session_);
   if (w.transport != WorkerTransport::kInline) {
     const uint64_t total = w.LayOutSlot(work, d);
     w.via_shm = total <= w.arena->slot_bytes();

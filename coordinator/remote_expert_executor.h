@@ -18,7 +18,12 @@
 //
 // Connect checks every worker: protocol version, model fingerprint (against
 // the coordinator's own model: FailedPrecondition naming both), its index,
-// the division and that its shares are exactly PartitionExperts'. Every call
+// the division, that its shares are exactly PartitionExperts', and that the
+// bytes it stores hash to what the coordinator's model gives for the same
+// shares (options.expected_content; FailedPrecondition naming the worker,
+// both hashes and the first share that differs). Describe also claims the
+// worker for this executor's session (a worker serves one coordinator at a
+// time); the destructor releases it. Every call
 // has a deadline (options.call_timeout): a dead worker makes the call fail
 // with Unavailable, a hung one with DeadlineExceeded, never a hang; the
 // worker is then re-Described (and re-checked) lazily at the next call, which
@@ -28,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -67,6 +73,11 @@ struct RemoteExpertExecutorOptions {
   // VM, tandem-ipc-bench); replies behind longer compute (real experts) are
   // awaited asleep, wasting no cpu. 0: always sleep.
   absl::Duration grpc_spin = absl::Microseconds(250);
+  // The content hash of each of `slices` (expert_content.h) in the
+  // coordinator's model, asked once per worker at its first connect. Unset:
+  // a worker that holds weights is refused (it cannot be checked); an echo
+  // worker (no weights; its fingerprint says so) needs none.
+  std::function<absl::StatusOr<std::vector<uint64_t>>(std::span<const ExpertSlice> slices)> expected_content;
 };
 
 // Per worker, since Connect.
@@ -121,6 +132,9 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   // division, at start-up, becomes the executor's).
   absl::Status CheckIdentity(const Worker& worker, const v1::DescribeResponse& d, bool initial);
   absl::Status CheckShares(const Worker& worker, const v1::DescribeResponse& d) const;
+  // The worker's content hash (Describe) against options_.expected_content
+  // for its shares (PartitionExperts', already checked to be the worker's).
+  absl::Status CheckContent(Worker& worker, const v1::DescribeResponse& d);
 
   // RunExperts' steps, in order.
   absl::Status CheckWork(int layer, std::span<const ExpertWork> work) const;
@@ -140,6 +154,7 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<int> owner_;  // shard: [layer * E + expert] -> worker index
   uint64_t next_request_id_ = 1;
+  uint64_t session_ = 0;  // random, nonzero: this executor's claim on its workers
   struct Rpc;
   std::unique_ptr<Rpc> rpc_;  // the completion queue the engine thread drives
   // Guards every Worker's stats (Worker is defined in the .cc, where an

@@ -121,6 +121,19 @@ int32_t Sampler::SampleFiltered(std::span<const float> logits) {
   return candidates_[pick(rng_)].second;
 }
 
+absl::Status CheckFiniteLogits(std::span<const float> logits) {
+  size_t nan = 0, inf = 0, first = logits.size();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (std::isfinite(logits[i])) continue;
+    (std::isnan(logits[i]) ? nan : inf) += 1;
+    if (first == logits.size()) first = i;
+  }
+  if (first == logits.size()) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      "the model produced non-finite logits (", nan, " NaN, ", inf, " Inf of ", logits.size(), "; first at index ",
+      first, " = ", logits[first], "): its weights hold NaN or Inf, or its activations overflowed; no token sampled"));
+}
+
 double LogProbability(std::span<const float> logits, int32_t id) { return logits[static_cast<size_t>(id)] - LogSumExp(logits); }
 
 std::vector<std::pair<int32_t, double>> TopLogprobs(std::span<const float> logits, int32_t k) {

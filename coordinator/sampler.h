@@ -61,6 +61,12 @@ class Sampler {
   std::vector<float> penalized_;
 };
 
+// OK when every logit is finite; DataLoss otherwise, counting the NaN and
+// Inf entries and naming the first: sampling from them would pick a token
+// (token 0, with a null logprob) that means nothing. Weights holding NaN or
+// Inf, or activations that overflowed, are the causes.
+absl::Status CheckFiniteLogits(std::span<const float> logits);
+
 // log_softmax(logits)[id].
 double LogProbability(std::span<const float> logits, int32_t id);
 // The `k` most likely tokens with their log probabilities, highest first

@@ -57,6 +57,18 @@ std::optional<absl::Status> RequestStream::cancel_reason() const {
 // ---- Scheduler -----------------------------------------------------------
 
 absl::Status SchedulerOptions::Validate() const {
+  // Upper bounds first, far above any useful setting, so a typo cannot size buffers.
+  if (max_sequences > kMaxSchedulerSequences) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_sequences must be <= ", kMaxSchedulerSequences, ", got ", max_sequences));
+  }
+  if (max_batch_tokens > kMaxSchedulerBatchTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_batch_tokens must be <= ", kMaxSchedulerBatchTokens, ", got ", max_batch_tokens));
+  }
+  if (max_waiting > kMaxSchedulerWaiting) {
+    return absl::InvalidArgumentError(absl::StrCat("max_waiting must be <= ", kMaxSchedulerWaiting, ", got ", max_waiting));
+  }
   if (max_sequences < 1) return absl::InvalidArgumentError(absl::StrCat("max_sequences must be >= 1, got ", max_sequences));
   if (max_batch_tokens < max_sequences) {
     return absl::InvalidArgumentError(absl::StrCat("max_batch_tokens (", max_batch_tokens,
@@ -389,6 +401,12 @@ void Scheduler::RunStep() {
     if (!r.decoding()) {
       r.prefilled += r.chunk;
       if (!r.decoding()) continue;  // more prompt to go: this chunk's logits are not needed
+    }
+    // Only this request fails: another in the batch may be fine.
+    if (absl::Status finite = CheckFiniteLogits(logits); !finite.ok()) {
+      LOG_WARNING("request ", r.id, ": ", finite.message());
+      Finish(r, finite);
+      continue;
     }
     if (r.kind == Request::Kind::kGenerate) {
       AfterGenerateLogits(r, logits);

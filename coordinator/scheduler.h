@@ -39,6 +39,10 @@
 
 namespace tandem {
 
+inline constexpr int32_t kMaxSchedulerSequences = 4096;
+inline constexpr int64_t kMaxSchedulerBatchTokens = int64_t{1} << 20;
+inline constexpr int32_t kMaxSchedulerWaiting = 1 << 20;
+
 struct SchedulerOptions {
   int32_t max_sequences = 16;     // sequences decoding at once; a beam search counts beam_width
   int64_t max_batch_tokens = 256; // rows per Forward (decodes + prefill chunks); >= max_sequences

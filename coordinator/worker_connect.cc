@@ -1,10 +1,40 @@
 #include "coordinator/worker_connect.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/base/thread_pool.h"
+#include "common/model/expert_content.h"
 #include "common/model/model_fingerprint.h"
 
 namespace tandem {
+
+std::function<absl::StatusOr<std::vector<uint64_t>>(std::span<const ExpertSlice>)> ExpectedExpertContent(
+    const Model& model, const std::optional<SyntheticModelSpec>& synthetic, int num_threads) {
+  bool has_bytes = true;
+  for (const LayerWeights& layer : model.weights->layers) {
+    for (const ExpertWeights& e : layer.experts) {
+      has_bytes = has_bytes && e.w1.data != nullptr && e.w2.data != nullptr && e.w3.data != nullptr;
+    }
+  }
+  const int threads = std::max(1, num_threads);
+  if (has_bytes) {
+    const ModelWeights* weights = model.weights.get();
+    return [weights, threads](std::span<const ExpertSlice> slices) {
+      ThreadPool pool(ThreadPoolOptions{.num_threads = threads, .name = "hash"});
+      return HashExpertSlices(*weights, slices, &pool);
+    };
+  }
+  if (synthetic) {
+    const SyntheticModelSpec spec = *synthetic;
+    return [spec, threads](std::span<const ExpertSlice> slices) {
+      ThreadPool pool(ThreadPoolOptions{.num_threads = threads, .name = "hash"});
+      return HashSyntheticExpertSlices(spec, slices, &pool);
+    };
+  }
+  return nullptr;
+}
 
 absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> ConnectExpertWorkers(const Model& model,
                                                                            const WorkerConnectSettings& settings) {
@@ -21,6 +51,7 @@ absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> ConnectExpertWorkers(const
   options.transports = {*transport};
   options.call_timeout = settings.call_timeout;
   options.connect_timeout = settings.connect_timeout;
+  options.expected_content = ExpectedExpertContent(model, settings.synthetic, settings.num_threads);
   absl::StatusOr<ModelFingerprint> fingerprint = FingerprintModel(model.config, *model.weights->source);
   if (!fingerprint.ok()) return fingerprint.status();
   return RemoteExpertExecutor::Connect(model.config, *fingerprint, options);

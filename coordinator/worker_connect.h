@@ -3,12 +3,17 @@
 // by tandem-generate and tandem-server so both check and report the same way.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/model/model.h"
+#include "common/model/synthetic_model.h"
 #include "coordinator/remote_expert_executor.h"
 
 namespace tandem {
@@ -18,10 +23,26 @@ struct WorkerConnectSettings {
   std::string transport = "shm";  // shm | shm-grpc | inline
   absl::Duration call_timeout = absl::Seconds(5);
   absl::Duration connect_timeout = absl::Seconds(10);
+  // The model's synthetic spec, when it is one: how the workers' content is
+  // checked when this process holds no expert bytes (see below).
+  std::optional<SyntheticModelSpec> synthetic;
+  int num_threads = 1;  // for hashing the expected content
 };
 
-// Connects to every worker and checks it serves `model` (fingerprint and
-// protocol version). InvalidArgument naming the setting when one is bad.
+// The workers' expected content hashes (RemoteExpertExecutorOptions::
+// expected_content) for `model`: hashed from its own expert bytes when it
+// has them (a folder, mapped; or a synthetic model with its experts), else
+// regenerated from `synthetic` row by row and hashed (a synthetic model
+// whose experts live on the workers: the same generation work as the
+// workers', never held in memory). A model with neither gets none (and a
+// worker holding weights is then refused: nothing to check it against).
+// The returned function reads `model`: call it only while `model` lives.
+std::function<absl::StatusOr<std::vector<uint64_t>>(std::span<const ExpertSlice>)> ExpectedExpertContent(
+    const Model& model, const std::optional<SyntheticModelSpec>& synthetic, int num_threads);
+
+// Connects to every worker and checks it serves `model` (fingerprint,
+// content hash and protocol version). InvalidArgument naming the setting
+// when one is bad.
 absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> ConnectExpertWorkers(const Model& model,
                                                                            const WorkerConnectSettings& settings);
 

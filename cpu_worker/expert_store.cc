@@ -6,14 +6,17 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/clock.h"
 #include "common/base/log.h"
+#include "common/model/expert_content.h"
 #include "common/model/model_fingerprint.h"
 #include "common/platform/numa_topology.h"
 #include "common/base/status_macros.h"
@@ -32,7 +35,8 @@ std::string FormatBytes(uint64_t bytes) {
 
 uint64_t RoundUp(uint64_t value, uint64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
 
-// rows x row_bytes from src (row stride src_stride) to dst (row stride dst_stride).
+// rows x row_bytes from src (row stride src_stride) to dst (row stride
+// dst_stride): rows [first, first + rows) of matrix `role` of slice `slice`.
 struct CopyTask {
   char* dst = nullptr;
   const char* src = nullptr;
@@ -40,25 +44,65 @@ struct CopyTask {
   int64_t row_bytes = 0;
   int64_t src_stride = 0;
   int64_t dst_stride = 0;
+  size_t slice = 0;
+  WeightRole role = WeightRole::kExpertW1;
+  int64_t first = 0;  // the first row's index in the stored matrix
 };
 
 // Cuts a rows x row_bytes copy into tasks of about kCopyChunkBytes.
 void AddCopy(std::vector<CopyTask>& tasks, char* dst, const char* src, int64_t rows, int64_t row_bytes,
-             int64_t src_stride, int64_t dst_stride) {
+             int64_t src_stride, int64_t dst_stride, size_t slice, WeightRole role) {
   const int64_t rows_per_task = std::max<int64_t>(1, kCopyChunkBytes / row_bytes);
   for (int64_t r = 0; r < rows; r += rows_per_task) {
     tasks.push_back(CopyTask{dst + r * dst_stride, src + r * src_stride, std::min(rows_per_task, rows - r), row_bytes,
-                             src_stride, dst_stride});
+                             src_stride, dst_stride, slice, role, r});
   }
 }
 
-void RunCopy(const CopyTask& task) {
-  if (task.src_stride == task.row_bytes && task.dst_stride == task.row_bytes) {
-    std::memcpy(task.dst, task.src, static_cast<size_t>(task.rows * task.row_bytes));
-    return;
+// The seed of stored row `row` of matrix `role` of slice `s` (expert_content.h).
+uint64_t StoredRowSeed(const ExpertSlice& s, WeightRole role, int64_t row) {
+  return role == WeightRole::kExpertW2 ? ExpertRowSeed(s.layer, s.expert, role, row, s.intermediate_begin)
+                                       : ExpertRowSeed(s.layer, s.expert, role, s.intermediate_begin + row, 0);
+}
+
+// Copies the task's rows and hashes each right after it lands (still in
+// L1): the sum of the rows' hashes.
+uint64_t RunCopy(const CopyTask& task, const ExpertSlice& slice) {
+  uint64_t sum = 0;
+  for (int64_t r = 0; r < task.rows; ++r) {
+    char* dst = task.dst + r * task.dst_stride;
+    std::memcpy(dst, task.src + r * task.src_stride, static_cast<size_t>(task.row_bytes));
+    sum += HashExpertRow(dst, static_cast<size_t>(task.row_bytes), StoredRowSeed(slice, task.role, task.first + r));
   }
-  for (int64_t r = 0; r < task.rows; ++r)
-    std::memcpy(task.dst + r * task.dst_stride, task.src + r * task.src_stride, static_cast<size_t>(task.row_bytes));
+  return sum;
+}
+
+// Per slice, the sum of its stored rows' hashes, added to by the pool's
+// threads as their tasks finish.
+class SliceHashes {
+ public:
+  explicit SliceHashes(size_t n) : sums_(new std::atomic<uint64_t>[n]), n_(n) {
+    for (size_t i = 0; i < n; ++i) sums_[i].store(0);
+  }
+  void Add(size_t slice, uint64_t sum) { sums_[slice].fetch_add(sum, std::memory_order_relaxed); }
+  std::vector<uint64_t> Values() const {
+    std::vector<uint64_t> values(n_);
+    for (size_t i = 0; i < n_; ++i) values[i] = sums_[i].load();
+    return values;
+  }
+
+ private:
+  std::unique_ptr<std::atomic<uint64_t>[]> sums_;
+  size_t n_;
+};
+
+// Runs task(t) for t in [0, n) on the pool, or inline without one.
+void RunTasks(ThreadPool* pool, size_t n, const std::function<void(int64_t)>& task) {
+  if (pool != nullptr) {
+    pool->ParallelFor(static_cast<int64_t>(n), [&](int64_t t, int) { task(t); });
+  } else {
+    for (size_t t = 0; t < n; ++t) task(static_cast<int64_t>(t));
+  }
 }
 
 absl::Status CheckMatrix(const LinearWeight& w, DType dtype, int64_t n, int64_t k, int layer, int expert,
@@ -156,22 +200,26 @@ absl::Status CheckShmSpace(const std::string& name, uint64_t region_bytes) {
 
 // ftruncate + mmap only: no page exists yet, so binding decides where every
 // page goes. Unlinked again (the ShmRegion dies) when binding fails.
-absl::StatusOr<ShmRegion> CreateBoundRegion(const std::string& name, uint64_t region_bytes, int numa_node) {
-  absl::StatusOr<ShmRegion> region = ShmRegion::Create(name, region_bytes);
+absl::StatusOr<ShmRegion> CreateBoundRegion(const std::string& name, uint64_t region_bytes, int numa_node,
+                                            bool unique_suffix) {
+  absl::StatusOr<ShmRegion> region =
+      ShmRegion::Create(name, region_bytes, ShmCreateOptions{.unique_suffix = unique_suffix});
   if (!region.ok())
     return absl::Status(region.status().code(), absl::StrCat("expert store: ", region.status().message()));
   // Before any page exists, so every page is allocated on the node.
   if (numa_node >= 0) {
     absl::Status bound = BindMemoryToNode(region->data(), region_bytes, numa_node);
     if (!bound.ok())
-      return absl::Status(bound.code(), absl::StrCat("expert store region ", name, ": ", bound.message()));
+      return absl::Status(bound.code(), absl::StrCat("expert store region ", region->name(), ": ", bound.message()));
   }
   return region;
 }
 
 // Copies on the pinned threads (first touch). w1/w3 slices are contiguous
 // rows of the source; a w2 slice is a column range, copied row by row.
-void CopySlices(const ModelWeights& model, const StoreLayout& layout, ThreadPool* pool, char* base) {
+// Every stored row is hashed as it is written (expert_content.h).
+void CopySlices(const ModelWeights& model, const StoreLayout& layout, ThreadPool* pool, char* base,
+                SliceHashes& hashes) {
   const int64_t hidden = layout.hidden, element = layout.element;
   std::vector<CopyTask> tasks;
   for (size_t i = 0; i < layout.slices.size(); ++i) {
@@ -180,24 +228,23 @@ void CopySlices(const ModelWeights& model, const StoreLayout& layout, ThreadPool
     const ExpertWeights& w = model.layers[static_cast<size_t>(s.layer)].experts[static_cast<size_t>(s.expert)];
     const int64_t row = hidden * element;  // a w1/w3 row
     AddCopy(tasks, base + entry.w1_offset, static_cast<const char*>(w.w1.data) + s.intermediate_begin * row,
-            s.size(), row, row, row);
+            s.size(), row, row, row, i, WeightRole::kExpertW1);
     AddCopy(tasks, base + entry.w3_offset, static_cast<const char*>(w.w3.data) + s.intermediate_begin * row,
-            s.size(), row, row, row);
+            s.size(), row, row, row, i, WeightRole::kExpertW3);
     AddCopy(tasks, base + entry.w2_offset, static_cast<const char*>(w.w2.data) + s.intermediate_begin * element,
-            hidden, s.size() * element, layout.intermediate * element, s.size() * element);
+            hidden, s.size() * element, layout.intermediate * element, s.size() * element, i, WeightRole::kExpertW2);
   }
-  if (pool != nullptr) {
-    pool->ParallelFor(static_cast<int64_t>(tasks.size()), [&](int64_t t, int) { RunCopy(tasks[static_cast<size_t>(t)]); });
-  } else {
-    for (const CopyTask& task : tasks) RunCopy(task);
-  }
+  RunTasks(pool, tasks.size(), [&](int64_t t) {
+    const CopyTask& task = tasks[static_cast<size_t>(t)];
+    hashes.Add(task.slice, RunCopy(task, layout.slices[task.slice]));
+  });
 }
 
 // The same slicing as CopySlices, generated in place by options.fill:
 // w1/w3 rows [b, e) are elements [b*D, e*D) of the tensor; w2 row r's
 // columns [b, e) are elements [r*I + b, r*I + e). Tasks of about
 // kCopyChunkBytes, as for copies.
-void FillSlices(const StoreLayout& layout, const ExpertStoreOptions& options, char* base) {
+void FillSlices(const StoreLayout& layout, const ExpertStoreOptions& options, char* base, SliceHashes& hashes) {
   const std::vector<ExpertSlice>& slices = layout.slices;
   const int64_t hidden = layout.hidden, intermediate = layout.intermediate, element = layout.element;
   struct FillTask {
@@ -215,26 +262,34 @@ void FillSlices(const StoreLayout& layout, const ExpertStoreOptions& options, ch
     }
     for (int64_t r = 0; r < hidden; r += w2_rows) fills.push_back({i, WeightRole::kExpertW2, r, std::min(hidden, r + w2_rows)});
   }
-  auto run = [&](const FillTask& f) {
+  // Each stored row hashed right after it is generated; the task's sum.
+  auto run = [&](const FillTask& f) -> uint64_t {
     const ExpertSlice& s = slices[f.slice];
     const ExpertStoreEntry& entry = layout.table[f.slice];
+    uint64_t sum = 0;
     if (f.role == WeightRole::kExpertW2) {
       char* out = base + entry.w2_offset;
+      const int64_t row_bytes = s.size() * element;
       for (int64_t r = f.row_begin; r < f.row_end; ++r) {
         options.fill(s.layer, s.expert, f.role, r * intermediate + s.intermediate_begin,
-                     r * intermediate + s.intermediate_end, out + r * s.size() * element);
+                     r * intermediate + s.intermediate_end, out + r * row_bytes);
+        sum += HashExpertRow(out + r * row_bytes, static_cast<size_t>(row_bytes), StoredRowSeed(s, f.role, r));
       }
-      return;
+      return sum;
     }
     char* out = base + (f.role == WeightRole::kExpertW1 ? entry.w1_offset : entry.w3_offset);
     options.fill(s.layer, s.expert, f.role, (s.intermediate_begin + f.row_begin) * hidden,
                  (s.intermediate_begin + f.row_end) * hidden, out + f.row_begin * hidden * element);
+    for (int64_t r = f.row_begin; r < f.row_end; ++r) {
+      sum += HashExpertRow(out + r * hidden * element, static_cast<size_t>(hidden * element),
+                           StoredRowSeed(s, f.role, r));
+    }
+    return sum;
   };
-  if (options.pool != nullptr) {
-    options.pool->ParallelFor(static_cast<int64_t>(fills.size()), [&](int64_t t, int) { run(fills[static_cast<size_t>(t)]); });
-  } else {
-    for (const FillTask& f : fills) run(f);
-  }
+  RunTasks(options.pool, fills.size(), [&](int64_t t) {
+    const FillTask& f = fills[static_cast<size_t>(t)];
+    hashes.Add(f.slice, run(f));
+  });
 }
 
 // Table and header, the magic last: a reader that sees it sees the rest.
@@ -262,13 +317,14 @@ void WriteHeader(const StoreLayout& layout, const ModelFingerprint& fingerprint,
 }
 
 void LogCreated(const std::string& name, const StoreLayout& layout, const ExpertStoreOptions& options,
-                double seconds) {
+                double seconds, uint64_t content_hash) {
   LOG_INFO("expert store ", name, ": ", ExpertDivisionName(options.division), " worker ", options.worker_index, "/",
            options.num_workers, ", ", layout.slices.size(), " slices, ", FormatBytes(layout.region_bytes),
            options.numa_node >= 0 ? absl::StrCat(" on NUMA node ", options.numa_node) : std::string(" unbound"),
            options.fill ? ", generated in place by " : ", filled by ",
            options.pool != nullptr ? options.pool->num_threads() : 1, " thread(s) in ",
-           absl::StrFormat("%.2f s (%.2f GB/s)", seconds, static_cast<double>(layout.region_bytes) / 1e9 / seconds));
+           absl::StrFormat("%.2f s (%.2f GB/s)", seconds, static_cast<double>(layout.region_bytes) / 1e9 / seconds),
+           ", content hash ", ContentHashString(content_hash));
 }
 
 }  // namespace
@@ -287,25 +343,30 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(const ModelWeig
   LayOutRegion(layout);
   TANDEM_RETURN_IF_ERROR(CheckShmSpace(name, layout.region_bytes));
   std::unique_ptr<ExpertStore> store(new ExpertStore());
-  TANDEM_ASSIGN_OR_RETURN(store->region_, CreateBoundRegion(name, layout.region_bytes, options.numa_node));
+  TANDEM_ASSIGN_OR_RETURN(store->region_,
+                          CreateBoundRegion(name, layout.region_bytes, options.numa_node, options.unique_suffix));
+  const std::string& region = store->region_.name();  // with its random suffix, if asked
   void* mapping = store->region_.data();
   char* base = static_cast<char*>(mapping);
+  SliceHashes hashes(layout.slices.size());
   if (options.fill) {
-    FillSlices(layout, options, base);
+    FillSlices(layout, options, base, hashes);
   } else {
-    CopySlices(model, layout, options.pool, base);
+    CopySlices(model, layout, options.pool, base, hashes);
   }
+  store->slice_hashes_ = hashes.Values();
+  store->content_hash_ = CombineExpertContentHashes(layout.slices, store->slice_hashes_);
   WriteHeader(layout, fingerprint, model.config, options, base);
 
   // Immutable from now on: a stray write faults here instead of silently
   // corrupting what the coordinator copies to the GPU.
   if (mprotect(mapping, layout.region_bytes, PROT_READ) != 0) {
     const int error = errno;
-    return absl::ErrnoToStatus(error, absl::StrCat("mprotect of expert store region ", name));
+    return absl::ErrnoToStatus(error, absl::StrCat("mprotect of expert store region ", region));
   }
   // The same validation readers run: writer and readers index alike.
-  TANDEM_ASSIGN_OR_RETURN(store->index_, IndexExpertStoreRegion(mapping, layout.region_bytes, name));
-  LogCreated(name, layout, options, SecondsSince(start));
+  TANDEM_ASSIGN_OR_RETURN(store->index_, IndexExpertStoreRegion(mapping, layout.region_bytes, region));
+  LogCreated(region, layout, options, SecondsSince(start), store->content_hash_);
   return store;
 }
 

@@ -33,6 +33,9 @@ namespace tandem {
 
 struct ExpertStoreOptions {
   std::string region_name;  // POSIX shm name, e.g. "/tandem-<run>-w0"; unlinked when the store dies
+  // Append a random suffix to region_name (ShmCreateOptions::unique_suffix);
+  // ExpertStore::region_name() reports the full name.
+  bool unique_suffix = false;
   ExpertDivision division = ExpertDivision::kSplit;
   int worker_index = 0;
   int num_workers = 1;
@@ -53,8 +56,8 @@ struct ExpertStoreOptions {
 class ExpertStore {
  public:
   // Creates the region (O_EXCL), binds it to options.numa_node, copies this
-  // worker's slices of `model` into it on options.pool, writes the header
-  // last. InvalidArgument for bad options or model shapes (naming the field
+  // worker's slices of `model` into it on options.pool, hashing every row
+  // as it lands (slice_hashes), writes the header last. InvalidArgument for bad options or model shapes (naming the field
   // or layer/expert); AlreadyExists naming the region when a live process
   // holds the name (a stale region of a killed worker is reclaimed, see
   // ShmRegion); ResourceExhausted when /dev/shm lacks the space (instead of a
@@ -76,9 +79,15 @@ class ExpertStore {
   const ExpertStoreInfo& info() const { return index_.info; }
   const std::string& region_name() const { return region_.name(); }
   size_t region_bytes() const { return region_.size(); }
+  // The hash of each slice's stored bytes (slices() order) and of them all,
+  // computed while the store was filled (common/model/expert_content.h).
+  const std::vector<uint64_t>& slice_hashes() const { return slice_hashes_; }
+  uint64_t content_hash() const { return content_hash_; }
 
  private:
   ExpertStore() = default;
+  std::vector<uint64_t> slice_hashes_;
+  uint64_t content_hash_ = 0;
   ShmRegion region_;        // owner: unmapped and unlinked with the store
   ExpertStoreIndex index_;  // slices, their weights (views into region_), lookup
 };

@@ -11,8 +11,10 @@
 // stops serving, unlinks its regions and removes its socket and lock file.
 //
 // A lock file (<socket>.lock, held with an OFD lock) makes one worker per
-// socket: a second one refuses to start, and a successor of a killed worker
-// knows the regions its names point at are stale and replaces them.
+// socket: a second one refuses to start. The lock file also lists the
+// worker's shm regions, whose names end in a random suffix (so no other user
+// can take them first): a successor of a killed worker removes those it
+// finds there, if they are this user's.
 #include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
@@ -34,10 +36,14 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "common/base/log.h"
+#include "common/base/runtime_dir.h"
 #include "common/model/model.h"
+#include "common/model/expert_content.h"
 #include "common/model/model_fingerprint.h"
 #include "common/platform/numa_topology.h"
 #include "common/base/status_macros.h"
@@ -93,6 +99,7 @@ struct WorkerConfig {
   WorkerRpcMode rpc_mode = WorkerRpcMode::kAsync;
   bool echo = false;
 
+  // Without the random suffix ShmRegion appends (ShmCreateOptions::unique_suffix).
   std::string experts_region() const { return absl::StrCat(region_prefix, "-w", worker_index, "-experts"); }
   std::string arena_region() const { return absl::StrCat(region_prefix, "-w", worker_index, "-arena"); }
 };
@@ -139,7 +146,8 @@ absl::StatusOr<WorkerConfig> ConfigFromFlags() {
                                       static_cast<uint32_t>(std::hash<std::string>{}(
                                           std::filesystem::absolute(c.socket).lexically_normal().string())));
   }
-  TANDEM_RETURN_IF_ERROR(ValidateShmName(c.experts_region(), "--region_prefix"));
+  // The longest name with its random suffix ("-" + 16 hex digits) must be valid.
+  TANDEM_RETURN_IF_ERROR(ValidateShmName(absl::StrCat(c.experts_region(), "-0123456789abcdef"), "--region_prefix"));
   const int slots = absl::GetFlag(FLAGS_arena_slots);
   if (slots < 1 || slots > static_cast<int>(kMaxArenaSlots)) {
     return absl::InvalidArgumentError(absl::StrCat("--arena_slots ", slots, " not in [1, ", kMaxArenaSlots, "]"));
@@ -158,31 +166,35 @@ absl::StatusOr<WorkerConfig> ConfigFromFlags() {
   return c;
 }
 
-// <socket>.lock, held with an OFD write lock while the worker lives.
+// <socket>.lock, held with an OFD write lock while the worker lives: "pid\n"
+// then one shm region name per line. Opened without following a symlink and
+// only if it is this user's regular file.
 class SocketLock {
  public:
   static absl::StatusOr<std::unique_ptr<SocketLock>> Acquire(const std::string& socket) {
     auto lock = std::unique_ptr<SocketLock>(new SocketLock());
     lock->path_ = socket + ".lock";
-    lock->fd_ = open(lock->path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    lock->fd_ = open(lock->path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (lock->fd_ < 0) {
-      return absl::UnavailableError(absl::StrCat("cannot open lock file ", lock->path_, ": ", std::strerror(errno)));
+      return absl::UnavailableError(absl::StrCat("cannot open lock file ", lock->path_, ": ", std::strerror(errno),
+                                                 errno == ELOOP ? " (it is a symlink: not following it)" : ""));
+    }
+    struct stat st {};
+    if (fstat(lock->fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+      return absl::PermissionDeniedError(absl::StrCat("lock file ", lock->path_, " is not a regular file of yours (uid ",
+                                                      st.st_uid, "): refusing to use it"));
     }
     struct flock fl {};
     fl.l_type = F_WRLCK;
     fl.l_whence = SEEK_SET;
     if (fcntl(lock->fd_, F_OFD_SETLK, &fl) != 0) {
-      char pid[32] = {};
-      ssize_t n = pread(lock->fd_, pid, sizeof(pid) - 1, 0);
-      (void)n;
-      return absl::AlreadyExistsError(absl::StrCat("another worker (pid ", pid, ") serves ", socket, " (",
-                                                   lock->path_, " is locked)"));
+      const std::string previous = lock->Read();
+      return absl::AlreadyExistsError(absl::StrCat("another worker (pid ", previous.substr(0, previous.find('\n')),
+                                                   ") serves ", socket, " (", lock->path_, " is locked)"));
     }
-    const std::string me = absl::StrCat(getpid(), "\n");
-    if (ftruncate(lock->fd_, 0) == 0 && pwrite(lock->fd_, me.data(), me.size(), 0) < 0) {
-      LOG_WARNING("cannot write pid to ", lock->path_);
-    }
+    lock->previous_ = lock->Read();
     lock->held_ = true;
+    lock->Write({});
     return lock;
   }
   ~SocketLock() {
@@ -190,11 +202,32 @@ class SocketLock {
     if (fd_ >= 0) close(fd_);
   }
 
+  // The region names a killed predecessor listed (its first line is its pid).
+  std::vector<std::string> PreviousRegions() const {
+    std::vector<std::string> names = absl::StrSplit(previous_, '\n', absl::SkipEmpty());
+    if (!names.empty()) names.erase(names.begin());
+    return names;
+  }
+  // Rewrites the file: our pid, then `regions`.
+  void Write(const std::vector<std::string>& regions) {
+    std::string text = absl::StrCat(getpid(), "\n");
+    for (const std::string& r : regions) absl::StrAppend(&text, r, "\n");
+    if (ftruncate(fd_, 0) != 0 || pwrite(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
+      LOG_WARNING("cannot write to ", path_);
+    }
+  }
+
  private:
   SocketLock() = default;
+  std::string Read() const {
+    char buffer[4096] = {};
+    const ssize_t n = pread(fd_, buffer, sizeof(buffer) - 1, 0);
+    return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string();
+  }
   std::string path_;
   int fd_ = -1;
   bool held_ = false;
+  std::string previous_;
 };
 
 // This worker's node and cpus: --cpus, else --numa_node's cores, else PlanWorkers.
@@ -221,8 +254,12 @@ absl::StatusOr<WorkerPlacement> Place(const WorkerConfig& c, const NumaTopology&
     p.numa_node = c.numa_node;
     p.cpus = node->cpus;
   } else {
-    TANDEM_ASSIGN_OR_RETURN(std::vector<WorkerPlacement> plan, PlanWorkers(topology, c.num_workers, c.threads));
-    p = plan[static_cast<size_t>(c.worker_index)];
+    absl::StatusOr<std::vector<WorkerPlacement>> plan = PlanWorkers(topology, c.num_workers, c.threads);
+    if (!plan.ok() && c.threads > 0) {
+      return absl::Status(plan.status().code(), absl::StrCat("--threads ", c.threads, ": ", plan.status().message()));
+    }
+    if (!plan.ok()) return plan.status();
+    p = (*plan)[static_cast<size_t>(c.worker_index)];
   }
   if (c.threads > 0) {
     if (static_cast<int>(p.cpus.size()) < c.threads) {
@@ -271,10 +308,23 @@ std::function<void(int, int, WeightRole, int64_t, int64_t, void*)> SyntheticStor
   };
 }
 
-// A region name left behind by a killed predecessor (we hold the socket lock,
-// so no live worker of ours uses it).
-void RemoveStaleRegion(const std::string& name) {
-  if (shm_unlink(name.c_str()) == 0) LOG_WARNING("removed stale shm region ", name, " of a previous worker");
+// The regions a killed predecessor listed in the lock file (we hold the
+// lock, so no live worker of ours uses them): removed when they carry our
+// prefix and are this user's, left alone otherwise.
+void RemoveStaleRegions(const WorkerConfig& c, const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    const bool ours_by_name = absl::StartsWith(name, c.experts_region() + "-") || absl::StartsWith(name, c.arena_region() + "-");
+    if (!ours_by_name || !ValidateShmName(name).ok()) {
+      LOG_WARNING("lock file lists \"", name, "\", which is not one of this worker's region names: left alone");
+      continue;
+    }
+    const int fd = shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) continue;  // already gone
+    struct stat st {};
+    const bool mine = fstat(fd, &st) == 0 && st.st_uid == geteuid();
+    close(fd);
+    if (mine && shm_unlink(name.c_str()) == 0) LOG_WARNING("removed stale shm region ", name, " of a previous worker");
+  }
 }
 
 int Fail(const absl::Status& status) {
@@ -325,6 +375,7 @@ absl::StatusOr<WorkerCompute> StoreCompute(const WorkerConfig& c, const WorkerPl
       compute.store,
       ExpertStore::Create(*model->weights,
                           ExpertStoreOptions{.region_name = c.experts_region(),
+                                             .unique_suffix = true,
                                              .division = c.division,
                                              .worker_index = c.worker_index,
                                              .num_workers = c.num_workers,
@@ -337,6 +388,8 @@ absl::StatusOr<WorkerCompute> StoreCompute(const WorkerConfig& c, const WorkerPl
   options->slices = compute.store->slices();
   options->weights_region = compute.store->region_name();
   options->weights_region_bytes = compute.store->region_bytes();
+  options->slice_hashes = compute.store->slice_hashes();
+  options->content_hash = compute.store->content_hash();
   compute.executor = std::make_unique<StoreExpertExecutor>(compute.store.get(), pool);
   options->compute = "store";
   options->kernels = {"avx2_stream", "avx2_packed"};
@@ -350,8 +403,9 @@ std::string ServingSummary(const WorkerConfig& c, const WorkerPlacement& p, cons
                       p.numa_node, ", cpus ", FormatCpuList(p.cpus), " (", p.num_threads(), " threads); ",
                       ExpertDivisionName(c.division), ", ", options.slices.size(), " slices",
                       c.echo ? " (echo: no weights)"
-                             : absl::StrFormat(" in %s (%.1f MiB)", options.weights_region,
-                                               options.weights_region_bytes / 1048576.0));
+                             : absl::StrFormat(" in %s (%.1f MiB, content %s)", options.weights_region,
+                                               options.weights_region_bytes / 1048576.0,
+                                               ContentHashString(options.content_hash)));
 }
 
 std::string ArenaText(const WorkerService& service) {
@@ -372,29 +426,50 @@ void WaitForShutdownSignal(int worker_index) {
   LOG_INFO("worker ", worker_index, ": ", strsignal(signal_number), ", shutting down");
 }
 
+// The socket's folder (the lock file lives there too): the runtime dir must
+// be ours and private; any other must be safe to put a socket in.
+absl::Status CheckSocketDir(const WorkerConfig& c) {
+  const std::filesystem::path socket_dir = std::filesystem::path(c.socket).parent_path();
+  return socket_dir == std::filesystem::path(DefaultRuntimeDir())
+             ? EnsurePrivateDir(socket_dir.string())
+             : EnsureSocketDir(socket_dir.empty() ? "." : socket_dir.string(), "--socket's folder");
+}
+
 int Run(const WorkerConfig& c) {
+  if (absl::Status dir = CheckSocketDir(c); !dir.ok()) return Fail(dir);
   auto lock = SocketLock::Acquire(c.socket);
   if (!lock.ok()) return Fail(lock.status());
-  RemoveStaleRegion(c.experts_region());  // the arena reclaims its own stale name (ShmRegion)
+  RemoveStaleRegions(c, (*lock)->PreviousRegions());
 
   auto topology = DiscoverTopology();
   if (!topology.ok()) return Fail(topology.status());
   auto placement = Place(c, *topology);
   if (!placement.ok()) return Fail(placement.status());
   const WorkerPlacement& p = *placement;
-  ThreadPool pool(p.PoolOptions());
+  auto created_pool = ThreadPool::Create(p.PoolOptions());
+  if (!created_pool.ok()) return Fail(created_pool.status());
+  ThreadPool& pool = **created_pool;
   if (absl::Status s = PinCurrentThreadToCpu(p.cpus[0]); !s.ok()) return Fail(s);  // the pool's thread 0
 
   WorkerServiceOptions options = BaseServiceOptions(c, p);
   auto compute = c.echo ? EchoCompute(c, &options) : StoreCompute(c, p, &pool, &options);
   if (!compute.ok()) return Fail(compute.status());
+  // The lock file lists our regions (random names) for a successor to remove.
+  if (compute->store) (*lock)->Write({compute->store->region_name()});
   options.executor = compute->executor.get();
   if (c.shm) {
-    options.arena = ArenaOptions{.name = c.arena_region(), .num_slots = c.arena_slots, .slot_bytes = c.arena_slot_bytes};
+    options.arena = ArenaOptions{
+        .name = c.arena_region(), .num_slots = c.arena_slots, .slot_bytes = c.arena_slot_bytes, .unique_suffix = true};
   }
   const std::string summary = ServingSummary(c, p, options);
+  const std::string weights_region = options.weights_region;
   auto service = WorkerService::Create(std::move(options));
   if (!service.ok()) return Fail(service.status());
+  if ((*service)->arena() != nullptr) {
+    std::vector<std::string> regions = {(*service)->arena()->name()};
+    if (!weights_region.empty()) regions.insert(regions.begin(), weights_region);
+    (*lock)->Write(regions);
+  }
   const std::string arena_text = ArenaText(**service);
   auto server = WorkerServer::Start(std::move(*service), absl::StrCat("unix:", c.socket),
                                     WorkerServerOptions{.mode = c.rpc_mode, .spin = c.spin});
@@ -406,9 +481,7 @@ int Run(const WorkerConfig& c) {
   (*server)->Shutdown();
   server->reset();  // the service and its arena (unlinked) go with it
   compute->executor.reset();
-  compute->store.reset();  // unlinks the expert region
-  std::error_code ec;
-  std::filesystem::remove(c.socket, ec);
+  compute->store.reset();  // unlinks the expert region; the server removed its socket
   LOG_INFO("worker ", c.worker_index, ": stopped");
   return 0;
 }

@@ -1,18 +1,29 @@
 #include "cpu_worker/worker_service.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <random>
+#include <sstream>
 #include <utility>
 
+#include <grpcpp/server_posix.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/base/clock.h"
 #include "common/base/log.h"
+#include "common/model/expert_content.h"
 #include "common/platform/numa_topology.h"
 #include "common/base/status_macros.h"
 #include "tandem/v1/expert_worker_convert.h"
@@ -23,6 +34,38 @@ namespace {
 // A payload larger than this many f32 elements is refused before any size
 // arithmetic could overflow (2^40 floats = 4 TiB).
 constexpr int64_t kMaxElements = int64_t{1} << 40;
+
+// /proc/<pid>/stat's starttime (field 22, clock ticks after boot): with the
+// pid, it names one process (a pid may be reused). 0 when unreadable.
+uint64_t StartTicks(pid_t pid) {
+  if (pid <= 0) return 0;
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string stat = text.str();
+  const size_t paren = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(paren + 1));
+  std::string field;
+  // After ")": state is field 3, so starttime (22) is the 20th.
+  for (int i = 3; i <= 22 && fields >> field; ++i) {
+    if (i == 22) {
+      uint64_t ticks = 0;
+      return absl::SimpleAtoi(field, &ticks) ? ticks : 0;
+    }
+  }
+  return 0;
+}
+
+// Whether the process that was `pid` (started at `start_ticks`) still runs.
+// An unknown pid counts as alive: the worker is then freed by Release only.
+bool ProcessAlive(pid_t pid, uint64_t start_ticks) {
+  if (pid <= 0) return true;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  return start_ticks == 0 || StartTicks(pid) == start_ticks;
+}
+
+std::string SessionText(uint64_t session) { return absl::StrFormat("%016x", session); }
 
 // Where an output lands in the arena, to refuse two experts writing one range.
 struct OutputRange {
@@ -121,6 +164,10 @@ absl::Status WorkerService::Run(const v1::RunExpertsRequest& request, v1::RunExp
                                 bool via_doorbell) {
   const auto start = std::chrono::steady_clock::now();
   response->set_request_id(request.request_id());
+  // Only the coordinator holding the worker computes on it.
+  if (request.session() == 0 || request.session() != holder_session_.load(std::memory_order_acquire)) {
+    return Reject(request, via_doorbell, CheckSession(request.session(), "RunExpertsRequest"), response);
+  }
   ParsedRequest parsed;
   absl::Status valid = ParseRequest(request, via_doorbell, response, &parsed);
   if (!valid.ok()) return Reject(request, via_doorbell, std::move(valid), response);
@@ -339,7 +386,64 @@ void WorkerService::DoorbellLoop() {
   }
 }
 
-absl::Status WorkerService::Describe(const v1::DescribeRequest&, v1::DescribeResponse* response) {
+absl::Status WorkerService::CheckSession(uint64_t session, const std::string& what) const {
+  std::lock_guard<std::mutex> lock(holder_mutex_);
+  if (holder_ && holder_->session == session && session != 0) return absl::OkStatus();
+  if (!holder_) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": worker ", options_.worker_index,
+                                                      " serves no coordinator yet (Describe claims it first)"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(what, " from session ", SessionText(session), ": worker ",
+                                                    options_.worker_index, " serves coordinator ", holder_->who,
+                                                    " (session ", SessionText(holder_->session), ")"));
+}
+
+absl::Status WorkerService::Describe(const v1::DescribeRequest& request, v1::DescribeResponse* response,
+                                     const RpcCaller& caller) {
+  const WorkerServiceOptions& o = options_;
+  if (request.protocol_version() != kExpertWorkerProtocolVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", o.worker_index, " speaks expert-worker protocol version ", kExpertWorkerProtocolVersion,
+        ", the caller version ", request.protocol_version(), ": run a coordinator and workers of the same tandem"));
+  }
+  if (request.session() == 0) {
+    return absl::InvalidArgumentError("DescribeRequest.session must be a nonzero session id (the caller's own)");
+  }
+  TANDEM_RETURN_IF_ERROR(Claim(request, caller));
+  FillDescription(response);
+  return absl::OkStatus();
+}
+
+// One coordinator at a time: a second one is refused while the first lives,
+// so neither sees the other's requests on the arena.
+absl::Status WorkerService::Claim(const v1::DescribeRequest& request, const RpcCaller& caller) {
+  const WorkerServiceOptions& o = options_;
+  {
+    const pid_t pid = caller.peer ? caller.peer->pid : static_cast<pid_t>(request.coordinator_pid());
+    const std::string who =
+        absl::StrCat(request.coordinator().empty() ? absl::StrCat("pid ", pid) : request.coordinator(),
+                     caller.peer ? absl::StrCat(" (peer pid ", caller.peer->pid, ", uid ", caller.peer->uid, ")") : "");
+    std::lock_guard<std::mutex> lock(holder_mutex_);
+    if (holder_ && holder_->session != request.session()) {
+      if (ProcessAlive(holder_->pid, holder_->start_ticks)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "worker ", o.worker_index, " already serves coordinator ", holder_->who, " (session ",
+            SessionText(holder_->session), ", since ", absl::FormatTime("%H:%M:%S", holder_->since, absl::LocalTimeZone()),
+            "); a worker serves one coordinator at a time: stop that one, or start workers of your own"));
+      }
+      LOG_WARNING("worker ", o.worker_index, ": coordinator ", holder_->who, " has exited; now serving ", who);
+      holder_.reset();
+    }
+    if (!holder_) {
+      holder_ = Holder{request.session(), pid, StartTicks(pid), who, absl::Now()};
+      holder_session_.store(request.session(), std::memory_order_release);
+      LOG_INFO("worker ", o.worker_index, ": serving coordinator ", who, " (session ", SessionText(request.session()), ")");
+    }
+  }
+  return absl::OkStatus();
+}
+
+void WorkerService::FillDescription(v1::DescribeResponse* response) const {
   const WorkerServiceOptions& o = options_;
   response->set_protocol_version(kExpertWorkerProtocolVersion);
   response->set_worker_id(o.worker_id);
@@ -350,13 +454,16 @@ absl::Status WorkerService::Describe(const v1::DescribeRequest&, v1::DescribeRes
   response->set_division(ToProto(o.division));
   response->set_worker_index(o.worker_index);
   response->set_num_workers(o.num_workers);
-  for (const ExpertSlice& s : o.slices) {
+  for (size_t i = 0; i < o.slices.size(); ++i) {
+    const ExpertSlice& s = o.slices[i];
     v1::ExpertShare* share = response->add_experts();
     share->set_layer(s.layer);
     share->set_expert(s.expert);
     share->set_intermediate_begin(s.intermediate_begin);
     share->set_intermediate_end(s.intermediate_end);
+    if (i < o.slice_hashes.size()) share->set_content_hash(o.slice_hashes[i]);
   }
+  response->set_content_hash(o.content_hash);
   response->set_weights_region(o.weights_region);
   response->set_weights_region_bytes(o.weights_region_bytes);
   if (arena_) {
@@ -369,39 +476,63 @@ absl::Status WorkerService::Describe(const v1::DescribeRequest&, v1::DescribeRes
   for (const std::string& k : o.kernels) response->add_kernels(k);
   response->set_pid(static_cast<int32_t>(getpid()));
   response->set_compute(o.compute);
-  return absl::OkStatus();
 }
 
-absl::Status WorkerService::Calibrate(const v1::CalibrateRequest& request, v1::CalibrateResponse* response) {
-  const int64_t d = options_.config.hidden_size;
-  const int layer = request.layer(), expert = request.expert();
-  if (FindSlice(layer, expert) == nullptr) {
+absl::StatusOr<int64_t> WorkerService::CheckCalibrateRequest(const v1::CalibrateRequest& request) const {
+  TANDEM_RETURN_IF_ERROR(CheckSession(request.session(), "CalibrateRequest"));
+  if (FindSlice(request.layer(), request.expert()) == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("CalibrateRequest: worker ", options_.worker_index,
-                                                   " holds no part of layer ", layer, " expert ", expert));
+                                                   " holds no part of layer ", request.layer(), " expert ",
+                                                   request.expert()));
   }
-  const int reps = request.reps() > 0 ? std::min(request.reps(), 1000) : 5;
+  if (request.rows_size() < 1 || request.rows_size() > kMaxCalibrateRowCounts) {
+    return absl::InvalidArgumentError(absl::StrCat("CalibrateRequest.rows lists ", request.rows_size(),
+                                                   " row counts; 1 to ", kMaxCalibrateRowCounts, " are allowed"));
+  }
+  if (request.reps() < 0 || request.reps() > kMaxCalibrateReps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CalibrateRequest.reps ", request.reps(), " not in [0, ", kMaxCalibrateReps, "] (0: 5)"));
+  }
   int64_t max_rows = 0;
   for (int i = 0; i < request.rows_size(); ++i) {
     const int64_t rows = request.rows(i);
-    if (rows < 1 || rows > (int64_t{1} << 16)) {
-      return absl::InvalidArgumentError(absl::StrCat("CalibrateRequest.rows[", i, "] = ", rows, " not in [1, 65536]"));
+    if (rows < 1 || rows > kMaxCalibrateRows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CalibrateRequest.rows[", i, "] = ", rows, " not in [1, ", kMaxCalibrateRows, "]"));
     }
     max_rows = std::max(max_rows, rows);
   }
+  return max_rows;
+}
+
+absl::Status WorkerService::Calibrate(const v1::CalibrateRequest& request, v1::CalibrateResponse* response,
+                                      const RpcCaller& caller) {
+  const int64_t d = options_.config.hidden_size;
+  const int layer = request.layer(), expert = request.expert();
+  // Bounded before anything is allocated or computed.
+  TANDEM_ASSIGN_OR_RETURN(const int64_t max_rows, CheckCalibrateRequest(request));
+  const int reps = request.reps() > 0 ? request.reps() : 5;
   std::vector<float> input(static_cast<size_t>(max_rows * d)), output(input.size());
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   for (float& x : input) x = dist(rng);
   std::lock_guard<std::mutex> lock(compute_mutex_);
   PinComputeThread();
+  int done = 0;
   for (int64_t rows : request.rows()) {
     const ExpertWork work{expert, rows, input.data(), output.data()};
     std::vector<double> times;
     for (int r = 0; r < reps; ++r) {
+      // The caller stops waiting at its deadline; so does the worker.
+      if (absl::Now() >= caller.deadline) {
+        response->clear_points();
+        return absl::DeadlineExceededError(absl::StrCat("CalibrateRequest: the caller's deadline passed after ", done,
+                                                        " of ", request.rows_size() * reps, " measurements"));
+      }
       const auto start = std::chrono::steady_clock::now();
-      absl::Status status = options_.executor->RunExperts(layer, std::span<const ExpertWork>(&work, 1));
-      TANDEM_RETURN_IF_ERROR(status);
+      TANDEM_RETURN_IF_ERROR(options_.executor->RunExperts(layer, std::span<const ExpertWork>(&work, 1)));
       times.push_back(static_cast<double>(NanosSince(start)) / 1e3);
+      ++done;
     }
     std::sort(times.begin(), times.end());
     v1::CalibrationPoint* point = response->add_points();
@@ -411,13 +542,23 @@ absl::Status WorkerService::Calibrate(const v1::CalibrateRequest& request, v1::C
   return absl::OkStatus();
 }
 
-absl::Status WorkerService::Health(const v1::HealthRequest&, v1::HealthResponse* response) {
+absl::Status WorkerService::Release(const v1::ReleaseRequest& request, v1::ReleaseResponse*, const RpcCaller&) {
+  std::lock_guard<std::mutex> lock(holder_mutex_);
+  if (holder_ && holder_->session == request.session()) {
+    LOG_INFO("worker ", options_.worker_index, ": coordinator ", holder_->who, " released it");
+    holder_.reset();
+    holder_session_.store(0, std::memory_order_release);
+  }
+  return absl::OkStatus();  // releasing what one does not hold changes nothing
+}
+
+absl::Status WorkerService::Health(const v1::HealthRequest&, v1::HealthResponse* response, const RpcCaller&) {
   response->set_serving(!stop_.load());
   response->set_worker_id(options_.worker_id);
   return absl::OkStatus();
 }
 
-absl::Status WorkerService::Stats(const v1::StatsRequest&, v1::StatsResponse* response) {
+absl::Status WorkerService::Stats(const v1::StatsRequest&, v1::StatsResponse* response, const RpcCaller&) {
   const uint64_t requests = requests_.load();
   const double compute_us = static_cast<double>(compute_ns_.load()) / 1e3;
   response->set_requests(requests);
@@ -427,6 +568,7 @@ absl::Status WorkerService::Stats(const v1::StatsRequest&, v1::StatsResponse* re
   response->set_mean_compute_us_per_request(requests > 0 ? compute_us / static_cast<double>(requests) : 0.0);
   response->set_rejected(rejected_.load());
   response->set_doorbell_requests(doorbell_requests_.load());
+  response->set_refused_connections(refused_connections_.load());
   return absl::OkStatus();
 }
 
@@ -442,56 +584,102 @@ absl::StatusOr<WorkerRpcMode> ParseWorkerRpcMode(const std::string& name) {
 
 namespace {
 
+absl::Time DeadlineOf(const grpc::ServerContextBase& context) {
+  const std::chrono::system_clock::time_point deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(deadline);
+}
+
+}  // namespace
+
+// The credentials of every connection the listener handed to gRPC, by the
+// descriptor gRPC names such a peer after ("fd:N"). Any thread.
+class PeerRegistry {
+ public:
+  void Add(int fd, const PeerCredentials& peer) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peers_[fd] = peer;  // a reused descriptor number replaces the closed connection's entry
+  }
+  RpcCaller CallerOf(const grpc::ServerContextBase& context) const {
+    RpcCaller caller;
+    caller.deadline = DeadlineOf(context);
+    const std::string peer = context.peer();
+    int fd = -1;
+    if (absl::StartsWith(peer, "fd:") && absl::SimpleAtoi(peer.substr(3), &fd)) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (auto it = peers_.find(fd); it != peers_.end()) caller.peer = it->second;
+    }
+    return caller;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<int, PeerCredentials> peers_;
+};
+
+namespace {
+
 // kSync: gRPC's thread pool calls these.
 class SyncBinding final : public v1::ExpertWorker::Service {
  public:
-  explicit SyncBinding(WorkerService* service) : service_(service) {}
-  grpc::Status Describe(grpc::ServerContext*, const v1::DescribeRequest* request,
+  SyncBinding(WorkerService* service, const PeerRegistry* peers) : service_(service), peers_(peers) {}
+  grpc::Status Describe(grpc::ServerContext* context, const v1::DescribeRequest* request,
                         v1::DescribeResponse* response) override {
-    return ToGrpcStatus(service_->Describe(*request, response));
+    return ToGrpcStatus(service_->Describe(*request, response, peers_->CallerOf(*context)));
   }
-  grpc::Status RunExperts(grpc::ServerContext*, const v1::RunExpertsRequest* request,
+  grpc::Status RunExperts(grpc::ServerContext* context, const v1::RunExpertsRequest* request,
                           v1::RunExpertsResponse* response) override {
-    return ToGrpcStatus(service_->RunExperts(*request, response));
+    return ToGrpcStatus(service_->RunExperts(*request, response, peers_->CallerOf(*context)));
   }
-  grpc::Status Calibrate(grpc::ServerContext*, const v1::CalibrateRequest* request,
+  grpc::Status Calibrate(grpc::ServerContext* context, const v1::CalibrateRequest* request,
                          v1::CalibrateResponse* response) override {
-    return ToGrpcStatus(service_->Calibrate(*request, response));
+    return ToGrpcStatus(service_->Calibrate(*request, response, peers_->CallerOf(*context)));
   }
-  grpc::Status Health(grpc::ServerContext*, const v1::HealthRequest* request, v1::HealthResponse* response) override {
-    return ToGrpcStatus(service_->Health(*request, response));
+  grpc::Status Health(grpc::ServerContext* context, const v1::HealthRequest* request,
+                      v1::HealthResponse* response) override {
+    return ToGrpcStatus(service_->Health(*request, response, peers_->CallerOf(*context)));
   }
-  grpc::Status Stats(grpc::ServerContext*, const v1::StatsRequest* request, v1::StatsResponse* response) override {
-    return ToGrpcStatus(service_->Stats(*request, response));
+  grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
+                     v1::StatsResponse* response) override {
+    return ToGrpcStatus(service_->Stats(*request, response, peers_->CallerOf(*context)));
+  }
+  grpc::Status Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
+                       v1::ReleaseResponse* response) override {
+    return ToGrpcStatus(service_->Release(*request, response, peers_->CallerOf(*context)));
   }
 
  private:
   WorkerService* service_;
+  const PeerRegistry* peers_;
 };
 
 // kCallback: gRPC's callback threads call these; each answers at once.
 class CallbackBinding final : public v1::ExpertWorker::CallbackService {
  public:
-  explicit CallbackBinding(WorkerService* service) : service_(service) {}
+  CallbackBinding(WorkerService* service, const PeerRegistry* peers) : service_(service), peers_(peers) {}
   grpc::ServerUnaryReactor* Describe(grpc::CallbackServerContext* context, const v1::DescribeRequest* request,
                                      v1::DescribeResponse* response) override {
-    return Answer(context, service_->Describe(*request, response));
+    return Answer(context, service_->Describe(*request, response, peers_->CallerOf(*context)));
   }
   grpc::ServerUnaryReactor* RunExperts(grpc::CallbackServerContext* context, const v1::RunExpertsRequest* request,
                                        v1::RunExpertsResponse* response) override {
-    return Answer(context, service_->RunExperts(*request, response));
+    return Answer(context, service_->RunExperts(*request, response, peers_->CallerOf(*context)));
   }
   grpc::ServerUnaryReactor* Calibrate(grpc::CallbackServerContext* context, const v1::CalibrateRequest* request,
                                       v1::CalibrateResponse* response) override {
-    return Answer(context, service_->Calibrate(*request, response));
+    return Answer(context, service_->Calibrate(*request, response, peers_->CallerOf(*context)));
   }
   grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context, const v1::HealthRequest* request,
                                    v1::HealthResponse* response) override {
-    return Answer(context, service_->Health(*request, response));
+    return Answer(context, service_->Health(*request, response, peers_->CallerOf(*context)));
   }
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context, const v1::StatsRequest* request,
                                   v1::StatsResponse* response) override {
-    return Answer(context, service_->Stats(*request, response));
+    return Answer(context, service_->Stats(*request, response, peers_->CallerOf(*context)));
+  }
+  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* context, const v1::ReleaseRequest* request,
+                                    v1::ReleaseResponse* response) override {
+    return Answer(context, service_->Release(*request, response, peers_->CallerOf(*context)));
   }
 
  private:
@@ -501,6 +689,7 @@ class CallbackBinding final : public v1::ExpertWorker::CallbackService {
     return reactor;
   }
   WorkerService* service_;
+  const PeerRegistry* peers_;
 };
 
 // kAsync: one RPC from being armed (waiting for a request of its method) to
@@ -517,6 +706,7 @@ class AsyncCall {
 struct WorkerServer::Bindings {
   absl::Duration spin;  // kAsync: poll this long before sleeping
   WorkerService* service = nullptr;
+  PeerRegistry peers;
   std::unique_ptr<SyncBinding> sync;
   std::unique_ptr<CallbackBinding> callback;
   // kAsync
@@ -539,7 +729,7 @@ class UnaryCall final : public AsyncCall {
                                                              grpc::ServerAsyncResponseWriter<Response>*,
                                                              grpc::CompletionQueue*, grpc::ServerCompletionQueue*,
                                                              void*);
-  using HandleFn = absl::Status (WorkerService::*)(const Request&, Response*);
+  using HandleFn = absl::Status (WorkerService::*)(const Request&, Response*, const RpcCaller&);
 
   // Waits for the next request of this method.
   static void Arm(WorkerServer::Bindings* b, RequestFn request_fn, HandleFn handle_fn) {
@@ -556,7 +746,8 @@ class UnaryCall final : public AsyncCall {
     }
     answered_ = true;
     // Computed here, on the thread that read the request: no hand-off.
-    const absl::Status status = (bindings_->service->*handle_fn_)(request_, &response_);
+    const absl::Status status =
+        (bindings_->service->*handle_fn_)(request_, &response_, bindings_->peers.CallerOf(context_));
     if (status.ok()) {
       responder_.Finish(response_, grpc::Status::OK, this);
     } else {
@@ -592,6 +783,7 @@ void WorkerServer::Bindings::ArmAll() {
                                                               &WorkerService::Calibrate);
   UnaryCall<v1::HealthRequest, v1::HealthResponse>::Arm(this, &Async::RequestHealth, &WorkerService::Health);
   UnaryCall<v1::StatsRequest, v1::StatsResponse>::Arm(this, &Async::RequestStats, &WorkerService::Stats);
+  UnaryCall<v1::ReleaseRequest, v1::ReleaseResponse>::Arm(this, &Async::RequestRelease, &WorkerService::Release);
 }
 
 void WorkerServer::Bindings::Serve() {
@@ -617,24 +809,27 @@ WorkerServer::WorkerServer() = default;
 absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(std::unique_ptr<WorkerService> service,
                                                                   const std::string& address,
                                                                   WorkerServerOptions options) {
+  TANDEM_ASSIGN_OR_RETURN(const std::string path, ParseUnixAddress(address, "--socket"));
   auto server = std::unique_ptr<WorkerServer>(new WorkerServer());
   server->service_ = std::move(service);
   server->bindings_ = std::make_unique<Bindings>();
   Bindings& b = *server->bindings_;
   b.spin = options.spin;
   b.service = server->service_.get();
+  // The socket is ours (0600, bound before gRPC starts); gRPC gets only the
+  // connections the accept loop lets through.
+  TANDEM_ASSIGN_OR_RETURN(server->listener_, UnixListener::Listen(path, "--socket"));
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials());
   switch (options.mode) {
     case WorkerRpcMode::kSync:
-      b.sync = std::make_unique<SyncBinding>(b.service);
+      b.sync = std::make_unique<SyncBinding>(b.service, &b.peers);
       builder.RegisterService(b.sync.get());
       builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
       builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
       builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 2);
       break;
     case WorkerRpcMode::kCallback:
-      b.callback = std::make_unique<CallbackBinding>(b.service);
+      b.callback = std::make_unique<CallbackBinding>(b.service, &b.peers);
       builder.RegisterService(b.callback.get());
       break;
     case WorkerRpcMode::kAsync:
@@ -658,8 +853,7 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(std::unique_pt
       }
       b.cq.reset();
     }
-    return absl::UnavailableError(absl::StrCat("cannot serve on ", address, " (bad address, or the socket's "
-                                               "directory is missing or not writable)"));
+    return absl::UnavailableError(absl::StrCat("cannot start the gRPC server for ", address));
   }
   if (b.cq) {
     b.ArmAll();
@@ -667,13 +861,46 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(std::unique_pt
     pthread_setname_np(b.thread.native_handle(),
                        absl::StrCat("rpc-w", b.service->options().worker_index).substr(0, 15).c_str());
   }
+  server->accept_thread_ = std::thread([s = server.get()] { s->AcceptLoop(); });
+  pthread_setname_np(server->accept_thread_.native_handle(),
+                     absl::StrCat("accept-w", b.service->options().worker_index).substr(0, 15).c_str());
   return server;
+}
+
+void WorkerServer::AcceptLoop() {
+  uint64_t refused = 0;
+  for (;;) {
+    absl::StatusOr<int> fd = listener_->Accept();
+    if (!fd.ok()) {
+      if (!absl::IsCancelled(fd.status())) LOG_ERROR("worker: accepting on ", listener_->path(), ": ", fd.status().ToString());
+      return;
+    }
+    absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(*fd);
+    if (!peer.ok() || !TrustedPeerUid(peer->uid)) {
+      // Someone else on the host: not a byte of gRPC for them.
+      service_->CountRefusedConnection();
+      if (refused++ < 10 || refused % 1000 == 0) {
+        LOG_WARNING("worker ", service_->options().worker_index, ": refused a connection on ", listener_->path(),
+                    peer.ok() ? absl::StrCat(" from pid ", peer->pid, " uid ", peer->uid, " (only uid ", geteuid(),
+                                             " and root may connect)")
+                              : absl::StrCat(": ", peer.status().message()),
+                    refused > 10 ? absl::StrCat(" (", refused, " refused so far)") : "");
+      }
+      close(*fd);
+      continue;
+    }
+    bindings_->peers.Add(*fd, *peer);
+    grpc::AddInsecureChannelFromFd(server_.get(), *fd);  // gRPC owns the descriptor from here
+  }
 }
 
 WorkerServer::~WorkerServer() { Shutdown(); }
 
 void WorkerServer::Shutdown(absl::Duration grace) {
   std::call_once(shutdown_once_, [&] {
+    // No new connection once shutting down: the accept loop ends first.
+    if (listener_) listener_->Interrupt();
+    if (accept_thread_.joinable()) accept_thread_.join();
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(grace));
     if (bindings_ && bindings_->cq) {
       {
@@ -684,6 +911,7 @@ void WorkerServer::Shutdown(absl::Duration grace) {
       if (bindings_->thread.joinable()) bindings_->thread.join();  // it drains the queue, freeing the calls
     }
     if (service_) service_->StopDoorbell();
+    listener_.reset();  // closes the socket and removes its file (if still ours)
   });
 }
 

@@ -3,6 +3,13 @@
 // served over gRPC by WorkerServer, plus the arena's doorbell loop on its own
 // thread for RunExperts without gRPC.
 //
+// One coordinator at a time: Describe claims the worker for the caller's
+// session (refused while another live coordinator holds it; a holder whose
+// process has exited is replaced), RunExperts and Calibrate must carry that
+// session, Release gives it back. Describe refuses a protocol version this
+// worker does not speak. WorkerServer accepts connections only from this
+// user or root (SO_PEERCRED) and tells the handlers who called.
+//
 // Every request is validated completely before anything is computed or
 // written (layer and experts in range, distinct, held by this worker; inline
 // payload sizes; arena descriptors via ShmArena::Resolve; output ranges not
@@ -34,6 +41,7 @@
 #include "common/model/model_config.h"
 #include "common/model/model_fingerprint.h"
 #include "common/platform/shm_transport.h"
+#include "common/platform/unix_socket.h"
 #include "tandem/v1/expert_worker.grpc.pb.h"
 
 namespace tandem {
@@ -53,11 +61,23 @@ struct WorkerServiceOptions {
   std::vector<int> cpus;  // the compute threads' cpus; the computing thread pins to cpus[0]
   std::string weights_region;
   uint64_t weights_region_bytes = 0;
+  // The stored bytes' hashes (ExpertStore::slice_hashes, slices order) and
+  // their combination; empty / 0 for an echo worker.
+  std::vector<uint64_t> slice_hashes;
+  uint64_t content_hash = 0;
   // The tensor arena for TRANSPORT_SHM and the doorbell; nullopt: inline only.
   std::optional<ArenaOptions> arena;
   absl::Duration doorbell_spin = absl::Microseconds(50);  // busy-wait before the futex sleep
   std::string compute = "store";  // "store" | "echo", reported by Describe
   std::vector<std::string> kernels;
+};
+
+// Who sent an RPC and until when it may run: over gRPC, the connection's
+// SO_PEERCRED and the call's deadline; through the doorbell, no peer (the
+// arena is this user's region) and no deadline.
+struct RpcCaller {
+  std::optional<PeerCredentials> peer;
+  absl::Time deadline = absl::InfiniteFuture();
 };
 
 class WorkerService {
@@ -68,14 +88,26 @@ class WorkerService {
   ~WorkerService();
 
   // The RPCs, independent of how they arrive (WorkerServer binds them to gRPC).
-  absl::Status Describe(const v1::DescribeRequest& request, v1::DescribeResponse* response);
-  absl::Status RunExperts(const v1::RunExpertsRequest& request, v1::RunExpertsResponse* response) {
+  // Describe: FailedPrecondition for another protocol version or while
+  // another live coordinator holds the worker (naming it); InvalidArgument
+  // for a zero session.
+  absl::Status Describe(const v1::DescribeRequest& request, v1::DescribeResponse* response,
+                        const RpcCaller& caller = {});
+  absl::Status RunExperts(const v1::RunExpertsRequest& request, v1::RunExpertsResponse* response,
+                          const RpcCaller& caller = {}) {
     return Run(request, response, /*via_doorbell=*/false);
   }
-  // Blocks for the measurement (reps x rows computations).
-  absl::Status Calibrate(const v1::CalibrateRequest& request, v1::CalibrateResponse* response);
-  absl::Status Health(const v1::HealthRequest& request, v1::HealthResponse* response);
-  absl::Status Stats(const v1::StatsRequest& request, v1::StatsResponse* response);
+  // Blocks for the measurement (reps x rows computations), bounded (see
+  // kMaxCalibrate*) and stopped with DeadlineExceeded at the caller's deadline.
+  absl::Status Calibrate(const v1::CalibrateRequest& request, v1::CalibrateResponse* response,
+                         const RpcCaller& caller = {});
+  absl::Status Health(const v1::HealthRequest& request, v1::HealthResponse* response, const RpcCaller& caller = {});
+  absl::Status Stats(const v1::StatsRequest& request, v1::StatsResponse* response, const RpcCaller& caller = {});
+  // Frees the worker for another coordinator if `request.session` holds it.
+  absl::Status Release(const v1::ReleaseRequest& request, v1::ReleaseResponse* response, const RpcCaller& caller = {});
+
+  // A connection WorkerServer refused (its peer's uid is not trusted).
+  void CountRefusedConnection() { refused_connections_.fetch_add(1, std::memory_order_relaxed); }
 
   // The common core of both paths; `via_doorbell` only changes the checks on
   // the transport field and the stats.
@@ -92,6 +124,28 @@ class WorkerService {
   void DoorbellLoop();
   void PinComputeThread();
   const ExpertSlice* FindSlice(int layer, int expert) const;
+  // OK when `session` holds the worker; FailedPrecondition naming the holder
+  // otherwise. `what` names the request.
+  absl::Status CheckSession(uint64_t session, const std::string& what) const;
+  // Describe's steps: the caller claims the worker (or is refused while
+  // another live coordinator holds it), then the reply is filled.
+  absl::Status Claim(const v1::DescribeRequest& request, const RpcCaller& caller);
+  void FillDescription(v1::DescribeResponse* response) const;
+  // Calibrate's bounds, checked before anything is allocated; the largest
+  // row count asked.
+  absl::StatusOr<int64_t> CheckCalibrateRequest(const v1::CalibrateRequest& request) const;
+
+  // The coordinator holding this worker (Describe), if any.
+  struct Holder {
+    uint64_t session = 0;
+    pid_t pid = 0;                // 0: unknown
+    uint64_t start_ticks = 0;     // /proc/<pid>/stat starttime: a reused pid is not the holder
+    std::string who;              // for messages
+    absl::Time since;
+  };
+  mutable std::mutex holder_mutex_;
+  std::optional<Holder> holder_ ABSL_GUARDED_BY(holder_mutex_);
+  std::atomic<uint64_t> holder_session_{0};  // holder_->session, for the per-request check
 
   // Run's steps: the request checked completely and resolved into work
   // (task by task: its input, its output), or rejected; then computed and
@@ -120,6 +174,7 @@ class WorkerService {
   std::mutex compute_mutex_;
 
   std::atomic<uint64_t> requests_{0}, doorbell_requests_{0}, expert_calls_{0}, rows_{0}, rejected_{0};
+  std::atomic<uint64_t> refused_connections_{0};
   std::atomic<int64_t> compute_ns_{0};
 };
 
@@ -156,11 +211,16 @@ struct WorkerServerOptions {
   absl::Duration spin = absl::ZeroDuration();
 };
 
-// A gRPC server for one WorkerService on a unix socket (or any gRPC address).
+// A gRPC server for one WorkerService on a unix socket. The server accepts
+// connections itself (UnixListener: the socket is 0600 from the start) and
+// hands gRPC only those whose peer is this user or root (SO_PEERCRED); any
+// other is closed at once, logged and counted.
 class WorkerServer {
  public:
-  // `address` e.g. "unix:/run/tandem/w0.sock"; a stale socket file is replaced.
-  // Unavailable naming the address when it cannot be bound.
+  // `address` "unix:/run/tandem/w0.sock": a stale socket of ours there is
+  // replaced; a live server's socket, another user's or any other file is
+  // refused (PrepareSocketPath). Unavailable naming the address when it
+  // cannot be bound.
   static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(std::unique_ptr<WorkerService> service,
                                                              const std::string& address,
                                                              WorkerServerOptions options = {});
@@ -174,9 +234,13 @@ class WorkerServer {
 
  private:
   WorkerServer();
+  void AcceptLoop();
+
   std::unique_ptr<WorkerService> service_;
   std::unique_ptr<Bindings> bindings_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<UnixListener> listener_;
+  std::thread accept_thread_;
   std::once_flag shutdown_once_;
 };
 

@@ -11,7 +11,7 @@ packages=(
   libhwloc-dev hwloc libnuma-dev
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcpp-httplib-dev
+  nlohmann-json3-dev libcpp-httplib-dev libxxhash-dev
   # optional: node and npm for the openai client end-to-end test (tests/node/); it skips without them
   python3 python3-grpcio python3-protobuf python3-jinja2
 )

@@ -41,6 +41,22 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> CreateExpertPool(const LocalOrchestr
                             CudaExpertPool::Create(config, std::move(sources), cuda));
     return std::unique_ptr<ExpertPool>(std::move(pool));
   }
+  // Host slots are this machine's memory: more than it has is a mistake
+  // (--gpu_slots), refused before the buffers are allocated.
+  if (pool_options.num_slots > 0 && !experts.empty() && !experts[0].empty()) {
+    const double per_expert = 3.0 * static_cast<double>(config.hidden_size) *
+                              static_cast<double>(config.intermediate_size) *
+                              static_cast<double>(DTypeSize(experts[0][0].w1.dtype));
+    const double needed = per_expert * (pool_options.num_slots + std::max(0, pool_options.num_staging_buffers));
+    const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+    if (memory > 0 && needed > memory) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--gpu_slots %d: %d host slots + %d staging buffers of %.1f MB each need %.1f GiB, more than this "
+          "machine's %.1f GiB of memory",
+          pool_options.num_slots, pool_options.num_slots, pool_options.num_staging_buffers, per_expert / 1e6,
+          needed / (1 << 30), memory / (1 << 30)));
+    }
+  }
   // The CPU executor's own kernel, so pool and CPU give the same bits.
   *ffn = std::make_unique<ExpertFfn>(threads);
   ExpertFfn* kernel_ffn = ffn->get();
@@ -119,6 +135,31 @@ absl::StatusOr<BackendKind> ParseBackendKind(const std::string& name, const std:
   return absl::InvalidArgumentError(absl::StrCat(flag, ": unknown compute backend \"", name, "\" (cpu | cuda)"));
 }
 
+absl::Status CheckKvCacheOptions(const ModelConfig& config, int64_t kv_cache_tokens, int64_t kv_block_size) {
+  if (kv_block_size < 1 || kv_block_size > kMaxKvBlockSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_block_size ", kv_block_size, ": must be in [1, ", kMaxKvBlockSize, "] positions"));
+  }
+  if (kv_cache_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--kv_cache_tokens ", kv_cache_tokens, ": must be >= 1"));
+  }
+  if (kv_cache_tokens == 0) return absl::OkStatus();
+  // K and V, f32, every layer, per position; whole blocks.
+  const int64_t per_token = 8 * config.num_hidden_layers * config.kv_dim();
+  const int64_t blocks = kv_cache_tokens / kv_block_size + (kv_cache_tokens % kv_block_size != 0);
+  const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
+  const double memory = pages > 0 && page_bytes > 0 ? static_cast<double>(pages) * static_cast<double>(page_bytes) : 0;
+  const double needed = static_cast<double>(blocks) * static_cast<double>(kv_block_size) * static_cast<double>(per_token);
+  if (memory > 0 && needed > memory) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--kv_cache_tokens %d: a KV cache of %d tokens (%d layers x kv_dim %d, f32 K and V: %d bytes per token) "
+        "takes %.1f GiB, more than this machine's %.1f GiB of memory",
+        kv_cache_tokens, blocks * kv_block_size, config.num_hidden_layers, config.kv_dim(), per_token,
+        needed / (1 << 30), memory / (1 << 30)));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::unique_ptr<Model> model,
                                                                    const LocalRuntimeOptions& options) {
   return Create(std::shared_ptr<const Model>(std::move(model)), options);
@@ -130,8 +171,11 @@ absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::shared_p
   auto rt = std::unique_ptr<LocalRuntime>(new LocalRuntime());
   rt->model_ = std::move(model);
   const ModelConfig& config = rt->model_->config;
+  if (options.backend == BackendKind::kCpu) {
+    TANDEM_RETURN_IF_ERROR(CheckKvCacheOptions(config, options.kv_cache_tokens, options.kv_block_size));
+  }
   const int threads = options.num_threads > 0 ? options.num_threads : AvailableCores();
-  rt->pool_ = std::make_unique<ThreadPool>(ThreadPoolOptions{.num_threads = threads, .name = "compute"});
+  TANDEM_ASSIGN_OR_RETURN(rt->pool_, ThreadPool::Create(ThreadPoolOptions{.num_threads = threads, .name = "compute"}));
   CudaBackend* cuda_backend = nullptr;
   if (options.backend == BackendKind::kCuda) {
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CudaBackend::Create(rt->model_->weights.get(), options.cuda));

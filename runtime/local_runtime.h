@@ -105,6 +105,13 @@ struct LocalRuntimeOptions {
   PrecalcOptions precalc;
 };
 
+// Whether `kv_cache_tokens` (> 0; 0 = one sequence's context, grown lazily,
+// is not checked) in blocks of `kv_block_size` fit `config` and this host:
+// InvalidArgument naming the flag (--kv_cache_tokens, --kv_block_size) when
+// the block size is out of [1, kMaxKvBlockSize] or the cache could grow past
+// the machine's physical memory. Cheap: call it before loading the model.
+absl::Status CheckKvCacheOptions(const ModelConfig& config, int64_t kv_cache_tokens, int64_t kv_block_size);
+
 // Owns every part; one caller thread at a time.
 class LocalRuntime {
  public:

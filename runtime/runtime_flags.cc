@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <filesystem>
 #include <utility>
 
 #include "absl/flags/flag.h"
@@ -62,6 +63,9 @@ ABSL_FLAG(std::string, record_usage, "", "write the expert usage profile (--usag
 namespace tandem {
 namespace {
 
+// --threads at most this many per core this process may run on.
+constexpr int kMaxThreadsPerCore = 4;
+
 // The model (for the coordinator's own layers) and the workers computing its
 // experts, checked against it at connect.
 absl::StatusOr<std::pair<std::unique_ptr<Model>, std::unique_ptr<RemoteExpertExecutor>>>
@@ -73,6 +77,8 @@ ConnectWorkers(const ModelSource& source, const ModelLoadOptions& load) {
   settings.transport = absl::GetFlag(FLAGS_transport);
   settings.call_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_worker_timeout_ms));
   settings.connect_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms));
+  settings.synthetic = source.synthetic;
+  settings.num_threads = load.num_threads;
   auto remote = ConnectExpertWorkers(**model, settings);
   if (!remote.ok()) return remote.status();
   return std::make_pair(std::move(*model), std::move(*remote));
@@ -111,9 +117,18 @@ absl::Status OrchestratorFlags(LocalOrchestratorOptions* o) {
   if (o->placement == PlacementPolicy::kPopularity && absl::GetFlag(FLAGS_usage_profile).empty()) {
     return absl::InvalidArgumentError("--placement popularity needs --usage_profile (record one with --record_usage)");
   }
-  if (absl::GetFlag(FLAGS_gpu_memory_mb) < 0) return absl::InvalidArgumentError("--gpu_memory_mb must be >= 0");
-  if (absl::GetFlag(FLAGS_staging_buffers) < 0) return absl::InvalidArgumentError("--staging_buffers must be >= 0");
-  if (absl::GetFlag(FLAGS_lru_ways) < 0) return absl::InvalidArgumentError("--lru_ways must be >= 0");
+  // Bounded so no count can size an allocation beyond reason (or overflow
+  // the MB-to-bytes shift); the pool checks its memory against the machine.
+  auto in_range = [](const char* flag, int64_t value, int64_t low, int64_t high) -> absl::Status {
+    if (value < low || value > high) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, " ", value, ": must be in [", low, ", ", high, "]"));
+    }
+    return absl::OkStatus();
+  };
+  TANDEM_RETURN_IF_ERROR(in_range("gpu_memory_mb", absl::GetFlag(FLAGS_gpu_memory_mb), 0, int64_t{1} << 24));
+  TANDEM_RETURN_IF_ERROR(in_range("gpu_slots", absl::GetFlag(FLAGS_gpu_slots), -1, kMaxExpertsPerModel));
+  TANDEM_RETURN_IF_ERROR(in_range("staging_buffers", absl::GetFlag(FLAGS_staging_buffers), 0, 64));
+  TANDEM_RETURN_IF_ERROR(in_range("lru_ways", absl::GetFlag(FLAGS_lru_ways), 0, kMaxExpertsPerModel));
   o->gpu_slots = absl::GetFlag(FLAGS_gpu_slots);
   o->gpu_memory_bytes = absl::GetFlag(FLAGS_gpu_memory_mb) << 20;
   o->staging_buffers = absl::GetFlag(FLAGS_staging_buffers);
@@ -146,6 +161,15 @@ absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions option
   if (options.num_threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--threads: must be >= 0, got ", options.num_threads));
   }
+  // A compute pool larger than the cores only contends with itself (and
+  // 100000 threads cannot even be started); some oversubscription is allowed
+  // for small test machines.
+  const int max_threads = kMaxThreadsPerCore * AvailableCores();
+  if (options.num_threads > max_threads) {
+    return absl::InvalidArgumentError(absl::StrCat("--threads ", options.num_threads, ": this process may run on ",
+                                                   AvailableCores(), " cores; give at most ", max_threads,
+                                                   " (0 = one per core)"));
+  }
   TANDEM_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(absl::GetFlag(FLAGS_backend), "--backend"));
   if (absl::GetFlag(FLAGS_cuda_device) < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--cuda_device: must be >= 0, got ", absl::GetFlag(FLAGS_cuda_device)));
@@ -159,6 +183,15 @@ absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions option
   TANDEM_RETURN_IF_ERROR(PrecalcFlags(&options.precalc));
   options.record_trace = absl::GetFlag(FLAGS_record_trace);
   options.record_usage = absl::GetFlag(FLAGS_record_usage);
+  // The KV cache flags against the model's config before any weight is
+  // loaded or generated (a folder whose config does not load fails in the
+  // loader below, with its own message).
+  const absl::StatusOr<ModelConfig> config = source.synthetic
+                                                 ? SyntheticConfig(*source.synthetic)
+                                                 : LoadModelConfig(std::filesystem::path(source.model_dir) / "config.json");
+  if (config.ok() && options.backend == BackendKind::kCpu) {
+    TANDEM_RETURN_IF_ERROR(CheckKvCacheOptions(*config, options.kv_cache_tokens, options.kv_block_size));
+  }
   ModelLoadOptions load;
   load.num_threads = options.num_threads > 0 ? options.num_threads : AvailableCores();
   RuntimeFromFlags out;

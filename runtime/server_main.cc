@@ -9,6 +9,7 @@
 //   tandem-server --model DIR --http_listen 8080   (also the OpenAI-compatible HTTP API, docs/http.md)
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,7 +27,9 @@
 #include "common/base/flags_usage.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -36,6 +39,7 @@
 #include "common/base/log.h"
 #include "common/base/runtime_dir.h"
 #include "common/base/status_macros.h"
+#include "common/platform/unix_socket.h"
 #include "coordinator/http/http_server.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/scheduler.h"
@@ -78,9 +82,71 @@ sigset_t BlockShutdownSignals() {
   return signals;
 }
 
+// One --listen entry: what gRPC binds, and for a unix socket its path.
+struct ListenAddress {
+  std::string address;    // for grpc::ServerBuilder: unix:/path or host:port
+  std::string unix_path;  // empty for TCP
+};
+
+// One "host:port" or bare port entry of --listen (a bare port, 50051 or
+// :50051, means TCP on localhost only). Refuses a port outside 1..65535:
+// gRPC would log it and bind a random one.
+absl::StatusOr<ListenAddress> ParseTcpListen(absl::string_view part) {
+  const absl::string_view bare = absl::StripPrefix(part, ":");
+  const size_t colon = part.rfind(':');
+  const bool digits_only = std::all_of(bare.begin(), bare.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits_only && (colon == absl::string_view::npos || colon == 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen: \"", part, "\" is neither unix:/path, a port, nor host:port"));
+  }
+  const absl::string_view port = digits_only ? bare : part.substr(colon + 1);
+  int value = 0;
+  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+      !absl::SimpleAtoi(port, &value) || value < 1 || value > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen: \"", part, "\": port \"", port, "\" is not a number in 1..65535"));
+  }
+  return ListenAddress{digits_only ? absl::StrCat("127.0.0.1:", port) : std::string(part), ""};
+}
+
+// "50051", ":50051" (127.0.0.1), "host:port", "[::1]:port", "unix:/path".
+// Refuses what would bind something other than what was asked: a bad port,
+// an empty or abstract unix path (no file permissions). Checks only the
+// syntax; the socket path itself is checked by PrepareSocketPath.
+absl::StatusOr<std::vector<ListenAddress>> ParseListen(const std::string& listen) {
+  std::vector<ListenAddress> out;
+  for (absl::string_view part : absl::StrSplit(listen, ',', absl::SkipWhitespace())) {
+    part = absl::StripAsciiWhitespace(part);
+    if (absl::StartsWith(part, "unix:") || absl::StartsWith(part, "unix-abstract:")) {
+      ListenAddress a;
+      TANDEM_ASSIGN_OR_RETURN(a.unix_path, tandem::ParseUnixAddress(std::string(part), "--listen"));
+      a.address = absl::StrCat("unix:", a.unix_path);
+      out.push_back(a);
+      continue;
+    }
+    TANDEM_ASSIGN_OR_RETURN(ListenAddress a, ParseTcpListen(part));
+    out.push_back(a);
+  }
+  if (out.empty()) return absl::InvalidArgumentError("--listen: no address given");
+  return out;
+}
+
+// Before binding a unix socket: its folder (the runtime dir must be ours
+// and private) and whatever is at the path (a stale socket of ours is
+// removed; a live server's socket, another user's or any other file is left
+// alone and refused).
+absl::Status PrepareUnixSocket(const std::string& path) {
+  const std::filesystem::path socket(path);
+  if (socket.parent_path() == std::filesystem::path(tandem::DefaultRuntimeDir())) {
+    TANDEM_RETURN_IF_ERROR(tandem::EnsurePrivateDir(socket.parent_path().string()));
+  }
+  return tandem::PrepareSocketPath(path, "--listen");
+}
+
 // The server's own flags, checked before anything is loaded.
 struct ServerSettings {
   std::string listen;
+  std::vector<ListenAddress> listen_addresses;
   tandem::SchedulerOptions scheduler;
   tandem::ModelSource source;
 };
@@ -94,8 +160,19 @@ absl::StatusOr<ServerSettings> SettingsFromFlags() {
   settings.source = *source;
   settings.listen = absl::GetFlag(FLAGS_listen);
   if (settings.listen.empty()) settings.listen = tandem::DefaultServerAddress();
-  if (absl::GetFlag(FLAGS_kv_cache_tokens) < 1 || absl::GetFlag(FLAGS_kv_block_size) < 1) {
-    return absl::InvalidArgumentError("--kv_cache_tokens and --kv_block_size must be >= 1");
+  // Every address checked before the model is loaded (minutes for a large
+  // one), and each unix path again just before it is bound.
+  TANDEM_ASSIGN_OR_RETURN(settings.listen_addresses, ParseListen(settings.listen));
+  for (const ListenAddress& a : settings.listen_addresses) {
+    if (!a.unix_path.empty()) TANDEM_RETURN_IF_ERROR(PrepareUnixSocket(a.unix_path));
+  }
+  if (absl::GetFlag(FLAGS_kv_cache_tokens) < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_cache_tokens ", absl::GetFlag(FLAGS_kv_cache_tokens), ": must be >= 1"));
+  }
+  if (absl::GetFlag(FLAGS_kv_block_size) < 1 || absl::GetFlag(FLAGS_kv_block_size) > tandem::kMaxKvBlockSize) {
+    return absl::InvalidArgumentError(absl::StrCat("--kv_block_size ", absl::GetFlag(FLAGS_kv_block_size),
+                                                   ": must be in [1, ", tandem::kMaxKvBlockSize, "] positions"));
   }
   settings.scheduler.max_sequences = absl::GetFlag(FLAGS_max_sequences);
   settings.scheduler.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
@@ -144,55 +221,47 @@ tandem::InferenceServiceOptions ServiceOptions(tandem::LocalRuntime* rt, tandem:
   return service_options;
 }
 
-// A unix socket's file: its folder made, a stale file from a dead server removed.
-absl::Status PrepareUnixSocket(const std::string& address, std::vector<std::filesystem::path>* created) {
-  std::string path = address.substr(5);
-  if (absl::StartsWith(path, "//")) path = path.substr(2);
-  const std::filesystem::path socket(path);
-  std::error_code error;
-  if (socket.has_parent_path()) std::filesystem::create_directories(socket.parent_path(), error);
-  if (error) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--listen ", address, ": cannot create ", socket.parent_path().string(), ": ", error.message()));
-  }
-  std::filesystem::remove(socket, error);
-  created->push_back(socket);
-  return absl::OkStatus();
-}
-
 // The gRPC server serving `service` (and grpc.health.v1.Health) on every
 // --listen address: unix:/path, host:port, or a bare port (TCP on localhost).
+// A socket file we bound, removed at exit only if it is still ours.
+struct BoundSocket {
+  std::string path;
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
 struct Listening {
   std::unique_ptr<grpc::Server> server;
   std::vector<std::string> addresses;
-  std::vector<std::filesystem::path> sockets;  // unix sockets' files, removed at shutdown
+  std::vector<BoundSocket> sockets;  // unix sockets' files, removed at shutdown if still ours
 };
 
-absl::StatusOr<Listening> Listen(const std::string& listen, grpc::Service* service) {
+absl::StatusOr<Listening> Listen(const ServerSettings& settings, grpc::Service* service) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   Listening out;
-  for (absl::string_view part : absl::StrSplit(listen, ',', absl::SkipWhitespace())) {
-    std::string address(part);
-    // A bare port (50051 or :50051) means TCP on localhost only.
-    const absl::string_view port = absl::StripPrefix(part, ":");
-    if (!port.empty() && std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-      address = absl::StrCat("127.0.0.1:", port);
-    }
-    if (absl::StartsWith(address, "unix:")) {
-      TANDEM_RETURN_IF_ERROR(PrepareUnixSocket(address, &out.sockets));
-    } else if (address.find(':') == std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("--listen: \"", address, "\" is neither unix:/path nor host:port"));
-    }
-    builder.AddListeningPort(address, grpc::InsecureServerCredentials());
-    out.addresses.push_back(address);
+  for (const ListenAddress& a : settings.listen_addresses) {
+    if (!a.unix_path.empty()) TANDEM_RETURN_IF_ERROR(PrepareUnixSocket(a.unix_path));
+    builder.AddListeningPort(a.address, grpc::InsecureServerCredentials());
+    out.addresses.push_back(a.address);
   }
-  if (out.addresses.empty()) return absl::InvalidArgumentError("--listen: no address given");
   builder.RegisterService(service);
+  // gRPC creates the socket files: with this umask they are 0600 from the
+  // start (only this user may connect), not 0755 until the chmod below.
+  const mode_t umask_before = umask(077);
   out.server = builder.BuildAndStart();
+  umask(umask_before);
   if (out.server == nullptr) {
     return absl::UnavailableError(
-        absl::StrCat("could not listen on ", listen, " (address in use, or the folder is not writable?)"));
+        absl::StrCat("could not listen on ", settings.listen, " (address in use, or the folder is not writable?)"));
+  }
+  for (const ListenAddress& a : settings.listen_addresses) {
+    if (a.unix_path.empty()) continue;
+    struct stat st {};
+    if (chmod(a.unix_path.c_str(), 0600) != 0 || lstat(a.unix_path.c_str(), &st) != 0) {
+      return absl::PermissionDeniedError(absl::StrCat("--listen ", a.address, ": cannot make the socket 0600"));
+    }
+    out.sockets.push_back({a.unix_path, st.st_dev, st.st_ino});
   }
   out.server->GetHealthCheckService()->SetServingStatus(true);
   return out;
@@ -248,9 +317,11 @@ void ServeUntilSignal(const sigset_t& signals, Listening& listening, tandem::Htt
   listening.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(3));
   listening.server.reset();
   scheduler.reset();
-  for (const auto& socket : listening.sockets) {
-    std::error_code error;
-    std::filesystem::remove(socket, error);
+  for (const BoundSocket& socket : listening.sockets) {
+    struct stat st {};
+    if (lstat(socket.path.c_str(), &st) == 0 && st.st_dev == socket.dev && st.st_ino == socket.ino) {
+      unlink(socket.path.c_str());
+    }
   }
 }
 
@@ -290,7 +361,7 @@ int main(int argc, char** argv) {
     if ((*chat)->chat_template == nullptr) LOG_WARNING("tandem-server: ", (*chat)->no_template_reason);
     (*http)->Serve(&runtime.model(), scheduler->get(), service_options, std::move(*chat));
   }
-  auto listening = Listen(settings->listen, &service);
+  auto listening = Listen(*settings, &service);
   if (!listening.ok()) return Fail(listening.status());
   LogServing(runtime, service_options, settings->scheduler, listening->addresses);
   if (*http != nullptr) LOG_INFO("tandem-server: HTTP ready on ", (*http)->address());

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/status_testlib.h"
+
 namespace tandem {
 namespace {
 
@@ -40,6 +42,16 @@ TEST(BeamSearchTest, ValidatesEveryField) {
   p = Params(2, 4);
   p.length_penalty = NAN;
   EXPECT_NE(p.Validate(kVocab).message().find("length_penalty"), std::string::npos);
+  // Finite but extreme: every score would be -inf (the Python SDK's -1e30).
+  for (float penalty : {-1e30f, 1e30f, -10.5f, 10.5f}) {
+    p.length_penalty = penalty;
+    EXPECT_NE(p.Validate(kVocab).message().find("length_penalty must be a number in [-10, 10]"), std::string::npos)
+        << penalty;
+  }
+  for (float penalty : {-10.0f, -1.0f, 0.0f, 2.0f, 10.0f}) {
+    p.length_penalty = penalty;
+    EXPECT_OK(p.Validate(kVocab)) << penalty;
+  }
 }
 
 TEST(BeamSearchTest, FirstStepTakesTheBestTokensOfThePrompt) {

@@ -116,8 +116,9 @@ int ChildProcess::Stop(absl::Duration grace) {
   while (absl::Now() < deadline) {
     const pid_t r = waitpid(pid_, &status, WNOHANG);
     if (r == pid_ || r < 0) {
+      const bool exited = r == pid_ && WIFEXITED(status);  // before pid_ is reset (it used to compare with -1)
       pid_ = -1;
-      return r == pid_ && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      return exited ? WEXITSTATUS(status) : -1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -133,6 +134,24 @@ std::string ChildProcess::LogTail(size_t bytes) const {
   s << in.rdbuf();
   std::string text = s.str();
   return text.size() > bytes ? text.substr(text.size() - bytes) : text;
+}
+
+bool CanRunAsOtherUser(std::string* why_not) {
+  if (geteuid() != 0) {
+    *why_not = "needs root to run a command as a second user (uid 65534) with setpriv";
+    return false;
+  }
+  if (access("/usr/bin/setpriv", X_OK) != 0) {
+    *why_not = "needs /usr/bin/setpriv (util-linux) to run a command as a second user";
+    return false;
+  }
+  return true;
+}
+
+std::vector<std::string> AsOtherUser(std::vector<std::string> argv) {
+  argv.insert(argv.begin(), {"/usr/bin/setpriv", absl::StrCat("--reuid=", kOtherUid), absl::StrCat("--regid=", kOtherGid),
+                             "--clear-groups"});
+  return argv;
 }
 
 }  // namespace tandem

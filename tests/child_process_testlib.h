@@ -52,4 +52,13 @@ class ChildProcess {
   std::filesystem::path log_;
 };
 
+// A second user for tests of who may reach what: "nobody". Running a
+// command as it needs root and setpriv(1); CanRunAsOtherUser says why not
+// (for GTEST_SKIP) when that is impossible here.
+inline constexpr uid_t kOtherUid = 65534;
+inline constexpr gid_t kOtherGid = 65534;
+bool CanRunAsOtherUser(std::string* why_not);
+// argv prefixed with setpriv --reuid/--regid kOtherUid --clear-groups.
+std::vector<std::string> AsOtherUser(std::vector<std::string> argv);
+
 }  // namespace tandem

@@ -2,6 +2,11 @@
 // Hugging Face has them, and a clear error for every missing or inconsistent field.
 #include "common/model/model_config.h"
 
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,6 +14,7 @@
 
 #include "common/model/synthetic_model.h"
 #include "tests/status_testlib.h"
+#include "tests/temp_dir_testlib.h"
 
 namespace tandem {
 namespace {
@@ -149,7 +155,25 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"phi_missing_original_max",
                 [](json& j) { j["rope_scaling"].erase("original_max_position_embeddings"); },
                 "original_max_position_embeddings"},
-        BadCase{"phi_unknown_rope_type", [](json& j) { j["rope_scaling"]["type"] = "yarn"; }, "yarn"}),
+        BadCase{"phi_unknown_rope_type", [](json& j) { j["rope_scaling"]["type"] = "yarn"; }, "yarn"},
+        // Sizes nothing could hold are refused before anything is allocated
+        // (2^31 - 1 layers once aborted every process with std::bad_alloc).
+        BadCase{"layers_2_31", [](json& j) { j["num_hidden_layers"] = 2147483647; },
+                "\"num_hidden_layers\" is 2147483647, more than tandem accepts (1024)"},
+        BadCase{"huge_hidden", [](json& j) { j["hidden_size"] = int64_t{1} << 40; j["head_dim"] = 128; }, "hidden_size"},
+        BadCase{"huge_intermediate", [](json& j) { j["intermediate_size"] = int64_t{1} << 40; }, "intermediate_size"},
+        BadCase{"huge_vocab", [](json& j) { j["vocab_size"] = int64_t{1} << 40; }, "vocab_size"},
+        BadCase{"huge_experts", [](json& j) { j["num_local_experts"] = 100000; }, "num_local_experts"},
+        BadCase{"experts_times_layers",
+                [](json& j) { j["num_local_experts"] = 1024; j["num_hidden_layers"] = 1024; }, "num_local_experts"},
+        BadCase{"huge_heads", [](json& j) { j["num_attention_heads"] = 1 << 20; j["head_dim"] = 128; },
+                "num_attention_heads"},
+        BadCase{"huge_positions", [](json& j) { j["max_position_embeddings"] = int64_t{1} << 40; },
+                "max_position_embeddings"},
+        BadCase{"eos_wrapping_into_vocab", [](json& j) { j["eos_token_id"] = (int64_t{1} << 32) + 2; },
+                "eos_token_id"},
+        BadCase{"bos_wrapping_into_vocab", [](json& j) { j["bos_token_id"] = (int64_t{1} << 32) + 1; },
+                "bos_token_id"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
 
 TEST(ModelConfigTest, NotJsonNamesTheFile) {
@@ -163,6 +187,23 @@ TEST(ModelConfigTest, MissingFileIsNotFound) {
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(c.status().message()), HasSubstr("/nonexistent/dir/config.json"));
+}
+
+TEST(ModelConfigTest, AConfigThatIsNotASmallRegularFileIsRefused) {
+  ScopedTempDir dir;
+  const std::filesystem::path fifo = dir.path() / "config.json";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);  // reading it would block for ever
+  auto c = LoadModelConfig(fifo);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("not a regular file"));
+  std::filesystem::remove(fifo);
+  {
+    std::ofstream big(fifo);
+    big << std::string(static_cast<size_t>(kMaxConfigFileBytes) + 1, ' ');
+  }
+  c = LoadModelConfig(fifo);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("more than a config.json"));
 }
 
 TEST(ModelConfigTest, WrittenConfigReadsBackIdentically) {

@@ -17,6 +17,7 @@
 namespace tandem {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr SyntheticModelSpec kTiny{.preset = "tiny", .num_layers = 0, .seed = 3, .dtype = DType::kBF16};
@@ -123,6 +124,21 @@ TEST(ModelLoadingErrorsTest, MissingDirectoryAndConfig) {
   auto no_config = LoadModel(dir.path());
   ASSERT_FALSE(no_config.ok());
   EXPECT_THAT(std::string(no_config.status().message()), HasSubstr("config.json"));
+}
+
+// A file given as --model used to say "model directory not found".
+TEST(ModelLoadingErrorsTest, AFileIsNotAModelDirectory) {
+  ScopedTempDir dir;
+  const std::filesystem::path file = dir.path() / "model.safetensors";
+  std::ofstream(file) << "not a folder";
+  auto model = LoadModel(file);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument) << model.status();
+  EXPECT_THAT(std::string(model.status().message()),
+              AllOf(HasSubstr(file.string()), HasSubstr("is a file, not a model directory")));
+  auto missing = LoadModel(dir.path() / "nope");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound) << missing.status();
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("no such model directory"));
 }
 
 TEST(SyntheticModelTest, SameSeedSameBytesOtherSeedOtherBytes) {

@@ -25,6 +25,7 @@
 #include "common/model/model_fingerprint.h"
 #include "common/platform/shm_transport.h"
 #include "coordinator/remote_expert_executor.h"
+#include "coordinator/worker_connect.h"
 #include "gtest/gtest.h"
 #include "tandem/v1/expert_worker.grpc.pb.h"
 #include "tandem/v1/expert_worker_convert.h"
@@ -81,6 +82,7 @@ class WorkerFailureTest : public WorkerFixture, public ::testing::WithParamInter
     options.addresses = {workers_[0]->address(), workers_[1]->address()};
     options.transports = {*transport};
     options.call_timeout = kCallTimeout;
+    options.expected_content = ExpectedExpertContent(**model, std::nullopt, 1);
     auto remote = RemoteExpertExecutor::Connect((*model)->config, *fingerprint, options);
     ASSERT_OK(remote);
     remote_ = std::move(*remote);
@@ -174,13 +176,15 @@ INSTANTIATE_TEST_SUITE_P(Transports, WorkerFailureTest, ::testing::Values("inlin
 
 class MalformedRequestTest : public WorkerFixture {
  protected:
+  static constexpr uint64_t kSession = 0x7e57;  // this test's claim on the worker
+
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(StartWorkers(1, "split"));
     channel_ = grpc::CreateChannel(workers_[0]->address(), grpc::InsecureChannelCredentials());
     stub_ = v1::ExpertWorker::NewStub(channel_);
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    ASSERT_OK(stub_->Describe(&context, v1::DescribeRequest(), &describe_));
+    ASSERT_OK(stub_->Describe(&context, ClaimRequest(kSession), &describe_));
     hidden_ = describe_.fingerprint().hidden_size();
     auto arena = ShmArena::Open(describe_.arena_region());
     ASSERT_OK(arena);
@@ -196,6 +200,7 @@ class MalformedRequestTest : public WorkerFixture {
     for (int64_t i = 0; i < rows * hidden_; ++i) in[i] = 0.01f * static_cast<float>(i % 97) - 0.3f;
     v1::RunExpertsRequest request;
     request.set_request_id(++request_id_);
+    request.set_session(kSession);
     request.set_layer(0);
     request.set_transport(v1::TRANSPORT_SHM);
     v1::ExpertTask* task = request.add_tasks();
@@ -288,6 +293,7 @@ TEST_F(MalformedRequestTest, GarbageInTheDoorbellControlBlockIsRejected) {
 
   // A message that parses but says nothing sensible (no transport).
   v1::RunExpertsRequest empty;
+  empty.set_session(kSession);
   empty.set_layer(0);
   status = ViaDoorbell(empty);
   EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;

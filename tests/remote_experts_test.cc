@@ -19,9 +19,11 @@
 #include <vector>
 
 #include "runtime/local_runtime.h"
+#include "common/model/expert_content.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "coordinator/remote_expert_executor.h"
+#include "coordinator/worker_connect.h"
 #include "cpu_worker/local_expert_executor.h"
 #include "gtest/gtest.h"
 #include "tandem/v1/expert_worker.grpc.pb.h"
@@ -125,6 +127,7 @@ class RemoteExpertsTest : public ::testing::TestWithParam<Case> {
     options.addresses = Addresses();
     options.transports = {*t};
     options.call_timeout = absl::Seconds(5);
+    options.expected_content = ExpectedExpertContent(model, std::nullopt, 1);
     return RemoteExpertExecutor::Connect(model.config, *fingerprint, options);
   }
 
@@ -210,8 +213,9 @@ TEST_F(RemoteConnectTest, DescribeCalibrateStatsAndHealth) {
     c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     return c;
   };
+  constexpr uint64_t kSession = 0x5e55;
   v1::DescribeResponse d;
-  ASSERT_OK(stub->Describe(context().get(), v1::DescribeRequest(), &d));
+  ASSERT_OK(stub->Describe(context().get(), ClaimRequest(kSession), &d));
   EXPECT_EQ(d.protocol_version(), kExpertWorkerProtocolVersion);
   auto fingerprint = FingerprintModel(model->config, *model->weights->source);
   ASSERT_OK(fingerprint);
@@ -222,9 +226,20 @@ TEST_F(RemoteConnectTest, DescribeCalibrateStatsAndHealth) {
   EXPECT_EQ(d.experts_size(), 4);  // 2 layers x 4 experts, half of them
   EXPECT_EQ(d.threads(), 1);
   EXPECT_EQ(d.pid(), workers_[1]->pid());
-  EXPECT_EQ(d.weights_region(), workers_[1]->experts_region());
+  // The names carry a random suffix of 16 hex digits (no one can take them first).
+  EXPECT_EQ(d.weights_region().rfind(workers_[1]->experts_region() + "-", 0), 0u) << d.weights_region();
+  EXPECT_EQ(d.weights_region().size(), workers_[1]->experts_region().size() + 17) << d.weights_region();
   EXPECT_GT(d.weights_region_bytes(), 0u);
-  EXPECT_EQ(d.arena_region(), workers_[1]->arena_region());
+  EXPECT_EQ(d.arena_region().rfind(workers_[1]->arena_region() + "-", 0), 0u) << d.arena_region();
+  // The stored bytes' content hash, per share and in all, equals the model's.
+  std::vector<ExpertSlice> shares;
+  for (const v1::ExpertShare& share : d.experts()) {
+    shares.push_back({share.layer(), share.expert(), share.intermediate_begin(), share.intermediate_end()});
+  }
+  auto want = HashExpertSlices(*model->weights, shares, nullptr);
+  ASSERT_OK(want);
+  for (int i = 0; i < d.experts_size(); ++i) EXPECT_EQ(d.experts(i).content_hash(), (*want)[static_cast<size_t>(i)]) << i;
+  EXPECT_EQ(d.content_hash(), CombineExpertContentHashes(shares, *want));
   EXPECT_TRUE(d.doorbell());
   EXPECT_EQ(d.compute(), "store");
 
@@ -234,6 +249,7 @@ TEST_F(RemoteConnectTest, DescribeCalibrateStatsAndHealth) {
   calibrate.add_rows(1);
   calibrate.add_rows(16);
   calibrate.set_reps(3);
+  calibrate.set_session(kSession);
   v1::CalibrateResponse points;
   ASSERT_OK(stub->Calibrate(context().get(), calibrate, &points));
   ASSERT_EQ(points.points_size(), 2);

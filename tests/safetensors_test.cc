@@ -1,6 +1,7 @@
 #include "common/model/safetensors.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <filesystem>
@@ -280,6 +281,87 @@ TEST_F(SafetensorsTest, TensorInTwoFilesIsRejected) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(),
               AllOf(HasSubstr("one.safetensors"), HasSubstr("two.safetensors"), HasSubstr("\"dup\"")));
+}
+
+// Shard names in the index are plain file names in the model folder: no
+// "..", no absolute path, no folder part (they used to be opened as given).
+TEST_F(SafetensorsTest, IndexShardNamesOutsideTheFolderAreRefused) {
+  const std::vector<TensorToWrite> tensors = {MakeTensor("a", DType::kF32, {4})};
+  ASSERT_OK(WriteSafetensors(dir_ / "shard.safetensors", Pointers(tensors)));
+  for (const std::string& shard :
+       {std::string("../../etc/passwd"), std::string("/etc/passwd"), std::string("sub/shard.safetensors"),
+        std::string(".."), std::string("")}) {
+    WriteBytes("model.safetensors.index.json", absl::StrCat(R"({"weight_map": {"a": ")", shard, R"("}})"));
+    const absl::Status status = SafetensorsCheckpoint::Open(dir_).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << shard << ": " << status;
+    EXPECT_THAT(status.message(), AllOf(HasSubstr("model.safetensors.index.json"), HasSubstr("not a plain file name")))
+        << shard;
+  }
+}
+
+// A shard may be a symlink only to a file inside the folder, or (the Hugging
+// Face hub cache) into the repository's blobs/ folder.
+TEST_F(SafetensorsTest, ShardSymlinksOutOfTheFolderAreRefused) {
+  const std::vector<TensorToWrite> tensors = {MakeTensor("a", DType::kF32, {4})};
+  const fs::path model = dir_ / "model";
+  const fs::path outside = dir_ / "elsewhere";
+  fs::create_directories(model);
+  fs::create_directories(outside);
+  ASSERT_OK(WriteSafetensors(outside / "secret.safetensors", Pointers(tensors)));
+  fs::create_symlink(outside / "secret.safetensors", model / "model.safetensors");
+  absl::Status status = SafetensorsCheckpoint::Open(model).status();  // no index: every *.safetensors
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), AllOf(HasSubstr("symlink"), HasSubstr("outside the model folder")));
+  std::ofstream(model / "model.safetensors.index.json") << R"({"weight_map": {"a": "model.safetensors"}})";
+  status = SafetensorsCheckpoint::Open(model).status();  // through the index
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+
+  // Inside the folder, and the hub cache layout, are fine.
+  const fs::path repo = dir_ / "models--org--name";
+  const fs::path snapshot = repo / "snapshots" / "0123abcd";
+  fs::create_directories(snapshot);
+  fs::create_directories(repo / "blobs");
+  ASSERT_OK(WriteSafetensors(repo / "blobs" / "deadbeef", Pointers(tensors)));
+  fs::create_symlink("../../blobs/deadbeef", snapshot / "model.safetensors");
+  EXPECT_OK(SafetensorsCheckpoint::Open(snapshot));
+  fs::remove(model / "model.safetensors.index.json");
+  fs::remove(model / "model.safetensors");
+  ASSERT_OK(WriteSafetensors(model / "real.bin", Pointers(tensors)));
+  fs::create_symlink("real.bin", model / "model.safetensors");
+  EXPECT_OK(SafetensorsCheckpoint::Open(model));
+}
+
+TEST_F(SafetensorsTest, DuplicateKeysAreRefused) {
+  // The same tensor twice in one header: which entry is meant is ambiguous.
+  WriteRaw("dup.safetensors",
+           R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},)"
+           R"( "w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+           8);
+  absl::Status status = SafetensorsFile::Open(dir_ / "dup.safetensors").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), AllOf(HasSubstr("dup.safetensors"), HasSubstr("\"w\" twice")));
+  // A key repeated inside one entry, too.
+  WriteRaw("dup2.safetensors", R"({"w": {"dtype": "F32", "dtype": "F16", "shape": [1], "data_offsets": [0, 4]}})", 4);
+  status = SafetensorsFile::Open(dir_ / "dup2.safetensors").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("\"dtype\" twice"));
+  // And in an index's weight_map.
+  fs::remove(dir_ / "dup.safetensors");
+  fs::remove(dir_ / "dup2.safetensors");
+  const std::vector<TensorToWrite> tensors = {MakeTensor("a", DType::kF32, {4})};
+  ASSERT_OK(WriteSafetensors(dir_ / "one.safetensors", Pointers(tensors)));
+  WriteBytes("model.safetensors.index.json",
+             R"({"weight_map": {"a": "one.safetensors", "a": "two.safetensors"}})");
+  status = SafetensorsCheckpoint::Open(dir_).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("\"a\" twice"));
+}
+
+TEST_F(SafetensorsTest, AFifoUnderAShardsNameIsRefusedNotWaitedOn) {
+  ASSERT_EQ(mkfifo((dir_ / "model.safetensors").c_str(), 0600), 0);
+  const absl::Status status = SafetensorsCheckpoint::Open(dir_).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("not a regular file"));
 }
 
 }  // namespace

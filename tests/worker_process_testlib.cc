@@ -6,12 +6,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "tandem/v1/expert_worker.grpc.pb.h"
+#include "tandem/v1/expert_worker_convert.h"
 
 namespace tandem {
 
@@ -38,11 +40,30 @@ absl::Status WaitForHealthy(const std::string& address, absl::Duration timeout) 
 
 WorkerProcess::WorkerProcess(WorkerProcessOptions options) : options_(std::move(options)) {}
 
+v1::DescribeRequest ClaimRequest(uint64_t session) {
+  v1::DescribeRequest request;
+  request.set_protocol_version(kExpertWorkerProtocolVersion);
+  request.set_session(session);
+  request.set_coordinator_pid(getpid());
+  request.set_coordinator(absl::StrCat("test pid ", getpid()));
+  return request;
+}
+
+void UnlinkRegionsWithPrefix(const std::string& prefix) {
+  // shm names are "/name"; /dev/shm lists "name".
+  const std::string stem = prefix.substr(prefix.rfind('/') + 1);
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!stem.empty() && name.rfind(stem, 0) == 0) shm_unlink(("/" + name).c_str());
+  }
+}
+
 WorkerProcess::~WorkerProcess() {
   Stop(absl::Seconds(3));
-  // A worker that was SIGKILLed could not unlink its regions.
-  shm_unlink(experts_region().c_str());
-  shm_unlink(arena_region().c_str());
+  // A worker that was SIGKILLed could not unlink its regions (random suffixes).
+  UnlinkRegionsWithPrefix(experts_region() + "-");
+  UnlinkRegionsWithPrefix(arena_region() + "-");
 }
 
 std::string WorkerProcess::experts_region() const {

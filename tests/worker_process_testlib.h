@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "tandem/v1/expert_worker.pb.h"
 #include "tests/child_process_testlib.h"
 
 namespace tandem {
@@ -45,6 +46,8 @@ class WorkerProcess {
   bool running() const { return process_.running(); }
   std::string address() const { return "unix:" + options_.socket.string(); }
   const WorkerProcessOptions& options() const { return options_; }
+  // The region names without the random suffix the worker appends
+  // ("<prefix>-w<i>-experts"; the worker's is that, "-", 16 hex digits).
   std::string experts_region() const;
   std::string arena_region() const;
   std::string LogTail(size_t bytes = 4000) const { return process_.LogTail(bytes); }
@@ -59,5 +62,13 @@ std::string UniqueRegionPrefix();
 
 // Polls Health on `address` until it answers or `timeout` passes.
 absl::Status WaitForHealthy(const std::string& address, absl::Duration timeout);
+
+// A Describe that claims the worker for `session` (nonzero), at this
+// build's protocol version: what a coordinator sends first.
+v1::DescribeRequest ClaimRequest(uint64_t session);
+
+// Unlinks every shm region whose name starts with `prefix` (as /dev/shm
+// lists them): what a SIGKILLed worker could not remove.
+void UnlinkRegionsWithPrefix(const std::string& prefix);
 
 }  // namespace tandem

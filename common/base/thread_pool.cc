@@ -4,6 +4,8 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <system_error>
+
 #include "absl/strings/str_cat.h"
 
 namespace tandem {
@@ -24,10 +26,32 @@ int AvailableCores() {
   return count > 0 ? count : 1;
 }
 
+absl::StatusOr<std::unique_ptr<ThreadPool>> ThreadPool::Create(ThreadPoolOptions options) {
+  const int asked = options.num_threads;
+  try {
+    return std::make_unique<ThreadPool>(std::move(options));
+  } catch (const std::system_error& e) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot start ", asked, " threads: ", e.what(), " (fewer threads, or raise ulimit -u)"));
+  }
+}
+
 ThreadPool::ThreadPool(ThreadPoolOptions options) : num_threads_(options.num_threads < 1 ? 1 : options.num_threads) {
   // Thread 0 is the caller; threads 1..N-1 are owned here.
   for (int t = 1; t < num_threads_; ++t) {
-    threads_.emplace_back([this, t] { WorkerLoop(t); });
+    try {
+      threads_.emplace_back([this, t] { WorkerLoop(t); });
+    } catch (...) {
+      // No thread may outlive a pool that was never built: stop and join
+      // those already started, then let Create report it.
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        stop_.store(true);
+      }
+      start_cv_.notify_all();
+      for (auto& thread : threads_) thread.join();
+      throw;
+    }
     std::string name = absl::StrCat(options.name, "-w", t).substr(0, 15);  // kernel limit
     pthread_setname_np(threads_.back().native_handle(), name.c_str());
     if (!options.cpus.empty()) {

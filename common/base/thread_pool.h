@@ -15,10 +15,13 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "absl/status/statusor.h"
 
 namespace tandem {
 
@@ -30,6 +33,10 @@ struct ThreadPoolOptions {
 
 class ThreadPool {
  public:
+  // ResourceExhausted naming the count when the threads cannot be started
+  // (the constructor throws std::system_error then, having joined the
+  // threads it did start): use this where the count comes from a user.
+  static absl::StatusOr<std::unique_ptr<ThreadPool>> Create(ThreadPoolOptions options);
   explicit ThreadPool(ThreadPoolOptions options);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

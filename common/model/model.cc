@@ -87,8 +87,17 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::filesystem::path
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::filesystem::path& dir, const ModelLoadOptions& options) {
   if (IsGgufPath(dir)) return LoadGgufModel(dir, options);
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) {
-    return absl::NotFoundError(absl::StrCat(dir.string(), ": model directory not found"));
+  const std::filesystem::file_status status = std::filesystem::status(dir, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return absl::PermissionDeniedError(absl::StrCat(dir.string(), ": cannot read the model directory: ", ec.message()));
+  }
+  if (!std::filesystem::exists(status)) {
+    return absl::NotFoundError(absl::StrCat(dir.string(), ": no such model directory"));
+  }
+  if (!std::filesystem::is_directory(status)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir.string(), " is ", std::filesystem::is_regular_file(status) ? "a file" : "not a directory",
+        ", not a model directory: give the folder holding config.json and the *.safetensors"));
   }
   auto model = std::make_unique<Model>();
   model->origin = dir.string();

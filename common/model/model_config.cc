@@ -1,5 +1,7 @@
 #include "common/model/model_config.h"
 
+#include <climits>
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
@@ -103,12 +105,25 @@ absl::StatusOr<RopeScaling> ParseRopeScaling(const json& root, Architecture arch
 absl::StatusOr<std::vector<int32_t>> ParseEosIds(const json& root, const std::string& source) {
   auto it = root.find("eos_token_id");
   if (it == root.end() || it->is_null()) return std::vector<int32_t>{2};
-  if (it->is_number_integer()) return std::vector<int32_t>{it->get<int32_t>()};
+  // Read as 64-bit and range-checked: a huge id must not wrap into the vocabulary.
+  auto id = [&](const json& v) -> absl::StatusOr<int32_t> {
+    if (!v.is_number_integer()) return FieldError(source, "eos_token_id", "must be an integer or a list of integers");
+    if (v.is_number_unsigned() ? v.get<uint64_t>() > uint64_t{INT32_MAX}
+                               : (v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX)) {
+      return FieldError(source, "eos_token_id", absl::StrCat(v.dump(), " is not a 32-bit token id"));
+    }
+    return static_cast<int32_t>(v.get<int64_t>());
+  };
+  if (it->is_number_integer()) {
+    TANDEM_ASSIGN_OR_RETURN(int32_t one, id(*it));
+    return std::vector<int32_t>{one};
+  }
   if (it->is_array()) {
+    if (it->size() > 1024) return FieldError(source, "eos_token_id", absl::StrCat("lists ", it->size(), " ids (at most 1024)"));
     std::vector<int32_t> ids;
     for (const json& v : *it) {
-      if (!v.is_number_integer()) return FieldError(source, "eos_token_id", "must be an integer or a list of integers");
-      ids.push_back(v.get<int32_t>());
+      TANDEM_ASSIGN_OR_RETURN(int32_t one, id(v));
+      ids.push_back(one);
     }
     return ids;
   }
@@ -132,6 +147,26 @@ absl::Status ModelConfig::Validate(const std::string& source) const {
   TANDEM_RETURN_IF_ERROR(positive("max_position_embeddings", max_position_embeddings));
   TANDEM_RETURN_IF_ERROR(positive("num_local_experts", num_local_experts));
   TANDEM_RETURN_IF_ERROR(positive("num_experts_per_tok", num_experts_per_tok));
+  auto at_most = [&](const std::string& name, int64_t v, int64_t limit) -> absl::Status {
+    if (v > limit) {
+      return FieldError(source, name, absl::StrCat("is ", v, ", more than tandem accepts (", limit, ")"));
+    }
+    return absl::OkStatus();
+  };
+  TANDEM_RETURN_IF_ERROR(at_most("vocab_size", vocab_size, kMaxVocabSize));
+  TANDEM_RETURN_IF_ERROR(at_most("hidden_size", hidden_size, kMaxHiddenSize));
+  TANDEM_RETURN_IF_ERROR(at_most("intermediate_size", intermediate_size, kMaxIntermediateSize));
+  TANDEM_RETURN_IF_ERROR(at_most("num_hidden_layers", num_hidden_layers, kMaxLayers));
+  TANDEM_RETURN_IF_ERROR(at_most("num_attention_heads", num_attention_heads, kMaxAttentionHeads));
+  TANDEM_RETURN_IF_ERROR(at_most("num_key_value_heads", num_key_value_heads, kMaxAttentionHeads));
+  TANDEM_RETURN_IF_ERROR(at_most("max_position_embeddings", max_position_embeddings, kMaxPositionEmbeddings));
+  TANDEM_RETURN_IF_ERROR(at_most("num_local_experts", num_local_experts, kMaxExperts));
+  if (num_local_experts * num_hidden_layers > kMaxExpertsPerModel) {
+    return FieldError(source, "num_local_experts",
+                      absl::StrCat("(", num_local_experts, ") x num_hidden_layers (", num_hidden_layers, ") = ",
+                                   num_local_experts * num_hidden_layers, " experts, more than tandem accepts (",
+                                   kMaxExpertsPerModel, ")"));
+  }
   if (num_attention_heads % num_key_value_heads != 0) {
     return FieldError(source, "num_key_value_heads",
                       absl::StrCat("(", num_key_value_heads, ") must divide num_attention_heads (",
@@ -153,6 +188,11 @@ absl::Status ModelConfig::Validate(const std::string& source) const {
   if (router_jitter_noise < 0) return FieldError(source, "router_jitter_noise", "must not be negative");
   if (sliding_window && *sliding_window <= 0) {
     return FieldError(source, "sliding_window", absl::StrCat("must be positive or null, got ", *sliding_window));
+  }
+  if (rope_scaling.original_max_position_embeddings > kMaxPositionEmbeddings) {
+    return FieldError(source, "rope_scaling.original_max_position_embeddings",
+                      absl::StrCat("is ", rope_scaling.original_max_position_embeddings, ", more than tandem accepts (",
+                                   kMaxPositionEmbeddings, ")"));
   }
   if (bos_token_id < 0 || bos_token_id >= vocab_size) {
     return FieldError(source, "bos_token_id", absl::StrCat(bos_token_id, " is outside the vocabulary [0, ", vocab_size, ")"));
@@ -247,6 +287,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
   TANDEM_ASSIGN_OR_RETURN(c.tie_word_embeddings, f.Bool("tie_word_embeddings", false));
   TANDEM_ASSIGN_OR_RETURN(c.router_jitter_noise, f.Number("router_jitter_noise", phimoe ? 0.01 : 0.0));
   TANDEM_ASSIGN_OR_RETURN(int64_t bos, f.Int("bos_token_id", 1));
+  if (bos < INT32_MIN || bos > INT32_MAX) return FieldError(source, "bos_token_id", absl::StrCat(bos, " is not a 32-bit token id"));
   c.bos_token_id = static_cast<int32_t>(bos);
   TANDEM_ASSIGN_OR_RETURN(c.eos_token_ids, ParseEosIds(root, source));
   TANDEM_ASSIGN_OR_RETURN(c.torch_dtype, f.String("torch_dtype", "bfloat16"));
@@ -260,6 +301,20 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& config_json) {
+  // A regular file of sane size: a fifo would block, a huge file exhaust memory.
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(config_json, ec);
+  if (ec || !std::filesystem::exists(status)) {
+    return absl::NotFoundError(absl::StrCat(config_json.string(), ": cannot open model config (no such file)"));
+  }
+  if (!std::filesystem::is_regular_file(status)) {
+    return absl::InvalidArgumentError(absl::StrCat(config_json.string(), ": not a regular file"));
+  }
+  const uintmax_t bytes = std::filesystem::file_size(config_json, ec);
+  if (!ec && bytes > static_cast<uintmax_t>(kMaxConfigFileBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(config_json.string(), ": ", bytes, " bytes, more than a config.json "
+                                                   "can be (", kMaxConfigFileBytes, ")"));
+  }
   std::ifstream in(config_json);
   if (!in) return absl::NotFoundError(absl::StrCat(config_json.string(), ": cannot open model config"));
   std::stringstream buffer;

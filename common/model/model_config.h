@@ -19,6 +19,20 @@
 
 namespace tandem {
 
+// Sizes beyond these are refused (InvalidArgument naming the field) before
+// anything is allocated from them: no released model comes near any, so a
+// config.json claiming more is corrupt or hostile (2^31 - 1 layers once made
+// every process abort with std::bad_alloc).
+inline constexpr int64_t kMaxLayers = 1024;
+inline constexpr int64_t kMaxHiddenSize = 65536;
+inline constexpr int64_t kMaxIntermediateSize = int64_t{1} << 20;
+inline constexpr int64_t kMaxVocabSize = int64_t{1} << 22;
+inline constexpr int64_t kMaxAttentionHeads = 1024;
+inline constexpr int64_t kMaxExperts = 1024;
+inline constexpr int64_t kMaxExpertsPerModel = int64_t{1} << 16;  // layers x experts (Mixtral: 256)
+inline constexpr int64_t kMaxPositionEmbeddings = int64_t{1} << 24;
+inline constexpr int64_t kMaxConfigFileBytes = int64_t{16} << 20;
+
 enum class Architecture { kMixtral, kPhiMoE };
 enum class NormKind { kRmsNorm, kLayerNorm };
 enum class RouterKind { kSoftmaxTopK, kSparseMixer };

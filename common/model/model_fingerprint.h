@@ -3,9 +3,9 @@
 // the forward pass (architecture, sizes, RoPE, norms, router, biases, special
 // ids) and a hash of every tensor's name, dtype and shape (the architecture's
 // ExpectedWeights, with the dtype and shape each stored tensor actually has).
-// Weight values are not hashed (the same shapes with other values is not
-// caught; a model's weights change by replacing its folder, which changes
-// nothing here — compare origins for that).
+// Weight values are not hashed here (the same shapes with other values is
+// not caught): the expert workers' bytes are checked by their content hash
+// (common/model/expert_content.h).
 //
 // Hashes are FNV-1a 64 over a canonical text, stable across processes, builds
 // and hosts (unlike absl::Hash). Mirrors tandem.v1.ModelFingerprint; common/

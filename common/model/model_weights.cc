@@ -1,5 +1,7 @@
 #include "common/model/model_weights.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/model/tensor_names.h"
@@ -34,7 +36,14 @@ class Binder {
     TANDEM_RETURN_IF_ERROR(RequireFloatDType(view.dtype, absl::StrCat(source_.Describe(), ": tensor ", view.name),
                                              "the loader's vectors (norms, biases)"));
     std::vector<float> out(static_cast<size_t>(view.num_elements()));
-    for (size_t i = 0; i < out.size(); ++i) out[i] = LoadAsF32(view.data, view.dtype, i);
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i] = LoadAsF32(view.data, view.dtype, i);
+      // A NaN or Inf norm or bias poisons every token: refused at load.
+      if (!std::isfinite(out[i])) {
+        return absl::InvalidArgumentError(absl::StrCat(source_.Describe(), ": tensor ", view.name, " element ", i,
+                                                       " is ", out[i], ": weights must be finite"));
+      }
+    }
     return out;
   }
 

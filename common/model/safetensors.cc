@@ -12,6 +12,7 @@
 #include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string_view>
 
 #include "absl/status/status.h"
@@ -45,6 +46,70 @@ class ScopedFd {
  private:
   int fd_;
 };
+
+// The JSON of a header or an index, refusing a key given twice in one
+// object: nlohmann keeps the last silently, so two readers (or a reader and
+// the writer) could disagree about which entry a tensor has.
+absl::StatusOr<json> ParseJsonUniqueKeys(const char* first, const char* last, const std::string& what) {
+  std::vector<std::set<std::string>> keys;  // one set per open object
+  std::string duplicate;
+  const json::parser_callback_t check = [&](int, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start: keys.emplace_back(); break;
+      case json::parse_event_t::object_end: if (!keys.empty()) keys.pop_back(); break;
+      case json::parse_event_t::key:
+        if (!keys.empty() && !keys.back().insert(parsed.get<std::string>()).second && duplicate.empty()) {
+          duplicate = parsed.get<std::string>();
+        }
+        break;
+      default: break;
+    }
+    return true;
+  };
+  json parsed;
+  try {
+    parsed = json::parse(first, last, check);
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " is not valid JSON: ", e.what()));
+  }
+  if (!duplicate.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " has the key \"", duplicate,
+                                                   "\" twice in one object: ambiguous, refused"));
+  }
+  return parsed;
+}
+
+// A shard named by the index must be a plain file name in the model folder:
+// no folder part, no "." or "..", nothing absolute.
+absl::Status CheckShardName(const fs::path& index_path, const std::string& shard) {
+  if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string::npos ||
+      shard.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(index_path.string(), ": shard name \"", shard,
+                                                   "\" is not a plain file name in the model folder (no \"/\", "
+                                                   "no \"..\", nothing absolute)"));
+  }
+  return absl::OkStatus();
+}
+
+// `path`, a file directly in `model_dir`, as it may be opened: a symlink is
+// followed only to a file inside the folder, or, in a Hugging Face hub cache
+// (<repo>/snapshots/<revision>/<file> -> ../../blobs/<hash>), inside that
+// repository's blobs/ folder. InvalidArgument naming both ends otherwise.
+absl::Status CheckInsideModelDir(const fs::path& model_dir, const fs::path& path) {
+  std::error_code ec;
+  if (!fs::is_symlink(fs::symlink_status(path, ec))) return absl::OkStatus();
+  const fs::path target = fs::weakly_canonical(path, ec);
+  const fs::path dir = fs::weakly_canonical(model_dir, ec);
+  auto inside = [&](const fs::path& folder) {
+    const auto mismatch = std::mismatch(folder.begin(), folder.end(), target.begin(), target.end());
+    return mismatch.first == folder.end();
+  };
+  const fs::path blobs = dir.parent_path().parent_path() / "blobs";
+  const bool hub_cache = dir.parent_path().filename() == "snapshots" && inside(blobs);
+  if (!ec && (inside(dir) || hub_cache)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(path.string(), " is a symlink to ", target.string(),
+                                                 ", outside the model folder ", dir.string(), ": refused"));
+}
 
 // Error prefix naming a tensor of a file: `/m/x.safetensors: tensor "w"`.
 std::string Where(const fs::path& path, const std::string& tensor) {
@@ -156,15 +221,19 @@ absl::Status CheckNoOverlap(const fs::path& path, const std::map<std::string, Te
 
 // model_dir's index as shard file -> the tensors it should hold.
 absl::StatusOr<std::map<std::string, std::vector<std::string>>> ReadIndex(const fs::path& index_path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(index_path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(index_path.string(), ": not a regular file"));
+  }
+  if (const uintmax_t bytes = fs::file_size(index_path, ec); !ec && bytes > kMaxHeaderBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(index_path.string(), ": ", bytes, " bytes, more than an index can be (100 MB)"));
+  }
   std::ifstream in(index_path, std::ios::binary);
   if (!in) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", index_path.string()));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  json index;
-  try {
-    index = json::parse(text);
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(index_path.string(), ": not valid JSON: ", e.what()));
-  }
+  TANDEM_ASSIGN_OR_RETURN(const json index,
+                          ParseJsonUniqueKeys(text.data(), text.data() + text.size(), index_path.string()));
   const auto weight_map = index.find("weight_map");  // end() when index is not an object
   if (weight_map == index.end() || !weight_map->is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(index_path.string(), ": no \"weight_map\" object"));
@@ -175,6 +244,7 @@ absl::StatusOr<std::map<std::string, std::vector<std::string>>> ReadIndex(const 
       return absl::InvalidArgumentError(
           absl::StrCat(index_path.string(), ": weight_map entry of tensor \"", name, "\" is not a file name"));
     }
+    TANDEM_RETURN_IF_ERROR(CheckShardName(index_path, shard.get<std::string>()));
     shards[shard.get<std::string>()].push_back(name);
   }
   return shards;
@@ -209,7 +279,9 @@ absl::Status WriteFileAtomically(const fs::path& path, const std::vector<std::st
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const fs::path& path) {
-  const ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a fifo planted under a shard's name must not hang the open
+  // (it is refused below as not a regular file).
+  const ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path.string()));
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot stat ", path.string()));
@@ -240,12 +312,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const fs:
   }
 
   const auto* header_text = reinterpret_cast<const char*>(bytes + 8);
-  json header;
-  try {
-    header = json::parse(header_text, header_text + header_bytes);
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": header is not valid JSON: ", e.what()));
-  }
+  TANDEM_ASSIGN_OR_RETURN(const json header, ParseJsonUniqueKeys(header_text, header_text + header_bytes,
+                                                                 absl::StrCat(path.string(), ": header")));
   if (!header.is_object()) return absl::InvalidArgumentError(absl::StrCat(path.string(), ": header is not an object"));
 
   const uint8_t* data = bytes + 8 + header_bytes;
@@ -297,6 +365,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::Op
     TANDEM_ASSIGN_OR_RETURN(const auto shards, ReadIndex(index_path));
     for (const auto& [shard, names] : shards) {
       const fs::path shard_path = model_dir / shard;
+      TANDEM_RETURN_IF_ERROR(CheckInsideModelDir(model_dir, shard_path));
       if (!fs::exists(shard_path, ec)) {
         return absl::NotFoundError(absl::StrCat(index_path.string(), ": shard \"", shard, "\" (holding tensor \"",
                                                 names.front(), "\" and ", names.size() - 1, " more) is missing: no ",
@@ -326,7 +395,10 @@ absl::StatusOr<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::Op
     return absl::NotFoundError(absl::StrCat(model_dir.string(), ": no *.safetensors files and no ", kIndexFileName));
   }
   std::sort(paths.begin(), paths.end());
-  for (const fs::path& path : paths) TANDEM_RETURN_IF_ERROR(add_file(path));
+  for (const fs::path& path : paths) {
+    TANDEM_RETURN_IF_ERROR(CheckInsideModelDir(model_dir, path));
+    TANDEM_RETURN_IF_ERROR(add_file(path));
+  }
   return checkpoint;
 }
 

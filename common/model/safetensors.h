@@ -7,9 +7,14 @@
 //                    bytes, header length past the end, a tensor's range past
 //                    the end of the data section): a truncated copy.
 //   InvalidArgument  malformed content: an absurd header length (> 100 MB),
-//                    bad JSON, wrong field types, unsupported dtype, negative
+//                    bad JSON, a key given twice in one object (header or
+//                    index), wrong field types, unsupported dtype, negative
 //                    dimension, shape x element size != byte range, overlaps,
-//                    an index whose shard lacks a tensor, a tensor in two files.
+//                    an index whose shard lacks a tensor, a tensor in two
+//                    files, a shard name that is not a plain file name in the
+//                    folder ("..", "/", absolute), a shard that is a symlink
+//                    out of the folder (except into a Hugging Face hub
+//                    cache's blobs/), a shard that is not a regular file.
 //   NotFound         a missing file, shard, directory or tensor.
 //
 // Format: 8-byte little-endian header length N, N bytes of JSON

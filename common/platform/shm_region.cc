@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/base/log.h"
 
 namespace tandem {
 namespace {
@@ -33,6 +36,25 @@ bool LockedByOther(int fd) {
   return lock.l_type != F_UNLCK;
 }
 
+// 64 random bits as 16 hex digits, from the kernel's generator.
+absl::StatusOr<std::string> RandomSuffix() {
+  uint64_t bits = 0;
+  if (getrandom(&bits, sizeof(bits), 0) != static_cast<ssize_t>(sizeof(bits))) {
+    return absl::InternalError(absl::StrCat("getrandom: ", ErrnoText(errno)));
+  }
+  return absl::StrFormat("-%016x", bits);
+}
+
+// Only this user's (or root's) regions are mapped: another user's region
+// under the expected name is a plant.
+absl::Status CheckOwner(const std::string& name, const struct stat& st) {
+  if (st.st_uid != geteuid() && st.st_uid != 0) {
+    return absl::PermissionDeniedError(absl::StrCat("shm region ", name, " belongs to uid ", st.st_uid, ", not to you (uid ",
+                                                    geteuid(), "): refusing to map another user's region"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateShmName(const std::string& name, const std::string& what) {
@@ -44,7 +66,26 @@ absl::Status ValidateShmName(const std::string& name, const std::string& what) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ShmRegion> ShmRegion::Create(const std::string& name, size_t bytes, const ShmCreateOptions& options) {
+absl::StatusOr<ShmRegion> ShmRegion::Create(const std::string& requested, size_t bytes, const ShmCreateOptions& options) {
+  std::string name = requested;
+  if (options.unique_suffix) {
+    // Random names: one that exists was taken by someone else; draw again.
+    constexpr int kDraws = 4;
+    for (int draw = 0; draw < kDraws; ++draw) {
+      absl::StatusOr<std::string> suffix = RandomSuffix();
+      if (!suffix.ok()) return suffix.status();
+      ShmCreateOptions once = options;
+      once.unique_suffix = false;
+      once.reclaim_stale = false;
+      absl::StatusOr<ShmRegion> region = Create(requested + *suffix, bytes, once);
+      if (region.ok() || !absl::IsAlreadyExists(region.status())) return region;
+      LOG_WARNING("shm region ", requested + *suffix, " already exists (another process took that name): drawing "
+                  "another");
+    }
+    return absl::AlreadyExistsError(absl::StrCat("shm regions ", requested, "-<random>: ", kDraws,
+                                                 " random names in a row already existed; is someone creating "
+                                                 "every name in /dev/shm?"));
+  }
   if (absl::Status s = ValidateShmName(name); !s.ok()) return s;
   if (bytes == 0) return absl::InvalidArgumentError(absl::StrCat("shm region ", name, ": size must be > 0"));
 
@@ -58,9 +99,16 @@ absl::StatusOr<ShmRegion> ShmRegion::Create(const std::string& name, size_t byte
     // The name exists: a live owner keeps it, a stale one (killed creator) may be reclaimed.
     const int existing = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
     bool alive = true;
+    struct stat st {};
+    const bool foreign = existing < 0 ? errno == EACCES : (fstat(existing, &st) == 0 && st.st_uid != geteuid());
     if (existing >= 0) {
       alive = LockedByOther(existing);
       close(existing);
+    }
+    if (foreign) {
+      return absl::AlreadyExistsError(absl::StrCat("shm region ", name,
+                                                   " already exists and belongs to another user (squatted name); "
+                                                   "choose another name or let the name be drawn at random"));
     }
     if (alive || !options.reclaim_stale || attempt > 0) {
       return absl::AlreadyExistsError(absl::StrCat("shm region ", name, " already exists",
@@ -74,6 +122,11 @@ absl::StatusOr<ShmRegion> ShmRegion::Create(const std::string& name, size_t byte
   region.fd_ = fd;
   region.owner_ = true;
   region.access_ = ShmAccess::kReadWrite;
+  // O_EXCL made it ours; 0600 whatever the umask left.
+  if (fchmod(fd, 0600) != 0) {
+    const int err = errno;
+    return absl::InternalError(absl::StrCat("shm region ", name, ": fchmod 0600: ", ErrnoText(err)));
+  }
   flock lock = WholeFileLock(F_WRLCK);
   if (fcntl(fd, F_OFD_SETLK, &lock) != 0) {
     const int err = errno;
@@ -100,6 +153,10 @@ absl::StatusOr<ShmRegion> ShmRegion::Open(const std::string& name, ShmAccess acc
   if (fd < 0) {
     const int err = errno;
     if (err == ENOENT) return absl::NotFoundError(absl::StrCat("shm region ", name, " does not exist"));
+    if (err == EACCES) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("shm region ", name, ": permission denied (it belongs to another user): refusing to map it"));
+    }
     return absl::InternalError(absl::StrCat("shm_open(", name, "): ", ErrnoText(err)));
   }
   ShmRegion region;
@@ -111,6 +168,7 @@ absl::StatusOr<ShmRegion> ShmRegion::Open(const std::string& name, ShmAccess acc
     const int err = errno;
     return absl::InternalError(absl::StrCat("fstat(shm region ", name, "): ", ErrnoText(err)));
   }
+  if (absl::Status owner = CheckOwner(name, st); !owner.ok()) return owner;
   if (st.st_size <= 0) return absl::DataLossError(absl::StrCat("shm region ", name, " is empty"));
   const size_t bytes = static_cast<size_t>(st.st_size);
   void* data = mmap(nullptr, bytes, rw ? (PROT_READ | PROT_WRITE) : PROT_READ, MAP_SHARED, fd, 0);

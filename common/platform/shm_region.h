@@ -7,6 +7,10 @@
 // region read-only or read-write and never unlink it.
 //
 // Names follow shm_open(3): "/" followed by up to 254 characters, no other "/".
+// /dev/shm is shared by every user, so a predictable name can be taken
+// first by someone else: processes that must not be blocked that way ask
+// for a random suffix (ShmCreateOptions::unique_suffix), and Open maps only
+// regions owned by this user (or root), never another user's.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +27,11 @@ struct ShmCreateOptions {
   // When the name exists but no live owner holds it (its creator was killed),
   // unlink it and create a fresh one; otherwise AlreadyExists.
   bool reclaim_stale = true;
+  // Append "-<16 random hex digits>" to the name (name() reports the full
+  // one), drawn afresh from getrandom if it exists: the name cannot be
+  // predicted, so it cannot be squatted. An existing name is never reclaimed
+  // then (it is not ours); after a few draws all taken, AlreadyExists.
+  bool unique_suffix = false;
 };
 
 // Movable, not copyable. Destruction unmaps, closes and (owner only) unlinks.
@@ -32,7 +41,9 @@ class ShmRegion {
   // AlreadyExists naming the region when a live owner holds the name;
   // InvalidArgument for a bad name or size; Internal (with errno text) otherwise.
   static absl::StatusOr<ShmRegion> Create(const std::string& name, size_t bytes, const ShmCreateOptions& options = {});
-  // An existing region, its size from fstat. NotFound when absent.
+  // An existing region, its size from fstat. NotFound when absent;
+  // PermissionDenied naming the owner when it belongs to another user (a
+  // region planted under a name we were told would be a sibling's).
   static absl::StatusOr<ShmRegion> Open(const std::string& name, ShmAccess access);
 
   ShmRegion() = default;

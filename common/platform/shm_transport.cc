@@ -136,7 +136,8 @@ absl::StatusOr<std::unique_ptr<ShmArena>> ShmArena::Create(const ArenaOptions& o
   const uint32_t message_bytes = static_cast<uint32_t>(RoundUp(options.control_message_bytes, 64));
   const Layout layout = ComputeLayout(options.num_slots, slot_bytes, message_bytes);
   auto arena = std::unique_ptr<ShmArena>(new ShmArena());
-  TANDEM_ASSIGN_OR_RETURN(arena->region_, ShmRegion::Create(options.name, layout.total_bytes));
+  TANDEM_ASSIGN_OR_RETURN(arena->region_, ShmRegion::Create(options.name, layout.total_bytes,
+                                                            ShmCreateOptions{.unique_suffix = options.unique_suffix}));
   arena->num_slots_ = options.num_slots;
   arena->slot_bytes_ = slot_bytes;
   arena->control_message_bytes_ = message_bytes;

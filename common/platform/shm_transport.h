@@ -95,6 +95,9 @@ struct ArenaOptions {
   uint32_t num_slots = 2;                     // input slots = output slots = this
   uint64_t slot_bytes = 16ull << 20;          // rounded up to a page
   uint32_t control_message_bytes = 64 << 10;  // capacity of each doorbell message
+  // The region's name is `name` plus a random suffix (ShmCreateOptions::
+  // unique_suffix): ShmArena::name() reports it.
+  bool unique_suffix = false;
 };
 
 enum class ArenaSide { kInput, kOutput };

@@ -15,8 +15,12 @@ the server's gRPC status code and message.
 from __future__ import annotations
 
 import dataclasses
+import errno
+import math
 import os
 import pwd
+import socket
+import stat
 from typing import Callable, Iterator, Optional, Sequence
 
 import grpc
@@ -198,8 +202,10 @@ class Client:
                  generate_timeout: float = 3600.0):
         target = target or default_target()
         self.target = target
-        self._call_timeout = call_timeout
-        self._generate_timeout = generate_timeout
+        self._call_timeout = _positive_timeout(call_timeout, "call_timeout")
+        self._generate_timeout = _positive_timeout(generate_timeout, "generate_timeout")
+        connect_timeout = _positive_timeout(connect_timeout, "connect_timeout")
+        _check_unix_target(target)
         # A server that is starting or restarting is found within a tenth of a second,
         # not after gRPC's default reconnect backoff (1 s, growing to 120 s).
         self._channel = grpc.insecure_channel(target, options=[("grpc.initial_reconnect_backoff_ms", 100),
@@ -233,7 +239,7 @@ class Client:
         request = _request(inference_pb2.GenerateRequest, prompt=prompt, prompt_ids=prompt_ids, add_bos=add_bos,
                            max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                            stop=list(stop), stop_ids=list(stop_ids), ignore_eos=ignore_eos, logprobs=logprobs)
-        return Generation(self._stub.Generate(request, timeout=timeout or self._generate_timeout))
+        return Generation(self._stub.Generate(request, timeout=self._timeout(timeout, self._generate_timeout)))
 
     def beam_search(self, prompt: Optional[str] = None, *, prompt_ids: Optional[Sequence[int]] = None,
                     add_bos: Optional[bool] = None, beam_width: int = 4, max_tokens: Optional[int] = None,
@@ -248,7 +254,7 @@ class Client:
                            stop_ids=list(stop_ids), ignore_eos=ignore_eos, stream_progress=on_progress is not None)
         sequences = None
         try:
-            for response in self._stub.BeamSearch(request, timeout=timeout or self._generate_timeout):
+            for response in self._stub.BeamSearch(request, timeout=self._timeout(timeout, self._generate_timeout)):
                 if on_progress is not None and response.HasField("progress"):
                     p = response.progress
                     on_progress(BeamProgress(p.step, p.live_beams, p.finished, _sequence(p.best)))
@@ -275,17 +281,99 @@ class Client:
         """Throughput, queue, KV cache and per-layer figures (a tandem.v1.ServerStats message)."""
         return self._unary(self._stub.GetStats, inference_pb2.GetStatsRequest(), timeout)
 
+    @staticmethod
+    def _timeout(timeout: Optional[float], default: float) -> float:
+        # None is "the default"; 0 is not (it used to mean 3600 s by way of `or`).
+        return default if timeout is None else _positive_timeout(timeout, "timeout")
+
     def _unary(self, method, request, timeout: Optional[float]):
+        timeout = self._timeout(timeout, self._call_timeout)
         try:
-            return method(request, timeout=timeout or self._call_timeout)
+            return method(request, timeout=timeout)
         except grpc.RpcError as e:
             raise _error(e) from None
 
 
-def _connect_hint(target: str) -> str:
+def _positive_timeout(value, name: str) -> float:
+    """A timeout in seconds must be a finite number > 0: 0 or less would expire at
+    once, and None means the default only where the signature says so."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number of seconds > 0, got {value!r}")
+    return float(value)
+
+
+def _unix_path(target: str) -> Optional[str]:
     if not target.startswith("unix:"):
+        return None
+    return target[len("unix://"):] if target.startswith("unix://") else target[len("unix:"):]
+
+
+def _trusted_uid(uid: int) -> bool:
+    return uid in (os.geteuid(), 0)
+
+
+def _check_unix_target(target: str) -> None:
+    """Prompts go to a unix socket only when it and its folder belong to this user
+    (or root) and no one else may replace it: another user's socket where the
+    server's should be would receive them. Raises TandemError(PERMISSION_DENIED)."""
+    if target.startswith("unix-abstract:"):
+        raise TandemError(grpc.StatusCode.PERMISSION_DENIED,
+                          f"{target}: abstract unix sockets have no owner to check; tandem-server never listens on one")
+    path = _unix_path(target)
+    if path is None:
+        return
+    if not path or path.startswith("@"):
+        raise TandemError(grpc.StatusCode.PERMISSION_DENIED,
+                          f"{target}: no socket path (an abstract socket has no owner to check)")
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # absent: the connection fails and says so
+    link = os.lstat(path)
+    if stat.S_ISLNK(link.st_mode) and not _trusted_uid(link.st_uid):
+        raise TandemError(grpc.StatusCode.PERMISSION_DENIED,
+                          f"{path} is a symlink of uid {link.st_uid}: refusing to send requests through another "
+                          "user's link")
+    if not stat.S_ISSOCK(st.st_mode):
+        raise TandemError(grpc.StatusCode.FAILED_PRECONDITION, f"{path} is not a socket: not a tandem server address")
+    if not _trusted_uid(st.st_uid):
+        raise TandemError(grpc.StatusCode.PERMISSION_DENIED,
+                          f"{path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}) or root: refusing "
+                          "to send requests to another user's socket (it may be posing as tandem-server)")
+    parent = os.path.dirname(path) or "."
+    d = os.stat(parent)
+    others_write = d.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not d.st_mode & stat.S_ISVTX
+    if not _trusted_uid(d.st_uid) or others_write:
+        raise TandemError(grpc.StatusCode.PERMISSION_DENIED,
+                          f"{path} lies in {parent} (uid {d.st_uid}, mode {stat.S_IMODE(d.st_mode):04o}), which "
+                          "another user may write to: the socket could be replaced; refusing to send requests there")
+
+
+def _connect_hint(target: str) -> str:
+    """Why a connection failed, from a connect() of our own: absent, not ours to
+    open, stale, or slow."""
+    path = _unix_path(target)
+    if path is None:
         return "is tandem-server running and listening there?"
-    path = target[len("unix://"):] if target.startswith("unix://") else target[len("unix:"):]
-    if not os.path.exists(path):
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.setblocking(False)
+    try:
+        err = probe.connect_ex(path)
+    except OSError as e:
+        err = e.errno
+    finally:
+        probe.close()
+    if err == errno.ENOENT:
         return f"no socket at {path}: is tandem-server running?"
-    return f"{path} exists but nothing accepted the connection: is tandem-server still starting, or stale?"
+    if err in (errno.EACCES, errno.EPERM):
+        try:
+            st = os.stat(path)
+            return (f"permission denied opening {path} (owned by uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o}; "
+                    f"you are uid {os.geteuid()}): the server runs as another user, whose socket only they may use")
+        except OSError:
+            return f"permission denied reaching {path}: a folder on the way is not yours to enter"
+    if err == errno.ECONNREFUSED:
+        return f"{path} exists but nothing listens on it: the socket of a server that has exited (restart tandem-server)"
+    if err in (0, errno.EAGAIN, errno.EINPROGRESS):
+        return f"{path} accepts connections but did not answer in time: is tandem-server still starting?"
+    return f"cannot connect to {path}: {os.strerror(err)}"

@@ -72,6 +72,29 @@ def main() -> int:
         except TandemError as e:
             check(e.code == grpc.StatusCode.INVALID_ARGUMENT and "top_p" in e.message, f"top_p=2: {e}")
 
+        # length_penalty beyond [-10, 10] made every score -inf; it is refused.
+        try:
+            client.beam_search(prompt_ids=args.prompt_ids, beam_width=2, max_tokens=2, length_penalty=-1e30)
+            check(False, "length_penalty=-1e30 raised TandemError")
+        except TandemError as e:
+            check(e.code == grpc.StatusCode.INVALID_ARGUMENT and "length_penalty" in e.message,
+                  f"length_penalty=-1e30: {e}")
+
+        # timeout=0 means zero seconds, not the default hour: refused, like any timeout <= 0.
+        for bad in (0, -1, float("nan")):
+            try:
+                client.generate(prompt_ids=args.prompt_ids, max_tokens=1, timeout=bad)
+                check(False, f"timeout={bad} raised ValueError")
+            except ValueError as e:
+                check("timeout" in str(e), f"timeout={bad}: {e}")
+            try:
+                client.info(timeout=bad)
+                check(False, f"info(timeout={bad}) raised ValueError")
+            except ValueError as e:
+                check("timeout" in str(e), f"info(timeout={bad}): {e}")
+        check(len(client.generate(prompt_ids=args.prompt_ids, max_tokens=1, timeout=30).wait().ids) == 1,
+              "a positive timeout still works")
+
         if info.has_tokenizer:
             tokens = client.tokenize("The licensee may")
             check(len(tokens) > 1, f"tokenize: {tokens}")
@@ -88,6 +111,12 @@ def main() -> int:
         check(False, "connecting to a missing socket raised")
     except TandemError as e:
         check(e.code == grpc.StatusCode.UNAVAILABLE and missing in e.message, f"missing socket: {e}")
+
+    try:
+        Client(f"unix:{missing}", connect_timeout=0)
+        check(False, "connect_timeout=0 raised ValueError")
+    except ValueError as e:
+        check("connect_timeout" in str(e), f"connect_timeout=0: {e}")
 
     if failures:
         print(f"{len(failures)} check(s) failed", file=sys.stderr)

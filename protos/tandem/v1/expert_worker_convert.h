@@ -23,7 +23,13 @@
 namespace tandem {
 
 // Bump on any change to expert_worker.proto that an older peer would misread.
-inline constexpr uint32_t kExpertWorkerProtocolVersion = 1;
+inline constexpr uint32_t kExpertWorkerProtocolVersion = 2;
+
+// CalibrateRequest's bounds (the worker refuses more): a call costs at most
+// kMaxCalibrateRowCounts x kMaxCalibrateReps expert runs of kMaxCalibrateRows rows.
+inline constexpr int kMaxCalibrateRowCounts = 32;
+inline constexpr int64_t kMaxCalibrateRows = 4096;
+inline constexpr int kMaxCalibrateReps = 100;
 
 inline void ToProto(const ModelFingerprint& f, v1::ModelFingerprint* out) {
   out->set_architecture(f.architecture);
