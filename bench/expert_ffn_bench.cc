@@ -74,17 +74,7 @@ class WeightBuffer {
         state ^= state << 17;
         const float u = static_cast<float>(state >> 40) * (1.0f / 16777216.0f);  // [0, 1)
         const float v = (2.0f * u - 1.0f) * scale;
-        switch (dtype) {
-          case DType::kF32:
-            reinterpret_cast<float*>(data())[i] = v;
-            break;
-          case DType::kF16:
-            reinterpret_cast<uint16_t*>(data())[i] = F32ToF16(v);
-            break;
-          case DType::kBF16:
-            reinterpret_cast<uint16_t*>(data())[i] = F32ToBf16(v);
-            break;
-        }
+        StoreAsDType(data(), dtype, static_cast<size_t>(i), v);
       }
     });
   }

@@ -121,11 +121,7 @@ class TestWeights {
     std::normal_distribution<float> dist(0.0f, stddev);
     for (int64_t i = 0; i < count; ++i) {
       const float v = dist(rng_);
-      switch (dtype_) {
-        case DType::kF32: reinterpret_cast<float*>(p)[i] = v; break;
-        case DType::kF16: reinterpret_cast<uint16_t*>(p)[i] = F32ToF16(v); break;
-        case DType::kBF16: reinterpret_cast<uint16_t*>(p)[i] = F32ToBf16(v); break;
-      }
+      StoreAsDType(p, dtype_, static_cast<size_t>(i), v);
     }
     return p;
   }

@@ -29,17 +29,7 @@ struct StoredWeight {
     std::uniform_real_distribution<float> dist(-scale, scale);
     for (int64_t i = 0; i < n * k; ++i) {
       const float v = dist(rng);
-      switch (dtype) {
-        case DType::kF32:
-          reinterpret_cast<float*>(bytes.data())[i] = v;
-          break;
-        case DType::kF16:
-          reinterpret_cast<uint16_t*>(bytes.data())[i] = F32ToF16(v);
-          break;
-        case DType::kBF16:
-          reinterpret_cast<uint16_t*>(bytes.data())[i] = F32ToBf16(v);
-          break;
-      }
+      StoreAsDType(bytes.data(), dtype, static_cast<size_t>(i), v);
     }
     view = {bytes.data(), dtype, n, k};
   }

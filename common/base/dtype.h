@@ -75,4 +75,15 @@ inline float LoadAsF32(const void* data, DType dtype, size_t i) {
   return 0.0f;
 }
 
+// Writes `v` as element `i` of a buffer of float `dtype` (rounded to
+// nearest even). Quantized dtypes have no single element: nothing written.
+inline void StoreAsDType(void* data, DType dtype, size_t i, float v) {
+  switch (dtype) {
+    case DType::kF32: static_cast<float*>(data)[i] = v; break;
+    case DType::kF16: static_cast<uint16_t*>(data)[i] = F32ToF16(v); break;
+    case DType::kBF16: static_cast<uint16_t*>(data)[i] = F32ToBf16(v); break;
+    default: break;  // quantized: callers quantize whole blocks (common/quant)
+  }
+}
+
 }  // namespace tandem
