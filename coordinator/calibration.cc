@@ -10,9 +10,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/cpu_features.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
+#include "common/kernels/kernel_calibration.h"
+#include "common/kernels/kernel_plan.h"
 
 namespace tandem {
 namespace {
@@ -27,19 +30,28 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-std::string CpuModelName() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) {
-        const size_t begin = line.find_first_not_of(' ', colon + 1);
-        return begin == std::string::npos ? std::string() : line.substr(begin);
-      }
-    }
-  }
-  return "unknown";
+std::string CpuModelName() { return HostCpu().brand; }
+
+// Measures the kernel plan on the setup's matrices and installs it.
+absl::Status MeasureAndInstallKernelPlan(const CalibrationSetup& setup, HardwareProfile* profile) {
+  TANDEM_ASSIGN_OR_RETURN(KernelCalibration measured, MeasureKernelPlan(setup.kernel_plan_groups, setup.kernel_pool));
+  profile->kernel_plan = measured.plan.Spec();
+  profile->kernel_plan_source = measured.plan.source();
+  LOG_INFO("calibration: kernel plan ", measured.plan.Spec(), " (", absl::StrFormat("%.2f s", measured.seconds), ")");
+  SetProcessKernelPlan(std::move(measured.plan));
+  return absl::OkStatus();
+}
+
+// A cached profile's kernel plan, installed again.
+absl::Status InstallCachedKernelPlan(const HardwareProfile& profile, const std::string& path) {
+  if (profile.kernel_plan.empty()) return absl::OkStatus();
+  absl::StatusOr<KernelPlan> plan =
+      KernelPlan::Parse(profile.kernel_plan, profile.kernel_plan_source.empty() ? path : profile.kernel_plan_source);
+  if (!plan.ok())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": machine.kernel_plan: ", plan.status().message()));
+  LOG_INFO("calibration: kernel plan ", plan->Spec(), " from ", path);
+  SetProcessKernelPlan(*std::move(plan));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -60,7 +72,8 @@ absl::Status CalibrationOptions::Validate() const {
 std::string MachineDescription() {
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-  return absl::StrCat("cpu=", CpuModelName(), "; cores=", AvailableCores(), "; host=", host);
+  return absl::StrCat("cpu=", CpuModelName(), "; cores=", AvailableCores(), "; host=", host,
+                      "; isa=", IsaLevelName(ActiveIsa()));
 }
 
 std::string CalibrationCacheKey(const CalibrationSetup& setup) {
@@ -86,6 +99,8 @@ absl::StatusOr<HardwareProfile> Calibrate(const CalibrationSetup& setup, const C
   const int num_experts = static_cast<int>(config.num_local_experts);
   const int64_t d = config.hidden_size;
   const auto start = std::chrono::steady_clock::now();
+  HardwareProfile profile;
+  if (!setup.kernel_plan_groups.empty()) TANDEM_RETURN_IF_ERROR(MeasureAndInstallKernelPlan(setup, &profile));
 
   const int max_rows = options.rows.back();
   std::vector<float> input(static_cast<size_t>(max_rows * d)), output(static_cast<size_t>(max_rows * d));
@@ -157,7 +172,6 @@ absl::StatusOr<HardwareProfile> Calibrate(const CalibrationSetup& setup, const C
   TANDEM_ASSIGN_OR_RETURN(RooflineCurve cpu_curve, FitRoofline(cpu_samples, "cpu"));
   TANDEM_ASSIGN_OR_RETURN(RooflineCurve gpu_curve, FitRoofline(gpu_samples, "gpu"));
 
-  HardwareProfile profile;
   profile.name = "calibrated";
   profile.source = "measured at start-up (coordinator/calibration.h)";
   profile.description = absl::StrCat("cpu(s) and gpu(s) at ", cpu_samples.size(), " row counts (1..",
@@ -201,6 +215,7 @@ absl::StatusOr<CalibrationResult> LoadOrCalibrate(const std::string& path, const
     if (cached.ok() && cached->cache_key == key) {
       result.profile = std::move(*cached);
       result.from_cache = true;
+      TANDEM_RETURN_IF_ERROR(InstallCachedKernelPlan(result.profile, path));
       LOG_INFO("calibration: read ", path, " (same machine, model and config)");
       return result;
     }

@@ -1,5 +1,7 @@
 #include "coordinator/cpu_backend.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "common/model/routing.h"
 #include "common/base/status_macros.h"
@@ -41,9 +43,13 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
   // [T, D] → q [T, Hq], k/v [T, Hkv]
   ApplyNorm(config_, lw.input_norm, hidden, num_rows, normed_.data());
   auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
+  auto start = std::chrono::steady_clock::now();
   TANDEM_RETURN_IF_ERROR(Linear(normed_.data(), num_rows, lw.q_proj, bias(lw.q_bias), q_.data(), pool_));
   TANDEM_RETURN_IF_ERROR(Linear(normed_.data(), num_rows, lw.k_proj, bias(lw.k_bias), k_.data(), pool_));
   TANDEM_RETURN_IF_ERROR(Linear(normed_.data(), num_rows, lw.v_proj, bias(lw.v_bias), v_.data(), pool_));
+  projection_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  projection_flops_ += 2.0 * static_cast<double>(num_rows) * static_cast<double>(d) *
+                       static_cast<double>(q_dim + 2 * kv_dim + q_dim);  // q, k, v, and o below
 
   // RoPE on q and k, then the new keys/values join each sequence's cache.
   for (const SequenceSlice& s : slices) {
@@ -84,7 +90,9 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
     for (int64_t r = 0; r < static_cast<int64_t>(rows.size()); ++r) attend(r, 0);
   }
 
+  start = std::chrono::steady_clock::now();
   TANDEM_RETURN_IF_ERROR(Linear(attn_.data(), num_rows, lw.o_proj, bias(lw.o_bias), o_.data(), pool_));
+  projection_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   AddInPlace(hidden, o_.data(), num_rows * d);
   return absl::OkStatus();
 }
@@ -93,7 +101,10 @@ absl::Status CpuBackend::Router(int layer, int64_t num_rows, const float* hidden
                                 float* router_logits, int32_t* experts, float* weights) {
   const LayerWeights& lw = weights_->layers[static_cast<size_t>(layer)];
   ApplyNorm(config_, lw.post_attention_norm, hidden, num_rows, moe_input);
-  TANDEM_RETURN_IF_ERROR(Linear(moe_input, num_rows, lw.router, nullptr, router_logits, pool_));
+  // The router's input stays f32 (ARCHITECTURE.md, "Precision"): no kernel
+  // that rounds x to bf16, whatever the plan says.
+  TANDEM_RETURN_IF_ERROR(
+      Linear(moe_input, num_rows, lw.router, nullptr, router_logits, pool_, LinearOptions{.f32_activations = true}));
   Route(config_, router_logits, num_rows, experts, weights);
   return absl::OkStatus();
 }
