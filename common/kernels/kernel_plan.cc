@@ -47,9 +47,11 @@ absl::StatusOr<KernelPlan> KernelPlan::Create(std::vector<KernelPlanStep> steps,
 KernelPlan KernelPlan::BuiltIn(IsaLevel isa) {
   // Crossovers measured with tandem-expert-ffn-bench at Mixtral width, bf16
   // (docs/BENCHMARKS.md): AVX2-only Zen 3, stream to packed between 8 and 12
-  // rows; Zen 5 (AVX512-BF16), see kBf16DotFrom.
+  // rows; Zen 5, stream to avx512_packed at 12 (a tie) and stream to
+  // avx512_bf16_dot between 8 (stream 53 ms, bf16_dot 64) and 12 (95 vs 66).
+  // bf16_dot costs the same from 1 to 16 rows (16 rows share a vector).
   constexpr int64_t kPackedFrom = 12;
-  constexpr int64_t kBf16DotFrom = 8;
+  constexpr int64_t kBf16DotFrom = 12;
   std::vector<KernelPlanStep> steps = {{1, KernelPath::kStream}};
   if (isa >= IsaLevel::kAvx512Bf16) {
     steps.push_back({kBf16DotFrom, KernelPath::kBf16Dot});
