@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/kernels/kernel_plan.h"
 #include "common/base/log.h"
 #include "common/platform/shm_transport.h"
 #include "common/base/status_macros.h"
@@ -277,6 +278,16 @@ absl::Status RemoteExpertExecutor::ConnectWorker(Worker& worker, absl::Time dead
   }
   worker.description = absl::StrCat(d.worker_id(), " pid ", d.pid(), " node ", d.numa_node(), " cpus ",
                                     absl::StrJoin(d.cores(), ","), ", ", d.experts_size(), " shares, ", d.compute());
+  // A worker whose kernel plan differs from this process's computes the
+  // same experts with other kernels: right, but not the same bits as a
+  // single process (workers report "plan <spec>" among their kernels).
+  const std::string own_plan = absl::StrCat("plan ", ProcessKernelPlan().Spec());
+  for (const std::string& kernel : d.kernels()) {
+    if (kernel.rfind("plan ", 0) == 0 && kernel != own_plan) {
+      LOG_WARNING("remote experts: ", worker.name(), " runs kernel ", kernel, ", this process ", own_plan,
+                  ": outputs will differ from a single process's in the last bits (give both the same --kernel_plan)");
+    }
+  }
   worker.connected = true;
   if (!initial) {
     std::lock_guard<std::mutex> lock(stats_mutex_);
