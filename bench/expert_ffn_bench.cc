@@ -1,10 +1,14 @@
 // Expert FFN throughput on the CPU against the machine's own measured limits.
 //
-// Prints JSON lines: the machine (STREAM triad GB/s, f32 FMA peak GFLOP/s), how
-// oneDNN handles bf16 here, the FFN at each row count (median us, weight GB/s,
-// GFLOP/s and their ratios to the machine), and every Linear path side by side
-// (stream, packed, oneDNN): the data behind LinearOptions::prefill_min_rows
-// and prefill_kernel.
+// Prints JSON lines: the machine (STREAM triad and read-only GB/s, the peak
+// of every instruction the kernels use: AVX2 FMA, AVX-512 FMA, AVX512-BF16
+// dot products), how oneDNN handles bf16 here, the FFN at each row count
+// under the kernel plan (median us, weight GB/s, GFLOP/s and their ratios to
+// the read-only bandwidth and to the peak of the kernel's instruction), and
+// every kernel this CPU runs side by side at the --compare_rows counts, with
+// the plan those timings make: the data behind the built-in kernel plans.
+// Every line is stamped with the CPU, its ISA level and the load
+// (bench/json_lines.h). TANDEM_MAX_ISA caps the kernels, as everywhere.
 //
 // Legend: R rows, D hidden size, I intermediate size, E distinct experts.
 // Weights: E experts x {W1, W3 [I, D], W2 [D, I]}; at Mixtral width one expert
@@ -18,6 +22,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,8 +36,11 @@
 #include "common/base/clock.h"
 #include "common/base/dtype.h"
 #include "common/platform/hardware_probe.h"
+#include "common/kernels/compute_peak.h"
+#include "common/kernels/kernel_plan.h"
 #include "common/kernels/linear.h"
 #include "common/base/log.h"
+#include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "cpu_worker/expert_ffn.h"
 #include "dnnl.hpp"
@@ -41,16 +49,16 @@
 ABSL_FLAG(int, threads, 0, "compute threads including the caller; 0 = all available cores");
 ABSL_FLAG(int, reps, 5, "timed calls per row count (after one warm-up); the median is reported");
 ABSL_FLAG(std::string, rows, "1,2,4,8,16,32,64,128,256,512", "row counts to time, comma-separated");
-ABSL_FLAG(std::string, compare_rows, "1,2,4,8,10,12,16,32,512",
-          "row counts at which every Linear path (stream, packed, oneDNN) is timed");
+ABSL_FLAG(std::string, compare_rows, "1,2,4,8,12,16,32,64,128,256,512",
+          "row counts at which every kernel this CPU runs is timed");
 ABSL_FLAG(std::string, dtype, "bf16", "weight dtype: bf16, f16 or f32");
 ABSL_FLAG(int, experts, 2, "distinct experts' weights to rotate through (>= 2 defeats the LLC)");
 ABSL_FLAG(int64_t, hidden, 4096, "D, hidden size (Mixtral 8x7B: 4096)");
 ABSL_FLAG(int64_t, intermediate, 14336, "I, expert intermediate size (Mixtral 8x7B: 14336)");
-ABSL_FLAG(int64_t, prefill_min_rows, tandem::LinearOptions{}.prefill_min_rows,
-          "rows from which Linear uses its prefill kernel (LinearOptions::prefill_min_rows)");
-ABSL_FLAG(std::string, prefill_kernel, "default", "prefill kernel: default, packed or onednn");
-ABSL_FLAG(bool, probe, true, "measure triad bandwidth and FMA peak first");
+ABSL_FLAG(std::string, kernel_plan, "builtin",
+          "kernel path per row count for the expert_ffn lines: builtin (for this CPU's ISA) or ROWS:PATH,... "
+          "(e.g. 1:stream,16:bf16_dot; paths stream, packed, bf16_dot, onednn)");
+ABSL_FLAG(bool, probe, true, "measure bandwidth and compute peaks first");
 
 namespace tandem {
 namespace {
@@ -110,8 +118,8 @@ absl::StatusOr<Timing> TimeFfn(ExpertFfn& ffn, const std::vector<ExpertFfnWeight
   return Timing{Median(us), *std::min_element(us.begin(), us.end())};
 }
 
-// Does oneDNN 2.x on this CPU have a bf16 matmul (the prefill path would use
-// it instead of widening tiles to f32)? On AVX2-only CPUs it does not.
+// Does oneDNN 2.x on this CPU have a bf16 matmul? On AVX2-only CPUs it does
+// not; on AVX512-BF16 ones it is brgemm ("brg:avx512_core_bf16").
 Json ProbeOneDnn(int64_t k) {
   Json line = {{"kind", "onednn"}};
   const dnnl::version_t* version = dnnl::version();
@@ -137,6 +145,26 @@ Json ProbeOneDnn(int64_t k) {
   return line;
 }
 
+// The peaks of every instruction the kernels use that this process may run.
+absl::StatusOr<Json> MeasurePeaks(ThreadPool* pool, std::map<PeakInstruction, double>* peaks) {
+  Json out = Json::object();
+  for (PeakInstruction instruction :
+       {PeakInstruction::kAvx2Fma, PeakInstruction::kAvx512Fma, PeakInstruction::kBf16Dot}) {
+    if (PeakInstructionIsa(instruction) > ActiveIsa()) continue;
+    TANDEM_ASSIGN_OR_RETURN(const ComputePeak peak, MeasureComputePeak(instruction, pool));
+    (*peaks)[instruction] = peak.gflops;
+    out[PeakInstructionName(instruction)] = peak.gflops;
+  }
+  return out;
+}
+
+absl::StatusOr<DType> ParseDtypeFlag(const std::string& flag) {
+  if (flag == "bf16") return DType::kBF16;
+  if (flag == "f16") return DType::kF16;
+  if (flag == "f32") return DType::kF32;
+  return absl::InvalidArgumentError("--dtype must be bf16, f16 or f32");
+}
+
 absl::Status Main() {
   const int threads = absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads) : AvailableCores();
   const int reps = std::max(absl::GetFlag(FLAGS_reps), 1);
@@ -144,40 +172,28 @@ absl::Status Main() {
   const int64_t intermediate = absl::GetFlag(FLAGS_intermediate);
   const int num_experts = std::max(absl::GetFlag(FLAGS_experts), 1);
   const std::string dtype_flag = absl::GetFlag(FLAGS_dtype);
-  DType dtype;
-  if (dtype_flag == "bf16") {
-    dtype = DType::kBF16;
-  } else if (dtype_flag == "f16") {
-    dtype = DType::kF16;
-  } else if (dtype_flag == "f32") {
-    dtype = DType::kF32;
-  } else {
-    return absl::InvalidArgumentError("--dtype must be bf16, f16 or f32");
-  }
+  TANDEM_ASSIGN_OR_RETURN(const DType dtype, ParseDtypeFlag(dtype_flag));
   const std::vector<int64_t> row_counts = ParsePositiveList<int64_t>(absl::GetFlag(FLAGS_rows));
   const std::vector<int64_t> compare_rows = ParsePositiveList<int64_t>(absl::GetFlag(FLAGS_compare_rows));
-  LinearOptions options;
-  options.prefill_min_rows = absl::GetFlag(FLAGS_prefill_min_rows);
-  const std::string prefill_flag = absl::GetFlag(FLAGS_prefill_kernel);
-  if (prefill_flag == "packed") {
-    options.prefill_kernel = PrefillKernel::kAvx2Packed;
-  } else if (prefill_flag == "onednn") {
-    options.prefill_kernel = PrefillKernel::kOneDnn;
-  } else if (prefill_flag != "default") {
-    return absl::InvalidArgumentError("--prefill_kernel must be default, packed or onednn");
+  KernelPlan plan = KernelPlan::BuiltIn(ActiveIsa());
+  if (absl::GetFlag(FLAGS_kernel_plan) != "builtin") {
+    auto parsed = KernelPlan::Parse(absl::GetFlag(FLAGS_kernel_plan), "--kernel_plan");
+    if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--kernel_plan: ", parsed.status().message()));
+    plan = *parsed;
   }
+  LinearOptions options{.plan = &plan};
+  SetBenchStamp("kernel_plan", plan.Spec());
 
   ThreadPool pool(ThreadPoolOptions{.num_threads = threads, .name = "bench"});
 
-  double triad_gb_s = 0, read_gb_s = 0, fma_gflops = 0;
+  double triad_gb_s = 0, read_gb_s = 0;
+  std::map<PeakInstruction, double> peaks;
   if (absl::GetFlag(FLAGS_probe)) {
     auto bandwidth = MeasureMemoryBandwidth(&pool);
     if (!bandwidth.ok()) return bandwidth.status();
-    auto peak = MeasureF32FmaPeak(&pool);
-    if (!peak.ok()) return peak.status();
+    TANDEM_ASSIGN_OR_RETURN(Json peak_json, MeasurePeaks(&pool, &peaks));
     triad_gb_s = bandwidth->triad_gb_s;
     read_gb_s = bandwidth->read_gb_s;
-    fma_gflops = peak->gflops;
     EmitJsonLine({{"kind", "machine"},
           {"threads", threads},
           {"triad_gb_s", bandwidth->triad_gb_s},
@@ -185,10 +201,11 @@ absl::Status Main() {
           {"read_only_gb_s", bandwidth->read_gb_s},
           {"triad_array_bytes", bandwidth->array_bytes},
           {"llc_bytes", bandwidth->llc_bytes},
-          {"f32_fma_peak_gflops", peak->gflops},
+          {"peak_gflops", peak_json},
           {"note",
            "triad counts 3x4 B/element as STREAM does; ordinary stores also read a[] "
-           "(write-allocate), so DRAM moved 4/3 of that. Best of reps for both."}});
+           "(write-allocate), so DRAM moved 4/3 of that. Peaks: register-only loops of the instruction "
+           "(bf16 dot: 64 flops per vdpbf16ps zmm). Best of reps for all."}});
   }
   EmitJsonLine(ProbeOneDnn(hidden));
 
@@ -222,85 +239,76 @@ absl::Status Main() {
         {"weight_bytes_total", weight_bytes * num_experts},
         {"threads", threads},
         {"reps", reps},
-        {"prefill_min_rows", options.prefill_min_rows}});
+        {"kernel_plan", plan.Spec()},
+        {"kernels", DescribeKernelChoice(dtype, options)}});
+
+  // One line of figures for `kernel` at `rows` from a timing.
+  auto figures = [&](const LinearKernel& kernel, int64_t rows, const Timing& t, const std::string& prefix, Json* line) {
+    const double seconds = t.median_us * 1e-6;
+    const double gb_s = weight_bytes / seconds / 1e9;
+    const double gflops = 2.0 * 3.0 * static_cast<double>(rows) * static_cast<double>(matrix) / seconds / 1e9;
+    (*line)[prefix + "median_us"] = t.median_us;
+    (*line)[prefix + "weight_gb_s"] = gb_s;
+    (*line)[prefix + "gflops"] = gflops;
+    if (read_gb_s > 0) (*line)[prefix + "read_bandwidth_ratio"] = gb_s / read_gb_s;
+    const PeakInstruction instruction = PeakInstructionOf(kernel);
+    if (peaks.count(instruction) != 0) (*line)[prefix + "peak_ratio"] = gflops / peaks[instruction];
+    (*line)[prefix + "peak_instruction"] = PeakInstructionName(instruction);
+  };
 
   ExpertFfn ffn(&pool, options);
   size_t next_expert = 0;
   for (int64_t rows : row_counts) {
     auto timing = TimeFfn(ffn, experts, x.data(), rows, y.data(), reps, next_expert);
     if (!timing.ok()) return timing.status();
-    const double seconds = timing->median_us * 1e-6;
-    const double gb_s = weight_bytes / seconds / 1e9;
-    const double gflops = 2.0 * 3.0 * static_cast<double>(rows) * static_cast<double>(matrix) / seconds / 1e9;
-    Json line = {{"kind", "expert_ffn"},
-                 {"rows", rows},
-                 {"dtype", dtype_flag},
-                 {"path", LinearPathName(ChooseLinearPath(rows, options))},
-                 {"median_us", timing->median_us},
-                 {"best_us", timing->best_us},
-                 {"weight_gb_s", gb_s},
-                 {"gflops", gflops}};
+    const LinearKernel& kernel = ChooseLinearKernel(rows, dtype, options);
+    Json line = {{"kind", "expert_ffn"}, {"rows", rows}, {"dtype", dtype_flag}, {"kernel", kernel.name},
+                 {"best_us", timing->best_us}};
     // Medians are the headline; the best call is beside them because the
     // machine may be shared (another tenant's burst only ever slows a call).
-    const double best_gb_s = weight_bytes / (timing->best_us * 1e-6) / 1e9;
-    const double best_gflops = gflops * timing->median_us / timing->best_us;
-    if (triad_gb_s > 0) {
-      line["bandwidth_ratio"] = gb_s / triad_gb_s;  // the target's yardstick
-      line["best_bandwidth_ratio"] = best_gb_s / triad_gb_s;
-    }
-    if (read_gb_s > 0) line["read_bandwidth_ratio"] = gb_s / read_gb_s;
-    if (fma_gflops > 0) {
-      line["peak_ratio"] = gflops / fma_gflops;
-      line["best_peak_ratio"] = best_gflops / fma_gflops;
-    }
+    figures(kernel, rows, *timing, "", &line);
+    if (triad_gb_s > 0) line["triad_ratio"] = weight_bytes / (timing->median_us * 1e-6) / 1e9 / triad_gb_s;
     EmitJsonLine(line);
   }
 
-  // Every path at the same row counts. Small counts: where the stream kernel
-  // hands over to the prefill kernel (the data behind prefill_min_rows).
-  // Large counts: the packed AVX2 kernel against oneDNN.
-  auto time_path = [&](LinearPath path, int64_t rows) -> absl::StatusOr<Timing> {
-    LinearOptions path_options = options;
-    path_options.prefill_min_rows = path == LinearPath::kAvx2Stream ? std::numeric_limits<int64_t>::max() : 1;
-    path_options.prefill_kernel =
-        path == LinearPath::kOneDnn ? PrefillKernel::kOneDnn : PrefillKernel::kAvx2Packed;
-    ExpertFfn path_ffn(&pool, path_options);
-    return TimeFfn(path_ffn, experts, x.data(), rows, y.data(), reps, next_expert);
-  };
-  const LinearPath prefill_path = ChooseLinearPath(std::numeric_limits<int64_t>::max(), options);
-  int64_t crossover = 0;
+  // Every kernel at the same row counts, and the plan they make: at each
+  // count the fastest, switching only for a >= 3% gain (as calibration does).
+  std::vector<KernelPlanStep> steps;
   for (int64_t rows : compare_rows) {
-    Json line = {{"kind", "path_compare"}, {"rows", rows}};
+    Json line = {{"kind", "kernel_compare"}, {"rows", rows}, {"dtype", dtype_flag}};
     double best_us = std::numeric_limits<double>::max();
-    double stream_us = 0, prefill_us = 0;
-    for (LinearPath path : {LinearPath::kAvx2Stream, LinearPath::kAvx2Packed, LinearPath::kOneDnn}) {
-      auto timing = time_path(path, rows);
+    std::map<KernelPath, double> path_us;
+    const LinearKernel* fastest = nullptr;
+    for (const LinearKernel& kernel : AllLinearKernels()) {
+      if (kernel.dtype != dtype || kernel.isa > ActiveIsa()) continue;
+      // Only the best variant of each path (the one a plan would run).
+      if (FindLinearKernel(dtype, kernel.path, ActiveIsa()) != &kernel) continue;
+      LinearOptions kernel_options{.kernel = &kernel};
+      ExpertFfn kernel_ffn(&pool, kernel_options);
+      auto timing = TimeFfn(kernel_ffn, experts, x.data(), rows, y.data(), reps, next_expert);
       if (!timing.ok()) return timing.status();
-      const std::string name(LinearPathName(path));
-      line[name + "_median_us"] = timing->median_us;
-      line[name + "_weight_gb_s"] = weight_bytes / (timing->median_us * 1e-6) / 1e9;
-      line[name + "_gflops"] = 2.0 * 3.0 * static_cast<double>(rows) * static_cast<double>(matrix) /
-                               (timing->median_us * 1e-6) / 1e9;
+      figures(kernel, rows, *timing, std::string(kernel.name) + "_", &line);
+      path_us[kernel.path] = timing->median_us;
       if (timing->median_us < best_us) {
         best_us = timing->median_us;
-        line["fastest"] = name;
+        fastest = &kernel;
       }
-      if (path == LinearPath::kAvx2Stream) stream_us = timing->median_us;
-      if (path == prefill_path) prefill_us = timing->median_us;
     }
-    // The first compared row count from which the prefill kernel stays ahead.
-    if (prefill_us < stream_us && crossover == 0) crossover = rows;
-    if (prefill_us >= stream_us) crossover = 0;
+    if (fastest == nullptr) continue;
+    line["fastest"] = fastest->name;
+    KernelPath winner = fastest->path;
+    if (!steps.empty() && best_us > 0.97 * path_us[steps.back().path]) winner = steps.back().path;
+    if (steps.empty() || steps.back().path != winner) steps.push_back({steps.empty() ? 1 : rows, winner});
     EmitJsonLine(line);
   }
-  if (!compare_rows.empty())
-    EmitJsonLine({{"kind", "threshold"},
-          {"prefill_path", LinearPathName(prefill_path)},
-          {"prefill_min_rows", options.prefill_min_rows},
-          {"measured_crossover_rows", crossover},
-          {"note",
-           "crossover = first compared row count from which the prefill path stays faster than "
-           "the stream kernel (0: never)"}});
+  if (!steps.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(const KernelPlan measured, KernelPlan::Create(steps, "tandem-expert-ffn-bench"));
+    EmitJsonLine({{"kind", "measured_plan"},
+          {"plan", measured.Spec()},
+          {"kernels", DescribeKernelChoice(dtype, LinearOptions{.plan = &measured})},
+          {"note", "the fastest kernel at each compared row count, switching only for a >= 3% gain; "
+                   "give it to --kernel_plan"}});
+  }
   return absl::OkStatus();
 }
 

@@ -1,106 +1,319 @@
-// Prefill and decode throughput of whole models on the CPU, one sequence.
-// Prints JSON lines: the machine's triad bandwidth, then per model the
-// prefill and decode tokens/s, and the weight bytes a decode step touches per
-// second next to the triad bandwidth (decode is bandwidth-bound).
+// Prefill and decode of whole models on the CPU, one sequence, against the
+// machine's own limits measured in the same run. Prints JSON lines:
+//   machine   triad and read-only bandwidth, the peak of every instruction
+//             the kernels use (AVX2 FMA, AVX-512 FMA, AVX512-BF16 dot)
+//   generate  per model: prefill and decode tokens/s; the weight bytes a
+//             decode token reads, and the bandwidth floor (those bytes at
+//             the read-only bandwidth) next to the measured step
+//   decode_breakdown  where a decode step's time goes: embedding,
+//             attention (of which its four projections), router, experts,
+//             combine, lm_head, the rest (sampling, bookkeeping), and of all
+//             that, the engine thread waiting for pool threads
+//   prefill   the prompt's expert and projection GEMMs in GFLOP/s and as a
+//             fraction of the peak of the instruction their kernel uses
+//   ttft      per --ttft_prompts length: time to first token, the same
+//             GEMM figures, and the process's peak RSS growth (prefill
+//             attention must stay memory-flat: no [L, L] buffers)
+// Every line is stamped with the CPU, its ISA level, the kernel plan and the
+// load average (bench/json_lines.h).
 //
 //   tandem-generate-bench --presets tiny,demo,mixtral-8x7b:2 --prompt_tokens 128 --decode_tokens 32
-//   tandem-generate-bench --model_dir models/demo
+//   tandem-generate-bench --presets mixtral-8x7b:2 --prompt_tokens 512 --ttft_prompts 512,1024,2048,4096
+//   tandem-generate-bench --model_dir models/demo --kernel_plan exact
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
-#include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
+#include "common/base/flags_usage.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/json_lines.h"
-#include "runtime/local_runtime.h"
-#include "common/platform/hardware_probe.h"
 #include "common/base/log.h"
+#include "common/base/status_macros.h"
+#include "common/kernels/compute_peak.h"
+#include "common/kernels/linear.h"
+#include "common/platform/hardware_probe.h"
+#include "coordinator/cpu_backend.h"
+#include "runtime/kernel_flags.h"
+#include "runtime/local_runtime.h"
 
 ABSL_FLAG(std::string, presets, "tiny,demo,mixtral-8x7b:2",
           "synthetic models generated in memory, preset[:layers], comma-separated");
 ABSL_FLAG(std::string, model_dir, "", "benchmark this model folder instead of presets");
-ABSL_FLAG(int32_t, prompt_tokens, 128, "prefill length");
+ABSL_FLAG(int32_t, prompt_tokens, 128, "prefill length of the generate run");
 ABSL_FLAG(int32_t, decode_tokens, 32, "decode steps timed");
 ABSL_FLAG(int32_t, reps, 3, "repetitions; the best is reported");
 ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all available cores");
+ABSL_FLAG(std::string, ttft_prompts, "",
+          "prompt lengths whose time to first token is measured (one prefill each, best of --reps), e.g. "
+          "512,1024,2048,4096; empty: none");
 
+namespace tandem {
 namespace {
 
 using nlohmann::json;
 
+double Ms(double us) { return us / 1000.0; }
+
 // Weight bytes one decode token reads: every dense matrix plus, per layer,
 // the K experts it is routed to (the embedding reads one row: ignored).
-double DecodeBytesPerToken(const tandem::ModelWeights& w) {
+double DecodeBytesPerToken(const ModelWeights& w) {
   const auto& c = w.config;
   const double per_expert = static_cast<double>(w.expert_bytes) / (c.num_hidden_layers * c.num_local_experts);
   const double dense = static_cast<double>(w.total_bytes - w.expert_bytes - w.embed_tokens.size_bytes);
   return dense + static_cast<double>(c.num_hidden_layers * c.num_experts_per_tok) * per_expert;
 }
 
-absl::Status BenchModel(std::unique_ptr<tandem::Model> model, const std::string& name, double triad_gb_s) {
-  tandem::LocalRuntimeOptions options;
+double PeakRssMb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;
+}
+
+struct Machine {
+  double triad_gb_s = 0, read_gb_s = 0;
+  std::map<PeakInstruction, double> peak_gflops;
+};
+
+// Sums of the engine's per-part timings over several forwards.
+struct PartSums {
+  int64_t steps = 0;
+  double embed_us = 0, attention_us = 0, projection_us = 0, router_us = 0, experts_us = 0, combine_us = 0,
+         logits_us = 0, engine_us = 0, wall_us = 0, wait_us = 0;
+  void Add(const ForwardTiming& t) {
+    ++steps;
+    embed_us += t.embed_us;
+    attention_us += t.attention_us;
+    router_us += t.router_us;
+    experts_us += t.experts_us;
+    combine_us += t.combine_us;
+    logits_us += t.logits_us;
+    engine_us += t.total_us;
+  }
+};
+
+// GEMM figures of one prefill: the experts' (2 x 3 x D x I flops per routed
+// row) and the attention projections', against the peak of the instruction
+// the kernel at that row count uses.
+void AddGemmFigures(const ModelConfig& c, int64_t prompt_tokens, double experts_us, double projection_us,
+                    double projection_flops, const Machine& machine, json* line) {
+  const double routed_rows = static_cast<double>(prompt_tokens * c.num_experts_per_tok);
+  const double expert_flops = 2.0 * 3.0 * static_cast<double>(c.hidden_size) *
+                              static_cast<double>(c.intermediate_size) * routed_rows * c.num_hidden_layers;
+  const int64_t rows_per_expert = std::max<int64_t>(1, prompt_tokens * c.num_experts_per_tok / c.num_local_experts);
+  const LinearKernel& expert_kernel = ChooseLinearKernel(rows_per_expert, DType::kBF16, LinearOptions{});
+  const LinearKernel& projection_kernel = ChooseLinearKernel(prompt_tokens, DType::kBF16, LinearOptions{});
+  const double expert_gflops = expert_flops / (experts_us * 1e3);
+  const double projection_gflops = projection_flops / (projection_us * 1e3);
+  (*line)["experts_ms"] = Ms(experts_us);
+  (*line)["expert_gemm_gflops"] = expert_gflops;
+  (*line)["expert_kernel"] = expert_kernel.name;
+  (*line)["mean_rows_per_expert"] = rows_per_expert;
+  (*line)["projections_ms"] = Ms(projection_us);
+  (*line)["projection_gemm_gflops"] = projection_gflops;
+  (*line)["projection_kernel"] = projection_kernel.name;
+  for (auto [kernel, gflops, key] : {std::tuple{&expert_kernel, expert_gflops, "expert"},
+                                     std::tuple{&projection_kernel, projection_gflops, "projection"}}) {
+    const PeakInstruction instruction = PeakInstructionOf(*kernel);
+    auto peak = machine.peak_gflops.find(instruction);
+    if (peak == machine.peak_gflops.end()) continue;
+    (*line)[std::string(key) + "_peak_instruction"] = PeakInstructionName(instruction);
+    (*line)[std::string(key) + "_peak_ratio"] = gflops / peak->second;
+  }
+}
+
+GenerationRequest Request(const ModelConfig& c, int prompt_tokens, int max_tokens) {
+  GenerationRequest request;
+  for (int i = 0; i < prompt_tokens; ++i) request.prompt_ids.push_back(static_cast<int32_t>(3 + (i * 7919) % (c.vocab_size - 3)));
+  request.max_tokens = max_tokens;
+  request.ignore_eos = true;
+  return request;
+}
+
+// One generate run timed part by part: the first token's forward is the
+// prefill, every later one a decode step.
+struct TimedRun {
+  GenerationResult result;
+  PartSums prefill, decode;
+  double prefill_projection_flops = 0;
+};
+
+absl::StatusOr<TimedRun> TimedGenerate(LocalRuntime& rt, const GenerationRequest& request) {
+  auto* cpu = dynamic_cast<CpuBackend*>(&rt.backend());
+  TimedRun run;
+  rt.pool().ResetStats();
+  double projection_us = cpu ? cpu->projection_us() : 0, projection_flops = cpu ? cpu->projection_flops() : 0;
+  double wait_us = 0;
+  auto last = std::chrono::steady_clock::now();
+  int64_t tokens = 0;
+  auto on_token = [&](const GeneratedToken&) {
+    const auto now = std::chrono::steady_clock::now();
+    PartSums& sums = tokens++ == 0 ? run.prefill : run.decode;
+    sums.Add(rt.engine().last_timing());
+    sums.wall_us += std::chrono::duration<double, std::micro>(now - last).count();
+    const double pool_wait = rt.pool().stats().caller_wait_us;
+    sums.wait_us += pool_wait - wait_us;
+    wait_us = pool_wait;
+    if (cpu != nullptr) {
+      sums.projection_us += cpu->projection_us() - projection_us;
+      if (tokens == 1) run.prefill_projection_flops = cpu->projection_flops() - projection_flops;
+      projection_us = cpu->projection_us();
+      projection_flops = cpu->projection_flops();
+    }
+    last = now;
+  };
+  TANDEM_ASSIGN_OR_RETURN(run.result, rt.generator().Generate(request, on_token));
+  return run;
+}
+
+absl::Status BenchModel(std::unique_ptr<Model> model, const std::string& name, const Machine& machine) {
+  LocalRuntimeOptions options;
   options.num_threads = absl::GetFlag(FLAGS_threads);
   const int prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
   const int decode_tokens = absl::GetFlag(FLAGS_decode_tokens);
-  options.kv_cache_tokens = prompt_tokens + decode_tokens + 16;
-  auto runtime = tandem::LocalRuntime::Create(std::move(model), options);
-  if (!runtime.ok()) return runtime.status();
-  tandem::LocalRuntime& rt = **runtime;
-  const tandem::ModelConfig& c = rt.model().config;
+  const std::vector<int> ttft_prompts = ParsePositiveList<int>(absl::GetFlag(FLAGS_ttft_prompts));
+  int64_t max_prompt = prompt_tokens;
+  for (int p : ttft_prompts) max_prompt = std::max<int64_t>(max_prompt, p);
+  options.kv_cache_tokens = max_prompt + decode_tokens + 16;
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<LocalRuntime> runtime, LocalRuntime::Create(std::move(model), options));
+  LocalRuntime& rt = *runtime;
+  const ModelConfig& c = rt.model().config;
+  if (max_prompt + decode_tokens > c.max_position_embeddings)
+    return absl::InvalidArgumentError("prompt plus decode tokens exceed the model's context");
+  const DType dtype = rt.model().weights->layers.front().q_proj.dtype;
+  SetBenchStamp("kernels", absl::StrCat(std::string(DTypeName(dtype)), " weights: ", DescribeKernelChoice(dtype)));
 
-  tandem::GenerationRequest request;
-  for (int i = 0; i < prompt_tokens; ++i) request.prompt_ids.push_back(static_cast<int32_t>(3 + (i * 7919) % (c.vocab_size - 3)));
-  request.max_tokens = decode_tokens + 1;  // the first token comes from prefill
-  request.ignore_eos = true;
+  // The first token comes from prefill; decode_tokens steps follow.
+  const GenerationRequest request = Request(c, prompt_tokens, decode_tokens + 1);
+  TimedRun best;
   double best_prefill = 0, best_decode = 0;
-  for (int rep = 0; rep < absl::GetFlag(FLAGS_reps); ++rep) {
-    auto result = rt.generator().Generate(request);
-    if (!result.ok()) return result.status();
-    best_prefill = std::max(best_prefill, result->timing.prefill_tokens_per_s);
-    best_decode = std::max(best_decode, result->timing.decode_tokens_per_s);
+  for (int rep = 0; rep < std::max(absl::GetFlag(FLAGS_reps), 1); ++rep) {
+    TANDEM_ASSIGN_OR_RETURN(TimedRun run, TimedGenerate(rt, request));
+    best_prefill = std::max(best_prefill, run.result.timing.prefill_tokens_per_s);
+    if (run.result.timing.decode_tokens_per_s > best_decode) {
+      best_decode = run.result.timing.decode_tokens_per_s;
+      best = std::move(run);
+    }
   }
   const double bytes = DecodeBytesPerToken(*rt.model().weights);
   const double decode_gb_s = bytes * best_decode / 1e9;
-  tandem::EmitJsonLine({{"bench", "generate"},
-        {"model", name},
-        {"architecture", c.architecture_name},
-        {"layers", c.num_hidden_layers},
-        {"hidden_size", c.hidden_size},
-        {"weight_bytes", rt.model().weights->total_bytes},
-        {"threads", rt.pool().num_threads()},
-        {"prompt_tokens", prompt_tokens},
-        {"decode_tokens", decode_tokens},
-        {"prefill_tokens_per_s", best_prefill},
-        {"decode_tokens_per_s", best_decode},
-        {"decode_weight_bytes_per_token", bytes},
-        {"decode_weight_gb_s", decode_gb_s},
-        {"decode_fraction_of_triad", triad_gb_s > 0 ? decode_gb_s / triad_gb_s : 0.0}});
+  const double floor_ms = machine.read_gb_s > 0 ? bytes / (machine.read_gb_s * 1e9) * 1e3 : 0;
+  EmitJsonLine({{"bench", "generate"},
+                {"model", name},
+                {"architecture", c.architecture_name},
+                {"layers", c.num_hidden_layers},
+                {"hidden_size", c.hidden_size},
+                {"weight_bytes", rt.model().weights->total_bytes},
+                {"threads", rt.pool().num_threads()},
+                {"prompt_tokens", prompt_tokens},
+                {"decode_tokens", decode_tokens},
+                {"prefill_tokens_per_s", best_prefill},
+                {"decode_tokens_per_s", best_decode},
+                {"decode_weight_bytes_per_token", bytes},
+                {"decode_weight_gb_s", decode_gb_s},
+                {"decode_fraction_of_read_bandwidth", machine.read_gb_s > 0 ? decode_gb_s / machine.read_gb_s : 0.0},
+                {"decode_fraction_of_triad", machine.triad_gb_s > 0 ? decode_gb_s / machine.triad_gb_s : 0.0},
+                {"floor_ms_per_token", floor_ms},
+                {"step_over_floor", floor_ms > 0 && best_decode > 0 ? (1e3 / best_decode) / floor_ms : 0.0}});
+
+  const PartSums& d = best.decode;
+  if (d.steps > 0) {
+    const double n = static_cast<double>(d.steps);
+    const double parts = d.embed_us + d.attention_us + d.router_us + d.experts_us + d.combine_us + d.logits_us;
+    EmitJsonLine({{"bench", "decode_breakdown"},
+                  {"model", name},
+                  {"steps", d.steps},
+                  {"step_ms", Ms(d.wall_us / n)},
+                  {"floor_ms", floor_ms},
+                  {"embed_ms", Ms(d.embed_us / n)},
+                  {"attention_ms", Ms(d.attention_us / n)},
+                  {"attention_projections_ms", Ms(d.projection_us / n)},
+                  {"router_ms", Ms(d.router_us / n)},
+                  {"experts_ms", Ms(d.experts_us / n)},
+                  {"combine_ms", Ms(d.combine_us / n)},
+                  {"lm_head_ms", Ms(d.logits_us / n)},
+                  {"other_ms", Ms((d.wall_us - parts) / n)},
+                  {"thread_wait_ms", Ms(d.wait_us / n)},
+                  {"note", "parts are wall time on the engine thread; attention_projections_ms is part of "
+                           "attention_ms; thread_wait_ms (the engine thread waiting for pool threads at the end "
+                           "of parallel loops) is spread over all parts; other = sampling and bookkeeping"}});
+  }
+  const PartSums& p = best.prefill;
+  if (p.steps > 0) {
+    json line = {{"bench", "prefill"},   {"model", name},
+                 {"prompt_tokens", prompt_tokens}, {"prefill_ms", Ms(p.wall_us)},
+                 {"attention_ms", Ms(p.attention_us)}, {"router_ms", Ms(p.router_us)},
+                 {"combine_ms", Ms(p.combine_us)}, {"lm_head_ms", Ms(p.logits_us)},
+                 {"thread_wait_ms", Ms(p.wait_us)}};
+    AddGemmFigures(c, prompt_tokens, p.experts_us, p.projection_us, best.prefill_projection_flops, machine, &line);
+    EmitJsonLine(line);
+  }
+
+  for (int length : ttft_prompts) {
+    const GenerationRequest ttft_request = Request(c, length, 1);
+    const double rss_before = PeakRssMb();
+    TimedRun fastest;
+    double best_ttft = 0;
+    for (int rep = 0; rep < std::max(absl::GetFlag(FLAGS_reps), 1); ++rep) {
+      TANDEM_ASSIGN_OR_RETURN(TimedRun run, TimedGenerate(rt, ttft_request));
+      if (best_ttft == 0 || run.result.timing.time_to_first_token_ms < best_ttft) {
+        best_ttft = run.result.timing.time_to_first_token_ms;
+        fastest = std::move(run);
+      }
+    }
+    const PartSums& t = fastest.prefill;
+    json line = {{"bench", "ttft"},
+                 {"model", name},
+                 {"prompt_tokens", length},
+                 {"ttft_ms", best_ttft},
+                 {"prefill_tokens_per_s", length / (best_ttft / 1e3)},
+                 {"attention_ms", Ms(t.attention_us)},
+                 {"attention_core_ms", Ms(t.attention_us - t.projection_us)},
+                 {"thread_wait_ms", Ms(t.wait_us)},
+                 {"peak_rss_growth_mb", PeakRssMb() - rss_before}};
+    AddGemmFigures(c, length, t.experts_us, t.projection_us, fastest.prefill_projection_flops, machine, &line);
+    EmitJsonLine(line);
+  }
   return absl::OkStatus();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  tandem::SetProgramUsage("Prefill and decode throughput of whole models on the CPU, one sequence.");
-  absl::ParseCommandLine(argc, argv);
-  const int threads = absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads) : tandem::AvailableCores();
-  double triad = 0;
-  {
-    tandem::ThreadPool pool({.num_threads = threads, .name = "probe"});
-    auto bw = tandem::MeasureMemoryBandwidth(&pool);
-    if (bw.ok()) {
-      triad = bw->triad_gb_s;
-      tandem::EmitJsonLine({{"bench", "machine"}, {"threads", threads}, {"triad_gb_s", bw->triad_gb_s},
-            {"triad_with_write_allocate_gb_s", bw->triad_with_write_allocate_gb_s}});
-    }
+absl::StatusOr<Machine> MeasureMachine(int threads) {
+  ThreadPool pool({.num_threads = threads, .name = "probe"});
+  Machine machine;
+  TANDEM_ASSIGN_OR_RETURN(const MemoryBandwidth bw, MeasureMemoryBandwidth(&pool));
+  machine.triad_gb_s = bw.triad_gb_s;
+  machine.read_gb_s = bw.read_gb_s;
+  json peaks = json::object();
+  for (PeakInstruction instruction :
+       {PeakInstruction::kAvx2Fma, PeakInstruction::kAvx512Fma, PeakInstruction::kBf16Dot}) {
+    if (PeakInstructionIsa(instruction) > ActiveIsa()) continue;
+    TANDEM_ASSIGN_OR_RETURN(const ComputePeak peak, MeasureComputePeak(instruction, &pool));
+    machine.peak_gflops[instruction] = peak.gflops;
+    peaks[PeakInstructionName(instruction)] = peak.gflops;
   }
+  EmitJsonLine({{"bench", "machine"},
+                {"threads", threads},
+                {"triad_gb_s", bw.triad_gb_s},
+                {"triad_with_write_allocate_gb_s", bw.triad_with_write_allocate_gb_s},
+                {"read_only_gb_s", bw.read_gb_s},
+                {"peak_gflops", peaks}});
+  return machine;
+}
+
+absl::Status Main() {
+  TANDEM_RETURN_IF_ERROR(ApplyKernelFlags(nullptr));
+  const int threads = absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads) : AvailableCores();
+  SetBenchStamp("kernel_plan", ProcessKernelPlan().Spec());
+  TANDEM_ASSIGN_OR_RETURN(const Machine machine, MeasureMachine(threads));
   int failures = 0;
   auto report = [&](const absl::Status& s, const std::string& name) {
     if (!s.ok()) {
@@ -109,24 +322,37 @@ int main(int argc, char** argv) {
     }
   };
   if (!absl::GetFlag(FLAGS_model_dir).empty()) {
-    auto model = tandem::LoadModel(absl::GetFlag(FLAGS_model_dir));
-    if (!model.ok()) return report(model.status(), absl::GetFlag(FLAGS_model_dir)), 1;
-    report(BenchModel(std::move(*model), absl::GetFlag(FLAGS_model_dir), triad), absl::GetFlag(FLAGS_model_dir));
-    return failures ? 1 : 0;
+    auto model = LoadModel(absl::GetFlag(FLAGS_model_dir));
+    if (!model.ok()) return model.status();
+    return BenchModel(std::move(*model), absl::GetFlag(FLAGS_model_dir), machine);
   }
   for (absl::string_view item : absl::StrSplit(absl::GetFlag(FLAGS_presets), ',', absl::SkipEmpty())) {
     std::vector<std::string> parts = absl::StrSplit(item, ':');
-    tandem::SyntheticModelSpec spec{.preset = parts[0]};
+    SyntheticModelSpec spec{.preset = parts[0]};
     if (parts.size() > 1 && !absl::SimpleAtoi(parts[1], &spec.num_layers)) {
       report(absl::InvalidArgumentError("--presets: layers must be an integer"), std::string(item));
       continue;
     }
-    auto model = tandem::LoadSyntheticModel(spec, threads);
+    auto model = LoadSyntheticModel(spec, threads);
     if (!model.ok()) {
       report(model.status(), std::string(item));
       continue;
     }
-    report(BenchModel(std::move(*model), std::string(item), triad), std::string(item));
+    report(BenchModel(std::move(*model), std::string(item), machine), std::string(item));
   }
-  return failures ? 1 : 0;
+  return failures ? absl::InternalError(absl::StrCat(failures, " model(s) failed")) : absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tandem
+
+int main(int argc, char** argv) {
+  tandem::SetProgramUsage("Prefill and decode throughput of whole models on the CPU, one sequence.");
+  absl::ParseCommandLine(argc, argv);
+  const absl::Status status = tandem::Main();
+  if (!status.ok()) {
+    LOG_ERROR("tandem-generate-bench: ", status.ToString());
+    return 1;
+  }
+  return 0;
 }

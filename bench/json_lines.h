@@ -1,9 +1,10 @@
 // What every benchmark shares: one JSON object per output line, flushed at
-// once (so a run cut short still leaves whole lines), and comma-separated
-// lists of positive counts from flags.
+// once (so a run cut short still leaves whole lines), stamped with the
+// machine it ran on (CPU, its flags, the ISA level the kernels run at, the
+// kernel choice when the bench set one, the load average at that moment),
+// and comma-separated lists of positive counts from flags.
 #pragma once
 
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -14,10 +15,14 @@
 
 namespace tandem {
 
-inline void EmitJsonLine(const nlohmann::json& line) {
-  std::fputs((line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n").c_str(), stdout);
-  std::fflush(stdout);
-}
+// The stamp: {"cpu", "cpu_flags", "isa", "load_1m", and what
+// SetBenchStamp added}. Fields a line already has are kept.
+nlohmann::json BenchStamp();
+// Adds `key` to every later stamp (e.g. "kernels": the kernel choice).
+void SetBenchStamp(const std::string& key, nlohmann::json value);
+
+// Writes `line` plus the stamp to stdout.
+void EmitJsonLine(nlohmann::json line);
 
 // "1,2,4" → {1, 2, 4}; entries that are not positive integers are skipped.
 template <typename Int>

@@ -78,6 +78,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "bench/bench_stats.h"
+#include "bench/json_lines.h"
 #include "runtime/local_runtime.h"
 #include "common/base/clock.h"
 #include "common/base/log.h"
@@ -315,9 +316,13 @@ class Output {
   ~Output() {
     if (file_ != stdout) std::fclose(file_);
   }
-  // The record's own fields first, then the shared ones.
+  // The record's own fields first, then the shared ones, then the machine's
+  // stamp (bench/json_lines.h).
   void Emit(Json line) const {
     for (auto it = base_.begin(); it != base_.end(); ++it) line[it.key()] = it.value();
+    const nlohmann::json stamp = BenchStamp();
+    for (auto it = stamp.begin(); it != stamp.end(); ++it)
+      if (!line.contains(it.key())) line[it.key()] = it.value();
     // Flushed per line: a run cut short still leaves whole lines.
     std::fputs((line.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n").c_str(), file_);
     std::fflush(file_);

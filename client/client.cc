@@ -100,7 +100,12 @@ ServerStats FromProto(const v1::ServerStats& s) {
                   .kv_blocks_total = s.kv_blocks_total(),
                   .kv_block_size = s.kv_block_size(),
                   .active_sequences = s.active_sequences(),
-                  .orchestrator_json = s.orchestrator_json()};
+                  .orchestrator_json = s.orchestrator_json(),
+                  .cpu = s.cpu(),
+                  .cpu_flags = s.cpu_flags(),
+                  .isa = s.isa(),
+                  .kernel_plan = s.kernel_plan(),
+                  .kernels = s.kernels()};
   for (const v1::LayerTiming& l : s.layers()) {
     out.layers.push_back(
         {.layer = l.layer(), .attention_ms = l.attention_ms(), .router_ms = l.router_ms(), .experts_ms = l.experts_ms()});

@@ -179,6 +179,8 @@ struct ServerStats {
   std::vector<LayerTiming> layers;  // mean per step over the window
   std::vector<WorkerHealth> workers;
   std::string orchestrator_json;    // empty without an orchestrator
+  // The server's CPU and the CPU kernels it chose at start-up.
+  std::string cpu, cpu_flags, isa, kernel_plan, kernels;
 };
 
 }  // namespace tandem::sdk

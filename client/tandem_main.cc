@@ -388,6 +388,11 @@ int RunStats() {
                       {"kv_blocks_total", s.kv_blocks_total},
                       {"kv_block_size", s.kv_block_size},
                       {"active_sequences", s.active_sequences},
+                      {"cpu", s.cpu},
+                      {"cpu_flags", s.cpu_flags},
+                      {"isa", s.isa},
+                      {"kernel_plan", s.kernel_plan},
+                      {"kernels", s.kernels},
                       {"layers", layers},
                       {"workers", workers}};
   // The orchestrator's figures are JSON already: nest them, not a string.

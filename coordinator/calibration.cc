@@ -11,27 +11,39 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/clock.h"
+#include "common/base/cpu_features.h"
 #include "common/base/log.h"
 #include "common/base/sample_stats.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
+#include "common/kernels/kernel_calibration.h"
+#include "common/kernels/kernel_plan.h"
 
 namespace tandem {
 namespace {
 
-std::string CpuModelName() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) {
-        const size_t begin = line.find_first_not_of(' ', colon + 1);
-        return begin == std::string::npos ? std::string() : line.substr(begin);
-      }
-    }
-  }
-  return "unknown";
+std::string CpuModelName() { return HostCpu().brand; }
+
+// Measures the kernel plan on the setup's matrices and installs it.
+absl::Status MeasureAndInstallKernelPlan(const CalibrationSetup& setup, HardwareProfile* profile) {
+  TANDEM_ASSIGN_OR_RETURN(KernelCalibration measured, MeasureKernelPlan(setup.kernel_plan_groups, setup.kernel_pool));
+  profile->kernel_plan = measured.plan.Spec();
+  profile->kernel_plan_source = measured.plan.source();
+  LOG_INFO("calibration: kernel plan ", measured.plan.Spec(), " (", absl::StrFormat("%.2f s", measured.seconds), ")");
+  SetProcessKernelPlan(std::move(measured.plan));
+  return absl::OkStatus();
+}
+
+// A cached profile's kernel plan, installed again.
+absl::Status InstallCachedKernelPlan(const HardwareProfile& profile, const std::string& path) {
+  if (profile.kernel_plan.empty()) return absl::OkStatus();
+  absl::StatusOr<KernelPlan> plan =
+      KernelPlan::Parse(profile.kernel_plan, profile.kernel_plan_source.empty() ? path : profile.kernel_plan_source);
+  if (!plan.ok())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": machine.kernel_plan: ", plan.status().message()));
+  LOG_INFO("calibration: kernel plan ", plan->Spec(), " from ", path);
+  SetProcessKernelPlan(*std::move(plan));
+  return absl::OkStatus();
 }
 
 absl::Status CheckSetup(const CalibrationSetup& setup) {
@@ -200,7 +212,8 @@ absl::Status CalibrationOptions::Validate() const {
 std::string MachineDescription() {
   char host[256] = {};
   if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-  return absl::StrCat("cpu=", CpuModelName(), "; cores=", AvailableCores(), "; host=", host);
+  return absl::StrCat("cpu=", CpuModelName(), "; cores=", AvailableCores(), "; host=", host,
+                      "; isa=", IsaLevelName(ActiveIsa()));
 }
 
 std::string CalibrationCacheKey(const CalibrationSetup& setup) {
@@ -213,6 +226,8 @@ absl::StatusOr<HardwareProfile> Calibrate(const CalibrationSetup& setup, const C
   TANDEM_RETURN_IF_ERROR(options.Validate());
   TANDEM_RETURN_IF_ERROR(CheckSetup(setup));
   CalibrationRun run(setup, options);
+  HardwareProfile profile;
+  if (!setup.kernel_plan_groups.empty()) TANDEM_RETURN_IF_ERROR(MeasureAndInstallKernelPlan(setup, &profile));
   TANDEM_ASSIGN_OR_RETURN(const std::vector<ExpertKey> staged, StageExperts(run));
   std::vector<TimingSample> cpu_samples, gpu_samples;
   TANDEM_RETURN_IF_ERROR(MeasureCurves(run, staged, &cpu_samples, &gpu_samples));
@@ -228,7 +243,6 @@ absl::StatusOr<HardwareProfile> Calibrate(const CalibrationSetup& setup, const C
   TANDEM_ASSIGN_OR_RETURN(RooflineCurve cpu_curve, FitRoofline(cpu_samples, "cpu"));
   TANDEM_ASSIGN_OR_RETURN(RooflineCurve gpu_curve, FitRoofline(gpu_samples, "gpu"));
 
-  HardwareProfile profile;
   DescribeProfile(run, cpu_samples.size(), cpu_samples.back().rows, copy_us.size(), &profile);
   FillCost(run, cpu_curve, gpu_curve, copy_us, &profile.cost);
   TANDEM_RETURN_IF_ERROR(profile.cost.Validate());
@@ -249,6 +263,7 @@ absl::StatusOr<CalibrationResult> LoadOrCalibrate(const std::string& path, const
     if (cached.ok() && cached->cache_key == key) {
       result.profile = std::move(*cached);
       result.from_cache = true;
+      TANDEM_RETURN_IF_ERROR(InstallCachedKernelPlan(result.profile, path));
       LOG_INFO("calibration: read ", path, " (same machine, model and config)");
       return result;
     }

@@ -14,6 +14,12 @@
 // split each worker's curve is W times the whole call (a worker's curve is
 // for a whole expert alone; it computes 1/W of each).
 //
+// First, when the setup names matrices to time, the CPU kernels' plan
+// (common/kernels/kernel_calibration.h): which kernel path is fastest at
+// each row count here. It is installed for the whole process before cpu(s)
+// is measured, so the curve is that of the kernels that will run, and kept
+// in the profile, so a cached profile installs it again.
+//
 // Runs on the engine thread before serving (it uses the executor and the
 // pool); the pool must hold no staged experts. Leaves the pool's slots as
 // they were and its counters reset.
@@ -24,6 +30,8 @@
 
 #include "absl/status/statusor.h"
 #include "common/base/expert_executor.h"
+#include "common/base/thread_pool.h"
+#include "common/kernels/linear_types.h"
 #include "common/model/expert_partition.h"
 #include "common/model/model_config.h"
 #include "common/model/model_fingerprint.h"
@@ -49,6 +57,10 @@ struct CalibrationSetup {
   ExpertDivision division = ExpertDivision::kSplit;
   std::string cpu_transport = "local";  // the profile's transport name for the workers
   ExpertPool* pool = nullptr;
+  // Non-empty: measure and install the kernel plan first, timing these
+  // groups of matrices (e.g. two experts' gate, up, down) on kernel_pool.
+  std::vector<std::vector<LinearWeight>> kernel_plan_groups;
+  ThreadPool* kernel_pool = nullptr;
   // Whatever else the timings depend on (threads, executor, pool), e.g.
   // "threads=2 executor=local pool=no-GPU host pool": part of the cache key.
   std::string config_description;
@@ -60,7 +72,7 @@ struct CalibrationResult {
   double seconds = 0;  // spent measuring (0 when read from the cache)
 };
 
-// "cpu=<model name>; cores=<n>; host=<hostname>".
+// "cpu=<model name>; cores=<n>; host=<hostname>; isa=<level the kernels run at>".
 std::string MachineDescription();
 // machine | model fingerprint | config | division and workers | pool kind.
 std::string CalibrationCacheKey(const CalibrationSetup& setup);

@@ -1,5 +1,7 @@
 #include "coordinator/cpu_backend.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "common/model/routing.h"
 #include "common/base/status_macros.h"
@@ -42,9 +44,13 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
   // [T, D] → q [T, Hq], k/v [T, Hkv]
   ApplyNorm(config_, lw.input_norm, hidden, num_rows, normed_.data());
   auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
+  auto start = std::chrono::steady_clock::now();
   TANDEM_RETURN_IF_ERROR(Linear(normed_.data(), num_rows, lw.q_proj, bias(lw.q_bias), q_.data(), pool_));
   TANDEM_RETURN_IF_ERROR(Linear(normed_.data(), num_rows, lw.k_proj, bias(lw.k_bias), k_.data(), pool_));
   TANDEM_RETURN_IF_ERROR(Linear(normed_.data(), num_rows, lw.v_proj, bias(lw.v_bias), v_.data(), pool_));
+  projection_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  projection_flops_ += 2.0 * static_cast<double>(num_rows) * static_cast<double>(d) *
+                       static_cast<double>(q_dim + 2 * kv_dim + q_dim);  // q, k, v, and o below
 
   // RoPE on q and k, then the new keys/values join each sequence's cache.
   for (const SequenceSlice& s : slices) {
@@ -59,33 +65,51 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
   }
 
   // Each row attends to its own sequence's keys up to its position (causal),
-  // within the sliding window when the config sets one.
-  std::vector<std::pair<const SequenceSlice*, int64_t>> rows;
-  rows.reserve(static_cast<size_t>(num_rows));
+  // within the sliding window when the config sets one. Tasks are (block of
+  // up to kBlockRows consecutive rows of one sequence, query head): a block
+  // reads each key and value once for all its rows (prefill), and decode's
+  // single rows still spread over the threads by head. Scratch per thread:
+  // kBlockRows x keys scores, linear in the sequence length.
+  constexpr int64_t kBlockRows = 32;
+  struct Block {
+    const SequenceSlice* slice;
+    int64_t begin, count;
+  };
+  std::vector<Block> blocks;
   int64_t max_keys = 0;
   for (const SequenceSlice& s : slices) {
-    for (int64_t i = 0; i < s.num_tokens; ++i) rows.emplace_back(&s, i);
+    for (int64_t i = 0; i < s.num_tokens; i += kBlockRows)
+      blocks.push_back({&s, i, std::min(kBlockRows, s.num_tokens - i)});
     max_keys = std::max(max_keys, s.start_position + s.num_tokens);
   }
-  for (auto& scratch : scores_) Grow(scratch, max_keys);
-  auto attend = [&](int64_t r, int thread) {
-    const auto [s, i] = rows[static_cast<size_t>(r)];
-    const int64_t row = s->row_offset + i, position = s->start_position + i;
-    int64_t first = 0;
-    if (config_.sliding_window) first = std::max<int64_t>(0, position - *config_.sliding_window + 1);
-    SequenceKv* kv = s->kv;
-    AttendOneRow(q_.data() + row * q_dim, heads, kv_heads, hd, first, position - first + 1,
-                 [&](int64_t j) -> const float* { return kv->KeyRow(layer, j); },
-                 [&](int64_t j) -> const float* { return kv->ValueRow(layer, j); },
-                 scores_[static_cast<size_t>(thread)].data(), attn_.data() + row * q_dim);
+  for (auto& scratch : scores_) Grow(scratch, kBlockRows * max_keys);
+  const int64_t group = heads / kv_heads;
+  auto attend = [&](int64_t task, int thread) {
+    const Block& b = blocks[static_cast<size_t>(task / heads)];
+    const int64_t h = task % heads, kv_offset = (h / group) * hd;
+    int64_t first[kBlockRows], count[kBlockRows];
+    for (int64_t r = 0; r < b.count; ++r) {
+      const int64_t position = b.slice->start_position + b.begin + r;
+      first[r] = config_.sliding_window ? std::max<int64_t>(0, position - *config_.sliding_window + 1) : 0;
+      count[r] = position - first[r] + 1;
+    }
+    SequenceKv* kv = b.slice->kv;
+    const int64_t row0 = b.slice->row_offset + b.begin;
+    AttendRowsOneHead(q_.data() + row0 * q_dim + h * hd, q_dim, b.count, hd, first, count,
+                      [&](int64_t j) -> const float* { return kv->KeyRow(layer, j) + kv_offset; },
+                      [&](int64_t j) -> const float* { return kv->ValueRow(layer, j) + kv_offset; },
+                      scores_[static_cast<size_t>(thread)].data(), attn_.data() + row0 * q_dim + h * hd, q_dim);
   };
+  const int64_t tasks = static_cast<int64_t>(blocks.size()) * heads;
   if (pool_) {
-    pool_->ParallelFor(static_cast<int64_t>(rows.size()), attend);
+    pool_->ParallelFor(tasks, attend);
   } else {
-    for (int64_t r = 0; r < static_cast<int64_t>(rows.size()); ++r) attend(r, 0);
+    for (int64_t t = 0; t < tasks; ++t) attend(t, 0);
   }
 
+  start = std::chrono::steady_clock::now();
   TANDEM_RETURN_IF_ERROR(Linear(attn_.data(), num_rows, lw.o_proj, bias(lw.o_bias), o_.data(), pool_));
+  projection_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   AddInPlace(hidden, o_.data(), num_rows * d);
   return absl::OkStatus();
 }
@@ -94,7 +118,10 @@ absl::Status CpuBackend::Router(int layer, int64_t num_rows, const float* hidden
                                 float* router_logits, int32_t* experts, float* weights) {
   const LayerWeights& lw = weights_->layers[static_cast<size_t>(layer)];
   ApplyNorm(config_, lw.post_attention_norm, hidden, num_rows, moe_input);
-  TANDEM_RETURN_IF_ERROR(Linear(moe_input, num_rows, lw.router, nullptr, router_logits, pool_));
+  // The router's input stays f32 (ARCHITECTURE.md, "Precision"): no kernel
+  // that rounds x to bf16, whatever the plan says.
+  TANDEM_RETURN_IF_ERROR(
+      Linear(moe_input, num_rows, lw.router, nullptr, router_logits, pool_, LinearOptions{.f32_activations = true}));
   Route(config_, router_logits, num_rows, experts, weights);
   return absl::OkStatus();
 }

@@ -26,6 +26,11 @@ class CpuBackend final : public ComputeBackend {
   absl::Status Combine(int64_t num_rows, const float* weights, const float* expert_out, float* hidden) override;
   absl::Status Logits(std::span<const int64_t> rows, const float* hidden, float* logits) override;
 
+  // Attention's four projections (Q, K, V, O) since construction: wall time
+  // and flops, so benchmarks can tell GEMM speed from attention proper.
+  double projection_us() const { return projection_us_; }
+  double projection_flops() const { return projection_flops_; }
+
  private:
   void Grow(std::vector<float>& buffer, int64_t size) {
     if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(static_cast<size_t>(size));
@@ -38,6 +43,7 @@ class CpuBackend final : public ComputeBackend {
   // Run state, reused across steps.
   std::vector<float> normed_, q_, k_, v_, attn_, o_;
   std::vector<std::vector<float>> scores_;  // per thread
+  double projection_us_ = 0, projection_flops_ = 0;
 };
 
 }  // namespace tandem

@@ -4,7 +4,9 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/cpu_features.h"
 #include "common/base/dtype.h"
+#include "common/kernels/linear.h"
 #include "common/model/model_fingerprint.h"
 #include "coordinator/utf8_stream.h"
 
@@ -295,6 +297,13 @@ grpc::Status InferenceService::GetStats(grpc::ServerContext*, const v1::GetStats
     }
   }
   if (options_.orchestrator_json) out->set_orchestrator_json(options_.orchestrator_json());
+  out->set_cpu(HostCpu().Description());
+  out->set_cpu_flags(HostCpu().Flags());
+  out->set_isa(ActiveIsaDescription());
+  const KernelPlan& plan = ProcessKernelPlan();
+  out->set_kernel_plan(absl::StrCat(plan.Spec(), " (", plan.source(), ")"));
+  const DType dtype = model_->weights->layers.empty() ? DType::kBF16 : model_->weights->layers.front().q_proj.dtype;
+  out->set_kernels(absl::StrCat(std::string(DTypeName(dtype)), " weights: ", DescribeKernelChoice(dtype)));
   return grpc::Status::OK;
 }
 

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/clock.h"
+#include "common/kernels/kernel_plan.h"
 #include "common/base/log.h"
 #include "common/model/expert_content.h"
 #include "common/platform/shm_transport.h"
@@ -244,6 +245,7 @@ absl::Status RemoteExpertExecutor::ConnectWorker(Worker& worker, absl::Time dead
   if (worker.transport != WorkerTransport::kInline) TANDEM_RETURN_IF_ERROR(worker.OpenArena(d, deadline, options_.spin));
   worker.description = absl::StrCat(d.worker_id(), " pid ", d.pid(), " node ", d.numa_node(), " cpus ",
                                     absl::StrJoin(d.cores(), ","), ", ", d.experts_size(), " shares, ", d.compute());
+  WarnOnOtherKernelPlan(worker, d);
   worker.connected = true;
   if (!initial) {
     std::lock_guard<std::mutex> lock(stats_mutex_);
@@ -251,6 +253,19 @@ absl::Status RemoteExpertExecutor::ConnectWorker(Worker& worker, absl::Time dead
     LOG_INFO("remote experts: reconnected to ", worker.name(), ": ", worker.description);
   }
   return absl::OkStatus();
+}
+
+// A worker whose kernel plan differs from this process's computes the same
+// experts with other kernels: right, but not the same bits as a single
+// process (workers report "plan <spec>" among their kernels).
+void RemoteExpertExecutor::WarnOnOtherKernelPlan(const Worker& worker, const v1::DescribeResponse& d) {
+  const std::string own_plan = absl::StrCat("plan ", ProcessKernelPlan().Spec());
+  for (const std::string& kernel : d.kernels()) {
+    if (kernel.rfind("plan ", 0) == 0 && kernel != own_plan) {
+      LOG_WARNING("remote experts: ", worker.name(), " runs kernel ", kernel, ", this process ", own_plan,
+                  ": outputs will differ from a single process's in the last bits (give both the same --kernel_plan)");
+    }
+  }
 }
 
 absl::Status RemoteExpertExecutor::Worker::Describe(absl::Time deadline, bool initial, uint64_t session,

@@ -135,6 +135,7 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   // The worker's content hash (Describe) against options_.expected_content
   // for its shares (PartitionExperts', already checked to be the worker's).
   absl::Status CheckContent(Worker& worker, const v1::DescribeResponse& d);
+  static void WarnOnOtherKernelPlan(const Worker& worker, const v1::DescribeResponse& d);
 
   // RunExperts' steps, in order.
   absl::Status CheckWork(int layer, std::span<const ExpertWork> work) const;

@@ -69,12 +69,20 @@ absl::Status ExpertFfn::Run(const ExpertFfnWeights& weights, const float* x, int
   TANDEM_RETURN_IF_ERROR(CheckWeight(weights.w1, "gate_proj", intermediate, hidden));
   TANDEM_RETURN_IF_ERROR(CheckWeight(weights.w3, "up_proj", intermediate, hidden));
   TANDEM_RETURN_IF_ERROR(CheckWeight(weights.w2, "down_proj", hidden, intermediate));
+  if (options_.kernel != nullptr && options_.kernel->isa > ActiveIsa())
+    return absl::FailedPreconditionError(
+        absl::StrCat("ExpertFfn: kernel ", options_.kernel->name, ": ", IsaUnavailableReason(options_.kernel->isa)));
   if (rows == 0) return absl::OkStatus();
   if (x == nullptr || y == nullptr)
     return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: null x or y for ", rows, " rows"));
 
-  // Activations the AVX2 kernels read get row strides that do not alias in
-  // L1 (see ActivationRowStride): a copy of x, and the [R, I] intermediates.
+  const LinearKernel& gate_kernel = ChooseLinearKernel(rows, weights.w1.dtype, options_);
+  const LinearKernel& up_kernel = ChooseLinearKernel(rows, weights.w3.dtype, options_);
+  const LinearKernel& down_kernel = ChooseLinearKernel(rows, weights.w2.dtype, options_);
+
+  // Activations the stream and packed kernels read get row strides that do
+  // not alias in L1 (see ActivationRowStride): a copy of x, and the [R, I]
+  // intermediates.
   const int64_t ldx = rows > 1 ? ActivationRowStride(hidden) : hidden;
   const int64_t ldh = rows > 1 ? ActivationRowStride(intermediate) : intermediate;
   try {
@@ -87,10 +95,14 @@ absl::Status ExpertFfn::Run(const ExpertFfnWeights& weights, const float* x, int
         absl::StrCat("ExpertFfn: no memory for [", rows, ", ", intermediate, "] activations"));
   }
   const float* xs = x;
-  if (ldx != hidden) {
+  if (ldx != hidden && (gate_kernel.prepare == nullptr || up_kernel.prepare == nullptr)) {
     for (int64_t r = 0; r < rows; ++r) std::memcpy(&x_[r * ldx], x + r * hidden, hidden * sizeof(float));
     xs = x_.data();
   }
+  // Kernels with a layout of their own get x prepared once, for all tasks.
+  TANDEM_RETURN_IF_ERROR(x_prepared_.Prepare(gate_kernel, x, hidden, rows, hidden, pool_));
+  if (&up_kernel != &gate_kernel) TANDEM_RETURN_IF_ERROR(up_prepared_.Prepare(up_kernel, x, hidden, rows, hidden, pool_));
+  const void* up_prepared = &up_kernel == &gate_kernel ? x_prepared_.data() : up_prepared_.data();
   float* gate = gate_.data();  // [R, ldh]: gate, then silu(gate) * up in place
   float* up = up_.data();      // [R, ldh]
 
@@ -98,7 +110,7 @@ absl::Status ExpertFfn::Run(const ExpertFfnWeights& weights, const float* x, int
   // both, so W1 and W3 stream back to back and silu(g) * u is applied while
   // the slice is still in cache, without another pass over [R, I].
   const int threads = pool_ == nullptr ? 1 : pool_->num_threads();
-  const int64_t gate_features = LinearTaskFeatures(rows, weights.w1, threads, options_);
+  const int64_t gate_features = LinearTaskFeatures(rows, weights.w1, threads, gate_kernel);
   TANDEM_RETURN_IF_ERROR(
       ParallelTasks(pool_, (intermediate + gate_features - 1) / gate_features, [&](int64_t t) {
         LinearSliceArgs args{.x = xs,
@@ -107,17 +119,20 @@ absl::Status ExpertFfn::Run(const ExpertFfnWeights& weights, const float* x, int
                              .n_begin = t * gate_features,
                              .n_end = std::min((t + 1) * gate_features, intermediate),
                              .y = gate,
-                             .ldy = ldh};
-        TANDEM_RETURN_IF_ERROR(LinearSlice(weights.w1, args, options_));
+                             .ldy = ldh,
+                             .prepared = x_prepared_.data()};
+        TANDEM_RETURN_IF_ERROR(LinearSlice(gate_kernel, weights.w1, args));
         args.y = up;
-        TANDEM_RETURN_IF_ERROR(LinearSlice(weights.w3, args, options_));
+        args.prepared = up_prepared;
+        TANDEM_RETURN_IF_ERROR(LinearSlice(up_kernel, weights.w3, args));
         for (int64_t r = 0; r < rows; ++r)
           SiluMul(gate + r * ldh + args.n_begin, up + r * ldh + args.n_begin, args.n_end - args.n_begin);
         return absl::OkStatus();
       }));
 
   // Down: [R, I] . W2[D, I]^T -> y [R, D].
-  const int64_t down_features = LinearTaskFeatures(rows, weights.w2, threads, options_);
+  TANDEM_RETURN_IF_ERROR(h_prepared_.Prepare(down_kernel, gate, ldh, rows, intermediate, pool_));
+  const int64_t down_features = LinearTaskFeatures(rows, weights.w2, threads, down_kernel);
   return ParallelTasks(pool_, (hidden + down_features - 1) / down_features, [&](int64_t t) {
     const LinearSliceArgs args{.x = gate,
                                .ldx = ldh,
@@ -125,8 +140,9 @@ absl::Status ExpertFfn::Run(const ExpertFfnWeights& weights, const float* x, int
                                .n_begin = t * down_features,
                                .n_end = std::min((t + 1) * down_features, hidden),
                                .y = y,
-                               .ldy = hidden};
-    return LinearSlice(weights.w2, args, options_);
+                               .ldy = hidden,
+                               .prepared = h_prepared_.data()};
+    return LinearSlice(down_kernel, weights.w2, args);
   });
 }
 

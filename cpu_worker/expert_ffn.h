@@ -2,7 +2,10 @@
 //
 // Legend: R rows routed to the expert, D hidden size, I intermediate size.
 // x: [R, D] f32.  W1 (gate), W3 (up): [I, D].  W2 (down): [D, I].  y: [R, D] f32.
-// Weights are BF16, F16 or F32 as stored; accumulation is f32.
+// Weights are BF16, F16 or F32 as stored; accumulation is f32. The three
+// products run through common/kernels/linear's kernels, chosen by R under
+// the options' (by default the process's) kernel plan; with bf16_dot the
+// products' inputs x and h are rounded to bf16 (see linear.h, Numerics).
 #pragma once
 
 #include <cstdint>
@@ -32,6 +35,7 @@ class ExpertFfn {
   std::vector<float> x_;     // [R, ldx] copy of x with an L1-friendly row stride
   std::vector<float> gate_;  // [R, ldh], ldh = ActivationRowStride(I)
   std::vector<float> up_;    // [R, ldh]
+  PreparedInput x_prepared_, up_prepared_, h_prepared_;  // x (and h) in a kernel's layout
 };
 
 }  // namespace tandem

@@ -40,8 +40,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "common/base/log.h"
 #include "common/base/runtime_dir.h"
+#include "common/base/cpu_features.h"
+#include "common/base/log.h"
+#include "common/kernels/kernel_calibration.h"
+#include "common/kernels/kernel_plan.h"
+#include "common/kernels/linear.h"
 #include "common/model/model.h"
 #include "common/model/expert_content.h"
 #include "common/model/model_fingerprint.h"
@@ -75,6 +79,14 @@ ABSL_FLAG(int32_t, spin_us, 50,
 ABSL_FLAG(std::string, grpc_server, "async",
           "async | callback | sync: how gRPC runs the RPCs (async: one thread reads, computes and answers; "
           "the others are for comparison, tandem-ipc-bench)");
+ABSL_FLAG(std::string, max_isa, "",
+          "cap the CPU kernels' instruction set: avx2 | avx512 | avx512_vnni | avx512_bf16 | amx; empty = all the "
+          "CPU has (the env variable TANDEM_MAX_ISA does the same; this flag wins)");
+ABSL_FLAG(std::string, kernel_plan, "builtin",
+          "CPU linear-layer kernel path per row count: builtin | exact (f32 inputs throughout) | measure (time every "
+          "path on this worker's experts "
+          "at start-up) | ROWS:PATH,... e.g. 1:stream,8:bf16_dot; give the coordinator's plan for outputs equal to "
+          "a single process's bit for bit");
 ABSL_FLAG(bool, echo, false, "benchmarks only: output = input, no weights (the model's config is still read)");
 ABSL_FLAG(bool, exit_with_parent, false, "exit (as on SIGTERM) when the parent process dies (tests)");
 
@@ -98,6 +110,7 @@ struct WorkerConfig {
   absl::Duration spin;
   WorkerRpcMode rpc_mode = WorkerRpcMode::kAsync;
   bool echo = false;
+  bool measure_kernel_plan = false;
 
   // Without the random suffix ShmRegion appends (ShmCreateOptions::unique_suffix).
   std::string experts_region() const { return absl::StrCat(region_prefix, "-w", worker_index, "-experts"); }
@@ -138,6 +151,20 @@ absl::StatusOr<WorkerConfig> ConfigFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--transport \"", transport, "\": expected inline or shm"));
   }
   c.shm = transport == "shm";
+  if (const std::string cap = absl::GetFlag(FLAGS_max_isa); !cap.empty()) {
+    absl::StatusOr<IsaLevel> level = ParseIsaLevel(cap);
+    if (!level.ok()) return absl::InvalidArgumentError(absl::StrCat("--max_isa: ", level.status().message()));
+    SetMaxIsa(*level, "--max_isa");
+  }
+  if (const std::string plan = absl::GetFlag(FLAGS_kernel_plan); plan == "measure") {
+    c.measure_kernel_plan = true;
+  } else if (plan == "exact") {
+    SetProcessKernelPlan(KernelPlan::Exact(ActiveIsa()));
+  } else if (plan != "builtin") {
+    absl::StatusOr<KernelPlan> parsed = KernelPlan::Parse(plan, "--kernel_plan");
+    if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--kernel_plan: ", parsed.status().message()));
+    SetProcessKernelPlan(*std::move(parsed));
+  }
   c.region_prefix = absl::GetFlag(FLAGS_region_prefix);
   if (c.region_prefix.empty()) {
     // Unique per socket path, stable across restarts of the same worker.
@@ -364,6 +391,19 @@ absl::StatusOr<WorkerCompute> EchoCompute(const WorkerConfig& c, WorkerServiceOp
   return compute;
 }
 
+// --kernel_plan measure: timed on this worker's own slices of the first experts.
+absl::Status MeasureWorkerKernelPlan(const WorkerConfig& c, const ExpertStore& store, ThreadPool* pool) {
+  std::vector<std::vector<LinearWeight>> groups;
+  for (const ExpertSlice& slice : store.slices()) {
+    if (groups.size() == 2) break;
+    if (const ExpertWeights* w = store.Find(slice.layer, slice.expert)) groups.push_back({w->w1, w->w3, w->w2});
+  }
+  TANDEM_ASSIGN_OR_RETURN(KernelCalibration measured, MeasureKernelPlan(groups, pool));
+  LOG_INFO("worker ", c.worker_index, ": kernel plan measured: ", measured.plan.Spec());
+  SetProcessKernelPlan(std::move(measured.plan));
+  return absl::OkStatus();
+}
+
 // The model's slices for this worker, in its expert store on its node.
 absl::StatusOr<WorkerCompute> StoreCompute(const WorkerConfig& c, const WorkerPlacement& p, ThreadPool* pool,
                                            WorkerServiceOptions* options) {
@@ -390,9 +430,16 @@ absl::StatusOr<WorkerCompute> StoreCompute(const WorkerConfig& c, const WorkerPl
   options->weights_region_bytes = compute.store->region_bytes();
   options->slice_hashes = compute.store->slice_hashes();
   options->content_hash = compute.store->content_hash();
+  if (c.measure_kernel_plan) TANDEM_RETURN_IF_ERROR(MeasureWorkerKernelPlan(c, *compute.store, pool));
   compute.executor = std::make_unique<StoreExpertExecutor>(compute.store.get(), pool);
   options->compute = "store";
-  options->kernels = {"avx2_stream", "avx2_packed"};
+  const ExpertStore& store = *compute.store;
+  const ExpertWeights* first =
+      store.slices().empty() ? nullptr : store.Find(store.slices().front().layer, store.slices().front().expert);
+  const DType dtype = first != nullptr ? first->w1.dtype : DType::kBF16;
+  options->kernels = {absl::StrCat("isa ", ActiveIsaDescription()), absl::StrCat("plan ", ProcessKernelPlan().Spec()),
+                      absl::StrCat(std::string(DTypeName(dtype)), " ", DescribeKernelChoice(dtype))};
+  LOG_INFO("worker ", c.worker_index, ": kernels: ", KernelStartupSummary(dtype));
   return compute;
 }
 

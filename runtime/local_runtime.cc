@@ -6,6 +6,8 @@
 #include "common/base/log.h"
 #include "common/model/model_fingerprint.h"
 #include "common/base/status_macros.h"
+#include "common/kernels/kernel_calibration.h"
+#include "common/kernels/linear.h"
 #include "coordinator/planner/profile_io.h"
 #include "gpu_worker/cuda_expert_pool.h"
 #include "gpu_worker/host_expert_pool.h"
@@ -13,6 +15,26 @@
 
 namespace tandem {
 namespace {
+
+// What the kernel plan is measured on: the first two experts' gate, up and
+// down (the shapes that dominate), or, when the experts live in worker
+// processes, the first two layers' attention projections.
+std::vector<std::vector<LinearWeight>> KernelPlanGroups(const ModelWeights& weights) {
+  std::vector<std::vector<LinearWeight>> groups;
+  for (const LayerWeights& layer : weights.layers) {
+    for (const ExpertWeights& expert : layer.experts) {
+      if (groups.size() == 2) break;
+      if (expert.w1.data != nullptr && expert.w2.data != nullptr && expert.w3.data != nullptr)
+        groups.push_back({expert.w1, expert.w3, expert.w2});
+    }
+  }
+  if (!groups.empty()) return groups;
+  for (size_t l = 0; l < weights.layers.size() && l < 2; ++l) {
+    const LayerWeights& layer = weights.layers[l];
+    groups.push_back({layer.q_proj, layer.k_proj, layer.v_proj, layer.o_proj});
+  }
+  return groups;
+}
 
 // The expert pool `o` asks for, over `experts` ([layer][expert] views into the
 // model's weights).
@@ -70,7 +92,7 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> CreateExpertPool(const LocalOrchestr
 
 // The expert pool and the orchestrator around `cpu` (see local_runtime.h).
 absl::Status BuildOrchestrator(const LocalOrchestratorOptions& o, const PrecalcOptions& precalc, const Model& model, ThreadPool* threads,
-                               ExpertExecutor* cpu, bool external_cpu, std::unique_ptr<ExpertFfn>* ffn,
+                               bool measure_kernel_plan, ExpertExecutor* cpu, bool external_cpu, std::unique_ptr<ExpertFfn>* ffn,
                                std::unique_ptr<ExpertPool>* pool, std::optional<CalibrationResult>* calibration,
                                std::unique_ptr<Orchestrator>* orchestrator) {
   const ModelConfig& config = model.config;
@@ -90,6 +112,10 @@ absl::Status BuildOrchestrator(const LocalOrchestratorOptions& o, const PrecalcO
     setup.division = o.division;
     setup.cpu_transport = o.cpu_transport;
     setup.pool = pool->get();
+    if (measure_kernel_plan) {
+      setup.kernel_plan_groups = KernelPlanGroups(*model.weights);
+      setup.kernel_pool = threads;
+    }
     setup.config_description = absl::StrCat("threads=", threads->num_threads(), " executor=",
                                             external_cpu ? "external " + o.cpu_transport : "local",
                                             " staging=", o.staging_buffers);
@@ -196,8 +222,16 @@ absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::shared_p
     experts = rt->experts_.get();
   }
 
+  if (options.measure_kernel_plan && !(options.orchestrator.enabled && !options.orchestrator.cost)) {
+    // No calibration will run: measure here (nothing caches it).
+    TANDEM_ASSIGN_OR_RETURN(KernelCalibration measured,
+                            MeasureKernelPlan(KernelPlanGroups(*rt->model_->weights), rt->pool_.get()));
+    LOG_INFO("kernel plan measured in ", absl::StrFormat("%.2f s", measured.seconds), ": ", measured.plan.Spec());
+    SetProcessKernelPlan(std::move(measured.plan));
+  }
   if (options.orchestrator.enabled) {
-    TANDEM_RETURN_IF_ERROR(BuildOrchestrator(options.orchestrator, options.precalc, *rt->model_, rt->pool_.get(), experts,
+    TANDEM_RETURN_IF_ERROR(BuildOrchestrator(options.orchestrator, options.precalc, *rt->model_, rt->pool_.get(),
+                                             options.measure_kernel_plan, experts,
                                              options.expert_executor != nullptr, &rt->pool_ffn_, &rt->expert_pool_,
                                              &rt->calibration_, &rt->orchestrator_));
     experts = rt->orchestrator_.get();
@@ -244,6 +278,9 @@ absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::shared_p
            "; ", rt->backend_name_, ", ", threads, " threads; ",
            options.expert_executor == nullptr ? "all experts on the in-process CPU executor" : "experts on an external executor",
            rt->orchestrator_ ? absl::StrCat(", orchestrated with the ", rt->expert_pool_->kind()) : std::string());
+  LOG_INFO("kernels: ", KernelStartupSummary(rt->model_->weights->layers.empty()
+                                                 ? DType::kBF16
+                                                 : rt->model_->weights->layers.front().q_proj.dtype));
   return rt;
 }
 

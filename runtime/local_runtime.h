@@ -103,6 +103,12 @@ struct LocalRuntimeOptions {
   // pool's residency; without, every expert counts as a CPU expert (pure
   // approximation, no speed benefit).
   PrecalcOptions precalc;
+  // Time every CPU kernel path on this model's shapes at start-up and
+  // install the fastest per row count (common/kernels/kernel_calibration.h)
+  // for the whole process. With the orchestrator this is part of its
+  // calibration and cached in orchestrator.calibration_profile. Off: the
+  // process's plan as it is (built-in, or what --kernel_plan installed).
+  bool measure_kernel_plan = false;
 };
 
 // Whether `kv_cache_tokens` (> 0; 0 = one sequence's context, grown lazily,

@@ -12,6 +12,7 @@
 #include "common/model/model.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
+#include "runtime/kernel_flags.h"
 #include "coordinator/worker_connect.h"
 #include "gpu_worker/cuda_device.h"
 
@@ -157,6 +158,7 @@ absl::StatusOr<ModelSource> ModelSourceFromFlags() {
 
 absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions options) {
   TANDEM_ASSIGN_OR_RETURN(const ModelSource source, ModelSourceFromFlags());
+  TANDEM_RETURN_IF_ERROR(ApplyKernelFlags(&options));
   options.num_threads = absl::GetFlag(FLAGS_threads);
   if (options.num_threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("--threads: must be >= 0, got ", options.num_threads));

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "runtime/kernel_flags.h"
 #include "runtime/local_runtime.h"
 #include "coordinator/remote_expert_executor.h"
 

@@ -68,8 +68,10 @@ double W(const LinearWeight& w, int64_t row, int64_t col) {
 // bound on what f32 arithmetic may add: each of the three matmuls may err by
 // (K + 1) u sum |terms| (see linear_test), the error in h = silu(g) u carries
 // through W2, and silu itself (vector exp, one divide) adds ~4 u relative.
+// `rounding` is the relative error a kernel adds to each product by rounding
+// its input (x for gate and up, h for down) to bf16 first: 2^-8, else 0.
 void NaiveExpertFfn(const ExpertFfnWeights& w, const float* x, int64_t rows, std::vector<double>& y,
-                    std::vector<double>& tolerance) {
+                    std::vector<double>& tolerance, double rounding = 0.0) {
   const int64_t d = w.w1.k, inter = w.w1.n;
   y.assign(static_cast<size_t>(rows * d), 0.0);
   tolerance.assign(static_cast<size_t>(rows * d), 0.0);
@@ -88,7 +90,7 @@ void NaiveExpertFfn(const ExpertFfnWeights& w, const float* x, int64_t rows, std
       const double silu = g * sig;
       h[j] = silu * u;
       // |d silu / dg| <= 1.1 everywhere.
-      const double g_err = (d + 1) * kU * g_mag, u_err = (d + 1) * kU * u_mag;
+      const double g_err = ((d + 1) * kU + rounding) * g_mag, u_err = ((d + 1) * kU + rounding) * u_mag;
       h_error[j] =
           1.1 * g_err * std::fabs(u) + std::fabs(silu) * u_err + g_err * u_err + 8 * kU * std::fabs(h[j]);
     }
@@ -100,7 +102,7 @@ void NaiveExpertFfn(const ExpertFfnWeights& w, const float* x, int64_t rows, std
         carried += std::fabs(W(w.w2, i, j)) * h_error[j];
       }
       y[r * d + i] = sum;
-      tolerance[r * d + i] = 2.0 * ((inter + 1) * kU * mag + carried) + 1e-30;
+      tolerance[r * d + i] = 2.0 * (((inter + 1) * kU + rounding) * mag + carried) + 1e-30;
     }
   }
 }
@@ -126,38 +128,38 @@ void ExpectFfnMatchesNaive(const Case& c, const LinearOptions& options, const st
     const std::vector<float> x = RandomVector(rows * c.hidden, 1000 + static_cast<uint32_t>(rows));
     std::vector<float> y(static_cast<size_t>(rows * c.hidden), std::numeric_limits<float>::quiet_NaN());
     ASSERT_OK(ffn.Run(expert.weights, x.data(), rows, y.data()));
+    const LinearKernel& kernel = ChooseLinearKernel(rows, c.dtype, options);
     std::vector<double> ref, tolerance;
-    NaiveExpertFfn(expert.weights, x.data(), rows, ref, tolerance);
+    NaiveExpertFfn(expert.weights, x.data(), rows, ref, tolerance,
+                   kernel.rounds_activations ? std::ldexp(1.0, -8) : 0.0);
     for (int64_t i = 0; i < rows * c.hidden; ++i) {
       ASSERT_NEAR(y[i], ref[i], tolerance[i])
           << DTypeName(c.dtype) << " D=" << c.hidden << " I=" << c.intermediate << " threads=" << c.threads
-          << " " << label << " R=" << rows << " row " << i / c.hidden << " feature " << i % c.hidden;
+          << " " << label << " kernel=" << kernel.name << " R=" << rows << " row " << i / c.hidden << " feature "
+          << i % c.hidden;
     }
   }
 }
 
-TEST_P(ExpertFfnTest, DefaultPathsMatchNaive) {
+TEST_P(ExpertFfnTest, DefaultPlanMatchesNaive) {
   ExpectFfnMatchesNaive(GetParam(), LinearOptions{}, "default");
 }
 
-TEST_P(ExpertFfnTest, StreamKernelMatchesNaive) {
-  LinearOptions options;
-  options.prefill_min_rows = std::numeric_limits<int64_t>::max();
-  ExpectFfnMatchesNaive(GetParam(), options, "stream-only");
-}
+// Every kernel of the dispatch table this CPU can run, for all three matrices.
+struct KernelCase {
+  Case shape;
+  const LinearKernel* kernel;
+};
 
-TEST_P(ExpertFfnTest, PackedKernelMatchesNaive) {
-  LinearOptions options;
-  options.prefill_min_rows = 1;
-  options.prefill_kernel = PrefillKernel::kAvx2Packed;
-  ExpectFfnMatchesNaive(GetParam(), options, "packed-only");
-}
+class ExpertFfnKernelTest : public ::testing::TestWithParam<KernelCase> {};
 
-TEST_P(ExpertFfnTest, OneDnnMatchesNaive) {
+TEST_P(ExpertFfnKernelTest, MatchesNaive) {
+  const KernelCase& c = GetParam();
+  if (c.kernel->isa > ActiveIsa())
+    GTEST_SKIP() << c.kernel->name << ": " << IsaUnavailableReason(c.kernel->isa);
   LinearOptions options;
-  options.prefill_min_rows = 1;
-  options.prefill_kernel = PrefillKernel::kOneDnn;
-  ExpectFfnMatchesNaive(GetParam(), options, "onednn-only");
+  options.kernel = c.kernel;
+  ExpectFfnMatchesNaive(c.shape, options, std::string(c.kernel->name));
 }
 
 std::vector<Case> AllCases() {
@@ -172,11 +174,24 @@ std::vector<Case> AllCases() {
   return cases;
 }
 
+std::string CaseTestName(const Case& c) {
+  return absl::StrCat(std::string(DTypeName(c.dtype)), "_D", c.hidden, "_I", c.intermediate, "_t", c.threads);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, ExpertFfnTest, ::testing::ValuesIn(AllCases()),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           const Case& c = info.param;
-                           return absl::StrCat(std::string(DTypeName(c.dtype)), "_D", c.hidden, "_I",
-                                               c.intermediate, "_t", c.threads);
+                         [](const ::testing::TestParamInfo<Case>& info) { return CaseTestName(info.param); });
+
+std::vector<KernelCase> AllKernelCases() {
+  std::vector<KernelCase> cases;
+  for (const Case& shape : AllCases())
+    for (const LinearKernel& kernel : AllLinearKernels())
+      if (kernel.dtype == shape.dtype) cases.push_back({shape, &kernel});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, ExpertFfnKernelTest, ::testing::ValuesIn(AllKernelCases()),
+                         [](const ::testing::TestParamInfo<KernelCase>& info) {
+                           return absl::StrCat(info.param.kernel->name, "_", CaseTestName(info.param.shape));
                          });
 
 TEST(ExpertFfnErrors, RejectsMismatchedShapesAndNulls) {

@@ -18,12 +18,15 @@
 #include "common/model/model.h"
 #include "coordinator/generator.h"
 #include "gtest/gtest.h"
+#include "tests/exact_kernels_testlib.h"
 #include "tests/reference_model_testlib.h"
 #include "tests/tokens_testlib.h"
 #include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
+
+const bool kExactKernels = test::UseExactKernels();
 
 constexpr uint64_t kSeed = 7;
 

@@ -35,6 +35,7 @@
 #include "common/gguf/gguf_checkpoint.h"
 #include "common/gguf/gguf_writer.h"
 #include "common/kernels/linear.h"
+#include "tests/exact_kernels_testlib.h"
 #include "common/model/gguf_model_config.h"
 #include "common/model/gguf_names.h"
 #include "common/model/gguf_quantize.h"
@@ -54,6 +55,10 @@ namespace tandem {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The round trips compare a bf16 folder with f32/f16 GGUF files at 1e-12:
+// both must run f32-input kernels (exact_kernels_testlib.h).
+const bool kExactKernels = test::UseExactKernels();
 using ::testing::HasSubstr;
 
 constexpr uint64_t kSeed = 11;

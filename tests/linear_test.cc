@@ -1,17 +1,22 @@
 // Linear() against a naive float64 loop over the same stored weights, for
-// every dtype, both kernel paths, odd shapes, with and without bias, on one
-// and two threads.
+// every dtype, every kernel of the dispatch table this CPU can run (the
+// others skip, naming the flags it lacks), odd shapes, with and without
+// bias, on one and two threads; the kernel plan and the ISA cap.
 //
 // Legend: M rows, K input features, N output features.
 #include "common/kernels/linear.h"
 
 #include <cmath>
+#include <iostream>
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/kernels/kernel_calibration.h"
+#include "common/kernels/kernel_plan.h"
 #include "gtest/gtest.h"
 #include "tests/status_testlib.h"
 
@@ -64,7 +69,14 @@ void NaiveLinear(const float* x, int64_t m, const LinearWeight& w, const float* 
 // f32 accumulation of K products (FMA) plus a bias, in any order, is within
 // (K + 1) * 2^-24 * sum |terms| of the exact sum: the rigorous worst case of
 // recursive summation, which blocked and lane-split sums only improve on.
-double Tolerance(int64_t k, double magnitude) { return (k + 2) * std::ldexp(1.0, -24) * magnitude + 1e-30; }
+// A kernel that rounds x to bf16 (8 significant bits, nearest even) first
+// changes each product by at most 2^-8 of itself: 2^-8 * sum |terms| more
+// (and the accumulation bound grows by that factor, hence K + 3).
+double Tolerance(int64_t k, double magnitude, bool rounds_activations = false) {
+  const double accumulation = (k + 2) * std::ldexp(1.0, -24);
+  if (!rounds_activations) return accumulation * magnitude + 1e-30;
+  return (std::ldexp(1.0, -8) + (k + 3) * std::ldexp(1.0, -24)) * magnitude + 1e-30;
+}
 
 struct Case {
   DType dtype;
@@ -78,7 +90,25 @@ std::string CaseName(const Case& c) {
                       " threads=", c.threads);
 }
 
-class LinearTest : public ::testing::TestWithParam<Case> {};
+
+std::string CaseTestName(const Case& c) {
+  return absl::StrCat(std::string(DTypeName(c.dtype)), "_N", c.n, "_K", c.k, c.bias ? "_bias" : "", "_t", c.threads);
+}
+
+std::vector<Case> AllCases() {
+  std::vector<Case> cases;
+  // Odd shapes (tails in N and K, K odd for the bf16 pairs), one that spans
+  // several tasks and oneDNN tiles (N = 300 > 256), a K below one vector,
+  // and K = 1024 whose 4 KB rows make Linear read x through a padded copy
+  // (ActivationRowStride).
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{13, 72},   {1, 8}, {37, 129},
+                                                           {300, 520}, {9, 3}, {20, 1024}};
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16})
+    for (const auto& [n, k] : shapes)
+      for (bool bias : {false, true})
+        for (int threads : {1, 2}) cases.push_back({dtype, n, k, bias, threads});
+  return cases;
+}
 
 void ExpectMatchesNaive(const Case& c, const std::vector<int64_t>& row_counts, const LinearOptions& options,
                         const std::string& label) {
@@ -92,10 +122,11 @@ void ExpectMatchesNaive(const Case& c, const std::vector<int64_t>& row_counts, c
     ASSERT_OK(Linear(x.data(), m, w.view, b, y.data(), &pool, options));
     std::vector<double> ref, magnitude;
     NaiveLinear(x.data(), m, w.view, b, ref, magnitude);
+    const LinearKernel& kernel = ChooseLinearKernel(m, c.dtype, options);
     for (int64_t i = 0; i < m * c.n; ++i) {
-      ASSERT_NEAR(y[i], ref[i], Tolerance(c.k, magnitude[i]))
-          << CaseName(c) << " " << label << " path=" << LinearPathName(ChooseLinearPath(m, options))
-          << " M=" << m << " row " << i / c.n << " feature " << i % c.n;
+      ASSERT_NEAR(y[i], ref[i], Tolerance(c.k, magnitude[i], kernel.rounds_activations))
+          << CaseName(c) << " " << label << " kernel=" << kernel.name << " M=" << m << " row " << i / c.n
+          << " feature " << i % c.n;
     }
   }
 }
@@ -108,51 +139,200 @@ std::vector<int64_t> RowCounts() {
   return rows;
 }
 
-TEST_P(LinearTest, DefaultPathsMatchNaive) {
-  // Small row counts take the stream kernel, the rest the prefill kernel.
+// Skips the test (naming what is missing) when this process may not run `kernel`.
+#define SKIP_UNLESS_RUNNABLE(kernel) \
+  if ((kernel).isa > ActiveIsa()) GTEST_SKIP() << (kernel).name << ": " << IsaUnavailableReason((kernel).isa)
+
+void PrintTo(const Case& c, std::ostream* out) { *out << CaseName(c); }
+
+class LinearTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(LinearTest, DefaultPlanMatchesNaive) {
+  // The process's plan: small row counts stream, the rest a GEMM path.
   ExpectMatchesNaive(GetParam(), RowCounts(), LinearOptions{}, "default");
 }
 
-TEST_P(LinearTest, StreamKernelMatchesNaiveAtAllRows) {
+TEST_P(LinearTest, F32ActivationsMatchNaiveWithoutRounding) {
+  // The router's setting: whatever the plan says, x is never rounded.
   LinearOptions options;
-  options.prefill_min_rows = std::numeric_limits<int64_t>::max();
-  ExpectMatchesNaive(GetParam(), RowCounts(), options, "stream-only");
-}
-
-TEST_P(LinearTest, PackedKernelMatchesNaiveAtAllRows) {
-  LinearOptions options;
-  options.prefill_min_rows = 1;
-  options.prefill_kernel = PrefillKernel::kAvx2Packed;
-  ExpectMatchesNaive(GetParam(), RowCounts(), options, "packed-only");
-}
-
-TEST_P(LinearTest, OneDnnMatchesNaiveAtAllRows) {
-  LinearOptions options;
-  options.prefill_min_rows = 1;
-  options.prefill_kernel = PrefillKernel::kOneDnn;
-  ExpectMatchesNaive(GetParam(), RowCounts(), options, "onednn-only");
-}
-
-std::vector<Case> AllCases() {
-  std::vector<Case> cases;
-  // Odd shapes (tails in N and K), one that spans several tasks and oneDNN
-  // tiles (N = 300 > 256), a K below one vector, and K = 1024 whose 4 KB rows
-  // make Linear read x through a padded copy (ActivationRowStride).
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{13, 72},   {1, 8}, {37, 129},
-                                                           {300, 520}, {9, 3}, {20, 1024}};
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16})
-    for (const auto& [n, k] : shapes)
-      for (bool bias : {false, true})
-        for (int threads : {1, 2}) cases.push_back({dtype, n, k, bias, threads});
-  return cases;
+  options.f32_activations = true;
+  for (int64_t m : RowCounts()) EXPECT_FALSE(ChooseLinearKernel(m, GetParam().dtype, options).rounds_activations);
+  ExpectMatchesNaive(GetParam(), RowCounts(), options, "f32-activations");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LinearTest, ::testing::ValuesIn(AllCases()),
-                         [](const ::testing::TestParamInfo<Case>& info) {
-                           const Case& c = info.param;
-                           return absl::StrCat(std::string(DTypeName(c.dtype)), "_N", c.n, "_K", c.k,
-                                               c.bias ? "_bias" : "", "_t", c.threads);
+                         [](const ::testing::TestParamInfo<Case>& info) { return CaseTestName(info.param); });
+
+// Every kernel of the table against the reference at every row count.
+struct KernelCase {
+  Case shape;
+  const LinearKernel* kernel;
+};
+
+void PrintTo(const KernelCase& c, std::ostream* out) { *out << c.kernel->name << " " << CaseName(c.shape); }
+
+class LinearKernelTest : public ::testing::TestWithParam<KernelCase> {};
+
+TEST_P(LinearKernelTest, MatchesNaiveAtAllRows) {
+  const KernelCase& c = GetParam();
+  SKIP_UNLESS_RUNNABLE(*c.kernel);
+  LinearOptions options;
+  options.kernel = c.kernel;
+  ExpectMatchesNaive(c.shape, RowCounts(), options, std::string(c.kernel->name));
+}
+
+// Each output depends only on its x row, its W row and the kernel: the same
+// bits at every M, however the rows are batched and the work split.
+TEST_P(LinearKernelTest, RowResultIndependentOfBatchAndThreads) {
+  const KernelCase& c = GetParam();
+  SKIP_UNLESS_RUNNABLE(*c.kernel);
+  if (c.shape.threads != 2) GTEST_SKIP() << "compares 1 and 2 threads; run once per shape";
+  if (c.kernel->path == KernelPath::kOneDnn) GTEST_SKIP() << "oneDNN picks its own kernels by M";
+  const StoredWeight w(c.shape.dtype, c.shape.n, c.shape.k, 23);
+  LinearOptions options;
+  options.kernel = c.kernel;
+  constexpr int64_t kRows = 37;
+  const std::vector<float> x = RandomVector(kRows * c.shape.k, 7);
+  ThreadPool two(ThreadPoolOptions{.num_threads = 2, .name = "linear-test"});
+  std::vector<float> batched(static_cast<size_t>(kRows * c.shape.n));
+  ASSERT_OK(Linear(x.data(), kRows, w.view, nullptr, batched.data(), &two, options));
+  for (int64_t r : {int64_t{0}, int64_t{16}, kRows - 1}) {
+    std::vector<float> alone(static_cast<size_t>(c.shape.n));
+    ASSERT_OK(Linear(x.data() + r * c.shape.k, 1, w.view, nullptr, alone.data(), nullptr, options));
+    for (int64_t j = 0; j < c.shape.n; ++j)
+      ASSERT_EQ(alone[j], batched[r * c.shape.n + j]) << c.kernel->name << " row " << r << " feature " << j;
+  }
+}
+
+std::vector<KernelCase> AllKernelCases() {
+  std::vector<KernelCase> cases;
+  for (const Case& shape : AllCases())
+    for (const LinearKernel& kernel : AllLinearKernels())
+      if (kernel.dtype == shape.dtype) cases.push_back({shape, &kernel});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, LinearKernelTest, ::testing::ValuesIn(AllKernelCases()),
+                         [](const ::testing::TestParamInfo<KernelCase>& info) {
+                           return absl::StrCat(info.param.kernel->name, "_", CaseTestName(info.param.shape));
                          });
+
+TEST(LinearKernelTable, EveryPathHasABaselineVariantExceptBf16Dot) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (KernelPath path : {KernelPath::kStream, KernelPath::kPacked, KernelPath::kOneDnn}) {
+      const LinearKernel* kernel = FindLinearKernel(dtype, path, IsaLevel::kAvx2);
+      ASSERT_NE(kernel, nullptr) << DTypeName(dtype) << " " << KernelPathName(path);
+      EXPECT_EQ(kernel->isa, IsaLevel::kAvx2);
+    }
+    EXPECT_EQ(FindLinearKernel(dtype, KernelPath::kBf16Dot, IsaLevel::kAvx512Vnni), nullptr);
+  }
+  EXPECT_EQ(FindLinearKernel(DType::kF32, KernelPath::kBf16Dot, IsaLevel::kAmx), nullptr);
+  const LinearKernel* dot = FindLinearKernel(DType::kBF16, KernelPath::kBf16Dot, IsaLevel::kAmx);
+  ASSERT_NE(dot, nullptr);
+  EXPECT_STREQ(dot->name, "avx512_bf16_dot");
+  EXPECT_TRUE(dot->rounds_activations);
+  EXPECT_STREQ(FindLinearKernel(DType::kF16, KernelPath::kStream, IsaLevel::kAvx512)->name, "avx512_stream");
+}
+
+TEST(LinearKernelChoice, FollowsPlanIsaCapAndPrecision) {
+  ASSERT_OK_AND_ASSIGN(const KernelPlan plan, KernelPlan::Parse("1:stream,8:bf16_dot,300:onednn", "test"));
+  LinearOptions options{.plan = &plan};
+  const IsaLevel isa = ActiveIsa();
+  EXPECT_EQ(ChooseLinearKernel(7, DType::kBF16, options).path, KernelPath::kStream);
+  EXPECT_EQ(ChooseLinearKernel(300, DType::kBF16, options).path, KernelPath::kOneDnn);
+  // bf16_dot where the CPU has it, for bf16 weights only; packed otherwise.
+  EXPECT_EQ(ChooseLinearKernel(8, DType::kBF16, options).path,
+            isa >= IsaLevel::kAvx512Bf16 ? KernelPath::kBf16Dot : KernelPath::kPacked);
+  EXPECT_EQ(ChooseLinearKernel(8, DType::kF32, options).path, KernelPath::kPacked);
+  options.f32_activations = true;
+  EXPECT_EQ(ChooseLinearKernel(8, DType::kBF16, options).path, KernelPath::kPacked);
+  // The cap selects the AVX2 variants.
+  options.max_isa = IsaLevel::kAvx2;
+  EXPECT_STREQ(ChooseLinearKernel(1, DType::kBF16, options).name, "avx2_stream");
+  EXPECT_STREQ(ChooseLinearKernel(8, DType::kBF16, options).name, "avx2_packed");
+  EXPECT_NE(DescribeKernelChoice(DType::kBF16, options).find("1-7 rows avx2_stream"), std::string::npos)
+      << DescribeKernelChoice(DType::kBF16, options);
+}
+
+TEST(LinearKernelChoice, ForcedKernelAboveTheCpuFails) {
+  const LinearKernel* dot = FindLinearKernel(DType::kBF16, KernelPath::kBf16Dot, IsaLevel::kAmx);
+  ASSERT_NE(dot, nullptr);
+  if (dot->isa <= ActiveIsa()) GTEST_SKIP() << "this process may run " << dot->name;
+  const StoredWeight w(DType::kBF16, 4, 8, 1);
+  std::vector<float> x(16), y(8);
+  LinearOptions options{.kernel = dot};
+  const absl::Status status = Linear(x.data(), 2, w.view, nullptr, y.data(), nullptr, options);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_NE(status.message().find("avx512_bf16"), std::string::npos) << status;
+}
+
+TEST(KernelPlanTest, ParsesPrintsAndRejects) {
+  ASSERT_OK_AND_ASSIGN(const KernelPlan plan, KernelPlan::Parse("1:stream, 12:packed,16:packed,64:bf16_dot", "t"));
+  EXPECT_EQ(plan.Spec(), "1:stream,12:packed,64:bf16_dot");  // equal neighbours merge
+  EXPECT_EQ(plan.PathFor(1), KernelPath::kStream);
+  EXPECT_EQ(plan.PathFor(11), KernelPath::kStream);
+  EXPECT_EQ(plan.PathFor(63), KernelPath::kPacked);
+  EXPECT_EQ(plan.PathFor(1 << 20), KernelPath::kBf16Dot);
+  EXPECT_EQ(plan.source(), "t");
+  for (const char* bad : {"", "2:stream", "1:stream,1:packed", "1:stream,8:fast", "stream", "1:stream,x:packed"}) {
+    EXPECT_EQ(KernelPlan::Parse(bad, "t").status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  for (IsaLevel isa : kAllIsaLevels) {
+    const KernelPlan built_in = KernelPlan::BuiltIn(isa);
+    EXPECT_EQ(built_in.steps().front().min_rows, 1);
+    EXPECT_EQ(built_in.PathFor(1), KernelPath::kStream);
+    ASSERT_OK_AND_ASSIGN(const KernelPlan round_trip, KernelPlan::Parse(built_in.Spec(), "t"));
+    EXPECT_EQ(round_trip.Spec(), built_in.Spec());
+  }
+}
+
+TEST(KernelCalibrationTest, MeasuresEveryRunnablePathAndMakesAPlan) {
+  const StoredWeight a(DType::kBF16, 96, 64, 1), b(DType::kBF16, 64, 96, 2);
+  const std::vector<std::vector<LinearWeight>> groups = {{a.view, b.view}};
+  ThreadPool pool(ThreadPoolOptions{.num_threads = 2, .name = "calib-test"});
+  KernelCalibrationOptions options;
+  options.rows = {1, 8, 40};
+  options.reps = 1;
+  ASSERT_OK_AND_ASSIGN(const KernelCalibration measured, MeasureKernelPlan(groups, &pool, options));
+  EXPECT_EQ(measured.plan.steps().front().min_rows, 1);
+  ASSERT_OK_AND_ASSIGN(const KernelPlan again, KernelPlan::Parse(measured.plan.Spec(), "t"));
+  EXPECT_EQ(again.Spec(), measured.plan.Spec());
+  // Every path this CPU runs for bf16 was timed at the first count, and
+  // every step of the plan is the fastest (or within the margin) there.
+  std::set<std::string> at_one;
+  for (const KernelTiming& t : measured.timings) {
+    if (t.rows == 1) at_one.insert(t.kernel);
+    EXPECT_GT(t.median_us, 0) << t.kernel;
+  }
+  for (KernelPath path : kAllKernelPaths) {
+    const LinearKernel* kernel = FindLinearKernel(DType::kBF16, path, ActiveIsa());
+    if (kernel != nullptr) {
+      EXPECT_EQ(at_one.count(kernel->name), 1u) << kernel->name;
+    }
+  }
+  EXPECT_FALSE(measured.plan.source().empty());
+  options.rows = {4, 2};
+  EXPECT_EQ(MeasureKernelPlan(groups, &pool, options).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MeasureKernelPlan({}, &pool).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CpuFeaturesTest, LevelsNamesAndFlags) {
+  for (IsaLevel level : kAllIsaLevels) {
+    ASSERT_OK_AND_ASSIGN(const IsaLevel parsed, ParseIsaLevel(IsaLevelName(level)));
+    EXPECT_EQ(parsed, level);
+  }
+  EXPECT_EQ(ParseIsaLevel("sse2").status().code(), absl::StatusCode::kInvalidArgument);
+  const CpuFeatures& cpu = HostCpu();
+  EXPECT_TRUE(cpu.baseline_ok) << cpu.Description() << ": " << cpu.Flags();
+  EXPECT_TRUE(cpu.MissingFor(cpu.level).empty()) << cpu.MissingFor(cpu.level);
+  if (cpu.level < IsaLevel::kAmx) {
+    EXPECT_FALSE(cpu.MissingFor(kAllIsaLevels[static_cast<int>(cpu.level) + 1]).empty());
+  }
+  EXPECT_LE(ActiveIsa(), cpu.level);
+  EXPECT_NE(cpu.Flags().find("avx2"), std::string::npos);
+  std::cout << "[ cpu      ] " << cpu.Description() << "; flags: " << cpu.Flags()
+            << "; kernels run at: " << ActiveIsaDescription() << "\n";
+}
 
 TEST(LinearErrors, RejectsBadArguments) {
   const StoredWeight w(DType::kBF16, 4, 8, 1);
@@ -180,40 +360,51 @@ TEST(LinearSliceTest, WritesOnlyItsFeatures) {
   // on every path: the expert FFN relies on this to fill [R, I] by tasks.
   const StoredWeight w(DType::kBF16, 40, 72, 3);
   const std::vector<float> x = RandomVector(20 * 72, 9);
-  for (auto [m, kernel] :
-       {std::pair{3, PrefillKernel::kAvx2Packed}, std::pair{20, PrefillKernel::kAvx2Packed},
-        std::pair{20, PrefillKernel::kOneDnn}}) {
+  for (const LinearKernel& kernel : AllLinearKernels()) {
+    if (kernel.dtype != DType::kBF16 || kernel.isa > ActiveIsa()) continue;
+    for (int64_t m : {3, 20}) {
     const int64_t ldy = 50;
     std::vector<float> y(static_cast<size_t>(m * ldy), -7.0f);
-    LinearOptions options;
-    options.prefill_kernel = kernel;
-    const LinearSliceArgs args{
-        .x = x.data(), .ldx = 72, .m = m, .n_begin = 10, .n_end = 27, .y = y.data(), .ldy = ldy};
-    ASSERT_OK(LinearSlice(w.view, args, options));
+    PreparedInput prepared;
+    ASSERT_OK(prepared.Prepare(kernel, x.data(), 72, m, 72, nullptr));
+    const LinearSliceArgs args{.x = x.data(),
+                               .ldx = 72,
+                               .m = m,
+                               .n_begin = 10,
+                               .n_end = 27,
+                               .y = y.data(),
+                               .ldy = ldy,
+                               .prepared = prepared.data()};
+    ASSERT_OK(LinearSlice(kernel, w.view, args));
     std::vector<double> ref, magnitude;
     NaiveLinear(x.data(), m, w.view, nullptr, ref, magnitude);
     for (int64_t r = 0; r < m; ++r) {
       for (int64_t j = 0; j < ldy; ++j) {
         const float v = y[r * ldy + j];
         if (j >= 10 && j < 27) {
-          EXPECT_NEAR(v, ref[r * 40 + j], Tolerance(72, magnitude[r * 40 + j])) << "M=" << m;
+          EXPECT_NEAR(v, ref[r * 40 + j], Tolerance(72, magnitude[r * 40 + j], kernel.rounds_activations))
+              << kernel.name << " M=" << m;
         } else {
-          EXPECT_EQ(v, -7.0f) << "M=" << m << " row " << r << " column " << j << " written";
+          EXPECT_EQ(v, -7.0f) << kernel.name << " M=" << m << " row " << r << " column " << j << " written";
         }
       }
+    }
     }
   }
 }
 
 TEST(LinearTaskFeaturesTest, SplitsWorkForAllThreads) {
   const LinearWeight w{reinterpret_cast<const void*>(1), DType::kBF16, 14336, 4096};
-  for (int64_t m : {1, 8, 16, 512}) {
-    const int64_t features = LinearTaskFeatures(m, w, 2, LinearOptions{});
-    EXPECT_GE(features, 1);
-    EXPECT_GE((w.n + features - 1) / features, 8) << "M=" << m;  // >= 4 tasks per thread
+  for (const LinearKernel& kernel : AllLinearKernels()) {
+    if (kernel.dtype != DType::kBF16) continue;
+    for (int64_t m : {1, 8, 16, 512}) {
+      const int64_t features = LinearTaskFeatures(m, w, 2, kernel);
+      EXPECT_GE(features, 1);
+      EXPECT_GE((w.n + features - 1) / features, 8) << kernel.name << " M=" << m;  // >= 4 tasks per thread
+    }
+    const LinearWeight tiny{reinterpret_cast<const void*>(1), DType::kBF16, 3, 5};
+    EXPECT_EQ(LinearTaskFeatures(1, tiny, 2, kernel), 3) << kernel.name;
   }
-  const LinearWeight tiny{reinterpret_cast<const void*>(1), DType::kF32, 3, 5};
-  EXPECT_EQ(LinearTaskFeatures(1, tiny, 2, LinearOptions{}), 3);
 }
 
 }  // namespace

@@ -137,11 +137,17 @@ TEST(HardwareProfileTest, RoundTripsThroughJson) {
   ScopedTempDir dir;
   HardwareProfile measured = original;
   measured.cache_key = "epyc-2core/mixtral-8x7b/split-2";
+  // A calibrated profile also carries the CPU kernels' plan it was timed with.
+  measured.kernel_plan = "1:stream,8:bf16_dot";
+  measured.kernel_plan_source = "measured on Zen 5";
   const std::string path = (dir.path() / "measured.json").string();
   ASSERT_OK(SaveHardwareProfile(measured, path));
   absl::StatusOr<HardwareProfile> loaded = LoadHardwareProfile(path);
   ASSERT_OK(loaded);
   EXPECT_EQ(loaded->cache_key, measured.cache_key);
+  EXPECT_EQ(loaded->kernel_plan, measured.kernel_plan);
+  EXPECT_EQ(loaded->kernel_plan_source, measured.kernel_plan_source);
+  EXPECT_TRUE(again->kernel_plan.empty()) << "paper profiles have no kernel plan";
 }
 
 // Removes the object member at `path` (dot-separated; [i] indexes arrays).

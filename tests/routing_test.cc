@@ -25,11 +25,14 @@
 #include "coordinator/kv_cache.h"
 #include "cpu_worker/local_expert_executor.h"
 #include "gtest/gtest.h"
+#include "tests/exact_kernels_testlib.h"
 #include "tests/reference_model_testlib.h"
 #include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
+
+const bool kExactKernels = test::UseExactKernels();
 
 // ------------------------------------------------------------------ softmax top-K
 

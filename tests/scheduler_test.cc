@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "runtime/local_runtime.h"
+#include "tests/exact_kernels_testlib.h"
 #include "tests/beam_reference_testlib.h"
 #include "tests/reference_model_testlib.h"
 #include "tests/tokens_testlib.h"
@@ -16,6 +17,8 @@
 
 namespace tandem {
 namespace {
+
+const bool kExactKernels = test::UseExactKernels();
 
 std::unique_ptr<LocalRuntime> TinyRuntime(int64_t kv_cache_tokens = 4096) {
   auto model = LoadSyntheticModel({.preset = "tiny", .seed = 7});

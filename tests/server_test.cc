@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/model/model.h"
+#include "tests/exact_kernels_testlib.h"
 #include "tests/beam_reference_testlib.h"
 #include "tests/reference_model_testlib.h"
 #include "tests/sdk_testlib.h"
@@ -26,6 +27,8 @@
 
 namespace tandem {
 namespace {
+
+const bool kExactKernels = test::UseExactKernels();
 
 using v1::BeamSearchRequest;
 using v1::BeamSearchResponse;
@@ -106,7 +109,7 @@ class ServerTest : public ::testing::Test {
     ASSERT_OK(WriteTestModel(model_dir()));
     server_ = new ServerProcess({.model_dir = model_dir(),
                                  .socket = dir_->path() / "server.sock",
-                                 .extra_args = {"--threads", "2", "--max_sequences", "32"},
+                                 .extra_args = {"--threads", "2", "--max_sequences", "32", "--kernel_plan", "exact"},
                                  .log = dir_->path() / "server.log"});
     const absl::Status started = server_->Start();
     ASSERT_OK(started);
@@ -399,7 +402,8 @@ TEST(ServerWorkerFailureTest, ADeadWorkerFailsTheRequestInFlightAndTheServerReco
   ASSERT_OK(worker.Start());
   ServerProcess server({.model_dir = dir.path() / "model",
                         .socket = dir.path() / "server.sock",
-                        .extra_args = {"--threads", "1", "--workers", worker.address(), "--worker_timeout_ms", "2000"},
+                        .extra_args = {"--threads", "1", "--workers", worker.address(), "--worker_timeout_ms", "2000",
+                                       "--kernel_plan", "exact"},
                         .log = dir.path() / "server.log"});
   const absl::Status started = server.Start();
   ASSERT_OK(started);
@@ -446,7 +450,7 @@ TEST(ServerOrchestratorTest, OrchestratedServerGivesTheSameTokensAndReportsHitRa
   ServerProcess server({.model_dir = dir.path() / "model",
                         .socket = dir.path() / "server.sock",
                         .extra_args = {"--threads", "1", "--execution_policy", "makespan", "--cache_policy", "lru",
-                                       "--gpu_slots", "4"},
+                                       "--gpu_slots", "4", "--kernel_plan", "exact"},
                         .log = dir.path() / "server.log"});
   const absl::Status started = server.Start();
   ASSERT_OK(started);

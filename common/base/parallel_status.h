@@ -39,11 +39,12 @@ class FirstError {
 };
 
 // Runs task(t) -> absl::Status for t in [0, tasks) on the pool (in order on
-// the calling thread when pool is null or there is one task); returns the
-// first error. Tasks that start after a failure are skipped.
+// the calling thread when pool is null, has one thread or there is one
+// task); returns the first error. Tasks that start after a failure are
+// skipped.
 template <typename Task>
 absl::Status ParallelTasks(ThreadPool* pool, int64_t tasks, const Task& task) {
-  if (pool == nullptr || tasks == 1) {
+  if (pool == nullptr || tasks == 1 || pool->num_threads() == 1) {
     for (int64_t t = 0; t < tasks; ++t) TANDEM_RETURN_IF_ERROR(task(t));
     return absl::OkStatus();
   }

@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <system_error>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 
@@ -95,8 +96,13 @@ void ThreadPool::WorkerLoop(int thread) {
       if (stop_.load()) return;
       seen = generation_.load();
     }
-    RunTasks(thread);
-    if (pending_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    // Join, then check the loop is still open (both sequentially consistent,
+    // as the caller's close-then-count): either the caller counts this
+    // worker and waits for it, or the worker sees the loop closed and stays
+    // out of it, touching nothing of a call that may have returned.
+    active_workers_.fetch_add(1);
+    if (generation_.load() == seen && !closed_.load()) RunTasks(thread);
+    if (active_workers_.fetch_sub(1) == 1) {
       std::lock_guard<std::mutex> lock(mutex_);  // the waiter checks under the lock: no lost wake-up
       done_cv_.notify_one();
     }
@@ -115,16 +121,23 @@ void ThreadPool::ParallelFor(int64_t num_tasks, const std::function<void(int64_t
     fn_ = &fn;
     num_tasks_ = num_tasks;
     next_task_.store(0, std::memory_order_relaxed);
-    pending_workers_.store(num_threads_ - 1, std::memory_order_relaxed);
+    closed_.store(false);
     generation_.fetch_add(1, std::memory_order_release);
   }
   start_cv_.notify_all();
   RunTasks(0);
-  for (int i = 0; i < kSpinPauses && pending_workers_.load(std::memory_order_acquire) != 0; ++i) _mm_pause();
-  if (pending_workers_.load(std::memory_order_acquire) != 0) {
+  // Every task is taken: close the loop, then wait for the workers that
+  // joined it to finish theirs.
+  closed_.store(true);
+  const auto wait_start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kSpinPauses && active_workers_.load() != 0; ++i) _mm_pause();
+  if (active_workers_.load() != 0) {
     std::unique_lock<std::mutex> lock(mutex_);
-    done_cv_.wait(lock, [&] { return pending_workers_.load() == 0; });
+    done_cv_.wait(lock, [&] { return active_workers_.load() == 0; });
   }
+  ++stats_.parallel_fors;
+  stats_.caller_wait_us +=
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - wait_start).count();
 }
 
 }  // namespace tandem

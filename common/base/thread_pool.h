@@ -5,7 +5,10 @@
 // runs dozens of parallel loops microseconds apart, and waking a sleeping
 // thread (a futex, and on a VM an idle vCPU's halt) costs tens of µs each.
 // The pool has `num_threads` workers *including* the calling thread,
-// so ParallelFor never oversubscribes the cores it was given.
+// so ParallelFor never oversubscribes the cores it was given. The caller
+// waits only for workers that joined the loop: once every task is taken,
+// a worker that has not woken yet (descheduled by another process, or
+// asleep past its spin) is left out of this loop instead of waited for.
 //
 // Owns its threads (joined in the destructor). ParallelFor may be called from
 // one thread at a time (the owner); calls are serialised by a mutex.
@@ -31,6 +34,13 @@ struct ThreadPoolOptions {
   std::vector<int> cpus;          // if non-empty, worker i is pinned to cpus[i % size]
 };
 
+// What the owner spent in ParallelFor waiting for the other threads to
+// finish after running out of tasks itself (late wake-ups, imbalance).
+struct ThreadPoolStats {
+  int64_t parallel_fors = 0;  // calls that used more than one thread
+  double caller_wait_us = 0;
+};
+
 class ThreadPool {
  public:
   // ResourceExhausted naming the count when the threads cannot be started
@@ -48,6 +58,10 @@ class ThreadPool {
   // Returns when every task has finished.
   void ParallelFor(int64_t num_tasks, const std::function<void(int64_t task, int thread)>& fn);
 
+  // Since construction or ResetStats; the owner's thread only.
+  ThreadPoolStats stats() const { return stats_; }
+  void ResetStats() { stats_ = ThreadPoolStats{}; }
+
  private:
   void WorkerLoop(int thread);
   void RunTasks(int thread);
@@ -64,7 +78,8 @@ class ThreadPool {
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;
   std::atomic<uint64_t> generation_{0};  // bumped (under mutex_) per ParallelFor
-  std::atomic<int> pending_workers_{0};  // workers still inside this generation
+  std::atomic<int> active_workers_{0};   // workers inside a loop (joined, not yet left)
+  std::atomic<bool> closed_{false};      // every task of this generation is taken: no more joins
   std::atomic<bool> stop_{false};
 
   // The loop's arguments. Not ABSL_GUARDED_BY: written under mutex_ before
@@ -73,6 +88,7 @@ class ThreadPool {
   const std::function<void(int64_t, int)>* fn_ = nullptr;
   int64_t num_tasks_ = 0;
   std::atomic<int64_t> next_task_{0};
+  ThreadPoolStats stats_;  // written by the owner inside ParallelFor only
 };
 
 // Number of cores this process may run on (sched_getaffinity), at least 1.

@@ -1,22 +1,18 @@
-// Linear layer kernels. Legend as in linear.h: M rows, K input features,
+// Linear layer: kernel choice, validation, the split into tasks and the
+// buffers the kernels use. Legend as in linear.h: M rows, K input features,
 // N output features; a "slice" is a range of output features owned by one task.
 #include "common/kernels/linear.h"
 
-#include <dlfcn.h>
-#include <immintrin.h>
-
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <new>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "common/base/log.h"
+#include "absl/strings/str_join.h"
 #include "common/base/parallel_status.h"
 #include "common/base/status_macros.h"
-#include "dnnl.hpp"
 
 namespace tandem {
 namespace {
@@ -24,628 +20,150 @@ namespace {
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
 
-// ---------------------------------------------------------------------------
-// Stream path: AVX2/FMA dot products, W read once per call for all M rows.
-// ---------------------------------------------------------------------------
+constexpr size_t kAlignment = 64;
 
-// Eight consecutive weights of one W row, widened to f32.
-template <DType kDType>
-inline __m256 LoadWeights8(const void* row, int64_t k);
-
-template <>
-inline __m256 LoadWeights8<DType::kF32>(const void* row, int64_t k) {
-  return _mm256_loadu_ps(static_cast<const float*>(row) + k);
+void* AlignedAlloc(int64_t bytes) {
+  const size_t size = (static_cast<size_t>(bytes) + kAlignment - 1) / kAlignment * kAlignment;
+  return std::aligned_alloc(kAlignment, size);
 }
 
-template <>
-inline __m256 LoadWeights8<DType::kF16>(const void* row, int64_t k) {
-  const auto* p = static_cast<const uint16_t*>(row) + k;
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-// bf16 is the top half of an f32: zero-extend to 32 bits and shift left.
-template <>
-inline __m256 LoadWeights8<DType::kBF16>(const void* row, int64_t k) {
-  const auto* p = static_cast<const uint16_t*>(row) + k;
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-}
-
-template <DType kDType>
-constexpr int64_t kWeightBytes = kDType == DType::kF32 ? 4 : 2;
-
-template <DType kDType>
-inline const void* WeightRow(const void* data, int64_t row, int64_t k) {
-  return static_cast<const char*>(data) + row * k * kWeightBytes<kDType>;
-}
-
-inline float HorizontalSum(__m256 v) {
-  __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
-  sum = _mm_add_ss(sum, _mm_movehdup_ps(sum));
-  return _mm_cvtss_f32(sum);
-}
-
-// Partial sums of one block of output features: acc[r][j] holds 8 lanes of
-// x[r, :k] . W[j0 + j, :k] over the K blocks done so far.
-constexpr int64_t kStreamBlock = 8;     // W rows walked together (one register tile row)
-constexpr int64_t kStreamRows = 16;     // x rows per pass over W; more rows pass W again
-constexpr int64_t kStreamBlockK = 256;  // x[16 rows, 256] f32 = 16 KB + W[8, 256] stay in L1
-using StreamAccumulators = __m256[kStreamRows][kStreamBlock];
-
-// acc[r][j0 + j] += x[r, k0:k0+kb] . W[row j, k0:k0+kb] for r < kMR, j < kNR:
-// kMR x kNR accumulators in registers, each W vector loaded once for kMR rows
-// and each x vector once for kNR weight rows. kb is a multiple of 8.
-template <DType kDType, int kMR, int kNR>
-inline void StreamTile(const float* x, int64_t ldx, const void* const* rows, int64_t k0, int64_t kb,
-                       StreamAccumulators& acc_io, int r0, int j0, bool first) {
-  // Local copies: the compiler keeps them in registers instead of reloading.
-  const void* w[kNR];
-  for (int j = 0; j < kNR; ++j) w[j] = rows[j0 + j];
-  __m256 acc[kMR][kNR];
-  for (int r = 0; r < kMR; ++r)
-    for (int j = 0; j < kNR; ++j) acc[r][j] = first ? _mm256_setzero_ps() : acc_io[r0 + r][j0 + j];
-  for (int64_t kk = k0; kk < k0 + kb; kk += 8) {
-    if constexpr (kMR == 1) {
-      // Convert-and-use one W vector at a time: loading all kNR first would
-      // need 8 + 8 + 1 registers and spill an accumulator, whose chain
-      // through memory then sets the pace.
-      const __m256 xv = _mm256_loadu_ps(x + kk);
-      for (int j = 0; j < kNR; ++j)
-        acc[0][j] = _mm256_fmadd_ps(xv, LoadWeights8<kDType>(w[j], kk), acc[0][j]);
-    } else {
-      __m256 wv[kNR];
-      for (int j = 0; j < kNR; ++j) wv[j] = LoadWeights8<kDType>(w[j], kk);
-      for (int r = 0; r < kMR; ++r) {
-        __m256 xv = _mm256_loadu_ps(x + r * ldx + kk);
-        // Load x once into a register: folded into every FMA it would be
-        // loaded kNR times, and 256-bit loads (2 per cycle) become the limit.
-        asm("" : "+x"(xv));
-        for (int j = 0; j < kNR; ++j) acc[r][j] = _mm256_fmadd_ps(xv, wv[j], acc[r][j]);
-      }
-    }
-  }
-  for (int r = 0; r < kMR; ++r)
-    for (int j = 0; j < kNR; ++j) acc_io[r0 + r][j0 + j] = acc[r][j];
-}
-
-// All x rows of the chunk against kNR W rows: the W rows' K block stays in L1
-// for every row group (loading the next W rows first would let rows 4 KB apart
-// evict each other from the same L1 sets).
-template <DType kDType, int kNR>
-inline void StreamColumns(const float* x, int64_t ldx, const void* const* rows, int mc, int64_t k0,
-                          int64_t kb, StreamAccumulators& acc, int j0, bool first) {
-  int r = 0;
-  if constexpr (kNR <= 2) {
-    for (; r + 6 <= mc; r += 6) StreamTile<kDType, 6, kNR>(x + r * ldx, ldx, rows, k0, kb, acc, r, j0, first);
-  }
-  for (; r + 4 <= mc; r += 4) StreamTile<kDType, 4, kNR>(x + r * ldx, ldx, rows, k0, kb, acc, r, j0, first);
-  switch (mc - r) {
-    case 3:
-      StreamTile<kDType, 3, kNR>(x + r * ldx, ldx, rows, k0, kb, acc, r, j0, first);
-      break;
-    case 2:
-      StreamTile<kDType, 2, kNR>(x + r * ldx, ldx, rows, k0, kb, acc, r, j0, first);
-      break;
-    case 1:
-      StreamTile<kDType, 1, kNR>(x + r * ldx, ldx, rows, k0, kb, acc, r, j0, first);
-      break;
-    default:
-      break;
-  }
-}
-
-// The register tile (rows x W rows) narrows as rows grow so that accumulators
-// + weight vectors + one x vector fit the 16 ymm registers: 1 x 8, 2 x 4,
-// then 6 x 2 (and 4/3 x 2 for the remainder).
-template <DType kDType, int kNR>
-inline void StreamBlock(const float* x, int64_t ldx, const void* const* rows, int mc, int nb, int64_t k0,
-                        int64_t kb, StreamAccumulators& acc, bool first) {
-  int j = 0;
-  for (; j + kNR <= nb; j += kNR) StreamColumns<kDType, kNR>(x, ldx, rows, mc, k0, kb, acc, j, first);
-  for (; j < nb; ++j) StreamColumns<kDType, 1>(x, ldx, rows, mc, k0, kb, acc, j, first);
-}
-
-// Output features are walked in blocks of kStreamBlock W rows, K in blocks of
-// kStreamBlockK, so the x block and the W rows in use stay in L1: DRAM sees
-// each weight once per kStreamRows rows of x, and L2 is not the bottleneck
-// (without K blocking, 4+ rows of x at K = 4096 spill to L2).
-template <DType kDType>
-void StreamSlice(const LinearWeight& w, const LinearSliceArgs& a) {
-  const int64_t k = w.k, m = a.m, ldx = a.ldx, ldy = a.ldy, n_begin = a.n_begin, n_end = a.n_end;
-  const float* x = a.x;
-  const float* bias = a.bias;
-  float* y = a.y;
-  const int64_t k8 = k & ~int64_t{7};
-  alignas(32) StreamAccumulators acc;
-  for (int64_t row0 = 0; row0 < m; row0 += kStreamRows) {
-    const int mc = static_cast<int>(std::min(kStreamRows, m - row0));
-    const float* xc = x + row0 * ldx;
-    for (int64_t j0 = n_begin; j0 < n_end; j0 += kStreamBlock) {
-      const int nb = static_cast<int>(std::min(kStreamBlock, n_end - j0));
-      const void* rows[kStreamBlock];
-      for (int j = 0; j < nb; ++j) rows[j] = WeightRow<kDType>(w.data, j0 + j, k);
-      // One row of x needs no K blocking (it is the only x in L1), and whole
-      // W rows read front to back are what the hardware prefetcher streams best.
-      const int64_t block_k = mc == 1 ? std::max<int64_t>(k8, 8) : kStreamBlockK;
-      for (int64_t k0 = 0; k0 < k8; k0 += block_k) {
-        const int64_t kb = std::min(block_k, k8 - k0);
-        const bool first = k0 == 0;
-        if (mc == 1) {
-          StreamBlock<kDType, 8>(xc, ldx, rows, mc, nb, k0, kb, acc, first);
-        } else if (mc == 2) {
-          StreamBlock<kDType, 4>(xc, ldx, rows, mc, nb, k0, kb, acc, first);
-        } else {
-          StreamBlock<kDType, 2>(xc, ldx, rows, mc, nb, k0, kb, acc, first);
-        }
-      }
-      for (int r = 0; r < mc; ++r) {
-        for (int j = 0; j < nb; ++j) {
-          float sum = k8 > 0 ? HorizontalSum(acc[r][j]) : 0.0f;
-          for (int64_t kk = k8; kk < k; ++kk) sum += xc[r * ldx + kk] * LoadAsF32(rows[j], kDType, kk);
-          if (bias != nullptr) sum += bias[j0 + j];
-          y[(row0 + r) * ldy + j0 + j] = sum;
-        }
-      }
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------
-// Packed path: BLIS-style f32 GEMM. W is widened and transposed into panels
-// of kPanel output features (K-major, f32), once per task and call; then a
-// 6 x 16 register tile of y accumulates x[6 rows] (broadcast) times a panel.
-// ---------------------------------------------------------------------------
-
-constexpr int kTileRows = 6;         // rows of x per micro-kernel call
-constexpr int64_t kPanel = 16;       // output features per panel: two ymm
-constexpr int64_t kBlockK = 256;     // K block: one panel is 16 KB f32, L1-resident
-constexpr int64_t kBlockRows = 144;  // rows of x per pass: x block [144, 256] f32 = 144 KB, L2-resident
-
-// Transposes 8 rows of 8 f32 (r[j][t]) so that out[t][j] = r[j][t].
-inline void Transpose8x8(__m256 r[8]) {
-  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
-  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
-  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
-  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
-  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
-  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
-  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
-  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
-}
-
-// panel[kk * 16 + jj] = W[n0 + jj, k0 + kk] as f32 for kk < kb, jj < 16;
-// features at or beyond n_end are zero so the micro-kernel needs no N tail.
-template <DType kDType>
-void PackPanel(const void* w, int64_t k, int64_t n0, int64_t n_end, int64_t k0, int64_t kb, float* panel) {
-  for (int half = 0; half < 2; ++half) {
-    const int64_t j0 = n0 + 8 * half;
-    const int valid = static_cast<int>(std::clamp<int64_t>(n_end - j0, 0, 8));
-    const void* rows[8];
-    for (int j = 0; j < 8; ++j) rows[j] = WeightRow<kDType>(w, j < valid ? j0 + j : j0, k);
-    int64_t kk = 0;
-    for (; kk + 8 <= kb; kk += 8) {
-      __m256 r[8];
-      for (int j = 0; j < 8; ++j)
-        r[j] = j < valid ? LoadWeights8<kDType>(rows[j], k0 + kk) : _mm256_setzero_ps();
-      Transpose8x8(r);
-      for (int t = 0; t < 8; ++t) _mm256_storeu_ps(panel + (kk + t) * kPanel + 8 * half, r[t]);
-    }
-    for (; kk < kb; ++kk)
-      for (int j = 0; j < 8; ++j)
-        panel[kk * kPanel + 8 * half + j] = j < valid ? LoadAsF32(rows[j], kDType, k0 + kk) : 0.0f;
-  }
-}
-
-// c[r, 0:16] (+)= sum_kk x[r, kk] * panel[kk, 0:16] for r < kRows. 2 x kRows
-// accumulators, two panel vectors and one broadcast: 15 of 16 ymm at kRows = 6.
-template <int kRows>
-inline void MicroKernel(const float* x, int64_t ldx, const float* panel, int64_t kb, float* c, int64_t ldc,
-                        bool accumulate) {
-  __m256 acc[kRows][2];
-  for (int r = 0; r < kRows; ++r) {
-    acc[r][0] = accumulate ? _mm256_loadu_ps(c + r * ldc) : _mm256_setzero_ps();
-    acc[r][1] = accumulate ? _mm256_loadu_ps(c + r * ldc + 8) : _mm256_setzero_ps();
-  }
-  for (int64_t kk = 0; kk < kb; ++kk) {
-    const __m256 b0 = _mm256_loadu_ps(panel + kk * kPanel);
-    const __m256 b1 = _mm256_loadu_ps(panel + kk * kPanel + 8);
-    for (int r = 0; r < kRows; ++r) {
-      const __m256 a = _mm256_broadcast_ss(x + r * ldx + kk);
-      acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
-    }
-  }
-  for (int r = 0; r < kRows; ++r) {
-    _mm256_storeu_ps(c + r * ldc, acc[r][0]);
-    _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
-  }
-}
-
-inline void MicroKernelRows(int rows, const float* x, int64_t ldx, const float* panel, int64_t kb, float* c,
-                            int64_t ldc, bool accumulate) {
-  switch (rows) {
-    case 6:
-      MicroKernel<6>(x, ldx, panel, kb, c, ldc, accumulate);
-      break;
-    case 5:
-      MicroKernel<5>(x, ldx, panel, kb, c, ldc, accumulate);
-      break;
-    case 4:
-      MicroKernel<4>(x, ldx, panel, kb, c, ldc, accumulate);
-      break;
-    case 3:
-      MicroKernel<3>(x, ldx, panel, kb, c, ldc, accumulate);
-      break;
-    case 2:
-      MicroKernel<2>(x, ldx, panel, kb, c, ldc, accumulate);
-      break;
-    case 1:
-      MicroKernel<1>(x, ldx, panel, kb, c, ldc, accumulate);
-      break;
-    default:
-      break;
-  }
-}
-
-// The per-thread panel buffer, grown on demand.
-float* PackBuffer(size_t elements) {
-  thread_local std::vector<float> buffer;
-  if (buffer.size() < elements) buffer.resize(elements);
-  return buffer.data();
-}
-
-template <DType kDType>
-void PackedSlice(const LinearWeight& w, const LinearSliceArgs& a) {
-  const int64_t k = w.k, m = a.m, ldx = a.ldx, ldy = a.ldy, n_begin = a.n_begin, n_end = a.n_end;
-  const float* x = a.x;
-  float* y = a.y;
-  // The whole slice is packed up front, over all of K: each group of 8 W rows
-  // is read front to back (8 sequential streams the hardware prefetcher
-  // follows; packing per K block would touch every row of the slice at once
-  // and wait on DRAM latency), and W is read from DRAM once whatever M is.
-  // The f32 panels (<= kPackedSliceBytes) then live in L2/L3.
-  const int64_t panels = CeilDiv(n_end - n_begin, kPanel);
-  const int64_t panel_stride = kPanel * k;
-  float* packed = PackBuffer(static_cast<size_t>(panels * panel_stride));
-  for (int64_t p = 0; p < panels; ++p)
-    PackPanel<kDType>(w.data, k, n_begin + p * kPanel, n_end, 0, k, packed + p * panel_stride);
-
-  // Row blocks outermost, so the block's y tiles ([144, slice] f32, <= 72 KB)
-  // stay in L2 across all K blocks; within a K block the x block
-  // ([144, 256] f32) is reused from L2 by every panel, and each panel's K
-  // block (16 KB) from L1 by every 6-row tile.
-  for (int64_t m0 = 0; m0 < m; m0 += kBlockRows) {
-    const int64_t m1 = std::min(m, m0 + kBlockRows);
-    for (int64_t k0 = 0; k0 < k; k0 += kBlockK) {
-      const int64_t kb = std::min(kBlockK, k - k0);
-      const bool accumulate = k0 > 0;
-      for (int64_t p = 0; p < panels; ++p) {
-        const float* panel = packed + p * panel_stride + k0 * kPanel;
-        const int64_t n0 = n_begin + p * kPanel;
-        const int64_t cols = std::min(kPanel, n_end - n0);
-        for (int64_t r0 = m0; r0 < m1; r0 += kTileRows) {
-          const int rows = static_cast<int>(std::min<int64_t>(kTileRows, m1 - r0));
-          const float* xr = x + r0 * ldx + k0;
-          if (cols == kPanel) {
-            MicroKernelRows(rows, xr, ldx, panel, kb, y + r0 * ldy + n0, ldy, accumulate);
-            continue;
-          }
-          // Last, partial panel: go through a full-width scratch tile so the
-          // kernel never writes past n_end.
-          float tile[kTileRows * kPanel];
-          for (int r = 0; r < rows; ++r)
-            for (int64_t j = 0; j < cols; ++j)
-              tile[r * kPanel + j] = accumulate ? y[(r0 + r) * ldy + n0 + j] : 0.0f;
-          MicroKernelRows(rows, xr, ldx, panel, kb, tile, kPanel, accumulate);
-          for (int r = 0; r < rows; ++r)
-            for (int64_t j = 0; j < cols; ++j) y[(r0 + r) * ldy + n0 + j] = tile[r * kPanel + j];
-        }
-      }
-    }
-  }
-  if (a.bias != nullptr)
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t j = n_begin; j < n_end; ++j) y[r * ldy + j] += a.bias[j];
-}
-
-// ---------------------------------------------------------------------------
-// oneDNN path: W tile -> f32 thread-local buffer -> single-threaded matmul.
-// ---------------------------------------------------------------------------
-
-// Debian's libdnnl is built with OpenMP (ldd shows libgomp): each primitive
-// would fork an OpenMP team of omp_get_max_threads() (= all cores) from every
-// one of our pool threads, oversubscribing the cores our pool already owns.
-// nthreads-var is a per-thread ICV, so we set it to 1 on the calling thread
-// for the duration of our oneDNN calls (primitive creation reads it too).
-// tandem does not link libgomp itself (CMake links only libdnnl), so the
-// functions are looked up in the already-loaded libgomp; when oneDNN uses
-// another runtime they are absent and there is nothing to do.
-class ScopedOmpSingleThread {
- public:
-  ScopedOmpSingleThread() {
-    const Api& api = GetApi();
-    if (api.set == nullptr || api.get == nullptr) return;
-    previous_ = api.get();
-    if (previous_ != 1) api.set(1);
-  }
-  ~ScopedOmpSingleThread() {
-    if (previous_ > 1) GetApi().set(previous_);
-  }
-  ScopedOmpSingleThread(const ScopedOmpSingleThread&) = delete;
-  ScopedOmpSingleThread& operator=(const ScopedOmpSingleThread&) = delete;
-
- private:
-  struct Api {
-    void (*set)(int) = nullptr;
-    int (*get)() = nullptr;
+// Each thread's scratch for the slices it computes, grown on demand; null
+// when it cannot grow.
+void* ThreadScratch(int64_t bytes) {
+  struct Buffer {
+    void* data = nullptr;
+    int64_t capacity = 0;
+    ~Buffer() { std::free(data); }
   };
-  static const Api& GetApi() {
-    static const Api api = [] {
-      Api a;
-      a.set = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
-      a.get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
-      return a;
-    }();
-    return api;
-  }
-  int previous_ = 0;
-};
-
-struct MatmulKey {
-  int64_t m, n, k, ldx, ldy;
-  bool bias;
-  bool operator==(const MatmulKey& o) const {
-    return m == o.m && n == o.n && k == o.k && ldx == o.ldx && ldy == o.ldy && bias == o.bias;
-  }
-  template <typename H>
-  friend H AbslHashValue(H h, const MatmulKey& key) {
-    return H::combine(std::move(h), key.m, key.n, key.k, key.ldx, key.ldy, key.bias);
-  }
-};
-
-// A matmul for one (M, tile width, K, ldx, ldy, bias) and memory objects whose
-// data handles are repointed on every call.
-struct MatmulEntry {
-  dnnl::matmul primitive;
-  dnnl::memory src, weights, bias, dst;
-};
-
-// Weights are fixed and rows vary, so every thread caches primitives by shape;
-// a prefill of a new length adds an entry. The cap bounds memory when many
-// distinct lengths go by (creation is ~50 us, negligible next to the matmul).
-constexpr size_t kMaxCachedPrimitives = 256;
-
-// Everything oneDNN needs on one of our threads. Streams are not thread-safe
-// and each thread has its own tile buffer, so the whole context is per-thread.
-class OneDnnThreadContext {
- public:
-  static absl::StatusOr<OneDnnThreadContext*> Get() {
-    thread_local std::unique_ptr<OneDnnThreadContext> context;
-    if (context == nullptr) {
-      try {
-        context = std::make_unique<OneDnnThreadContext>();
-      } catch (const dnnl::error& e) {
-        return absl::InternalError(absl::StrCat("oneDNN CPU engine/stream creation failed: ", e.what()));
-      }
-    }
-    return context.get();
-  }
-
-  OneDnnThreadContext() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {}
-
-  // The f32 copy of one W tile; grown, never shrunk.
-  float* Tile(size_t elements) {
-    if (tile_.size() < elements) tile_.resize(elements);
-    return tile_.data();
-  }
-
-  // Throws dnnl::error; the caller converts.
-  MatmulEntry& Matmul(const MatmulKey& key) {
-    auto it = primitives_.find(key);
-    if (it != primitives_.end()) return it->second;
-    if (primitives_.size() >= kMaxCachedPrimitives) primitives_.clear();
-    using dims = dnnl::memory::dims;
-    using dt = dnnl::memory::data_type;
-    // x [M, K] of a [M, ldx] matrix; the tile [n, K] row-major read as [K, n]
-    // (strides 1, K); y's columns [n0, n0 + n) of a [M, ldy] matrix.
-    const dnnl::memory::desc src_md({key.m, key.k}, dt::f32, dims{key.ldx, 1});
-    const dnnl::memory::desc weights_md({key.k, key.n}, dt::f32, dims{1, key.k});
-    const dnnl::memory::desc dst_md({key.m, key.n}, dt::f32, dims{key.ldy, 1});
-    const dnnl::memory::desc bias_md({1, key.n}, dt::f32, dims{key.n, 1});
-    const dnnl::matmul::desc desc = key.bias ? dnnl::matmul::desc(src_md, weights_md, bias_md, dst_md)
-                                             : dnnl::matmul::desc(src_md, weights_md, dst_md);
-    const dnnl::matmul::primitive_desc pd(desc, engine_);
-    LOG_DEBUG("oneDNN matmul [", key.m, ", ", key.k, "] x [", key.k, ", ", key.n, "]: ", pd.impl_info_str());
-    MatmulEntry entry;
-    entry.primitive = dnnl::matmul(pd);
-    entry.src = dnnl::memory(src_md, engine_, nullptr);
-    entry.weights = dnnl::memory(weights_md, engine_, nullptr);
-    entry.dst = dnnl::memory(dst_md, engine_, nullptr);
-    if (key.bias) entry.bias = dnnl::memory(bias_md, engine_, nullptr);
-    return primitives_.emplace(key, std::move(entry)).first->second;
-  }
-
-  dnnl::stream& stream() { return stream_; }
-
- private:
-  dnnl::engine engine_;
-  dnnl::stream stream_;
-  absl::flat_hash_map<MatmulKey, MatmulEntry> primitives_;
-  std::vector<float> tile_;
-};
-
-template <DType kDType>
-void ConvertToF32(const void* src, int64_t count, float* dst) {
-  int64_t i = 0;
-  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(dst + i, LoadWeights8<kDType>(src, i));
-  for (; i < count; ++i) dst[i] = LoadAsF32(src, kDType, i);
+  thread_local Buffer buffer;
+  if (bytes <= buffer.capacity) return buffer.data;
+  void* grown = AlignedAlloc(bytes);
+  if (grown == nullptr) return nullptr;
+  std::free(buffer.data);
+  buffer.data = grown;
+  buffer.capacity = bytes;
+  return grown;
 }
 
-absl::Status OneDnnSlice(const LinearWeight& w, const LinearSliceArgs& a) {
-  const int64_t n_begin = a.n_begin, n = a.n_end - a.n_begin, k = w.k, m = a.m;
-  const float* bias = a.bias;
-  ScopedOmpSingleThread single_thread;
-  TANDEM_ASSIGN_OR_RETURN(OneDnnThreadContext * context, OneDnnThreadContext::Get());
-  try {
-    // F32 weights are used in place; F16/BF16 tiles are widened once per call,
-    // which costs K*n element copies against 2*M*K*n flops of matmul.
-    const float* tile = nullptr;
-    switch (w.dtype) {
-      case DType::kF32:
-        tile = static_cast<const float*>(WeightRow<DType::kF32>(w.data, n_begin, k));
-        break;
-      case DType::kF16: {
-        float* buffer = context->Tile(static_cast<size_t>(n * k));
-        ConvertToF32<DType::kF16>(WeightRow<DType::kF16>(w.data, n_begin, k), n * k, buffer);
-        tile = buffer;
-        break;
-      }
-      case DType::kBF16: {
-        float* buffer = context->Tile(static_cast<size_t>(n * k));
-        ConvertToF32<DType::kBF16>(WeightRow<DType::kBF16>(w.data, n_begin, k), n * k, buffer);
-        tile = buffer;
-        break;
-      }
-      default:  // quantized: no kernel (ValidateLinear refuses it first)
-        return RequireFloatDType(w.dtype, "Linear: the weight", "this kernel");
-    }
-    MatmulEntry& entry = context->Matmul({m, n, k, a.ldx, a.ldy, bias != nullptr});
-    entry.src.set_data_handle(const_cast<float*>(a.x));
-    entry.weights.set_data_handle(const_cast<float*>(tile));
-    entry.dst.set_data_handle(a.y + n_begin);
-    std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, entry.src}, {DNNL_ARG_WEIGHTS, entry.weights}, {DNNL_ARG_DST, entry.dst}};
-    if (bias != nullptr) {
-      entry.bias.set_data_handle(const_cast<float*>(bias + n_begin));
-      args.emplace(DNNL_ARG_BIAS, entry.bias);
-    }
-    entry.primitive.execute(context->stream(), args);
-    context->stream().wait();
-  } catch (const dnnl::error& e) {
-    return absl::InternalError(absl::StrCat("oneDNN f32 matmul [", m, ", ", k, "] x [", k, ", ", n, "] (",
-                                            std::string(DTypeName(w.dtype)), " weights) failed: ", e.what()));
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat("no memory for the f32 tile of W [", n, ", ", k, "]"));
-  }
-  return absl::OkStatus();
+IsaLevel UsableIsa(const LinearOptions& options) { return std::min(ActiveIsa(), options.max_isa); }
+
+// The kernel for `path` at `isa`, or the nearest path that has one: a plan's
+// bf16_dot for f32 weights (or below avx512_bf16, or with f32 activations)
+// becomes packed; stream, packed and onednn exist for every dtype at avx2.
+const LinearKernel& ResolveKernel(KernelPath path, DType dtype, IsaLevel isa, bool f32_activations) {
+  if (path == KernelPath::kBf16Dot && f32_activations) path = KernelPath::kPacked;
+  if (const LinearKernel* kernel = FindLinearKernel(dtype, path, isa)) return *kernel;
+  return *FindLinearKernel(dtype, KernelPath::kPacked, isa);
 }
 
 }  // namespace
 
-std::string_view LinearPathName(LinearPath path) {
-  switch (path) {
-    case LinearPath::kAvx2Stream:
-      return "avx2_stream";
-    case LinearPath::kAvx2Packed:
-      return "avx2_packed";
-    case LinearPath::kOneDnn:
-      return "onednn";
+int64_t LinearWeight::row_bytes() const { return DTypeRowBytes(dtype, k); }
+int64_t LinearWeight::bytes() const { return n * row_bytes(); }
+
+const LinearKernel& ChooseLinearKernel(int64_t m, DType dtype, const LinearOptions& options) {
+  if (options.kernel != nullptr && options.kernel->dtype == dtype && options.kernel->isa <= ActiveIsa() &&
+      !(options.f32_activations && options.kernel->rounds_activations)) {
+    return *options.kernel;
   }
-  return "?";
+  const KernelPlan& plan = options.plan != nullptr ? *options.plan : ProcessKernelPlan();
+  return ResolveKernel(plan.PathFor(m), dtype, UsableIsa(options), options.f32_activations);
 }
 
-LinearPath ChooseLinearPath(int64_t m, const LinearOptions& options) {
-  if (m < options.prefill_min_rows) return LinearPath::kAvx2Stream;
-  return options.prefill_kernel == PrefillKernel::kOneDnn ? LinearPath::kOneDnn : LinearPath::kAvx2Packed;
-}
-
-absl::Status ValidateLinear(const float* x, int64_t m, const LinearWeight& w, const float* y) {
+absl::Status ValidateLinear(const float* x, int64_t m, const LinearWeight& w, const float* y,
+                            const LinearOptions& options) {
   const std::string shape = absl::StrCat("x [", m, ", ", w.k, "] . W [", w.n, ", ", w.k, "]^T");
   if (m < 0) return absl::InvalidArgumentError(absl::StrCat("Linear: negative rows in ", shape));
   if (w.n < 1 || w.k < 1) return absl::InvalidArgumentError(absl::StrCat("Linear: empty weight in ", shape));
-  if (w.data == nullptr)
-    return absl::InvalidArgumentError(absl::StrCat("Linear: null weight data in ", shape));
+  if (w.data == nullptr) return absl::InvalidArgumentError(absl::StrCat("Linear: null weight data in ", shape));
   if (absl::Status s = RequireFloatDType(w.dtype, absl::StrCat("Linear: the weight in ", shape), "this kernel");
       !s.ok())
     return s;
   if (m > 0 && (x == nullptr || y == nullptr))
     return absl::InvalidArgumentError(absl::StrCat("Linear: null x or y in ", shape));
+  if (options.kernel != nullptr && options.kernel->isa > ActiveIsa()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Linear: kernel ", options.kernel->name, ": ", IsaUnavailableReason(options.kernel->isa)));
+  }
   return absl::OkStatus();
 }
 
 // Stream path: ~256 KB of weights per task keeps the hardware prefetcher on
-// long runs and makes the atomic task counter noise. Packed path: up to 128
-// features whose f32 panels fit 4 MB (see PackedSlice). oneDNN path: a W tile of
-// 256 rows (f32: 4 MB at K = 4096, so each x block the GEMM packs is reused
-// over 256 columns). All shrink so every thread gets >= 4 tasks, which lets
-// dynamic scheduling even out a slow core.
-int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, const LinearOptions& options) {
+// long runs and makes the atomic task counter noise. Packed paths: up to
+// 128 features whose f32 panels fit 4 MB. bf16_dot: 120 features (ten
+// 12-feature register tiles), whose K block of W (120 x 512 B) and f32
+// accumulators stay in L2. oneDNN: a W tile of 256 rows. All shrink so every
+// thread gets >= 4 tasks, which lets dynamic scheduling even out a slow core.
+int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, const LinearKernel& kernel) {
   constexpr int64_t kStreamTaskBytes = 256 << 10;
+  constexpr int64_t kStreamBlock = 8;
   constexpr int64_t kOneDnnTileRows = 256;
   constexpr int64_t kPackedTaskFeatures = 128;
   constexpr int64_t kPackedSliceBytes = 4 << 20;
+  constexpr int64_t kDotTile = 12;
+  constexpr int64_t kDotTaskFeatures = 120;
   const int64_t threads = std::max(num_threads, 1);
+  const int64_t per_thread = 4 * threads;
   int64_t features = 1;
-  switch (ChooseLinearPath(m, options)) {
-    case LinearPath::kAvx2Stream: {
+  switch (kernel.path) {
+    case KernelPath::kStream: {
       const int64_t row_bytes = w.k * static_cast<int64_t>(DTypeSize(w.dtype));
       features = RoundUp(CeilDiv(kStreamTaskBytes, row_bytes), kStreamBlock);
-      if (threads > 1) features = std::min(features, RoundUp(CeilDiv(w.n, 4 * threads), kStreamBlock));
+      if (threads > 1) features = std::min(features, RoundUp(CeilDiv(w.n, per_thread), kStreamBlock));
       break;
     }
-    case LinearPath::kAvx2Packed:
-      // The slice is packed to f32 for all of K at once: keep that copy
-      // <= kPackedSliceBytes per thread (128 features at K = 4096, 64 at 14336).
-      features =
-          std::clamp<int64_t>((kPackedSliceBytes / (w.k * 4)) / kPanel * kPanel, kPanel, kPackedTaskFeatures);
-      if (threads > 1) features = std::min(features, RoundUp(CeilDiv(w.n, 4 * threads), kPanel));
+    case KernelPath::kPacked: {
+      const int64_t panel = kernel.isa >= IsaLevel::kAvx512 ? 32 : 16;
+      features = std::clamp<int64_t>((kPackedSliceBytes / (w.k * 4)) / panel * panel, panel, kPackedTaskFeatures);
+      if (threads > 1) features = std::min(features, RoundUp(CeilDiv(w.n, per_thread), panel));
       break;
-    case LinearPath::kOneDnn:
+    }
+    case KernelPath::kBf16Dot:
+      features = kDotTaskFeatures;
+      if (threads > 1) features = std::min(features, RoundUp(CeilDiv(w.n, per_thread), kDotTile));
+      break;
+    case KernelPath::kOneDnn:
       features = kOneDnnTileRows;
-      if (threads > 1) features = std::min(features, RoundUp(CeilDiv(w.n, 4 * threads), 16));
+      if (threads > 1) features = std::min(features, RoundUp(CeilDiv(w.n, per_thread), 16));
       break;
   }
   return std::clamp<int64_t>(features, 1, std::max<int64_t>(w.n, 1));
 }
 
-absl::Status LinearSlice(const LinearWeight& w, const LinearSliceArgs& args, const LinearOptions& options) {
-  if (args.m == 0 || args.n_begin >= args.n_end) return absl::OkStatus();
-  const LinearPath path = ChooseLinearPath(args.m, options);
-  if (path == LinearPath::kOneDnn) return OneDnnSlice(w, args);
-  if (path == LinearPath::kAvx2Packed) {
-    try {  // the thread's panel buffer may grow
-      switch (w.dtype) {
-        case DType::kF32:
-          PackedSlice<DType::kF32>(w, args);
-          break;
-        case DType::kF16:
-          PackedSlice<DType::kF16>(w, args);
-          break;
-        case DType::kBF16:
-          PackedSlice<DType::kBF16>(w, args);
-          break;
-        default:  // quantized: no kernel (ValidateLinear refuses it first)
-          return RequireFloatDType(w.dtype, "Linear: the weight", "this kernel");
-      }
-    } catch (const std::bad_alloc&) {
+void PreparedInput::Free::operator()(void* p) const { std::free(p); }
+
+absl::Status PreparedInput::Prepare(const LinearKernel& kernel, const float* x, int64_t ldx, int64_t m, int64_t k,
+                                    ThreadPool* pool) {
+  if (kernel.prepare == nullptr || m == 0) return absl::OkStatus();
+  const int64_t bytes = kernel.prepared_bytes(m, k);
+  if (bytes > capacity_) {
+    void* grown = AlignedAlloc(bytes);
+    if (grown == nullptr)
       return absl::ResourceExhaustedError(
-          absl::StrCat("no memory to pack W [", args.n_end - args.n_begin, ", ", w.k, "] to f32 panels"));
-    }
+          absl::StrCat("no memory for x [", m, ", ", k, "] in ", kernel.name, "'s layout (", bytes, " bytes)"));
+    bytes_.reset(static_cast<uint8_t*>(grown));
+    capacity_ = bytes;
+  }
+  const int64_t blocks = kernel.prepare_blocks(m);
+  void* out = bytes_.get();
+  auto prepare = [&](int64_t block) {
+    kernel.prepare(x, ldx, m, k, block, block + 1, out);
     return absl::OkStatus();
+  };
+  return ParallelTasks(pool, blocks, prepare);
+}
+
+absl::Status LinearSlice(const LinearKernel& kernel, const LinearWeight& w, const LinearSliceArgs& args) {
+  if (args.m == 0 || args.n_begin >= args.n_end) return absl::OkStatus();
+  const int64_t bytes = kernel.scratch_bytes(w, args.m, args.n_end - args.n_begin);
+  void* scratch = nullptr;
+  if (bytes > 0) {
+    scratch = ThreadScratch(bytes);
+    if (scratch == nullptr)
+      return absl::ResourceExhaustedError(absl::StrCat("no memory for ", kernel.name, "'s scratch for W [",
+                                                       args.n_end - args.n_begin, ", ", w.k, "] (", bytes, " bytes)"));
   }
-  switch (w.dtype) {
-    case DType::kF32:
-      StreamSlice<DType::kF32>(w, args);
-      break;
-    case DType::kF16:
-      StreamSlice<DType::kF16>(w, args);
-      break;
-    case DType::kBF16:
-      StreamSlice<DType::kBF16>(w, args);
-      break;
-    default:  // quantized: no kernel (ValidateLinear refuses it first)
-      return RequireFloatDType(w.dtype, "Linear: the weight", "this kernel");
-  }
-  return absl::OkStatus();
+  return kernel.slice(w, args, scratch);
 }
 
 int64_t ActivationRowStride(int64_t k) {
@@ -653,17 +171,47 @@ int64_t ActivationRowStride(int64_t k) {
   return (k * static_cast<int64_t>(sizeof(float))) % 4096 == 0 ? k + 16 : k;
 }
 
+std::string DescribeKernelChoice(DType dtype, const LinearOptions& options) {
+  // Quantized weights have no kernel here (ValidateLinear refuses them).
+  if (IsQuantized(dtype)) return absl::StrCat("none (", std::string(DTypeName(dtype)), " weights have no CPU kernel)");
+  const KernelPlan& plan = options.plan != nullptr ? *options.plan : ProcessKernelPlan();
+  const std::vector<KernelPlanStep>& steps = plan.steps();
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const LinearKernel& kernel = ChooseLinearKernel(steps[i].min_rows, dtype, options);
+    const std::string range = i + 1 < steps.size()
+                                  ? (steps[i + 1].min_rows - 1 == steps[i].min_rows
+                                         ? absl::StrCat(steps[i].min_rows)
+                                         : absl::StrCat(steps[i].min_rows, "-", steps[i + 1].min_rows - 1))
+                                  : absl::StrCat(steps[i].min_rows, "+");
+    parts.push_back(absl::StrCat(range, " rows ", kernel.name));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
+std::string KernelStartupSummary(DType dtype) {
+  const KernelPlan& plan = ProcessKernelPlan();
+  return absl::StrCat("cpu ", HostCpu().Description(), " [", HostCpu().Flags(), "]; kernels at ",
+                      ActiveIsaDescription(), "; plan ", plan.Spec(), " (", plan.source(), "): ",
+                      std::string(DTypeName(dtype)), " weights ", DescribeKernelChoice(dtype));
+}
+
 absl::Status Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias, float* y,
                     ThreadPool* pool, const LinearOptions& options) {
-  TANDEM_RETURN_IF_ERROR(ValidateLinear(x, m, w, y));
+  TANDEM_RETURN_IF_ERROR(ValidateLinear(x, m, w, y, options));
   if (m == 0) return absl::OkStatus();
+  const LinearKernel& kernel = ChooseLinearKernel(m, w.dtype, options);
   LinearSliceArgs args{.x = x, .ldx = w.k, .m = m, .bias = bias, .y = y, .ldy = w.n};
-  // Rows of x a multiple of 4 KB apart share L1 sets with each other and with
-  // the W rows; both AVX2 kernels keep several rows of x in flight, so they
-  // read a copy whose rows are one cache line apart in set terms.
+  thread_local PreparedInput prepared;
   thread_local std::vector<float> padded_x;
-  const int64_t ldx = ActivationRowStride(w.k);
-  if (m > 1 && ldx != w.k && ChooseLinearPath(m, options) != LinearPath::kOneDnn) {
+  if (kernel.prepare != nullptr) {
+    TANDEM_RETURN_IF_ERROR(prepared.Prepare(kernel, x, w.k, m, w.k, pool));
+    args.prepared = prepared.data();
+  } else if (m > 1 && kernel.path != KernelPath::kOneDnn && ActivationRowStride(w.k) != w.k) {
+    // Rows of x a multiple of 4 KB apart share L1 sets with each other and
+    // with the W rows; the stream and packed kernels keep several rows of x
+    // in flight, so they read a copy whose rows are one line apart in set terms.
+    const int64_t ldx = ActivationRowStride(w.k);
     try {
       padded_x.resize(static_cast<size_t>(m * ldx));
     } catch (const std::bad_alloc&) {
@@ -674,15 +222,13 @@ absl::Status Linear(const float* x, int64_t m, const LinearWeight& w, const floa
     args.ldx = ldx;
   }
   const int threads = pool == nullptr ? 1 : pool->num_threads();
-  const int64_t features = LinearTaskFeatures(m, w, threads, options);
-  const int64_t tasks = CeilDiv(w.n, features);
-  auto slice = [&](int64_t task) {
+  const int64_t features = LinearTaskFeatures(m, w, threads, kernel);
+  return ParallelTasks(pool, CeilDiv(w.n, features), [&](int64_t task) {
     LinearSliceArgs task_args = args;
     task_args.n_begin = task * features;
     task_args.n_end = std::min(task_args.n_begin + features, w.n);
-    return LinearSlice(w, task_args, options);
-  };
-  return ParallelTasks(pool, tasks, slice);
+    return LinearSlice(kernel, w, task_args);
+  });
 }
 
 }  // namespace tandem

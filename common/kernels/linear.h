@@ -5,55 +5,51 @@
 // Hugging Face stores nn.Linear weights (a quantized W is refused, naming
 // its type).   y: [M, N] f32, row stride N.
 // bias: [N] f32 or nullptr.  Accumulation is f32.
-// Supported: any M >= 0, N >= 1, K >= 1 (no multiple-of-8 requirement; tails
-// are handled), x/W/y need no particular alignment. Needs AVX2 + FMA + F16C.
+// Supported: any M >= 0, N >= 1, K >= 1 (tails are handled), x/W/y need no
+// particular alignment. Needs AVX2 + FMA + F16C (the build's baseline).
 //
-// Paths, chosen per call by M (see LinearOptions); all split N across the
-// pool's threads (dynamic scheduling):
-//  - avx2_stream (M < prefill_min_rows, decode: memory-bound): AVX2/FMA dot
-//    products that read each weight once for up to 16 rows of x.
-//  - avx2_packed (prefill: compute-bound): W widened to f32 and transposed
-//    into 16-feature panels per task, 6x16 register-tile FMA micro-kernel.
-//  - onednn (opt-in): W tile widened to f32, oneDNN 2.6 f32 matmul on one
-//    thread. oneDNN 2.6 has no bf16 matmul on AVX2-only CPUs, and measured
-//    at Mixtral width it is no faster than avx2_packed (ties at 512 rows,
-//    10-20% slower at 64-256), so it is kept as a reference and fallback.
-// tandem-expert-ffn-bench prints the numbers behind these choices.
+// Kernels (linear_kernels.h): per call, the process's KernelPlan (or the
+// options') picks a path by M — stream (memory-bound decode), packed (f32
+// FMA GEMM), bf16_dot (bf16 dot products) or onednn — and the dispatch
+// table the fastest variant of that path the CPU supports (AVX2, AVX-512,
+// AVX512-BF16). All split N across the pool's threads (dynamic scheduling).
+//
+// Numerics. stream, packed, onednn: products and sums in f32, weights
+// widened exactly: |y - y_exact| <= (K + 2) 2^-24 sum_k |x_k w_k|. bf16_dot
+// rounds x to bf16 (8 significant bits) first, as llama.cpp and GPU bf16
+// GEMMs do: add 2^-8 sum_k |x_k w_k| to that bound. LinearOptions::
+// f32_activations keeps a layer off it (the router: ARCHITECTURE.md,
+// "Precision"). Each output's arithmetic depends only on its x row, its W
+// row and the kernel (not on M, the split or the thread count), for every
+// kernel but onednn, which picks its own kernels by M.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "common/base/cpu_features.h"
 #include "common/base/dtype.h"
 #include "common/base/thread_pool.h"
+#include "common/kernels/kernel_plan.h"
+#include "common/kernels/linear_kernels.h"
+#include "common/kernels/linear_types.h"
 
 namespace tandem {
 
-struct LinearWeight {
-  const void* data = nullptr;  // [N, K]
-  DType dtype = DType::kBF16;  // a quantized type packs each row in blocks (dtype.h)
-  int64_t n = 0;  // output features
-  int64_t k = 0;  // input features
-
-  int64_t row_bytes() const { return DTypeRowBytes(dtype, k); }
-  int64_t bytes() const { return n * row_bytes(); }
-};
-
-// The compute-bound kernel used from LinearOptions::prefill_min_rows rows on.
-enum class PrefillKernel : uint8_t {
-  kAvx2Packed,  // W widened + transposed into f32 panels, 6x16 AVX2 FMA tile
-  kOneDnn,      // W tile widened to f32, oneDNN f32 matmul (single-threaded)
-};
-
 struct LinearOptions {
-  // The prefill kernel runs when M >= this, the stream kernel below it. On
-  // the 2-core Zen 3 VM at Mixtral width (bf16) the expert FFN crosses over
-  // between 8 and 12 rows: stream faster at 8 in 4 of 5 runs, packed faster
-  // at 12 in 5 of 5 (10: a tie within the noise). Below the crossover DRAM
-  // bounds both and the stream kernel skips the f32 panel copy.
-  int64_t prefill_min_rows = 12;
-  PrefillKernel prefill_kernel = PrefillKernel::kAvx2Packed;
+  // Which path at which M; null: the process's plan (ProcessKernelPlan()).
+  const KernelPlan* plan = nullptr;
+  // Kernels of at most this level (and at most ActiveIsa()): tests and
+  // benches run each ISA's variants on one machine.
+  IsaLevel max_isa = IsaLevel::kAmx;
+  // Never round x to bf16 (no bf16_dot): layers whose inputs must stay f32.
+  bool f32_activations = false;
+  // Forces this kernel when it reads the weight's dtype (tests, benches);
+  // a kernel above ActiveIsa() makes Linear fail with FailedPrecondition.
+  const LinearKernel* kernel = nullptr;
 };
 
 // Thread-safe for distinct outputs; uses `pool` (may be null: single thread).
@@ -62,40 +58,59 @@ absl::Status Linear(const float* x, int64_t m, const LinearWeight& w, const floa
 
 // ---- Building blocks for fused callers (the expert FFN) and benchmarks ----
 
-enum class LinearPath { kAvx2Stream, kAvx2Packed, kOneDnn };
-std::string_view LinearPathName(LinearPath path);  // "avx2_stream", "avx2_packed", "onednn"
-LinearPath ChooseLinearPath(int64_t m, const LinearOptions& options);
+// The kernel a call with M rows of `dtype` weights runs under `options`.
+// `dtype` must be a float type (ValidateLinear checks it).
+const LinearKernel& ChooseLinearKernel(int64_t m, DType dtype, const LinearOptions& options);
 
-// Checks shapes and pointers of one Linear call (InvalidArgument otherwise).
-absl::Status ValidateLinear(const float* x, int64_t m, const LinearWeight& w, const float* y);
+// Checks shapes and pointers of one Linear call (InvalidArgument otherwise),
+// and that a forced kernel may run here (FailedPrecondition).
+absl::Status ValidateLinear(const float* x, int64_t m, const LinearWeight& w, const float* y,
+                            const LinearOptions& options = {});
 
-// How many output features one parallel task should own for this call:
-// the stream path aims at a few hundred KB of weights per task (enough to
-// amortise the task counter, small enough to balance), the prefill paths at
-// one converted W tile. Always in [1, w.n].
-int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, const LinearOptions& options);
+// How many output features one parallel task should own: the stream path
+// aims at a few hundred KB of weights per task (enough to amortise the task
+// counter, small enough to balance), the GEMM paths at one cache-sized tile
+// of W. Always in [1, w.n].
+int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, const LinearKernel& kernel);
 
-// One task's share of a Linear: rows x[r, :k] (row stride ldx) times W's
-// features [n_begin, n_end), written to y[r * ldy + j] for n_begin <= j < n_end.
-struct LinearSliceArgs {
-  const float* x = nullptr;  // [m, ldx] f32, ldx >= w.k
-  int64_t ldx = 0;
-  int64_t m = 0;
-  const float* bias = nullptr;  // [w.n] f32 or nullptr
-  int64_t n_begin = 0;
-  int64_t n_end = 0;   // <= w.n
-  float* y = nullptr;  // [m, ldy] f32, ldy >= n_end
-  int64_t ldy = 0;
+// x in a kernel's own layout (kernels with a prepare step); owns its bytes,
+// reused across calls. Not thread-safe.
+class PreparedInput {
+ public:
+  const void* data() const { return bytes_.get(); }
+  // Prepares x [m, k] (row stride ldx) for `kernel`, split over `pool`; a
+  // kernel without a prepare step leaves it empty. ResourceExhausted when
+  // the buffer cannot grow.
+  absl::Status Prepare(const LinearKernel& kernel, const float* x, int64_t ldx, int64_t m, int64_t k,
+                       ThreadPool* pool);
+
+ private:
+  struct Free {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<uint8_t[], Free> bytes_;
+  int64_t capacity_ = 0;
 };
 
-// Computes one slice on the calling thread, by the path ChooseLinearPath(m)
-// picks. Arguments must be valid (see ValidateLinear); fails only on oneDNN
-// errors (Internal) or memory exhaustion.
-absl::Status LinearSlice(const LinearWeight& w, const LinearSliceArgs& args, const LinearOptions& options);
+// Computes one slice on the calling thread with `kernel` (args.prepared set
+// when the kernel prepares x). Arguments must be valid (see ValidateLinear);
+// fails only on oneDNN errors (Internal) or memory exhaustion.
+absl::Status LinearSlice(const LinearKernel& kernel, const LinearWeight& w, const LinearSliceArgs& args);
 
-// The row stride to give f32 activations of k features that the stream kernel
-// reads: k, or k + 16 when k floats are a multiple of 4 KB, where rows would
-// alias in the L1 cache's sets (Mixtral: 4096 and 14336 both are).
+// What runs for `dtype` weights under the process plan and ActiveIsa(),
+// e.g. "1-15 rows avx512_stream, 16+ avx512_bf16_dot" (for start-up logs,
+// stats and bench output).
+std::string DescribeKernelChoice(DType dtype, const LinearOptions& options = {});
+
+// One line for start-up logs and stats: the CPU, the level the kernels run
+// at, the plan and what it runs for `dtype` weights, e.g. "cpu Oxide ...;
+// kernels at avx512_bf16 (host avx512_bf16); plan 1:stream,8:bf16_dot
+// (built-in for avx512_bf16): BF16 1-7 rows avx512_stream, 8+ avx512_bf16_dot".
+std::string KernelStartupSummary(DType dtype);
+
+// The row stride to give f32 activations of k features that the stream and
+// packed kernels read: k, or k + 16 when k floats are a multiple of 4 KB,
+// where rows would alias in the L1 cache's sets (Mixtral: 4096 and 14336).
 int64_t ActivationRowStride(int64_t k);
 
 }  // namespace tandem

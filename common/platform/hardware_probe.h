@@ -1,7 +1,8 @@
 // Measured limits of the machine the CPU kernels run on: sustainable memory
-// bandwidth (STREAM triad) and f32 FMA throughput. The expert FFN benchmark
-// reports its kernels as fractions of these, and calibration will feed them to
-// the placement cost model. Both take about a second; call once at start-up.
+// bandwidth (STREAM triad, and a read-only stream: the roofline of a GEMV).
+// The benchmarks report their kernels as fractions of these; the compute
+// peak of each instruction the kernels use is common/kernels/compute_peak.h.
+// About a second; call once at start-up.
 #pragma once
 
 #include <cstdint>
@@ -34,26 +35,10 @@ struct MemoryBandwidth {
   int reps = 0;
 };
 
-struct FmaPeakOptions {
-  int64_t fmas_per_task = 16 << 20;  // ~2 ms per task on one Zen 3 core
-  int tasks_per_thread = 32;
-  int reps = 3;
-};
-
-struct FmaPeak {
-  double gflops = 0;  // 2 flops per lane per FMA, 8 f32 lanes per AVX2 FMA
-  int threads = 0;
-  int reps = 0;
-};
-
 // Triad a[i] = b[i] + s * c[i] with AVX2 and ordinary stores, and a read-only
 // sum over b, split across all of `pool`'s threads (null: one thread).
 absl::StatusOr<MemoryBandwidth> MeasureMemoryBandwidth(ThreadPool* pool,
                                                        const MemoryBandwidthOptions& options = {});
-
-// Independent register-resident FMA chains (enough to cover latency x ports),
-// on all of `pool`'s threads (null: one thread).
-absl::StatusOr<FmaPeak> MeasureF32FmaPeak(ThreadPool* pool, const FmaPeakOptions& options = {});
 
 // Last-level cache size in bytes (sysfs, else sysconf), 0 when unknown.
 int64_t LastLevelCacheBytes();

@@ -168,6 +168,9 @@ absl::Status ReadMachine(const Reader& r, const json& root, HardwareProfile* p) 
   TANDEM_ASSIGN_OR_RETURN(p->gpu, r.String(*machine, "gpu", "machine.gpu", true));
   TANDEM_ASSIGN_OR_RETURN(p->cpu, r.String(*machine, "cpu", "machine.cpu", true));
   TANDEM_ASSIGN_OR_RETURN(p->pcie, r.String(*machine, "pcie", "machine.pcie", false));
+  TANDEM_ASSIGN_OR_RETURN(p->kernel_plan, r.String(*machine, "kernel_plan", "machine.kernel_plan", false));
+  TANDEM_ASSIGN_OR_RETURN(p->kernel_plan_source,
+                          r.String(*machine, "kernel_plan_source", "machine.kernel_plan_source", false));
   CollectSource(*machine, "machine", p);
   return absl::OkStatus();
 }
@@ -310,6 +313,8 @@ std::string HardwareProfileToJson(const HardwareProfile& p) {
   machine["gpu"] = p.gpu;
   machine["cpu"] = p.cpu;
   if (!p.pcie.empty()) machine["pcie"] = p.pcie;
+  if (!p.kernel_plan.empty()) machine["kernel_plan"] = p.kernel_plan;
+  if (!p.kernel_plan_source.empty()) machine["kernel_plan_source"] = p.kernel_plan_source;
   root["machine"] = with_source(machine, "machine");
   ordered_json model;
   model["name"] = p.model.name;

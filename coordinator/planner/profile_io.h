@@ -39,6 +39,12 @@ struct HardwareProfile {
   std::string gpu, cpu, pcie;  // the machine, in words
   ProfiledModel model;
   CostModelParams cost;   // expert_bytes and activation_row_bytes live under "model" in the file
+  // The CPU kernels' path per row count measured with the curves
+  // (common/kernels/kernel_plan.h spelling, e.g. "1:stream,8:bf16_dot"), so
+  // a cached profile brings back the kernels its curves were timed with;
+  // empty for paper profiles. Under "machine" in the file.
+  std::string kernel_plan;
+  std::string kernel_plan_source;
   // Provenance: JSON path of an object → its "source" text, in file order.
   std::vector<std::pair<std::string, std::string>> sources;
 };

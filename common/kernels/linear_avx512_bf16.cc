@@ -1,0 +1,273 @@
+// AVX512-BF16 GEMM for bf16 weights (prefill): vdpbf16ps straight from the
+// stored weights, f32 accumulation. Compiled with -mavx512bf16 only here
+// and reached only when ActiveIsa() is avx512_bf16 or above.
+//
+// Numerics (documented in linear.h): the GEMM input x is rounded to bf16
+// (nearest even; vcvtne2ps2bf16 treats denormal inputs as zero), so each
+// product carries a relative error of at most 2^-8 from x on top of f32
+// accumulation: |y - y_exact| <= (2^-8 + (K + 2) 2^-24) sum_k |x_k w_k|.
+// The weights are bf16 already and are used as stored. vdpbf16ps adds the
+// two products of a pair into the f32 accumulator (denormals flushed).
+//
+// Layout. vdpbf16ps multiplies bf16 pairs: lane i of the accumulator gains
+// a[2i] b[2i] + a[2i+1] b[2i+1]. Lanes run over 16 rows of x (not over
+// features), so a weight pair W[j, 2p:2p+2] is one 32-bit broadcast from the
+// row-major weights — no repacking of W at all — and x is prepared once per
+// call as [row block of 16][K/2 pairs][16 rows] dwords. A 32-row x 12-feature
+// register tile holds 24 accumulators; the result, feature-major, goes
+// through a per-task [features, rows] f32 buffer that is transposed into y
+// at the end.
+// Legend as in linear.h: M rows, K input features, N output features.
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "common/kernels/linear_isa.h"
+
+namespace tandem::isa {
+namespace {
+
+inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+constexpr int64_t kRowBlock = 16;   // rows per prepared block: one zmm of lanes
+constexpr int kTileFeatures = 12;   // features per register tile (x 2 blocks = 24 accumulators)
+constexpr int64_t kPairBlock = 128;  // K pairs per pass: x [32 rows, 256] bf16 = 16 KB in L1
+
+// 16 x 16 transpose of dwords: out[c] lane r = in[r] lane c.
+inline void Transpose16x16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // u[g][c] (rows 4g..4g+3): 128-bit lane L holds column 4L + c.
+  __m512i u[4][4];
+  for (int g = 0; g < 4; ++g) {
+    u[g][0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    u[g][1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    u[g][2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    u[g][3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  // A 4 x 4 transpose of 128-bit lanes for each c: out[4L + c] lane g = u[g][c] lane L.
+  for (int c = 0; c < 4; ++c) {
+    const __m512i v0 = _mm512_shuffle_i32x4(u[0][c], u[1][c], 0x44);
+    const __m512i v1 = _mm512_shuffle_i32x4(u[0][c], u[1][c], 0xEE);
+    const __m512i v2 = _mm512_shuffle_i32x4(u[2][c], u[3][c], 0x44);
+    const __m512i v3 = _mm512_shuffle_i32x4(u[2][c], u[3][c], 0xEE);
+    r[c] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(v0, v2, 0xDD);
+    r[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(v1, v3, 0xDD);
+  }
+}
+
+// acc[j][b] (+)= sum_p W[j, 2p:2p+2] . x[block b rows, 2p:2p+2] over pairs
+// [p0, p1), then the odd last weight when `odd_tail` (its x partner is zero).
+// xp: block 0 at pair p0; blocks kBlocks apart by block_stride dwords.
+// w: W[j0, 2 p0], rows `ldw` bytes apart. yt: [kNR features][ldyt] f32
+// accumulators, at this row block.
+// The kNR weight rows are reached from ceil(kNR / 3) pointers plus 0, 1 or
+// 2 row strides, which x86 addressing encodes ([base + stride * 2]): with
+// one pointer per row, 12 of them would not fit the general registers.
+template <int kBlocks, int kNR>
+inline void DotTile(const uint32_t* xp, int64_t block_stride, const uint16_t* w, int64_t ldw, int64_t pairs,
+                    bool odd_tail, float* yt, int64_t ldyt, bool first) {
+  constexpr int kBases = (kNR + 2) / 3;
+  __m512 acc[kNR][kBlocks];
+  for (int j = 0; j < kNR; ++j)
+    for (int b = 0; b < kBlocks; ++b)
+      acc[j][b] = first ? _mm512_setzero_ps() : _mm512_load_ps(yt + j * ldyt + b * kRowBlock);
+  const char* base[kBases];
+  for (int q = 0; q < kBases; ++q) base[q] = reinterpret_cast<const char*>(w) + 3 * q * ldw;
+  const uint32_t* xq = xp;
+  for (int64_t p = 0; p < pairs; ++p, xq += kRowBlock) {
+    __m512i xv[kBlocks];
+    for (int b = 0; b < kBlocks; ++b) xv[b] = _mm512_load_si512(xq + b * block_stride);
+    for (int j = 0; j < kNR; ++j) {
+      uint32_t pair;
+      std::memcpy(&pair, base[j / 3] + (j % 3) * ldw, sizeof(pair));
+      const __m512i wv = _mm512_set1_epi32(static_cast<int>(pair));
+      for (int b = 0; b < kBlocks; ++b)
+        acc[j][b] = _mm512_dpbf16_ps(acc[j][b], (__m512bh)wv, (__m512bh)xv[b]);
+    }
+    for (int q = 0; q < kBases; ++q) base[q] += sizeof(uint32_t);
+  }
+  if (odd_tail) {
+    __m512i xv[kBlocks];
+    for (int b = 0; b < kBlocks; ++b) xv[b] = _mm512_load_si512(xq + b * block_stride);
+    for (int j = 0; j < kNR; ++j) {
+      uint16_t last;  // the row's last weight; its pair partner (x = 0) stays zero
+      std::memcpy(&last, base[j / 3] + (j % 3) * ldw, sizeof(last));
+      const __m512i wv = _mm512_set1_epi32(static_cast<int>(last));
+      for (int b = 0; b < kBlocks; ++b)
+        acc[j][b] = _mm512_dpbf16_ps(acc[j][b], (__m512bh)wv, (__m512bh)xv[b]);
+    }
+  }
+  for (int j = 0; j < kNR; ++j)
+    for (int b = 0; b < kBlocks; ++b) _mm512_store_ps(yt + j * ldyt + b * kRowBlock, acc[j][b]);
+}
+
+template <int kBlocks, int kNR = kTileFeatures>
+inline void DotTileN(int nr, const uint32_t* xp, int64_t block_stride, const uint16_t* w, int64_t ldw, int64_t pairs,
+                     bool odd_tail, float* yt, int64_t ldyt, bool first) {
+  if constexpr (kNR > 0) {
+    if (nr == kNR) return DotTile<kBlocks, kNR>(xp, block_stride, w, ldw, pairs, odd_tail, yt, ldyt, first);
+    DotTileN<kBlocks, kNR - 1>(nr, xp, block_stride, w, ldw, pairs, odd_tail, yt, ldyt, first);
+  }
+}
+
+}  // namespace
+
+int64_t Bf16DotRowBlocks(int64_t m) { return CeilDiv(m, kRowBlock); }
+
+int64_t Bf16DotPreparedBytes(int64_t m, int64_t k) {
+  return Bf16DotRowBlocks(m) * CeilDiv(k, 2) * kRowBlock * static_cast<int64_t>(sizeof(uint32_t));
+}
+
+void Bf16DotPrepare(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t block_begin, int64_t block_end,
+                    void* prepared) {
+  const int64_t pairs = CeilDiv(k, 2);
+  auto* out = static_cast<uint32_t*>(prepared);
+  for (int64_t block = block_begin; block < block_end; ++block) {
+    uint32_t* dst = out + block * pairs * kRowBlock;
+    const int64_t r0 = block * kRowBlock;
+    // 16 rows x 32 values (16 pairs) at a time, transposed to [pair][row].
+    for (int64_t k0 = 0; k0 < k; k0 += 32) {
+      const int64_t valid = Min(32, k - k0);
+      const __mmask16 lo_mask = static_cast<__mmask16>(valid >= 16 ? 0xffff : (1u << valid) - 1);
+      const __mmask16 hi_mask = static_cast<__mmask16>(valid >= 32 ? 0xffff : valid <= 16 ? 0 : (1u << (valid - 16)) - 1);
+      __m512i v[16];
+      for (int r = 0; r < 16; ++r) {
+        if (r0 + r >= m) {
+          v[r] = _mm512_setzero_si512();
+          continue;
+        }
+        const float* row = x + (r0 + r) * ldx + k0;
+        const __m512 lo = _mm512_maskz_loadu_ps(lo_mask, row);
+        const __m512 hi = _mm512_maskz_loadu_ps(hi_mask, row + 16);
+        // Element i of the result: x[k0 + i] rounded to bf16; dword i the pair.
+        v[r] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+      }
+      Transpose16x16(v);
+      const int64_t p0 = k0 / 2;
+      const int64_t count = Min(16, pairs - p0);
+      for (int64_t i = 0; i < count; ++i) _mm512_store_si512(dst + (p0 + i) * kRowBlock, v[i]);
+    }
+  }
+}
+
+int64_t Bf16DotScratchBytes(int64_t m, int64_t features) {
+  return features * Bf16DotRowBlocks(m) * kRowBlock * static_cast<int64_t>(sizeof(float));
+}
+
+void Bf16DotBf16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
+  const int64_t k = w.k, m = a.m, n_begin = a.n_begin, n_end = a.n_end, features = n_end - n_begin;
+  const int64_t blocks = Bf16DotRowBlocks(m), pairs = CeilDiv(k, 2), full_pairs = k / 2;
+  const bool odd = (k & 1) != 0;
+  const int64_t block_stride = pairs * kRowBlock;  // dwords between row blocks
+  const auto* xp = static_cast<const uint32_t*>(a.prepared);
+  const auto* weights = static_cast<const uint16_t*>(w.data);
+  // yt: [features][blocks * 16] f32, the accumulators between K passes.
+  float* yt = static_cast<float*>(scratch);
+  const int64_t ldyt = blocks * kRowBlock;
+
+  const int64_t passes = full_pairs == 0 ? 1 : CeilDiv(full_pairs, kPairBlock);
+  for (int64_t pass = 0; pass < passes; ++pass) {
+    const int64_t p0 = pass * kPairBlock, p1 = Min(full_pairs, p0 + kPairBlock);
+    const bool last = pass == passes - 1;
+    // The x block of one or two row blocks stays in L1 across the features.
+    for (int64_t b = 0; b < blocks; b += 2) {
+      const bool two = b + 1 < blocks;
+      for (int64_t j0 = n_begin; j0 < n_end; j0 += kTileFeatures) {
+        const int nr = static_cast<int>(Min(kTileFeatures, n_end - j0));
+        const uint16_t* w_at = weights + j0 * k + 2 * p0;
+        const uint32_t* x_at = xp + b * block_stride + p0 * kRowBlock;
+        float* y_at = yt + (j0 - n_begin) * ldyt + b * kRowBlock;
+        const int64_t ldw = k * static_cast<int64_t>(sizeof(uint16_t));
+        if (two) {
+          DotTileN<2>(nr, x_at, block_stride, w_at, ldw, p1 - p0, last && odd, y_at, ldyt, pass == 0);
+        } else {
+          DotTileN<1>(nr, x_at, block_stride, w_at, ldw, p1 - p0, last && odd, y_at, ldyt, pass == 0);
+        }
+      }
+    }
+  }
+
+  // y[r, n_begin + j] = yt[j, r] (+ bias), rows < M only.
+  float* y = a.y;
+  for (int64_t r = 0; r < m; ++r) {
+    float* yr = y + r * a.ldy + n_begin;
+    for (int64_t j = 0; j < features; ++j) yr[j] = yt[j * ldyt + r];
+    if (a.bias != nullptr)
+      for (int64_t j = 0; j < features; ++j) yr[j] += a.bias[n_begin + j];
+  }
+}
+
+// 24 independent vdpbf16ps chains on registers (the bf16 dot-product peak).
+void Bf16DotLoop(int64_t iterations) {
+  if (iterations <= 0) return;
+  asm volatile(
+      "vpxord %%zmm0, %%zmm0, %%zmm0\n\t"
+      "vmovaps %%zmm0, %%zmm1\n\t"
+      "vmovaps %%zmm0, %%zmm2\n\t"
+      "vmovaps %%zmm0, %%zmm3\n\t"
+      "vmovaps %%zmm0, %%zmm4\n\t"
+      "vmovaps %%zmm0, %%zmm5\n\t"
+      "vmovaps %%zmm0, %%zmm6\n\t"
+      "vmovaps %%zmm0, %%zmm7\n\t"
+      "vmovaps %%zmm0, %%zmm8\n\t"
+      "vmovaps %%zmm0, %%zmm9\n\t"
+      "vmovaps %%zmm0, %%zmm10\n\t"
+      "vmovaps %%zmm0, %%zmm11\n\t"
+      "vmovaps %%zmm0, %%zmm12\n\t"
+      "vmovaps %%zmm0, %%zmm13\n\t"
+      "vmovaps %%zmm0, %%zmm14\n\t"
+      "vmovaps %%zmm0, %%zmm15\n\t"
+      "vmovaps %%zmm0, %%zmm16\n\t"
+      "vmovaps %%zmm0, %%zmm17\n\t"
+      "vmovaps %%zmm0, %%zmm18\n\t"
+      "vmovaps %%zmm0, %%zmm19\n\t"
+      "vmovaps %%zmm0, %%zmm20\n\t"
+      "vmovaps %%zmm0, %%zmm21\n\t"
+      "vmovaps %%zmm0, %%zmm22\n\t"
+      "vmovaps %%zmm0, %%zmm23\n\t"
+      "vmovaps %%zmm0, %%zmm30\n\t"
+      "vmovaps %%zmm0, %%zmm31\n\t"
+      "1:\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm0\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm1\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm2\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm3\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm4\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm5\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm6\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm7\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm8\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm9\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm10\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm11\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm12\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm13\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm14\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm15\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm16\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm17\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm18\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm19\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm20\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm21\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm22\n\t"
+      "vdpbf16ps %%zmm30, %%zmm31, %%zmm23\n\t"
+      "dec %0\n\t"
+      "jnz 1b\n\t"
+      "vzeroupper\n\t"
+      : "+r"(iterations)
+      :
+      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
+        "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23",
+        "xmm30", "xmm31");
+}
+
+}  // namespace tandem::isa

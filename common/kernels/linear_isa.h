@@ -1,0 +1,57 @@
+// Internal to common/kernels/: the entry points of the hand-written kernels,
+// one translation unit per instruction set, each compiled with that ISA's
+// flags (common/CMakeLists.txt). Only the dispatch table (linear_kernels.cc)
+// calls them, and only for an ISA level ActiveIsa() allows.
+//
+// Every slice function computes one LinearSliceArgs on the calling thread,
+// with `scratch` of at least its *ScratchBytes (64-byte aligned). Each
+// output element's arithmetic depends only on its x row and W row (never on
+// M, the slice bounds or the thread count), so a result is the same however
+// the work is split.
+#pragma once
+
+#include <cstdint>
+
+#include "common/kernels/linear_types.h"
+
+namespace tandem::isa {
+
+// ---- AVX2 + FMA + F16C (linear_avx2.cc) ----
+void Avx2StreamF32(const LinearWeight& w, const LinearSliceArgs& a);
+void Avx2StreamF16(const LinearWeight& w, const LinearSliceArgs& a);
+void Avx2StreamBf16(const LinearWeight& w, const LinearSliceArgs& a);
+int64_t Avx2PackedScratchBytes(int64_t k, int64_t features);
+void Avx2PackedF32(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+void Avx2PackedF16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+void Avx2PackedBf16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+// 12 independent ymm FMA chains for `iterations` rounds (the f32 peak).
+void Avx2FmaLoop(int64_t iterations);
+inline constexpr int64_t kAvx2FmaLoopFlops = 12 * 8 * 2;  // per iteration
+
+// ---- AVX-512 F/BW/VL/DQ (linear_avx512.cc) ----
+void Avx512StreamF32(const LinearWeight& w, const LinearSliceArgs& a);
+void Avx512StreamF16(const LinearWeight& w, const LinearSliceArgs& a);
+void Avx512StreamBf16(const LinearWeight& w, const LinearSliceArgs& a);
+int64_t Avx512PackedScratchBytes(int64_t k, int64_t features);
+void Avx512PackedF32(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+void Avx512PackedF16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+void Avx512PackedBf16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+void Avx512FmaLoop(int64_t iterations);
+inline constexpr int64_t kAvx512FmaLoopFlops = 24 * 16 * 2;
+
+// ---- AVX512-BF16 (linear_avx512_bf16.cc) ----
+// x is prepared once per call: rounded to bf16 (nearest even) and laid out
+// in blocks of 16 rows, [block][K/2 pairs][16 rows] of (x[2p], x[2p+1])
+// pairs, rows past M zero. Blocks [block_begin, block_end) are written, so
+// the preparation can be split across threads.
+int64_t Bf16DotPreparedBytes(int64_t m, int64_t k);
+int64_t Bf16DotRowBlocks(int64_t m);
+void Bf16DotPrepare(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t block_begin, int64_t block_end,
+                    void* prepared);
+int64_t Bf16DotScratchBytes(int64_t m, int64_t features);
+// bf16 weights only: vdpbf16ps over the stored weights, f32 accumulation.
+void Bf16DotBf16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+void Bf16DotLoop(int64_t iterations);
+inline constexpr int64_t kBf16DotLoopFlops = 24 * 32 * 2;
+
+}  // namespace tandem::isa

@@ -1,0 +1,116 @@
+#include "common/kernels/linear_kernels.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/kernels/linear_isa.h"
+#include "common/kernels/linear_onednn.h"
+
+namespace tandem {
+namespace {
+
+using SliceFn = absl::Status (*)(const LinearWeight&, const LinearSliceArgs&, void*);
+using ScratchFn = int64_t (*)(const LinearWeight&, int64_t, int64_t);
+
+// Adapters from the ISA translation units' plain functions to the table's
+// signatures; they live here, in baseline code.
+template <void (*kFn)(const LinearWeight&, const LinearSliceArgs&)>
+absl::Status NoScratch(const LinearWeight& w, const LinearSliceArgs& a, void*) {
+  kFn(w, a);
+  return absl::OkStatus();
+}
+template <void (*kFn)(const LinearWeight&, const LinearSliceArgs&, void*)>
+absl::Status WithScratch(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
+  kFn(w, a, scratch);
+  return absl::OkStatus();
+}
+absl::Status OneDnn(const LinearWeight& w, const LinearSliceArgs& a, void*) { return OneDnnSlice(w, a); }
+
+int64_t NoScratchBytes(const LinearWeight&, int64_t, int64_t) { return 0; }
+int64_t Avx2PackedBytes(const LinearWeight& w, int64_t, int64_t features) {
+  return isa::Avx2PackedScratchBytes(w.k, features);
+}
+int64_t Avx512PackedBytes(const LinearWeight& w, int64_t, int64_t features) {
+  return isa::Avx512PackedScratchBytes(w.k, features);
+}
+int64_t Bf16DotBytes(const LinearWeight&, int64_t m, int64_t features) {
+  return isa::Bf16DotScratchBytes(m, features);
+}
+
+constexpr LinearKernel Plain(KernelPath path, IsaLevel isa, DType dtype, const char* name, ScratchFn scratch,
+                             SliceFn slice) {
+  return LinearKernel{path, isa, dtype, name, false, nullptr, nullptr, nullptr, scratch, slice};
+}
+
+const std::vector<LinearKernel>& Table() {
+  using P = KernelPath;
+  using I = IsaLevel;
+  using D = DType;
+  static const std::vector<LinearKernel> table = {
+      Plain(P::kStream, I::kAvx2, D::kF32, "avx2_stream", NoScratchBytes, NoScratch<isa::Avx2StreamF32>),
+      Plain(P::kStream, I::kAvx2, D::kF16, "avx2_stream", NoScratchBytes, NoScratch<isa::Avx2StreamF16>),
+      Plain(P::kStream, I::kAvx2, D::kBF16, "avx2_stream", NoScratchBytes, NoScratch<isa::Avx2StreamBf16>),
+      Plain(P::kStream, I::kAvx512, D::kF32, "avx512_stream", NoScratchBytes, NoScratch<isa::Avx512StreamF32>),
+      Plain(P::kStream, I::kAvx512, D::kF16, "avx512_stream", NoScratchBytes, NoScratch<isa::Avx512StreamF16>),
+      Plain(P::kStream, I::kAvx512, D::kBF16, "avx512_stream", NoScratchBytes, NoScratch<isa::Avx512StreamBf16>),
+      Plain(P::kPacked, I::kAvx2, D::kF32, "avx2_packed", Avx2PackedBytes, WithScratch<isa::Avx2PackedF32>),
+      Plain(P::kPacked, I::kAvx2, D::kF16, "avx2_packed", Avx2PackedBytes, WithScratch<isa::Avx2PackedF16>),
+      Plain(P::kPacked, I::kAvx2, D::kBF16, "avx2_packed", Avx2PackedBytes, WithScratch<isa::Avx2PackedBf16>),
+      Plain(P::kPacked, I::kAvx512, D::kF32, "avx512_packed", Avx512PackedBytes, WithScratch<isa::Avx512PackedF32>),
+      Plain(P::kPacked, I::kAvx512, D::kF16, "avx512_packed", Avx512PackedBytes, WithScratch<isa::Avx512PackedF16>),
+      Plain(P::kPacked, I::kAvx512, D::kBF16, "avx512_packed", Avx512PackedBytes,
+            WithScratch<isa::Avx512PackedBf16>),
+      LinearKernel{P::kBf16Dot, I::kAvx512Bf16, D::kBF16, "avx512_bf16_dot", true, isa::Bf16DotPreparedBytes,
+                   isa::Bf16DotRowBlocks, isa::Bf16DotPrepare, Bf16DotBytes, WithScratch<isa::Bf16DotBf16>},
+      Plain(P::kOneDnn, I::kAvx2, D::kF32, "onednn", NoScratchBytes, OneDnn),
+      Plain(P::kOneDnn, I::kAvx2, D::kF16, "onednn", NoScratchBytes, OneDnn),
+      Plain(P::kOneDnn, I::kAvx2, D::kBF16, "onednn", NoScratchBytes, OneDnn),
+  };
+  return table;
+}
+
+}  // namespace
+
+const char* KernelPathName(KernelPath path) {
+  switch (path) {
+    case KernelPath::kStream:
+      return "stream";
+    case KernelPath::kPacked:
+      return "packed";
+    case KernelPath::kBf16Dot:
+      return "bf16_dot";
+    case KernelPath::kOneDnn:
+      return "onednn";
+  }
+  return "?";
+}
+
+absl::StatusOr<KernelPath> ParseKernelPath(std::string_view name) {
+  std::vector<std::string> names;
+  for (KernelPath path : kAllKernelPaths) {
+    if (name == KernelPathName(path)) return path;
+    names.push_back(KernelPathName(path));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown kernel path \"", std::string(name), "\"; expected one of ", absl::StrJoin(names, ", ")));
+}
+
+std::span<const LinearKernel> AllLinearKernels() { return Table(); }
+
+const LinearKernel* FindLinearKernel(DType dtype, KernelPath path, IsaLevel max_isa) {
+  const LinearKernel* best = nullptr;
+  for (const LinearKernel& kernel : Table()) {
+    if (kernel.dtype != dtype || kernel.path != path || kernel.isa > max_isa) continue;
+    if (best == nullptr || kernel.isa > best->isa) best = &kernel;
+  }
+  return best;
+}
+
+const LinearKernel* FindLinearKernelByName(std::string_view name, DType dtype) {
+  for (const LinearKernel& kernel : Table())
+    if (std::string_view(kernel.name) == name && kernel.dtype == dtype) return &kernel;
+  return nullptr;
+}
+
+}  // namespace tandem

@@ -1,0 +1,70 @@
+// The dispatch table of the linear-layer kernels, keyed by (weight dtype,
+// path, ISA level):
+//
+//   path       ISA           dtypes          name              what
+//   stream     avx2          f32 f16 bf16    avx2_stream       decode GEMV, f32 FMA
+//   stream     avx512        f32 f16 bf16    avx512_stream     same, 16 lanes
+//   packed     avx2          f32 f16 bf16    avx2_packed       W widened to f32 panels, 6x16 FMA tile
+//   packed     avx512        f32 f16 bf16    avx512_packed     W widened to f32 panels, 14x32 FMA tile
+//   bf16_dot   avx512_bf16   bf16            avx512_bf16_dot   vdpbf16ps on the stored weights, x in bf16
+//   onednn     avx2          f32 f16 bf16    onednn            W tile widened, oneDNN f32 matmul
+//
+// A call takes the best entry for its (dtype, path) whose ISA the CPU has
+// (ActiveIsa(), capped by LinearOptions::max_isa); which path runs at which
+// row count is the KernelPlan's (kernel_plan.h). New weight formats (block
+// quantized Q8_0, Q4_K, ... with VNNI int8 dot products) add DType values
+// and rows here, with a prepare step that quantizes x once per call as the
+// bf16 kernel rounds it. AMX has no entry: no machine tandem was developed
+// on has AMX, and no kernel is written that could not be run.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/base/cpu_features.h"
+#include "common/kernels/linear_types.h"
+
+namespace tandem {
+
+enum class KernelPath : uint8_t {
+  kStream,   // memory-bound: reads each weight once per call for up to 16 rows
+  kPacked,   // compute-bound f32 FMA GEMM on f32 panels of W
+  kBf16Dot,  // compute-bound bf16 dot products; rounds x to bf16
+  kOneDnn,   // oneDNN's f32 matmul on widened W tiles
+};
+inline constexpr KernelPath kAllKernelPaths[] = {KernelPath::kStream, KernelPath::kPacked, KernelPath::kBf16Dot,
+                                                 KernelPath::kOneDnn};
+const char* KernelPathName(KernelPath path);  // "stream", "packed", "bf16_dot", "onednn"
+absl::StatusOr<KernelPath> ParseKernelPath(std::string_view name);
+
+struct LinearKernel {
+  KernelPath path;
+  IsaLevel isa;  // the instruction-set level it needs
+  DType dtype;   // the weight dtype it reads
+  const char* name;  // static
+  bool rounds_activations;  // x is rounded to bf16 before the products
+  // Kernels that read x in a layout of their own prepare it once per call,
+  // split into row blocks; all three null otherwise (x read as f32 rows).
+  int64_t (*prepared_bytes)(int64_t m, int64_t k);
+  int64_t (*prepare_blocks)(int64_t m);
+  void (*prepare)(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t block_begin, int64_t block_end,
+                  void* prepared);
+  // Per-task scratch for a slice of `features` output features (0: none).
+  int64_t (*scratch_bytes)(const LinearWeight& w, int64_t m, int64_t features);
+  // Computes one slice (args.prepared set when the kernel prepares x);
+  // `scratch` holds scratch_bytes, 64-byte aligned.
+  absl::Status (*slice)(const LinearWeight& w, const LinearSliceArgs& args, void* scratch);
+};
+
+// Every entry, in the order of the table above.
+std::span<const LinearKernel> AllLinearKernels();
+// The entry for (dtype, path) with the highest ISA level <= max_isa; null
+// when there is none (bf16_dot for f32 weights, or below avx512_bf16).
+const LinearKernel* FindLinearKernel(DType dtype, KernelPath path, IsaLevel max_isa);
+// The entry with this name and dtype; null when there is none.
+const LinearKernel* FindLinearKernelByName(std::string_view name, DType dtype);
+
+}  // namespace tandem

@@ -1,0 +1,45 @@
+#include "runtime/kernel_flags.h"
+
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/cpu_features.h"
+#include "common/kernels/kernel_plan.h"
+
+ABSL_FLAG(std::string, max_isa, "",
+          "cap the CPU kernels' instruction set: avx2 | avx512 | avx512_vnni | avx512_bf16 | amx; empty = all the "
+          "CPU has (the env variable TANDEM_MAX_ISA does the same; this flag wins)");
+ABSL_FLAG(std::string, kernel_plan, "builtin",
+          "CPU linear-layer kernel path per row count: builtin (measured for this CPU's ISA level; GEMMs round "
+          "their input to bf16 where the CPU has bf16 dot products) | exact (no kernel rounds its input: f32 "
+          "throughout, as the float64 parity tests run) | measure (time every path on this model at start-up; cached "
+          "in --calibration_profile with --execution_policy) | "
+          "ROWS:PATH,... e.g. 1:stream,8:bf16_dot (paths stream, packed, bf16_dot, onednn; CPU workers need the same "
+          "plan for bit-identical results)");
+
+namespace tandem {
+
+absl::Status ApplyKernelFlags(LocalRuntimeOptions* options) {
+  if (const std::string cap = absl::GetFlag(FLAGS_max_isa); !cap.empty()) {
+    absl::StatusOr<IsaLevel> level = ParseIsaLevel(cap);
+    if (!level.ok()) return absl::InvalidArgumentError(absl::StrCat("--max_isa: ", level.status().message()));
+    SetMaxIsa(*level, "--max_isa");
+  }
+  const std::string plan = absl::GetFlag(FLAGS_kernel_plan);
+  if (plan == "builtin") return absl::OkStatus();
+  if (plan == "exact") {
+    SetProcessKernelPlan(KernelPlan::Exact(ActiveIsa()));
+    return absl::OkStatus();
+  }
+  if (plan == "measure") {
+    if (options != nullptr) options->measure_kernel_plan = true;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<KernelPlan> parsed = KernelPlan::Parse(plan, "--kernel_plan");
+  if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--kernel_plan: ", parsed.status().message()));
+  SetProcessKernelPlan(*std::move(parsed));
+  return absl::OkStatus();
+}
+
+}  // namespace tandem
