@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/scoped_fd.h"
 #include "absl/strings/str_format.h"
 
 namespace tandem {
@@ -51,15 +52,6 @@ absl::Status StatDir(const std::string& dir, const std::string& what, int* fd, s
   return absl::OkStatus();
 }
 
-class ScopedFd {
- public:
-  ScopedFd() = default;
-  ~ScopedFd() {
-    if (fd >= 0) close(fd);
-  }
-  int fd = -1;
-};
-
 }  // namespace
 
 std::string DefaultRuntimeDir() {
@@ -80,7 +72,7 @@ absl::Status EnsurePrivateDir(const std::string& dir, const std::string& what) {
   if (absl::Status made = MakeDirs(dir, what); !made.ok()) return made;
   ScopedFd fd;
   struct stat st {};
-  if (absl::Status s = StatDir(dir, what, &fd.fd, &st); !s.ok()) return s;
+  if (absl::Status s = StatDir(dir, what, fd.receive(), &st); !s.ok()) return s;
   const uid_t me = geteuid();
   if (st.st_uid != me) {
     return absl::PermissionDeniedError(absl::StrCat(
@@ -92,7 +84,7 @@ absl::Status EnsurePrivateDir(const std::string& dir, const std::string& what) {
     return absl::PermissionDeniedError(absl::StrCat(what, " ", dir, " has mode ", Mode(st.st_mode),
                                                     ": others may write to it; chmod 0700 it (or remove it) first"));
   }
-  if ((st.st_mode & 077) != 0 && fchmod(fd.fd, 0700) != 0) {
+  if ((st.st_mode & 077) != 0 && fchmod(fd.get(), 0700) != 0) {
     return absl::PermissionDeniedError(
         absl::StrCat(what, " ", dir, ": cannot chmod 0700 (mode ", Mode(st.st_mode), "): ", std::strerror(errno)));
   }
@@ -103,7 +95,7 @@ absl::Status EnsureSocketDir(const std::string& dir, const std::string& what) {
   if (absl::Status made = MakeDirs(dir, what); !made.ok()) return made;
   ScopedFd fd;
   struct stat st {};
-  if (absl::Status s = StatDir(dir, what, &fd.fd, &st); !s.ok()) return s;
+  if (absl::Status s = StatDir(dir, what, fd.receive(), &st); !s.ok()) return s;
   const uid_t me = geteuid();
   if (st.st_uid != me && st.st_uid != 0) {
     return absl::PermissionDeniedError(absl::StrCat(what, " ", dir, " is owned by uid ", st.st_uid, " (mode ",

@@ -8,27 +8,10 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/scoped_fd.h"
 #include "common/gguf/gguf_parser.h"
 
 namespace tandem {
-namespace {
-
-// Closes the descriptor on every way out of Open; the mapping outlives it.
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ~ScopedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<GgufMappedFile>> GgufMappedFile::Open(const std::filesystem::path& path) {
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));

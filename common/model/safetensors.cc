@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/scoped_fd.h"
 #include "absl/strings/str_format.h"
 #include "common/base/status_macros.h"
 
@@ -31,21 +32,6 @@ using nlohmann::json;
 // parse gigabytes of weights as JSON.
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 constexpr char kIndexFileName[] = "model.safetensors.index.json";
-
-// Closes the descriptor on every way out of Open; the mapping outlives it.
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ~ScopedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // The JSON of a header or an index, refusing a key given twice in one
 // object: nlohmann keeps the last silently, so two readers (or a reader and

@@ -178,17 +178,33 @@ void QuantizeBlockQ6_K(const float* x, uint8_t* block) {
   std::memcpy(block, &b, sizeof(b));
 }
 
+namespace {
+
+// The scales and mins of a Q4_K/Q5_K block's 64-value chunk `chunk`: its
+// two 32-value halves, y = d * q - m.
+struct ChunkScales {
+  float d1, m1, d2, m2;
+};
+ChunkScales ChunkScalesOf(const uint8_t* scales, int chunk, float d, float dmin) {
+  uint8_t sc, m;
+  ChunkScales out;
+  UnpackKScaleMin(scales, 2 * chunk, &sc, &m);
+  out.d1 = d * sc;
+  out.m1 = dmin * m;
+  UnpackKScaleMin(scales, 2 * chunk + 1, &sc, &m);
+  out.d2 = d * sc;
+  out.m2 = dmin * m;
+  return out;
+}
+
+}  // namespace
+
 void DequantizeBlockQ4_K(const uint8_t* block, float* y) {
   BlockQ4_K b;
   std::memcpy(&b, block, sizeof(b));
-  const float d = GgmlF16ToF32(b.d);
-  const float dmin = GgmlF16ToF32(b.dmin);
   for (int chunk = 0; chunk < kKBlockSize / 64; ++chunk) {
-    uint8_t sc, m;
-    UnpackKScaleMin(b.scales, 2 * chunk, &sc, &m);
-    const float d1 = d * sc, m1 = dmin * m;
-    UnpackKScaleMin(b.scales, 2 * chunk + 1, &sc, &m);
-    const float d2 = d * sc, m2 = dmin * m;
+    const ChunkScales cs = ChunkScalesOf(b.scales, chunk, GgmlF16ToF32(b.d), GgmlF16ToF32(b.dmin));
+    const float d1 = cs.d1, m1 = cs.m1, d2 = cs.d2, m2 = cs.m2;
     const uint8_t* q = b.qs + 32 * chunk;
     float* out = y + 64 * chunk;
     for (int l = 0; l < 32; ++l) out[l] = d1 * (q[l] & 0x0f) - m1;
@@ -199,14 +215,9 @@ void DequantizeBlockQ4_K(const uint8_t* block, float* y) {
 void DequantizeBlockQ5_K(const uint8_t* block, float* y) {
   BlockQ5_K b;
   std::memcpy(&b, block, sizeof(b));
-  const float d = GgmlF16ToF32(b.d);
-  const float dmin = GgmlF16ToF32(b.dmin);
   for (int chunk = 0; chunk < kKBlockSize / 64; ++chunk) {
-    uint8_t sc, m;
-    UnpackKScaleMin(b.scales, 2 * chunk, &sc, &m);
-    const float d1 = d * sc, m1 = dmin * m;
-    UnpackKScaleMin(b.scales, 2 * chunk + 1, &sc, &m);
-    const float d2 = d * sc, m2 = dmin * m;
+    const ChunkScales cs = ChunkScalesOf(b.scales, chunk, GgmlF16ToF32(b.d), GgmlF16ToF32(b.dmin));
+    const float d1 = cs.d1, m1 = cs.m1, d2 = cs.d2, m2 = cs.m2;
     const uint8_t* q = b.qs + 32 * chunk;
     const uint8_t low_bit = static_cast<uint8_t>(1u << (2 * chunk));
     const uint8_t high_bit = static_cast<uint8_t>(2u << (2 * chunk));
