@@ -26,7 +26,6 @@
 #include <string>
 #include <vector>
 
-#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
@@ -35,13 +34,14 @@
 #include "bench/json_lines.h"
 #include "common/base/clock.h"
 #include "common/base/dtype.h"
-#include "common/platform/hardware_probe.h"
-#include "common/kernels/compute_peak.h"
-#include "common/kernels/kernel_plan.h"
-#include "common/kernels/linear.h"
+#include "common/base/flags_usage.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
+#include "common/kernels/compute_peak.h"
+#include "common/kernels/kernel_plan.h"
+#include "common/kernels/linear.h"
+#include "common/platform/hardware_probe.h"
 #include "cpu_worker/expert_ffn.h"
 #include "dnnl.hpp"
 #include "nlohmann/json.hpp"
@@ -123,8 +123,8 @@ absl::StatusOr<Timing> TimeFfn(ExpertFfn& ffn, const std::vector<ExpertFfnWeight
 Json ProbeOneDnn(int64_t k) {
   Json line = {{"kind", "onednn"}};
   const dnnl::version_t* version = dnnl::version();
-  line["version"] = std::to_string(version->major) + "." + std::to_string(version->minor) + "." +
-                    std::to_string(version->patch);
+  line["version"] =
+      std::to_string(version->major) + "." + std::to_string(version->minor) + "." + std::to_string(version->patch);
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   auto try_matmul = [&](dt src, dt weights) -> std::string {
@@ -195,17 +195,17 @@ absl::Status Main() {
     triad_gb_s = bandwidth->triad_gb_s;
     read_gb_s = bandwidth->read_gb_s;
     EmitJsonLine({{"kind", "machine"},
-          {"threads", threads},
-          {"triad_gb_s", bandwidth->triad_gb_s},
-          {"triad_with_write_allocate_gb_s", bandwidth->triad_with_write_allocate_gb_s},
-          {"read_only_gb_s", bandwidth->read_gb_s},
-          {"triad_array_bytes", bandwidth->array_bytes},
-          {"llc_bytes", bandwidth->llc_bytes},
-          {"peak_gflops", peak_json},
-          {"note",
-           "triad counts 3x4 B/element as STREAM does; ordinary stores also read a[] "
-           "(write-allocate), so DRAM moved 4/3 of that. Peaks: register-only loops of the instruction "
-           "(bf16 dot: 64 flops per vdpbf16ps zmm). Best of reps for all."}});
+                  {"threads", threads},
+                  {"triad_gb_s", bandwidth->triad_gb_s},
+                  {"triad_with_write_allocate_gb_s", bandwidth->triad_with_write_allocate_gb_s},
+                  {"read_only_gb_s", bandwidth->read_gb_s},
+                  {"triad_array_bytes", bandwidth->array_bytes},
+                  {"llc_bytes", bandwidth->llc_bytes},
+                  {"peak_gflops", peak_json},
+                  {"note",
+                   "triad counts 3x4 B/element as STREAM does; ordinary stores also read a[] "
+                   "(write-allocate), so DRAM moved 4/3 of that. Peaks: register-only loops of the instruction "
+                   "(bf16 dot: 64 flops per vdpbf16ps zmm). Best of reps for all."}});
   }
   EmitJsonLine(ProbeOneDnn(hidden));
 
@@ -231,16 +231,16 @@ absl::Status Main() {
   std::vector<float> x(static_cast<size_t>(max_rows * hidden)), y(static_cast<size_t>(max_rows * hidden));
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
   EmitJsonLine({{"kind", "config"},
-        {"dtype", dtype_flag},
-        {"hidden", hidden},
-        {"intermediate", intermediate},
-        {"experts_rotated", num_experts},
-        {"weight_bytes_per_expert", weight_bytes},
-        {"weight_bytes_total", weight_bytes * num_experts},
-        {"threads", threads},
-        {"reps", reps},
-        {"kernel_plan", plan.Spec()},
-        {"kernels", DescribeKernelChoice(dtype, options)}});
+                {"dtype", dtype_flag},
+                {"hidden", hidden},
+                {"intermediate", intermediate},
+                {"experts_rotated", num_experts},
+                {"weight_bytes_per_expert", weight_bytes},
+                {"weight_bytes_total", weight_bytes * num_experts},
+                {"threads", threads},
+                {"reps", reps},
+                {"kernel_plan", plan.Spec()},
+                {"kernels", DescribeKernelChoice(dtype, options)}});
 
   // One line of figures for `kernel` at `rows` from a timing.
   auto figures = [&](const LinearKernel& kernel, int64_t rows, const Timing& t, const std::string& prefix, Json* line) {
@@ -262,7 +262,10 @@ absl::Status Main() {
     auto timing = TimeFfn(ffn, experts, x.data(), rows, y.data(), reps, next_expert);
     if (!timing.ok()) return timing.status();
     const LinearKernel& kernel = ChooseLinearKernel(rows, dtype, options);
-    Json line = {{"kind", "expert_ffn"}, {"rows", rows}, {"dtype", dtype_flag}, {"kernel", kernel.name},
+    Json line = {{"kind", "expert_ffn"},
+                 {"rows", rows},
+                 {"dtype", dtype_flag},
+                 {"kernel", kernel.name},
                  {"best_us", timing->best_us}};
     // Medians are the headline; the best call is beside them because the
     // machine may be shared (another tenant's burst only ever slows a call).
@@ -304,9 +307,10 @@ absl::Status Main() {
   if (!steps.empty()) {
     TANDEM_ASSIGN_OR_RETURN(const KernelPlan measured, KernelPlan::Create(steps, "tandem-expert-ffn-bench"));
     EmitJsonLine({{"kind", "measured_plan"},
-          {"plan", measured.Spec()},
-          {"kernels", DescribeKernelChoice(dtype, LinearOptions{.plan = &measured})},
-          {"note", "the fastest kernel at each compared row count, switching only for a >= 3% gain; "
+                  {"plan", measured.Spec()},
+                  {"kernels", DescribeKernelChoice(dtype, LinearOptions{.plan = &measured})},
+                  {"note",
+                   "the fastest kernel at each compared row count, switching only for a >= 3% gain; "
                    "give it to --kernel_plan"}});
   }
   return absl::OkStatus();

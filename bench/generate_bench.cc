@@ -32,11 +32,11 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/flags/flag.h"
-#include "common/base/flags_usage.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/json_lines.h"
+#include "common/base/flags_usage.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/kernels/compute_peak.h"
@@ -133,7 +133,8 @@ void AddGemmFigures(const ModelConfig& c, int64_t prompt_tokens, double experts_
 
 GenerationRequest Request(const ModelConfig& c, int prompt_tokens, int max_tokens) {
   GenerationRequest request;
-  for (int i = 0; i < prompt_tokens; ++i) request.prompt_ids.push_back(static_cast<int32_t>(3 + (i * 7919) % (c.vocab_size - 3)));
+  for (int i = 0; i < prompt_tokens; ++i)
+    request.prompt_ids.push_back(static_cast<int32_t>(3 + (i * 7919) % (c.vocab_size - 3)));
   request.max_tokens = max_tokens;
   request.ignore_eos = true;
   return request;
@@ -243,16 +244,21 @@ absl::Status BenchModel(std::unique_ptr<Model> model, const std::string& name, c
                   {"lm_head_ms", Ms(d.logits_us / n)},
                   {"other_ms", Ms((d.wall_us - parts) / n)},
                   {"thread_wait_ms", Ms(d.wait_us / n)},
-                  {"note", "parts are wall time on the engine thread; attention_projections_ms is part of "
-                           "attention_ms; thread_wait_ms (the engine thread waiting for pool threads at the end "
-                           "of parallel loops) is spread over all parts; other = sampling and bookkeeping"}});
+                  {"note",
+                   "parts are wall time on the engine thread; attention_projections_ms is part of "
+                   "attention_ms; thread_wait_ms (the engine thread waiting for pool threads at the end "
+                   "of parallel loops) is spread over all parts; other = sampling and bookkeeping"}});
   }
   const PartSums& p = best.prefill;
   if (p.steps > 0) {
-    json line = {{"bench", "prefill"},   {"model", name},
-                 {"prompt_tokens", prompt_tokens}, {"prefill_ms", Ms(p.wall_us)},
-                 {"attention_ms", Ms(p.attention_us)}, {"router_ms", Ms(p.router_us)},
-                 {"combine_ms", Ms(p.combine_us)}, {"lm_head_ms", Ms(p.logits_us)},
+    json line = {{"bench", "prefill"},
+                 {"model", name},
+                 {"prompt_tokens", prompt_tokens},
+                 {"prefill_ms", Ms(p.wall_us)},
+                 {"attention_ms", Ms(p.attention_us)},
+                 {"router_ms", Ms(p.router_us)},
+                 {"combine_ms", Ms(p.combine_us)},
+                 {"lm_head_ms", Ms(p.logits_us)},
                  {"thread_wait_ms", Ms(p.wait_us)}};
     AddGemmFigures(c, prompt_tokens, p.experts_us, p.projection_us, best.prefill_projection_flops, machine, &line);
     EmitJsonLine(line);

@@ -60,7 +60,6 @@
 #include <utility>
 #include <vector>
 
-#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
@@ -72,11 +71,12 @@
 #include "bench/json_lines.h"
 #include "common/base/clock.h"
 #include "common/base/dtype.h"
+#include "common/base/flags_usage.h"
 #include "common/base/log.h"
-#include "common/model/model_config.h"
 #include "common/base/status_macros.h"
-#include "common/model/synthetic_model.h"
 #include "common/base/thread_pool.h"
+#include "common/model/model_config.h"
+#include "common/model/synthetic_model.h"
 #include "cpu_worker/expert_ffn.h"
 #include "gpu_worker/cuda_device.h"
 #include "nlohmann/json.hpp"
@@ -140,7 +140,9 @@ class Output {
   }
   Output() = default;
   Output(Output&& other) noexcept
-      : file_(std::exchange(other.file_, stdout)), owned_(std::exchange(other.owned_, false)), base_(std::move(other.base_)) {}
+      : file_(std::exchange(other.file_, stdout)),
+        owned_(std::exchange(other.owned_, false)),
+        base_(std::move(other.base_)) {}
   Output& operator=(Output&&) = delete;
   Output(const Output&) = delete;
   ~Output() {
@@ -196,7 +198,8 @@ class LayerRegion {
     region->bytes_ = static_cast<size_t>(e) * 3 * stride;
     void* p = mmap(nullptr, region->bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
-      return absl::ResourceExhaustedError(absl::StrCat("mmap of ", region->bytes_, " bytes for one layer's experts failed"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("mmap of ", region->bytes_, " bytes for one layer's experts failed"));
     }
     region->data_ = static_cast<uint8_t*>(p);
     // Chunks of 1 Mi elements, each seeded by its position: deterministic
@@ -320,8 +323,8 @@ class Bench {
   cudaDeviceProp prop_{};
 
   // Medians kept for the summary and the overlap's peak.
-  double w_copy_us_ = 0;       // registered-source raw copy, the pool's way
-  double h2d_peak_gb_s_ = 0;   // best H2D pattern
+  double w_copy_us_ = 0;      // registered-source raw copy, the pool's way
+  double h2d_peak_gb_s_ = 0;  // best H2D pattern
   std::map<int64_t, double> gpu_one_us_, cpu_us_, a_copy_d2h_us_, a_copy_h2d_us_;
 };
 
@@ -390,8 +393,10 @@ absl::Status Bench::RawWeightCopies() {
   // Three copies per expert, as the pool's copy does (w1, w3, w2).
   auto copy = [&](const void* w1, const void* w3, const void* w2) -> absl::Status {
     TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.bytes(), w1, matrix, cudaMemcpyHostToDevice, stream.get()));
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.bytes() + matrix, w3, matrix, cudaMemcpyHostToDevice, stream.get()));
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.bytes() + 2 * matrix, w2, matrix, cudaMemcpyHostToDevice, stream.get()));
+    TANDEM_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst.bytes() + matrix, w3, matrix, cudaMemcpyHostToDevice, stream.get()));
+    TANDEM_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst.bytes() + 2 * matrix, w2, matrix, cudaMemcpyHostToDevice, stream.get()));
     return absl::OkStatus();
   };
   // Each repeat copies the next expert (different host memory each time, as
@@ -424,9 +429,8 @@ absl::Status Bench::RawWeightCopies() {
     std::memcpy(p, first.w1.data, matrix);
     std::memcpy(p + matrix, first.w3.data, matrix);
     std::memcpy(p + 2 * matrix, first.w2.data, matrix);
-    TANDEM_ASSIGN_OR_RETURN(GpuTimes t, TimeOnStream(stream.get(), s_.warmup, s_.repeats, [&](int) {
-                              return copy(p, p + matrix, p + 2 * matrix);
-                            }));
+    TANDEM_ASSIGN_OR_RETURN(GpuTimes t, TimeOnStream(stream.get(), s_.warmup, s_.repeats,
+                                                     [&](int) { return copy(p, p + matrix, p + 2 * matrix); }));
     emit("pinned_malloc_host", t);
   }
   {
@@ -455,12 +459,13 @@ absl::Status Bench::ActivationCopies() {
     for (const bool to_device : {true, false}) {
       for (const bool is_pinned : {true, false}) {
         void* host = is_pinned ? pinned.get() : static_cast<void*>(pageable.data());
-        TANDEM_ASSIGN_OR_RETURN(GpuTimes t, TimeOnStream(stream.get(), s_.warmup, s_.repeats, [&](int) {
-                                  TANDEM_CUDA_RETURN_IF_ERROR(
-                                      to_device ? cudaMemcpyAsync(device.get(), host, bytes, cudaMemcpyHostToDevice, stream.get())
-                                                : cudaMemcpyAsync(host, device.get(), bytes, cudaMemcpyDeviceToHost, stream.get()));
-                                  return absl::OkStatus();
-                                }));
+        TANDEM_ASSIGN_OR_RETURN(
+            GpuTimes t, TimeOnStream(stream.get(), s_.warmup, s_.repeats, [&](int) {
+              TANDEM_CUDA_RETURN_IF_ERROR(
+                  to_device ? cudaMemcpyAsync(device.get(), host, bytes, cudaMemcpyHostToDevice, stream.get())
+                            : cudaMemcpyAsync(host, device.get(), bytes, cudaMemcpyDeviceToHost, stream.get()));
+              return absl::OkStatus();
+            }));
         const Summary event = Summarise(t.event_us), host_s = Summarise(t.host_us);
         Json line = Record("activation_copy");
         line["direction"] = to_device ? "h2d" : "d2h";
@@ -501,9 +506,11 @@ absl::Status Bench::PciePeak() {
   auto* dst = static_cast<uint8_t*>(h_dst.get());
 
   enum class Pattern { kH2d1, kD2h1, kH2d2, kD2h2, kBidir };
-  const std::vector<std::pair<Pattern, const char*>> patterns = {
-      {Pattern::kH2d1, "h2d_1stream"}, {Pattern::kD2h1, "d2h_1stream"}, {Pattern::kH2d2, "h2d_2streams"},
-      {Pattern::kD2h2, "d2h_2streams"}, {Pattern::kBidir, "bidirectional"}};
+  const std::vector<std::pair<Pattern, const char*>> patterns = {{Pattern::kH2d1, "h2d_1stream"},
+                                                                 {Pattern::kD2h1, "d2h_1stream"},
+                                                                 {Pattern::kH2d2, "h2d_2streams"},
+                                                                 {Pattern::kD2h2, "d2h_2streams"},
+                                                                 {Pattern::kBidir, "bidirectional"}};
   for (const auto& [pattern, name] : patterns) {
     std::vector<double> makespan_us, a_us, b_us;
     for (int rep = -s_.warmup; rep < s_.repeats; ++rep) {
@@ -594,7 +601,8 @@ absl::Status Bench::PoolWeightCopies(bool pinned) {
     TANDEM_RETURN_IF_ERROR(pool->WaitReady(key));
     const double us = MicrosSince(start);
     const std::vector<MigrationRecord> done = pool->TakeCompletedMigrations();
-    if (done.size() != 1) return absl::InternalError(absl::StrCat("expected one completed migration, got ", done.size()));
+    if (done.size() != 1)
+      return absl::InternalError(absl::StrCat("expected one completed migration, got ", done.size()));
     TANDEM_RETURN_IF_ERROR(pool->Evict(key));
     if (rep < 0) continue;
     host_us.push_back(us);
@@ -630,8 +638,8 @@ absl::Status Bench::GpuExperts(bool grouped) {
   std::vector<float> x(static_cast<size_t>(capacity * d())), y(x.size());
   for (size_t j = 0; j < x.size(); ++j) x[j] = std::sin(0.37f * static_cast<float>(j));
 
-  auto time_runs = [&](const std::function<std::vector<ExpertWork>(int rep)>& make,
-                       std::vector<double>* host_us, std::vector<double>* compute_us) -> absl::Status {
+  auto time_runs = [&](const std::function<std::vector<ExpertWork>(int rep)>& make, std::vector<double>* host_us,
+                       std::vector<double>* compute_us) -> absl::Status {
     for (int rep = -s_.warmup; rep < s_.repeats; ++rep) {
       const std::vector<ExpertWork> work = make(rep);
       PoolRunTiming timing;
@@ -941,22 +949,21 @@ int Main(int argc, char** argv) {
     settings.benches.insert(std::string(name));
   }
   const CudaDeviceInfo& info = (*devices)[static_cast<size_t>(device)];
-  const Json base = {
-      {"device", info.name},
-      {"device_index", device},
-      {"command", command},
-      {"flags",
-       {{"preset", settings.preset},
-        {"dtype", absl::GetFlag(FLAGS_dtype)},
-        {"rows", absl::GetFlag(FLAGS_rows)},
-        {"repeats", settings.repeats},
-        {"warmup", settings.warmup},
-        {"cpu_repeats", settings.cpu_repeats},
-        {"device", device},
-        {"threads", settings.threads},
-        {"benches", absl::GetFlag(FLAGS_benches)},
-        {"peak_mib", absl::GetFlag(FLAGS_peak_mib)},
-        {"overlap_rows", settings.overlap_rows}}}};
+  const Json base = {{"device", info.name},
+                     {"device_index", device},
+                     {"command", command},
+                     {"flags",
+                      {{"preset", settings.preset},
+                       {"dtype", absl::GetFlag(FLAGS_dtype)},
+                       {"rows", absl::GetFlag(FLAGS_rows)},
+                       {"repeats", settings.repeats},
+                       {"warmup", settings.warmup},
+                       {"cpu_repeats", settings.cpu_repeats},
+                       {"device", device},
+                       {"threads", settings.threads},
+                       {"benches", absl::GetFlag(FLAGS_benches)},
+                       {"peak_mib", absl::GetFlag(FLAGS_peak_mib)},
+                       {"overlap_rows", settings.overlap_rows}}}};
   absl::StatusOr<Output> out = Output::Open(absl::GetFlag(FLAGS_out), base);
   if (!out.ok()) {
     std::fprintf(stderr, "tandem-gpu-bench: %s\n", std::string(out.status().message()).c_str());

@@ -39,7 +39,6 @@
 #include <thread>
 #include <vector>
 
-#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
@@ -48,10 +47,11 @@
 #include "bench/bench_stats.h"
 #include "bench/json_lines.h"
 #include "common/base/clock.h"
+#include "common/base/flags_usage.h"
 #include "common/base/log.h"
-#include "common/platform/numa_topology.h"
-#include "common/model/synthetic_model.h"
 #include "common/base/thread_pool.h"
+#include "common/model/synthetic_model.h"
+#include "common/platform/numa_topology.h"
 #include "coordinator/remote_expert_executor.h"
 #include "cpu_worker/worker_service.h"
 #include "nlohmann/json.hpp"
@@ -62,7 +62,8 @@ ABSL_FLAG(std::string, rows, "1,8,64,512", "rows per call, comma-separated");
 ABSL_FLAG(std::string, transports, "inproc,shm,shm-grpc,inline", "transports to time, comma-separated");
 ABSL_FLAG(int32_t, iterations, 2000, "timed calls per (transport, rows); 512 rows get a quarter");
 ABSL_FLAG(int32_t, warmup, 200, "untimed calls first");
-ABSL_FLAG(std::string, preset, "mixtral-8x7b:1", "synthetic config (PRESET[:layers]) the echo worker reports: D = its hidden size");
+ABSL_FLAG(std::string, preset, "mixtral-8x7b:1",
+          "synthetic config (PRESET[:layers]) the echo worker reports: D = its hidden size");
 ABSL_FLAG(std::string, worker_binary, "", "tandem-cpu-worker; default: beside this program");
 ABSL_FLAG(int32_t, worker_cpu, 0, "cpu the worker runs on; -1 = unpinned");
 ABSL_FLAG(int32_t, bench_cpu, 1, "cpu this process runs on; -1 = unpinned");
@@ -148,9 +149,19 @@ class EchoWorker {
     if (mkdtemp(pattern) == nullptr) return absl::InternalError("mkdtemp failed");
     dir_ = pattern;
     socket_ = (dir_ / "w0.sock").string();
-    std::vector<std::string> args = {binary, "--synthetic", preset, "--echo", "--socket", socket_,
-                                     "--transport", "shm", "--spin_us", absl::StrCat(spin_us),
-                                     "--region_prefix", absl::StrCat("/tandem-ipc-", getpid()), "--exit_with_parent"};
+    std::vector<std::string> args = {binary,
+                                     "--synthetic",
+                                     preset,
+                                     "--echo",
+                                     "--socket",
+                                     socket_,
+                                     "--transport",
+                                     "shm",
+                                     "--spin_us",
+                                     absl::StrCat(spin_us),
+                                     "--region_prefix",
+                                     absl::StrCat("/tandem-ipc-", getpid()),
+                                     "--exit_with_parent"};
     if (cpu >= 0) {
       args.push_back("--cpus");
       args.push_back(absl::StrCat(cpu));
@@ -251,7 +262,8 @@ int Main(const char* argv0) {
       };
       const double compute_before = remote_executor ? remote_executor->stats()[0].worker_compute_us : 0;
       const int64_t calls_before = remote_executor ? remote_executor->stats()[0].calls : 0;
-      const int iterations = std::max(10, rows >= 512 ? absl::GetFlag(FLAGS_iterations) / 4 : absl::GetFlag(FLAGS_iterations));
+      const int iterations =
+          std::max(10, rows >= 512 ? absl::GetFlag(FLAGS_iterations) / 4 : absl::GetFlag(FLAGS_iterations));
       std::vector<double> us;
       us.reserve(static_cast<size_t>(iterations));
       const auto gap = std::chrono::microseconds(absl::GetFlag(FLAGS_gap_us));
@@ -281,19 +293,19 @@ int Main(const char* argv0) {
       const double worker_compute_us =
           calls > 0 ? (remote_executor->stats()[0].worker_compute_us - compute_before) / static_cast<double>(calls) : 0;
       EmitJsonLine(Json{{"bench", "ipc_round_trip"},
-                {"transport", transport},
-                {"rows", rows},
-                {"hidden", d},
-                {"payload_bytes", rows * d * 4},
-                {"iterations", iterations},
-                {"median_us", t.median},
-                {"p99_us", t.p99},
-                {"mean_us", t.mean},
-                {"min_us", t.min},
-                {"worker_compute_us", worker_compute_us},
-                {"gap_us", absl::GetFlag(FLAGS_gap_us)},
-                {"grpc_spin_us", absl::GetFlag(FLAGS_grpc_spin_us)},
-                {"worker_flags", absl::GetFlag(FLAGS_worker_flags)}});
+                        {"transport", transport},
+                        {"rows", rows},
+                        {"hidden", d},
+                        {"payload_bytes", rows * d * 4},
+                        {"iterations", iterations},
+                        {"median_us", t.median},
+                        {"p99_us", t.p99},
+                        {"mean_us", t.mean},
+                        {"min_us", t.min},
+                        {"worker_compute_us", worker_compute_us},
+                        {"gap_us", absl::GetFlag(FLAGS_gap_us)},
+                        {"grpc_spin_us", absl::GetFlag(FLAGS_grpc_spin_us)},
+                        {"worker_flags", absl::GetFlag(FLAGS_worker_flags)}});
     }
   }
   return 0;
@@ -303,7 +315,8 @@ int Main(const char* argv0) {
 }  // namespace tandem
 
 int main(int argc, char** argv) {
-  tandem::SetProgramUsage("Round-trip latency of one layer's expert dispatch across the process boundary, by payload, for each transport.");
+  tandem::SetProgramUsage(
+      "Round-trip latency of one layer's expert dispatch across the process boundary, by payload, for each transport.");
   absl::ParseCommandLine(argc, argv);
   // As tandem-cpu-worker and tandem-generate --workers: MB-sized inline
   // message buffers stay in the heap instead of a fresh mmap per call.

@@ -18,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
@@ -26,8 +25,9 @@
 #include "bench/bench_stats.h"
 #include "bench/json_lines.h"
 #include "common/base/clock.h"
-#include "common/model/expert_partition.h"
+#include "common/base/flags_usage.h"
 #include "common/base/log.h"
+#include "common/model/expert_partition.h"
 #include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/planner.h"
 #include "coordinator/planner/profile_io.h"
@@ -81,7 +81,8 @@ std::vector<Layer> MakeLayers(int num_experts, int k, int tokens, int count, dou
   for (Layer& layer : layers) {
     for (int e = 0; e < num_experts; ++e) order[static_cast<size_t>(e)] = e;
     std::shuffle(order.begin(), order.end(), rng);
-    for (int e = 0; e < num_experts; ++e) weight[static_cast<size_t>(order[static_cast<size_t>(e)])] = 1 / std::sqrt(1.0 + e);
+    for (int e = 0; e < num_experts; ++e)
+      weight[static_cast<size_t>(order[static_cast<size_t>(e)])] = 1 / std::sqrt(1.0 + e);
     layer.rows.assign(static_cast<size_t>(num_experts), 0);
     for (int t = 0; t < tokens; ++t) {
       std::vector<double> w = weight;
@@ -136,13 +137,13 @@ int Run() {
     policies.push_back(*policy);
   }
   EmitJsonLine({{"kind", "config"},
-        {"profile", profile_name},
-        {"workers", cost->num_cpu_workers()},
-        {"division", ExpertDivisionName(*division)},
-        {"resident_fraction", absl::GetFlag(FLAGS_resident_fraction)},
-        {"inflight", absl::GetFlag(FLAGS_inflight)},
-        {"layers", absl::GetFlag(FLAGS_layers)},
-        {"reps", absl::GetFlag(FLAGS_reps)}});
+                {"profile", profile_name},
+                {"workers", cost->num_cpu_workers()},
+                {"division", ExpertDivisionName(*division)},
+                {"resident_fraction", absl::GetFlag(FLAGS_resident_fraction)},
+                {"inflight", absl::GetFlag(FLAGS_inflight)},
+                {"layers", absl::GetFlag(FLAGS_layers)},
+                {"reps", absl::GetFlag(FLAGS_reps)}});
 
   std::mt19937_64 rng(20250517);
   for (int num_experts : ParsePositiveList<int>(absl::GetFlag(FLAGS_experts))) {
@@ -150,9 +151,9 @@ int Run() {
                                                              : (num_experts <= 16 ? 2 : 8);
     if (k > num_experts) continue;
     for (int tokens : ParsePositiveList<int>(absl::GetFlag(FLAGS_tokens))) {
-      const std::vector<Layer> layers = MakeLayers(num_experts, k, tokens, absl::GetFlag(FLAGS_layers),
-                                                   absl::GetFlag(FLAGS_resident_fraction),
-                                                   std::min(absl::GetFlag(FLAGS_inflight), num_experts), rng);
+      const std::vector<Layer> layers =
+          MakeLayers(num_experts, k, tokens, absl::GetFlag(FLAGS_layers), absl::GetFlag(FLAGS_resident_fraction),
+                     std::min(absl::GetFlag(FLAGS_inflight), num_experts), rng);
       double active = 0;
       for (const Layer& layer : layers) {
         for (int32_t s : layer.rows) active += s > 0;
@@ -203,15 +204,15 @@ int Run() {
         }
         const Summary plan_ns = Summarise(ns_per_plan);
         EmitJsonLine({{"kind", "plan"},
-              {"policy", ExecutionPolicyName(policy)},
-              {"experts", num_experts},
-              {"experts_per_token", k},
-              {"tokens", tokens},
-              {"active_experts", active},
-              {"median_us_per_plan", plan_ns.median / 1000},
-              {"min_us_per_plan", plan_ns.min / 1000},
-              {"mean_predicted_makespan_us", makespan_sum / static_cast<double>(layers.size())},
-              {"mean_migrations", static_cast<double>(migrations) / static_cast<double>(layers.size())}});
+                      {"policy", ExecutionPolicyName(policy)},
+                      {"experts", num_experts},
+                      {"experts_per_token", k},
+                      {"tokens", tokens},
+                      {"active_experts", active},
+                      {"median_us_per_plan", plan_ns.median / 1000},
+                      {"min_us_per_plan", plan_ns.min / 1000},
+                      {"mean_predicted_makespan_us", makespan_sum / static_cast<double>(layers.size())},
+                      {"mean_migrations", static_cast<double>(migrations) / static_cast<double>(layers.size())}});
       }
     }
   }

@@ -15,14 +15,14 @@
 #include <string>
 #include <vector>
 
-#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
 #include "bench/json_lines.h"
-#include "runtime/local_runtime.h"
-#include "common/model/model.h"
+#include "common/base/flags_usage.h"
 #include "common/base/status_macros.h"
+#include "common/model/model.h"
+#include "runtime/local_runtime.h"
 
 ABSL_FLAG(std::string, presets, "tiny,demo", "synthetic presets");
 ABSL_FLAG(int32_t, prompts, 4, "prompts per preset");

@@ -66,7 +66,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
@@ -79,12 +78,12 @@
 #include "absl/strings/strip.h"
 #include "bench/bench_stats.h"
 #include "bench/json_lines.h"
-#include "runtime/local_runtime.h"
 #include "common/base/clock.h"
+#include "common/base/flags_usage.h"
 #include "common/base/log.h"
-#include "common/model/model.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
+#include "common/model/model.h"
 #include "coordinator/calibration.h"
 #include "coordinator/orchestrator.h"
 #include "coordinator/planner/cache_policy.h"
@@ -92,13 +91,15 @@
 #include "coordinator/planner/planner.h"
 #include "coordinator/scheduler.h"
 #include "gpu_worker/cuda_device.h"
+#include "runtime/local_runtime.h"
 
 ABSL_FLAG(std::string, model, "", "model directory or GGUF file instead of --synthetic (mapped, not copied)");
 ABSL_FLAG(std::string, synthetic, "",
           "synthetic model generated in memory once for every policy, PRESET[:layers]; default demo "
           "(e.g. mixtral-8x7b, mixtral-8x7b:2, tiny)");
 ABSL_FLAG(uint64_t, synthetic_seed, 0, "seed of the --synthetic weights");
-ABSL_FLAG(std::string, policies, "plain,cpu-only,gpu-only,gpu-only+lru,threshold,makespan,makespan+lru,makespan+adaptive",
+ABSL_FLAG(std::string, policies,
+          "plain,cpu-only,gpu-only,gpu-only+lru,threshold,makespan,makespan+lru,makespan+adaptive",
           "comma-separated: plain | EXECUTION[+CACHE[+PLACEMENT]] (see the file comment)");
 ABSL_FLAG(std::string, expert_pool, "host",
           "host (no GPU: slots in this process's memory, experts computed by this CPU) | cuda (GPU memory on "
@@ -125,7 +126,8 @@ ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all available cores");
 ABSL_FLAG(std::string, calibration_profile, "",
           "calibration cache file (read when machine, model and config match, else written); empty: the first "
           "orchestrated runtime calibrates, every later one reuses its cost model");
-ABSL_FLAG(std::string, usage_profile, "", "expert usage file for popularity placement (tandem-generate --record_usage)");
+ABSL_FLAG(std::string, usage_profile, "",
+          "expert usage file for popularity placement (tandem-generate --record_usage)");
 ABSL_FLAG(bool, full_stats, false, "put the orchestrator's whole stats (per layer, cost model) in every record");
 ABSL_FLAG(std::string, out, "", "write the JSON lines to this file instead of stdout");
 
@@ -200,8 +202,8 @@ absl::StatusOr<PolicySpec> ParsePolicy(absl::string_view item) {
   }
   auto execution = ParseExecutionPolicy(parts[0]);
   if (!execution.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--policies: \"", p.name, "\": ", execution.status().message(),
-                                                   " (or plain)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--policies: \"", p.name, "\": ", execution.status().message(), " (or plain)"));
   }
   p.execution = *execution;
   if (parts.size() > 1) {
@@ -217,8 +219,8 @@ absl::StatusOr<PolicySpec> ParsePolicy(absl::string_view item) {
     if (p.balance_layers) placement = "popularity";
     auto parsed = ParsePlacementPolicy(placement);
     if (!parsed.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("--policies: \"", p.name, "\": ", parsed.status().message(),
-                                                     " (or popularity-balanced)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--policies: \"", p.name, "\": ", parsed.status().message(), " (or popularity-balanced)"));
     }
     p.placement = *parsed;
   }
@@ -234,8 +236,8 @@ absl::StatusOr<Settings> SettingsFromFlags() {
   for (absl::string_view item : absl::StrSplit(absl::GetFlag(FLAGS_policies), ',', absl::SkipEmpty())) {
     TANDEM_ASSIGN_OR_RETURN(PolicySpec p, ParsePolicy(item));
     if (p.placement == PlacementPolicy::kPopularity && absl::GetFlag(FLAGS_usage_profile).empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("--policies: \"", p.name,
-                                                     "\" places by popularity, which needs --usage_profile"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--policies: \"", p.name, "\" places by popularity, which needs --usage_profile"));
     }
     for (const PolicySpec& q : s.policies) {
       if (q.name == p.name) return absl::InvalidArgumentError(absl::StrCat("--policies: \"", p.name, "\" twice"));
@@ -281,9 +283,9 @@ absl::StatusOr<Settings> SettingsFromFlags() {
 absl::Status CheckAgainstModel(const Settings& s, const ModelConfig& c) {
   const int64_t context = c.max_position_embeddings;
   auto too_long = [&](const std::string& flag, int64_t prompt, int64_t generated) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        flag, ": a ", prompt, "-token prompt + ", generated, " generated token(s) needs ", prompt + generated,
-        " positions; the model's context (max_position_embeddings) is ", context));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": a ", prompt, "-token prompt + ", generated, " generated token(s) needs ",
+                     prompt + generated, " positions; the model's context (max_position_embeddings) is ", context));
   };
   for (int p : s.prefills) {
     // TTFT generates the first token: the generator counts its position too.
@@ -341,8 +343,8 @@ std::vector<int32_t> Prompt(int n, int64_t vocab, int salt) {
   std::vector<int32_t> ids;
   ids.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
-    ids.push_back(static_cast<int32_t>(3 + (static_cast<int64_t>(i) * 7919 + static_cast<int64_t>(salt) * 104729) %
-                                               (vocab - 3)));
+    ids.push_back(
+        static_cast<int32_t>(3 + (static_cast<int64_t>(i) * 7919 + static_cast<int64_t>(salt) * 104729) % (vocab - 3)));
   }
   return ids;
 }
@@ -405,7 +407,12 @@ class PolicyRun {
  public:
   PolicyRun(const Settings& s, std::string budget_name, const PolicySpec& policy, LocalRuntime* rt, const Output& out,
             Json record_base)
-      : s_(s), budget_name_(std::move(budget_name)), policy_(policy), rt_(*rt), out_(out), base_(std::move(record_base)) {}
+      : s_(s),
+        budget_name_(std::move(budget_name)),
+        policy_(policy),
+        rt_(*rt),
+        out_(out),
+        base_(std::move(record_base)) {}
 
   absl::Status Run(PolicyScores* scores) {
     // Warm-up: first touch of the weights and KV blocks, the pool's first
@@ -448,7 +455,7 @@ class PolicyRun {
     GenerationRequest request;
     request.prompt_ids = Prompt(prompt_tokens, vocab(), salt);
     request.max_tokens = max_tokens;
-    request.ignore_eos = true;  // every policy generates exactly max_tokens
+    request.ignore_eos = true;         // every policy generates exactly max_tokens
     request.sampling.temperature = 0;  // greedy
     return rt_.generator().Generate(request);
   }
@@ -765,9 +772,9 @@ int Main(int argc, char** argv) {
                           {"policy", policy.name},
                           {"execution_policy", policy.plain ? "none" : ExecutionPolicyName(policy.execution)},
                           {"cache_policy", policy.plain ? "none" : CachePolicyKindName(policy.cache)},
-                          {"placement", policy.plain ? "none"
-                                                     : policy.balance_layers ? "popularity-balanced"
-                                                                             : PlacementPolicyName(policy.placement)}};
+                          {"placement", policy.plain            ? "none"
+                                        : policy.balance_layers ? "popularity-balanced"
+                                                                : PlacementPolicyName(policy.placement)}};
       std::fprintf(stderr, "tandem-scenario-bench: [%s] %s: creating the runtime\n", budget_name.c_str(),
                    policy.name.c_str());
       PolicyScores policy_scores;

@@ -22,7 +22,6 @@
 #include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
 
-#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
@@ -30,12 +29,13 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_stats.h"
 #include "bench/json_lines.h"
-#include "runtime/local_runtime.h"
 #include "common/base/clock.h"
-#include "common/platform/hardware_probe.h"
+#include "common/base/flags_usage.h"
 #include "common/base/log.h"
+#include "common/platform/hardware_probe.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/scheduler.h"
+#include "runtime/local_runtime.h"
 
 ABSL_FLAG(std::string, preset, "mixtral-8x7b:2", "synthetic model generated in memory, preset[:layers]");
 ABSL_FLAG(std::string, beam_widths, "1,4,8,12,16", "beam widths, comma-separated (empty: skip)");
@@ -121,8 +121,8 @@ int main(int argc, char** argv) {
   scheduler_options.max_batch_tokens = std::max<int64_t>(256, max_sequences);
   // Stats over one beam run's steps: the per-part means below describe it alone.
   scheduler_options.stats_window_steps = std::max(1, output - 1);
-  auto scheduler = tandem::Scheduler::Create(&(*runtime)->model(), &(*runtime)->engine(), &(*runtime)->kv_pool(),
-                                             scheduler_options);
+  auto scheduler =
+      tandem::Scheduler::Create(&(*runtime)->model(), &(*runtime)->engine(), &(*runtime)->kv_pool(), scheduler_options);
   if (!scheduler.ok()) return Fail(scheduler.status());
   tandem::InferenceService service(&(*runtime)->model(), scheduler->get(), {});
   const std::filesystem::path socket =

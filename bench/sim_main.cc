@@ -23,18 +23,18 @@
 #include <string>
 #include <vector>
 
-#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/json_lines.h"
+#include "common/base/flags_usage.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "coordinator/planner/profile_io.h"
+#include "coordinator/planner/routing_trace_io.h"
 #include "coordinator/planner/simulator.h"
 #include "coordinator/planner/synthetic_trace.h"
-#include "coordinator/planner/routing_trace_io.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, profile, "bench/profiles/collab-rtx4090-tr7960x-mixtral.json", "hardware profile");
@@ -69,7 +69,8 @@ absl::StatusOr<SimOptions> Preset(const std::string& name, const RoutingTrace& t
   if (name == "llamacpp") spec = "cpu-only/static/first-layers-whole";
   const std::vector<std::string> parts = absl::StrSplit(spec, '/');
   if (parts.size() != 3) {
-    return absl::InvalidArgumentError(absl::StrCat("preset \"", name, "\" is neither a preset nor execution/cache/placement"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("preset \"", name, "\" is neither a preset nor execution/cache/placement"));
   }
   SimOptions o;
   TANDEM_ASSIGN_OR_RETURN(o.planner.policy, ParseExecutionPolicy(parts[0]));
@@ -195,33 +196,33 @@ int Run() {
     int64_t generated = 0;
     for (const TraceStep& step : trace->steps) generated += step.phase == Phase::kDecode ? 1 : 0;
     EmitJsonLine({{"kind", "result"},
-          {"scenario", absl::GetFlag(FLAGS_scenario)},
-          {"profile", profile->name},
-          {"slots", slots},
-          {"lru_ways", absl::GetFlag(FLAGS_lru_ways)},
-          {"prompt", trace_options.prompt_tokens},
-          {"decode", trace_options.decode_steps},
-          {"beams", trace_options.decode_rows_per_step},
-          {"sequences", trace_options.num_sequences},
-          {"preset", std::string(name)},
-          {"execution", ExecutionPolicyName(options->planner.policy)},
-          {"cache", CachePolicyKindName(options->cache.kind)},
-          {"placement", PlacementPolicyName(options->placement.policy)},
-          {"ttft_ms", r->ttft_us / 1000},
-          {"decode_ms_per_step", r->decode_step_us / 1000},
-          {"decode_steps_per_s", r->decode_tokens_per_s},
-          {"total_s", r->total_us / 1e6},
-          {"e2e_tokens_per_s", r->total_us > 0 ? 1e6 * static_cast<double>(generated) / r->total_us : 0},
-          {"migrations", r->planner_migrations + r->cache_migrations},
-          {"hit_rate", r->hit_rate()},
-          {"inflight_waits", r->inflight_waits},
-          {"planner_migrations", r->planner_migrations},
-          {"cache_migrations", r->cache_migrations},
-          {"cache_admissions", r->cache_admissions},
-          {"cpu_runs", r->cpu_runs},
-          {"cpu_busy_s", r->cpu_busy_us / 1e6},
-          {"gpu_busy_s", r->gpu_busy_us / 1e6},
-          {"copy_busy_s", r->copy_busy_us / 1e6}});
+                  {"scenario", absl::GetFlag(FLAGS_scenario)},
+                  {"profile", profile->name},
+                  {"slots", slots},
+                  {"lru_ways", absl::GetFlag(FLAGS_lru_ways)},
+                  {"prompt", trace_options.prompt_tokens},
+                  {"decode", trace_options.decode_steps},
+                  {"beams", trace_options.decode_rows_per_step},
+                  {"sequences", trace_options.num_sequences},
+                  {"preset", std::string(name)},
+                  {"execution", ExecutionPolicyName(options->planner.policy)},
+                  {"cache", CachePolicyKindName(options->cache.kind)},
+                  {"placement", PlacementPolicyName(options->placement.policy)},
+                  {"ttft_ms", r->ttft_us / 1000},
+                  {"decode_ms_per_step", r->decode_step_us / 1000},
+                  {"decode_steps_per_s", r->decode_tokens_per_s},
+                  {"total_s", r->total_us / 1e6},
+                  {"e2e_tokens_per_s", r->total_us > 0 ? 1e6 * static_cast<double>(generated) / r->total_us : 0},
+                  {"migrations", r->planner_migrations + r->cache_migrations},
+                  {"hit_rate", r->hit_rate()},
+                  {"inflight_waits", r->inflight_waits},
+                  {"planner_migrations", r->planner_migrations},
+                  {"cache_migrations", r->cache_migrations},
+                  {"cache_admissions", r->cache_admissions},
+                  {"cpu_runs", r->cpu_runs},
+                  {"cpu_busy_s", r->cpu_busy_us / 1e6},
+                  {"gpu_busy_s", r->gpu_busy_us / 1e6},
+                  {"copy_busy_s", r->copy_busy_us / 1e6}});
   }
   return 0;
 }
@@ -230,7 +231,8 @@ int Run() {
 }  // namespace tandem
 
 int main(int argc, char** argv) {
-  tandem::SetProgramUsage("tandem-sim: replays a routing trace through combinations of policies under a hardware profile.");
+  tandem::SetProgramUsage(
+      "tandem-sim: replays a routing trace through combinations of policies under a hardware profile.");
   absl::ParseCommandLine(argc, argv);
   return tandem::Run();
 }

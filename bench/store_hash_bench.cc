@@ -64,7 +64,8 @@ double Pass(const std::vector<uint8_t>& src, int64_t row_bytes, ThreadPool& pool
         std::memcpy(dst + r * row_bytes, row, static_cast<size_t>(row_bytes));
         row = dst + r * row_bytes;
       }
-      if (hash) sum += HashExpertRow(row, static_cast<size_t>(row_bytes), ExpertRowSeed(0, 0, WeightRole::kExpertW1, r, 0));
+      if (hash)
+        sum += HashExpertRow(row, static_cast<size_t>(row_bytes), ExpertRowSeed(0, 0, WeightRole::kExpertW1, r, 0));
     }
     sums[static_cast<size_t>(t)] = sum;
   });
@@ -92,16 +93,21 @@ int Run() {
   };
   std::map<std::string, double> best_of;
   uint64_t checksum = 0;
-  for (const Way& way : {Way{"copy", true, false, false}, Way{"copy+hash", true, true, false},
-                         Way{"copy-warm", true, false, true}, Way{"copy+hash-warm", true, true, true},
-                         Way{"hash", false, true, false}}) {
+  for (const Way& way :
+       {Way{"copy", true, false, false}, Way{"copy+hash", true, true, false}, Way{"copy-warm", true, false, true},
+        Way{"copy+hash-warm", true, true, true}, Way{"hash", false, true, false}}) {
     double best = 1e30;
     for (int r = 0; r < repeats; ++r) {
       best = std::min(best, Pass(src, row_bytes, pool, way.copy, way.hash, way.warm, &checksum));
     }
     best_of[way.name] = best;
-    EmitJsonLine({{"bench", "store_hash"}, {"way", way.name}, {"bytes", src.size()}, {"row_bytes", row_bytes},
-                  {"threads", threads}, {"seconds", best}, {"gb_per_s", static_cast<double>(src.size()) / 1e9 / best}});
+    EmitJsonLine({{"bench", "store_hash"},
+                  {"way", way.name},
+                  {"bytes", src.size()},
+                  {"row_bytes", row_bytes},
+                  {"threads", threads},
+                  {"seconds", best},
+                  {"gb_per_s", static_cast<double>(src.size()) / 1e9 / best}});
   }
   auto overhead = [&](const char* with, const char* without) {
     return 100.0 * (best_of[with] - best_of[without]) / best_of[without];

@@ -107,8 +107,10 @@ ServerStats FromProto(const v1::ServerStats& s) {
                   .kernel_plan = s.kernel_plan(),
                   .kernels = s.kernels()};
   for (const v1::LayerTiming& l : s.layers()) {
-    out.layers.push_back(
-        {.layer = l.layer(), .attention_ms = l.attention_ms(), .router_ms = l.router_ms(), .experts_ms = l.experts_ms()});
+    out.layers.push_back({.layer = l.layer(),
+                          .attention_ms = l.attention_ms(),
+                          .router_ms = l.router_ms(),
+                          .experts_ms = l.experts_ms()});
   }
   for (const v1::WorkerHealth& w : s.workers()) {
     out.workers.push_back({.address = w.address(), .healthy = w.healthy(), .detail = w.detail()});
@@ -219,22 +221,22 @@ std::string ConnectHint(const std::string& target) {
   struct stat st {};
   const bool have = stat(path.c_str(), &st) == 0;
   switch (err) {
-    case ENOENT:
-      return absl::StrCat("no socket at ", path, ": is tandem-server running?");
+    case ENOENT: return absl::StrCat("no socket at ", path, ": is tandem-server running?");
     case EACCES:
     case EPERM:
-      return have ? absl::StrFormat("permission denied opening %s (owned by uid %d, mode %04o; you are uid %d): "
-                                    "the server runs as another user, whose socket only they may use",
-                                    path, st.st_uid, st.st_mode & 07777, geteuid())
+      return have ? absl::StrFormat(
+                        "permission denied opening %s (owned by uid %d, mode %04o; you are uid %d): "
+                        "the server runs as another user, whose socket only they may use",
+                        path, st.st_uid, st.st_mode & 07777, geteuid())
                   : absl::StrCat("permission denied reaching ", path, ": a folder on the way is not yours to enter");
     case ECONNREFUSED:
-      return absl::StrCat(path, " exists but nothing listens on it: the socket of a server that has exited "
-                                "(restart tandem-server)");
+      return absl::StrCat(path,
+                          " exists but nothing listens on it: the socket of a server that has exited "
+                          "(restart tandem-server)");
     case 0:
     case EAGAIN:
       return absl::StrCat(path, " accepts connections but did not answer in time: is tandem-server still starting?");
-    default:
-      return absl::StrCat("cannot connect to ", path, ": ", std::strerror(err));
+    default: return absl::StrCat("cannot connect to ", path, ": ", std::strerror(err));
   }
 }
 
@@ -247,9 +249,9 @@ constexpr char kBeamSearchMethod[] = "/tandem.v1.Inference/BeamSearch";
 
 template <class Request>
 std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> StartStream(grpc::ChannelInterface* channel,
-                                                                   const grpc::internal::RpcMethod& method,
-                                                                   grpc::ClientContext* context,
-                                                                   const Request& request) {
+                                                                  const grpc::internal::RpcMethod& method,
+                                                                  grpc::ClientContext* context,
+                                                                  const Request& request) {
   return std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>>(
       grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel, method, context, request));
 }
@@ -387,7 +389,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& targe
   const absl::Time deadline = absl::Now() + options.connect_timeout;
   if (!channel->WaitForConnected(absl::ToChronoTime(deadline))) {
     return absl::UnavailableError(absl::StrCat("cannot connect to tandem server at ", target, " within ",
-                                               absl::FormatDuration(options.connect_timeout), ": ", ConnectHint(target)));
+                                               absl::FormatDuration(options.connect_timeout), ": ",
+                                               ConnectHint(target)));
   }
   std::unique_ptr<Client> client(new Client(target, options, channel));
   // Connected is not serving: GetModelInfo proves a tandem server answers
@@ -451,10 +454,8 @@ absl::StatusOr<BeamSearchResult> Client::BeamSearch(const BeamSearchOptions& opt
     if (!*read) break;
     if (response.has_progress() && on_progress) {
       const v1::BeamProgress& p = response.progress();
-      on_progress({.step = p.step(),
-                   .live_beams = p.live_beams(),
-                   .finished = p.finished(),
-                   .best = FromProto(p.best())});
+      on_progress(
+          {.step = p.step(), .live_beams = p.live_beams(), .finished = p.finished(), .best = FromProto(p.best())});
     }
     if (response.done()) {
       last_message = true;

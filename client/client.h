@@ -99,8 +99,8 @@ class Client {
   absl::StatusOr<std::unique_ptr<GenerateStream>> GenerateStreaming(const GenerateOptions& options,
                                                                     const CallOptions& call = {});
   // on_progress (optional; asks the server to stream progress) sees every step.
-  absl::StatusOr<BeamSearchResult> BeamSearch(const BeamSearchOptions& options, const ProgressCallback& on_progress = {},
-                                              const CallOptions& call = {});
+  absl::StatusOr<BeamSearchResult> BeamSearch(const BeamSearchOptions& options,
+                                              const ProgressCallback& on_progress = {}, const CallOptions& call = {});
 
   absl::StatusOr<TokenizeResult> Tokenize(const std::string& text, std::optional<bool> add_bos = std::nullopt,
                                           const CallOptions& call = {});

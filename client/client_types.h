@@ -41,7 +41,7 @@ struct GenerateOptions {
   std::vector<std::string> stop;      // stop strings (not returned themselves)
   std::vector<int32_t> stop_ids;      // stop after emitting one of these
   bool ignore_eos = false;
-  int32_t logprobs = 0;               // top-K log probabilities per position; 0 = none
+  int32_t logprobs = 0;  // top-K log probabilities per position; 0 = none
 };
 
 struct TopLogprob {
@@ -67,7 +67,7 @@ struct Usage {
   double mean_inter_token_ms = 0;
   double p50_inter_token_ms = 0;
   double p99_inter_token_ms = 0;
-  double tokens_per_s = 0;            // decode speed: generated / (first -> last token)
+  double tokens_per_s = 0;  // decode speed: generated / (first -> last token)
   double total_ms = 0;
 };
 
@@ -123,7 +123,7 @@ struct TokenizeResult {
 };
 
 struct ModelInfo {
-  std::string model_dir;  // the server's model folder, or "synthetic:PRESET:LAYERS seed N"
+  std::string model_dir;     // the server's model folder, or "synthetic:PRESET:LAYERS seed N"
   std::string architecture;  // MixtralForCausalLM | PhiMoEForCausalLM
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -178,7 +178,7 @@ struct ServerStats {
   int32_t active_sequences = 0;
   std::vector<LayerTiming> layers;  // mean per step over the window
   std::vector<WorkerHealth> workers;
-  std::string orchestrator_json;    // empty without an orchestrator
+  std::string orchestrator_json;  // empty without an orchestrator
   // The server's CPU and the CPU kernels it chose at start-up.
   std::string cpu, cpu_flags, isa, kernel_plan, kernels;
 };

@@ -15,7 +15,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -27,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/client.h"
+#include "common/base/flags_usage.h"
 #include "common/base/parse_ids.h"
 #include "common/base/runtime_dir.h"
 
@@ -35,7 +35,8 @@ ABSL_FLAG(std::string, server, tandem::DefaultServerAddress(),
           "default, unix:<runtime dir>/server.sock; runtime dir = $TANDEM_RUNTIME_DIR, else "
           "${XDG_RUNTIME_DIR:-/tmp}/tandem-<user>, as in deploy/tandem-launch.sh)");
 ABSL_FLAG(double, connect_timeout_s, 10, "how long to wait for the server to answer");
-ABSL_FLAG(double, timeout_s, 0, "deadline of the request in seconds; 0 = the SDK's default (1 h generation, 30 s others)");
+ABSL_FLAG(double, timeout_s, 0,
+          "deadline of the request in seconds; 0 = the SDK's default (1 h generation, 30 s others)");
 ABSL_FLAG(bool, json, false, "print one JSON object instead of text");
 // Prompt (generate, beam, tokenize, detokenize).
 ABSL_FLAG(std::string, prompt, "", "prompt text (the model needs a tokenizer)");
@@ -246,11 +247,11 @@ int RunGenerate(const GivenFlags& given) {
                        {"usage", ToJson(u)}})
               << "\n";
   } else {
-    std::fprintf(stderr,
-                 "[%lld prompt tokens, %lld generated (%s); queue %.1f ms, first token %.1f ms, %.1f tok/s; seed %llu]\n",
-                 static_cast<long long>(u.prompt_tokens), static_cast<long long>(u.generated_tokens), finish.c_str(),
-                 u.queue_ms, u.time_to_first_token_ms, u.tokens_per_s,
-                 static_cast<unsigned long long>(result->seed));
+    std::fprintf(
+        stderr,
+        "[%lld prompt tokens, %lld generated (%s); queue %.1f ms, first token %.1f ms, %.1f tok/s; seed %llu]\n",
+        static_cast<long long>(u.prompt_tokens), static_cast<long long>(u.generated_tokens), finish.c_str(), u.queue_ms,
+        u.time_to_first_token_ms, u.tokens_per_s, static_cast<unsigned long long>(result->seed));
   }
   return 0;
 }
@@ -362,8 +363,10 @@ int RunStats() {
   const tandem::sdk::ServerStats& s = *stats;
   nlohmann::json layers = nlohmann::json::array();
   for (const tandem::sdk::LayerTiming& l : s.layers) {
-    layers.push_back(
-        {{"layer", l.layer}, {"attention_ms", l.attention_ms}, {"router_ms", l.router_ms}, {"experts_ms", l.experts_ms}});
+    layers.push_back({{"layer", l.layer},
+                      {"attention_ms", l.attention_ms},
+                      {"router_ms", l.router_ms},
+                      {"experts_ms", l.experts_ms}});
   }
   nlohmann::json workers = nlohmann::json::array();
   for (const tandem::sdk::WorkerHealth& w : s.workers) {
@@ -457,12 +460,21 @@ int RunDetokenize() {
 // --timeout_s and --json); anything else given is a mistake worth reporting.
 const std::set<std::string>& FlagsOf(const std::string& command) {
   static const std::set<std::string> kNone;
-  static const std::set<std::string> kGenerate = {
-      "prompt", "prompt_ids", "add_bos", "n", "max_tokens", "stop_ids", "ignore_eos",
-      "temperature", "top_k", "top_p", "seed", "stop", "logprobs"};
-  static const std::set<std::string> kBeam = {
-      "prompt", "prompt_ids", "add_bos", "n", "max_tokens", "stop_ids", "ignore_eos",
-      "beam_width", "length_penalty", "early_stopping", "num_return_sequences", "progress"};
+  static const std::set<std::string> kGenerate = {"prompt",   "prompt_ids", "add_bos",     "n",     "max_tokens",
+                                                  "stop_ids", "ignore_eos", "temperature", "top_k", "top_p",
+                                                  "seed",     "stop",       "logprobs"};
+  static const std::set<std::string> kBeam = {"prompt",
+                                              "prompt_ids",
+                                              "add_bos",
+                                              "n",
+                                              "max_tokens",
+                                              "stop_ids",
+                                              "ignore_eos",
+                                              "beam_width",
+                                              "length_penalty",
+                                              "early_stopping",
+                                              "num_return_sequences",
+                                              "progress"};
   static const std::set<std::string> kTokenize = {"prompt", "add_bos"};
   static const std::set<std::string> kDetokenize = {"prompt_ids"};
   if (command == "generate") return kGenerate;

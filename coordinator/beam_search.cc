@@ -20,8 +20,8 @@ absl::Status BeamSearchParams::Validate(int64_t vocab_size) const {
                                                    kMaxLengthPenalty, "], got ", length_penalty));
   }
   if (num_return_sequences < 1 || num_return_sequences > beam_width) {
-    return absl::InvalidArgumentError(absl::StrCat("num_return_sequences must be in [1, beam_width = ", beam_width,
-                                                   "], got ", num_return_sequences));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_return_sequences must be in [1, beam_width = ", beam_width, "], got ", num_return_sequences));
   }
   for (size_t i = 0; i < end_ids.size(); ++i) {
     if (end_ids[i] < 0 || end_ids[i] >= vocab_size) {

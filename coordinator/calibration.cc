@@ -54,7 +54,8 @@ absl::Status CheckSetup(const CalibrationSetup& setup) {
     return absl::InvalidArgumentError(absl::StrCat("num_cpu_workers must be >= 1, got ", setup.num_cpu_workers));
   }
   if (setup.pool->num_staging_buffers() < 1) {
-    return absl::InvalidArgumentError("num_staging_buffers: calibration times the pool through a staging buffer; give it one");
+    return absl::InvalidArgumentError(
+        "num_staging_buffers: calibration times the pool through a staging buffer; give it one");
   }
   return absl::OkStatus();
 }
@@ -197,7 +198,8 @@ void FillCost(const CalibrationRun& run, const RooflineCurve& cpu_curve, const R
 }  // namespace
 
 absl::Status CalibrationOptions::Validate() const {
-  if (rows.size() < 2) return absl::InvalidArgumentError(absl::StrCat("rows must list at least 2 row counts, got ", rows.size()));
+  if (rows.size() < 2)
+    return absl::InvalidArgumentError(absl::StrCat("rows must list at least 2 row counts, got ", rows.size()));
   for (size_t i = 0; i < rows.size(); ++i) {
     if (rows[i] < 1 || (i > 0 && rows[i] <= rows[i - 1])) {
       return absl::InvalidArgumentError(absl::StrCat("rows must be ascending counts >= 1; rows[", i, "] = ", rows[i]));
@@ -267,8 +269,9 @@ absl::StatusOr<CalibrationResult> LoadOrCalibrate(const std::string& path, const
       LOG_INFO("calibration: read ", path, " (same machine, model and config)");
       return result;
     }
-    LOG_INFO("calibration: ", path, cached.ok() ? " was measured for another machine, model or config"
-                                                 : absl::StrCat(" is unreadable (", cached.status().message(), ")"),
+    LOG_INFO("calibration: ", path,
+             cached.ok() ? " was measured for another machine, model or config"
+                         : absl::StrCat(" is unreadable (", cached.status().message(), ")"),
              "; measuring again");
   }
   const auto start = std::chrono::steady_clock::now();

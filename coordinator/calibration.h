@@ -42,8 +42,8 @@ namespace tandem {
 
 struct CalibrationOptions {
   std::vector<int> rows = {1, 2, 4, 8, 16, 32, 64, 128};  // row counts measured, ascending
-  int repetitions = 5;    // per row count and side; the median is kept
-  int migrations = 8;     // pool copies timed
+  int repetitions = 5;                                    // per row count and side; the median is kept
+  int migrations = 8;                                     // pool copies timed
   double max_seconds = 3;  // stop adding larger row counts after this (at least 2 are measured)
 
   absl::Status Validate() const;  // InvalidArgument naming the field

@@ -34,14 +34,13 @@ class ComputeBackend {
 
   // hidden += o_proj(attention(input_norm(hidden))), after appending these
   // rows' keys and values to each slice's cache (which must have room).
-  virtual absl::Status Attention(int layer, std::span<const SequenceSlice> slices, int64_t num_rows,
-                                 float* hidden) = 0;
+  virtual absl::Status Attention(int layer, std::span<const SequenceSlice> slices, int64_t num_rows, float* hidden) = 0;
 
   // moe_input = post_attention_norm(hidden)                  [T, D]
   // router_logits = gate(moe_input)                          [T, E]
   // experts, weights = the architecture's router            [T, K] each
-  virtual absl::Status Router(int layer, int64_t num_rows, const float* hidden, float* moe_input,
-                              float* router_logits, int32_t* experts, float* weights) = 0;
+  virtual absl::Status Router(int layer, int64_t num_rows, const float* hidden, float* moe_input, float* router_logits,
+                              int32_t* experts, float* weights) = 0;
 
   // hidden[t] += Σ_k weights[t,k] · expert_out[t·K + k]      expert_out: [T·K, D]
   virtual absl::Status Combine(int64_t num_rows, const float* weights, const float* expert_out, float* hidden) = 0;

@@ -3,8 +3,8 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-#include "common/model/routing.h"
 #include "common/base/status_macros.h"
+#include "common/model/routing.h"
 
 namespace tandem {
 
@@ -24,7 +24,8 @@ absl::Status CpuBackend::Embed(std::span<const int32_t> tokens, float* hidden) {
                                                      " is outside the vocabulary [0, ", config_.vocab_size, ")"));
     }
     const size_t base = static_cast<size_t>(id) * static_cast<size_t>(d);
-    for (int64_t i = 0; i < d; ++i) hidden[static_cast<int64_t>(t) * d + i] = LoadAsF32(table.data, table.dtype, base + static_cast<size_t>(i));
+    for (int64_t i = 0; i < d; ++i)
+      hidden[static_cast<int64_t>(t) * d + i] = LoadAsF32(table.data, table.dtype, base + static_cast<size_t>(i));
   }
   return absl::OkStatus();
 }
@@ -95,10 +96,11 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
     }
     SequenceKv* kv = b.slice->kv;
     const int64_t row0 = b.slice->row_offset + b.begin;
-    AttendRowsOneHead(q_.data() + row0 * q_dim + h * hd, q_dim, b.count, hd, first, count,
-                      [&](int64_t j) -> const float* { return kv->KeyRow(layer, j) + kv_offset; },
-                      [&](int64_t j) -> const float* { return kv->ValueRow(layer, j) + kv_offset; },
-                      scores_[static_cast<size_t>(thread)].data(), attn_.data() + row0 * q_dim + h * hd, q_dim);
+    AttendRowsOneHead(
+        q_.data() + row0 * q_dim + h * hd, q_dim, b.count, hd, first, count,
+        [&](int64_t j) -> const float* { return kv->KeyRow(layer, j) + kv_offset; },
+        [&](int64_t j) -> const float* { return kv->ValueRow(layer, j) + kv_offset; },
+        scores_[static_cast<size_t>(thread)].data(), attn_.data() + row0 * q_dim + h * hd, q_dim);
   };
   const int64_t tasks = static_cast<int64_t>(blocks.size()) * heads;
   if (pool_) {

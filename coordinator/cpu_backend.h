@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/model/model_weights.h"
 #include "common/base/thread_pool.h"
+#include "common/model/model_weights.h"
 #include "coordinator/compute_backend.h"
 #include "coordinator/cpu_ops.h"
 

@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/base/thread_pool.h"
 #include "common/model/model_config.h"
 #include "common/model/model_weights.h"
-#include "common/base/thread_pool.h"
 
 namespace tandem {
 

@@ -32,7 +32,8 @@ inline float Dot(const float* a, const float* b, int64_t n) {
 inline void Axpy(float a, const float* x, float* y, int64_t n) {
   const __m256 av = _mm256_set1_ps(a);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
@@ -101,7 +102,8 @@ void AttendRowsOneHead(const float* q, int64_t q_stride, int64_t rows, int64_t h
     const float* v = value_row(j);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t at = j - first_key[r];
-      if (at >= 0 && at < num_keys[r]) attention_detail::Axpy(scores[r * width + at], v, out + r * out_stride, head_dim);
+      if (at >= 0 && at < num_keys[r])
+        attention_detail::Axpy(scores[r * width + at], v, out + r * out_stride, head_dim);
     }
   }
 }

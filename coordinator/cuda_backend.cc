@@ -52,7 +52,7 @@ struct DeviceNorm {
 struct DeviceLayer {
   DeviceNorm input_norm, post_attention_norm;
   DeviceLinear q, k, v, o;
-  DeviceLinear router;  // [E, D] widened to f32 (see cuda_backend.h)
+  DeviceLinear router;            // [E, D] widened to f32 (see cuda_backend.h)
   const float* q_bias = nullptr;  // [Hq] f32 or null
   const float* k_bias = nullptr;  // [Hkv] f32 or null
   const float* v_bias = nullptr;  // [Hkv] f32 or null
@@ -123,7 +123,8 @@ int64_t Bucket(int64_t n) {
 // Shapes the kernels support (cuda_backend_kernels.h).
 absl::Status CheckSupportedShape(const ModelConfig& c) {
   if (c.head_dim <= 0 || c.head_dim > kMaxHeadDim || c.head_dim % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("head_dim ", c.head_dim, " unsupported (even, <= ", kMaxHeadDim, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("head_dim ", c.head_dim, " unsupported (even, <= ", kMaxHeadDim, ")"));
   }
   if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0) {
     return absl::InvalidArgumentError("num_attention_heads must be a multiple of num_key_value_heads");
@@ -131,8 +132,8 @@ absl::Status CheckSupportedShape(const ModelConfig& c) {
   if (c.num_local_experts > kMaxRouterExperts || c.num_experts_per_tok > kMaxExpertsPerToken ||
       c.num_experts_per_tok > c.num_local_experts || c.num_experts_per_tok <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("router shape E=", c.num_local_experts, " K=", c.num_experts_per_tok,
-                                                   " unsupported (E <= ", kMaxRouterExperts, ", K <= ",
-                                                   kMaxExpertsPerToken, ")"));
+                                                   " unsupported (E <= ", kMaxRouterExperts,
+                                                   ", K <= ", kMaxExpertsPerToken, ")"));
   }
   if (c.router_kind() == RouterKind::kSparseMixer && c.num_experts_per_tok != 2) {
     return absl::InvalidArgumentError("the sparsemixer router is top-2");
@@ -215,31 +216,31 @@ struct CudaBackend::Impl {
   std::unordered_map<const void*, const void*> uploaded;  // host → device
   const void* embed = nullptr;                            // [V, D], embed_dtype
   DType embed_dtype = DType::kBF16;
-  std::vector<DeviceLayer> layers;                        // [L]
+  std::vector<DeviceLayer> layers;  // [L]
   DeviceNorm final_norm;
-  DeviceLinear lm_head;                                   // [V, D]
-  const float* lm_head_bias = nullptr;                    // [V] f32 or null
-  DeviceBuffer rope;  // inv_freq [2, hd/2] f64 (short, long), then mscale [2] f64
-  int64_t rope_original_max = 0;  // 0: no longrope
+  DeviceLinear lm_head;                 // [V, D]
+  const float* lm_head_bias = nullptr;  // [V] f32 or null
+  DeviceBuffer rope;                    // inv_freq [2, hd/2] f64 (short, long), then mscale [2] f64
+  int64_t rope_original_max = 0;        // 0: no longrope
 
   // Run buffers, sized for rows_capacity rows (device unless noted).
   int64_t rows_capacity = 0;
-  DeviceBuffer hidden;        // [T, D] f32
-  DeviceBuffer normed;        // [T, D] f32
-  DeviceBuffer act;           // [T, max(D, Hq)] activations in the weights' type
+  DeviceBuffer hidden;           // [T, D] f32
+  DeviceBuffer normed;           // [T, D] f32
+  DeviceBuffer act;              // [T, max(D, Hq)] activations in the weights' type
   DeviceBuffer q_buf, attn_buf;  // [T, Hq] f32
   DeviceBuffer k_buf, v_buf;     // [T, Hkv] f32
   DeviceBuffer o_buf;            // [T, D] f32
-  DeviceBuffer router_logits; // [T, E] f32
-  DeviceBuffer experts;       // [T, K] int32
-  DeviceBuffer route_weights; // [T, K] f32
-  DeviceBuffer expert_out;    // [T·K, D] f32
-  DeviceBuffer tokens;        // [T] int32
-  DeviceBuffer logits;        // [T, V] f32
-  PinnedHostBuffer in;        // host staging in: max over calls of their inputs
-  PinnedHostBuffer out;       // host staging out
-  PinnedHostBuffer meta_host; // MetaLayout, host side
-  DeviceBuffer meta;          // MetaLayout, device side
+  DeviceBuffer router_logits;    // [T, E] f32
+  DeviceBuffer experts;          // [T, K] int32
+  DeviceBuffer route_weights;    // [T, K] f32
+  DeviceBuffer expert_out;       // [T·K, D] f32
+  DeviceBuffer tokens;           // [T] int32
+  DeviceBuffer logits;           // [T, V] f32
+  PinnedHostBuffer in;           // host staging in: max over calls of their inputs
+  PinnedHostBuffer out;          // host staging out
+  PinnedHostBuffer meta_host;    // MetaLayout, host side
+  DeviceBuffer meta;             // MetaLayout, device side
 
   // Decode-attention graphs by (layer, T, S, P bucket, B).
   std::map<GraphKey, CudaGraphExec> graphs;
@@ -268,11 +269,12 @@ absl::StatusOr<const float*> CudaBackend::Impl::UploadFloats(const std::vector<f
 }
 
 absl::StatusOr<DeviceLinear> CudaBackend::Impl::UploadLinear(const LinearWeight& w, bool widen_to_f32) {
-  TANDEM_RETURN_IF_ERROR(RequireFloatDType(w.dtype, absl::StrCat("a [", w.n, ", ", w.k, "] dense weight"),
-                                           "the CUDA backend"));
+  TANDEM_RETURN_IF_ERROR(
+      RequireFloatDType(w.dtype, absl::StrCat("a [", w.n, ", ", w.k, "] dense weight"), "the CUDA backend"));
   DeviceLinear d{.data = nullptr, .dtype = w.dtype, .n = w.n, .k = w.k};
   if (w.n > std::numeric_limits<int>::max() || w.k > std::numeric_limits<int>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat("a [", w.n, ", ", w.k, "] weight is too large for cuBLAS's int sizes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a [", w.n, ", ", w.k, "] weight is too large for cuBLAS's int sizes"));
   }
   const size_t count = static_cast<size_t>(w.n) * static_cast<size_t>(w.k);
   if (widen_to_f32 && w.dtype != DType::kF32) {
@@ -298,8 +300,8 @@ absl::StatusOr<DeviceNorm> CudaBackend::Impl::UploadNorm(const NormWeights& norm
   TANDEM_ASSIGN_OR_RETURN(d.weight, UploadFloats(norm.weight));
   TANDEM_ASSIGN_OR_RETURN(d.bias, UploadFloats(norm.bias));
   if (static_cast<int64_t>(norm.weight.size()) != config.hidden_size) {
-    return absl::InvalidArgumentError(absl::StrCat("norm weight has ", norm.weight.size(), " entries, hidden size is ",
-                                                   config.hidden_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("norm weight has ", norm.weight.size(), " entries, hidden size is ", config.hidden_size));
   }
   const bool layer_norm = config.norm_kind() == NormKind::kLayerNorm;
   if (layer_norm != (d.bias != nullptr)) {
@@ -350,7 +352,8 @@ absl::Status CudaBackend::Impl::OpenDevice() {
   }
   if (count == 0) return absl::UnavailableError("no CUDA device: cudaGetDeviceCount found none");
   if (options.device < 0 || options.device >= count) {
-    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", options.device, " does not exist (", count, " found)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ", options.device, " does not exist (", count, " found)"));
   }
   TANDEM_RETURN_IF_ERROR(SetDevice());
   TANDEM_RETURN_IF_ERROR(CheckDeviceFitsKernels());
@@ -479,11 +482,10 @@ absl::Status CudaBackend::Impl::Linear(const DeviceLinear& w, const float* x, in
   // Row-major y[m, n] = x[m, k] · W[n, k]ᵀ is column-major yᵀ[n, m] =
   // W (stored [k, n] column-major, so op T) · xᵀ ([k, m] column-major, op N).
   const float alpha = 1.0f, beta = 0.0f;
-  TANDEM_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(cublas.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n),
-                                             static_cast<int>(m), static_cast<int>(w.k), &alpha, w.data,
-                                             CudaDataType(w.dtype), static_cast<int>(w.k), a, CudaDataType(w.dtype),
-                                             static_cast<int>(w.k), &beta, y, CUDA_R_32F, static_cast<int>(w.n),
-                                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  TANDEM_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
+      cublas.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.n), static_cast<int>(m), static_cast<int>(w.k), &alpha,
+      w.data, CudaDataType(w.dtype), static_cast<int>(w.k), a, CudaDataType(w.dtype), static_cast<int>(w.k), &beta, y,
+      CUDA_R_32F, static_cast<int>(w.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return absl::OkStatus();
 }
 
@@ -500,8 +502,8 @@ absl::Status CudaBackend::Impl::Embed(std::span<const int32_t> ids, float* out_h
   TANDEM_RETURN_IF_ERROR(EnsureRows(n));
   std::memcpy(in.get(), ids.data(), ids.size_bytes());
   TANDEM_RETURN_IF_ERROR(H2D(tokens.get(), in.get(), ids.size_bytes()));
-  TANDEM_CUDA_RETURN_IF_ERROR(LaunchEmbed(embed, ToKernelDType(embed_dtype), static_cast<const int32_t*>(tokens.get()), n, d,
-                                          static_cast<float*>(hidden.get()), stream.get()));
+  TANDEM_CUDA_RETURN_IF_ERROR(LaunchEmbed(embed, ToKernelDType(embed_dtype), static_cast<const int32_t*>(tokens.get()),
+                                          n, d, static_cast<float*>(hidden.get()), stream.get()));
   const size_t bytes = static_cast<size_t>(n * d) * sizeof(float);
   TANDEM_RETURN_IF_ERROR(D2H(out.get(), hidden.get(), bytes));
   TANDEM_RETURN_IF_ERROR(Sync());
@@ -542,7 +544,8 @@ absl::Status CudaBackend::Impl::EnqueueAttention(int layer, int64_t rows, int64_
 
   TANDEM_RETURN_IF_ERROR(H2D(meta.get(), meta_host.get(), layout.bytes));
   TANDEM_RETURN_IF_ERROR(H2D(h, in.get(), hidden_bytes));
-  TANDEM_CUDA_RETURN_IF_ERROR(LaunchNorm(h, rows, d, lw.input_norm.weight, lw.input_norm.bias, config.rms_norm_eps, x, s));
+  TANDEM_CUDA_RETURN_IF_ERROR(
+      LaunchNorm(h, rows, d, lw.input_norm.weight, lw.input_norm.bias, config.rms_norm_eps, x, s));
   TANDEM_RETURN_IF_ERROR(Linear(lw.q, x, rows, qb));
   TANDEM_RETURN_IF_ERROR(Linear(lw.k, x, rows, kb));
   TANDEM_RETURN_IF_ERROR(Linear(lw.v, x, rows, vb));
@@ -760,8 +763,7 @@ absl::Status CudaBackend::Impl::Combine(int64_t num_rows, const float* in_weight
   TANDEM_RETURN_IF_ERROR(H2D(route_weights.get(), i8 + hidden_bytes, weight_bytes));
   TANDEM_RETURN_IF_ERROR(H2D(expert_out.get(), i8 + hidden_bytes + weight_bytes, expert_bytes));
   TANDEM_CUDA_RETURN_IF_ERROR(LaunchCombine(h, static_cast<const float*>(route_weights.get()),
-                                            static_cast<const float*>(expert_out.get()), num_rows, k, d,
-                                            stream.get()));
+                                            static_cast<const float*>(expert_out.get()), num_rows, k, d, stream.get()));
   TANDEM_RETURN_IF_ERROR(D2H(out.get(), h, hidden_bytes));
   TANDEM_RETURN_IF_ERROR(Sync());
   std::memcpy(io_hidden, out.get(), hidden_bytes);
@@ -786,7 +788,8 @@ absl::Status CudaBackend::Impl::Logits(std::span<const int64_t> rows, const floa
   auto* x = static_cast<float*>(normed.get());
   auto* lg = static_cast<float*>(logits.get());
   TANDEM_RETURN_IF_ERROR(H2D(h, staged, hidden_bytes));
-  TANDEM_CUDA_RETURN_IF_ERROR(LaunchNorm(h, n, d, final_norm.weight, final_norm.bias, config.rms_norm_eps, x, stream.get()));
+  TANDEM_CUDA_RETURN_IF_ERROR(
+      LaunchNorm(h, n, d, final_norm.weight, final_norm.bias, config.rms_norm_eps, x, stream.get()));
   TANDEM_RETURN_IF_ERROR(Linear(lm_head, x, n, lg));
   if (lm_head_bias != nullptr) TANDEM_CUDA_RETURN_IF_ERROR(LaunchAddBias(lg, lm_head_bias, n, vocab, stream.get()));
   TANDEM_RETURN_IF_ERROR(D2H(out.get(), lg, logits_bytes));
@@ -822,8 +825,7 @@ CudaBackend::~CudaBackend() {
 
 absl::Status CudaBackend::Embed(std::span<const int32_t> tokens, float* hidden) { return impl_->Embed(tokens, hidden); }
 
-absl::Status CudaBackend::Attention(int layer, std::span<const SequenceSlice> slices, int64_t num_rows,
-                                    float* hidden) {
+absl::Status CudaBackend::Attention(int layer, std::span<const SequenceSlice> slices, int64_t num_rows, float* hidden) {
   return impl_->Attention(layer, slices, num_rows, hidden);
 }
 

@@ -199,8 +199,8 @@ __global__ void RopeStoreKvKernel(const AttnSlice* __restrict__ slices, const in
 // ---- decode attention: one block per (slice, query head) ----
 
 __global__ void __launch_bounds__(kAttnThreads)
-AttentionDecodeKernel(const AttnSlice* __restrict__ slices, const float* __restrict__ q,
-                      float* const* __restrict__ block_ptrs, AttnShape s, float* __restrict__ out) {
+    AttentionDecodeKernel(const AttnSlice* __restrict__ slices, const float* __restrict__ q,
+                          float* const* __restrict__ block_ptrs, AttnShape s, float* __restrict__ out) {
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float m_s[kAttnWarps], l_s[kAttnWarps];
   __shared__ float acc_s[kAttnWarps][kMaxHeadDim];
@@ -368,9 +368,9 @@ __device__ __forceinline__ void AccumulateValueTile(const float* v_s, int hd, in
 }
 
 // The warp's rows of the tile: acc / l into out.
-__device__ __forceinline__ void WriteWarpRows(const float (&l)[kRowsPerWarp], const float (&acc)[kRowsPerWarp][kHdChunks],
-                                              int64_t row0, int num_q, int64_t q_dim, int h, int hd,
-                                              float* __restrict__ out) {
+__device__ __forceinline__ void WriteWarpRows(const float (&l)[kRowsPerWarp],
+                                              const float (&acc)[kRowsPerWarp][kHdChunks], int64_t row0, int num_q,
+                                              int64_t q_dim, int h, int hd, float* __restrict__ out) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
@@ -387,9 +387,9 @@ __device__ __forceinline__ void WriteWarpRows(const float (&l)[kRowsPerWarp], co
 }
 
 __global__ void __launch_bounds__(kAttnThreads)
-AttentionPrefillKernel(const AttnSlice* __restrict__ slices, const int2* __restrict__ tiles,
-                       const float* __restrict__ q, float* const* __restrict__ block_ptrs, AttnShape s,
-                       float* __restrict__ out) {
+    AttentionPrefillKernel(const AttnSlice* __restrict__ slices, const int2* __restrict__ tiles,
+                           const float* __restrict__ q, float* const* __restrict__ block_ptrs, AttnShape s,
+                           float* __restrict__ out) {
   extern __shared__ float smem[];
   const int hd = s.head_dim;
   float* q_s = smem;                           // [16, hd]
@@ -401,9 +401,9 @@ AttentionPrefillKernel(const AttnSlice* __restrict__ slices, const int2* __restr
   const int64_t q_dim = static_cast<int64_t>(s.heads) * hd, kv_dim = static_cast<int64_t>(s.kv_heads) * hd;
   const int64_t value_offset = static_cast<int64_t>(s.num_layers) * s.block_size * kv_dim;
 
-  const int num_q = min(kPrefillQueryTile, slice.num_tokens - tile.y);  // rows in this tile, >= 1
+  const int num_q = min(kPrefillQueryTile, slice.num_tokens - tile.y);   // rows in this tile, >= 1
   const int64_t row0 = static_cast<int64_t>(slice.row_offset) + tile.y;  // batch row of local row 0
-  const int pos0 = slice.start_position + tile.y;                       // its position
+  const int pos0 = slice.start_position + tile.y;                        // its position
   const int pos_last = pos0 + num_q - 1;
   const int key_begin = s.window > 0 ? max(0, pos0 - s.window + 1) : 0;
 
@@ -463,8 +463,8 @@ __global__ void RouteSoftmaxTopKKernel(const float* __restrict__ logits, int64_t
 }
 
 // routing.cc's BandWeight, same types step by step.
-__device__ float BandWeight(const float* scores, int64_t num_experts, int32_t chosen, int32_t excluded,
-                            float threshold, double jitter_eps) {
+__device__ float BandWeight(const float* scores, int64_t num_experts, int32_t chosen, int32_t excluded, float threshold,
+                            double jitter_eps) {
   double sum = 0.0;
   for (int64_t e = 0; e < num_experts; ++e) {
     if (e == excluded) continue;
@@ -476,8 +476,7 @@ __device__ float BandWeight(const float* scores, int64_t num_experts, int32_t ch
 }
 
 __global__ void RouteSparseMixerKernel(const float* __restrict__ logits, int64_t rows, int64_t num_experts,
-                                       double jitter_eps, int32_t* __restrict__ experts,
-                                       float* __restrict__ weights) {
+                                       double jitter_eps, int32_t* __restrict__ experts, float* __restrict__ weights) {
   const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (t >= rows) return;
   const float* scores = logits + t * num_experts;
@@ -511,8 +510,7 @@ cudaError_t LaunchEmbed(const void* table, KernelDType dtype, const int32_t* tok
     case KernelDType::kBF16:
       EmbedKernel<<<grid, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(table), tokens, d, hidden);
       break;
-    default:
-      return cudaErrorInvalidValue;
+    default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
@@ -539,14 +537,14 @@ cudaError_t LaunchAddResidual(float* hidden, const float* o, const float* bias, 
   return cudaGetLastError();
 }
 
-cudaError_t LaunchRopeStoreKv(const AttnSlice* slices, const int32_t* row_slice, int64_t rows, float* q,
-                              const float* k, const float* v, const float* q_bias, const float* k_bias,
-                              const float* v_bias, const double* inv_freq, const double* mscale,
-                              float* const* block_ptrs, const AttnShape& shape, cudaStream_t stream) {
+cudaError_t LaunchRopeStoreKv(const AttnSlice* slices, const int32_t* row_slice, int64_t rows, float* q, const float* k,
+                              const float* v, const float* q_bias, const float* k_bias, const float* v_bias,
+                              const double* inv_freq, const double* mscale, float* const* block_ptrs,
+                              const AttnShape& shape, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
   if (shape.head_dim <= 0 || shape.head_dim > kMaxHeadDim || shape.head_dim % 2 != 0) return cudaErrorInvalidValue;
-  RopeStoreKvKernel<<<static_cast<unsigned int>(rows), 128, 0, stream>>>(
-      slices, row_slice, q, k, v, q_bias, k_bias, v_bias, inv_freq, mscale, block_ptrs, shape);
+  RopeStoreKvKernel<<<static_cast<unsigned int>(rows), 128, 0, stream>>>(slices, row_slice, q, k, v, q_bias, k_bias,
+                                                                         v_bias, inv_freq, mscale, block_ptrs, shape);
   return cudaGetLastError();
 }
 
@@ -554,8 +552,7 @@ cudaError_t LaunchAttentionDecode(const AttnSlice* slices, int64_t num_slices, c
                                   const float* const* block_ptrs, const AttnShape& shape, float* out,
                                   cudaStream_t stream) {
   if (num_slices <= 0) return cudaSuccess;
-  if (shape.head_dim <= 0 || shape.head_dim > kMaxHeadDim || shape.kv_heads <= 0 ||
-      shape.heads % shape.kv_heads != 0) {
+  if (shape.head_dim <= 0 || shape.head_dim > kMaxHeadDim || shape.kv_heads <= 0 || shape.heads % shape.kv_heads != 0) {
     return cudaErrorInvalidValue;
   }
   const dim3 grid(static_cast<unsigned int>(num_slices), static_cast<unsigned int>(shape.heads));
@@ -568,8 +565,7 @@ cudaError_t LaunchAttentionPrefill(const AttnSlice* slices, const int2* tiles, i
                                    const float* const* block_ptrs, const AttnShape& shape, float* out,
                                    cudaStream_t stream) {
   if (num_tiles <= 0) return cudaSuccess;
-  if (shape.head_dim <= 0 || shape.head_dim > kMaxHeadDim || shape.kv_heads <= 0 ||
-      shape.heads % shape.kv_heads != 0) {
+  if (shape.head_dim <= 0 || shape.head_dim > kMaxHeadDim || shape.kv_heads <= 0 || shape.heads % shape.kv_heads != 0) {
     return cudaErrorInvalidValue;
   }
   const size_t shared = PrefillAttentionSharedBytes(shape.head_dim);
@@ -581,13 +577,13 @@ cudaError_t LaunchAttentionPrefill(const AttnSlice* slices, const int2* tiles, i
     if (err != cudaSuccess) return err;
   }
   const dim3 grid(static_cast<unsigned int>(num_tiles), static_cast<unsigned int>(shape.heads));
-  AttentionPrefillKernel<<<grid, kAttnThreads, shared, stream>>>(slices, tiles, q, const_cast<float* const*>(block_ptrs),
-                                                                 shape, out);
+  AttentionPrefillKernel<<<grid, kAttnThreads, shared, stream>>>(slices, tiles, q,
+                                                                 const_cast<float* const*>(block_ptrs), shape, out);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchRouteSoftmaxTopK(const float* logits, int64_t rows, int64_t num_experts, int64_t k,
-                                   int32_t* experts, float* weights, cudaStream_t stream) {
+cudaError_t LaunchRouteSoftmaxTopK(const float* logits, int64_t rows, int64_t num_experts, int64_t k, int32_t* experts,
+                                   float* weights, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
   if (k <= 0 || k > kMaxExpertsPerToken || k > num_experts) return cudaErrorInvalidValue;
   const unsigned int grid = static_cast<unsigned int>((rows + 127) / 128);

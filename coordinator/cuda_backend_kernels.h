@@ -49,14 +49,14 @@ struct AttnSlice {
 
 // The geometry every attention kernel needs.
 struct AttnShape {
-  int32_t heads;         // H
-  int32_t kv_heads;      // Hkv
-  int32_t head_dim;      // hd
-  int32_t num_layers;    // L
-  int32_t block_size;    // B
-  int32_t layer;         // the layer being run
-  int32_t window;        // sliding window (keys in (p - window, p]); 0: none
-  float scale;           // 1 / sqrt(hd)
+  int32_t heads;       // H
+  int32_t kv_heads;    // Hkv
+  int32_t head_dim;    // hd
+  int32_t num_layers;  // L
+  int32_t block_size;  // B
+  int32_t layer;       // the layer being run
+  int32_t window;      // sliding window (keys in (p - window, p]); 0: none
+  float scale;         // 1 / sqrt(hd)
 };
 
 // hidden[t, :] = table[tokens[t], :] widened to f32.    table: [V, D] of
@@ -86,8 +86,8 @@ cudaError_t LaunchAddResidual(float* hidden, const float* o, const float* bias, 
 // q: [T, H·hd] f32 (in place); k, v: [T, Hkv·hd] f32 (read only: the
 // rotated k goes to the cache only).
 // inv_freq: [2, hd/2] f64 (short, long); mscale: [2] f64 (short, long).
-cudaError_t LaunchRopeStoreKv(const AttnSlice* slices, const int32_t* row_slice, int64_t rows, float* q,
-                              const float* k, const float* v, const float* q_bias, const float* k_bias, const float* v_bias,
+cudaError_t LaunchRopeStoreKv(const AttnSlice* slices, const int32_t* row_slice, int64_t rows, float* q, const float* k,
+                              const float* v, const float* q_bias, const float* k_bias, const float* v_bias,
                               const double* inv_freq, const double* mscale, float* const* block_ptrs,
                               const AttnShape& shape, cudaStream_t stream);
 
@@ -130,8 +130,8 @@ cudaError_t LaunchAttentionPrefill(const AttnSlice* slices, const int2* tiles, i
 // index wins ties, softmax over the chosen K in f64) or sparsemixer
 // (PhiMoE top-2 with the jitter band; K must be 2).
 // logits: [T, E] f32; experts: [T, K] int32; weights: [T, K] f32.
-cudaError_t LaunchRouteSoftmaxTopK(const float* logits, int64_t rows, int64_t num_experts, int64_t k,
-                                   int32_t* experts, float* weights, cudaStream_t stream);
+cudaError_t LaunchRouteSoftmaxTopK(const float* logits, int64_t rows, int64_t num_experts, int64_t k, int32_t* experts,
+                                   float* weights, cudaStream_t stream);
 cudaError_t LaunchRouteSparseMixer(const float* logits, int64_t rows, int64_t num_experts, double jitter_eps,
                                    int32_t* experts, float* weights, cudaStream_t stream);
 

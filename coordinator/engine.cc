@@ -183,7 +183,12 @@ absl::Status Engine::AnnounceRouting(int layer, int64_t rows) {
   }
   if (options_.layer_hook != nullptr) {
     // After the observers: they record the router's own choice.
-    RoutedLayer routed{layer, rows, hidden_.data(), moe_input_.data(), router_logits_.data(), routing_experts_.data(),
+    RoutedLayer routed{layer,
+                       rows,
+                       hidden_.data(),
+                       moe_input_.data(),
+                       router_logits_.data(),
+                       routing_experts_.data(),
                        routing_weights_.data()};
     TANDEM_RETURN_IF_ERROR(options_.layer_hook->OnLayerRouted(step_, backend_, routed));
   }

@@ -24,8 +24,8 @@ struct StepSequence {
   int64_t id = 0;
   int64_t start_position = 0;
   int64_t num_tokens = 0;
-  int64_t row_offset = 0;  // its first row in the step
-  bool prefill = false;    // a prompt chunk (more than one token, or position 0); else one decode token
+  int64_t row_offset = 0;     // its first row in the step
+  bool prefill = false;       // a prompt chunk (more than one token, or position 0); else one decode token
   bool new_sequence = false;  // start_position == 0 (a forked beam is not new: it continues its parent)
 };
 
@@ -44,7 +44,8 @@ class ForwardObserver {
   virtual void OnStepBegin(const ForwardStep& step) {}
   // After the router of `layer`, before its experts: experts[t * K + j] is
   // row t's j-th expert.
-  virtual void OnRouting(const ForwardStep& step, int layer, std::span<const int32_t> experts, int num_experts_per_token) {}
+  virtual void OnRouting(const ForwardStep& step, int layer, std::span<const int32_t> experts,
+                         int num_experts_per_token) {}
   // After the step, with its status (a failed step changed no sequence).
   virtual void OnStepEnd(const ForwardStep& step, const absl::Status& status) {}
 };

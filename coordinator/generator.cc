@@ -8,9 +8,7 @@
 #include "common/base/status_macros.h"
 
 namespace tandem {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 std::string_view FinishReasonName(FinishReason reason) {
   switch (reason) {
@@ -31,8 +29,8 @@ absl::Status ValidateGenerationRequest(const ModelConfig& config, const Generati
   for (size_t i = 0; i < request.prompt_ids.size(); ++i) {
     const int32_t id = request.prompt_ids[i];
     if (id < 0 || id >= config.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt_ids[", i, "] = ", id, " is outside the vocabulary [0, ",
-                                                     config.vocab_size, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt_ids[", i, "] = ", id, " is outside the vocabulary [0, ", config.vocab_size, ")"));
     }
   }
   for (size_t i = 0; i < request.stop_ids.size(); ++i) {
@@ -51,8 +49,8 @@ absl::Status ValidateGenerationRequest(const ModelConfig& config, const Generati
                                                    config.max_position_embeddings, " positions"));
   }
   if (request.logprobs < 0 || request.logprobs > config.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("logprobs must be in [0, ", config.vocab_size, "], got ",
-                                                   request.logprobs));
+    return absl::InvalidArgumentError(
+        absl::StrCat("logprobs must be in [0, ", config.vocab_size, "], got ", request.logprobs));
   }
   return request.sampling.Validate();
 }

@@ -40,9 +40,9 @@ std::string_view FinishReasonName(FinishReason reason);
 struct GenerationTiming {
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;
-  double prefill_ms = 0;      // prompt forward pass
+  double prefill_ms = 0;  // prompt forward pass
   double time_to_first_token_ms = 0;
-  double decode_ms = 0;       // all decode steps after the first token
+  double decode_ms = 0;  // all decode steps after the first token
   double total_ms = 0;
   double prefill_tokens_per_s = 0;
   double decode_tokens_per_s = 0;  // (generated - 1) / decode time

@@ -53,7 +53,8 @@ InferenceService::InferenceService(const Model* model, Scheduler* scheduler, Inf
     if (tensor.ok()) parameters_ += tensor->num_elements();
   }
   if (!w.layers.empty() && !w.layers[0].experts.empty()) {
-    for (const LinearWeight* lw : {&w.layers[0].experts[0].w1, &w.layers[0].experts[0].w2, &w.layers[0].experts[0].w3}) {
+    for (const LinearWeight* lw :
+         {&w.layers[0].experts[0].w1, &w.layers[0].experts[0].w2, &w.layers[0].experts[0].w3}) {
       expert_bytes_ += lw->bytes();
     }
   }
@@ -178,8 +179,7 @@ grpc::Status InferenceService::BeamSearch(grpc::ServerContext* context, const v1
       const LiveBeam& best = event->progress.best;
       progress->mutable_best()->set_sum_logprob(best.sum_logprob);
       progress->mutable_best()->set_score(
-          best.ids.empty() ? 0.0
-                           : best.sum_logprob / std::pow(static_cast<double>(best.ids.size()), length_penalty));
+          best.ids.empty() ? 0.0 : best.sum_logprob / std::pow(static_cast<double>(best.ids.size()), length_penalty));
     }
     if (event->done) {
       if (!event->status.ok()) return ToGrpcStatus(event->status);
@@ -189,9 +189,9 @@ grpc::Status InferenceService::BeamSearch(grpc::ServerContext* context, const v1
         sequence->set_score(h.score);
         sequence->set_sum_logprob(h.sum_logprob);
         const bool eos_end = !h.ids.empty() && std::find(eos.begin(), eos.end(), h.ids.back()) != eos.end();
-        sequence->set_finish_reason(h.end == BeamEnd::kMaxTokens ? v1::FINISH_REASON_MAX_TOKENS
+        sequence->set_finish_reason(h.end == BeamEnd::kMaxTokens        ? v1::FINISH_REASON_MAX_TOKENS
                                     : eos_end && !request->ignore_eos() ? v1::FINISH_REASON_EOS
-                                                                         : v1::FINISH_REASON_STOP_ID);
+                                                                        : v1::FINISH_REASON_STOP_ID);
       }
       ToProto(event->usage, response.mutable_usage());
       response.set_done(true);
@@ -224,9 +224,8 @@ grpc::Status InferenceService::Detokenize(grpc::ServerContext*, const v1::Detoke
   }
   for (int i = 0; i < request->ids_size(); ++i) {
     if (request->ids(i) < 0 || request->ids(i) >= model_->config.vocab_size) {
-      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("ids[", i, "] = ", request->ids(i),
-                                                                  " is outside the vocabulary [0, ",
-                                                                  model_->config.vocab_size, ")")));
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "ids[", i, "] = ", request->ids(i), " is outside the vocabulary [0, ", model_->config.vocab_size, ")")));
     }
   }
   std::vector<int32_t> ids(request->ids().begin(), request->ids().end());
@@ -236,8 +235,7 @@ grpc::Status InferenceService::Detokenize(grpc::ServerContext*, const v1::Detoke
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::GetModelInfo(grpc::ServerContext*, const v1::GetModelInfoRequest*,
-                                            v1::ModelInfo* info) {
+grpc::Status InferenceService::GetModelInfo(grpc::ServerContext*, const v1::GetModelInfoRequest*, v1::ModelInfo* info) {
   const ModelConfig& c = model_->config;
   info->set_model_dir(options_.model_dir);
   info->set_architecture(c.architecture_name);

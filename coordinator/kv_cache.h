@@ -62,7 +62,7 @@ struct KvCacheOptions {
   int64_t num_layers = 0;
   int64_t kv_dim = 0;
   int64_t block_size = 16;  // 1..kMaxKvBlockSize
-  int64_t max_blocks = 0;  // memory limit: blocks are allocated lazily up to this
+  int64_t max_blocks = 0;   // memory limit: blocks are allocated lazily up to this
 };
 
 // Owns the block storage. Called from the engine thread only.

@@ -19,12 +19,12 @@ namespace tandem {
 // One layer's state after its router; valid only during the call.
 struct RoutedLayer {
   int layer = 0;
-  int64_t rows = 0;                  // T
-  const float* hidden = nullptr;     // [T, D] residual stream after attention (the router's input)
-  const float* moe_input = nullptr;  // [T, D] post-attention norm of hidden
+  int64_t rows = 0;                      // T
+  const float* hidden = nullptr;         // [T, D] residual stream after attention (the router's input)
+  const float* moe_input = nullptr;      // [T, D] post-attention norm of hidden
   const float* router_logits = nullptr;  // [T, E]
-  int32_t* experts = nullptr;        // [T, K] the router's choice; may be rewritten
-  float* weights = nullptr;          // [T, K] likewise
+  int32_t* experts = nullptr;            // [T, K] the router's choice; may be rewritten
+  float* weights = nullptr;              // [T, K] likewise
 };
 
 class LayerHook {

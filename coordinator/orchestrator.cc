@@ -92,8 +92,9 @@ absl::StatusOr<OrchestratorOptions> CompleteOptions(const ModelConfig& config, c
     o.cache.lru.num_indexes = std::min(num_layers, pool.num_slots() / o.cache.lru.num_ways);
   }
   if (o.placement.policy == PlacementPolicy::kFirstLayers && o.placement.ways == 0) {
-    o.placement.ways = o.cache.kind == CachePolicyKind::kLru ? o.cache.lru.num_ways
-                                                             : std::clamp(pool.num_slots() / num_layers, 1, num_experts);
+    o.placement.ways = o.cache.kind == CachePolicyKind::kLru
+                           ? o.cache.lru.num_ways
+                           : std::clamp(pool.num_slots() / num_layers, 1, num_experts);
   }
   o.cache.adaptive.division = o.planner.division;
   o.cache.adaptive.num_experts_per_token = static_cast<int>(config.num_experts_per_tok);
@@ -187,7 +188,8 @@ std::string OrchestratorStats::ToJson() const {
   j["layer_plans"] = layer_plans;
   j["refused_decisions"] = refused_decisions;
   j["total"] = LayerJson(total);
-  j["hit_rate"] = total.expert_runs > 0 ? static_cast<double>(total.gpu_hits) / static_cast<double>(total.expert_runs) : 0.0;
+  j["hit_rate"] =
+      total.expert_runs > 0 ? static_cast<double>(total.gpu_hits) / static_cast<double>(total.expert_runs) : 0.0;
   nlohmann::ordered_json per_layer = nlohmann::ordered_json::array();
   for (const OrchestratorLayerStats& l : layers) per_layer.push_back(LayerJson(l));
   j["layers"] = per_layer;
@@ -285,8 +287,9 @@ void Orchestrator::InitStats(int placed) {
   stats_.cost_model = cost_.params();
   stats_.execution_policy = ExecutionPolicyName(o.planner.policy);
   stats_.cache_policy = CachePolicyKindName(o.cache.kind);
-  stats_.placement = PlacementPolicyName(o.placement.policy) +
-                     (o.placement.policy == PlacementPolicy::kPopularity && o.placement.balance_layers ? "-balanced" : "");
+  stats_.placement =
+      PlacementPolicyName(o.placement.policy) +
+      (o.placement.policy == PlacementPolicy::kPopularity && o.placement.balance_layers ? "-balanced" : "");
   stats_.num_slots = pool_->num_slots();
   stats_.num_staging_buffers = pool_->num_staging_buffers();
   stats_.placed = placed;
@@ -370,16 +373,16 @@ absl::Status Orchestrator::ApplyDecisions(std::span<const CacheDecision> decisio
       ++stats_.refused_decisions;
       if (!warned_refusal_) {
         warned_refusal_ = true;
-        LOG_WARNING("orchestrator: ", cache_->name(), " decision for ", KeyName(d.expert), " refused (skipped): ",
-                    status.message());
+        LOG_WARNING("orchestrator: ", cache_->name(), " decision for ", KeyName(d.expert),
+                    " refused (skipped): ", status.message());
       }
       continue;
     }
     absl::Status applied = migrate ? pool_->Migrate(d.expert, d.evict) : pool_->Admit(d.expert, d.evict);
     if (!applied.ok()) {
       return absl::InternalError(absl::StrCat("orchestrator: the pool refused a ", migrate ? "migration" : "admission",
-                                              " of ", KeyName(d.expert), " its residency table allowed: ",
-                                              applied.message()));
+                                              " of ", KeyName(d.expert),
+                                              " its residency table allowed: ", applied.message()));
     }
     if (migrate) {
       copy_free_at_us_ = ready;
@@ -429,7 +432,8 @@ struct Orchestrator::Execution {
 absl::Status Orchestrator::RunExperts(int layer, std::span<const ExpertWork> work) {
   const auto start = std::chrono::steady_clock::now();
   if (layer < 0 || layer >= num_layers_) {
-    return absl::InvalidArgumentError(absl::StrCat("orchestrator: layer ", layer, " out of range [0, ", num_layers_, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("orchestrator: layer ", layer, " out of range [0, ", num_layers_, ")"));
   }
   if (precalc_ != nullptr) {
     // Pre-computed experts are done; the rest is planned as usual.
@@ -471,11 +475,12 @@ absl::StatusOr<int64_t> Orchestrator::IndexWork(int layer, std::span<const Exper
                                                      w.expert, ", outside [0, ", num_experts_, ")"));
     }
     if (work_index_[static_cast<size_t>(w.expert)] >= 0) {
-      return absl::InvalidArgumentError(absl::StrCat("orchestrator: layer ", layer, " work names expert ", w.expert, " twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("orchestrator: layer ", layer, " work names expert ", w.expert, " twice"));
     }
     if (w.num_rows < 0 || w.num_rows > std::numeric_limits<int32_t>::max()) {
-      return absl::InvalidArgumentError(absl::StrCat("orchestrator: layer ", layer, " expert ", w.expert, " has ",
-                                                     w.num_rows, " rows"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("orchestrator: layer ", layer, " expert ", w.expert, " has ", w.num_rows, " rows"));
     }
     work_index_[static_cast<size_t>(w.expert)] = static_cast<int>(i);
     rows_[static_cast<size_t>(w.expert)] = static_cast<int32_t>(w.num_rows);
@@ -519,7 +524,8 @@ absl::Status Orchestrator::PlanLayer(int layer, double now) {
     }
   }
   if (!plan_.migrations.empty()) {
-    copy_free_at_us_ = std::max(copy_free_at_us_, now) + static_cast<double>(plan_.migrations.size()) * cost_.MigrateUs();
+    copy_free_at_us_ =
+        std::max(copy_free_at_us_, now) + static_cast<double>(plan_.migrations.size()) * cost_.MigrateUs();
   }
   return absl::OkStatus();
 }

@@ -52,12 +52,12 @@
 #include "common/model/model_config.h"
 #include "coordinator/forward_observer.h"
 #include "coordinator/layer_hook.h"
-#include "coordinator/precalc.h"
 #include "coordinator/planner/cache_policy.h"
 #include "coordinator/planner/cost_model.h"
 #include "coordinator/planner/placement.h"
 #include "coordinator/planner/planner.h"
 #include "coordinator/planner/residency.h"
+#include "coordinator/precalc.h"
 #include "gpu_worker/expert_pool.h"
 
 namespace tandem {
@@ -89,9 +89,9 @@ struct OrchestratorLayerStats {
   int64_t inflight_waits = 0;      // ran on the GPU after a copy already in flight
   int64_t planner_migrations = 0;  // copied by the plan (staging), then ran on the GPU
   int64_t cpu_runs = 0;
-  int64_t cache_migrations = 0;    // copies the cache policy started
-  int64_t cache_admissions = 0;    // planner copies the cache policy kept
-  int64_t evictions = 0;           // slots the cache policy's decisions freed
+  int64_t cache_migrations = 0;  // copies the cache policy started
+  int64_t cache_admissions = 0;  // planner copies the cache policy kept
+  int64_t evictions = 0;         // slots the cache policy's decisions freed
 
   int64_t misses() const { return expert_runs - gpu_hits; }
 };
@@ -196,7 +196,7 @@ class Orchestrator final : public ExpertExecutor, public ForwardObserver {
   Planner planner_;
   std::unique_ptr<CachePolicy> cache_;
   ResidencyTable table_;
-  std::unique_ptr<CpuLane> cpu_lane_;  // overlap_cpu only
+  std::unique_ptr<CpuLane> cpu_lane_;     // overlap_cpu only
   std::unique_ptr<DaopPrecalc> precalc_;  // precalc daop only
   const std::chrono::steady_clock::time_point epoch_;
   double copy_free_at_us_ = 0;  // when the copy engine is predicted idle (absolute)
@@ -206,9 +206,9 @@ class Orchestrator final : public ExpertExecutor, public ForwardObserver {
   bool step_prefill_ = false;
 
   // Per-layer scratch.
-  std::vector<int32_t> rows_;          // [E]
-  std::vector<int> work_index_;        // [E] index into the engine's work, or -1
-  std::vector<ExpertState> states_;    // [E]
+  std::vector<int32_t> rows_;        // [E]
+  std::vector<int> work_index_;      // [E] index into the engine's work, or -1
+  std::vector<ExpertState> states_;  // [E]
   std::vector<CacheDecision> decisions_;
   LayerPlan plan_;
   std::vector<ExpertWork> cpu_work_, pool_work_;

@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/clock.h"
-#include "common/model/routing.h"
 #include "common/base/status_macros.h"
+#include "common/model/routing.h"
 
 namespace tandem {
 namespace {
@@ -55,8 +55,8 @@ absl::StatusOr<PrecalcPolicy> ParsePrecalcPolicy(std::string_view name, std::str
 
 absl::Status ValidatePrecalcOptions(const PrecalcOptions& options) {
   if (options.policy == PrecalcPolicy::kDaop && options.start_layer < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("precalc_start_layer: must be >= 1 (layer i+1 is predicted at layer i), got ",
-                                                   options.start_layer));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "precalc_start_layer: must be >= 1 (layer i+1 is predicted at layer i), got ", options.start_layer));
   }
   return absl::OkStatus();
 }
@@ -194,7 +194,8 @@ absl::Status DaopPrecalc::Predict(ComputeBackend* backend, const RoutedLayer& ro
   for (int64_t e = 0; e < e_count; ++e) {
     const int64_t n = p.offsets[e + 1] - p.offsets[e];
     if (n == 0) continue;
-    work_.push_back({static_cast<int>(e), n, gathered_in_.data() + p.offsets[e] * d, p.outputs.data() + p.offsets[e] * d});
+    work_.push_back(
+        {static_cast<int>(e), n, gathered_in_.data() + p.offsets[e] * d, p.outputs.data() + p.offsets[e] * d});
   }
   const auto start = std::chrono::steady_clock::now();
   absl::Status status = cpu_->RunExperts(layer, work_);

@@ -68,16 +68,16 @@ absl::Status ValidatePrecalcOptions(const PrecalcOptions& options);
 
 struct PrecalcStats {
   std::string policy = "off";
-  int start_layer = 0;           // effective (clamped)
-  int64_t predicted_steps = 0;   // decode steps that predicted
-  int64_t predictions = 0;       // (token, layer) predictions
-  int64_t correct = 0;           // predicted set == true set (before degradation)
-  int64_t used_true_routing = 0; // used set == true set (after degradation)
-  int64_t precomputed_rows = 0;  // (token, expert) pairs pre-computed on the CPU
+  int start_layer = 0;              // effective (clamped)
+  int64_t predicted_steps = 0;      // decode steps that predicted
+  int64_t predictions = 0;          // (token, layer) predictions
+  int64_t correct = 0;              // predicted set == true set (before degradation)
+  int64_t used_true_routing = 0;    // used set == true set (after degradation)
+  int64_t precomputed_rows = 0;     // (token, expert) pairs pre-computed on the CPU
   int64_t precomputed_experts = 0;  // (layer, expert) CPU runs ahead of time
-  int64_t degradations = 0;      // CPU expert swapped for a resident one
-  int64_t no_alternative = 0;    // all CPU, no resident expert to swap in
-  double precompute_us = 0;      // CPU time spent pre-computing
+  int64_t degradations = 0;         // CPU expert swapped for a resident one
+  int64_t no_alternative = 0;       // all CPU, no resident expert to swap in
+  double precompute_us = 0;         // CPU time spent pre-computing
 
   double accuracy() const { return predictions > 0 ? static_cast<double>(correct) / predictions : 0.0; }
   // A JSON object; carries "lossy": "daop pre-calculation" unless off.

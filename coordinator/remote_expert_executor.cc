@@ -14,11 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/clock.h"
-#include "common/kernels/kernel_plan.h"
 #include "common/base/log.h"
+#include "common/base/status_macros.h"
+#include "common/kernels/kernel_plan.h"
 #include "common/model/expert_content.h"
 #include "common/platform/shm_transport.h"
-#include "common/base/status_macros.h"
 #include "tandem/v1/expert_worker.grpc.pb.h"
 #include "tandem/v1/expert_worker_convert.h"
 
@@ -94,8 +94,8 @@ struct RemoteExpertExecutor::Worker {
   bool connected = false;
   bool claimed = false;  // a Describe succeeded: the worker holds our session until Release
   std::optional<std::vector<uint64_t>> expected_content;  // per share, from options.expected_content (computed once)
-  std::string description;  // from Describe, for Summary and logs
-  std::string weights_region;  // from Describe: the worker's expert store (empty: none)
+  std::string description;                                // from Describe, for Summary and logs
+  std::string weights_region;                             // from Describe: the worker's expert store (empty: none)
   std::unique_ptr<ShmArena> arena;
   uint32_t next_slot = 0;
   RemoteWorkerStats stats;  // under the executor's stats_mutex_
@@ -121,7 +121,9 @@ struct RemoteExpertExecutor::Worker {
   std::chrono::steady_clock::time_point sent;
   double round_trip_us = 0;
 
-  std::string name() const { return absl::StrCat("worker ", index, " (", address, ", ", WorkerTransportName(transport), ")"); }
+  std::string name() const {
+    return absl::StrCat("worker ", index, " (", address, ", ", WorkerTransportName(transport), ")");
+  }
   absl::Status Prefixed(const absl::Status& s) const {
     return s.ok() ? s : absl::Status(s.code(), absl::StrCat(name(), ": ", s.message()));
   }
@@ -176,8 +178,8 @@ absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> RemoteExpertExecutor::Conn
   if (n == 0) return absl::InvalidArgumentError("RemoteExpertExecutorOptions.addresses is empty");
   if (options.transports.size() > 1 && options.transports.size() != n) {
     return absl::InvalidArgumentError(absl::StrCat("RemoteExpertExecutorOptions.transports has ",
-                                                   options.transports.size(), " entries; give none (shm), 1 or one per worker (",
-                                                   n, ")"));
+                                                   options.transports.size(),
+                                                   " entries; give none (shm), 1 or one per worker (", n, ")"));
   }
   if (options.call_timeout <= absl::ZeroDuration() || options.connect_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("RemoteExpertExecutorOptions: call_timeout and connect_timeout must be > 0");
@@ -242,7 +244,8 @@ absl::Status RemoteExpertExecutor::ConnectWorker(Worker& worker, absl::Time dead
   TANDEM_RETURN_IF_ERROR(CheckContent(worker, d));
   worker.weights_region = d.weights_region();
   worker.arena.reset();
-  if (worker.transport != WorkerTransport::kInline) TANDEM_RETURN_IF_ERROR(worker.OpenArena(d, deadline, options_.spin));
+  if (worker.transport != WorkerTransport::kInline)
+    TANDEM_RETURN_IF_ERROR(worker.OpenArena(d, deadline, options_.spin));
   worker.description = absl::StrCat(d.worker_id(), " pid ", d.pid(), " node ", d.numa_node(), " cpus ",
                                     absl::StrJoin(d.cores(), ","), ", ", d.experts_size(), " shares, ", d.compute());
   WarnOnOtherKernelPlan(worker, d);
@@ -298,8 +301,9 @@ absl::Status RemoteExpertExecutor::Worker::Describe(absl::Time deadline, bool in
 absl::Status RemoteExpertExecutor::CheckIdentity(const Worker& worker, const v1::DescribeResponse& d, bool initial) {
   const int n = num_workers();
   if (d.protocol_version() != kExpertWorkerProtocolVersion) {
-    return worker.Prefixed(absl::FailedPreconditionError(absl::StrCat(
-        "speaks expert-worker protocol version ", d.protocol_version(), ", the coordinator ", kExpertWorkerProtocolVersion)));
+    return worker.Prefixed(
+        absl::FailedPreconditionError(absl::StrCat("speaks expert-worker protocol version ", d.protocol_version(),
+                                                   ", the coordinator ", kExpertWorkerProtocolVersion)));
   }
   const ModelFingerprint theirs = FromProto(d.fingerprint());
   if (!(theirs == expected_)) {
@@ -316,9 +320,8 @@ absl::Status RemoteExpertExecutor::CheckIdentity(const Worker& worker, const v1:
   if (!division.ok()) return worker.Prefixed(absl::FailedPreconditionError(division.status().message()));
   if (initial && worker.index == 0) division_ = *division;
   if (*division != division_) {
-    return worker.Prefixed(absl::FailedPreconditionError(absl::StrCat("divides experts by ",
-                                                                      ExpertDivisionName(*division), ", worker 0 by ",
-                                                                      ExpertDivisionName(division_))));
+    return worker.Prefixed(absl::FailedPreconditionError(absl::StrCat(
+        "divides experts by ", ExpertDivisionName(*division), ", worker 0 by ", ExpertDivisionName(division_))));
   }
   return absl::OkStatus();
 }
@@ -375,17 +378,17 @@ absl::Status RemoteExpertExecutor::CheckContent(Worker& worker, const v1::Descri
   std::string first;
   for (size_t i = 0; i < shares.size() && i < static_cast<size_t>(d.experts_size()); ++i) {
     if (d.experts(static_cast<int>(i)).content_hash() != expected[i]) {
-      first = absl::StrCat(" (first differing share: ",
-                           ShareText(shares[i].layer, shares[i].expert, shares[i].intermediate_begin,
-                                     shares[i].intermediate_end),
-                           ", ", ContentHashString(d.experts(static_cast<int>(i)).content_hash()), " vs ",
-                           ContentHashString(expected[i]), ")");
+      first = absl::StrCat(
+          " (first differing share: ",
+          ShareText(shares[i].layer, shares[i].expert, shares[i].intermediate_begin, shares[i].intermediate_end), ", ",
+          ContentHashString(d.experts(static_cast<int>(i)).content_hash()), " vs ", ContentHashString(expected[i]),
+          ")");
       break;
     }
   }
   return worker.Prefixed(absl::FailedPreconditionError(absl::StrCat(
-      "holds other expert weights than the coordinator's model: its content hash is ", ContentHashString(d.content_hash()),
-      ", the coordinator's ", ContentHashString(want), first,
+      "holds other expert weights than the coordinator's model: its content hash is ",
+      ContentHashString(d.content_hash()), ", the coordinator's ", ContentHashString(want), first,
       "; the same config and shapes with other values (another seed or checkpoint): start the worker on the "
       "coordinator's model")));
 }
@@ -402,9 +405,8 @@ absl::Status RemoteExpertExecutor::Worker::OpenArena(const v1::DescribeResponse&
   auto opened = ShmArena::Open(d.arena_region());
   if (!opened.ok()) return Prefixed(opened.status());
   if ((*opened)->owner_pid() != d.pid()) {
-    return Prefixed(absl::FailedPreconditionError(absl::StrCat("arena ", d.arena_region(), " belongs to pid ",
-                                                               (*opened)->owner_pid(), ", not the worker's pid ",
-                                                               d.pid())));
+    return Prefixed(absl::FailedPreconditionError(absl::StrCat(
+        "arena ", d.arena_region(), " belongs to pid ", (*opened)->owner_pid(), ", not the worker's pid ", d.pid())));
   }
   // A request abandoned at a deadline may still be running: let it finish
   // before the control block and slots are reused.
@@ -412,8 +414,8 @@ absl::Status RemoteExpertExecutor::Worker::OpenArena(const v1::DescribeResponse&
     std::string_view ignored;
     absl::Status drained = (*opened)->AwaitResponse((*opened)->last_posted(), deadline, spin, &ignored);
     if (absl::IsDeadlineExceeded(drained) || absl::IsUnavailable(drained)) {
-      return Prefixed(absl::Status(drained.code(), absl::StrCat("still busy with an abandoned request: ",
-                                                                drained.message())));
+      return Prefixed(
+          absl::Status(drained.code(), absl::StrCat("still busy with an abandoned request: ", drained.message())));
     }
   }
   arena = std::move(*opened);
@@ -746,8 +748,8 @@ std::vector<std::string> RemoteExpertExecutor::weights_regions() const {
 std::string RemoteExpertExecutor::Summary() const {
   std::vector<std::string> parts;
   for (const auto& w : workers_) {
-    parts.push_back(absl::StrCat(w->index, " ", w->address, " ", WorkerTransportName(w->transport), " [",
-                                 w->description, "]"));
+    parts.push_back(
+        absl::StrCat(w->index, " ", w->address, " ", WorkerTransportName(w->transport), " [", w->description, "]"));
   }
   return absl::StrCat(workers_.size(), " workers (", ExpertDivisionName(division_), "): ", absl::StrJoin(parts, "; "));
 }

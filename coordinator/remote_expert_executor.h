@@ -59,7 +59,7 @@ absl::StatusOr<WorkerTransport> ParseWorkerTransport(const std::string& name);
 std::string WorkerTransportName(WorkerTransport transport);
 
 struct RemoteExpertExecutorOptions {
-  std::vector<std::string> addresses;       // worker i at addresses[i], e.g. "unix:/run/tandem/w0.sock"
+  std::vector<std::string> addresses;  // worker i at addresses[i], e.g. "unix:/run/tandem/w0.sock"
   // One for every worker, or one per worker; empty: kShmDoorbell, the
   // fastest (tandem-ipc-bench), for all.
   std::vector<WorkerTransport> transports;

@@ -44,7 +44,8 @@ RoutingRecorder::~RoutingRecorder() {
 
 void RoutingRecorder::OnStepBegin(const ForwardStep& step) {
   rows_.resize(step.sequences.size());
-  for (std::vector<int32_t>& r : rows_) r.assign(static_cast<size_t>(num_layers_) * static_cast<size_t>(num_experts_), 0);
+  for (std::vector<int32_t>& r : rows_)
+    r.assign(static_cast<size_t>(num_layers_) * static_cast<size_t>(num_experts_), 0);
 }
 
 void RoutingRecorder::OnRouting(const ForwardStep& step, int layer, std::span<const int32_t> experts,
@@ -68,14 +69,15 @@ void RoutingRecorder::OnStepEnd(const ForwardStep& step, const absl::Status& sta
     const StepSequence& seq = step.sequences[s];
     for (size_t i = 0; i < rows_[s].size(); ++i) usage_.tokens[i] += rows_[s][i];
     if (trace_.is_open()) {
-      RoutingTraceLine line{step.index, seq.id, seq.prefill ? Phase::kPrefill : Phase::kDecode, seq.start_position,
-                            seq.num_tokens, rows_[s]};
+      RoutingTraceLine line{step.index,         seq.id,         seq.prefill ? Phase::kPrefill : Phase::kDecode,
+                            seq.start_position, seq.num_tokens, rows_[s]};
       trace_ << RoutingTraceStepLine(line, num_layers_, num_experts_) << "\n";
     }
   }
   if (trace_.is_open()) {
     trace_.flush();
-    if (!trace_ && status_.ok()) status_ = absl::DataLossError(absl::StrCat("writing ", options_.trace_path, " failed"));
+    if (!trace_ && status_.ok())
+      status_ = absl::DataLossError(absl::StrCat("writing ", options_.trace_path, " failed"));
   }
   ++steps_recorded_;
 }
@@ -85,7 +87,8 @@ absl::Status RoutingRecorder::Finish() {
   finished_ = true;
   if (trace_.is_open()) {
     trace_.close();
-    if (!trace_ && status_.ok()) status_ = absl::DataLossError(absl::StrCat("closing ", options_.trace_path, " failed"));
+    if (!trace_ && status_.ok())
+      status_ = absl::DataLossError(absl::StrCat("closing ", options_.trace_path, " failed"));
   }
   if (!options_.usage_path.empty()) {
     absl::Status saved = SaveExpertUsage(usage_, options_.model_name, options_.usage_path);

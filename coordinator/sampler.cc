@@ -88,8 +88,11 @@ int32_t Sampler::SampleFiltered(std::span<const float> logits) {
   for (size_t i = 0; i < logits.size(); ++i) candidates_.emplace_back(logits[i], static_cast<int32_t>(i));
   size_t keep = candidates_.size();
   if (params_.top_k > 0) keep = std::min(keep, static_cast<size_t>(params_.top_k));
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
-  std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(keep), candidates_.end(), by_logit);
+  auto by_logit = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(keep), candidates_.end(),
+                    by_logit);
   candidates_.resize(keep);
   const double max_logit = candidates_[0].first;
   std::vector<double> probs(keep);
@@ -134,16 +137,17 @@ absl::Status CheckFiniteLogits(std::span<const float> logits) {
       first, " = ", logits[first], "): its weights hold NaN or Inf, or its activations overflowed; no token sampled"));
 }
 
-double LogProbability(std::span<const float> logits, int32_t id) { return logits[static_cast<size_t>(id)] - LogSumExp(logits); }
+double LogProbability(std::span<const float> logits, int32_t id) {
+  return logits[static_cast<size_t>(id)] - LogSumExp(logits);
+}
 
 std::vector<std::pair<int32_t, double>> TopLogprobs(std::span<const float> logits, int32_t k) {
   const double lse = LogSumExp(logits);
   std::vector<int32_t> ids(logits.size());
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
   const size_t keep = std::min(ids.size(), static_cast<size_t>(std::max(k, 0)));
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(keep), ids.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(keep), ids.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
   std::vector<std::pair<int32_t, double>> out;
   for (size_t i = 0; i < keep; ++i) out.emplace_back(ids[i], logits[ids[i]] - lse);
   return out;

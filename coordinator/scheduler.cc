@@ -67,12 +67,14 @@ absl::Status SchedulerOptions::Validate() const {
         absl::StrCat("max_batch_tokens must be <= ", kMaxSchedulerBatchTokens, ", got ", max_batch_tokens));
   }
   if (max_waiting > kMaxSchedulerWaiting) {
-    return absl::InvalidArgumentError(absl::StrCat("max_waiting must be <= ", kMaxSchedulerWaiting, ", got ", max_waiting));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_waiting must be <= ", kMaxSchedulerWaiting, ", got ", max_waiting));
   }
-  if (max_sequences < 1) return absl::InvalidArgumentError(absl::StrCat("max_sequences must be >= 1, got ", max_sequences));
+  if (max_sequences < 1)
+    return absl::InvalidArgumentError(absl::StrCat("max_sequences must be >= 1, got ", max_sequences));
   if (max_batch_tokens < max_sequences) {
-    return absl::InvalidArgumentError(absl::StrCat("max_batch_tokens (", max_batch_tokens,
-                                                   ") must be >= max_sequences (", max_sequences, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_batch_tokens (", max_batch_tokens, ") must be >= max_sequences (", max_sequences, ")"));
   }
   if (max_waiting < 0) return absl::InvalidArgumentError(absl::StrCat("max_waiting must be >= 0, got ", max_waiting));
   if (stats_window_steps < 1) {
@@ -100,8 +102,8 @@ struct Scheduler::Request {
 
   // Scheduler thread only, once admitted.
   int64_t prefilled = 0;
-  int64_t chunk = 0;                 // prompt tokens in this step's batch
-  std::unique_ptr<SequenceKv> kv;    // generate: the sequence; beam search: the prompt until the first step
+  int64_t chunk = 0;               // prompt tokens in this step's batch
+  std::unique_ptr<SequenceKv> kv;  // generate: the sequence; beam search: the prompt until the first step
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<StopStringMatcher> stops;
   Utf8Stream utf8;
@@ -161,7 +163,8 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::SubmitGenerate(Generat
     return reject(status);
   }
   for (size_t i = 0; i < params.stop_strings.size(); ++i) {
-    if (params.stop_strings[i].empty()) return reject(absl::InvalidArgumentError(absl::StrCat("stop[", i, "] is empty")));
+    if (params.stop_strings[i].empty())
+      return reject(absl::InvalidArgumentError(absl::StrCat("stop[", i, "] is empty")));
   }
   if (!params.stop_strings.empty() && model_->tokenizer == nullptr) {
     return reject(absl::InvalidArgumentError("stop strings need the model's tokenizer.model; use stop_ids"));
@@ -193,8 +196,8 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::SubmitBeamSearch(BeamS
   if (absl::Status status = job.params.Validate(model_->config.vocab_size); !status.ok()) return reject(status);
   const int64_t width = job.params.beam_width;
   if (width > options_.max_sequences) {
-    return reject(absl::ResourceExhaustedError(absl::StrCat("beam_width ", width, " exceeds the server's max_sequences (",
-                                                            options_.max_sequences, ")")));
+    return reject(absl::ResourceExhaustedError(
+        absl::StrCat("beam_width ", width, " exceeds the server's max_sequences (", options_.max_sequences, ")")));
   }
   auto request = std::make_unique<Request>();
   request->kind = Request::Kind::kBeamSearch;
@@ -229,8 +232,8 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::Enqueue(std::unique_pt
     if (waiting_count_ >= options_.max_waiting + options_.max_sequences) {
       std::lock_guard<std::mutex> stats_lock(stats_mu_);
       ++stats_.requests_rejected;
-      return absl::ResourceExhaustedError(
-          absl::StrCat("server busy: ", waiting_count_, " requests are waiting (max_waiting ", options_.max_waiting, ")"));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "server busy: ", waiting_count_, " requests are waiting (max_waiting ", options_.max_waiting, ")"));
     }
     request->id = next_id_++;
     ++waiting_count_;
@@ -578,15 +581,16 @@ SchedulerStats Scheduler::Stats() const {
       }
     }
     for (LayerTimingUs& l : s.mean_layers) {
-      for (double* x : {&l.attention_us, &l.router_us, &l.experts_us, &l.combine_us}) *x /= static_cast<double>(window_.size());
+      for (double* x : {&l.attention_us, &l.router_us, &l.experts_us, &l.combine_us})
+        *x /= static_cast<double>(window_.size());
     }
     const double n = static_cast<double>(window_.size());
     s.mean_step_ms = ms / n;
     s.mean_batch_rows = rows / n;
     if (s.window_s > 0) s.tokens_per_s = tokens / s.window_s;
     f.rows = static_cast<int64_t>(rows / n);
-    for (double* x : {&f.embed_us, &f.attention_us, &f.router_us, &f.experts_us, &f.combine_us, &f.logits_us,
-                      &f.total_us}) {
+    for (double* x :
+         {&f.embed_us, &f.attention_us, &f.router_us, &f.experts_us, &f.combine_us, &f.logits_us, &f.total_us}) {
       *x /= n;
     }
   }

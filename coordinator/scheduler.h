@@ -44,9 +44,9 @@ inline constexpr int64_t kMaxSchedulerBatchTokens = int64_t{1} << 20;
 inline constexpr int32_t kMaxSchedulerWaiting = 1 << 20;
 
 struct SchedulerOptions {
-  int32_t max_sequences = 16;     // sequences decoding at once; a beam search counts beam_width
-  int64_t max_batch_tokens = 256; // rows per Forward (decodes + prefill chunks); >= max_sequences
-  int32_t max_waiting = 256;      // admitted-later requests beyond this are refused
+  int32_t max_sequences = 16;      // sequences decoding at once; a beam search counts beam_width
+  int64_t max_batch_tokens = 256;  // rows per Forward (decodes + prefill chunks); >= max_sequences
+  int32_t max_waiting = 256;       // admitted-later requests beyond this are refused
   int32_t stats_window_steps = 256;
 
   absl::Status Validate() const;  // InvalidArgument naming the field
@@ -85,7 +85,7 @@ struct BeamProgressEvent {
 // What a request streams. The last event has done = true.
 struct StreamEvent {
   std::vector<GeneratedToken> tokens;  // generate: tokens since the last event
-  bool has_progress = false;  // beam search: `progress` is set
+  bool has_progress = false;           // beam search: `progress` is set
   BeamProgressEvent progress;
   bool done = false;
   absl::Status status;  // done: OK, or why the request failed
@@ -125,7 +125,7 @@ struct SchedulerStats {
   int64_t prompt_tokens = 0, generated_tokens = 0, steps = 0;
   // Over the last stats_window_steps steps:
   double window_s = 0, tokens_per_s = 0, mean_step_ms = 0, mean_batch_rows = 0;
-  ForwardTiming mean_forward;  // per step, µs
+  ForwardTiming mean_forward;              // per step, µs
   std::vector<LayerTimingUs> mean_layers;  // per step, µs
   int64_t kv_blocks_in_use = 0, kv_blocks_total = 0, kv_block_size = 0, kv_copies_on_write = 0;
 };
@@ -191,7 +191,7 @@ class Scheduler {
     ForwardTiming timing;
   };
   mutable std::mutex stats_mu_;
-  SchedulerStats stats_ ABSL_GUARDED_BY(stats_mu_);           // counters
+  SchedulerStats stats_ ABSL_GUARDED_BY(stats_mu_);  // counters
   std::deque<StepRecord> window_ ABSL_GUARDED_BY(stats_mu_);
 
   std::thread thread_;  // last: starts after everything above exists

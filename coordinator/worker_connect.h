@@ -19,7 +19,7 @@
 namespace tandem {
 
 struct WorkerConnectSettings {
-  std::string addresses;  // "unix:/run/tandem/w0.sock,unix:/run/tandem/w1.sock", in worker-index order
+  std::string addresses;          // "unix:/run/tandem/w0.sock,unix:/run/tandem/w1.sock", in worker-index order
   std::string transport = "shm";  // shm | shm-grpc | inline
   absl::Duration call_timeout = absl::Seconds(5);
   absl::Duration connect_timeout = absl::Seconds(10);

@@ -29,10 +29,10 @@ absl::StatusOr<std::unique_ptr<WorkerExpertSources>> WorkerExpertSources::Open(c
       view = ExpertStoreView::Open(regions[w], ShmAccess::kReadOnly);
     }
     if (!view.ok()) {
-      return absl::Status(view.status().code(),
-                          absl::StrCat("worker ", w, "'s expert store ", regions[w],
-                                       " (the pool copies experts from it; workers must run on this host): ",
-                                       view.status().message()));
+      return absl::Status(
+          view.status().code(),
+          absl::StrCat("worker ", w, "'s expert store ", regions[w],
+                       " (the pool copies experts from it; workers must run on this host): ", view.status().message()));
     }
     for (const ExpertSlice& slice : view->slices()) {
       if (slice.layer < 0 || slice.layer >= config.num_hidden_layers || slice.expert < 0 ||

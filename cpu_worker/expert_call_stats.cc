@@ -16,7 +16,8 @@ absl::Status ExpertCallRecorder::RunAndRecord(int layer, std::span<const ExpertW
     if (entry.num_rows == 0) continue;  // an expert with no rows changes nothing
     absl::Status status = run_one(entry);
     if (!status.ok()) {
-      return absl::Status(status.code(), absl::StrCat("layer ", layer, " expert ", entry.expert, ": ", status.message()));
+      return absl::Status(status.code(),
+                          absl::StrCat("layer ", layer, " expert ", entry.expert, ": ", status.message()));
     }
     ++call.experts;
     call.rows += entry.num_rows;

@@ -29,8 +29,7 @@ inline __m256 Exp8(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i exponent =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
 }
 
@@ -64,8 +63,7 @@ absl::Status ExpertFfn::Run(const ExpertFfnWeights& weights, const float* x, int
   const int64_t intermediate = weights.w1.n;
   if (rows < 0) return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: negative rows ", rows));
   if (hidden < 1 || intermediate < 1)
-    return absl::InvalidArgumentError(
-        absl::StrCat("ExpertFfn: gate_proj is [", intermediate, ", ", hidden, "]"));
+    return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: gate_proj is [", intermediate, ", ", hidden, "]"));
   TANDEM_RETURN_IF_ERROR(CheckWeight(weights.w1, "gate_proj", intermediate, hidden));
   TANDEM_RETURN_IF_ERROR(CheckWeight(weights.w3, "up_proj", intermediate, hidden));
   TANDEM_RETURN_IF_ERROR(CheckWeight(weights.w2, "down_proj", hidden, intermediate));
@@ -86,8 +84,7 @@ absl::Status ExpertFfn::Run(const ExpertFfnWeights& weights, const float* x, int
   const int64_t ldx = rows > 1 ? ActivationRowStride(hidden) : hidden;
   const int64_t ldh = rows > 1 ? ActivationRowStride(intermediate) : intermediate;
   try {
-    if (ldx != hidden && x_.size() < static_cast<size_t>(rows * ldx))
-      x_.resize(static_cast<size_t>(rows * ldx));
+    if (ldx != hidden && x_.size() < static_cast<size_t>(rows * ldx)) x_.resize(static_cast<size_t>(rows * ldx));
     if (gate_.size() < static_cast<size_t>(rows * ldh)) gate_.resize(static_cast<size_t>(rows * ldh));
     if (up_.size() < static_cast<size_t>(rows * ldh)) up_.resize(static_cast<size_t>(rows * ldh));
   } catch (const std::bad_alloc&) {
@@ -101,7 +98,8 @@ absl::Status ExpertFfn::Run(const ExpertFfnWeights& weights, const float* x, int
   }
   // Kernels with a layout of their own get x prepared once, for all tasks.
   TANDEM_RETURN_IF_ERROR(x_prepared_.Prepare(gate_kernel, x, hidden, rows, hidden, pool_));
-  if (&up_kernel != &gate_kernel) TANDEM_RETURN_IF_ERROR(up_prepared_.Prepare(up_kernel, x, hidden, rows, hidden, pool_));
+  if (&up_kernel != &gate_kernel)
+    TANDEM_RETURN_IF_ERROR(up_prepared_.Prepare(up_kernel, x, hidden, rows, hidden, pool_));
   const void* up_prepared = &up_kernel == &gate_kernel ? x_prepared_.data() : up_prepared_.data();
   float* gate = gate_.data();  // [R, ldh]: gate, then silu(gate) * up in place
   float* up = up_.data();      // [R, ldh]
@@ -111,24 +109,23 @@ absl::Status ExpertFfn::Run(const ExpertFfnWeights& weights, const float* x, int
   // the slice is still in cache, without another pass over [R, I].
   const int threads = pool_ == nullptr ? 1 : pool_->num_threads();
   const int64_t gate_features = LinearTaskFeatures(rows, weights.w1, threads, gate_kernel);
-  TANDEM_RETURN_IF_ERROR(
-      ParallelTasks(pool_, (intermediate + gate_features - 1) / gate_features, [&](int64_t t) {
-        LinearSliceArgs args{.x = xs,
-                             .ldx = ldx,
-                             .m = rows,
-                             .n_begin = t * gate_features,
-                             .n_end = std::min((t + 1) * gate_features, intermediate),
-                             .y = gate,
-                             .ldy = ldh,
-                             .prepared = x_prepared_.data()};
-        TANDEM_RETURN_IF_ERROR(LinearSlice(gate_kernel, weights.w1, args));
-        args.y = up;
-        args.prepared = up_prepared;
-        TANDEM_RETURN_IF_ERROR(LinearSlice(up_kernel, weights.w3, args));
-        for (int64_t r = 0; r < rows; ++r)
-          SiluMul(gate + r * ldh + args.n_begin, up + r * ldh + args.n_begin, args.n_end - args.n_begin);
-        return absl::OkStatus();
-      }));
+  TANDEM_RETURN_IF_ERROR(ParallelTasks(pool_, (intermediate + gate_features - 1) / gate_features, [&](int64_t t) {
+    LinearSliceArgs args{.x = xs,
+                         .ldx = ldx,
+                         .m = rows,
+                         .n_begin = t * gate_features,
+                         .n_end = std::min((t + 1) * gate_features, intermediate),
+                         .y = gate,
+                         .ldy = ldh,
+                         .prepared = x_prepared_.data()};
+    TANDEM_RETURN_IF_ERROR(LinearSlice(gate_kernel, weights.w1, args));
+    args.y = up;
+    args.prepared = up_prepared;
+    TANDEM_RETURN_IF_ERROR(LinearSlice(up_kernel, weights.w3, args));
+    for (int64_t r = 0; r < rows; ++r)
+      SiluMul(gate + r * ldh + args.n_begin, up + r * ldh + args.n_begin, args.n_end - args.n_begin);
+    return absl::OkStatus();
+  }));
 
   // Down: [R, I] . W2[D, I]^T -> y [R, D].
   TANDEM_RETURN_IF_ERROR(h_prepared_.Prepare(down_kernel, gate, ldh, rows, intermediate, pool_));

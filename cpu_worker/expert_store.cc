@@ -16,10 +16,10 @@
 #include "absl/strings/str_format.h"
 #include "common/base/clock.h"
 #include "common/base/log.h"
+#include "common/base/status_macros.h"
 #include "common/model/expert_content.h"
 #include "common/model/model_fingerprint.h"
 #include "common/platform/numa_topology.h"
-#include "common/base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -153,9 +153,12 @@ absl::StatusOr<StoreLayout> CheckModel(const ModelWeights& model, const ExpertSt
   for (const ExpertSlice& s : layout.slices) {
     const ExpertWeights& w = model.layers[static_cast<size_t>(s.layer)].experts[static_cast<size_t>(s.expert)];
     const bool need_data = !options.fill;
-    TANDEM_RETURN_IF_ERROR(CheckMatrix(w.w1, dtype, intermediate, hidden, s.layer, s.expert, "gate_proj (w1)", need_data));
-    TANDEM_RETURN_IF_ERROR(CheckMatrix(w.w3, dtype, intermediate, hidden, s.layer, s.expert, "up_proj (w3)", need_data));
-    TANDEM_RETURN_IF_ERROR(CheckMatrix(w.w2, dtype, hidden, intermediate, s.layer, s.expert, "down_proj (w2)", need_data));
+    TANDEM_RETURN_IF_ERROR(
+        CheckMatrix(w.w1, dtype, intermediate, hidden, s.layer, s.expert, "gate_proj (w1)", need_data));
+    TANDEM_RETURN_IF_ERROR(
+        CheckMatrix(w.w3, dtype, intermediate, hidden, s.layer, s.expert, "up_proj (w3)", need_data));
+    TANDEM_RETURN_IF_ERROR(
+        CheckMatrix(w.w2, dtype, hidden, intermediate, s.layer, s.expert, "down_proj (w2)", need_data));
   }
   layout.element = static_cast<int64_t>(DTypeSize(dtype));
   return layout;
@@ -227,12 +230,12 @@ void CopySlices(const ModelWeights& model, const StoreLayout& layout, ThreadPool
     const ExpertStoreEntry& entry = layout.table[i];
     const ExpertWeights& w = model.layers[static_cast<size_t>(s.layer)].experts[static_cast<size_t>(s.expert)];
     const int64_t row = hidden * element;  // a w1/w3 row
-    AddCopy(tasks, base + entry.w1_offset, static_cast<const char*>(w.w1.data) + s.intermediate_begin * row,
-            s.size(), row, row, row, i, WeightRole::kExpertW1);
-    AddCopy(tasks, base + entry.w3_offset, static_cast<const char*>(w.w3.data) + s.intermediate_begin * row,
-            s.size(), row, row, row, i, WeightRole::kExpertW3);
-    AddCopy(tasks, base + entry.w2_offset, static_cast<const char*>(w.w2.data) + s.intermediate_begin * element,
-            hidden, s.size() * element, layout.intermediate * element, s.size() * element, i, WeightRole::kExpertW2);
+    AddCopy(tasks, base + entry.w1_offset, static_cast<const char*>(w.w1.data) + s.intermediate_begin * row, s.size(),
+            row, row, row, i, WeightRole::kExpertW1);
+    AddCopy(tasks, base + entry.w3_offset, static_cast<const char*>(w.w3.data) + s.intermediate_begin * row, s.size(),
+            row, row, row, i, WeightRole::kExpertW3);
+    AddCopy(tasks, base + entry.w2_offset, static_cast<const char*>(w.w2.data) + s.intermediate_begin * element, hidden,
+            s.size() * element, layout.intermediate * element, s.size() * element, i, WeightRole::kExpertW2);
   }
   RunTasks(pool, tasks.size(), [&](int64_t t) {
     const CopyTask& task = tasks[static_cast<size_t>(t)];
@@ -260,7 +263,8 @@ void FillSlices(const StoreLayout& layout, const ExpertStoreOptions& options, ch
       for (int64_t r = 0; r < slices[i].size(); r += w13_rows)
         fills.push_back({i, role, r, std::min(slices[i].size(), r + w13_rows)});
     }
-    for (int64_t r = 0; r < hidden; r += w2_rows) fills.push_back({i, WeightRole::kExpertW2, r, std::min(hidden, r + w2_rows)});
+    for (int64_t r = 0; r < hidden; r += w2_rows)
+      fills.push_back({i, WeightRole::kExpertW2, r, std::min(hidden, r + w2_rows)});
   }
   // Each stored row hashed right after it is generated; the task's sum.
   auto run = [&](const FillTask& f) -> uint64_t {
@@ -281,8 +285,8 @@ void FillSlices(const StoreLayout& layout, const ExpertStoreOptions& options, ch
     options.fill(s.layer, s.expert, f.role, (s.intermediate_begin + f.row_begin) * hidden,
                  (s.intermediate_begin + f.row_end) * hidden, out + f.row_begin * hidden * element);
     for (int64_t r = f.row_begin; r < f.row_end; ++r) {
-      sum += HashExpertRow(out + r * hidden * element, static_cast<size_t>(hidden * element),
-                           StoredRowSeed(s, f.role, r));
+      sum +=
+          HashExpertRow(out + r * hidden * element, static_cast<size_t>(hidden * element), StoredRowSeed(s, f.role, r));
     }
     return sum;
   };
@@ -316,8 +320,8 @@ void WriteHeader(const StoreLayout& layout, const ModelFingerprint& fingerprint,
   __atomic_store_n(reinterpret_cast<uint64_t*>(base), kExpertStoreMagic, __ATOMIC_RELEASE);
 }
 
-void LogCreated(const std::string& name, const StoreLayout& layout, const ExpertStoreOptions& options,
-                double seconds, uint64_t content_hash) {
+void LogCreated(const std::string& name, const StoreLayout& layout, const ExpertStoreOptions& options, double seconds,
+                uint64_t content_hash) {
   LOG_INFO("expert store ", name, ": ", ExpertDivisionName(options.division), " worker ", options.worker_index, "/",
            options.num_workers, ", ", layout.slices.size(), " slices, ", FormatBytes(layout.region_bytes),
            options.numa_node >= 0 ? absl::StrCat(" on NUMA node ", options.numa_node) : std::string(" unbound"),

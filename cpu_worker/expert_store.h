@@ -22,12 +22,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/base/thread_pool.h"
 #include "common/model/expert_partition.h"
 #include "common/model/expert_store_view.h"
 #include "common/model/model_weights.h"
-#include "common/platform/shm_region.h"
 #include "common/model/tensor_names.h"
-#include "common/base/thread_pool.h"
+#include "common/platform/shm_region.h"
 
 namespace tandem {
 
@@ -39,8 +39,8 @@ struct ExpertStoreOptions {
   ExpertDivision division = ExpertDivision::kSplit;
   int worker_index = 0;
   int num_workers = 1;
-  int numa_node = -1;           // -1: no binding (single-node machine or unknown)
-  ThreadPool* pool = nullptr;   // pinned compute threads: they first-touch the pages
+  int numa_node = -1;          // -1: no binding (single-node machine or unknown)
+  ThreadPool* pool = nullptr;  // pinned compute threads: they first-touch the pages
   // Set: the slices' bytes are written by this instead of copied from the
   // model's expert views (which may then be null): a synthetic model's
   // experts generated straight into the region, so the worker never holds
@@ -57,13 +57,12 @@ class ExpertStore {
  public:
   // Creates the region (O_EXCL), binds it to options.numa_node, copies this
   // worker's slices of `model` into it on options.pool, hashing every row
-  // as it lands (slice_hashes), writes the header last. InvalidArgument for bad options or model shapes (naming the field
-  // or layer/expert); AlreadyExists naming the region when a live process
-  // holds the name (a stale region of a killed worker is reclaimed, see
-  // ShmRegion); ResourceExhausted when /dev/shm lacks the space (instead of a
-  // SIGBUS half-way through the copy); the errno's status for other
-  // system-call failures. On error nothing is left behind.
-  static absl::StatusOr<std::unique_ptr<ExpertStore>> Create(const ModelWeights& model, const ExpertStoreOptions& options);
+  // as it lands (slice_hashes), writes the header last. InvalidArgument for bad options or model shapes (naming the
+  // field or layer/expert); AlreadyExists naming the region when a live process holds the name (a stale region of a
+  // killed worker is reclaimed, see ShmRegion); ResourceExhausted when /dev/shm lacks the space (instead of a SIGBUS
+  // half-way through the copy); the errno's status for other system-call failures. On error nothing is left behind.
+  static absl::StatusOr<std::unique_ptr<ExpertStore>> Create(const ModelWeights& model,
+                                                             const ExpertStoreOptions& options);
   // Maps an existing region read-only and validates it (ExpertStoreView::Open).
   static absl::StatusOr<ExpertStoreView> OpenReadOnly(const std::string& region_name);
   // Unmaps and unlinks the name (ShmRegion); other processes' mappings stay valid.

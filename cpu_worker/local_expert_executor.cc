@@ -52,10 +52,10 @@ absl::Status LocalExpertExecutor::RunSplit(const ExpertFfnWeights& weights, cons
     }
     const int64_t row_bytes = hidden * static_cast<int64_t>(DTypeSize(weights.w1.dtype));
     ExpertFfnWeights slice;
-    slice.w1 = LinearWeight{static_cast<const char*>(weights.w1.data) + range.begin * row_bytes, weights.w1.dtype,
-                            part, hidden};
-    slice.w3 = LinearWeight{static_cast<const char*>(weights.w3.data) + range.begin * row_bytes, weights.w3.dtype,
-                            part, hidden};
+    slice.w1 = LinearWeight{static_cast<const char*>(weights.w1.data) + range.begin * row_bytes, weights.w1.dtype, part,
+                            hidden};
+    slice.w3 = LinearWeight{static_cast<const char*>(weights.w3.data) + range.begin * row_bytes, weights.w3.dtype, part,
+                            hidden};
     slice.w2 = LinearWeight{w2_part_.data(), weights.w2.dtype, hidden, part};
     // Worker order, as the coordinator sums: out = p_0; out += p_1; ...
     // Summed in scratch, not in `output`: every partial reads `input`, which
@@ -80,22 +80,20 @@ absl::Status LocalExpertExecutor::RunExperts(int layer, std::span<const ExpertWo
   // Validate every entry before computing any, so a bad request writes nothing.
   for (const ExpertWork& entry : work) {
     if (entry.expert < 0 || entry.expert >= num_experts)
-      return absl::InvalidArgumentError(absl::StrCat("LocalExpertExecutor: layer ", layer, " expert ",
-                                                     entry.expert, " out of range [0, ", num_experts, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("LocalExpertExecutor: layer ", layer, " expert ", entry.expert,
+                                                     " out of range [0, ", num_experts, ")"));
     if (entry.num_rows < 0)
-      return absl::InvalidArgumentError(absl::StrCat("LocalExpertExecutor: layer ", layer, " expert ",
-                                                     entry.expert, " has negative rows ", entry.num_rows));
+      return absl::InvalidArgumentError(absl::StrCat("LocalExpertExecutor: layer ", layer, " expert ", entry.expert,
+                                                     " has negative rows ", entry.num_rows));
     if (entry.num_rows > 0 && (entry.input == nullptr || entry.output == nullptr))
-      return absl::InvalidArgumentError(absl::StrCat("LocalExpertExecutor: layer ", layer, " expert ",
-                                                     entry.expert, " has null input or output for ",
-                                                     entry.num_rows, " rows"));
+      return absl::InvalidArgumentError(absl::StrCat("LocalExpertExecutor: layer ", layer, " expert ", entry.expert,
+                                                     " has null input or output for ", entry.num_rows, " rows"));
     if (split_ways_ != 1) {
       absl::StatusOr<std::vector<IntermediateRange>> ranges =
           SplitIntermediate(layer_experts[static_cast<size_t>(entry.expert)].w1.n, split_ways_);
       if (!ranges.ok())
-        return absl::InvalidArgumentError(absl::StrCat("LocalExpertExecutor: layer ", layer, " expert ",
-                                                       entry.expert, ": split_ways ", split_ways_, ": ",
-                                                       ranges.status().message()));
+        return absl::InvalidArgumentError(absl::StrCat("LocalExpertExecutor: layer ", layer, " expert ", entry.expert,
+                                                       ": split_ways ", split_ways_, ": ", ranges.status().message()));
     }
   }
 

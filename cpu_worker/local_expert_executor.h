@@ -10,8 +10,8 @@
 
 #include "absl/status/status.h"
 #include "common/base/expert_executor.h"
-#include "common/model/expert_partition.h"
 #include "common/base/thread_pool.h"
+#include "common/model/expert_partition.h"
 #include "cpu_worker/expert_call_stats.h"
 #include "cpu_worker/expert_ffn.h"
 
@@ -40,8 +40,8 @@ class LocalExpertExecutor final : public ExpertExecutor {
   // outlive the executor. `pool` may be null (single thread) and is not owned.
   // split_ways >= 1 (see above); a value an expert's I cannot be split into
   // is reported by RunExperts as InvalidArgument.
-  LocalExpertExecutor(std::vector<std::vector<ExpertFfnWeights>> experts, ThreadPool* pool,
-                      LinearOptions options = {}, int split_ways = 1);
+  LocalExpertExecutor(std::vector<std::vector<ExpertFfnWeights>> experts, ThreadPool* pool, LinearOptions options = {},
+                      int split_ways = 1);
 
   // InvalidArgument naming the layer/expert for an index out of range, a
   // negative row count or null input/output; otherwise ExpertFfn's status.

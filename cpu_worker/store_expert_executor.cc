@@ -1,6 +1,5 @@
 #include "cpu_worker/store_expert_executor.h"
 
-
 #include "absl/strings/str_cat.h"
 
 namespace tandem {

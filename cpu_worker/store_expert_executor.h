@@ -17,9 +17,9 @@
 #include "absl/status/status.h"
 #include "common/base/expert_executor.h"
 #include "common/base/thread_pool.h"
+#include "cpu_worker/expert_call_stats.h"
 #include "cpu_worker/expert_ffn.h"
 #include "cpu_worker/expert_store.h"
-#include "cpu_worker/expert_call_stats.h"
 
 namespace tandem {
 

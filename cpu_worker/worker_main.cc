@@ -18,9 +18,9 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -32,7 +32,6 @@
 #include <string>
 #include <vector>
 
-#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -40,20 +39,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "common/base/runtime_dir.h"
 #include "common/base/cpu_features.h"
+#include "common/base/flags_usage.h"
 #include "common/base/log.h"
+#include "common/base/runtime_dir.h"
+#include "common/base/status_macros.h"
+#include "common/base/thread_pool.h"
 #include "common/kernels/kernel_calibration.h"
 #include "common/kernels/kernel_plan.h"
 #include "common/kernels/linear.h"
-#include "common/model/model.h"
 #include "common/model/expert_content.h"
+#include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
-#include "common/platform/numa_topology.h"
-#include "common/base/status_macros.h"
 #include "common/model/synthetic_model.h"
 #include "common/model/tensor_names.h"
-#include "common/base/thread_pool.h"
+#include "common/platform/numa_topology.h"
 #include "cpu_worker/expert_store.h"
 #include "cpu_worker/store_expert_executor.h"
 #include "cpu_worker/worker_service.h"
@@ -120,8 +120,8 @@ struct WorkerConfig {
 absl::StatusOr<WorkerConfig> ConfigFromFlags() {
   WorkerConfig c;
   // The same parsing and messages as tandem-server and tandem-generate.
-  TANDEM_ASSIGN_OR_RETURN(c.model,
-                          ParseModelSource(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_synthetic), absl::GetFlag(FLAGS_synthetic_seed)));
+  TANDEM_ASSIGN_OR_RETURN(c.model, ParseModelSource(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_synthetic),
+                                                    absl::GetFlag(FLAGS_synthetic_seed)));
   c.socket = absl::GetFlag(FLAGS_socket);
   if (c.socket.empty()) return absl::InvalidArgumentError("--socket is required (a unix socket path)");
   if (c.socket.size() > 100) {
@@ -181,7 +181,8 @@ absl::StatusOr<WorkerConfig> ConfigFromFlags() {
   }
   c.arena_slots = static_cast<uint32_t>(slots);
   const int64_t slot_mb = absl::GetFlag(FLAGS_arena_slot_mb);
-  if (slot_mb < 1 || slot_mb > 65536) return absl::InvalidArgumentError(absl::StrCat("--arena_slot_mb ", slot_mb, " not in [1, 65536]"));
+  if (slot_mb < 1 || slot_mb > 65536)
+    return absl::InvalidArgumentError(absl::StrCat("--arena_slot_mb ", slot_mb, " not in [1, 65536]"));
   c.arena_slot_bytes = static_cast<uint64_t>(slot_mb) << 20;
   const int spin_us = absl::GetFlag(FLAGS_spin_us);
   if (spin_us < 0) return absl::InvalidArgumentError(absl::StrCat("--spin_us ", spin_us, " < 0"));
@@ -208,8 +209,8 @@ class SocketLock {
     }
     struct stat st {};
     if (fstat(lock->fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
-      return absl::PermissionDeniedError(absl::StrCat("lock file ", lock->path_, " is not a regular file of yours (uid ",
-                                                      st.st_uid, "): refusing to use it"));
+      return absl::PermissionDeniedError(absl::StrCat(
+          "lock file ", lock->path_, " is not a regular file of yours (uid ", st.st_uid, "): refusing to use it"));
     }
     struct flock fl {};
     fl.l_type = F_WRLCK;
@@ -275,8 +276,8 @@ absl::StatusOr<WorkerPlacement> Place(const WorkerConfig& c, const NumaTopology&
     for (const NumaNode& n : topology.nodes)
       if (n.os_index == c.numa_node) node = &n;
     if (node == nullptr || node->cpus.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("--numa_node ", c.numa_node, " has no cores we may run on (",
-                                                     topology.ToString(), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--numa_node ", c.numa_node, " has no cores we may run on (", topology.ToString(), ")"));
     }
     p.numa_node = c.numa_node;
     p.cpus = node->cpus;
@@ -340,7 +341,8 @@ std::function<void(int, int, WeightRole, int64_t, int64_t, void*)> SyntheticStor
 // prefix and are this user's, left alone otherwise.
 void RemoveStaleRegions(const WorkerConfig& c, const std::vector<std::string>& names) {
   for (const std::string& name : names) {
-    const bool ours_by_name = absl::StartsWith(name, c.experts_region() + "-") || absl::StartsWith(name, c.arena_region() + "-");
+    const bool ours_by_name =
+        absl::StartsWith(name, c.experts_region() + "-") || absl::StartsWith(name, c.arena_region() + "-");
     if (!ours_by_name || !ValidateShmName(name).ok()) {
       LOG_WARNING("lock file lists \"", name, "\", which is not one of this worker's region names: left alone");
       continue;
@@ -413,17 +415,17 @@ absl::StatusOr<WorkerCompute> StoreCompute(const WorkerConfig& c, const WorkerPl
   WorkerCompute compute;
   TANDEM_ASSIGN_OR_RETURN(
       compute.store,
-      ExpertStore::Create(*model->weights,
-                          ExpertStoreOptions{.region_name = c.experts_region(),
-                                             .unique_suffix = true,
-                                             .division = c.division,
-                                             .worker_index = c.worker_index,
-                                             .num_workers = c.num_workers,
-                                             .numa_node = p.numa_node,
-                                             .pool = pool,
-                                             .fill = c.model.synthetic
-                                                         ? SyntheticStoreFill(model->config, *c.model.synthetic)
-                                                         : nullptr}));
+      ExpertStore::Create(
+          *model->weights,
+          ExpertStoreOptions{
+              .region_name = c.experts_region(),
+              .unique_suffix = true,
+              .division = c.division,
+              .worker_index = c.worker_index,
+              .num_workers = c.num_workers,
+              .numa_node = p.numa_node,
+              .pool = pool,
+              .fill = c.model.synthetic ? SyntheticStoreFill(model->config, *c.model.synthetic) : nullptr}));
   model.reset();  // the store holds this worker's slices; drop the checkpoint (never a full copy per node)
   options->slices = compute.store->slices();
   options->weights_region = compute.store->region_name();
@@ -445,14 +447,14 @@ absl::StatusOr<WorkerCompute> StoreCompute(const WorkerConfig& c, const WorkerPl
 
 // The start-up log line up to the arena (which the service creates).
 std::string ServingSummary(const WorkerConfig& c, const WorkerPlacement& p, const WorkerServiceOptions& options) {
-  return absl::StrCat("worker ", c.worker_index, "/", c.num_workers, " pid ", getpid(), " serving unix:", c.socket,
-                      ": model ", c.model.Describe(), " [", FingerprintString(options.fingerprint), "]; node ",
-                      p.numa_node, ", cpus ", FormatCpuList(p.cpus), " (", p.num_threads(), " threads); ",
-                      ExpertDivisionName(c.division), ", ", options.slices.size(), " slices",
-                      c.echo ? " (echo: no weights)"
-                             : absl::StrFormat(" in %s (%.1f MiB, content %s)", options.weights_region,
-                                               options.weights_region_bytes / 1048576.0,
-                                               ContentHashString(options.content_hash)));
+  return absl::StrCat(
+      "worker ", c.worker_index, "/", c.num_workers, " pid ", getpid(), " serving unix:", c.socket, ": model ",
+      c.model.Describe(), " [", FingerprintString(options.fingerprint), "]; node ", p.numa_node, ", cpus ",
+      FormatCpuList(p.cpus), " (", p.num_threads(), " threads); ", ExpertDivisionName(c.division), ", ",
+      options.slices.size(), " slices",
+      c.echo ? " (echo: no weights)"
+             : absl::StrFormat(" in %s (%.1f MiB, content %s)", options.weights_region,
+                               options.weights_region_bytes / 1048576.0, ContentHashString(options.content_hash)));
 }
 
 std::string ArenaText(const WorkerService& service) {

@@ -15,17 +15,17 @@
 
 #include <grpcpp/server_posix.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/base/clock.h"
 #include "common/base/log.h"
+#include "common/base/status_macros.h"
 #include "common/model/expert_content.h"
 #include "common/platform/numa_topology.h"
-#include "common/base/status_macros.h"
 #include "tandem/v1/expert_worker_convert.h"
 
 namespace tandem {
@@ -153,9 +153,9 @@ void WorkerService::PinComputeThread() {
 // ParseRequest and ParseTask collect while they walk the tasks.
 struct WorkerService::ParsedRequest {
   int layer = 0;
-  bool shm = false;                    // TRANSPORT_SHM: rows and outputs in the arena
-  std::vector<char> seen;              // [E] named by a task already
-  std::vector<OutputRange> outputs;    // shm: where the outputs land so far
+  bool shm = false;                           // TRANSPORT_SHM: rows and outputs in the arena
+  std::vector<char> seen;                     // [E] named by a task already
+  std::vector<OutputRange> outputs;           // shm: where the outputs land so far
   std::vector<std::vector<float>> realigned;  // inline rows whose bytes are not float-aligned (never in practice)
   std::vector<ExpertWork> work;
 };
@@ -197,16 +197,18 @@ absl::Status WorkerService::ParseRequest(const v1::RunExpertsRequest& request, b
   }
   const bool shm = request.transport() == v1::TRANSPORT_SHM;
   if (!shm && request.transport() != v1::TRANSPORT_INLINE) {
-    return absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.transport ", static_cast<int>(request.transport()),
+    return absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.transport ",
+                                                   static_cast<int>(request.transport()),
                                                    " is neither TRANSPORT_INLINE nor TRANSPORT_SHM"));
   }
   if (shm && !arena_) {
-    return absl::FailedPreconditionError(absl::StrCat("worker ", options_.worker_index,
-                                                      " offers no shared-memory arena (started with --transport inline)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", options_.worker_index, " offers no shared-memory arena (started with --transport inline)"));
   }
   if (via_doorbell && !shm) {
-    return absl::InvalidArgumentError("RunExpertsRequest.transport: doorbell requests carry arena descriptors "
-                                      "(TRANSPORT_SHM), not inline rows");
+    return absl::InvalidArgumentError(
+        "RunExpertsRequest.transport: doorbell requests carry arena descriptors "
+        "(TRANSPORT_SHM), not inline rows");
   }
   parsed->layer = layer;
   parsed->shm = shm;
@@ -236,10 +238,9 @@ absl::Status WorkerService::ParseTask(int i, const v1::ExpertTask& task, v1::Run
   }
   parsed->seen[static_cast<size_t>(expert)] = 1;
   if (FindSlice(layer, expert) == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.tasks[", i, "]: worker ", options_.worker_index,
-                                                   " of ", options_.num_workers, " (",
-                                                   ExpertDivisionName(options_.division), ") holds no part of ",
-                                                   TaskName(layer, expert)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("RunExpertsRequest.tasks[", i, "]: worker ", options_.worker_index, " of ", options_.num_workers,
+                     " (", ExpertDivisionName(options_.division), ") holds no part of ", TaskName(layer, expert)));
   }
   const int64_t rows = task.num_rows();
   if (rows < 0 || rows > kMaxElements / d) {
@@ -270,9 +271,9 @@ absl::StatusOr<const float*> WorkerService::TaskInput(int i, const v1::ExpertTas
       }
       const std::string& rows_bytes = task.inline_rows();
       if (rows_bytes.size() != bytes) {
-        return absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.tasks[", i, "].inline_rows: ",
-                                                       rows_bytes.size(), " bytes, expected [", rows, ", ", d,
-                                                       "] f32 = ", bytes, " for ", what()));
+        return absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.tasks[", i,
+                                                       "].inline_rows: ", rows_bytes.size(), " bytes, expected [", rows,
+                                                       ", ", d, "] f32 = ", bytes, " for ", what()));
       }
       if (reinterpret_cast<uintptr_t>(rows_bytes.data()) % alignof(float) == 0) {
         return reinterpret_cast<const float*>(rows_bytes.data());
@@ -314,10 +315,10 @@ absl::StatusOr<float*> WorkerService::TaskOutput(int i, const v1::ExpertTask& ta
   if (!task.has_shm_output()) {
     return absl::InvalidArgumentError(absl::StrCat("RunExpertsRequest.tasks[", i, "]: no shm_output for ", what()));
   }
-  TANDEM_ASSIGN_OR_RETURN(
-      float* output,
-      arena_->Resolve(FromProto(task.shm_output(), ArenaSide::kOutput), rows, d,
-                      [&] { return absl::StrCat("RunExpertsRequest.tasks[", i, "].shm_output (", what(), ")"); }));
+  TANDEM_ASSIGN_OR_RETURN(float* output,
+                          arena_->Resolve(FromProto(task.shm_output(), ArenaSide::kOutput), rows, d, [&] {
+                            return absl::StrCat("RunExpertsRequest.tasks[", i, "].shm_output (", what(), ")");
+                          }));
   const OutputRange range{task.shm_output().slot(), task.shm_output().offset(), task.shm_output().offset() + bytes,
                           task.expert()};
   for (const OutputRange& other : parsed->outputs) {
@@ -426,10 +427,11 @@ absl::Status WorkerService::Claim(const v1::DescribeRequest& request, const RpcC
     std::lock_guard<std::mutex> lock(holder_mutex_);
     if (holder_ && holder_->session != request.session()) {
       if (ProcessAlive(holder_->pid, holder_->start_ticks)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "worker ", o.worker_index, " already serves coordinator ", holder_->who, " (session ",
-            SessionText(holder_->session), ", since ", absl::FormatTime("%H:%M:%S", holder_->since, absl::LocalTimeZone()),
-            "); a worker serves one coordinator at a time: stop that one, or start workers of your own"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("worker ", o.worker_index, " already serves coordinator ", holder_->who, " (session ",
+                         SessionText(holder_->session), ", since ",
+                         absl::FormatTime("%H:%M:%S", holder_->since, absl::LocalTimeZone()),
+                         "); a worker serves one coordinator at a time: stop that one, or start workers of your own"));
       }
       LOG_WARNING("worker ", o.worker_index, ": coordinator ", holder_->who, " has exited; now serving ", who);
       holder_.reset();
@@ -437,7 +439,8 @@ absl::Status WorkerService::Claim(const v1::DescribeRequest& request, const RpcC
     if (!holder_) {
       holder_ = Holder{request.session(), pid, StartTicks(pid), who, absl::Now()};
       holder_session_.store(request.session(), std::memory_order_release);
-      LOG_INFO("worker ", o.worker_index, ": serving coordinator ", who, " (session ", SessionText(request.session()), ")");
+      LOG_INFO("worker ", o.worker_index, ": serving coordinator ", who, " (session ", SessionText(request.session()),
+               ")");
     }
   }
   return absl::OkStatus();
@@ -872,7 +875,8 @@ void WorkerServer::AcceptLoop() {
   for (;;) {
     absl::StatusOr<int> fd = listener_->Accept();
     if (!fd.ok()) {
-      if (!absl::IsCancelled(fd.status())) LOG_ERROR("worker: accepting on ", listener_->path(), ": ", fd.status().ToString());
+      if (!absl::IsCancelled(fd.status()))
+        LOG_ERROR("worker: accepting on ", listener_->path(), ": ", fd.status().ToString());
       return;
     }
     absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(*fd);

@@ -68,7 +68,7 @@ struct WorkerServiceOptions {
   // The tensor arena for TRANSPORT_SHM and the doorbell; nullopt: inline only.
   std::optional<ArenaOptions> arena;
   absl::Duration doorbell_spin = absl::Microseconds(50);  // busy-wait before the futex sleep
-  std::string compute = "store";  // "store" | "echo", reported by Describe
+  std::string compute = "store";                          // "store" | "echo", reported by Describe
   std::vector<std::string> kernels;
 };
 
@@ -138,9 +138,9 @@ class WorkerService {
   // The coordinator holding this worker (Describe), if any.
   struct Holder {
     uint64_t session = 0;
-    pid_t pid = 0;                // 0: unknown
-    uint64_t start_ticks = 0;     // /proc/<pid>/stat starttime: a reused pid is not the holder
-    std::string who;              // for messages
+    pid_t pid = 0;             // 0: unknown
+    uint64_t start_ticks = 0;  // /proc/<pid>/stat starttime: a reused pid is not the holder
+    std::string who;           // for messages
     absl::Time since;
   };
   mutable std::mutex holder_mutex_;

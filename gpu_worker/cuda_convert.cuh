@@ -12,19 +12,31 @@ namespace tandem::cuda_convert {
 template <typename T>
 __device__ __forceinline__ T FromFloat(float v);
 template <>
-__device__ __forceinline__ float FromFloat<float>(float v) { return v; }
+__device__ __forceinline__ float FromFloat<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __half FromFloat<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half FromFloat<__half>(float v) {
+  return __float2half_rn(v);
+}
 template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
 
 template <typename T>
 __device__ __forceinline__ float ToFloat(T v);
 template <>
-__device__ __forceinline__ float ToFloat<float>(float v) { return v; }
+__device__ __forceinline__ float ToFloat<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ float ToFloat<__half>(__half v) { return __half2float(v); }
+__device__ __forceinline__ float ToFloat<__half>(__half v) {
+  return __half2float(v);
+}
 template <>
-__device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 
 }  // namespace tandem::cuda_convert

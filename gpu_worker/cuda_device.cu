@@ -52,8 +52,8 @@ absl::StatusOr<bool> HostRegisterReadOnlySupported(int device) {
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
     (void)cudaGetLastError();
-    return absl::UnavailableError(absl::StrCat("no usable CUDA device: ", err != cudaSuccess ? cudaGetErrorString(err)
-                                                                                               : "the driver reports 0 devices"));
+    return absl::UnavailableError(absl::StrCat(
+        "no usable CUDA device: ", err != cudaSuccess ? cudaGetErrorString(err) : "the driver reports 0 devices"));
   }
   if (device < 0 || device >= count) {
     return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device, " does not exist (", count, " found)"));

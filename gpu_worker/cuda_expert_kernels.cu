@@ -60,8 +60,7 @@ cudaError_t LaunchConvertF32(const float* in, void* out, KernelDType out_dtype, 
     case KernelDType::kBF16:
       ConvertF32Kernel<<<Blocks(n), kThreads, 0, stream>>>(in, static_cast<__nv_bfloat16*>(out), n);
       break;
-    default:
-      return cudaErrorInvalidValue;
+    default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
@@ -80,8 +79,7 @@ cudaError_t LaunchSiluMul(const float* gate, const float* up, void* out, KernelD
       SiluMulKernel<float, __nv_bfloat16>
           <<<Blocks(n), kThreads, 0, stream>>>(gate, up, static_cast<__nv_bfloat16*>(out), n);
       break;
-    default:
-      return cudaErrorInvalidValue;
+    default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
@@ -103,8 +101,7 @@ cudaError_t LaunchSiluMulSameType(const void* gate, const void* up, void* out, K
           static_cast<const __nv_bfloat16*>(gate), static_cast<const __nv_bfloat16*>(up),
           static_cast<__nv_bfloat16*>(out), n);
       break;
-    default:
-      return cudaErrorInvalidValue;
+    default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
@@ -120,8 +117,7 @@ cudaError_t LaunchConvertToF32(const void* in, KernelDType in_dtype, float* out,
     case KernelDType::kBF16:
       ConvertToF32Kernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(in), out, n);
       break;
-    default:
-      return cudaErrorInvalidValue;
+    default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }

@@ -27,9 +27,9 @@
 #include "common/base/clock.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
+#include "gpu_worker/cuda_device.h"
 #include "gpu_worker/cuda_dtype.h"
 #include "gpu_worker/cuda_expert_kernels.h"
-#include "gpu_worker/cuda_device.h"
 #include "gpu_worker/cuda_handles.h"
 #include "gpu_worker/pinned_regions.h"
 
@@ -79,10 +79,10 @@ struct GroupedGemmArgs {
 
 class CudaExpertPoolImpl final : public CudaExpertPool {
  public:
-  CudaExpertPoolImpl(const ModelConfig& config, ExpertSources experts,
-                     const ExpertLayout& layout, int num_slots, const CudaExpertPoolOptions& options)
-      : CudaExpertPool(kCudaPoolKind, std::move(experts), static_cast<int>(config.num_local_experts), layout,
-                       num_slots, options.pool.num_staging_buffers),
+  CudaExpertPoolImpl(const ModelConfig& config, ExpertSources experts, const ExpertLayout& layout, int num_slots,
+                     const CudaExpertPoolOptions& options)
+      : CudaExpertPool(kCudaPoolKind, std::move(experts), static_cast<int>(config.num_local_experts), layout, num_slots,
+                       options.pool.num_staging_buffers),
         device_(options.device),
         poison_(options.poison_freed_buffers),
         source_pinned_(this->experts().size() * static_cast<size_t>(num_experts()), false) {}
@@ -120,10 +120,11 @@ class CudaExpertPoolImpl final : public CudaExpertPool {
   // state, is SlotPool's (same buffer number).
   struct Buffer {
     uint8_t* data = nullptr;  // [layout().buffer_bytes] device, inside memory_
-    bool issued = false;  // the current copy's `ready` is recorded: the GPU can wait on it (guarded by mutex())
-    CudaEvent start;      // before the copy's first byte (timing)
-    CudaEvent ready;      // after its last byte: RunExperts' compute stream waits on it
-    CudaEvent freed;      // on the compute stream after the buffer's last fill (Init records it too): the next copy waits on it
+    bool issued = false;      // the current copy's `ready` is recorded: the GPU can wait on it (guarded by mutex())
+    CudaEvent start;          // before the copy's first byte (timing)
+    CudaEvent ready;          // after its last byte: RunExperts' compute stream waits on it
+    CudaEvent
+        freed;  // on the compute stream after the buffer's last fill (Init records it too): the next copy waits on it
   };
 
   absl::Status EnterDevice() override {
@@ -169,25 +170,25 @@ class CudaExpertPoolImpl final : public CudaExpertPool {
   // CUDA resources (created by Init; destroyed after the copy threads join).
   std::vector<HostRegistration> registrations_;
   std::vector<HostPinMode> host_pins_;  // [options.host_regions]; set by Init, then read-only
-  DeviceBuffer memory_;  // [(slots + staging) * buffer_bytes] the budget
+  DeviceBuffer memory_;                 // [(slots + staging) * buffer_bytes] the budget
   CudaStream compute_stream_;
   std::vector<CudaStream> copy_streams_;
   CublasHandle cublas_;
   // Scratch for RunExperts (engine thread only): capacity in rows.
   int64_t scratch_rows_ = 0;
-  DeviceBuffer x_f32_;     // [T, D] f32
-  DeviceBuffer x_act_;     // [T, D] weights' type
-  DeviceBuffer gate_up_;   // [2, T, I] f32: gate rows, then up rows
-  DeviceBuffer h_act_;     // [T, I] weights' type
-  DeviceBuffer y_f32_;     // [T, D] f32
-  DeviceBuffer y_act_;     // [T, D] weights' type: the grouped down GEMM's output
+  DeviceBuffer x_f32_;         // [T, D] f32
+  DeviceBuffer x_act_;         // [T, D] weights' type
+  DeviceBuffer gate_up_;       // [2, T, I] f32: gate rows, then up rows
+  DeviceBuffer h_act_;         // [T, I] weights' type
+  DeviceBuffer y_f32_;         // [T, D] f32
+  DeviceBuffer y_act_;         // [T, D] weights' type: the grouped down GEMM's output
   PinnedHostBuffer in_host_;   // [T, D] f32
   PinnedHostBuffer out_host_;  // [T, D] f32
   // Grouped GEMM (engine thread only, but grouped_ is read by any thread).
   std::atomic<bool> grouped_{false};
-  int64_t pointer_capacity_ = 0;     // experts the pointer arrays hold
-  PinnedHostBuffer pointers_host_;   // [9 × capacity] void*: built here, copied up per call
-  DeviceBuffer pointers_device_;     // [9 × capacity] void*: what cuBLAS reads
+  int64_t pointer_capacity_ = 0;    // experts the pointer arrays hold
+  PinnedHostBuffer pointers_host_;  // [9 × capacity] void*: built here, copied up per call
+  DeviceBuffer pointers_device_;    // [9 × capacity] void*: what cuBLAS reads
   GroupedGemmArgs gate_up_args_, down_args_;
 
   std::vector<Buffer> buffers_;      // [slots + staging] by buffer number; sized by Init, never resized
@@ -235,9 +236,9 @@ absl::StatusOr<cudaDeviceProp> CudaExpertPoolImpl::OpenDevice() {
   const cudaError_t count_err = cudaGetDeviceCount(&count);
   if (count_err != cudaSuccess || count == 0) {
     (void)cudaGetLastError();
-    return absl::UnavailableError(absl::StrCat(kCudaPoolKind, ": no usable CUDA device: ",
-                                               count_err != cudaSuccess ? cudaGetErrorString(count_err)
-                                                                        : "the driver reports 0 devices"));
+    return absl::UnavailableError(
+        absl::StrCat(kCudaPoolKind, ": no usable CUDA device: ",
+                     count_err != cudaSuccess ? cudaGetErrorString(count_err) : "the driver reports 0 devices"));
   }
   if (device_ < 0 || device_ >= count) {
     return absl::InvalidArgumentError(absl::StrCat("device ", device_, " out of range [0, ", count, ")"));
@@ -329,7 +330,8 @@ absl::Status CudaExpertPoolImpl::RegisterHostRegions(const std::vector<PinnedHos
     HostPinMode mode = ChooseHostPinMode(read_only_supported, writable);
     const std::string what = absl::StrFormat("host region of %.1f MB at %p", region.bytes / 1e6, region.data);
     if (mode == HostPinMode::kPageable) {
-      LOG_WARNING(kind(), ": ", what, " stays pageable (copies from it are slower): the device cannot page-lock a "
+      LOG_WARNING(kind(), ": ", what,
+                  " stays pageable (copies from it are slower): the device cannot page-lock a "
                   "read-only mapping (cudaDevAttrHostRegisterReadOnlySupported is 0) and this one is not writable");
     } else {
       absl::StatusOr<HostRegistration> registration =
@@ -337,7 +339,8 @@ absl::Status CudaExpertPoolImpl::RegisterHostRegions(const std::vector<PinnedHos
       if (registration.ok()) {
         registrations_.push_back(std::move(*registration));
       } else {
-        LOG_WARNING(kind(), ": ", what, " stays pageable (copies from it are slower): ", registration.status().message());
+        LOG_WARNING(kind(), ": ", what,
+                    " stays pageable (copies from it are slower): ", registration.status().message());
         mode = HostPinMode::kPageable;
       }
     }
@@ -433,14 +436,15 @@ absl::Status CudaExpertPoolImpl::IssueCopy(ExpertKey key, uint8_t* dst, cudaStre
   // strided on both sides, which cudaMemcpy2DAsync does in one DMA.
   auto copy = [&](const std::vector<MatrixPiece>& pieces, int64_t k, uint8_t* matrix) -> absl::Status {
     for (const MatrixPiece& p : pieces) {
-      uint8_t* out = matrix + (static_cast<size_t>(p.row0) * static_cast<size_t>(k) + static_cast<size_t>(p.col0)) * elt;
+      uint8_t* out =
+          matrix + (static_cast<size_t>(p.row0) * static_cast<size_t>(k) + static_cast<size_t>(p.col0)) * elt;
       if (p.col0 == 0 && p.cols == k && p.pitch == k) {
-        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, p.data, static_cast<size_t>(p.rows * p.cols) * elt,
-                                                    cudaMemcpyHostToDevice, stream));
+        TANDEM_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(out, p.data, static_cast<size_t>(p.rows * p.cols) * elt, cudaMemcpyHostToDevice, stream));
       } else {
-        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(out, static_cast<size_t>(k) * elt, p.data,
-                                                      static_cast<size_t>(p.pitch) * elt, static_cast<size_t>(p.cols) * elt,
-                                                      static_cast<size_t>(p.rows), cudaMemcpyHostToDevice, stream));
+        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+            out, static_cast<size_t>(k) * elt, p.data, static_cast<size_t>(p.pitch) * elt,
+            static_cast<size_t>(p.cols) * elt, static_cast<size_t>(p.rows), cudaMemcpyHostToDevice, stream));
       }
     }
     return absl::OkStatus();
@@ -474,9 +478,12 @@ absl::StatusOr<std::vector<uint8_t>> CudaExpertPoolImpl::ReadHeld(ExpertKey key)
   std::vector<uint8_t> out(static_cast<size_t>(layout().copy_bytes));
   const size_t bytes = static_cast<size_t>(layout().matrix_bytes);
   // On the compute stream: ordered after any poison fill queued there.
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data(), data + layout().w1_offset, bytes, cudaMemcpyDeviceToHost, compute_stream_.get()));
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data() + bytes, data + layout().w3_offset, bytes, cudaMemcpyDeviceToHost, compute_stream_.get()));
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data() + 2 * bytes, data + layout().w2_offset, bytes, cudaMemcpyDeviceToHost, compute_stream_.get()));
+  TANDEM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(out.data(), data + layout().w1_offset, bytes, cudaMemcpyDeviceToHost, compute_stream_.get()));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data() + bytes, data + layout().w3_offset, bytes,
+                                              cudaMemcpyDeviceToHost, compute_stream_.get()));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data() + 2 * bytes, data + layout().w2_offset, bytes,
+                                              cudaMemcpyDeviceToHost, compute_stream_.get()));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_stream_.get()));
   return out;
 }
@@ -520,14 +527,15 @@ absl::Status CudaExpertPoolImpl::RunExperts(int layer, std::span<const ExpertWor
 // GPU has an event to wait on). The host waits only for the copy threads
 // to reach the copy, never for the copy itself.
 absl::StatusOr<std::vector<CudaExpertPoolImpl::Run>> CudaExpertPoolImpl::IssuedRuns(int layer,
-                                                                                     std::span<const ExpertWork> work) {
+                                                                                    std::span<const ExpertWork> work) {
   std::vector<Run> runs;
   std::unique_lock<std::mutex> lock(mutex());
   int64_t offset = 0;
   for (const ExpertWork& entry : work) {
     if (entry.num_rows == 0) continue;
     if (entry.num_rows > INT_MAX) {
-      return absl::InvalidArgumentError(absl::StrCat(kind(), ": ", entry.num_rows, " rows for one expert exceed cuBLAS's int"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(kind(), ": ", entry.num_rows, " rows for one expert exceed cuBLAS's int"));
     }
     const ExpertKey key{layer, entry.expert};
     const int position = PositionLocked(key);
@@ -585,9 +593,9 @@ void CudaExpertPoolImpl::FillGroupedPointers(const std::vector<Run>& runs, int64
   const size_t elt = DTypeSize(l.dtype);
   const int64_t e = static_cast<int64_t>(runs.size());
   uint8_t* x = x_act_.bytes();
-  uint8_t* gate = gate_up_.bytes();                              // [T, I] weights' type
-  uint8_t* up = gate + static_cast<size_t>(t * i) * elt;         // [T, I] weights' type
-  uint8_t* h = h_act_.bytes();                                   // [T, I] weights' type
+  uint8_t* gate = gate_up_.bytes();                                       // [T, I] weights' type
+  uint8_t* up = gate + static_cast<size_t>(t * i) * elt;                  // [T, I] weights' type
+  uint8_t* h = h_act_.bytes();                                            // [T, I] weights' type
   uint8_t* y = l.dtype == DType::kF32 ? y_f32_.bytes() : y_act_.bytes();  // [T, D] weights' type
   void** p = static_cast<void**>(pointers_host_.get());
   void** gu_a = p;
@@ -636,7 +644,7 @@ absl::StatusOr<bool> CudaExpertPoolImpl::ComputeGrouped(const std::vector<Run>& 
   uint8_t* up = gate + static_cast<size_t>(t * i) * elt;  // [T, I] weights' type
   uint8_t* h = h_act_.bytes();                            // [T, I] weights' type
   const bool f32 = l.dtype == DType::kF32;
-  uint8_t* y = f32 ? y_f32_.bytes() : y_act_.bytes();     // [T, D] weights' type
+  uint8_t* y = f32 ? y_f32_.bytes() : y_act_.bytes();  // [T, D] weights' type
   // Ordered before the GEMMs on this stream; pointers_host_ is not touched
   // again until RunExperts' final synchronisation.
   void** dev = static_cast<void**>(pointers_device_.get());
@@ -645,12 +653,12 @@ absl::StatusOr<bool> CudaExpertPoolImpl::ComputeGrouped(const std::vector<Run>& 
 
   const cudaDataType w_type = CudaDataType(l.dtype);
   const GroupedGemmArgs& gu = gate_up_args_;
-  const cublasStatus_t gate_up_status = cublasGemmGroupedBatchedEx(
-      cublas_.get(), gu.transa.data(), gu.transb.data(), gu.m.data(), gu.n.data(), gu.k.data(), gu.alpha.data(),
-      reinterpret_cast<const void* const*>(dev), w_type, gu.lda.data(),
-      reinterpret_cast<const void* const*>(dev + 2 * e), w_type, gu.ldb.data(), gu.beta.data(),
-      reinterpret_cast<void* const*>(dev + 4 * e), w_type, gu.ldc.data(), gu.groups(), gu.group_size.data(),
-      CUBLAS_COMPUTE_32F);
+  const cublasStatus_t gate_up_status =
+      cublasGemmGroupedBatchedEx(cublas_.get(), gu.transa.data(), gu.transb.data(), gu.m.data(), gu.n.data(),
+                                 gu.k.data(), gu.alpha.data(), reinterpret_cast<const void* const*>(dev), w_type,
+                                 gu.lda.data(), reinterpret_cast<const void* const*>(dev + 2 * e), w_type,
+                                 gu.ldb.data(), gu.beta.data(), reinterpret_cast<void* const*>(dev + 4 * e), w_type,
+                                 gu.ldc.data(), gu.groups(), gu.group_size.data(), CUBLAS_COMPUTE_32F);
   if (gate_up_status == CUBLAS_STATUS_NOT_SUPPORTED) {
     DisableGrouped("gate/up");
     return false;  // nothing queued writes gate/up/y: the per-expert path starts afresh
@@ -659,12 +667,12 @@ absl::StatusOr<bool> CudaExpertPoolImpl::ComputeGrouped(const std::vector<Run>& 
   TANDEM_CUDA_RETURN_IF_ERROR(LaunchSiluMulSameType(gate, up, h, ToKernelDType(l.dtype), t * i, stream));
 
   const GroupedGemmArgs& dn = down_args_;
-  const cublasStatus_t down_status = cublasGemmGroupedBatchedEx(
-      cublas_.get(), dn.transa.data(), dn.transb.data(), dn.m.data(), dn.n.data(), dn.k.data(), dn.alpha.data(),
-      reinterpret_cast<const void* const*>(dev + 6 * e), w_type, dn.lda.data(),
-      reinterpret_cast<const void* const*>(dev + 7 * e), w_type, dn.ldb.data(), dn.beta.data(),
-      reinterpret_cast<void* const*>(dev + 8 * e), w_type, dn.ldc.data(), dn.groups(), dn.group_size.data(),
-      CUBLAS_COMPUTE_32F);
+  const cublasStatus_t down_status =
+      cublasGemmGroupedBatchedEx(cublas_.get(), dn.transa.data(), dn.transb.data(), dn.m.data(), dn.n.data(),
+                                 dn.k.data(), dn.alpha.data(), reinterpret_cast<const void* const*>(dev + 6 * e),
+                                 w_type, dn.lda.data(), reinterpret_cast<const void* const*>(dev + 7 * e), w_type,
+                                 dn.ldb.data(), dn.beta.data(), reinterpret_cast<void* const*>(dev + 8 * e), w_type,
+                                 dn.ldc.data(), dn.groups(), dn.group_size.data(), CUBLAS_COMPUTE_32F);
   if (down_status == CUBLAS_STATUS_NOT_SUPPORTED) {
     // h is in the weights' type on both paths: the per-expert down GEMMs
     // take over from here, writing y_f32_ themselves.
@@ -673,7 +681,9 @@ absl::StatusOr<bool> CudaExpertPoolImpl::ComputeGrouped(const std::vector<Run>& 
     return true;
   }
   TANDEM_RETURN_IF_ERROR(CublasStatus(down_status, "cublasGemmGroupedBatchedEx (down)"));
-  if (!f32) TANDEM_CUDA_RETURN_IF_ERROR(LaunchConvertToF32(y, ToKernelDType(l.dtype), static_cast<float*>(y_f32_.get()), t * d, stream));
+  if (!f32)
+    TANDEM_CUDA_RETURN_IF_ERROR(
+        LaunchConvertToF32(y, ToKernelDType(l.dtype), static_cast<float*>(y_f32_.get()), t * d, stream));
   return true;
 #else
   (void)runs;
@@ -718,12 +728,12 @@ absl::Status CudaExpertPoolImpl::DownPerExpert(const std::vector<Run>& runs, int
   float* y = static_cast<float*>(y_f32_.get());  // [T, D]
   for (const Run& run : runs) {
     const int rows = static_cast<int>(run.entry->num_rows);
-    TANDEM_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
-        cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(d), rows, static_cast<int>(i), &one,
-        run.data + layout().w2_offset, w_type, static_cast<int>(i),
-        static_cast<const uint8_t*>(h_act_.get()) + static_cast<size_t>(run.row_offset * i) * elt, w_type,
-        static_cast<int>(i), &zero, y + run.row_offset * d, CUDA_R_32F, static_cast<int>(d), CUBLAS_COMPUTE_32F,
-        CUBLAS_GEMM_DEFAULT));
+    TANDEM_CUBLAS_RETURN_IF_ERROR(
+        cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(d), rows, static_cast<int>(i), &one,
+                     run.data + layout().w2_offset, w_type, static_cast<int>(i),
+                     static_cast<const uint8_t*>(h_act_.get()) + static_cast<size_t>(run.row_offset * i) * elt, w_type,
+                     static_cast<int>(i), &zero, y + run.row_offset * d, CUDA_R_32F, static_cast<int>(d),
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
   return absl::OkStatus();
 }
@@ -755,7 +765,8 @@ void CudaExpertPoolImpl::CopyLoop(int stream_index) {
     if (status.ok()) status = CudaStatus(cudaEventSynchronize(buffer.ready.get()), "cudaEventSynchronize");
     float copy_ms = 0;
     if (status.ok()) {
-      status = CudaStatus(cudaEventElapsedTime(&copy_ms, buffer.start.get(), buffer.ready.get()), "cudaEventElapsedTime");
+      status =
+          CudaStatus(cudaEventElapsedTime(&copy_ms, buffer.start.get(), buffer.ready.get()), "cudaEventElapsedTime");
     }
     lock.lock();
     if (!status.ok()) {
@@ -769,12 +780,12 @@ void CudaExpertPoolImpl::CopyLoop(int stream_index) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CudaExpertPool>> CudaExpertPool::Create(const ModelConfig& config,
-                                                                       ExpertSources experts,
+absl::StatusOr<std::unique_ptr<CudaExpertPool>> CudaExpertPool::Create(const ModelConfig& config, ExpertSources experts,
                                                                        const CudaExpertPoolOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(const ExpertLayout layout, CheckExpertSources(config, experts));
   const int64_t d = layout.hidden_size, i = layout.intermediate_size;
-  if (d > (1 << 30) || i > (1 << 30)) return absl::InvalidArgumentError("hidden/intermediate size too large for cuBLAS int dims");
+  if (d > (1 << 30) || i > (1 << 30))
+    return absl::InvalidArgumentError("hidden/intermediate size too large for cuBLAS int dims");
   TANDEM_ASSIGN_OR_RETURN(const int num_slots, options.pool.SlotCount(layout));
   auto pool = std::make_unique<CudaExpertPoolImpl>(config, std::move(experts), layout, num_slots, options);
   TANDEM_RETURN_IF_ERROR(pool->Init(options));

@@ -3,8 +3,7 @@
 
 namespace tandem {
 
-absl::StatusOr<std::unique_ptr<CudaExpertPool>> CudaExpertPool::Create(const ModelConfig&,
-                                                                       ExpertSources,
+absl::StatusOr<std::unique_ptr<CudaExpertPool>> CudaExpertPool::Create(const ModelConfig&, ExpertSources,
                                                                        const CudaExpertPoolOptions&) {
   return absl::UnimplementedError(
       "CUDA pool: this build of tandem has no CUDA support (built without CUDA: nvcc was not found at configure "

@@ -64,7 +64,8 @@ absl::StatusOr<HostRegistration> HostRegistration::Register(const void* data, si
   const cudaError_t err = cudaHostRegister(p, bytes, flags);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    return CudaStatus(err, absl::StrCat("cudaHostRegister(", bytes, " bytes, ", read_only ? "read-only" : "read-write", ")").c_str());
+    return CudaStatus(
+        err, absl::StrCat("cudaHostRegister(", bytes, " bytes, ", read_only ? "read-only" : "read-write", ")").c_str());
   }
   registration.ptr_ = p;
   registration.bytes_ = bytes;

@@ -44,7 +44,8 @@ class DeviceBuffer {
   DeviceBuffer() = default;
   static absl::StatusOr<DeviceBuffer> Allocate(size_t bytes);
   ~DeviceBuffer() { Reset(); }
-  DeviceBuffer(DeviceBuffer&& other) noexcept : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : ptr_(std::exchange(other.ptr_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
     if (this != &other) {
       Reset();

@@ -39,14 +39,14 @@ absl::StatusOr<int> ExpertPoolOptions::SlotCount(const ExpertLayout& layout) con
     return absl::InvalidArgumentError(absl::StrCat("num_staging_buffers must be >= 0, got ", num_staging_buffers));
   }
   if (num_slots >= 0) return num_slots;
-  if (memory_bytes < 0) return absl::InvalidArgumentError(absl::StrCat("memory_bytes must be >= 0, got ", memory_bytes));
+  if (memory_bytes < 0)
+    return absl::InvalidArgumentError(absl::StrCat("memory_bytes must be >= 0, got ", memory_bytes));
   if (layout.buffer_bytes <= 0) return absl::InvalidArgumentError("expert layout has no bytes");
   const int64_t buffers = memory_bytes / layout.buffer_bytes;
   if (buffers < num_staging_buffers) {
-    return absl::InvalidArgumentError(absl::StrCat("memory_bytes ", memory_bytes, " holds ", buffers,
-                                                   " expert buffers of ", layout.buffer_bytes,
-                                                   " bytes, fewer than num_staging_buffers (", num_staging_buffers,
-                                                   ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory_bytes ", memory_bytes, " holds ", buffers, " expert buffers of ", layout.buffer_bytes,
+                     " bytes, fewer than num_staging_buffers (", num_staging_buffers, ")"));
   }
   const int64_t slots = buffers - num_staging_buffers;
   return static_cast<int>(std::min<int64_t>(slots, 1 << 30));

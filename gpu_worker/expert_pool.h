@@ -94,15 +94,15 @@ const char* BufferStateName(BufferState state);
 
 // One row of the slot table (or of the staging buffers).
 struct PoolSlot {
-  int index = 0;                      // slot or staging-buffer number
+  int index = 0;  // slot or staging-buffer number
   bool staging = false;
-  std::optional<ExpertKey> expert;    // what it holds (or is being copied into it)
+  std::optional<ExpertKey> expert;  // what it holds (or is being copied into it)
   BufferState state = BufferState::kFree;
 };
 
 // Where an expert is in the pool.
 struct PoolLocation {
-  bool held = false;    // in a slot or a staging buffer
+  bool held = false;  // in a slot or a staging buffer
   bool staging = false;
   int index = -1;
   BufferState state = BufferState::kFree;
@@ -112,10 +112,10 @@ struct PoolLocation {
 // the coordinator's residency table (CompleteMigration).
 struct MigrationRecord {
   ExpertKey expert;
-  bool staging = false;    // a planner copy into a staging buffer, not a slot
+  bool staging = false;  // a planner copy into a staging buffer, not a slot
   int64_t bytes = 0;
-  double queued_us = 0;    // from Migrate/Stage until the copy started
-  double copy_us = 0;      // the copy itself
+  double queued_us = 0;  // from Migrate/Stage until the copy started
+  double copy_us = 0;    // the copy itself
 };
 
 // What one RunExperts call spent.
@@ -128,27 +128,27 @@ struct PoolRunTiming {
 
 // Counters since creation (or ResetStats).
 struct ExpertPoolStats {
-  std::string kind;              // e.g. "no-GPU host pool"
+  std::string kind;  // e.g. "no-GPU host pool"
   int num_slots = 0;
-  int used_slots = 0;            // copying or ready
+  int used_slots = 0;  // copying or ready
   int num_staging_buffers = 0;
-  int64_t expert_bytes = 0;      // one migration's copy
-  int64_t placements = 0;        // initial placement copies (synchronous)
-  int64_t migrations_started = 0;     // slot migrations + staging copies queued
+  int64_t expert_bytes = 0;        // one migration's copy
+  int64_t placements = 0;          // initial placement copies (synchronous)
+  int64_t migrations_started = 0;  // slot migrations + staging copies queued
   int64_t migrations_completed = 0;
-  int64_t staging_copies = 0;    // of those, planner copies into staging buffers
-  int64_t bytes_copied = 0;      // by completed migrations
+  int64_t staging_copies = 0;  // of those, planner copies into staging buffers
+  int64_t bytes_copied = 0;    // by completed migrations
   // Copies (placements and migrations) from host memory that is not
   // page-locked: the driver stages them, at a fraction of DMA's speed
   // (CUDA pool only: see pinned_regions.h for when a region cannot be).
   int64_t pageable_copies = 0;
-  double copy_us = 0;            // Σ copy time of completed migrations
-  int64_t admissions = 0;        // staged experts kept in a slot
+  double copy_us = 0;      // Σ copy time of completed migrations
+  int64_t admissions = 0;  // staged experts kept in a slot
   int64_t evictions = 0;
-  int64_t slot_runs = 0;         // hits: experts computed from a slot
-  int64_t staging_runs = 0;      // experts computed from a staging buffer
-  double wait_us = 0;            // RunExperts waiting for copies
-  double compute_us = 0;         // RunExperts computing
+  int64_t slot_runs = 0;     // hits: experts computed from a slot
+  int64_t staging_runs = 0;  // experts computed from a staging buffer
+  double wait_us = 0;        // RunExperts waiting for copies
+  double compute_us = 0;     // RunExperts computing
 
   // Achieved copy bandwidth (bytes_copied / copy_us), 0 before any copy.
   double MigrationGbPerSecond() const { return copy_us > 0 ? static_cast<double>(bytes_copied) / copy_us * 1e-3 : 0; }

@@ -34,7 +34,8 @@ struct MatrixPiece {
 
   // Bytes from the first element to one past the last, for `elt`-byte elements.
   size_t SpanBytes(size_t elt) const {
-    return rows <= 0 ? 0 : (static_cast<size_t>(rows - 1) * static_cast<size_t>(pitch) + static_cast<size_t>(cols)) * elt;
+    return rows <= 0 ? 0
+                     : (static_cast<size_t>(rows - 1) * static_cast<size_t>(pitch) + static_cast<size_t>(cols)) * elt;
   }
 };
 

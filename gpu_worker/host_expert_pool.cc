@@ -32,8 +32,8 @@ absl::StatusOr<std::unique_ptr<HostExpertPool>> HostExpertPool::Create(const Mod
   if (!kernel) return absl::InvalidArgumentError("kernel: the pool needs a kernel to compute the experts it holds");
   TANDEM_ASSIGN_OR_RETURN(const ExpertLayout layout, CheckExpertSources(config, experts));
   TANDEM_ASSIGN_OR_RETURN(const int num_slots, options.SlotCount(layout));
-  auto pool = std::unique_ptr<HostExpertPool>(
-      new HostExpertPool(config, std::move(experts), std::move(kernel), layout, num_slots, options.num_staging_buffers));
+  auto pool = std::unique_ptr<HostExpertPool>(new HostExpertPool(config, std::move(experts), std::move(kernel), layout,
+                                                                 num_slots, options.num_staging_buffers));
   const int total = num_slots + options.num_staging_buffers;
   pool->data_.resize(static_cast<size_t>(total));
   for (int b = 0; b < total; ++b) {
@@ -51,8 +51,8 @@ absl::StatusOr<std::unique_ptr<HostExpertPool>> HostExpertPool::Create(const Mod
   return pool;
 }
 
-HostExpertPool::HostExpertPool(const ModelConfig& config, ExpertSources experts,
-                               ExpertKernel kernel, const ExpertLayout& layout, int num_slots, int num_staging)
+HostExpertPool::HostExpertPool(const ModelConfig& config, ExpertSources experts, ExpertKernel kernel,
+                               const ExpertLayout& layout, int num_slots, int num_staging)
     : SlotPool(kHostPoolKind, std::move(experts), static_cast<int>(config.num_local_experts), layout, num_slots,
                num_staging),
       kernel_(std::move(kernel)) {}

@@ -69,8 +69,8 @@ class HostExpertPool final : public SlotPool {
     void operator()(uint8_t* p) const;
   };
 
-  HostExpertPool(const ModelConfig& config, ExpertSources experts, ExpertKernel kernel,
-                 const ExpertLayout& layout, int num_slots, int num_staging);
+  HostExpertPool(const ModelConfig& config, ExpertSources experts, ExpertKernel kernel, const ExpertLayout& layout,
+                 int num_slots, int num_staging);
 
   absl::Status CopyNowLocked(int buffer, ExpertKey key) override;
   void CopyExpert(ExpertKey key, uint8_t* dst) const;  // the bytes of one migration

@@ -83,7 +83,9 @@ bool ParseHex(std::string_view s, uintptr_t* out) {
 }
 
 absl::StatusOr<MapsLine> ParseMapsLine(std::string_view line) {
-  auto bad = [&] { return absl::DataLossError(absl::StrCat("memory map line does not parse: \"", std::string(line), "\"")); };
+  auto bad = [&] {
+    return absl::DataLossError(absl::StrCat("memory map line does not parse: \"", std::string(line), "\""));
+  };
   // Fields separated by runs of spaces; the path (field 6) may contain spaces.
   std::vector<std::string_view> fields;
   size_t at = 0;

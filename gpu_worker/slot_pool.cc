@@ -59,8 +59,8 @@ absl::StatusOr<ExpertLayout> SlotPool::CheckExpertSources(const ModelConfig& con
   const int64_t d = layout.hidden_size, i = layout.intermediate_size;
   for (size_t l = 0; l < experts.size(); ++l) {
     if (static_cast<int64_t>(experts[l].size()) != config.num_local_experts) {
-      return absl::InvalidArgumentError(absl::StrCat("experts[", l, "] has ", experts[l].size(),
-                                                     " experts, the config ", config.num_local_experts));
+      return absl::InvalidArgumentError(
+          absl::StrCat("experts[", l, "] has ", experts[l].size(), " experts, the config ", config.num_local_experts));
     }
     for (size_t e = 0; e < experts[l].size(); ++e) {
       const ExpertSource& source = experts[l][e];
@@ -80,8 +80,8 @@ absl::StatusOr<ExpertLayout> SlotPool::CheckExpertSources(const ModelConfig& con
 
 std::string SlotPool::KeyName(ExpertKey key) { return absl::StrCat("layer ", key.layer, " expert ", key.expert); }
 
-SlotPool::SlotPool(std::string kind, ExpertSources experts, int num_experts,
-                   const ExpertLayout& layout, int num_slots, int num_staging)
+SlotPool::SlotPool(std::string kind, ExpertSources experts, int num_experts, const ExpertLayout& layout, int num_slots,
+                   int num_staging)
     : experts_(std::move(experts)),
       num_experts_(num_experts),
       layout_(layout),
@@ -101,9 +101,7 @@ void SlotPool::SetKind(std::string kind) {
   stats_.kind = kind_;
 }
 
-double SlotPool::NowUs() const {
-  return MicrosSince(epoch_);
-}
+double SlotPool::NowUs() const { return MicrosSince(epoch_); }
 
 absl::Status SlotPool::CheckKey(ExpertKey key, const char* what) const {
   if (key.layer < 0 || key.layer >= num_layers() || key.expert < 0 || key.expert >= num_experts_) {
@@ -180,7 +178,8 @@ absl::Status SlotPool::Place(ExpertKey key) {
   TANDEM_RETURN_IF_ERROR(CheckKey(key, "place"));
   TANDEM_RETURN_IF_ERROR(EnterDevice());
   std::unique_lock<std::mutex> lock(mutex_);
-  if (where_[Index(key)] >= 0) return absl::FailedPreconditionError(absl::StrCat("place: ", KeyName(key), " is already held"));
+  if (where_[Index(key)] >= 0)
+    return absl::FailedPreconditionError(absl::StrCat("place: ", KeyName(key), " is already held"));
   TANDEM_ASSIGN_OR_RETURN(const int position, TakeSlotLocked(lock, std::nullopt));
   // Synchronous: the buffer is free and nobody else writes it.
   TANDEM_RETURN_IF_ERROR(CopyNowLocked(BufferAtLocked(position), key));
@@ -207,7 +206,8 @@ absl::Status SlotPool::Migrate(ExpertKey key, std::optional<ExpertKey> evict) {
 absl::Status SlotPool::Stage(ExpertKey key) {
   TANDEM_RETURN_IF_ERROR(CheckKey(key, "stage"));
   std::unique_lock<std::mutex> lock(mutex_);
-  if (where_[Index(key)] >= 0) return absl::FailedPreconditionError(absl::StrCat("stage: ", KeyName(key), " is already held"));
+  if (where_[Index(key)] >= 0)
+    return absl::FailedPreconditionError(absl::StrCat("stage: ", KeyName(key), " is already held"));
   for (int j = 0; j < num_staging_; ++j) {
     const int position = num_slots_ + j;
     if (!EntryAt(position).expert) {
@@ -304,7 +304,8 @@ absl::StatusOr<int64_t> SlotPool::CheckWork(int layer, std::span<const ExpertWor
           absl::StrCat(kind_, ": ", KeyName(key), " has ", entry.num_rows, " rows and a null input or output"));
     }
     if (!Find(key).held) {
-      return absl::FailedPreconditionError(absl::StrCat(kind_, ": asked to run ", KeyName(key), ", which it does not hold"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(kind_, ": asked to run ", KeyName(key), ", which it does not hold"));
     }
     total_rows += entry.num_rows;
   }

@@ -95,8 +95,8 @@ class SlotPool : public ExpertPool {
     double queued_at_us = 0;
   };
 
-  SlotPool(std::string kind, ExpertSources experts, int num_experts,
-           const ExpertLayout& layout, int num_slots, int num_staging);
+  SlotPool(std::string kind, ExpertSources experts, int num_experts, const ExpertLayout& layout, int num_slots,
+           int num_staging);
 
   // Hooks. EnterDevice runs before the control calls that may touch buffers
   // (not Stage, which only queues); the *Locked ones run with mutex() held.
@@ -183,12 +183,12 @@ class SlotPool : public ExpertPool {
   std::string kind_;
 
   mutable std::mutex mutex_;
-  std::condition_variable ready_cv_;  // a copy changed state (issued, finished, failed)
-  std::condition_variable work_cv_;   // a copy was queued, or stop
-  std::vector<Entry> entries_ ABSL_GUARDED_BY(mutex_);        // [slots + staging] by buffer number
+  std::condition_variable ready_cv_;                    // a copy changed state (issued, finished, failed)
+  std::condition_variable work_cv_;                     // a copy was queued, or stop
+  std::vector<Entry> entries_ ABSL_GUARDED_BY(mutex_);  // [slots + staging] by buffer number
   // [slots + staging] position (slot s, or staging num_slots + j) -> buffer
   std::vector<int> position_buffer_ ABSL_GUARDED_BY(mutex_);
-  std::vector<int> where_ ABSL_GUARDED_BY(mutex_);            // [L * E] position holding the expert, or -1
+  std::vector<int> where_ ABSL_GUARDED_BY(mutex_);  // [L * E] position holding the expert, or -1
   std::deque<CopyTask> queue_ ABSL_GUARDED_BY(mutex_);
   std::vector<MigrationRecord> completed_ ABSL_GUARDED_BY(mutex_);
   ExpertPoolStats stats_ ABSL_GUARDED_BY(mutex_);

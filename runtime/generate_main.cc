@@ -19,28 +19,28 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/flags/flag.h"
-#include "common/base/flags_usage.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "runtime/local_runtime.h"
-#include "runtime/runtime_flags.h"
+#include "common/base/flags_usage.h"
 #include "common/base/log.h"
-#include "common/model/model_fingerprint.h"
 #include "common/base/parse_ids.h"
 #include "common/base/status_macros.h"
+#include "common/model/model_fingerprint.h"
 #include "coordinator/remote_expert_executor.h"
 #include "coordinator/utf8_stream.h"
+#include "runtime/local_runtime.h"
+#include "runtime/runtime_flags.h"
 
 ABSL_FLAG(std::string, prompt, "", "prompt text (needs the model's tokenizer.model)");
 ABSL_FLAG(std::string, prompt_ids, "", "prompt as comma-separated token ids, e.g. 1,2,3");
@@ -72,19 +72,18 @@ nlohmann::json ToJson(const GenerationResult& r, const tandem::Model& model) {
     ids.push_back(t.id);
   }
   const auto& tm = r.timing;
-  nlohmann::json out = {
-      {"prompt_ids", r.prompt_ids},
-      {"tokens", tokens},
-      {"finish_reason", std::string(tandem::FinishReasonName(r.finish_reason))},
-      {"timing",
-       {{"prompt_tokens", tm.prompt_tokens},
-        {"generated_tokens", tm.generated_tokens},
-        {"prefill_ms", tm.prefill_ms},
-        {"time_to_first_token_ms", tm.time_to_first_token_ms},
-        {"decode_ms", tm.decode_ms},
-        {"total_ms", tm.total_ms},
-        {"prefill_tokens_per_s", tm.prefill_tokens_per_s},
-        {"decode_tokens_per_s", tm.decode_tokens_per_s}}}};
+  nlohmann::json out = {{"prompt_ids", r.prompt_ids},
+                        {"tokens", tokens},
+                        {"finish_reason", std::string(tandem::FinishReasonName(r.finish_reason))},
+                        {"timing",
+                         {{"prompt_tokens", tm.prompt_tokens},
+                          {"generated_tokens", tm.generated_tokens},
+                          {"prefill_ms", tm.prefill_ms},
+                          {"time_to_first_token_ms", tm.time_to_first_token_ms},
+                          {"decode_ms", tm.decode_ms},
+                          {"total_ms", tm.total_ms},
+                          {"prefill_tokens_per_s", tm.prefill_tokens_per_s},
+                          {"decode_tokens_per_s", tm.decode_tokens_per_s}}}};
   if (model.tokenizer) {
     auto text = model.tokenizer->Decode(ids);
     if (text.ok()) out["text"] = *text;
@@ -170,7 +169,8 @@ void PrintRuntimeStats(tandem::LocalRuntime& runtime, const tandem::RemoteExpert
   }
   if (remote) {
     for (const tandem::RemoteWorkerStats& w : remote->stats()) {
-      std::fprintf(stderr, "[worker %s (%s): %lld calls, %lld rows, mean round trip %.1f us (worker compute %.1f us)]\n",
+      std::fprintf(stderr,
+                   "[worker %s (%s): %lld calls, %lld rows, mean round trip %.1f us (worker compute %.1f us)]\n",
                    w.address.c_str(), w.transport.c_str(), static_cast<long long>(w.calls),
                    static_cast<long long>(w.rows), w.calls > 0 ? w.round_trip_us / static_cast<double>(w.calls) : 0.0,
                    w.calls > 0 ? w.worker_compute_us / static_cast<double>(w.calls) : 0.0);
@@ -201,9 +201,10 @@ void PrintResult(const GenerationResult& result, tandem::LocalRuntime& runtime, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  tandem::SetProgramUsage("Generate text with a MoE model in this process.\n"
-                               "  tandem-generate --model DIR --prompt \"Once upon a time\" -n 32\n"
-                               "  tandem-generate --synthetic tiny:2 --synthetic_seed 7 --prompt \"Once upon a time\" -n 32");
+  tandem::SetProgramUsage(
+      "Generate text with a MoE model in this process.\n"
+      "  tandem-generate --model DIR --prompt \"Once upon a time\" -n 32\n"
+      "  tandem-generate --synthetic tiny:2 --synthetic_seed 7 --prompt \"Once upon a time\" -n 32");
   absl::ParseCommandLine(argc, argv);
   // Flag errors before any loading (a full synthetic model takes a while).
   if (auto source = tandem::ModelSourceFromFlags(); !source.ok()) return Fail(source.status());

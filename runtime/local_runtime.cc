@@ -4,10 +4,10 @@
 
 #include "absl/strings/str_format.h"
 #include "common/base/log.h"
-#include "common/model/model_fingerprint.h"
 #include "common/base/status_macros.h"
 #include "common/kernels/kernel_calibration.h"
 #include "common/kernels/linear.h"
+#include "common/model/model_fingerprint.h"
 #include "coordinator/planner/profile_io.h"
 #include "gpu_worker/cuda_expert_pool.h"
 #include "gpu_worker/host_expert_pool.h"
@@ -38,7 +38,8 @@ std::vector<std::vector<LinearWeight>> KernelPlanGroups(const ModelWeights& weig
 
 // The expert pool `o` asks for, over `experts` ([layer][expert] views into the
 // model's weights).
-absl::StatusOr<std::unique_ptr<ExpertPool>> CreateExpertPool(const LocalOrchestratorOptions& o, const ModelConfig& config,
+absl::StatusOr<std::unique_ptr<ExpertPool>> CreateExpertPool(const LocalOrchestratorOptions& o,
+                                                             const ModelConfig& config,
                                                              std::vector<std::vector<ExpertWeights>> experts,
                                                              ThreadPool* threads, std::unique_ptr<ExpertFfn>* ffn) {
   ExpertPoolOptions pool_options;
@@ -91,9 +92,10 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> CreateExpertPool(const LocalOrchestr
 }
 
 // The expert pool and the orchestrator around `cpu` (see local_runtime.h).
-absl::Status BuildOrchestrator(const LocalOrchestratorOptions& o, const PrecalcOptions& precalc, const Model& model, ThreadPool* threads,
-                               bool measure_kernel_plan, ExpertExecutor* cpu, bool external_cpu, std::unique_ptr<ExpertFfn>* ffn,
-                               std::unique_ptr<ExpertPool>* pool, std::optional<CalibrationResult>* calibration,
+absl::Status BuildOrchestrator(const LocalOrchestratorOptions& o, const PrecalcOptions& precalc, const Model& model,
+                               ThreadPool* threads, bool measure_kernel_plan, ExpertExecutor* cpu, bool external_cpu,
+                               std::unique_ptr<ExpertFfn>* ffn, std::unique_ptr<ExpertPool>* pool,
+                               std::optional<CalibrationResult>* calibration,
                                std::unique_ptr<Orchestrator>* orchestrator) {
   const ModelConfig& config = model.config;
   std::vector<std::vector<ExpertWeights>> experts;
@@ -116,8 +118,8 @@ absl::Status BuildOrchestrator(const LocalOrchestratorOptions& o, const PrecalcO
       setup.kernel_plan_groups = KernelPlanGroups(*model.weights);
       setup.kernel_pool = threads;
     }
-    setup.config_description = absl::StrCat("threads=", threads->num_threads(), " executor=",
-                                            external_cpu ? "external " + o.cpu_transport : "local",
+    setup.config_description = absl::StrCat("threads=", threads->num_threads(),
+                                            " executor=", external_cpu ? "external " + o.cpu_transport : "local",
                                             " staging=", o.staging_buffers);
     TANDEM_ASSIGN_OR_RETURN(CalibrationResult result, LoadOrCalibrate(o.calibration_profile, setup, o.calibration));
     params = result.profile.cost;
@@ -175,7 +177,8 @@ absl::Status CheckKvCacheOptions(const ModelConfig& config, int64_t kv_cache_tok
   const int64_t blocks = kv_cache_tokens / kv_block_size + (kv_cache_tokens % kv_block_size != 0);
   const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
   const double memory = pages > 0 && page_bytes > 0 ? static_cast<double>(pages) * static_cast<double>(page_bytes) : 0;
-  const double needed = static_cast<double>(blocks) * static_cast<double>(kv_block_size) * static_cast<double>(per_token);
+  const double needed =
+      static_cast<double>(blocks) * static_cast<double>(kv_block_size) * static_cast<double>(per_token);
   if (memory > 0 && needed > memory) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--kv_cache_tokens %d: a KV cache of %d tokens (%d layers x kv_dim %d, f32 K and V: %d bytes per token) "
@@ -204,7 +207,8 @@ absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::shared_p
   TANDEM_ASSIGN_OR_RETURN(rt->pool_, ThreadPool::Create(ThreadPoolOptions{.num_threads = threads, .name = "compute"}));
   CudaBackend* cuda_backend = nullptr;
   if (options.backend == BackendKind::kCuda) {
-    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda, CudaBackend::Create(rt->model_->weights.get(), options.cuda));
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> cuda,
+                            CudaBackend::Create(rt->model_->weights.get(), options.cuda));
     cuda_backend = cuda.get();
     rt->backend_ = std::move(cuda);
     rt->backend_name_ = absl::StrFormat("CUDA backend (device %d, %.1f MB dense weights on the GPU)",
@@ -231,9 +235,8 @@ absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::shared_p
   }
   if (options.orchestrator.enabled) {
     TANDEM_RETURN_IF_ERROR(BuildOrchestrator(options.orchestrator, options.precalc, *rt->model_, rt->pool_.get(),
-                                             options.measure_kernel_plan, experts,
-                                             options.expert_executor != nullptr, &rt->pool_ffn_, &rt->expert_pool_,
-                                             &rt->calibration_, &rt->orchestrator_));
+                                             options.measure_kernel_plan, experts, options.expert_executor != nullptr,
+                                             &rt->pool_ffn_, &rt->expert_pool_, &rt->calibration_, &rt->orchestrator_));
     experts = rt->orchestrator_.get();
   }
   TANDEM_RETURN_IF_ERROR(ValidatePrecalcOptions(options.precalc));
@@ -276,7 +279,8 @@ absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::shared_p
            absl::StrFormat("%.1f MB weights (%.1f MB experts)", rt->model_->weights->total_bytes / 1e6,
                            rt->model_->weights->expert_bytes / 1e6),
            "; ", rt->backend_name_, ", ", threads, " threads; ",
-           options.expert_executor == nullptr ? "all experts on the in-process CPU executor" : "experts on an external executor",
+           options.expert_executor == nullptr ? "all experts on the in-process CPU executor"
+                                              : "experts on an external executor",
            rt->orchestrator_ ? absl::StrCat(", orchestrated with the ", rt->expert_pool_->kind()) : std::string());
   LOG_INFO("kernels: ", KernelStartupSummary(rt->model_->weights->layers.empty()
                                                  ? DType::kBF16
@@ -290,9 +294,7 @@ PrecalcStats LocalRuntime::precalc_stats() const {
   return PrecalcStats{};
 }
 
-absl::Status LocalRuntime::FinishRecording() {
-  return recorder_ ? recorder_->Finish() : absl::OkStatus();
-}
+absl::Status LocalRuntime::FinishRecording() { return recorder_ ? recorder_->Finish() : absl::OkStatus(); }
 
 absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Open(const std::filesystem::path& model_dir,
                                                                  const LocalRuntimeOptions& options) {

@@ -20,8 +20,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/model/model.h"
 #include "common/base/thread_pool.h"
+#include "common/model/model.h"
 #include "coordinator/calibration.h"
 #include "coordinator/cpu_backend.h"
 #include "coordinator/cuda_backend.h"
@@ -68,9 +68,9 @@ struct LocalOrchestratorOptions {
   int gpu_slots = -1;
   int64_t gpu_memory_bytes = 0;
   int staging_buffers = 2;
-  int lru_ways = 0;                 // lru: experts cached per layer; 0: slots / layers
-  std::string usage_profile;        // expert usage file (popularity placement)
-  std::string calibration_profile;  // calibration cache file; empty: calibrate, keep nothing
+  int lru_ways = 0;                     // lru: experts cached per layer; 0: slots / layers
+  std::string usage_profile;            // expert usage file (popularity placement)
+  std::string calibration_profile;      // calibration cache file; empty: calibrate, keep nothing
   std::optional<CostModelParams> cost;  // given: no calibration (tests, what-if runs)
   CalibrationOptions calibration;
   bool refine_online = true;
@@ -82,13 +82,13 @@ struct LocalOrchestratorOptions {
 };
 
 struct LocalRuntimeOptions {
-  int num_threads = 0;              // 0: every core this process may use
+  int num_threads = 0;  // 0: every core this process may use
   // The dense part's device. cuda: CudaBackend (options below) with its KV
   // cache in device memory; Unavailable at Create when there is no GPU,
   // Unimplemented in a build without CUDA.
   BackendKind backend = BackendKind::kCpu;
   CudaBackendOptions cuda;
-  int64_t kv_cache_tokens = 0;      // 0: one sequence of the model's full context
+  int64_t kv_cache_tokens = 0;  // 0: one sequence of the model's full context
   int64_t kv_block_size = 16;
   EngineOptions engine;
   // Computes the experts instead of the in-process CPU executor, e.g. a

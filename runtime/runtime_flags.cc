@@ -9,12 +9,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/log.h"
-#include "common/model/model.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
-#include "runtime/kernel_flags.h"
+#include "common/model/model.h"
 #include "coordinator/worker_connect.h"
 #include "gpu_worker/cuda_device.h"
+#include "runtime/kernel_flags.h"
 
 ABSL_FLAG(std::string, model, "",
           "model directory (config.json, *.safetensors, tokenizer.model) or GGUF file (the first of a split set)");
@@ -69,8 +69,8 @@ constexpr int kMaxThreadsPerCore = 4;
 
 // The model (for the coordinator's own layers) and the workers computing its
 // experts, checked against it at connect.
-absl::StatusOr<std::pair<std::unique_ptr<Model>, std::unique_ptr<RemoteExpertExecutor>>>
-ConnectWorkers(const ModelSource& source, const ModelLoadOptions& load) {
+absl::StatusOr<std::pair<std::unique_ptr<Model>, std::unique_ptr<RemoteExpertExecutor>>> ConnectWorkers(
+    const ModelSource& source, const ModelLoadOptions& load) {
   auto model = LoadModelFrom(source, load);
   if (!model.ok()) return model.status();
   WorkerConnectSettings settings;
@@ -144,8 +144,7 @@ absl::Status PrecalcFlags(PrecalcOptions* o) {
   TANDEM_ASSIGN_OR_RETURN(o->policy, ParsePrecalcPolicy(absl::GetFlag(FLAGS_precalc), "--precalc"));
   o->start_layer = absl::GetFlag(FLAGS_precalc_start_layer);
   if (o->start_layer < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--precalc_start_layer: must be >= 1, got ", o->start_layer));
+    return absl::InvalidArgumentError(absl::StrCat("--precalc_start_layer: must be >= 1, got ", o->start_layer));
   }
   return absl::OkStatus();
 }
@@ -153,7 +152,8 @@ absl::Status PrecalcFlags(PrecalcOptions* o) {
 }  // namespace
 
 absl::StatusOr<ModelSource> ModelSourceFromFlags() {
-  return ParseModelSource(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_synthetic), absl::GetFlag(FLAGS_synthetic_seed));
+  return ParseModelSource(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_synthetic),
+                          absl::GetFlag(FLAGS_synthetic_seed));
 }
 
 absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions options) {
@@ -174,7 +174,8 @@ absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions option
   }
   TANDEM_ASSIGN_OR_RETURN(options.backend, ParseBackendKind(absl::GetFlag(FLAGS_backend), "--backend"));
   if (absl::GetFlag(FLAGS_cuda_device) < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--cuda_device: must be >= 0, got ", absl::GetFlag(FLAGS_cuda_device)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cuda_device: must be >= 0, got ", absl::GetFlag(FLAGS_cuda_device)));
   }
   options.cuda.device = absl::GetFlag(FLAGS_cuda_device);
   options.cuda.decode_graphs = absl::GetFlag(FLAGS_cuda_graphs);
@@ -188,9 +189,9 @@ absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions option
   // The KV cache flags against the model's config before any weight is
   // loaded or generated (a folder whose config does not load fails in the
   // loader below, with its own message).
-  const absl::StatusOr<ModelConfig> config = source.synthetic
-                                                 ? SyntheticConfig(*source.synthetic)
-                                                 : LoadModelConfig(std::filesystem::path(source.model_dir) / "config.json");
+  const absl::StatusOr<ModelConfig> config =
+      source.synthetic ? SyntheticConfig(*source.synthetic)
+                       : LoadModelConfig(std::filesystem::path(source.model_dir) / "config.json");
   if (config.ok() && options.backend == BackendKind::kCpu) {
     TANDEM_RETURN_IF_ERROR(CheckKvCacheOptions(*config, options.kv_cache_tokens, options.kv_block_size));
   }

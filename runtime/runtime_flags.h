@@ -10,9 +10,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "coordinator/remote_expert_executor.h"
 #include "runtime/kernel_flags.h"
 #include "runtime/local_runtime.h"
-#include "coordinator/remote_expert_executor.h"
 
 namespace tandem {
 

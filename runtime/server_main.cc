@@ -24,7 +24,6 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/flags/flag.h"
-#include "common/base/flags_usage.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
@@ -34,8 +33,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "runtime/local_runtime.h"
-#include "runtime/runtime_flags.h"
+#include "common/base/flags_usage.h"
 #include "common/base/log.h"
 #include "common/base/runtime_dir.h"
 #include "common/base/status_macros.h"
@@ -43,6 +41,8 @@
 #include "coordinator/http/http_server.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/scheduler.h"
+#include "runtime/local_runtime.h"
+#include "runtime/runtime_flags.h"
 
 ABSL_FLAG(std::string, listen, "",
           "comma-separated addresses: unix:/path/to.sock and/or TCP as PORT (localhost) or host:port (give "
@@ -101,7 +101,8 @@ absl::StatusOr<ListenAddress> ParseTcpListen(absl::string_view part) {
   }
   const absl::string_view port = digits_only ? bare : part.substr(colon + 1);
   int value = 0;
-  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
       !absl::SimpleAtoi(port, &value) || value < 1 || value > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("--listen: \"", part, "\": port \"", port, "\" is not a number in 1..65535"));
@@ -200,7 +201,8 @@ tandem::InferenceServiceOptions ServiceOptions(tandem::LocalRuntime* rt, tandem:
   if (rt->orchestrator() != nullptr || rt->precalc_stats().policy != "off") {
     service_options.orchestrator_json = [rt] {
       nlohmann::json out = nlohmann::json::object();
-      if (rt->orchestrator() != nullptr) out["orchestrator"] = nlohmann::json::parse(rt->orchestrator()->stats().ToJson());
+      if (rt->orchestrator() != nullptr)
+        out["orchestrator"] = nlohmann::json::parse(rt->orchestrator()->stats().ToJson());
       const tandem::PrecalcStats precalc = rt->precalc_stats();
       if (precalc.policy != "off") out["precalc"] = nlohmann::json::parse(precalc.ToJson());
       return out.dump();
@@ -328,9 +330,10 @@ void ServeUntilSignal(const sigset_t& signals, Listening& listening, tandem::Htt
 }  // namespace
 
 int main(int argc, char** argv) {
-  tandem::SetProgramUsage("Serve a MoE model over gRPC (tandem.v1.Inference).\n"
-                               "  tandem-server --model models/demo [--listen unix:/path.sock,127.0.0.1:50051]\n"
-                               "  tandem-server --synthetic mixtral-8x7b --synthetic_seed 1 [--workers ...]");
+  tandem::SetProgramUsage(
+      "Serve a MoE model over gRPC (tandem.v1.Inference).\n"
+      "  tandem-server --model models/demo [--listen unix:/path.sock,127.0.0.1:50051]\n"
+      "  tandem-server --synthetic mixtral-8x7b --synthetic_seed 1 [--workers ...]");
   absl::ParseCommandLine(argc, argv);
   const sigset_t signals = BlockShutdownSignals();
   if (absl::GetFlag(FLAGS_exit_with_parent)) prctl(PR_SET_PDEATHSIG, SIGTERM);

@@ -104,8 +104,7 @@ TEST_F(BadFlagsTest, FlagsBeyondWhatTheMachineCanHoldAreRefusedNamingTheFlag) {
   // Accepted, then aborted on the first request, before.
   ExpectRefused({kBin + "tandem-server", "--model", model, "--listen", listen, "--kv_block_size", "1000000000"},
                 "--kv_block_size 1000000000");
-  ExpectRefused({kBin + "tandem-server", "--model", model, "--listen", listen, "--kv_cache_tokens",
-                 "1000000000000000"},
+  ExpectRefused({kBin + "tandem-server", "--model", model, "--listen", listen, "--kv_cache_tokens", "1000000000000000"},
                 "--kv_cache_tokens 1000000000000000");
   ExpectRefused({kBin + "tandem-server", "--model", model, "--listen", listen, "--max_sequences", "100000000"},
                 "max_sequences must be <=");

@@ -135,8 +135,7 @@ TEST_F(LruTest, MissPostFetchesAndEvictsTheLeastRecentlyUsedWay) {
   // Token 2 uses 3 and 5: both miss. Both ways are free to evict: 5 (bigger batch,
   // served first) takes 0's way, then 3 takes 2's (both were last used by
   // token 1; ties go to the lower id).
-  EXPECT_EQ(Step(0, {0, 0, 0, 1, 0, 2, 0, 0}),
-            (std::vector<CacheDecision>{Migrate(0, 5, 0, 0), Migrate(0, 3, 0, 2)}));
+  EXPECT_EQ(Step(0, {0, 0, 0, 1, 0, 2, 0, 0}), (std::vector<CacheDecision>{Migrate(0, 5, 0, 0), Migrate(0, 3, 0, 2)}));
   // Token 3 uses 5 (hit) and 0 (miss): the LRU way not in use is 3.
   EXPECT_EQ(Step(0, {1, 0, 0, 0, 0, 1, 0, 0}), (std::vector<CacheDecision>{Migrate(0, 0, 0, 3)}));
   EXPECT_GT(lru_->last_use({0, 0}), lru_->last_use({0, 2}));
@@ -239,8 +238,8 @@ TEST_P(SequenceSwapTest, SwapsWhenHotReachesThresholdTimesCold) {
 
 INSTANTIATE_TEST_SUITE_P(AtBelowAbove, SequenceSwapTest,
                          ::testing::Values(SwapCase{105, 100, true}, SwapCase{104, 100, false},
-                                           SwapCase{106, 100, true}, SwapCase{100, 100, false},
-                                           SwapCase{1, 0, true}, SwapCase{0, 0, false}));
+                                           SwapCase{106, 100, true}, SwapCase{100, 100, false}, SwapCase{1, 0, true},
+                                           SwapCase{0, 0, false}));
 
 TEST(SequenceCachePolicyTest, PairsHottestWithColdestUpToHalfTheExperts) {
   // 8 experts: SwapNum = 4. GPU holds 0-4 (5 experts, counts 1..5), CPU
@@ -367,7 +366,7 @@ TEST_F(AdaptiveTest, AdmitsPlannerCopiesWhenWorthMoreThanTheVictim) {
   policy_->OnSequenceStart({64, 1});
   // Layer 0's prompt leaves expert 4 cold (0 tokens); layer 1's makes 6 hot.
   Route(*policy_, table, 0, {50, 50, 0, 0, 0, 50, 50, 0}, Phase::kPrefill, 1e12);  // backlog: no copy now
-  const std::vector<int32_t> rows = {0, 0, 0, 0, 0, 10, 40, 30};  // 40 tokens
+  const std::vector<int32_t> rows = {0, 0, 0, 0, 0, 10, 40, 30};                   // 40 tokens
   Route(*policy_, table, 1, rows, Phase::kPrefill, 1e12);
   CacheStep step;
   step.layer = 1;
@@ -397,8 +396,8 @@ TEST_F(AdaptiveTest, PrefillNeverEvictsALayerItHasNotReached) {
 }
 
 TEST(CachePolicyFactoryTest, NamesAndOptions) {
-  for (CachePolicyKind kind : {CachePolicyKind::kStatic, CachePolicyKind::kLru, CachePolicyKind::kSequence,
-                               CachePolicyKind::kAdaptive}) {
+  for (CachePolicyKind kind :
+       {CachePolicyKind::kStatic, CachePolicyKind::kLru, CachePolicyKind::kSequence, CachePolicyKind::kAdaptive}) {
     absl::StatusOr<CachePolicyKind> parsed = ParseCachePolicyKind(CachePolicyKindName(kind));
     ASSERT_OK(parsed);
     EXPECT_EQ(*parsed, kind);

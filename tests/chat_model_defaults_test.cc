@@ -77,9 +77,10 @@ TEST(GenerationConfigTest, SamplingDefaults) {
 }
 
 TEST(GenerationConfigTest, BadFieldsAndJsonNameTheFile) {
-  ExpectError(ParseGenerationConfig(R"({"eos_token_id": "</s>"})", "m/generation_config.json").status(),
-              absl::StatusCode::kInvalidArgument,
-              "m/generation_config.json: field \"eos_token_id\" must be a token id or a list of token ids, got \"</s>\"");
+  ExpectError(
+      ParseGenerationConfig(R"({"eos_token_id": "</s>"})", "m/generation_config.json").status(),
+      absl::StatusCode::kInvalidArgument,
+      "m/generation_config.json: field \"eos_token_id\" must be a token id or a list of token ids, got \"</s>\"");
   ExpectError(ParseGenerationConfig(R"({"eos_token_id": [2, -1]})", "g.json").status(),
               absl::StatusCode::kInvalidArgument, "field \"eos_token_id\"");
   ExpectError(ParseGenerationConfig(R"({"temperature": "hot"})", "g.json").status(), absl::StatusCode::kInvalidArgument,
@@ -164,9 +165,9 @@ TEST(TokenizerConfigTest, BadFieldsNameTheFileAndField) {
               absl::StatusCode::kInvalidArgument, "field \"added_tokens_decoder.32000\" needs a non-empty \"content\"");
   ExpectError(ParseTokenizerConfig(R"({"added_tokens_decoder": {"x": {"content": "a"}}})", "t.json").status(),
               absl::StatusCode::kInvalidArgument, "field \"added_tokens_decoder.x\" has a key that is no token id");
-  ExpectError(ParseTokenizerConfig(R"({"added_tokens_decoder": {"5": {"content": "a", "rstrip": "yes"}}})", "t.json")
-                  .status(),
-              absl::StatusCode::kInvalidArgument, "field \"added_tokens_decoder.5.rstrip\" must be true or false");
+  ExpectError(
+      ParseTokenizerConfig(R"({"added_tokens_decoder": {"5": {"content": "a", "rstrip": "yes"}}})", "t.json").status(),
+      absl::StatusCode::kInvalidArgument, "field \"added_tokens_decoder.5.rstrip\" must be true or false");
   ExpectError(ParseTokenizerConfig(R"({"chat_template": 7})", "t.json").status(), absl::StatusCode::kInvalidArgument,
               "field \"chat_template\" must be a string or a list");
   ExpectError(ParseTokenizerConfig(R"({"chat_template": [{"name": "default"}]})", "t.json").status(),
@@ -197,7 +198,8 @@ constexpr char kPhiStyleTokenizerConfig[] = R"({
 
 TEST(LoadModelDefaultsTest, ReadsAFolderAndRendersItsTemplate) {
   ScopedDir dir;
-  dir.Write("generation_config.json", R"({"bos_token_id": 1, "eos_token_id": [32000, 32001, 32007], "temperature": 0.7})");
+  dir.Write("generation_config.json",
+            R"({"bos_token_id": 1, "eos_token_id": [32000, 32001, 32007], "temperature": 0.7})");
   dir.Write("tokenizer_config.json", kPhiStyleTokenizerConfig);
   absl::StatusOr<ModelDefaults> d = LoadModelDefaults(dir.path());
   ASSERT_TRUE(d.ok()) << d.status();

@@ -40,15 +40,17 @@ void ExpectError(const absl::Status& status, absl::StatusCode code, const std::s
 TEST(ChatTemplateErrorsTest, UnclosedTagNamesItsPosition) {
   ExpectError(LoadError("line one\n  {% if x "), absl::StatusCode::kInvalidArgument,
               "test.jinja: unclosed tag '{%' (no '%}') at line 2 col 3");
-  ExpectError(LoadError("{{ messages"), absl::StatusCode::kInvalidArgument, "unclosed tag '{{' (no '}}') at line 1 col 1");
+  ExpectError(LoadError("{{ messages"), absl::StatusCode::kInvalidArgument,
+              "unclosed tag '{{' (no '}}') at line 1 col 1");
   ExpectError(LoadError("a {# never closed"), absl::StatusCode::kInvalidArgument, "unclosed comment");
   ExpectError(LoadError("{% raw %} never closed"), absl::StatusCode::kInvalidArgument, "unclosed '{% raw %}'");
   ExpectError(LoadError("{{ 'unterminated }}"), absl::StatusCode::kInvalidArgument, "unterminated string literal");
 }
 
 TEST(ChatTemplateErrorsTest, UnclosedBlockNamesTheBlockAndWhereItOpened) {
-  ExpectError(LoadError("x\n{% for m in messages %}\n{% if m %}{% endif %}"), absl::StatusCode::kInvalidArgument,
-              "unclosed '{% for %}' (expected '{% endfor %}' or '{% else %}' before the end of the template) at line 2 col 4");
+  ExpectError(
+      LoadError("x\n{% for m in messages %}\n{% if m %}{% endif %}"), absl::StatusCode::kInvalidArgument,
+      "unclosed '{% for %}' (expected '{% endfor %}' or '{% else %}' before the end of the template) at line 2 col 4");
   ExpectError(LoadError("{% macro m() %}body"), absl::StatusCode::kInvalidArgument, "unclosed '{% macro %}'");
   ExpectError(LoadError("{% endif %}"), absl::StatusCode::kInvalidArgument, "unexpected '{% endif %}'");
   ExpectError(LoadError("{% if a %}{% endfor %}"), absl::StatusCode::kInvalidArgument, "unexpected '{% endfor %}'");
@@ -73,7 +75,8 @@ TEST(ChatTemplateErrorsTest, UnsupportedFilterTestAndTagAreNamedAtLoad) {
 }
 
 TEST(ChatTemplateErrorsTest, SyntaxErrorsNameWhatWasExpected) {
-  ExpectError(LoadError("{{ 1 + }}"), absl::StatusCode::kInvalidArgument, "expected an expression, got '}}' at line 1 col 8");
+  ExpectError(LoadError("{{ 1 + }}"), absl::StatusCode::kInvalidArgument,
+              "expected an expression, got '}}' at line 1 col 8");
   ExpectError(LoadError("{{ (1, 2 }}"), absl::StatusCode::kInvalidArgument, "unexpected '}', expected ')'");
   ExpectError(LoadError("{{ a b }}"), absl::StatusCode::kInvalidArgument, "expected '}}', got 'b'");
   ExpectError(LoadError("{% set %}"), absl::StatusCode::kInvalidArgument, "expected a variable name to assign to");
@@ -99,7 +102,8 @@ TEST(ChatTemplateErrorsTest, RaiseExceptionGivesTheTemplatesMessage) {
   inputs.messages = ordered_json::parse(R"([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])");
   absl::StatusOr<std::string> out = Render(
       "{% for m in messages %}{% if (m.role == 'user') != (loop.index0 % 2 == 0) %}"
-      "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% endfor %}",
+      "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% "
+      "endfor %}",
       inputs);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
@@ -127,7 +131,8 @@ TEST(ChatTemplateErrorsTest, RuntimeErrorsNameTheConstructAndPosition) {
               "access to list.append is unsafe");
   ExpectError(Render("{{ 'abc'.translate({}) }}").status(), absl::StatusCode::kInvalidArgument,
               "unsupported method str.translate()");
-  ExpectError(Render("{{ 2 ** 64 }}").status(), absl::StatusCode::kInvalidArgument, "integer result does not fit in 64 bits");
+  ExpectError(Render("{{ 2 ** 64 }}").status(), absl::StatusCode::kInvalidArgument,
+              "integer result does not fit in 64 bits");
 }
 
 // ---- Bounds against hostile templates ----
@@ -141,9 +146,9 @@ TEST(ChatTemplateErrorsTest, LoopsAreBoundedByTheWorkBudget) {
   ExpectError(Render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}").status(),
               absl::StatusCode::kResourceExhausted, "template exceeded its work budget (5000000 steps)");
   // A doubling macro tree does little per call but is exponential.
-  ExpectError(Render("{% macro t(n) %}{% if n > 0 %}{{ t(n - 1) }}{{ t(n - 1) }}{% endif %}{% endmacro %}{{ t(40) }}")
-                  .status(),
-              absl::StatusCode::kResourceExhausted, "work budget");
+  ExpectError(
+      Render("{% macro t(n) %}{% if n > 0 %}{{ t(n - 1) }}{{ t(n - 1) }}{% endif %}{% endmacro %}{{ t(40) }}").status(),
+      absl::StatusCode::kResourceExhausted, "work budget");
   ExpectError(Render("{{ range(10000000000)|length }}").status(), absl::StatusCode::kResourceExhausted,
               "range of 10000000000 items passes the limit");
 }
@@ -155,11 +160,12 @@ TEST(ChatTemplateErrorsTest, OutputAndStringsAreBounded) {
               absl::StatusCode::kResourceExhausted, "rendered output passes the 1048576-byte limit");
   ExpectError(Render("{{ 'x' * 100000000000 }}", {}, options).status(), absl::StatusCode::kResourceExhausted,
               "string repetition passes");
-  ExpectError(Render("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(30) %}{% set ns.s = ns.s ~ ns.s %}"
-                     "{% endfor %}",
-                     {}, options)
-                  .status(),
-              absl::StatusCode::kResourceExhausted, "passes the 1048576-byte limit");
+  ExpectError(
+      Render("{% set ns = namespace(s='xxxxxxxxxxxxxxxx') %}{% for i in range(30) %}{% set ns.s = ns.s ~ ns.s %}"
+             "{% endfor %}",
+             {}, options)
+          .status(),
+      absl::StatusCode::kResourceExhausted, "passes the 1048576-byte limit");
 }
 
 TEST(ChatTemplateErrorsTest, SharedStructuresCannotGrowExponentially) {
@@ -169,8 +175,9 @@ TEST(ChatTemplateErrorsTest, SharedStructuresCannotGrowExponentially) {
                      "{{ ns.a|tojson }}")
                   .status(),
               absl::StatusCode::kResourceExhausted, "a list of weight");
-  ExpectError(Render("{% set ns = namespace(a=[1]) %}{% for i in range(100) %}{% set ns.a = [ns.a] %}{% endfor %}").status(),
-              absl::StatusCode::kResourceExhausted, "depth 65 passes the limits");
+  ExpectError(
+      Render("{% set ns = namespace(a=[1]) %}{% for i in range(100) %}{% set ns.a = [ns.a] %}{% endfor %}").status(),
+      absl::StatusCode::kResourceExhausted, "depth 65 passes the limits");
   ExpectError(Render("{% set ns = namespace() %}{% set ns.me = ns %}").status(), absl::StatusCode::kInvalidArgument,
               "unsupported: a namespace stored inside a list, dict or namespace");
 }

@@ -163,10 +163,10 @@ TEST(ChatTemplateOracleTest, CorpusRendersLikeJinja2) {
   std::ofstream(dir.path() / "jobs.json", std::ios::binary) << jobs_json.dump();
 
   std::string log;
-  const int rc = RunShell("'" + python + "' '" TANDEM_SOURCE_DIR "/tests/chat_template_oracle.py' '" +
-                              (dir.path() / "jobs.json").string() + "' '" + (dir.path() / "results.json").string() +
-                              "' 2>&1",
-                          &log);
+  const int rc =
+      RunShell("'" + python + "' '" TANDEM_SOURCE_DIR "/tests/chat_template_oracle.py' '" +
+                   (dir.path() / "jobs.json").string() + "' '" + (dir.path() / "results.json").string() + "' 2>&1",
+               &log);
   if (rc == 3) GTEST_SKIP() << "the oracle cannot import jinja2: " << log;
   ASSERT_EQ(rc, 0) << "oracle failed:\n" << log;
   const ordered_json oracle = ordered_json::parse(ReadFile(dir.path() / "results.json"));

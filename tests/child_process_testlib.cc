@@ -68,8 +68,8 @@ absl::Status ChildProcess::SpawnWith(const std::vector<std::string>& args, void*
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
   pid_t pid = -1;
-  const int err = posix_spawn(&pid, argv[0], static_cast<posix_spawn_file_actions_t*>(file_actions), &attr,
-                              argv.data(), envp.data());
+  const int err = posix_spawn(&pid, argv[0], static_cast<posix_spawn_file_actions_t*>(file_actions), &attr, argv.data(),
+                              envp.data());
   posix_spawnattr_destroy(&attr);
   if (err != 0) return absl::InternalError(absl::StrCat("posix_spawn ", args[0], ": ", strerror(err)));
   pid_ = pid;
@@ -149,8 +149,8 @@ bool CanRunAsOtherUser(std::string* why_not) {
 }
 
 std::vector<std::string> AsOtherUser(std::vector<std::string> argv) {
-  argv.insert(argv.begin(), {"/usr/bin/setpriv", absl::StrCat("--reuid=", kOtherUid), absl::StrCat("--regid=", kOtherGid),
-                             "--clear-groups"});
+  argv.insert(argv.begin(), {"/usr/bin/setpriv", absl::StrCat("--reuid=", kOtherUid),
+                             absl::StrCat("--regid=", kOtherGid), "--clear-groups"});
   return argv;
 }
 

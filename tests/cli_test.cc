@@ -12,9 +12,9 @@
 #include "gtest/gtest.h"
 #include "tests/sdk_testlib.h"
 #include "tests/server_process_testlib.h"
+#include "tests/status_testlib.h"
 #include "tests/temp_dir_testlib.h"
 #include "tests/tokens_testlib.h"
-#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -103,8 +103,8 @@ TEST_F(CliTest, InfoStatsTokenizeJson) {
   EXPECT_TRUE(stats["layers"].is_array()) << stats;
   const nlohmann::json tokens = Json(Cli({"tokenize", "--prompt", "The licensee may", "--json"}));
   ASSERT_TRUE(tokens["ids"].is_array()) << tokens;
-  const nlohmann::json text =
-      Json(Cli({"detokenize", "--prompt_ids", absl::StrJoin(tokens["ids"].get<std::vector<int32_t>>(), ","), "--json"}));
+  const nlohmann::json text = Json(
+      Cli({"detokenize", "--prompt_ids", absl::StrJoin(tokens["ids"].get<std::vector<int32_t>>(), ","), "--json"}));
   EXPECT_EQ(text["text"], "The licensee may");
   // And as text.
   const ProcessResult plain = Cli({"info"});

@@ -16,9 +16,9 @@
 #include "gtest/gtest.h"
 #include "tests/sdk_testlib.h"
 #include "tests/server_process_testlib.h"
+#include "tests/status_testlib.h"
 #include "tests/temp_dir_testlib.h"
 #include "tests/tokens_testlib.h"
-#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -119,8 +119,8 @@ TEST_F(ClientSdkTest, StreamGivesTheSameTokens) {
 }
 
 TEST_F(ClientSdkTest, SeededSamplingIsReproducibleAndReportsTheSeed) {
-  sdk::GenerateOptions options{.prompt_ids = Prompt(), .max_tokens = 8, .temperature = 0.9f, .seed = 1234,
-                               .ignore_eos = true};
+  sdk::GenerateOptions options{
+      .prompt_ids = Prompt(), .max_tokens = 8, .temperature = 0.9f, .seed = 1234, .ignore_eos = true};
   auto a = client_->Generate(options);
   auto b = client_->Generate(options);
   ASSERT_OK(a);

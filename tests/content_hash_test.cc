@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/expert_executor.h"
 #include "common/base/thread_pool.h"
 #include "common/model/expert_content.h"
 #include "common/model/expert_partition.h"
 #include "common/model/model.h"
 #include "common/model/synthetic_model.h"
-#include "common/base/expert_executor.h"
 #include "coordinator/remote_expert_executor.h"
 #include "coordinator/worker_connect.h"
 #include "cpu_worker/expert_store.h"
@@ -42,7 +42,9 @@ namespace fs = std::filesystem;
 const char kWorkerBinary[] = TANDEM_BINARY_DIR "/bin/tandem-cpu-worker";
 const char kServer[] = TANDEM_BINARY_DIR "/bin/tandem-server";
 
-SyntheticModelSpec Spec(uint64_t seed) { return SyntheticModelSpec{.preset = "tiny", .seed = seed, .dtype = DType::kBF16}; }
+SyntheticModelSpec Spec(uint64_t seed) {
+  return SyntheticModelSpec{.preset = "tiny", .seed = seed, .dtype = DType::kBF16};
+}
 
 std::unique_ptr<Model> Load(const SyntheticModelSpec& spec, SyntheticExperts experts = {}) {
   ModelLoadOptions options;
@@ -65,7 +67,8 @@ TEST(ContentHashTest, StoreHashEqualsTheModelsAndRegeneratedHashes) {
   std::unique_ptr<Model> none = Load(spec, SyntheticExperts{.mode = SyntheticExperts::Mode::kNone});
   ASSERT_NE(none, nullptr);
   ThreadPool pool(ThreadPoolOptions{.num_threads = 2, .name = "hash-test"});
-  for (const Case& c : {Case{ExpertDivision::kSplit, 2}, Case{ExpertDivision::kShard, 2}, Case{ExpertDivision::kSplit, 1}}) {
+  for (const Case& c :
+       {Case{ExpertDivision::kSplit, 2}, Case{ExpertDivision::kShard, 2}, Case{ExpertDivision::kSplit, 1}}) {
     for (int w = 0; w < c.workers; ++w) {
       const std::string where = absl::StrCat(ExpertDivisionName(c.division), " worker ", w, " of ", c.workers);
       ASSERT_OK_AND_ASSIGN(std::vector<ExpertSlice> slices, PartitionExperts(full->config, c.division, w, c.workers));
@@ -86,7 +89,8 @@ TEST(ContentHashTest, StoreHashEqualsTheModelsAndRegeneratedHashes) {
       // Generated in place (a synthetic worker), hashed as generated.
       const ModelConfig config = none->config;
       auto fill = [config, spec](int layer, int expert, WeightRole role, int64_t begin, int64_t end, void* out) {
-        const WeightSpec weight{WeightName(config, role, layer, expert), role, layer, expert, WeightShape(config, role)};
+        const WeightSpec weight{WeightName(config, role, layer, expert), role, layer, expert,
+                                WeightShape(config, role)};
         FillSyntheticRange(config, weight, spec.seed, spec.dtype, out, begin, end, begin);
       };
       ASSERT_OK_AND_ASSIGN(std::unique_ptr<ExpertStore> generated,
@@ -189,8 +193,8 @@ TEST_F(WorkerContentTest, AWorkerRestartedOnOtherWeightsIsRefusedAtTheReconnect)
 
   WorkerProcessOptions o = workers_[1]->options();
   workers_[1].reset();  // stopped
-  o.extra_args = {"--synthetic", "tiny", "--synthetic_seed", "5", "--division", "split", "--transport", "shm",
-                  "--threads", "1"};
+  o.extra_args = {"--synthetic", "tiny", "--synthetic_seed", "5", "--division", "split",
+                  "--transport", "shm",  "--threads",        "1"};
   workers_[1] = std::make_unique<WorkerProcess>(o);
   ASSERT_OK(workers_[1]->Start());
   absl::Status status = remote->RunExperts(0, std::span<const ExpertWork>(&work, 1));  // the old connection fails
@@ -207,10 +211,10 @@ TEST_F(WorkerContentTest, AWorkerRestartedOnOtherWeightsIsRefusedAtTheReconnect)
 // do): it regenerates the workers' slices to hash them.
 TEST_F(WorkerContentTest, SyntheticServerWithoutExpertsChecksByRegenerating) {
   ASSERT_NO_FATAL_FAILURE(StartWorkers({"--synthetic", "tiny", "--synthetic_seed", "5"}));
-  auto run = RunProcess({kServer, "--synthetic", "tiny", "--synthetic_seed", "0", "--threads", "1", "--workers",
-                         Addresses(), "--connect_timeout_ms", "5000", "--listen",
-                         "unix:" + (dir_.path() / "server.sock").string()},
-                        {}, dir_.path(), absl::Seconds(60));
+  auto run =
+      RunProcess({kServer, "--synthetic", "tiny", "--synthetic_seed", "0", "--threads", "1", "--workers", Addresses(),
+                  "--connect_timeout_ms", "5000", "--listen", "unix:" + (dir_.path() / "server.sock").string()},
+                 {}, dir_.path(), absl::Seconds(60));
   ASSERT_OK(run);
   EXPECT_EQ(run->exit_code, 1) << run->err;
   EXPECT_NE(run->err.find("holds other expert weights"), std::string::npos) << run->err;

@@ -48,7 +48,8 @@ TEST(RooflineCurveTest, ValidateNamesTheField) {
 TEST(FitRooflineTest, RecoversAnExactRoofline) {
   const RooflineCurve truth{1000, 200, 100};
   std::vector<TimingSample> table;
-  for (double rows : {512.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0}) table.push_back({rows, truth.Us(rows)});
+  for (double rows : {512.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0})
+    table.push_back({rows, truth.Us(rows)});
   absl::StatusOr<RooflineCurve> fit = FitRoofline(table);
   ASSERT_OK(fit);
   for (double rows : {1.0, 3.0, 8.0, 10.0, 50.0, 300.0, 1000.0}) {
@@ -77,8 +78,8 @@ TEST(FitRooflineTest, LinearAndFlatTablesAreSpecialCases) {
 // It is not an ideal roofline (4-8 rows fall between the kernels), so the
 // fit is judged by its relative error at every point.
 TEST(FitRooflineTest, FitsTheMeasuredEpycTableWithinTolerance) {
-  const std::vector<TimingSample> table = {{1, 13700},   {2, 14800},   {4, 22800},   {8, 35600},   {16, 74400},
-                                           {32, 97000},  {64, 190000}, {128, 386000}, {256, 779000}, {512, 1260000}};
+  const std::vector<TimingSample> table = {{1, 13700},  {2, 14800},   {4, 22800},    {8, 35600},    {16, 74400},
+                                           {32, 97000}, {64, 190000}, {128, 386000}, {256, 779000}, {512, 1260000}};
   absl::StatusOr<RooflineCurve> fit = FitRoofline(table);
   ASSERT_OK(fit);
   double sum = 0, worst = 0;
@@ -88,7 +89,7 @@ TEST(FitRooflineTest, FitsTheMeasuredEpycTableWithinTolerance) {
     worst = std::max(worst, error);
   }
   EXPECT_LT(sum / table.size(), 0.15) << "plateau " << fit->plateau_us << " base " << fit->base_us << " per_row "
-                                       << fit->per_row_us;
+                                      << fit->per_row_us;
   EXPECT_LT(worst, 0.45);
   // The shape: a memory-bound plateau near the 1-row time, then ~2.5-3 ms per row.
   EXPECT_NEAR(fit->plateau_us, 13700, 0.25 * 13700);
@@ -109,7 +110,8 @@ TEST(FitRooflineTest, NoisyTableStaysClose) {
   }
   absl::StatusOr<RooflineCurve> fit = FitRoofline(table);
   ASSERT_OK(fit);
-  for (double rows = 1; rows <= 1024; rows *= 2) EXPECT_NEAR(fit->Us(rows), truth.Us(rows), 0.08 * truth.Us(rows)) << rows;
+  for (double rows = 1; rows <= 1024; rows *= 2)
+    EXPECT_NEAR(fit->Us(rows), truth.Us(rows), 0.08 * truth.Us(rows)) << rows;
 }
 
 TEST(FitRooflineTest, RejectsBadTablesNamingTheField) {
@@ -258,7 +260,7 @@ TEST(CostModelTest, MapeCoversTheLastNObservations) {
   ASSERT_OK(cost);
   EXPECT_EQ(cost->Stats().cpu.window, 0);
   EXPECT_EQ(cost->Stats().cpu.mape_percent, 0);
-  const int32_t rows[] = {50};  // predicts 5000
+  const int32_t rows[] = {50};       // predicts 5000
   cost->ObserveCpu(0, rows, 5000);   // 0%
   cost->ObserveCpu(0, rows, 10000);  // 50%
   CostModelStats stats = cost->Stats();

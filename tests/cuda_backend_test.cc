@@ -58,7 +58,6 @@
 namespace tandem {
 namespace {
 
-
 constexpr double kBf16Nmse = 2e-3;
 constexpr double kF32Nmse = 1e-8;
 
@@ -159,8 +158,8 @@ struct OpCase {
   int64_t block_size;
 };
 void PrintTo(const OpCase& c, std::ostream* os) {
-  *os << c.preset << " H=" << c.heads << " Hkv=" << c.kv_heads << " hd=" << c.head_dim << " "
-      << DTypeName(c.dtype) << " B=" << c.block_size;
+  *os << c.preset << " H=" << c.heads << " Hkv=" << c.kv_heads << " hd=" << c.head_dim << " " << DTypeName(c.dtype)
+      << " B=" << c.block_size;
 }
 
 ModelConfig CaseConfig(const OpCase& c) {
@@ -343,8 +342,8 @@ void RunScenario(Pair& p, const ModelConfig& config, int num_sequences, const st
       gpu_kv[static_cast<size_t>(s)]->set_length(gpu_kv[static_cast<size_t>(s)]->length() + n);
     }
   }
-  std::cout << "[ nmse     ] attention delta, worst of " << steps.size() << " steps: " << worst << " (bound "
-            << bound << ")\n";
+  std::cout << "[ nmse     ] attention delta, worst of " << steps.size() << " steps: " << worst << " (bound " << bound
+            << ")\n";
 }
 
 TEST_P(CudaBackendOpTest, AttentionMatchesCpu) {
@@ -378,24 +377,24 @@ TEST_P(CudaBackendOpTest, AttentionMatchesCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, CudaBackendOpTest,
-    ::testing::Values(OpCase{"tiny", 4, 2, 16, DType::kBF16, 16},        // the preset: GQA 2
-                      OpCase{"tiny", 4, 4, 16, DType::kBF16, 4},         // MHA, small blocks
-                      OpCase{"tiny", 8, 2, 32, DType::kF16, 16},         // GQA 4, f16
-                      OpCase{"tiny", 8, 1, 64, DType::kF32, 16},         // GQA 8 (MQA), f32
-                      OpCase{"tiny", 8, 2, 128, DType::kBF16, 16},       // Mixtral's head_dim
-                      OpCase{"tiny", 4, 2, 256, DType::kBF16, 16},       // the largest head_dim
-                      OpCase{"tiny-phimoe", 4, 2, 16, DType::kBF16, 16},  // the preset
-                      OpCase{"tiny-phimoe", 8, 2, 64, DType::kBF16, 4},
-                      OpCase{"tiny-phimoe", 8, 4, 128, DType::kF32, 16}),
-    [](const ::testing::TestParamInfo<OpCase>& info) {
-      std::string name = info.param.preset + "_H" + std::to_string(info.param.heads) + "_Hkv" +
-                         std::to_string(info.param.kv_heads) + "_hd" + std::to_string(info.param.head_dim) + "_" +
-                         std::string(DTypeName(info.param.dtype)) + "_B" + std::to_string(info.param.block_size);
-      std::replace(name.begin(), name.end(), '-', '_');
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaBackendOpTest,
+                         ::testing::Values(OpCase{"tiny", 4, 2, 16, DType::kBF16, 16},         // the preset: GQA 2
+                                           OpCase{"tiny", 4, 4, 16, DType::kBF16, 4},          // MHA, small blocks
+                                           OpCase{"tiny", 8, 2, 32, DType::kF16, 16},          // GQA 4, f16
+                                           OpCase{"tiny", 8, 1, 64, DType::kF32, 16},          // GQA 8 (MQA), f32
+                                           OpCase{"tiny", 8, 2, 128, DType::kBF16, 16},        // Mixtral's head_dim
+                                           OpCase{"tiny", 4, 2, 256, DType::kBF16, 16},        // the largest head_dim
+                                           OpCase{"tiny-phimoe", 4, 2, 16, DType::kBF16, 16},  // the preset
+                                           OpCase{"tiny-phimoe", 8, 2, 64, DType::kBF16, 4},
+                                           OpCase{"tiny-phimoe", 8, 4, 128, DType::kF32, 16}),
+                         [](const ::testing::TestParamInfo<OpCase>& info) {
+                           std::string name =
+                               info.param.preset + "_H" + std::to_string(info.param.heads) + "_Hkv" +
+                               std::to_string(info.param.kv_heads) + "_hd" + std::to_string(info.param.head_dim) + "_" +
+                               std::string(DTypeName(info.param.dtype)) + "_B" + std::to_string(info.param.block_size);
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 // ---- the whole model through the Engine ----
 
@@ -425,8 +424,8 @@ std::unique_ptr<ModelRun> MakeModelRun(const std::string& preset, CudaBackendOpt
   EXPECT_OK(gpu);
   if (!gpu.ok()) return nullptr;
   run->gpu = std::move(*gpu);
-  const KvCacheOptions kv{.num_layers = config.num_hidden_layers, .kv_dim = config.kv_dim(), .block_size = 16,
-                          .max_blocks = 256};
+  const KvCacheOptions kv{
+      .num_layers = config.num_hidden_layers, .kv_dim = config.kv_dim(), .block_size = 16, .max_blocks = 256};
   auto cpu_kv = KvBlockPool::Create(kv);
   auto gpu_kv = run->gpu->CreateKvPool(kv);
   EXPECT_OK(cpu_kv);
@@ -588,8 +587,7 @@ TEST(CudaBackendTest, CopyOnWriteOnDeviceLeavesTheParentUnchanged) {
   EXPECT_EQ(p.gpu_pool->ref_count(shared), 1);
   EXPECT_EQ(p.gpu_pool->copies_on_write(), 1);
 #if TANDEM_HAVE_CUDA
-  ASSERT_EQ(cudaMemcpy(after.data(), p.gpu_pool->BlockData(shared), after.size(), cudaMemcpyDeviceToHost),
-            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(after.data(), p.gpu_pool->BlockData(shared), after.size(), cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(before, after) << "the parent's block changed under the child's write";
 #endif
 

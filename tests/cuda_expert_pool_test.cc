@@ -41,7 +41,6 @@
 namespace tandem {
 namespace {
 
-
 // Experts of random weights in one page-aligned mmap'd region, like the CPU
 // worker's shared-memory store. Writable (lockable on every GPU), or
 // read-only once filled (`read_only`), as the coordinator maps that store
@@ -198,8 +197,8 @@ struct FfnCase {
 TEST(CudaExpertPoolTest, FfnMatchesTheCpuExpertFfnByNormalisedMse) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const std::vector<FfnCase> cases = {
-      {64, 96, DType::kBF16},   {128, 352, DType::kBF16}, {256, 704, DType::kBF16}, {1024, 3584, DType::kBF16},
-      {64, 80, DType::kF16},    {256, 704, DType::kF16},  {64, 96, DType::kF32},    {192, 320, DType::kF32},
+      {64, 96, DType::kBF16}, {128, 352, DType::kBF16}, {256, 704, DType::kBF16}, {1024, 3584, DType::kBF16},
+      {64, 80, DType::kF16},  {256, 704, DType::kF16},  {64, 96, DType::kF32},    {192, 320, DType::kF32},
   };
   const std::vector<int64_t> row_counts = {1, 3, 17, 64, 257};
   for (const FfnCase& c : cases) {
@@ -239,9 +238,10 @@ TEST(CudaExpertPoolTest, FfnMatchesTheCpuExpertFfnByNormalisedMse) {
       for (int e = 0; e < 4; ++e) {
         if (work[static_cast<size_t>(e)].num_rows == 0) continue;
         const double nmse = Nmse(y[e].data(), want[e].data(), y[e].size());
-        EXPECT_LT(nmse, NmseBound(c.dtype)) << "expert " << e << ", " << work[static_cast<size_t>(e)].num_rows << " rows";
-        std::cout << "  D=" << c.d << " I=" << c.i << " " << DTypeName(c.dtype) << " rows="
-                  << work[static_cast<size_t>(e)].num_rows << " expert " << e << ": nmse " << nmse << "\n";
+        EXPECT_LT(nmse, NmseBound(c.dtype))
+            << "expert " << e << ", " << work[static_cast<size_t>(e)].num_rows << " rows";
+        std::cout << "  D=" << c.d << " I=" << c.i << " " << DTypeName(c.dtype)
+                  << " rows=" << work[static_cast<size_t>(e)].num_rows << " expert " << e << ": nmse " << nmse << "\n";
       }
     }
     EXPECT_EQ(pool.stats().pageable_copies, pinned ? 0 : 4);  // a placement, two migrations, a staging copy
@@ -269,7 +269,9 @@ TEST(CudaExpertPoolTest, GroupedAndPerExpertPathsMatchTheCpuOnUnevenRows) {
     bool aligned;  // D and I rows are multiples of 16 bytes: grouped possible
   };
   const std::vector<Case> cases = {
-      {256, 704, DType::kBF16, true}, {128, 352, DType::kF16, true}, {64, 96, DType::kF32, true},
+      {256, 704, DType::kBF16, true},
+      {128, 352, DType::kF16, true},
+      {64, 96, DType::kF32, true},
       {36, 100, DType::kBF16, false},  // 72-byte rows: per-expert only
   };
   const std::vector<int64_t> rows = {0, 1, 2, 5, 16, 33, 1, 130};
@@ -311,8 +313,8 @@ TEST(CudaExpertPoolTest, GroupedAndPerExpertPathsMatchTheCpuOnUnevenRows) {
         for (int e = 0; e < kExperts; ++e) {
           if (rows[e] == 0) continue;
           const double nmse = Nmse(y[e].data(), want[e].data(), y[e].size());
-          EXPECT_LT(nmse, NmseBound(c.dtype)) << (grouped ? "grouped" : "per-expert") << " call " << call
-                                              << " expert " << e << ", " << rows[e] << " rows";
+          EXPECT_LT(nmse, NmseBound(c.dtype)) << (grouped ? "grouped" : "per-expert") << " call " << call << " expert "
+                                              << e << ", " << rows[e] << " rows";
           if (call == 0) {
             std::cout << "  " << (pool.grouped_gemm() ? "grouped   " : "per-expert") << " D=" << c.d << " I=" << c.i
                       << " " << DTypeName(c.dtype) << " rows=" << rows[e] << " expert " << e << ": nmse " << nmse
@@ -381,7 +383,8 @@ TEST(CudaExpertPoolTest, MigrationsUnderLoadNeverFeedAHalfCopiedOrFreedExpert) {
     // Queue a few migrations, evicting a random slot when the pool is full:
     // some of them into experts this very step computes.
     for (int m = 0; m < 3; ++m) {
-      const ExpertKey key{static_cast<int>(rng() % 2 == 0 ? layer : rng() % kLayers), static_cast<int>(rng() % kExperts)};
+      const ExpertKey key{static_cast<int>(rng() % 2 == 0 ? layer : rng() % kLayers),
+                          static_cast<int>(rng() % kExperts)};
       if (pool.Find(key).held) continue;
       std::optional<ExpertKey> victim;
       if (static_cast<int>(in_slots.size()) == pool.num_slots()) {

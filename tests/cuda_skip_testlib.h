@@ -16,7 +16,7 @@ std::optional<std::string> NoCudaDeviceReason();
 }  // namespace tandem
 
 // GTEST_SKIP from the test body (it returns from the calling function).
-#define SKIP_WITHOUT_CUDA_DEVICE()                                                  \
-  do {                                                                              \
+#define SKIP_WITHOUT_CUDA_DEVICE()                                                             \
+  do {                                                                                         \
     if (auto tandem_no_cuda = ::tandem::NoCudaDeviceReason()) GTEST_SKIP() << *tandem_no_cuda; \
   } while (0)

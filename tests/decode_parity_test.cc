@@ -23,13 +23,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/local_runtime.h"
 #include "common/model/model.h"
 #include "gtest/gtest.h"
+#include "runtime/local_runtime.h"
 #include "tests/exact_kernels_testlib.h"
 #include "tests/reference_model_testlib.h"
-#include "tests/tokens_testlib.h"
 #include "tests/status_testlib.h"
+#include "tests/tokens_testlib.h"
 
 namespace tandem {
 namespace {
@@ -65,8 +65,7 @@ std::unique_ptr<LocalRuntime> MakeRuntime(const std::string& preset, int64_t kv_
 }
 
 // Runs one Forward of one sequence; logits [rows asked for, V].
-std::vector<float> ForwardOne(LocalRuntime& rt, SequenceKv& kv, std::span<const int32_t> tokens,
-                              bool all_logits) {
+std::vector<float> ForwardOne(LocalRuntime& rt, SequenceKv& kv, std::span<const int32_t> tokens, bool all_logits) {
   const ForwardInput input{&kv, tokens, all_logits};
   std::vector<float> logits;
   const absl::Status status = rt.engine().Forward({&input, 1}, &logits);
@@ -116,8 +115,7 @@ TEST_P(DecodeParityTest, DecodingOneAtATimeEqualsOnePrefill) {
     for (int64_t step = 1; step < c.decode_tokens; ++step) {
       const std::span<const float> last(decoded.end() - static_cast<ptrdiff_t>(vocab), vocab);
       sequence.push_back(Argmax(last));
-      const std::vector<float> row =
-          ForwardOne(*rt, kv, std::span<const int32_t>(&sequence.back(), 1), false);
+      const std::vector<float> row = ForwardOne(*rt, kv, std::span<const int32_t>(&sequence.back(), 1), false);
       ASSERT_EQ(row.size(), vocab);
       decoded.insert(decoded.end(), row.begin(), row.end());
     }
@@ -134,8 +132,8 @@ TEST_P(DecodeParityTest, DecodingOneAtATimeEqualsOnePrefill) {
                                             static_cast<size_t>(c.decode_tokens) * vocab);
   ExpectNmseBelow(NmseF32(decoded, full_decoded), kCacheNmse,
                   absl::StrCat(c.preset, ": ", c.decode_tokens, " decoded positions vs one prefill"));
-  ExpectNmseBelow(NmseF32(prompt_logits, std::span<const float>(full.data(), prompt_logits.size())),
-                  kCacheNmse, absl::StrCat(c.preset, ": prompt positions, prefill of P vs prefill of P+N"));
+  ExpectNmseBelow(NmseF32(prompt_logits, std::span<const float>(full.data(), prompt_logits.size())), kCacheNmse,
+                  absl::StrCat(c.preset, ": prompt positions, prefill of P vs prefill of P+N"));
   for (int64_t i = 0; i < c.decode_tokens; ++i) {
     // The greedy choice at each decoded position is the same in both.
     EXPECT_EQ(Argmax(full_decoded.subspan(static_cast<size_t>(i) * vocab, vocab)),
@@ -242,8 +240,7 @@ TEST_P(BatchParityTest, BatchedSequencesEqualEachAlone) {
   const std::vector<float> c_rows = ForwardOne(*rt, c_alone, c_prompt, true);
   alone.insert(alone.end(), c_rows.begin(), c_rows.end());
   ASSERT_EQ(batched.size(), (1 + c_prompt.size()) * vocab);
-  ExpectNmseBelow(NmseF32(batched, alone), kCacheNmse,
-                  GetParam() + ": a decode beside a long prefill vs alone");
+  ExpectNmseBelow(NmseF32(batched, alone), kCacheNmse, GetParam() + ": a decode beside a long prefill vs alone");
 
   EXPECT_EQ(a.length(), 22);
   EXPECT_EQ(b.length(), 34);

@@ -60,9 +60,7 @@ std::vector<float> RandomVector(int64_t count, uint32_t seed) {
   return v;
 }
 
-double W(const LinearWeight& w, int64_t row, int64_t col) {
-  return LoadAsF32(w.data, w.dtype, row * w.k + col);
-}
+double W(const LinearWeight& w, int64_t row, int64_t col) { return LoadAsF32(w.data, w.dtype, row * w.k + col); }
 
 // The oracle: y = W2 (silu(W1 x) * (W3 x)) in float64, and for each output a
 // bound on what f32 arithmetic may add: each of the three matmuls may err by
@@ -91,8 +89,7 @@ void NaiveExpertFfn(const ExpertFfnWeights& w, const float* x, int64_t rows, std
       h[j] = silu * u;
       // |d silu / dg| <= 1.1 everywhere.
       const double g_err = ((d + 1) * kU + rounding) * g_mag, u_err = ((d + 1) * kU + rounding) * u_mag;
-      h_error[j] =
-          1.1 * g_err * std::fabs(u) + std::fabs(silu) * u_err + g_err * u_err + 8 * kU * std::fabs(h[j]);
+      h_error[j] = 1.1 * g_err * std::fabs(u) + std::fabs(silu) * u_err + g_err * u_err + 8 * kU * std::fabs(h[j]);
     }
     for (int64_t i = 0; i < d; ++i) {
       double sum = 0, mag = 0, carried = 0;
@@ -134,16 +131,14 @@ void ExpectFfnMatchesNaive(const Case& c, const LinearOptions& options, const st
                    kernel.rounds_activations ? std::ldexp(1.0, -8) : 0.0);
     for (int64_t i = 0; i < rows * c.hidden; ++i) {
       ASSERT_NEAR(y[i], ref[i], tolerance[i])
-          << DTypeName(c.dtype) << " D=" << c.hidden << " I=" << c.intermediate << " threads=" << c.threads
-          << " " << label << " kernel=" << kernel.name << " R=" << rows << " row " << i / c.hidden << " feature "
+          << DTypeName(c.dtype) << " D=" << c.hidden << " I=" << c.intermediate << " threads=" << c.threads << " "
+          << label << " kernel=" << kernel.name << " R=" << rows << " row " << i / c.hidden << " feature "
           << i % c.hidden;
     }
   }
 }
 
-TEST_P(ExpertFfnTest, DefaultPlanMatchesNaive) {
-  ExpectFfnMatchesNaive(GetParam(), LinearOptions{}, "default");
-}
+TEST_P(ExpertFfnTest, DefaultPlanMatchesNaive) { ExpectFfnMatchesNaive(GetParam(), LinearOptions{}, "default"); }
 
 // Every kernel of the dispatch table this CPU can run, for all three matrices.
 struct KernelCase {
@@ -155,8 +150,7 @@ class ExpertFfnKernelTest : public ::testing::TestWithParam<KernelCase> {};
 
 TEST_P(ExpertFfnKernelTest, MatchesNaive) {
   const KernelCase& c = GetParam();
-  if (c.kernel->isa > ActiveIsa())
-    GTEST_SKIP() << c.kernel->name << ": " << IsaUnavailableReason(c.kernel->isa);
+  if (c.kernel->isa > ActiveIsa()) GTEST_SKIP() << c.kernel->name << ": " << IsaUnavailableReason(c.kernel->isa);
   LinearOptions options;
   options.kernel = c.kernel;
   ExpectFfnMatchesNaive(c.shape, options, std::string(c.kernel->name));
@@ -166,8 +160,7 @@ std::vector<Case> AllCases() {
   std::vector<Case> cases;
   // Odd sizes, and D or I of 1024, where x or the intermediate get padded
   // row strides (ActivationRowStride).
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {
-      {72, 13}, {64, 200}, {37, 100}, {1024, 24}, {24, 1024}};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{72, 13}, {64, 200}, {37, 100}, {1024, 24}, {24, 1024}};
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16})
     for (const auto& [hidden, intermediate] : shapes)
       for (int threads : {1, 2}) cases.push_back({dtype, hidden, intermediate, threads});
@@ -240,9 +233,7 @@ class LocalExpertExecutorTest : public ::testing::Test {
     executor_ = std::make_unique<LocalExpertExecutor>(std::move(table), pool_.get());
   }
 
-  const ExpertFfnWeights& Weights(int layer, int expert) {
-    return stored_[layer * kExperts + expert]->weights;
-  }
+  const ExpertFfnWeights& Weights(int layer, int expert) { return stored_[layer * kExperts + expert]->weights; }
 
   std::vector<std::unique_ptr<StoredExpert>> stored_;
   std::unique_ptr<ThreadPool> pool_;

@@ -24,12 +24,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/thread_pool.h"
 #include "common/model/expert_store_view.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "common/platform/numa_topology.h"
 #include "common/platform/shm_region.h"
-#include "common/base/thread_pool.h"
 #include "cpu_worker/local_expert_executor.h"
 #include "cpu_worker/store_expert_executor.h"
 #include "gtest/gtest.h"

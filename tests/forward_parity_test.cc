@@ -32,17 +32,17 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/local_runtime.h"
 #include "common/kernels/linear.h"
 #include "common/model/model.h"
 #include "common/model/routing.h"
 #include "coordinator/cpu_ops.h"
 #include "cpu_worker/expert_ffn.h"
 #include "gtest/gtest.h"
+#include "runtime/local_runtime.h"
 #include "tests/exact_kernels_testlib.h"
 #include "tests/reference_model_testlib.h"
-#include "tests/tokens_testlib.h"
 #include "tests/status_testlib.h"
+#include "tests/tokens_testlib.h"
 
 namespace tandem {
 namespace {
@@ -100,8 +100,8 @@ TEST_P(ForwardParityTest, ReferenceOpsHaveTheirDefiningProperties) {
   const int64_t heads = config().num_attention_heads, hd = config().head_dim, d = config().hidden_size;
   // LayerNorm with unit weight and zero bias: zero mean, unit (biased) variance.
   std::vector<float> x = RandomFloats(3 * d, 1, -1.0f, 3.0f);
-  const RefTensor ln = ReferenceModel::LayerNorm(
-      RefTensor::FromF32(x.data(), 3, d), std::vector<double>(d, 1.0), std::vector<double>(d, 0.0), 0.0);
+  const RefTensor ln = ReferenceModel::LayerNorm(RefTensor::FromF32(x.data(), 3, d), std::vector<double>(d, 1.0),
+                                                 std::vector<double>(d, 0.0), 0.0);
   for (int64_t t = 0; t < 3; ++t) {
     double mean = 0, sq = 0;
     for (int64_t i = 0; i < d; ++i) mean += ln.at(t, i) / d, sq += ln.at(t, i) * ln.at(t, i) / d;
@@ -121,8 +121,7 @@ TEST_P(ForwardParityTest, ReferenceOpsHaveTheirDefiningProperties) {
     return dot;
   };
   double plain = 0;
-  for (int64_t i = 0; i < hd; ++i)
-    plain += static_cast<double>(q[static_cast<size_t>(i)]) * k[static_cast<size_t>(i)];
+  for (int64_t i = 0; i < hd; ++i) plain += static_cast<double>(q[static_cast<size_t>(i)]) * k[static_cast<size_t>(i)];
   EXPECT_NEAR(rotated_dot(7, 7), plain * mscale * mscale, 1e-12);
   EXPECT_NEAR(rotated_dot(12, 5), rotated_dot(30, 23), 1e-12);
   EXPECT_GT(std::fabs(rotated_dot(12, 5) - rotated_dot(12, 6)), 1e-6);
@@ -166,8 +165,7 @@ TEST_P(ForwardParityTest, NormsMatchReference) {
 
   std::vector<float> y(x.size());
   RmsNorm(x.data(), rows, d, weight.data(), eps, y.data());
-  ExpectNmseBelow(Nmse(y, ReferenceModel::RmsNorm(ref_x, ToDouble(weight), eps).data), kElementwiseNmse,
-                  "RmsNorm");
+  ExpectNmseBelow(Nmse(y, ReferenceModel::RmsNorm(ref_x, ToDouble(weight), eps).data), kElementwiseNmse, "RmsNorm");
 
   LayerNorm(x.data(), rows, d, weight.data(), bias.data(), eps, y.data());
   const RefTensor ref_ln = ReferenceModel::LayerNorm(ref_x, ToDouble(weight), ToDouble(bias), eps);
@@ -275,8 +273,7 @@ TEST_P(ForwardParityTest, RouterMatchesReferenceOnRandomLogits) {
     }
     ref_weights.insert(ref_weights.end(), r.weights.begin(), r.weights.end());
   }
-  std::cout << "[ routing  ] " << near_edge << " of " << tokens
-            << " random tokens within 1e-5 of a discontinuity\n";
+  std::cout << "[ routing  ] " << near_edge << " of " << tokens << " random tokens within 1e-5 of a discontinuity\n";
   EXPECT_LT(near_edge, 5);
   ExpectNmseBelow(Nmse(weights, ref_weights), kElementwiseNmse, "router weights");
 }
@@ -292,9 +289,9 @@ TEST_P(ForwardParityTest, ExpertFfnMatchesReference) {
         const std::vector<float> x = RandomFloats(rows * d, 50 + static_cast<uint32_t>(rows), -2.0f, 2.0f);
         std::vector<float> y(x.size());
         ASSERT_OK(ffn.Run(model_->weights->layers[static_cast<size_t>(layer)].experts[static_cast<size_t>(expert)],
-                    x.data(), rows, y.data()));
-        const RefTensor ref = ReferenceModel::ExpertFfn(RefTensor::FromF32(x.data(), rows, d),
-                                                        reference_->layer(layer).experts[expert]);
+                          x.data(), rows, y.data()));
+        const RefTensor ref =
+            ReferenceModel::ExpertFfn(RefTensor::FromF32(x.data(), rows, d), reference_->layer(layer).experts[expert]);
         ExpectNmseBelow(Nmse(y, ref.data), kMatmulNmse,
                         absl::StrCat("expert FFN layer ", layer, " expert ", expert, ", ", rows, " rows"));
       }
@@ -309,8 +306,8 @@ TEST_P(ForwardParityTest, LinearWithBiasMatchesReference) {
   for (int64_t rows : {1, 3, 24}) {
     const std::vector<float> x = RandomFloats(rows * d, 60 + static_cast<uint32_t>(rows), -2.0f, 2.0f);
     std::vector<float> y(static_cast<size_t>(rows * v));
-    ASSERT_OK(Linear(x.data(), rows, w.lm_head, w.lm_head_bias.empty() ? nullptr : w.lm_head_bias.data(),
-                       y.data(), nullptr));
+    ASSERT_OK(
+        Linear(x.data(), rows, w.lm_head, w.lm_head_bias.empty() ? nullptr : w.lm_head_bias.data(), y.data(), nullptr));
     const RefTensor ref = ReferenceModel::Linear(RefTensor::FromF32(x.data(), rows, d), reference_->lm_head(),
                                                  reference_->lm_head_bias());
     ExpectNmseBelow(Nmse(y, ref.data), kMatmulNmse, absl::StrCat("lm_head linear, ", rows, " rows"));
@@ -337,8 +334,7 @@ class WholeForwardTest : public ::testing::TestWithParam<ForwardCase> {};
 // dumped intermediate of every layer and the all-position logits.
 TEST_P(WholeForwardTest, EveryIntermediateMatchesReference) {
   const ForwardCase& c = GetParam();
-  auto model =
-      LoadSyntheticModel(SyntheticModelSpec{.preset = c.preset, .seed = kSeed, .dtype = DType::kBF16});
+  auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = c.preset, .seed = kSeed, .dtype = DType::kBF16});
   ASSERT_OK(model);
   DumpRecorder dump;
   LocalRuntimeOptions options;
@@ -386,8 +382,7 @@ TEST_P(WholeForwardTest, EveryIntermediateMatchesReference) {
     }
   }
   std::cout << "[ routing  ] smallest distance to a routing discontinuity: " << min_margin << " logits\n";
-  EXPECT_GT(min_margin, 1e-4)
-      << "a token's routing is within rounding of a discontinuity: choose another prompt";
+  EXPECT_GT(min_margin, 1e-4) << "a token's routing is within rounding of a discontinuity: choose another prompt";
 
   auto compare = [&](const char* name, int layer) {
     const RefTensor& got = dump.Get(name, layer);
@@ -404,23 +399,22 @@ TEST_P(WholeForwardTest, EveryIntermediateMatchesReference) {
     }
   }
   compare("logits", -1);
-  ExpectNmseBelow(Nmse(logits, ref->logits.data), kForwardNmse,
-                  absl::StrCat(c.preset, " T=", c.length, " logits"));
+  ExpectNmseBelow(Nmse(logits, ref->logits.data), kForwardNmse, absl::StrCat(c.preset, " T=", c.length, " logits"));
 }
 
 // tiny-phimoe: 40 positions fit in the sliding window (48) and the short
 // longrope factors; 60 reach past the window; 64 is the last length with the
 // short factors and 65 the first with the long ones (seq_len > 64); 100 is
 // well past both.
-INSTANTIATE_TEST_SUITE_P(
-    Prompts, WholeForwardTest,
-    ::testing::Values(ForwardCase{"tiny", 24, 101}, ForwardCase{"tiny", 100, 102},
-                      ForwardCase{"tiny-phimoe", 40, 103}, ForwardCase{"tiny-phimoe", 60, 104},
-                      ForwardCase{"tiny-phimoe", 64, 106}, ForwardCase{"tiny-phimoe", 65, 107},
-                      ForwardCase{"tiny-phimoe", 100, 105}),
-    [](const auto& info) {
-      return absl::StrCat(info.param.preset == "tiny" ? "Mixtral" : "PhiMoE", "_T", info.param.length);
-    });
+INSTANTIATE_TEST_SUITE_P(Prompts, WholeForwardTest,
+                         ::testing::Values(ForwardCase{"tiny", 24, 101}, ForwardCase{"tiny", 100, 102},
+                                           ForwardCase{"tiny-phimoe", 40, 103}, ForwardCase{"tiny-phimoe", 60, 104},
+                                           ForwardCase{"tiny-phimoe", 64, 106}, ForwardCase{"tiny-phimoe", 65, 107},
+                                           ForwardCase{"tiny-phimoe", 100, 105}),
+                         [](const auto& info) {
+                           return absl::StrCat(info.param.preset == "tiny" ? "Mixtral" : "PhiMoE", "_T",
+                                               info.param.length);
+                         });
 
 }  // namespace
 }  // namespace tandem

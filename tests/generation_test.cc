@@ -14,14 +14,14 @@
 #include <string>
 #include <vector>
 
-#include "runtime/local_runtime.h"
 #include "common/model/model.h"
 #include "coordinator/generator.h"
 #include "gtest/gtest.h"
+#include "runtime/local_runtime.h"
 #include "tests/exact_kernels_testlib.h"
 #include "tests/reference_model_testlib.h"
-#include "tests/tokens_testlib.h"
 #include "tests/status_testlib.h"
+#include "tests/tokens_testlib.h"
 
 namespace tandem {
 namespace {
@@ -32,8 +32,7 @@ constexpr uint64_t kSeed = 7;
 
 // `edit` may change the model's config (e.g. its EOS ids) before the runtime
 // is built around it.
-std::unique_ptr<LocalRuntime> MakeRuntime(const std::string& preset,
-                                          const std::function<void(Model&)>& edit = {}) {
+std::unique_ptr<LocalRuntime> MakeRuntime(const std::string& preset, const std::function<void(Model&)>& edit = {}) {
   auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = preset, .seed = kSeed, .dtype = DType::kBF16});
   EXPECT_OK(model);
   if (!model.ok()) return nullptr;
@@ -121,8 +120,7 @@ TEST_P(GenerationTest, StopIdStopsAfterEmittingIt) {
   request.stop_ids = {stop};
   const GenerationResult result = Generate(request);
   EXPECT_EQ(result.finish_reason, FinishReason::kStopId);
-  EXPECT_EQ(Ids(result),
-            std::vector<int32_t>(full.begin(), full.begin() + static_cast<ptrdiff_t>(first) + 1));
+  EXPECT_EQ(Ids(result), std::vector<int32_t>(full.begin(), full.begin() + static_cast<ptrdiff_t>(first) + 1));
 }
 
 TEST_P(GenerationTest, EosStopsUnlessIgnored) {
@@ -130,16 +128,14 @@ TEST_P(GenerationTest, EosStopsUnlessIgnored) {
   const int32_t eos = full[4];
   const size_t first = static_cast<size_t>(std::find(full.begin(), full.end(), eos) - full.begin());
   // A runtime whose model names that token as its EOS.
-  std::unique_ptr<LocalRuntime> rt =
-      MakeRuntime(GetParam(), [&](Model& m) { m.config.eos_token_ids = {eos}; });
+  std::unique_ptr<LocalRuntime> rt = MakeRuntime(GetParam(), [&](Model& m) { m.config.eos_token_ids = {eos}; });
   ASSERT_NE(rt, nullptr);
   GenerationRequest request = Greedy(16);
   request.ignore_eos = false;
   auto stopped = rt->generator().Generate(request);
   ASSERT_OK(stopped);
   EXPECT_EQ(stopped->finish_reason, FinishReason::kEos);
-  EXPECT_EQ(Ids(*stopped),
-            std::vector<int32_t>(full.begin(), full.begin() + static_cast<ptrdiff_t>(first) + 1));
+  EXPECT_EQ(Ids(*stopped), std::vector<int32_t>(full.begin(), full.begin() + static_cast<ptrdiff_t>(first) + 1));
   request.ignore_eos = true;
   auto ignored = rt->generator().Generate(request);
   ASSERT_OK(ignored);

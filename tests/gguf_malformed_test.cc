@@ -130,7 +130,8 @@ TEST(GgufMalformedTest, TruncationNamesTheSectionItCutInto) {
   auto cut = [&](size_t n) { return Parse(built.bytes.substr(0, n)).status(); };
   ExpectError(cut(2), absl::StatusCode::kDataLoss, "only 2 bytes: too short for a GGUF header");
   ExpectError(cut(12), absl::StatusCode::kDataLoss, "tensor count");
-  ExpectError(cut(built.kv_start + 5), absl::StatusCode::kDataLoss, "the header lists 3 metadata entries and 2 tensors");
+  ExpectError(cut(built.kv_start + 5), absl::StatusCode::kDataLoss,
+              "the header lists 3 metadata entries and 2 tensors");
   const size_t tokens = built.bytes.find("tokenizer.ggml.tokens");
   ExpectError(cut(tokens + 30), absl::StatusCode::kDataLoss, "metadata key \"tokenizer.ggml.tokens\"");
   ExpectError(cut(built.tensors_start + 14), absl::StatusCode::kDataLoss, "tensor \"a\"");
@@ -162,7 +163,8 @@ TEST(GgufMalformedTest, BadVersion) {
 TEST(GgufMalformedTest, HugeCounts) {
   RawFile f = ValidFile();
   f.tensor_count = uint64_t{1} << 62;
-  ExpectError(ParseStatus(f), absl::StatusCode::kDataLoss, "the header lists 3 metadata entries and 4611686018427387904 tensors");
+  ExpectError(ParseStatus(f), absl::StatusCode::kDataLoss,
+              "the header lists 3 metadata entries and 4611686018427387904 tensors");
   f = ValidFile();
   f.kv_count = std::numeric_limits<uint64_t>::max();
   ExpectError(ParseStatus(f), absl::StatusCode::kDataLoss, "18446744073709551615 metadata entries");
@@ -189,7 +191,8 @@ TEST(GgufMalformedTest, StringLengthPastTheEnd) {
   const size_t name_at = built.tensors_start + (8 + 1 + 4 + 16 + 4 + 8);  // second tensor's name length
   const std::string huge = Le<uint64_t>(std::numeric_limits<uint64_t>::max());
   built.bytes.replace(name_at, 8, huge);
-  ExpectError(Parse(built.bytes).status(), absl::StatusCode::kDataLoss, "tensor #1 name: string of 18446744073709551615");
+  ExpectError(Parse(built.bytes).status(), absl::StatusCode::kDataLoss,
+              "tensor #1 name: string of 18446744073709551615");
 }
 
 TEST(GgufMalformedTest, OffsetPastTheEnd) {
@@ -241,7 +244,8 @@ TEST(GgufMalformedTest, UnknownTypes) {
 TEST(GgufMalformedTest, ShapeProblems) {
   RawFile f = ValidFile();
   f.tensors[1].dims = {uint64_t{1} << 32, uint64_t{1} << 32};
-  ExpectError(ParseStatus(f), absl::StatusCode::kInvalidArgument, "tensor \"b\": shape [4294967296, 4294967296] of type f32 overflows 63 bits");
+  ExpectError(ParseStatus(f), absl::StatusCode::kInvalidArgument,
+              "tensor \"b\": shape [4294967296, 4294967296] of type f32 overflows 63 bits");
   f.tensors[1].dims = {8, std::numeric_limits<uint64_t>::max()};
   ExpectError(ParseStatus(f), absl::StatusCode::kInvalidArgument,
               "tensor \"b\": dimension 1 is 18446744073709551615, over 2^63 - 1");
@@ -292,14 +296,16 @@ TEST(GgufMalformedTest, ArraysNestedTooDeep) {
   for (int i = 1; i < kGgufMaxArrayDepth; ++i) level = &level->As<GgufArray>()->at(0);
   EXPECT_EQ(level->As<int32_t>()->at(0), 7);
   f.kvs.back() = Kv("deep", 9, nested(kGgufMaxArrayDepth + 1));
-  ExpectError(ParseStatus(f), absl::StatusCode::kInvalidArgument, "metadata key \"deep\": element 0: element 0: element 0: array at byte");
+  ExpectError(ParseStatus(f), absl::StatusCode::kInvalidArgument,
+              "metadata key \"deep\": element 0: element 0: element 0: array at byte");
   ExpectError(ParseStatus(f), absl::StatusCode::kInvalidArgument, "nests arrays deeper than 4 levels");
 }
 
 TEST(GgufMalformedTest, BoolsAreZeroOrOne) {
   RawFile f = ValidFile();
   f.kvs.push_back(Kv("flag", 7, Le<uint8_t>(2)));
-  ExpectError(ParseStatus(f), absl::StatusCode::kInvalidArgument, "metadata key \"flag\": bool byte 2 is neither 0 nor 1");
+  ExpectError(ParseStatus(f), absl::StatusCode::kInvalidArgument,
+              "metadata key \"flag\": bool byte 2 is neither 0 nor 1");
   f.kvs.back() = Kv("flags", 9, ArrayPayload(7, 3, std::string("\x01\x00\x05", 3)));
   ExpectError(ParseStatus(f), absl::StatusCode::kInvalidArgument, "metadata key \"flags\": element 2: bool byte 5");
 }

@@ -35,7 +35,6 @@
 #include "common/gguf/gguf_checkpoint.h"
 #include "common/gguf/gguf_writer.h"
 #include "common/kernels/linear.h"
-#include "tests/exact_kernels_testlib.h"
 #include "common/model/gguf_model_config.h"
 #include "common/model/gguf_names.h"
 #include "common/model/gguf_quantize.h"
@@ -46,6 +45,7 @@
 #include "common/model/synthetic_model.h"
 #include "common/quant/quantize.h"
 #include "runtime/local_runtime.h"
+#include "tests/exact_kernels_testlib.h"
 #include "tests/reference_model_testlib.h"
 #include "tests/status_testlib.h"
 #include "tests/temp_dir_testlib.h"
@@ -532,14 +532,17 @@ TEST_F(GgufModelTest, BadFilesAreRefusedNamingTheFileAndTheKeyOrTensor) {
   auto keep = [](TensorEdit&) { return true; };
   auto same = [](GgufMetadata&) {};
 
-  RewriteGguf(good, bad, [](GgufMetadata& m) { m.Erase("llama.block_count"); }, keep);
+  RewriteGguf(
+      good, bad, [](GgufMetadata& m) { m.Erase("llama.block_count"); }, keep);
   expect_error(absl::StatusCode::kNotFound, {"llama.block_count"});
 
-  RewriteGguf(good, bad, [](GgufMetadata& m) { m.Set("general.architecture", "qwen2"); }, keep);
+  RewriteGguf(
+      good, bad, [](GgufMetadata& m) { m.Set("general.architecture", "qwen2"); }, keep);
   expect_error(absl::StatusCode::kInvalidArgument, {"general.architecture", "qwen2"});
 
   // Hyperparameters and tensors that disagree.
-  RewriteGguf(good, bad, [](GgufMetadata& m) { m.Set("llama.feed_forward_length", uint32_t{256}); }, keep);
+  RewriteGguf(
+      good, bad, [](GgufMetadata& m) { m.Set("llama.feed_forward_length", uint32_t{256}); }, keep);
   expect_error(absl::StatusCode::kInvalidArgument, {"blk.0.ffn_gate_exps.weight", "{256, 512, 4}", "{256, 256, 4}"});
 
   RewriteGguf(good, bad, same, [](TensorEdit& t) { return t.name != "output_norm.weight"; });
@@ -553,10 +556,12 @@ TEST_F(GgufModelTest, BadFilesAreRefusedNamingTheFileAndTheKeyOrTensor) {
     }
     return true;
   });
-  expect_error(absl::StatusCode::kInvalidArgument, {"blk.1.ffn_down_exps.weight", "iq2_xxs", "which tandem does not run"});
+  expect_error(absl::StatusCode::kInvalidArgument,
+               {"blk.1.ffn_down_exps.weight", "iq2_xxs", "which tandem does not run"});
 
   // Another tokenizer: the model still loads (token ids work); text is refused naming it.
-  RewriteGguf(good, bad, [](GgufMetadata& m) { m.Set("tokenizer.ggml.model", "gpt2"); }, keep);
+  RewriteGguf(
+      good, bad, [](GgufMetadata& m) { m.Set("tokenizer.ggml.model", "gpt2"); }, keep);
   auto model = LoadModel(bad);
   ASSERT_OK(model);
   auto tokenizer = (*model)->RequireTokenizer();
@@ -582,7 +587,8 @@ TEST_F(GgufModelTest, OlderPerExpertLayoutLoadsTheSameWeights) {
     }
     const size_t per = t.data.size() / static_cast<size_t>(experts);
     for (int64_t e = 0; e < experts; ++e) {
-      tensors.push_back({absl::StrCat(n.substr(0, at), ".", e, ".weight"), t.info->type,
+      tensors.push_back({absl::StrCat(n.substr(0, at), ".", e, ".weight"),
+                         t.info->type,
                          {t.info->dims[0], t.info->dims[1]},
                          {t.data.begin() + e * per, t.data.begin() + (e + 1) * per}});
     }
@@ -648,7 +654,8 @@ TEST_F(GgufModelTest, QuantizeRefusesWhatLlamaCppCannotWriteEither) {
   ScopedTempDir dir;
   ASSERT_OK(WriteSyntheticModel({.preset = "tiny-phimoe", .seed = 1}, dir.path() / "phi", {.with_tokenizer = false}));
   // ffn_down rows of 80 values: no whole q4_0 blocks, and llama.cpp has no fallback for q4_0.
-  auto q4 = QuantizeModel({.model_dir = dir.path() / "phi", .file_type = GgufFileType::kQ4_0, .out = dir.path() / "x.gguf"});
+  auto q4 =
+      QuantizeModel({.model_dir = dir.path() / "phi", .file_type = GgufFileType::kQ4_0, .out = dir.path() / "x.gguf"});
   ASSERT_FALSE(q4.ok());
   EXPECT_THAT(std::string(q4.status().message()), HasSubstr("ffn_down_exps.weight"));
   EXPECT_THAT(std::string(q4.status().message()), HasSubstr("q4_0"));
@@ -656,11 +663,13 @@ TEST_F(GgufModelTest, QuantizeRefusesWhatLlamaCppCannotWriteEither) {
   EXPECT_FALSE(fs::exists(dir.path() / "x.gguf.partial"));
   // Rows of 64: q5_K falls back to q5_1 in llama.cpp, which tandem does not write.
   ASSERT_OK(WriteSyntheticModel({.preset = "tiny", .seed = 1}, dir.path() / "tiny", {.with_tokenizer = false}));
-  auto q5 = QuantizeModel({.model_dir = dir.path() / "tiny", .file_type = GgufFileType::kQ5_K_M, .out = dir.path() / "y.gguf"});
+  auto q5 = QuantizeModel(
+      {.model_dir = dir.path() / "tiny", .file_type = GgufFileType::kQ5_K_M, .out = dir.path() / "y.gguf"});
   ASSERT_FALSE(q5.ok());
   EXPECT_THAT(std::string(q5.status().message()), HasSubstr("q5_1"));
   // q4_k_m on rows of 64 falls back as llama.cpp does (q5_0 / q8_0), and loads.
-  auto q4k = QuantizeModel({.model_dir = dir.path() / "tiny", .file_type = GgufFileType::kQ4_K_M, .out = dir.path() / "z.gguf"});
+  auto q4k = QuantizeModel(
+      {.model_dir = dir.path() / "tiny", .file_type = GgufFileType::kQ4_K_M, .out = dir.path() / "z.gguf"});
   ASSERT_OK(q4k);
   auto model = LoadModel(dir.path() / "z.gguf");
   ASSERT_OK(model);

@@ -69,9 +69,9 @@ GgufMetadata EveryValueType() {
   m.Set("a.int64", GgufArray(std::vector<int64_t>{std::numeric_limits<int64_t>::min(), 5}));
   m.Set("a.float64", GgufArray(std::vector<double>{1e300, -2.5}));
   m.Set("a.empty", GgufArray(std::vector<float>{}));
-  m.Set("a.nested", GgufArray(std::vector<GgufArray>{GgufArray(std::vector<int32_t>{1, 2}),
-                                                     GgufArray(std::vector<int32_t>{}),
-                                                     GgufArray(std::vector<int32_t>{3})}));
+  m.Set("a.nested",
+        GgufArray(std::vector<GgufArray>{GgufArray(std::vector<int32_t>{1, 2}), GgufArray(std::vector<int32_t>{}),
+                                         GgufArray(std::vector<int32_t>{3})}));
   m.Set("a.nested.strings", GgufArray(std::vector<GgufArray>{
                                 GgufArray(std::vector<GgufArray>{GgufArray(std::vector<std::string>{"x", "y"})})}));
   return m;
@@ -104,8 +104,8 @@ TEST_F(GgufRoundTripTest, EveryMetadataTypeSurvives) {
   for (size_t i = 0; i < metadata.entries().size(); ++i) {
     const auto& [key, value] = metadata.entries()[i];
     EXPECT_EQ(gguf.metadata().entries()[i].first, key);
-    EXPECT_EQ(gguf.metadata().entries()[i].second, value) << key << ": " << value.DebugString() << " vs "
-                                                          << gguf.metadata().entries()[i].second.DebugString();
+    EXPECT_EQ(gguf.metadata().entries()[i].second, value)
+        << key << ": " << value.DebugString() << " vs " << gguf.metadata().entries()[i].second.DebugString();
   }
   EXPECT_EQ(*gguf.metadata().GetString("general.architecture"), "llama");
   EXPECT_EQ(*gguf.metadata().GetInteger("t.uint32"), 4000000000);

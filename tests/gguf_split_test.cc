@@ -5,9 +5,9 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
-#include <filesystem>
 #include <string>
 #include <vector>
 

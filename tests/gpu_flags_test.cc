@@ -5,12 +5,12 @@
 #include <string>
 #include <vector>
 
-#include "runtime/local_runtime.h"
 #include "gtest/gtest.h"
+#include "runtime/local_runtime.h"
 #include "tests/cuda_skip_testlib.h"
 #include "tests/sdk_testlib.h"
-#include "tests/temp_dir_testlib.h"
 #include "tests/status_testlib.h"
+#include "tests/temp_dir_testlib.h"
 
 namespace tandem {
 namespace {
@@ -35,7 +35,7 @@ TEST(GpuFlagsTest, TheProgramsRejectGpuFlagsTheyCannotHonour) {
   ScopedTempDir dir;
   const std::string generate = std::string(TANDEM_BINARY_DIR) + "/bin/tandem-generate";
   const std::vector<std::string> base = {generate, "--synthetic", "tiny:2", "--synthetic_seed", "7", "--prompt_ids",
-                                         "1,2,3", "-n", "2", "--threads", "1"};
+                                         "1,2,3",  "-n",          "2",      "--threads",        "1"};
   auto with = [&](std::vector<std::string> extra) {
     std::vector<std::string> argv = base;
     argv.insert(argv.end(), extra.begin(), extra.end());

@@ -27,7 +27,6 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/local_runtime.h"
 #include "common/model/model.h"
 #include "common/model/synthetic_model.h"
 #include "coordinator/kv_cache.h"
@@ -35,10 +34,11 @@
 #include "gpu_worker/cuda_expert_pool.h"
 #include "gpu_worker/pinned_regions.h"
 #include "gtest/gtest.h"
+#include "runtime/local_runtime.h"
 #include "tests/cuda_skip_testlib.h"
+#include "tests/status_testlib.h"
 #include "tests/test_cost_testlib.h"
 #include "tests/tokens_testlib.h"
-#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -112,8 +112,8 @@ void CompareTeacherForced(const LocalRuntimeOptions& gpu_options,
         if (sorted[0] - sorted[1] < kNearTie) {
           ++near_ties;
         } else {
-          ADD_FAILURE() << "prompt " << length << ", step " << step << ": GPU picks " << gpu_top << ", CPU "
-                        << cpu_top << " (CPU margin " << sorted[0] - sorted[1] << ")";
+          ADD_FAILURE() << "prompt " << length << ", step " << step << ": GPU picks " << gpu_top << ", CPU " << cpu_top
+                        << " (CPU margin " << sorted[0] - sorted[1] << ")";
         }
       }
       next = {cpu_top};

@@ -153,7 +153,7 @@ TEST_F(HostExpertPoolTest, StagedExpertIsAdmittedWithoutACopy) {
   ASSERT_OK(pool->Place({0, 2}));
   ASSERT_OK(pool->Stage({1, 1}));
   EXPECT_TRUE(pool->Find({1, 1}).staging);
-  EXPECT_EQ(pool->Stage({1, 2}).code(), absl::StatusCode::kResourceExhausted);  // one staging buffer
+  EXPECT_EQ(pool->Stage({1, 2}).code(), absl::StatusCode::kResourceExhausted);                 // one staging buffer
   EXPECT_EQ(pool->Admit({1, 2}, std::nullopt).code(), absl::StatusCode::kFailedPrecondition);  // not staged
   ASSERT_OK(pool->Admit({1, 1}, ExpertKey{0, 2}));
   const PoolLocation at = pool->Find({1, 1});
@@ -279,7 +279,8 @@ TEST_F(HostExpertPoolTest, GathersAnExpertFromWorkerSlices) {
   options.num_slots = 2;
   options.num_staging_buffers = 1;
   auto pool = HostExpertPool::Create(
-      c, sources, [ffn](const ExpertWeights& w, const float* x, int64_t rows, float* y) { return ffn->Run(w, x, rows, y); },
+      c, sources,
+      [ffn](const ExpertWeights& w, const float* x, int64_t rows, float* y) { return ffn->Run(w, x, rows, y); },
       options);
   ASSERT_OK(pool);
   ASSERT_OK((*pool)->Place({0, 1}));
@@ -299,7 +300,8 @@ TEST_F(HostExpertPoolTest, GathersAnExpertFromWorkerSlices) {
   ExpertSources overlap = sources;
   overlap[0][0].w1[1].row0 -= 1;
   auto overlapping = HostExpertPool::Create(
-      c, overlap, [ffn](const ExpertWeights& w, const float* x, int64_t rows, float* y) { return ffn->Run(w, x, rows, y); },
+      c, overlap,
+      [ffn](const ExpertWeights& w, const float* x, int64_t rows, float* y) { return ffn->Run(w, x, rows, y); },
       options);
   ASSERT_FALSE(overlapping.ok());
   EXPECT_NE(overlapping.status().message().find("overlaps"), std::string::npos) << overlapping.status();

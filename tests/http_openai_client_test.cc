@@ -68,9 +68,9 @@ TEST(HttpOpenAiClientTest, TheOfficialClientGetsWhatGrpcGives) {
   }
   ScopedTempDir dir;
   if (!std::filesystem::exists(prefix / "node_modules" / "openai" / "package.json")) {
-    absl::StatusOr<ProcessResult> install = RunProcess(
-        {npm, "ci", "--prefix", prefix.string(), "--ignore-scripts", "--no-audit", "--no-fund"}, {}, dir.path(),
-        absl::Seconds(300));
+    absl::StatusOr<ProcessResult> install =
+        RunProcess({npm, "ci", "--prefix", prefix.string(), "--ignore-scripts", "--no-audit", "--no-fund"}, {},
+                   dir.path(), absl::Seconds(300));
     ASSERT_OK(install);
     if (install->exit_code != 0) GTEST_SKIP() << "npm ci could not install the openai package: " << install->err;
   }
@@ -79,9 +79,9 @@ TEST(HttpOpenAiClientTest, TheOfficialClientGetsWhatGrpcGives) {
 
   ASSERT_OK(WriteTestModel(dir.path() / "model"));
   std::ofstream(dir.path() / "chatml.jinja") << kChatmlTemplate;
-  absl::StatusOr<HttpServerProcess> server = StartHttpServer(
-      dir.path() / "model", dir.path(), {"--threads", "2", "--chat_template", (dir.path() / "chatml.jinja").string()},
-      "server");
+  absl::StatusOr<HttpServerProcess> server =
+      StartHttpServer(dir.path() / "model", dir.path(),
+                      {"--threads", "2", "--chat_template", (dir.path() / "chatml.jinja").string()}, "server");
   ASSERT_OK(server);
 
   const std::string prompt = "Once upon a time";
@@ -97,9 +97,9 @@ TEST(HttpOpenAiClientTest, TheOfficialClientGetsWhatGrpcGives) {
                       {"prompt", prompt},
                       {"messages", messages},
                       {"max_tokens", max_tokens}};
-  absl::StatusOr<ProcessResult> run = RunProcess({node, (prefix / "openai_client.mjs").string()},
-                                                 {absl::StrCat("TANDEM_E2E=", input.dump())}, dir.path(),
-                                                 absl::Seconds(120));
+  absl::StatusOr<ProcessResult> run =
+      RunProcess({node, (prefix / "openai_client.mjs").string()}, {absl::StrCat("TANDEM_E2E=", input.dump())},
+                 dir.path(), absl::Seconds(120));
   ASSERT_OK(run);
   ASSERT_EQ(run->exit_code, 0) << run->err << "\nserver log: " << server->server->LogTail();
   const json got = json::parse(run->out, nullptr, false);

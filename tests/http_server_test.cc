@@ -184,8 +184,8 @@ TEST_F(HttpServerTest, HealthAndModels) {
 TEST_F(HttpServerTest, CompletionEqualsGrpcStreamedOrNot) {
   const auto prompt = RandomTokens(9, 512, 41);
   const GrpcText expected = GrpcGreedy(grpc(), prompt, 10);
-  json request = {{"model", "tiny-test"}, {"prompt", prompt}, {"max_tokens", 10}, {"temperature", 0},
-                  {"ignore_eos", true}};
+  json request = {
+      {"model", "tiny-test"}, {"prompt", prompt}, {"max_tokens", 10}, {"temperature", 0}, {"ignore_eos", true}};
   HttpReply reply = Post("/v1/completions", request);
   ASSERT_EQ(reply.status, 200) << reply.body;
   const json& r = reply.json;
@@ -218,8 +218,8 @@ TEST_F(HttpServerTest, CompletionEqualsGrpcStreamedOrNot) {
 }
 
 TEST_F(HttpServerTest, ChatRendersTheTemplateAndEqualsGrpc) {
-  const json messages = json::array({{{"role", "system"}, {"content", "You are terse."}},
-                                     {{"role", "user"}, {"content", "Name three colours."}}});
+  const json messages = json::array(
+      {{{"role", "system"}, {"content", "You are terse."}}, {{"role", "user"}, {"content", "Name three colours."}}});
   HttpReply applied = Post("/apply-template", {{"messages", messages}});
   ASSERT_EQ(applied.status, 200) << applied.body;
   const std::string prompt = applied.json["prompt"];
@@ -255,9 +255,18 @@ TEST_F(HttpServerTest, ChatRendersTheTemplateAndEqualsGrpc) {
 }
 
 TEST_F(HttpServerTest, SeededSamplingIsReproducibleAndNGivesNChoices) {
-  const json request = {{"prompt", "The quick brown fox"}, {"max_tokens", 6}, {"temperature", 0.9}, {"top_p", 0.95},
-                        {"top_k", 40}, {"min_p", 0.01}, {"presence_penalty", 0.5}, {"frequency_penalty", 0.3},
-                        {"repetition_penalty", 1.1}, {"seed", 1234}, {"n", 3}, {"ignore_eos", true}};
+  const json request = {{"prompt", "The quick brown fox"},
+                        {"max_tokens", 6},
+                        {"temperature", 0.9},
+                        {"top_p", 0.95},
+                        {"top_k", 40},
+                        {"min_p", 0.01},
+                        {"presence_penalty", 0.5},
+                        {"frequency_penalty", 0.3},
+                        {"repetition_penalty", 1.1},
+                        {"seed", 1234},
+                        {"n", 3},
+                        {"ignore_eos", true}};
   HttpReply a = Post("/v1/completions", request);
   HttpReply b = Post("/v1/completions", request);
   ASSERT_EQ(a.status, 200) << a.body;
@@ -286,15 +295,18 @@ TEST_F(HttpServerTest, StopStringsEndTheText) {
   ASSERT_GE(full.text.size(), 4u);
   // Stop at an ASCII piece of the greedy text: the answer is what came before it.
   size_t from = full.text.size() / 2;
-  while (from + 2 <= full.text.size() &&
-         (static_cast<unsigned char>(full.text[from]) >= 0x80 || static_cast<unsigned char>(full.text[from + 1]) >= 0x80)) {
+  while (from + 2 <= full.text.size() && (static_cast<unsigned char>(full.text[from]) >= 0x80 ||
+                                          static_cast<unsigned char>(full.text[from + 1]) >= 0x80)) {
     ++from;
   }
   if (from + 2 > full.text.size()) GTEST_SKIP() << "no ASCII pair in the second half of " << full.text;
   const std::string stop = full.text.substr(from, 2);
   const size_t at = full.text.find(stop);
-  HttpReply reply = Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0},
-                                             {"ignore_eos", true}, {"stop", json::array({stop, "never-seen"})}});
+  HttpReply reply = Post("/v1/completions", {{"prompt", prompt},
+                                             {"max_tokens", 12},
+                                             {"temperature", 0},
+                                             {"ignore_eos", true},
+                                             {"stop", json::array({stop, "never-seen"})}});
   ASSERT_EQ(reply.status, 200) << reply.body;
   EXPECT_EQ(reply.json["choices"][0]["text"], full.text.substr(0, at));
   EXPECT_EQ(reply.json["choices"][0]["finish_reason"], "stop");
@@ -302,8 +314,9 @@ TEST_F(HttpServerTest, StopStringsEndTheText) {
 
 TEST_F(HttpServerTest, LogprobsInBothShapes) {
   const auto prompt = RandomTokens(5, 512, 7);
-  HttpReply completion = Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0},
-                                                  {"ignore_eos", true}, {"logprobs", 2}});
+  HttpReply completion =
+      Post("/v1/completions",
+           {{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}, {"ignore_eos", true}, {"logprobs", 2}});
   ASSERT_EQ(completion.status, 200) << completion.body;
   const json& lp = completion.json["choices"][0]["logprobs"];
   ASSERT_EQ(lp["tokens"].size(), 4u);
@@ -317,8 +330,11 @@ TEST_F(HttpServerTest, LogprobsInBothShapes) {
   EXPECT_EQ(lp["text_offset"][0], 0);
 
   HttpReply chat = Post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
-                                                  {"max_tokens", 3}, {"temperature", 0}, {"ignore_eos", true},
-                                                  {"logprobs", true}, {"top_logprobs", 3}});
+                                                 {"max_tokens", 3},
+                                                 {"temperature", 0},
+                                                 {"ignore_eos", true},
+                                                 {"logprobs", true},
+                                                 {"top_logprobs", 3}});
   ASSERT_EQ(chat.status, 200) << chat.body;
   const json& content = chat.json["choices"][0]["logprobs"]["content"];
   ASSERT_EQ(content.size(), 3u);
@@ -348,8 +364,8 @@ TEST_F(HttpServerTest, BeamSearchThroughBeamWidth) {
     for (const v1::BeamSequence& s : response.sequences()) expected.push_back(s.text());
   }
   ASSERT_TRUE(reader->Finish().ok());
-  HttpReply reply = Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 4}, {"beam_width", 3}, {"n", 2},
-                                             {"ignore_eos", true}});
+  HttpReply reply = Post("/v1/completions",
+                         {{"prompt", prompt}, {"max_tokens", 4}, {"beam_width", 3}, {"n", 2}, {"ignore_eos", true}});
   ASSERT_EQ(reply.status, 200) << reply.body;
   ASSERT_EQ(reply.json["choices"].size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
@@ -399,8 +415,8 @@ TEST_F(HttpServerTest, ErrorsAreOpenAiShapedWithTheRightStatus) {
   ExpectError(Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 100000000}}), 400, "");
   ExpectError(Post("/v1/chat/completions", {{"messages", json::array()}}), 400, "messages");
   ExpectError(Post("/v1/chat/completions", {{"messages", {{{"content", "no role"}}}}}), 400, "messages[0].role");
-  ExpectError(Post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "x"}}}},
-                                            {"logprobs", false}, {"top_logprobs", 2}}),
+  ExpectError(Post("/v1/chat/completions",
+                   {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"logprobs", false}, {"top_logprobs", 2}}),
               400, "top_logprobs");
   ExpectError(Get("/v1/nothing-here"), 404, "");
   // Over --http_max_body_bytes (64 KiB).
@@ -420,9 +436,9 @@ void StreamAndHangUp(int port, const std::string& body) {
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  const std::string request = absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n",
-                                           "Content-Type: application/json\r\nContent-Length: ", body.size(),
-                                           "\r\n\r\n", body);
+  const std::string request =
+      absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n",
+                   "Content-Type: application/json\r\nContent-Length: ", body.size(), "\r\n\r\n", body);
   ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
   std::string got;
   char buffer[4096];
@@ -437,8 +453,11 @@ void StreamAndHangUp(int port, const std::string& body) {
 
 TEST_F(HttpServerTest, ClientDisconnectCancelsAndFreesTheCache) {
   const int64_t cancelled_before = Metric("tandem_requests_total{outcome=\"cancelled\"}");
-  const json body = {{"prompt", RandomTokens(8, 512, 11)}, {"max_tokens", 240}, {"temperature", 0},
-                     {"ignore_eos", true}, {"stream", true}};
+  const json body = {{"prompt", RandomTokens(8, 512, 11)},
+                     {"max_tokens", 240},
+                     {"temperature", 0},
+                     {"ignore_eos", true},
+                     {"stream", true}};
   StreamAndHangUp(port(), body.dump());
   bool cancelled = false;
   for (int i = 0; i < 500 && !cancelled; ++i) {
@@ -470,7 +489,8 @@ TEST_F(HttpServerTest, MetricsInPrometheusFormat) {
 TEST(HttpServerFlagsTest, NoChatTemplateIsAClearErrorRemoteHostsNeedAFlagAndHelpListsFlags) {
   ScopedTempDir dir;
   ASSERT_OK(WriteTestModel(dir.path() / "model"));
-  absl::StatusOr<HttpServerProcess> server = StartHttpServer(dir.path() / "model", dir.path(), {"--threads", "1"}, "plain");
+  absl::StatusOr<HttpServerProcess> server =
+      StartHttpServer(dir.path() / "model", dir.path(), {"--threads", "1"}, "plain");
   ASSERT_OK(server);
   absl::StatusOr<HttpReply> chat =
       HttpPost(server->port, "/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}});
@@ -483,10 +503,9 @@ TEST(HttpServerFlagsTest, NoChatTemplateIsAClearErrorRemoteHostsNeedAFlagAndHelp
   ASSERT_OK(models);
   EXPECT_EQ(models->json["data"][0]["id"], "model");
 
-  absl::StatusOr<ProcessResult> remote =
-      RunProcess({std::string(TANDEM_BINARY_DIR) + "/bin/tandem-server", "--model", (dir.path() / "model").string(),
-                  "--http_listen", "0.0.0.0:8080"},
-                 {}, dir.path(), absl::Seconds(60));
+  absl::StatusOr<ProcessResult> remote = RunProcess({std::string(TANDEM_BINARY_DIR) + "/bin/tandem-server", "--model",
+                                                     (dir.path() / "model").string(), "--http_listen", "0.0.0.0:8080"},
+                                                    {}, dir.path(), absl::Seconds(60));
   ASSERT_OK(remote);
   EXPECT_NE(remote->exit_code, 0);
   EXPECT_TRUE(absl::StrContains(remote->err, "--http_allow_remote")) << remote->err;
@@ -507,8 +526,8 @@ TEST(HttpServerFlagsTest, NoChatTemplateIsAClearErrorRemoteHostsNeedAFlagAndHelp
     EXPECT_FALSE(absl::StrContains(text, "No flags matched")) << program << ": " << text;
     EXPECT_TRUE(absl::StrContains(text, "default:")) << program << ": " << text;
   }
-  absl::StatusOr<ProcessResult> help = RunProcess(
-      {std::string(TANDEM_BINARY_DIR) + "/bin/tandem-server", "--help"}, {}, dir.path(), absl::Seconds(30));
+  absl::StatusOr<ProcessResult> help =
+      RunProcess({std::string(TANDEM_BINARY_DIR) + "/bin/tandem-server", "--help"}, {}, dir.path(), absl::Seconds(30));
   ASSERT_OK(help);
   for (const char* flag : {"--http_listen", "--http_allow_remote", "--chat_template", "--model", "--max_sequences"}) {
     EXPECT_TRUE(absl::StrContains(help->out + help->err, flag)) << flag;

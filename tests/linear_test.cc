@@ -7,8 +7,8 @@
 #include "common/kernels/linear.h"
 
 #include <cmath>
-#include <iostream>
 #include <cstdint>
+#include <iostream>
 #include <limits>
 #include <random>
 #include <set>
@@ -90,7 +90,6 @@ std::string CaseName(const Case& c) {
                       " threads=", c.threads);
 }
 
-
 std::string CaseTestName(const Case& c) {
   return absl::StrCat(std::string(DTypeName(c.dtype)), "_N", c.n, "_K", c.k, c.bias ? "_bias" : "", "_t", c.threads);
 }
@@ -101,8 +100,7 @@ std::vector<Case> AllCases() {
   // several tasks and oneDNN tiles (N = 300 > 256), a K below one vector,
   // and K = 1024 whose 4 KB rows make Linear read x through a padded copy
   // (ActivationRowStride).
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{13, 72},   {1, 8}, {37, 129},
-                                                           {300, 520}, {9, 3}, {20, 1024}};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{13, 72}, {1, 8}, {37, 129}, {300, 520}, {9, 3}, {20, 1024}};
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16})
     for (const auto& [n, k] : shapes)
       for (bool bias : {false, true})
@@ -125,8 +123,8 @@ void ExpectMatchesNaive(const Case& c, const std::vector<int64_t>& row_counts, c
     const LinearKernel& kernel = ChooseLinearKernel(m, c.dtype, options);
     for (int64_t i = 0; i < m * c.n; ++i) {
       ASSERT_NEAR(y[i], ref[i], Tolerance(c.k, magnitude[i], kernel.rounds_activations))
-          << CaseName(c) << " " << label << " kernel=" << kernel.name << " M=" << m << " row " << i / c.n
-          << " feature " << i % c.n;
+          << CaseName(c) << " " << label << " kernel=" << kernel.name << " M=" << m << " row " << i / c.n << " feature "
+          << i % c.n;
     }
   }
 }
@@ -337,20 +335,15 @@ TEST(CpuFeaturesTest, LevelsNamesAndFlags) {
 TEST(LinearErrors, RejectsBadArguments) {
   const StoredWeight w(DType::kBF16, 4, 8, 1);
   std::vector<float> x(16), y(16);
-  EXPECT_EQ(Linear(nullptr, 2, w.view, nullptr, y.data(), nullptr).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Linear(x.data(), 2, w.view, nullptr, nullptr, nullptr).code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Linear(x.data(), -1, w.view, nullptr, y.data(), nullptr).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Linear(nullptr, 2, w.view, nullptr, y.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Linear(x.data(), 2, w.view, nullptr, nullptr, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Linear(x.data(), -1, w.view, nullptr, y.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
   LinearWeight no_data = w.view;
   no_data.data = nullptr;
-  EXPECT_EQ(Linear(x.data(), 2, no_data, nullptr, y.data(), nullptr).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Linear(x.data(), 2, no_data, nullptr, y.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
   LinearWeight empty = w.view;
   empty.n = 0;
-  EXPECT_EQ(Linear(x.data(), 2, empty, nullptr, y.data(), nullptr).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Linear(x.data(), 2, empty, nullptr, y.data(), nullptr).code(), absl::StatusCode::kInvalidArgument);
   // Zero rows is a valid no-op, even without buffers.
   EXPECT_OK(Linear(nullptr, 0, w.view, nullptr, nullptr, nullptr));
 }
@@ -363,32 +356,32 @@ TEST(LinearSliceTest, WritesOnlyItsFeatures) {
   for (const LinearKernel& kernel : AllLinearKernels()) {
     if (kernel.dtype != DType::kBF16 || kernel.isa > ActiveIsa()) continue;
     for (int64_t m : {3, 20}) {
-    const int64_t ldy = 50;
-    std::vector<float> y(static_cast<size_t>(m * ldy), -7.0f);
-    PreparedInput prepared;
-    ASSERT_OK(prepared.Prepare(kernel, x.data(), 72, m, 72, nullptr));
-    const LinearSliceArgs args{.x = x.data(),
-                               .ldx = 72,
-                               .m = m,
-                               .n_begin = 10,
-                               .n_end = 27,
-                               .y = y.data(),
-                               .ldy = ldy,
-                               .prepared = prepared.data()};
-    ASSERT_OK(LinearSlice(kernel, w.view, args));
-    std::vector<double> ref, magnitude;
-    NaiveLinear(x.data(), m, w.view, nullptr, ref, magnitude);
-    for (int64_t r = 0; r < m; ++r) {
-      for (int64_t j = 0; j < ldy; ++j) {
-        const float v = y[r * ldy + j];
-        if (j >= 10 && j < 27) {
-          EXPECT_NEAR(v, ref[r * 40 + j], Tolerance(72, magnitude[r * 40 + j], kernel.rounds_activations))
-              << kernel.name << " M=" << m;
-        } else {
-          EXPECT_EQ(v, -7.0f) << kernel.name << " M=" << m << " row " << r << " column " << j << " written";
+      const int64_t ldy = 50;
+      std::vector<float> y(static_cast<size_t>(m * ldy), -7.0f);
+      PreparedInput prepared;
+      ASSERT_OK(prepared.Prepare(kernel, x.data(), 72, m, 72, nullptr));
+      const LinearSliceArgs args{.x = x.data(),
+                                 .ldx = 72,
+                                 .m = m,
+                                 .n_begin = 10,
+                                 .n_end = 27,
+                                 .y = y.data(),
+                                 .ldy = ldy,
+                                 .prepared = prepared.data()};
+      ASSERT_OK(LinearSlice(kernel, w.view, args));
+      std::vector<double> ref, magnitude;
+      NaiveLinear(x.data(), m, w.view, nullptr, ref, magnitude);
+      for (int64_t r = 0; r < m; ++r) {
+        for (int64_t j = 0; j < ldy; ++j) {
+          const float v = y[r * ldy + j];
+          if (j >= 10 && j < 27) {
+            EXPECT_NEAR(v, ref[r * 40 + j], Tolerance(72, magnitude[r * 40 + j], kernel.rounds_activations))
+                << kernel.name << " M=" << m;
+          } else {
+            EXPECT_EQ(v, -7.0f) << kernel.name << " M=" << m << " row " << r << " column " << j << " written";
+          }
         }
       }
-    }
     }
   }
 }

@@ -19,8 +19,8 @@
 namespace tandem {
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 json MixtralJson() {  // mistralai/Mixtral-8x7B-v0.1's config.json
   return json::parse(R"({
@@ -45,9 +45,12 @@ json PhiMoEJson() {  // microsoft/Phi-3.5-MoE-instruct's config.json, factors sh
     "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 32064,
     "auto_map": {"AutoConfig": "configuration_phimoe.PhiMoEConfig"}})");
   std::vector<double> short_factor(64, 1.0), long_factor(64, 1.5);
-  j["rope_scaling"] = {{"type", "longrope"},       {"short_factor", short_factor},
-                       {"long_factor", long_factor}, {"short_mscale", 1.243163121016122},
-                       {"long_mscale", 1.243163121016122}, {"original_max_position_embeddings", 4096}};
+  j["rope_scaling"] = {{"type", "longrope"},
+                       {"short_factor", short_factor},
+                       {"long_factor", long_factor},
+                       {"short_mscale", 1.243163121016122},
+                       {"long_mscale", 1.243163121016122},
+                       {"original_max_position_embeddings", 4096}};
   return j;
 }
 

@@ -11,8 +11,8 @@
 #include "common/model/safetensors.h"
 #include "common/model/synthetic_model.h"
 #include "common/model/tensor_names.h"
-#include "tests/temp_dir_testlib.h"
 #include "tests/status_testlib.h"
+#include "tests/temp_dir_testlib.h"
 
 namespace tandem {
 namespace {

@@ -67,20 +67,24 @@ TEST_F(NonFiniteTest, ANaNNormIsRefusedAtLoadNamingTheTensor) {
 TEST_F(NonFiniteTest, NaNLogitsFailTheRequestInsteadOfSamplingToken0) {
   ASSERT_NO_FATAL_FAILURE(PoisonTensor(model_, "model.layers.0.self_attn.q_proj.weight"));
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Model> model, LoadModel(model_));
-  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalRuntime> runtime, LocalRuntime::Create(std::move(model), {.num_threads = 1}));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<LocalRuntime> runtime,
+                       LocalRuntime::Create(std::move(model), {.num_threads = 1}));
   GenerationRequest request;
   request.prompt_ids = {1, 20, 30};
   request.max_tokens = 4;
   request.logprobs = 2;
   auto result = runtime->generator().Generate(request);
-  ASSERT_FALSE(result.ok()) << "generated token " << (result.ok() && !result->tokens.empty() ? result->tokens[0].id : -1);
+  ASSERT_FALSE(result.ok()) << "generated token "
+                            << (result.ok() && !result->tokens.empty() ? result->tokens[0].id : -1);
   EXPECT_TRUE(absl::IsDataLoss(result.status())) << result.status();
   EXPECT_NE(result.status().message().find("non-finite logits"), std::string::npos) << result.status();
 }
 
 TEST_F(NonFiniteTest, ThroughTheServerAndCliTheRequestFailsAndTheServerServesOn) {
   ASSERT_NO_FATAL_FAILURE(PoisonTensor(model_, "model.layers.0.self_attn.q_proj.weight"));
-  ServerProcess server({.model_dir = model_, .socket = dir_.path() / "server.sock", .extra_args = {"--threads", "1"},
+  ServerProcess server({.model_dir = model_,
+                        .socket = dir_.path() / "server.sock",
+                        .extra_args = {"--threads", "1"},
                         .log = dir_.path() / "server.log"});
   ASSERT_OK(server.Start());
   for (int attempt = 0; attempt < 2; ++attempt) {  // the server keeps serving after a failed request

@@ -15,16 +15,16 @@
 #include <tuple>
 #include <vector>
 
-#include "runtime/local_runtime.h"
 #include "common/model/model.h"
 #include "coordinator/planner/profile_io.h"
-#include "coordinator/planner/simulator.h"
 #include "coordinator/planner/routing_trace_io.h"
+#include "coordinator/planner/simulator.h"
 #include "gtest/gtest.h"
+#include "runtime/local_runtime.h"
+#include "tests/status_testlib.h"
 #include "tests/temp_dir_testlib.h"
 #include "tests/test_cost_testlib.h"
 #include "tests/tokens_testlib.h"
-#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -38,7 +38,6 @@ struct GenerationRun {
   std::vector<int32_t> tokens;
   std::vector<float> logits;
 };
-
 
 std::unique_ptr<LocalRuntime> MakeRuntime(const LocalRuntimeOptions& base, GenerationRun* run) {
   auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = kSeed, .dtype = DType::kBF16});
@@ -163,17 +162,17 @@ TEST_P(OrchestratorPolicyTest, SameTokensAndLogitsAsThePlainEngine) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    EveryExactCombination, OrchestratorPolicyTest,
-    ::testing::Combine(::testing::Values(ExecutionPolicy::kThreshold, ExecutionPolicy::kMakespan,
-                                         ExecutionPolicy::kGpuOnly, ExecutionPolicy::kCpuOnly),
-                       ::testing::Values(CachePolicyKind::kStatic, CachePolicyKind::kLru, CachePolicyKind::kSequence,
-                                         CachePolicyKind::kAdaptive)),
-    [](const auto& info) {
-      std::string name = ExecutionPolicyName(std::get<0>(info.param)) + "_" + CachePolicyKindName(std::get<1>(info.param));
-      for (char& c : name) c = c == '-' ? '_' : c;
-      return name;
-    });
+INSTANTIATE_TEST_SUITE_P(EveryExactCombination, OrchestratorPolicyTest,
+                         ::testing::Combine(::testing::Values(ExecutionPolicy::kThreshold, ExecutionPolicy::kMakespan,
+                                                              ExecutionPolicy::kGpuOnly, ExecutionPolicy::kCpuOnly),
+                                            ::testing::Values(CachePolicyKind::kStatic, CachePolicyKind::kLru,
+                                                              CachePolicyKind::kSequence, CachePolicyKind::kAdaptive)),
+                         [](const auto& info) {
+                           std::string name = ExecutionPolicyName(std::get<0>(info.param)) + "_" +
+                                              CachePolicyKindName(std::get<1>(info.param));
+                           for (char& c : name) c = c == '-' ? '_' : c;
+                           return name;
+                         });
 
 TEST(OrchestratorTest, LruHitsOnRepeatedRouting) {
   auto config = SyntheticConfig(SyntheticModelSpec{.preset = "tiny", .seed = kSeed});
@@ -348,17 +347,18 @@ TEST(OrchestratorTest, RecordedTraceReplaysInTheSimulatorAndUsageDrivesPopularit
 TEST(RoutingTraceIoTest, BadLinesNameTheFileLineAndField) {
   const std::string header =
       "{\"format\": \"tandem-routing-trace/1\", \"num_layers\": 1, \"num_experts\": 2, \"num_experts_per_token\": 1}\n";
-  auto ok = ParseRoutingTrace(header +
-                                  "{\"step\": 0, \"sequence\": 4, \"phase\": \"decode\", \"start\": 3, \"tokens\": 1, \"rows\": [[1, 0]]}\n"
-                                  "{\"step\": 0, \"sequence\": 5, \"phase\": \"prefill\", \"start\": 0, \"tokens\": 2, \"rows\": [[1, 1]]}\n",
-                              "t.jsonl");
+  auto ok = ParseRoutingTrace(
+      header +
+          "{\"step\": 0, \"sequence\": 4, \"phase\": \"decode\", \"start\": 3, \"tokens\": 1, \"rows\": [[1, 0]]}\n"
+          "{\"step\": 0, \"sequence\": 5, \"phase\": \"prefill\", \"start\": 0, \"tokens\": 2, \"rows\": [[1, 1]]}\n",
+      "t.jsonl");
   ASSERT_OK(ok);
   ASSERT_EQ(ok->steps.size(), 1u);  // one batch of two sequences
   EXPECT_EQ(ok->steps[0].tokens, 3);
   EXPECT_EQ(ok->steps[0].phase, Phase::kPrefill);
   EXPECT_EQ(ok->steps[0].rows, (std::vector<int32_t>{2, 1}));
-  auto bad = ParseRoutingTrace(header + "{\"step\": 0, \"phase\": \"decode\", \"start\": 3, \"tokens\": 1, \"rows\": [[1]]}\n",
-                               "t.jsonl");
+  auto bad = ParseRoutingTrace(
+      header + "{\"step\": 0, \"phase\": \"decode\", \"start\": 3, \"tokens\": 1, \"rows\": [[1]]}\n", "t.jsonl");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("t.jsonl:2"), std::string::npos) << bad.status();
   EXPECT_NE(bad.status().message().find("rows[0]"), std::string::npos) << bad.status();

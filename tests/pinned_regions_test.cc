@@ -46,10 +46,12 @@ TEST(PinnedRegionsTest, BackToBackExpertsBecomeOneRegionAndFarOnesStayApart) {
   // start (6000 bytes in all: pages 0-1). Expert 1 starts mid-page 1 (shares
   // it) and ends in page 2. Expert 2 lies alone in pages 10-11.
   std::vector<std::vector<ExpertWeights>> experts(1);
-  experts[0].push_back({.w1 = Matrix(arena, 10, 100), .w2 = Matrix(arena + 4000, 10, 100), .w3 = Matrix(arena + 2000, 10, 100)});
-  experts[0].push_back({.w1 = Matrix(arena + 6000, 10, 100), .w2 = Matrix(arena + 10000, 10, 100),
-                        .w3 = Matrix(arena + 8000, 10, 100)});
-  experts[0].push_back({.w1 = Matrix(arena + 10 * kPage, 10, 100), .w2 = Matrix(arena + 10 * kPage + 4000, 10, 100),
+  experts[0].push_back(
+      {.w1 = Matrix(arena, 10, 100), .w2 = Matrix(arena + 4000, 10, 100), .w3 = Matrix(arena + 2000, 10, 100)});
+  experts[0].push_back(
+      {.w1 = Matrix(arena + 6000, 10, 100), .w2 = Matrix(arena + 10000, 10, 100), .w3 = Matrix(arena + 8000, 10, 100)});
+  experts[0].push_back({.w1 = Matrix(arena + 10 * kPage, 10, 100),
+                        .w2 = Matrix(arena + 10 * kPage + 4000, 10, 100),
                         .w3 = Matrix(arena + 10 * kPage + 2000, 10, 100)});
   experts[0].push_back({});  // an expert without weights (e.g. generated elsewhere) is skipped
 
@@ -106,10 +108,10 @@ TEST(HostPinModeTest, ReadOnlyWhereSupportedElsePlainOnWritableMappingsElsePagea
     HostPinMode want;
   };
   const Case cases[] = {
-      {true, false, HostPinMode::kReadOnly},    // e.g. Grace Hopper: PROT_READ locks in place
-      {true, true, HostPinMode::kReadOnly},     // the GPU never writes expert weights
-      {false, true, HostPinMode::kReadWrite},   // x86 + discrete GPU, writable mapping
-      {false, false, HostPinMode::kPageable},   // x86 + discrete GPU, PROT_READ: cannot be locked
+      {true, false, HostPinMode::kReadOnly},   // e.g. Grace Hopper: PROT_READ locks in place
+      {true, true, HostPinMode::kReadOnly},    // the GPU never writes expert weights
+      {false, true, HostPinMode::kReadWrite},  // x86 + discrete GPU, writable mapping
+      {false, false, HostPinMode::kPageable},  // x86 + discrete GPU, PROT_READ: cannot be locked
   };
   for (const Case& c : cases) {
     EXPECT_EQ(ChooseHostPinMode(c.read_only_supported, c.writable), c.want)
@@ -159,8 +161,8 @@ TEST(RangeWritableInPlaceTest, ReadsTheProtectionOfEveryMappingARangeSpans) {
 
 TEST(RangeWritableInPlaceTest, RefusesUnmappedRangesAndUnparsableText) {
   // 0x50000-0x60000 is a hole; 0x90000 on is past every mapping.
-  for (auto [begin, end] : {std::pair<uintptr_t, uintptr_t>{0x48000, 0x61000}, {0x50000, 0x51000},
-                            {0x88000, 0x98000}, {0x1000, 0x2000}}) {
+  for (auto [begin, end] :
+       {std::pair<uintptr_t, uintptr_t>{0x48000, 0x61000}, {0x50000, 0x51000}, {0x88000, 0x98000}, {0x1000, 0x2000}}) {
     absl::StatusOr<bool> got = InMaps(begin, end);
     ASSERT_FALSE(got.ok()) << absl::StrFormat("[%#x, %#x)", begin, end);
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << got.status();

@@ -13,8 +13,8 @@
 #include "absl/strings/match.h"
 #include "coordinator/planner/planner.h"
 #include "gtest/gtest.h"
-#include "tests/temp_dir_testlib.h"
 #include "tests/status_testlib.h"
+#include "tests/temp_dir_testlib.h"
 
 namespace tandem {
 namespace {
@@ -230,7 +230,8 @@ TEST(HardwareProfileTest, CurvesMayBeGivenAsMeasuredTables) {
   nlohmann::json root = nlohmann::json::parse(Slurp(ProfilesDir() / "collab-rtx4090-tr7960x-mixtral.json"));
   // The development VM's measured expert-FFN table (docs/BENCHMARKS.md).
   root["cost_model"]["cpu_workers"][0]["compute"] = {
-      {"table", {{1, 13700}, {2, 14800}, {4, 22800}, {8, 35600}, {16, 74400}, {32, 97000}, {64, 190000}, {128, 386000}}},
+      {"table",
+       {{1, 13700}, {2, 14800}, {4, 22800}, {8, 35600}, {16, 74400}, {32, 97000}, {64, 190000}, {128, 386000}}},
       {"source", "measured"}};
   absl::StatusOr<HardwareProfile> p = ParseHardwareProfile(root.dump(), "table.json");
   ASSERT_OK(p);

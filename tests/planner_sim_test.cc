@@ -167,8 +167,8 @@ SimOptions Options(ExecutionPolicy execution, CachePolicyKind cache, PlacementPo
 TEST(SimulatorTest, NoSlotsRunsEverythingOnTheCpu) {
   const RoutingTrace trace = SmallTrace();
   const CostModel cost = PaperCost();
-  absl::StatusOr<SimResult> r =
-      Simulate(trace, cost, Options(ExecutionPolicy::kCpuOnly, CachePolicyKind::kStatic, PlacementPolicy::kUniform, 0, nullptr));
+  absl::StatusOr<SimResult> r = Simulate(
+      trace, cost, Options(ExecutionPolicy::kCpuOnly, CachePolicyKind::kStatic, PlacementPolicy::kUniform, 0, nullptr));
   ASSERT_OK(r);
   EXPECT_EQ(r->hit_rate(), 0);
   EXPECT_EQ(r->cpu_runs, r->expert_runs);
@@ -196,7 +196,8 @@ TEST(SimulatorTest, DeterministicAndCountsAddUp) {
   const RoutingTrace trace = SmallTrace();
   const CostModel cost = PaperCost();
   const ExpertUsage usage = TraceUsage(SmallTrace(11));
-  SimOptions o = Options(ExecutionPolicy::kMakespan, CachePolicyKind::kAdaptive, PlacementPolicy::kPopularity, 56, &usage);
+  SimOptions o =
+      Options(ExecutionPolicy::kMakespan, CachePolicyKind::kAdaptive, PlacementPolicy::kPopularity, 56, &usage);
   absl::StatusOr<SimResult> a = Simulate(trace, cost, o);
   absl::StatusOr<SimResult> b = Simulate(trace, cost, o);
   ASSERT_OK(a) << a.status();
@@ -213,10 +214,12 @@ TEST(SimulatorTest, DeterministicAndCountsAddUp) {
 TEST(SimulatorTest, LruPostFetchesOnMisses) {
   const RoutingTrace trace = SmallTrace();
   const CostModel cost = PaperCost();
-  absl::StatusOr<SimResult> fixed =
-      Simulate(trace, cost, Options(ExecutionPolicy::kCpuOnly, CachePolicyKind::kStatic, PlacementPolicy::kFirstLayers, 56, nullptr));
+  absl::StatusOr<SimResult> fixed = Simulate(
+      trace, cost,
+      Options(ExecutionPolicy::kCpuOnly, CachePolicyKind::kStatic, PlacementPolicy::kFirstLayers, 56, nullptr));
   absl::StatusOr<SimResult> lru =
-      Simulate(trace, cost, Options(ExecutionPolicy::kCpuOnly, CachePolicyKind::kLru, PlacementPolicy::kFirstLayers, 56, nullptr));
+      Simulate(trace, cost,
+               Options(ExecutionPolicy::kCpuOnly, CachePolicyKind::kLru, PlacementPolicy::kFirstLayers, 56, nullptr));
   ASSERT_OK(fixed);
   ASSERT_OK(lru);
   EXPECT_GT(lru->cache_migrations, 0);
@@ -230,9 +233,11 @@ TEST(SimulatorTest, MakespanAdaptiveIsNotSlowerThanFiddler) {
   const CostModel cost = PaperCost();
   const ExpertUsage usage = TraceUsage(SmallTrace(11));
   absl::StatusOr<SimResult> fiddler = Simulate(
-      trace, cost, Options(ExecutionPolicy::kThreshold, CachePolicyKind::kStatic, PlacementPolicy::kPopularity, 56, &usage));
+      trace, cost,
+      Options(ExecutionPolicy::kThreshold, CachePolicyKind::kStatic, PlacementPolicy::kPopularity, 56, &usage));
   absl::StatusOr<SimResult> ours = Simulate(
-      trace, cost, Options(ExecutionPolicy::kMakespan, CachePolicyKind::kAdaptive, PlacementPolicy::kPopularity, 56, &usage));
+      trace, cost,
+      Options(ExecutionPolicy::kMakespan, CachePolicyKind::kAdaptive, PlacementPolicy::kPopularity, 56, &usage));
   ASSERT_OK(fiddler);
   ASSERT_OK(ours);
   EXPECT_LE(ours->ttft_us, fiddler->ttft_us);
@@ -242,8 +247,9 @@ TEST(SimulatorTest, MakespanAdaptiveIsNotSlowerThanFiddler) {
 TEST(SimulatorTest, RejectsMismatchedInputs) {
   RoutingTrace trace = SmallTrace();
   trace.steps[1].rows.pop_back();
-  absl::StatusOr<SimResult> r = Simulate(
-      trace, PaperCost(), Options(ExecutionPolicy::kCpuOnly, CachePolicyKind::kStatic, PlacementPolicy::kUniform, 0, nullptr));
+  absl::StatusOr<SimResult> r =
+      Simulate(trace, PaperCost(),
+               Options(ExecutionPolicy::kCpuOnly, CachePolicyKind::kStatic, PlacementPolicy::kUniform, 0, nullptr));
   ASSERT_FALSE(r.ok());
   EXPECT_TRUE(absl::StrContains(r.status().message(), "steps[1].rows")) << r.status();
   SimOptions o = Options(ExecutionPolicy::kCpuOnly, CachePolicyKind::kStatic, PlacementPolicy::kPopularity, 8, nullptr);

@@ -103,7 +103,16 @@ const std::vector<PlanCase>& Cases() {
       {"prefill/cpu-only", kCpuOnly, {10, 0, 5, 3, 0, 0, 0, 0}, "AAAAAAAA", {}, 0, kAny, "C.CC....", 18000, {}},
       // Four equal batches: Alg. 1 copies all four one after another
       // (12100); running CPU and GPU in parallel, two of each take 8000.
-      {"balanced/threshold", kThreshold, {4, 4, 4, 4, 0, 0, 0, 0}, "AAAAAAAA", {}, 0, kAny, "MMMM....", 12100, {0, 1, 2, 3}},
+      {"balanced/threshold",
+       kThreshold,
+       {4, 4, 4, 4, 0, 0, 0, 0},
+       "AAAAAAAA",
+       {},
+       0,
+       kAny,
+       "MMMM....",
+       12100,
+       {0, 1, 2, 3}},
       {"balanced/makespan", kMakespan, {4, 4, 4, 4, 0, 0, 0, 0}, "AAAAAAAA", {}, 0, kAny, "MMCC....", 8000, {0, 1}},
       // Residents run first on the GPU; copies land after them.
       {"mixed/makespan", kMakespan, {6, 6, 1, 0, 0, 0, 0, 2}, "RRAAAAAA", {}, 0, kAny, "GGC....C", 3000, {}},
@@ -440,7 +449,8 @@ RandomLayer MakeRandomLayer(std::mt19937_64& rng) {
   p.dma = TransferCost{uniform(0, 30), uniform(0, 1e-4)};
   absl::StatusOr<CostModel> cost = CostModel::Create(p);
   EXPECT_OK(cost);
-  RandomLayer layer{*cost, integer(0, 1) ? ExpertDivision::kSplit : ExpertDivision::kShard, {}, {}, 0, kUnlimitedMigrations};
+  RandomLayer layer{
+      *cost, integer(0, 1) ? ExpertDivision::kSplit : ExpertDivision::kShard, {}, {}, 0, kUnlimitedMigrations};
   const int num_experts = integer(1, 9);
   int inflight = 0;
   for (int e = 0; e < num_experts; ++e) {
@@ -470,7 +480,8 @@ double BruteForce(const RandomLayer& layer, LayerPlan* best_plan) {
   input.max_new_migrations = layer.max_new_migrations;
   std::vector<int> free_experts;
   for (size_t e = 0; e < layer.rows.size(); ++e) {
-    if (layer.rows[e] > 0 && layer.residency[e].residency != Residency::kResident) free_experts.push_back(static_cast<int>(e));
+    if (layer.rows[e] > 0 && layer.residency[e].residency != Residency::kResident)
+      free_experts.push_back(static_cast<int>(e));
   }
   double best = INFINITY;
   LayerPlan plan;
@@ -533,8 +544,8 @@ TEST(MakespanPolicyTest, MatchesBruteForceOnSmallRandomLayers) {
     absl::Status s = planner->Plan(input, layer.cost, &plan);
     ASSERT_OK(s);
     ASSERT_NEAR(plan.makespan_us, brute, 1e-7 * std::max(1.0, brute))
-        << "trial " << trial << " planner " << Placements(plan) << " brute " << Placements(brute_plan)
-        << " division " << ExpertDivisionName(layer.division) << " workers " << layer.cost.num_cpu_workers();
+        << "trial " << trial << " planner " << Placements(plan) << " brute " << Placements(brute_plan) << " division "
+        << ExpertDivisionName(layer.division) << " workers " << layer.cost.num_cpu_workers();
     // Every other policy's plan is feasible, so none may beat the optimum.
     for (ExecutionPolicy other : {kThreshold, kGpuOnly, kCpuOnly}) {
       options.policy = other;

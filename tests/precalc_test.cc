@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "runtime/local_runtime.h"
-#include "common/model/model.h"
 #include "common/base/status_macros.h"
+#include "common/model/model.h"
 #include "gtest/gtest.h"
+#include "runtime/local_runtime.h"
+#include "tests/status_testlib.h"
 #include "tests/test_cost_testlib.h"
 #include "tests/tokens_testlib.h"
-#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -27,11 +27,10 @@ constexpr uint64_t kSeed = 7;
 constexpr int kPromptTokens = 12;
 constexpr int kDecodeSteps = 16;
 
-
 // slots < 0: no orchestrator.
 absl::StatusOr<std::unique_ptr<LocalRuntime>> MakeRuntime(int slots, const PrecalcOptions& precalc) {
-  TANDEM_ASSIGN_OR_RETURN(auto model,
-                          LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = kSeed, .dtype = DType::kBF16}));
+  TANDEM_ASSIGN_OR_RETURN(
+      auto model, LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = kSeed, .dtype = DType::kBF16}));
   LocalRuntimeOptions options;
   options.num_threads = 2;
   options.precalc = precalc;
@@ -80,13 +79,14 @@ void CheckAgainstExact(int slots, Outcome* outcome) {
       const int32_t token = Argmax(logits_x);
       const PrecalcStats before = y.precalc_stats();
       ASSERT_OK(x.engine().Forward(std::vector<ForwardInput>{{&kv_x, std::span<const int32_t>(&token, 1)}}, &logits_x));
-      auto status = y.engine().Forward(std::vector<ForwardInput>{{&kv_y, std::span<const int32_t>(&token, 1)}}, &logits_y);
+      auto status =
+          y.engine().Forward(std::vector<ForwardInput>{{&kv_y, std::span<const int32_t>(&token, 1)}}, &logits_y);
       ASSERT_OK(status);
       const PrecalcStats after = y.precalc_stats();
       const int64_t predictions = after.predictions - before.predictions;
       ASSERT_EQ(predictions, 1) << "one row, one predicted layer";
-      const bool lossless =
-          after.used_true_routing - before.used_true_routing == predictions && after.precomputed_rows == before.precomputed_rows;
+      const bool lossless = after.used_true_routing - before.used_true_routing == predictions &&
+                            after.precomputed_rows == before.precomputed_rows;
       const bool equal = logits_x == logits_y;
       EXPECT_EQ(equal, lossless) << "prompt " << prompt_seed << " step " << step;
       ++(lossless ? outcome->exact_steps : outcome->lossy_steps);

@@ -10,9 +10,9 @@
 #include "gtest/gtest.h"
 #include "tests/sdk_testlib.h"
 #include "tests/server_process_testlib.h"
+#include "tests/status_testlib.h"
 #include "tests/temp_dir_testlib.h"
 #include "tests/tokens_testlib.h"
-#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -44,7 +44,9 @@ TEST(PythonSdkTest, TestClientScriptPasses) {
                          "--prompt_ids", absl::StrJoin(prompt, ","), "--expected_ids", absl::StrJoin(*expected, ",")},
                         {"PYTHONPATH=" + package_dir.string(), "PYTHONDONTWRITEBYTECODE=1"}, dir.path());
   ASSERT_OK(run);
-  EXPECT_EQ(run->exit_code, 0) << "stdout:\n" << run->out << "\nstderr:\n" << run->err << "\nserver log:\n"
+  EXPECT_EQ(run->exit_code, 0) << "stdout:\n"
+                               << run->out << "\nstderr:\n"
+                               << run->err << "\nserver log:\n"
                                << server.LogTail();
 }
 

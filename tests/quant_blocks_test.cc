@@ -15,10 +15,10 @@ namespace tandem {
 namespace {
 
 // f16 bit patterns of a few exact values.
-constexpr uint16_t kHalfOne = 0x3c00;      // 1.0
-constexpr uint16_t kHalfHalf = 0x3800;     // 0.5
-constexpr uint16_t kHalfQuarter = 0x3400;  // 0.25
-constexpr uint16_t kHalfMinusTwo = 0xc000; // -2.0
+constexpr uint16_t kHalfOne = 0x3c00;       // 1.0
+constexpr uint16_t kHalfHalf = 0x3800;      // 0.5
+constexpr uint16_t kHalfQuarter = 0x3400;   // 0.25
+constexpr uint16_t kHalfMinusTwo = 0xc000;  // -2.0
 
 void PutU16(std::vector<uint8_t>& b, size_t at, uint16_t v) {
   b[at] = static_cast<uint8_t>(v);

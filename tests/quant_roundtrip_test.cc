@@ -61,8 +61,8 @@ std::vector<float> GaussianRow(size_t n, uint32_t seed) {
 
 struct Bound {
   GgmlType type;
-  double gaussian;      // max relative rmse on N(0, 1) values
-  double weight_like;   // ... on WeightLikeRow (outliers widen the blocks' ranges)
+  double gaussian;     // max relative rmse on N(0, 1) values
+  double weight_like;  // ... on WeightLikeRow (outliers widen the blocks' ranges)
 };
 
 // Bits per weight: Q8_0 8.5, Q6_K 6.56, Q5_K 5.5, Q5_0 5.5, Q4_K 4.5, Q4_1 5,
@@ -72,9 +72,9 @@ struct Bound {
 // Q4_1 7.85 / 9.59, Q4_0 8.67 / 13.3; also in the test's XML properties),
 // so a regression in the scale searches or a packing slip fails.
 constexpr Bound kBounds[] = {
-    {GgmlType::kF32, 0.0, 0.0},         {GgmlType::kBF16, 0.0025, 0.0025}, {GgmlType::kF16, 0.0003, 0.0003},
-    {GgmlType::kQ8_0, 0.0060, 0.0093},  {GgmlType::kQ6_K, 0.0197, 0.0276}, {GgmlType::kQ5_K, 0.040, 0.049},
-    {GgmlType::kQ5_0, 0.048, 0.074},    {GgmlType::kQ4_K, 0.079, 0.098},   {GgmlType::kQ4_1, 0.087, 0.106},
+    {GgmlType::kF32, 0.0, 0.0},        {GgmlType::kBF16, 0.0025, 0.0025}, {GgmlType::kF16, 0.0003, 0.0003},
+    {GgmlType::kQ8_0, 0.0060, 0.0093}, {GgmlType::kQ6_K, 0.0197, 0.0276}, {GgmlType::kQ5_K, 0.040, 0.049},
+    {GgmlType::kQ5_0, 0.048, 0.074},   {GgmlType::kQ4_K, 0.079, 0.098},   {GgmlType::kQ4_1, 0.087, 0.106},
     {GgmlType::kQ4_0, 0.096, 0.147},
 };
 

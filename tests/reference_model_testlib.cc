@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/dtype.h"
-#include "common/model/safetensors.h"
 #include "common/base/tensor_view.h"
+#include "common/model/safetensors.h"
 
 namespace tandem {
 namespace {
@@ -81,11 +81,11 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(const Mod
   const bool layer_norm = c.architecture == Architecture::kPhiMoE;
 
   // Assigns `expr` (a StatusOr) to `lhs` or returns its error.
-#define REF_ASSIGN(lhs, expr)                  \
-  do {                                         \
-    auto ref_tmp = (expr);                     \
+#define REF_ASSIGN(lhs, expr)                   \
+  do {                                          \
+    auto ref_tmp = (expr);                      \
     if (!ref_tmp.ok()) return ref_tmp.status(); \
-    lhs = std::move(*ref_tmp);                 \
+    lhs = std::move(*ref_tmp);                  \
   } while (0)
 
   auto read_norm = [&](const std::string& prefix, RefNorm& norm) -> absl::Status {
@@ -182,8 +182,7 @@ RefTensor ReferenceModel::Linear(const RefTensor& x, const RefTensor& w, const s
 }
 
 bool ReferenceModel::UseLongRope(const ModelConfig& config, int64_t seq_len) {
-  return config.rope_scaling.type == "longrope" &&
-         seq_len > config.rope_scaling.original_max_position_embeddings;
+  return config.rope_scaling.type == "longrope" && seq_len > config.rope_scaling.original_max_position_embeddings;
 }
 
 void ReferenceModel::Rope(const ModelConfig& config, double* x, int64_t heads, int64_t position, int64_t seq_len) {
@@ -199,7 +198,8 @@ void ReferenceModel::Rope(const ModelConfig& config, double* x, int64_t heads, i
       ext = use_long ? config.rope_scaling.long_factor[static_cast<size_t>(i)]
                      : config.rope_scaling.short_factor[static_cast<size_t>(i)];
     }
-    const double inv_freq = 1.0 / (ext * std::pow(config.rope_theta, static_cast<double>(2 * i) / static_cast<double>(hd)));
+    const double inv_freq =
+        1.0 / (ext * std::pow(config.rope_theta, static_cast<double>(2 * i) / static_cast<double>(hd)));
     const double angle = static_cast<double>(position) * inv_freq;
     const double cos_v = std::cos(angle) * mscale, sin_v = std::sin(angle) * mscale;
     for (int64_t h = 0; h < heads; ++h) {
@@ -266,10 +266,9 @@ RefRouting ReferenceModel::SoftmaxTopK(std::span<const double> logits, int64_t k
   for (double& w : r.weights) w /= chosen_sum;
   // Only the chosen set matters (the weights are renormalised over it), so
   // the one discontinuity is the K-th logit meeting the (K+1)-th.
-  r.margin = static_cast<size_t>(k) < logits.size()
-                 ? logits[static_cast<size_t>(order[static_cast<size_t>(k - 1)])] -
-                       logits[static_cast<size_t>(order[static_cast<size_t>(k)])]
-                 : kInf;
+  r.margin = static_cast<size_t>(k) < logits.size() ? logits[static_cast<size_t>(order[static_cast<size_t>(k - 1)])] -
+                                                          logits[static_cast<size_t>(order[static_cast<size_t>(k)])]
+                                                    : kInf;
   return r;
 }
 
@@ -314,7 +313,8 @@ RefRouting ReferenceModel::SparseMixer(std::span<const double> scores, double ji
   // Which expert is first, and which second, are discontinuities too.
   const std::vector<int32_t> order = DescendingOrder(scores);
   r.margin = std::min(r.margin, scores[static_cast<size_t>(order[0])] - scores[static_cast<size_t>(order[1])]);
-  if (n > 2) r.margin = std::min(r.margin, scores[static_cast<size_t>(order[1])] - scores[static_cast<size_t>(order[2])]);
+  if (n > 2)
+    r.margin = std::min(r.margin, scores[static_cast<size_t>(order[1])] - scores[static_cast<size_t>(order[2])]);
   return r;
 }
 
@@ -338,8 +338,8 @@ absl::StatusOr<ReferenceForward> ReferenceModel::Forward(const std::vector<int32
   const int64_t t_len = static_cast<int64_t>(tokens.size()), d = c.hidden_size;
   if (t_len == 0) return absl::InvalidArgumentError("reference: empty sequence");
   if (t_len > c.max_position_embeddings) {
-    return absl::InvalidArgumentError(absl::StrCat("reference: ", t_len, " tokens exceed max_position_embeddings ",
-                                                   c.max_position_embeddings));
+    return absl::InvalidArgumentError(
+        absl::StrCat("reference: ", t_len, " tokens exceed max_position_embeddings ", c.max_position_embeddings));
   }
   ReferenceForward out;
   out.long_rope = UseLongRope(c, t_len);
@@ -367,8 +367,8 @@ absl::StatusOr<ReferenceForward> ReferenceModel::Forward(const std::vector<int32
       Rope(c, q.row(t), c.num_attention_heads, t, t_len);
       Rope(c, k.row(t), c.num_key_value_heads, t, t_len);
     }
-    const RefTensor attn = Attention(q, k, v, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-                                     c.sliding_window);
+    const RefTensor attn =
+        Attention(q, k, v, c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.sliding_window);
     const RefTensor o = Linear(attn, lw.o_proj, lw.o_bias);
     for (size_t i = 0; i < h.data.size(); ++i) h.data[i] += o.data[i];
     record("attention_out", l, h);

@@ -70,10 +70,10 @@ struct RefNorm {
 
 struct RefLayer {
   RefNorm input_norm;
-  RefTensor q_proj, k_proj, v_proj, o_proj;  // [Hq, D], [Hkv, D], [Hkv, D], [D, Hq]
+  RefTensor q_proj, k_proj, v_proj, o_proj;            // [Hq, D], [Hkv, D], [Hkv, D], [D, Hq]
   std::vector<double> q_bias, k_bias, v_bias, o_bias;  // empty without attention_bias
   RefNorm post_attention_norm;
-  RefTensor router;  // [E, D]
+  RefTensor router;                // [E, D]
   std::vector<RefExpert> experts;  // [E]
 };
 
@@ -90,7 +90,7 @@ struct ReferenceForward {
   RefTensor logits;  // [T, V]
   std::map<std::pair<std::string, int>, RefTensor> intermediates;
   std::vector<std::vector<RefRouting>> routing;  // [L][T]
-  bool long_rope = false;  // whether this forward used longrope's long factors
+  bool long_rope = false;                        // whether this forward used longrope's long factors
 
   // The intermediate, or an empty tensor when there is none of that name.
   const RefTensor& Get(std::string_view name, int layer) const;
@@ -167,7 +167,7 @@ class ReferenceModel {
   RefTensor embed_tokens_;  // [V, D]
   std::vector<RefLayer> layers_;
   RefNorm final_norm_;
-  RefTensor lm_head_;                // [V, D]
+  RefTensor lm_head_;                 // [V, D]
   std::vector<double> lm_head_bias_;  // [V] or empty
 };
 

@@ -20,19 +20,19 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "runtime/local_runtime.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
 #include "common/platform/shm_transport.h"
 #include "coordinator/remote_expert_executor.h"
 #include "coordinator/worker_connect.h"
 #include "gtest/gtest.h"
+#include "runtime/local_runtime.h"
 #include "tandem/v1/expert_worker.grpc.pb.h"
 #include "tandem/v1/expert_worker_convert.h"
+#include "tests/status_testlib.h"
 #include "tests/temp_dir_testlib.h"
 #include "tests/tokens_testlib.h"
 #include "tests/worker_process_testlib.h"
-#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -51,8 +51,9 @@ class WorkerFixture : public ::testing::Test {
       o.region_prefix = prefix;
       o.worker_index = i;
       o.num_workers = n;
-      o.extra_args = {"--synthetic", "tiny", "--synthetic_seed", absl::StrCat(kSeed), "--division", division,
-                      "--transport", "shm", "--threads", "1", "--arena_slot_mb", "1"};
+      o.extra_args = {"--synthetic", "tiny",   "--synthetic_seed", absl::StrCat(kSeed),
+                      "--division",  division, "--transport",      "shm",
+                      "--threads",   "1",      "--arena_slot_mb",  "1"};
       o.log = dir_.path() / absl::StrCat("w", i, ".log");
       workers_.push_back(std::make_unique<WorkerProcess>(o));
       absl::Status started = workers_.back()->Start();
@@ -224,7 +225,8 @@ class MalformedRequestTest : public WorkerFixture {
     if (!seq.ok()) return seq.status();
     std::string_view message;
     absl::Status status = arena_->AwaitResponse(*seq, absl::Now() + absl::Seconds(5), absl::Microseconds(50), &message);
-    if (status.ok() && response != nullptr && !response->ParseFromArray(message.data(), static_cast<int>(message.size()))) {
+    if (status.ok() && response != nullptr &&
+        !response->ParseFromArray(message.data(), static_cast<int>(message.size()))) {
       return absl::DataLossError("response does not parse");
     }
     return status;
@@ -255,8 +257,9 @@ class MalformedRequestTest : public WorkerFixture {
     std::vector<float> doorbell_out(static_cast<size_t>(3 * hidden_));
     std::memcpy(doorbell_out.data(), arena_->slot_data(ArenaSide::kOutput, 0), doorbell_out.size() * sizeof(float));
     ASSERT_OK(ViaGrpc(Valid(), &via_grpc));
-    EXPECT_EQ(std::memcmp(doorbell_out.data(), arena_->slot_data(ArenaSide::kOutput, 0),
-                          doorbell_out.size() * sizeof(float)), 0);
+    EXPECT_EQ(
+        std::memcmp(doorbell_out.data(), arena_->slot_data(ArenaSide::kOutput, 0), doorbell_out.size() * sizeof(float)),
+        0);
     v1::RunExpertsRequest inline_request = Valid();
     inline_request.set_transport(v1::TRANSPORT_INLINE);
     v1::ExpertTask* task = inline_request.mutable_tasks(0);
@@ -267,7 +270,8 @@ class MalformedRequestTest : public WorkerFixture {
     ASSERT_EQ(via_inline.results_size(), 1);
     ASSERT_EQ(via_inline.results(0).inline_output().size(), doorbell_out.size() * sizeof(float));
     EXPECT_EQ(std::memcmp(doorbell_out.data(), via_inline.results(0).inline_output().data(),
-                          doorbell_out.size() * sizeof(float)), 0);
+                          doorbell_out.size() * sizeof(float)),
+              0);
   }
 
   std::shared_ptr<grpc::Channel> channel_;
@@ -327,10 +331,8 @@ TEST_F(MalformedRequestTest, DescriptorsOutsideTheArenaAreRejectedAndWriteNothin
        [&](v1::RunExpertsRequest& r) { r.mutable_tasks(0)->mutable_shm_output()->set_dtype(v1::DTYPE_BF16); }},
       {"absurd row count", "num_rows",
        [&](v1::RunExpertsRequest& r) { r.mutable_tasks(0)->set_num_rows(int64_t{1} << 50); }},
-      {"expert out of range", "expert 9",
-       [&](v1::RunExpertsRequest& r) { r.mutable_tasks(0)->set_expert(9); }},
-      {"layer out of range", "layer 5",
-       [&](v1::RunExpertsRequest& r) { r.set_layer(5); }},
+      {"expert out of range", "expert 9", [&](v1::RunExpertsRequest& r) { r.mutable_tasks(0)->set_expert(9); }},
+      {"layer out of range", "layer 5", [&](v1::RunExpertsRequest& r) { r.set_layer(5); }},
       {"no output descriptor", "no shm_output",
        [&](v1::RunExpertsRequest& r) { r.mutable_tasks(0)->clear_shm_output(); }},
   };

@@ -18,7 +18,6 @@
 #include <string>
 #include <vector>
 
-#include "runtime/local_runtime.h"
 #include "common/model/expert_content.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
@@ -26,12 +25,13 @@
 #include "coordinator/worker_connect.h"
 #include "cpu_worker/local_expert_executor.h"
 #include "gtest/gtest.h"
+#include "runtime/local_runtime.h"
 #include "tandem/v1/expert_worker.grpc.pb.h"
 #include "tandem/v1/expert_worker_convert.h"
+#include "tests/status_testlib.h"
 #include "tests/temp_dir_testlib.h"
 #include "tests/tokens_testlib.h"
 #include "tests/worker_process_testlib.h"
-#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -53,8 +53,8 @@ std::unique_ptr<Model> LoadTiny(const std::string& preset) {
 
 // Greedy generation of `max_tokens` after `prompt` with `experts` (null: the
 // runtime's own in-process executor).
-absl::StatusOr<GenerationRun> Generate(std::unique_ptr<Model> model, ExpertExecutor* experts, const std::vector<int32_t>& prompt,
-                             int max_tokens) {
+absl::StatusOr<GenerationRun> Generate(std::unique_ptr<Model> model, ExpertExecutor* experts,
+                                       const std::vector<int32_t>& prompt, int max_tokens) {
   GenerationRun run;
   LocalRuntimeOptions options;
   options.num_threads = 1;
@@ -105,8 +105,9 @@ class RemoteExpertsTest : public ::testing::TestWithParam<Case> {
       o.region_prefix = prefix;
       o.worker_index = i;
       o.num_workers = n;
-      o.extra_args = {"--synthetic", preset, "--synthetic_seed", absl::StrCat(kSeed), "--division", division,
-                      "--transport", worker_transport, "--threads", "1", "--arena_slot_mb", absl::StrCat(arena_slot_mb)};
+      o.extra_args = {"--synthetic", preset,   "--synthetic_seed", absl::StrCat(kSeed),
+                      "--division",  division, "--transport",      worker_transport,
+                      "--threads",   "1",      "--arena_slot_mb",  absl::StrCat(arena_slot_mb)};
       o.log = dir_.path() / absl::StrCat("w", i, ".log");
       workers_.push_back(std::make_unique<WorkerProcess>(o));
       absl::Status started = workers_.back()->Start();
@@ -207,7 +208,8 @@ TEST_F(RemoteConnectTest, LayerTooLargeForTheArenaFallsBackToInlineExactly) {
 TEST_F(RemoteConnectTest, DescribeCalibrateStatsAndHealth) {
   ASSERT_NO_FATAL_FAILURE(StartWorkers(2, "shard"));
   std::unique_ptr<Model> model = LoadTiny("tiny");
-  auto stub = v1::ExpertWorker::NewStub(grpc::CreateChannel(workers_[1]->address(), grpc::InsecureChannelCredentials()));
+  auto stub =
+      v1::ExpertWorker::NewStub(grpc::CreateChannel(workers_[1]->address(), grpc::InsecureChannelCredentials()));
   auto context = [] {
     auto c = std::make_unique<grpc::ClientContext>();
     c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -238,7 +240,8 @@ TEST_F(RemoteConnectTest, DescribeCalibrateStatsAndHealth) {
   }
   auto want = HashExpertSlices(*model->weights, shares, nullptr);
   ASSERT_OK(want);
-  for (int i = 0; i < d.experts_size(); ++i) EXPECT_EQ(d.experts(i).content_hash(), (*want)[static_cast<size_t>(i)]) << i;
+  for (int i = 0; i < d.experts_size(); ++i)
+    EXPECT_EQ(d.experts(i).content_hash(), (*want)[static_cast<size_t>(i)]) << i;
   EXPECT_EQ(d.content_hash(), CombineExpertContentHashes(shares, *want));
   EXPECT_TRUE(d.doorbell());
   EXPECT_EQ(d.compute(), "store");

@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "common/model/model.h"
 #include "common/base/thread_pool.h"
+#include "common/model/model.h"
 #include "coordinator/cpu_backend.h"
 #include "coordinator/engine.h"
 #include "coordinator/kv_cache.h"
@@ -43,8 +43,8 @@ TEST(SoftmaxTopKTest, RenormalisedTopKOfSoftmaxEqualsSoftmaxOfTopK) {
   for (int trial = 0; trial < 4000; ++trial) {
     const int64_t e = expert_counts[static_cast<size_t>(trial) % expert_counts.size()];
     const int64_t k = 1 + (trial / static_cast<int>(expert_counts.size())) % std::min<int64_t>(4, e);
-    std::normal_distribution<float> dist(
-        0.0f, static_cast<float>(scales[static_cast<size_t>(trial / 7) % scales.size()]));
+    std::normal_distribution<float> dist(0.0f,
+                                         static_cast<float>(scales[static_cast<size_t>(trial / 7) % scales.size()]));
     std::vector<float> logits(static_cast<size_t>(e));
     for (float& l : logits) l = dist(rng);
     const std::vector<double> logits64(logits.begin(), logits.end());
@@ -66,8 +66,7 @@ TEST(SoftmaxTopKTest, RenormalisedTopKOfSoftmaxEqualsSoftmaxOfTopK) {
     ASSERT_EQ(experts, full.experts) << "trial " << trial << ", E=" << e << ", K=" << k;
     double engine_sum = 0.0;
     for (int64_t s = 0; s < k; ++s) {
-      EXPECT_NEAR(full.weights[static_cast<size_t>(s)], direct[static_cast<size_t>(s)], 1e-12)
-          << "trial " << trial;
+      EXPECT_NEAR(full.weights[static_cast<size_t>(s)], direct[static_cast<size_t>(s)], 1e-12) << "trial " << trial;
       // f32 weights: a few ulp of a number in (0, 1].
       EXPECT_NEAR(weights[static_cast<size_t>(s)], direct[static_cast<size_t>(s)], 1e-6) << "trial " << trial;
       engine_sum += weights[static_cast<size_t>(s)];
@@ -92,17 +91,15 @@ TEST(SoftmaxTopKTest, TiesGoToTheLowerIndex) {
 // ------------------------------------------------------------------ sparsemixer
 
 // Checks the engine's and the reference's sparsemixer against hand-worked values.
-void ExpectSparseMixer(const std::vector<float>& logits, double jitter_eps,
-                       const std::vector<int32_t>& want_experts, const std::vector<double>& want_weights) {
+void ExpectSparseMixer(const std::vector<float>& logits, double jitter_eps, const std::vector<int32_t>& want_experts,
+                       const std::vector<double>& want_weights) {
   std::vector<int32_t> experts(2);
   std::vector<float> weights(2);
-  RouteSparseMixer(logits.data(), static_cast<int64_t>(logits.size()), jitter_eps, experts.data(),
-                   weights.data());
+  RouteSparseMixer(logits.data(), static_cast<int64_t>(logits.size()), jitter_eps, experts.data(), weights.data());
   EXPECT_EQ(experts, want_experts) << "engine";
   EXPECT_NEAR(weights[0], want_weights[0], 1e-6) << "engine, first expert";
   EXPECT_NEAR(weights[1], want_weights[1], 1e-6) << "engine, second expert";
-  const RefRouting ref =
-      ReferenceModel::SparseMixer(std::vector<double>(logits.begin(), logits.end()), jitter_eps);
+  const RefRouting ref = ReferenceModel::SparseMixer(std::vector<double>(logits.begin(), logits.end()), jitter_eps);
   EXPECT_EQ(ref.experts, want_experts) << "reference";
   // The reference sees the f32 logits exactly; hand values are computed from
   // the decimal ones, so allow the f32 representation error (~1e-7).
@@ -186,10 +183,7 @@ class RecordingExecutor final : public ExpertExecutor {
     int64_t rows;
   };
   RecordingExecutor(ExpertExecutor* inner, int num_experts, int64_t hidden, bool add_empty_experts)
-      : inner_(inner),
-        num_experts_(num_experts),
-        dummy_(static_cast<size_t>(hidden)),
-        add_empty_(add_empty_experts) {}
+      : inner_(inner), num_experts_(num_experts), dummy_(static_cast<size_t>(hidden)), add_empty_(add_empty_experts) {}
 
   absl::Status RunExperts(int layer, std::span<const ExpertWork> work) override {
     std::vector<ExpertWork> all(work.begin(), work.end());
@@ -248,8 +242,7 @@ struct RecordingEngine {
 class ExpertDispatchTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    auto model =
-        LoadSyntheticModel(SyntheticModelSpec{.preset = GetParam(), .seed = 7, .dtype = DType::kBF16});
+    auto model = LoadSyntheticModel(SyntheticModelSpec{.preset = GetParam(), .seed = 7, .dtype = DType::kBF16});
     ASSERT_OK(model);
     model_ = std::move(*model);
   }
@@ -284,8 +277,7 @@ TEST_P(ExpertDispatchTest, OnlyChosenExpertsAreCalledWithTheirRows) {
       for (const RecordingExecutor::Call& call : rt.recorder.calls()) {
         if (call.layer != layer) continue;
         EXPECT_GT(call.rows, 0) << "expert " << call.expert << " called with no rows";
-        EXPECT_EQ(got_rows[static_cast<size_t>(call.expert)], 0)
-            << "expert " << call.expert << " called twice";
+        EXPECT_EQ(got_rows[static_cast<size_t>(call.expert)], 0) << "expert " << call.expert << " called twice";
         got_rows[static_cast<size_t>(call.expert)] += call.rows;
       }
       EXPECT_EQ(got_rows, want_rows) << "layer " << layer << ", " << rows << " rows";

@@ -251,8 +251,8 @@ TEST(ClientSocketTest, CliAndPythonRefuseASocketOfAnotherUser) {
   const fs::path path = tmp.path() / "server.sock";
   ListeningSocket impostor(path);
   ASSERT_EQ(chown(path.c_str(), kOtherUid, kOtherGid), 0);
-  auto cli = RunProcess({kCli, "info", "--server", "unix:" + path.string(), "--connect_timeout_s", "2"}, {},
-                        tmp.path(), absl::Seconds(30));
+  auto cli = RunProcess({kCli, "info", "--server", "unix:" + path.string(), "--connect_timeout_s", "2"}, {}, tmp.path(),
+                        absl::Seconds(30));
   ASSERT_OK(cli);
   EXPECT_EQ(cli->exit_code, 1) << cli->err;
   EXPECT_NE(cli->err.find("belongs to uid 65534"), std::string::npos) << cli->err;

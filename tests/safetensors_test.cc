@@ -288,9 +288,8 @@ TEST_F(SafetensorsTest, TensorInTwoFilesIsRejected) {
 TEST_F(SafetensorsTest, IndexShardNamesOutsideTheFolderAreRefused) {
   const std::vector<TensorToWrite> tensors = {MakeTensor("a", DType::kF32, {4})};
   ASSERT_OK(WriteSafetensors(dir_ / "shard.safetensors", Pointers(tensors)));
-  for (const std::string& shard :
-       {std::string("../../etc/passwd"), std::string("/etc/passwd"), std::string("sub/shard.safetensors"),
-        std::string(".."), std::string("")}) {
+  for (const std::string& shard : {std::string("../../etc/passwd"), std::string("/etc/passwd"),
+                                   std::string("sub/shard.safetensors"), std::string(".."), std::string("")}) {
     WriteBytes("model.safetensors.index.json", absl::StrCat(R"({"weight_map": {"a": ")", shard, R"("}})"));
     const absl::Status status = SafetensorsCheckpoint::Open(dir_).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << shard << ": " << status;
@@ -350,8 +349,7 @@ TEST_F(SafetensorsTest, DuplicateKeysAreRefused) {
   fs::remove(dir_ / "dup2.safetensors");
   const std::vector<TensorToWrite> tensors = {MakeTensor("a", DType::kF32, {4})};
   ASSERT_OK(WriteSafetensors(dir_ / "one.safetensors", Pointers(tensors)));
-  WriteBytes("model.safetensors.index.json",
-             R"({"weight_map": {"a": "one.safetensors", "a": "two.safetensors"}})");
+  WriteBytes("model.safetensors.index.json", R"({"weight_map": {"a": "one.safetensors", "a": "two.safetensors"}})");
   status = SafetensorsCheckpoint::Open(dir_).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_THAT(status.message(), HasSubstr("\"a\" twice"));

@@ -102,9 +102,9 @@ TEST(SamplerTest, InvalidParametersNameTheirField) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.field;
     EXPECT_NE(status.message().find(c.field), std::string_view::npos) << status;
   }
-  EXPECT_OK((SamplingParams{.min_p = 0.05f, .presence_penalty = -2.0f, .frequency_penalty = 2.0f,
-                            .repetition_penalty = 1.1f})
-                .Validate());
+  EXPECT_OK(
+      (SamplingParams{.min_p = 0.05f, .presence_penalty = -2.0f, .frequency_penalty = 2.0f, .repetition_penalty = 1.1f})
+          .Validate());
 }
 
 }  // namespace

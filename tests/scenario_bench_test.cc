@@ -14,13 +14,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/local_runtime.h"
 #include "common/model/model.h"
 #include "gtest/gtest.h"
+#include "runtime/local_runtime.h"
 #include "tests/sdk_testlib.h"
+#include "tests/status_testlib.h"
 #include "tests/temp_dir_testlib.h"
 #include "tests/test_cost_testlib.h"
-#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -74,10 +74,31 @@ TEST(ScenarioBenchTest, TinyGridRecordsParseAndPoliciesAgree) {
   ASSERT_TRUE(std::filesystem::exists(kBench)) << kBench << " is not built (target tandem-scenario-bench)";
   ScopedTempDir dir;
   const std::filesystem::path out = dir.path() / "scenario.jsonl";
-  auto run = RunProcess({kBench, "--synthetic", "tiny", "--policies", "plain,cpu-only,gpu-only,makespan+lru",
-                         "--gpu_slots", "2", "--inputs", "8", "--outputs", "6", "--prefills", "32",
-                         "--beam_widths", "2", "--beam_input", "8", "--beam_output", "4", "--threads", "1",
-                         "--calibration_profile", (dir.path() / "calibration.json").string(), "--out", out.string()},
+  auto run = RunProcess({kBench,
+                         "--synthetic",
+                         "tiny",
+                         "--policies",
+                         "plain,cpu-only,gpu-only,makespan+lru",
+                         "--gpu_slots",
+                         "2",
+                         "--inputs",
+                         "8",
+                         "--outputs",
+                         "6",
+                         "--prefills",
+                         "32",
+                         "--beam_widths",
+                         "2",
+                         "--beam_input",
+                         "8",
+                         "--beam_output",
+                         "4",
+                         "--threads",
+                         "1",
+                         "--calibration_profile",
+                         (dir.path() / "calibration.json").string(),
+                         "--out",
+                         out.string()},
                         {}, dir.path(), absl::Seconds(60));
   ASSERT_OK(run);
   ASSERT_EQ(run->exit_code, 0) << run->err;

@@ -9,11 +9,11 @@
 #include <thread>
 
 #include "runtime/local_runtime.h"
-#include "tests/exact_kernels_testlib.h"
 #include "tests/beam_reference_testlib.h"
+#include "tests/exact_kernels_testlib.h"
 #include "tests/reference_model_testlib.h"
-#include "tests/tokens_testlib.h"
 #include "tests/status_testlib.h"
+#include "tests/tokens_testlib.h"
 
 namespace tandem {
 namespace {
@@ -290,8 +290,8 @@ TEST(SchedulerTest, SixteenConcurrentRequestsEqualTheirRunsAlone) {
   std::vector<std::thread> clients;
   for (size_t i = 0; i < jobs.size(); ++i) {
     clients.emplace_back([&, i] {
-      auto stream = jobs[i].beam ? scheduler->SubmitBeamSearch(jobs[i].beam_job)
-                                 : scheduler->SubmitGenerate(jobs[i].generate);
+      auto stream =
+          jobs[i].beam ? scheduler->SubmitBeamSearch(jobs[i].beam_job) : scheduler->SubmitGenerate(jobs[i].generate);
       if (!stream.ok()) {
         together[i].status = stream.status();
         return;

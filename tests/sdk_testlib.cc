@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/local_runtime.h"
 #include "common/model/synthetic_model.h"
+#include "runtime/local_runtime.h"
 #include "tests/child_process_testlib.h"
 
 namespace tandem {
@@ -38,12 +38,11 @@ absl::StatusOr<ProcessResult> RunProcess(const std::vector<std::string>& argv, c
   absl::StatusOr<int> status = process.Wait(timeout);
   if (!status.ok()) {
     process.Kill(SIGKILL);
-    return absl::DeadlineExceededError(absl::StrCat(argv[0], " ", status.status().message(), "; stdout: ",
-                                                    ReadFile(out), "; stderr: ", ReadFile(err)));
+    return absl::DeadlineExceededError(absl::StrCat(argv[0], " ", status.status().message(),
+                                                    "; stdout: ", ReadFile(out), "; stderr: ", ReadFile(err)));
   }
-  return ProcessResult{.exit_code = WIFEXITED(*status) ? WEXITSTATUS(*status) : -1,
-                       .out = ReadFile(out),
-                       .err = ReadFile(err)};
+  return ProcessResult{
+      .exit_code = WIFEXITED(*status) ? WEXITSTATUS(*status) : -1, .out = ReadFile(out), .err = ReadFile(err)};
 }
 
 absl::Status WriteTestModel(const std::filesystem::path& dir) {

@@ -95,8 +95,8 @@ TEST_F(ServerListenTest, ARegularFileAtThePathIsNeverDeleted) {
 
 TEST_F(ServerListenTest, ALiveServersSocketIsLeftAloneAndAStaleOneOfOursReplaced) {
   const fs::path socket = tmp_.path() / "server.sock";
-  ServerProcess first({.socket = socket, .extra_args = {"--synthetic", "tiny", "--threads", "1"},
-                       .log = tmp_.path() / "first.log"});
+  ServerProcess first(
+      {.socket = socket, .extra_args = {"--synthetic", "tiny", "--threads", "1"}, .log = tmp_.path() / "first.log"});
   ASSERT_OK(first.Start());
   const ProcessResult r = Refused("unix:" + socket.string());
   EXPECT_NE(r.err.find("live server is listening"), std::string::npos) << r.err;
@@ -111,8 +111,8 @@ TEST_F(ServerListenTest, ALiveServersSocketIsLeftAloneAndAStaleOneOfOursReplaced
 
   const fs::path stale = tmp_.path() / "stale.sock";
   ASSERT_NO_FATAL_FAILURE(MakeStaleSocket(stale));
-  ServerProcess second({.socket = stale, .extra_args = {"--synthetic", "tiny", "--threads", "1"},
-                        .log = tmp_.path() / "second.log"});
+  ServerProcess second(
+      {.socket = stale, .extra_args = {"--synthetic", "tiny", "--threads", "1"}, .log = tmp_.path() / "second.log"});
   EXPECT_OK(second.Start()) << "a stale socket of ours is replaced";
 }
 

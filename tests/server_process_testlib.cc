@@ -16,8 +16,7 @@ std::unique_ptr<v1::Inference::Stub> ServerProcess::NewStub() const {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-  return v1::Inference::NewStub(
-      grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args));
+  return v1::Inference::NewStub(grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args));
 }
 
 absl::Status ServerProcess::Start(absl::Duration timeout) {
@@ -32,7 +31,8 @@ absl::Status ServerProcess::Start(absl::Duration timeout) {
   while (absl::Now() < deadline) {
     int status = 0;
     if (process_.Exited(&status)) {
-      return absl::InternalError(absl::StrCat("tandem-server exited during start-up (status ", status, "): ", LogTail()));
+      return absl::InternalError(
+          absl::StrCat("tandem-server exited during start-up (status ", status, "): ", LogTail()));
     }
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));

@@ -15,15 +15,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/model/model.h"
-#include "tests/exact_kernels_testlib.h"
 #include "tests/beam_reference_testlib.h"
+#include "tests/exact_kernels_testlib.h"
 #include "tests/reference_model_testlib.h"
 #include "tests/sdk_testlib.h"
 #include "tests/server_process_testlib.h"
+#include "tests/status_testlib.h"
 #include "tests/temp_dir_testlib.h"
 #include "tests/tokens_testlib.h"
 #include "tests/worker_process_testlib.h"
-#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -42,7 +42,8 @@ struct Generated {
   GenerateResponse last;
 };
 
-Generated RunGenerate(v1::Inference::Stub& stub, const GenerateRequest& request, grpc::ClientContext* context = nullptr) {
+Generated RunGenerate(v1::Inference::Stub& stub, const GenerateRequest& request,
+                      grpc::ClientContext* context = nullptr) {
   grpc::ClientContext own;
   if (context == nullptr) context = &own;
   auto reader = stub.Generate(context, request);
@@ -166,7 +167,9 @@ TEST_F(ServerTest, BeamSearchEqualsTheNaiveReference) {
     Beams out = RunBeamSearch(*stub, request);
     ASSERT_OK(out.status);
     auto expected = NaiveBeamSearch(**reference, prompt,
-                                    {.beam_width = width, .max_tokens = 5, .num_return_sequences = width,
+                                    {.beam_width = width,
+                                     .max_tokens = 5,
+                                     .num_return_sequences = width,
                                      .end_ids = (*model)->config.eos_token_ids});
     ASSERT_OK(expected);
     ASSERT_EQ(out.ids.size(), expected->size()) << "width " << width;
@@ -395,8 +398,8 @@ TEST(ServerWorkerFailureTest, ADeadWorkerFailsTheRequestInFlightAndTheServerReco
   o.binary = std::string(TANDEM_BINARY_DIR) + "/bin/tandem-cpu-worker";
   o.socket = dir.path() / "w0.sock";
   o.region_prefix = UniqueRegionPrefix();
-  o.extra_args = {"--model", (dir.path() / "model").string(), "--transport", "shm", "--threads", "1",
-                  "--arena_slot_mb", "1"};
+  o.extra_args = {"--model", (dir.path() / "model").string(), "--transport", "shm", "--threads", "1", "--arena_slot_mb",
+                  "1"};
   o.log = dir.path() / "w0.log";
   WorkerProcess worker(o);
   ASSERT_OK(worker.Start());

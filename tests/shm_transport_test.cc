@@ -14,12 +14,12 @@
 
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
+#include "common/model/synthetic_model.h"
 #include "common/platform/shm_region.h"
 #include "common/platform/shm_transport.h"
-#include "common/model/synthetic_model.h"
 #include "gtest/gtest.h"
-#include "tests/worker_process_testlib.h"
 #include "tests/status_testlib.h"
+#include "tests/worker_process_testlib.h"
 
 namespace tandem {
 namespace {
@@ -226,7 +226,8 @@ TEST_F(ArenaTest, NoAnswerIsDeadlineExceededAndTheNextPostWaitsForIt) {
   ASSERT_OK(seq);
   std::string_view response;
   const absl::Time start = absl::Now();
-  absl::Status s = coordinator_->AwaitResponse(*seq, start + absl::Milliseconds(100), absl::Microseconds(10), &response);
+  absl::Status s =
+      coordinator_->AwaitResponse(*seq, start + absl::Milliseconds(100), absl::Microseconds(10), &response);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
   EXPECT_TRUE(coordinator_->ResponsePending());

@@ -21,10 +21,10 @@ std::string StatusText(const absl::StatusOr<T>& value) {
 }
 // grpc::Status and anything else with ok(), error_code() and error_message().
 template <typename S>
-  requires requires(const S& s) {
-    s.error_message();
-    s.error_code();
-  }
+requires requires(const S& s) {
+  s.error_message();
+  s.error_code();
+}
 std::string StatusText(const S& status) {
   return "code " + std::to_string(static_cast<int>(status.error_code())) + ": " + status.error_message();
 }

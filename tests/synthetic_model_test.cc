@@ -9,7 +9,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "runtime/local_runtime.h"
 #include "common/model/expert_partition.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
@@ -17,11 +16,12 @@
 #include "common/model/tensor_names.h"
 #include "common/model/tokenizer.h"
 #include "cpu_worker/expert_store.h"
+#include "runtime/local_runtime.h"
 #include "tests/sdk_testlib.h"
+#include "tests/status_testlib.h"
 #include "tests/temp_dir_testlib.h"
 #include "tests/tokens_testlib.h"
 #include "tests/worker_process_testlib.h"
-#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -128,9 +128,9 @@ TEST(SyntheticInMemoryTest, InMemoryTokenizerIsTheTrainedFileAndWritesNothing) {
 
 TEST(SyntheticExpertsTest, NoneLeavesEveryExpertOutButKeepsTheFingerprint) {
   auto full = LoadSyntheticModel(kTiny);
-  auto dense = LoadSyntheticModel(kTiny, ModelLoadOptions{.num_threads = 2,
-                                                          .experts = {.mode = SyntheticExperts::Mode::kNone},
-                                                          .tokenizer = false});
+  auto dense = LoadSyntheticModel(
+      kTiny,
+      ModelLoadOptions{.num_threads = 2, .experts = {.mode = SyntheticExperts::Mode::kNone}, .tokenizer = false});
   ASSERT_OK(full);
   ASSERT_OK(dense);
   const ModelWeights& f = *(*full)->weights;
@@ -194,7 +194,8 @@ void CheckSlices(ExpertDivision division, int w) {
       EXPECT_EQ(0, std::memcmp(x1 + slice->intermediate_begin * d, y1 + slice->intermediate_begin * d, rows * d * 2));
       EXPECT_EQ(0, std::memcmp(x3 + slice->intermediate_begin * d, y3 + slice->intermediate_begin * d, rows * d * 2));
       for (int64_t r = 0; r < d; ++r) {
-        ASSERT_EQ(0, std::memcmp(x2 + r * n + slice->intermediate_begin, y2 + r * n + slice->intermediate_begin, rows * 2))
+        ASSERT_EQ(0,
+                  std::memcmp(x2 + r * n + slice->intermediate_begin, y2 + r * n + slice->intermediate_begin, rows * 2))
             << "w2 row " << r << " of " << l << "/" << e;
       }
     }
@@ -207,9 +208,7 @@ TEST(SyntheticExpertsTest, SplitWorkerGeneratesItsRowsOfEveryExpert) {
   CheckSlices(ExpertDivision::kSplit, 1);
 }
 
-TEST(SyntheticExpertsTest, ShardWorkerGeneratesOnlyItsExperts) {
-  CheckSlices(ExpertDivision::kShard, 1);
-}
+TEST(SyntheticExpertsTest, ShardWorkerGeneratesOnlyItsExperts) { CheckSlices(ExpertDivision::kShard, 1); }
 
 TEST(SyntheticExpertsTest, SliceOutsideTheModelIsAnError) {
   ModelLoadOptions load{.tokenizer = false};
@@ -224,17 +223,17 @@ TEST(SyntheticExpertsTest, SliceOutsideTheModelIsAnError) {
 // --synthetic does) holds the bytes a copy from the full model gives.
 TEST(SyntheticExpertsTest, StoreGeneratedInPlaceEqualsStoreCopiedFromTheModel) {
   auto full = LoadSyntheticModel(kTiny);
-  auto bare = LoadSyntheticModel(kTiny, ModelLoadOptions{.experts = {.mode = SyntheticExperts::Mode::kNone},
-                                                         .dense_matrices = false,
-                                                         .tokenizer = false});
+  auto bare = LoadSyntheticModel(
+      kTiny, ModelLoadOptions{
+                 .experts = {.mode = SyntheticExperts::Mode::kNone}, .dense_matrices = false, .tokenizer = false});
   ASSERT_OK(full);
   ASSERT_OK(bare);
   EXPECT_EQ((*bare)->weights->embed_tokens.data, nullptr);
   ThreadPool pool({.num_threads = 2, .name = "test"});
   for (ExpertDivision division : {ExpertDivision::kSplit, ExpertDivision::kShard}) {
     const std::string prefix = UniqueRegionPrefix();
-    ExpertStoreOptions options{.region_name = prefix + "-copied", .division = division, .worker_index = 1,
-                               .num_workers = 2, .pool = &pool};
+    ExpertStoreOptions options{
+        .region_name = prefix + "-copied", .division = division, .worker_index = 1, .num_workers = 2, .pool = &pool};
     auto copied = ExpertStore::Create(*(*full)->weights, options);
     ASSERT_OK(copied);
     options.region_name = prefix + "-generated";

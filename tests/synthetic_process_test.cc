@@ -15,10 +15,10 @@
 #include "gtest/gtest.h"
 #include "tests/sdk_testlib.h"
 #include "tests/server_process_testlib.h"
+#include "tests/status_testlib.h"
 #include "tests/temp_dir_testlib.h"
 #include "tests/tokens_testlib.h"
 #include "tests/worker_process_testlib.h"
-#include "tests/status_testlib.h"
 
 namespace tandem {
 namespace {
@@ -32,7 +32,8 @@ const char kWorker[] = TANDEM_BINARY_DIR "/bin/tandem-cpu-worker";
 TEST(SyntheticProcessTest, GenerateGivesTheWrittenModelsText) {
   ScopedTempDir dir;
   ASSERT_OK(WriteTestModel(dir.path() / "model"));  // tiny, seed 7
-  const std::vector<std::string> common = {"--prompt", "The licensee may", "-n", "16", "--ignore_eos", "--threads", "2"};
+  const std::vector<std::string> common = {"--prompt",     "The licensee may", "-n", "16",
+                                           "--ignore_eos", "--threads",        "2"};
   std::vector<std::string> from_dir = {kGenerate, "--model", (dir.path() / "model").string()};
   std::vector<std::string> synthetic = {kGenerate, "--synthetic", "tiny:2", "--synthetic_seed", "7"};
   from_dir.insert(from_dir.end(), common.begin(), common.end());
@@ -66,8 +67,8 @@ void RunSyntheticSplit(const std::filesystem::path& dir, const std::vector<int32
     o.region_prefix = UniqueRegionPrefix();
     o.worker_index = w;
     o.num_workers = 2;
-    o.extra_args = {"--synthetic", "tiny", "--synthetic_seed", "7", "--division", "split", "--transport", "shm",
-                    "--threads", "1", "--arena_slot_mb", "1"};
+    o.extra_args = {"--synthetic", "tiny", "--synthetic_seed", "7", "--division",      "split",
+                    "--transport", "shm",  "--threads",        "1", "--arena_slot_mb", "1"};
     o.log = dir / absl::StrCat("w", w, ".log");
     workers.push_back(std::make_unique<WorkerProcess>(o));
     const absl::Status started = workers.back()->Start();
@@ -76,7 +77,8 @@ void RunSyntheticSplit(const std::filesystem::path& dir, const std::vector<int32
   }
   run->worker_log = workers[1]->LogTail(100000);
 
-  std::vector<std::string> args = {"--synthetic", "tiny:2", "--synthetic_seed", "7", "--threads", "1", "--workers", addresses};
+  std::vector<std::string> args = {"--synthetic", "tiny:2", "--synthetic_seed", "7",
+                                   "--threads",   "1",      "--workers",        addresses};
   args.insert(args.end(), server_args.begin(), server_args.end());
   ServerProcess server({.model_dir = {}, .socket = dir / "server.sock", .extra_args = args, .log = dir / "server.log"});
   const absl::Status started = server.Start();
@@ -158,7 +160,8 @@ TEST(SyntheticProcessTest, BadSpecsNameTheFlagInEveryProgram) {
       std::vector<std::string> argv = {binary};
       argv.insert(argv.end(), c.args.begin(), c.args.end());
       if (std::string(binary) == kGenerate) argv.insert(argv.end(), {"--prompt_ids", "1,2"});
-      if (std::string(binary) == kServer) argv.insert(argv.end(), {"--listen", "unix:" + (dir.path() / "s.sock").string()});
+      if (std::string(binary) == kServer)
+        argv.insert(argv.end(), {"--listen", "unix:" + (dir.path() / "s.sock").string()});
       if (std::string(binary) == kWorker) argv.insert(argv.end(), {"--socket", (dir.path() / "w.sock").string()});
       auto result = RunProcess(argv, {}, dir.path(), absl::Seconds(30));
       ASSERT_OK(result);

@@ -11,7 +11,10 @@ TEST(Utf8StreamTest, AsciiAndWholeCharactersPassThrough) {
 }
 
 TEST(Utf8StreamTest, InvalidBytesBecomeReplacementCharacters) {
-  EXPECT_EQ(SanitizeUtf8("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(SanitizeUtf8("a\xFF"
+                         "b"),
+            "a\xEF\xBF\xBD"
+            "b");
   EXPECT_EQ(SanitizeUtf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD") << "overlong";
   EXPECT_EQ(SanitizeUtf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD") << "surrogate";
   EXPECT_EQ(SanitizeUtf8("x\xE2\x82"), "x\xEF\xBF\xBD") << "truncated at the end";

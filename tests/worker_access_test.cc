@@ -69,16 +69,17 @@ class WorkerAccessTest : public ::testing::Test {
       o.region_prefix = prefix;
       o.worker_index = i;
       o.num_workers = n;
-      o.extra_args = {"--synthetic", "tiny", "--synthetic_seed", absl::StrCat(kSeed), "--division", "split",
-                      "--transport", "shm", "--threads", "1", "--arena_slot_mb", "1"};
+      o.extra_args = {"--synthetic", "tiny",  "--synthetic_seed", absl::StrCat(kSeed),
+                      "--division",  "split", "--transport",      "shm",
+                      "--threads",   "1",     "--arena_slot_mb",  "1"};
       o.log = dir_.path() / absl::StrCat("w", i, ".log");
       workers_.push_back(std::make_unique<WorkerProcess>(o));
       ASSERT_OK(workers_.back()->Start());
     }
   }
   std::unique_ptr<v1::ExpertWorker::Stub> Stub(int i = 0) {
-    return v1::ExpertWorker::NewStub(grpc::CreateChannel(workers_[static_cast<size_t>(i)]->address(),
-                                                         grpc::InsecureChannelCredentials()));
+    return v1::ExpertWorker::NewStub(
+        grpc::CreateChannel(workers_[static_cast<size_t>(i)]->address(), grpc::InsecureChannelCredentials()));
   }
   std::string Addresses() const {
     std::string out;
@@ -121,10 +122,10 @@ class WorkerAccessTest : public ::testing::Test {
   }
   // tandem-server over our workers, run until it exits or `timeout`.
   absl::StatusOr<ProcessResult> ServerOverWorkers(absl::Duration timeout) {
-    return RunProcess({kServer, "--synthetic", "tiny", "--synthetic_seed", absl::StrCat(kSeed), "--threads", "1",
-                       "--workers", Addresses(), "--connect_timeout_ms", "5000", "--listen",
-                       "unix:" + (dir_.path() / "second.sock").string()},
-                      {}, dir_.path(), timeout);
+    return RunProcess(
+        {kServer, "--synthetic", "tiny", "--synthetic_seed", absl::StrCat(kSeed), "--threads", "1", "--workers",
+         Addresses(), "--connect_timeout_ms", "5000", "--listen", "unix:" + (dir_.path() / "second.sock").string()},
+        {}, dir_.path(), timeout);
   }
 
   ScopedTempDir dir_;
@@ -292,8 +293,8 @@ TEST_F(WorkerAccessTest, ConnectionsFromAnotherUserAreClosed) {
       "except socket.timeout:\n"
       "    print('timeout'); sys.exit(0)\n"
       "print('closed' if not data else 'answered')\n";
-  auto theirs = RunProcess(AsOtherUser({TANDEM_PYTHON3, "-c", client, socket.string()}), {}, dir_.path(),
-                           absl::Seconds(30));
+  auto theirs =
+      RunProcess(AsOtherUser({TANDEM_PYTHON3, "-c", client, socket.string()}), {}, dir_.path(), absl::Seconds(30));
   ASSERT_OK(theirs);
   EXPECT_EQ(theirs->out, "closed\n") << theirs->err;
   auto ours = RunProcess({TANDEM_PYTHON3, "-c", client, socket.string()}, {}, dir_.path(), absl::Seconds(30));

@@ -76,10 +76,14 @@ std::string WorkerProcess::arena_region() const {
 absl::Status WorkerProcess::Start(absl::Duration timeout) {
   if (process_.running()) return absl::FailedPreconditionError("worker already running");
   std::vector<std::string> args = {options_.binary,
-                                   "--socket", options_.socket.string(),
-                                   "--region_prefix", options_.region_prefix,
-                                   "--worker_index", absl::StrCat(options_.worker_index),
-                                   "--num_workers", absl::StrCat(options_.num_workers),
+                                   "--socket",
+                                   options_.socket.string(),
+                                   "--region_prefix",
+                                   options_.region_prefix,
+                                   "--worker_index",
+                                   absl::StrCat(options_.worker_index),
+                                   "--num_workers",
+                                   absl::StrCat(options_.num_workers),
                                    "--exit_with_parent"};
   args.insert(args.end(), options_.extra_args.begin(), options_.extra_args.end());
   if (absl::Status status = process_.Spawn(args, options_.log); !status.ok()) return status;
@@ -87,8 +91,8 @@ absl::Status WorkerProcess::Start(absl::Duration timeout) {
   while (absl::Now() < deadline) {
     int status = 0;
     if (process_.Exited(&status)) {
-      return absl::InternalError(absl::StrCat("worker ", options_.worker_index, " exited during start-up (status ",
-                                              status, "): ", LogTail()));
+      return absl::InternalError(
+          absl::StrCat("worker ", options_.worker_index, " exited during start-up (status ", status, "): ", LogTail()));
     }
     if (WaitForHealthy(address(), absl::Milliseconds(200)).ok()) return absl::OkStatus();
   }

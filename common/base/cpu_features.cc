@@ -64,7 +64,7 @@ CpuFeatures Probe() {
   const unsigned base_family = (leaf1.eax >> 8) & 0xf, base_model = (leaf1.eax >> 4) & 0xf;
   f.family = static_cast<int>(base_family == 0xf ? base_family + ((leaf1.eax >> 20) & 0xff) : base_family);
   f.model = static_cast<int>(base_family == 0xf || base_family == 0x6 ? (((leaf1.eax >> 16) & 0xf) << 4) | base_model
-                                                                       : base_model);
+                                                                      : base_model);
   f.stepping = static_cast<int>(leaf1.eax & 0xf);
   f.fma = Bit(leaf1.ecx, 12);
   f.f16c = Bit(leaf1.ecx, 29);
@@ -142,16 +142,11 @@ IsaState& State() {
 
 const char* IsaLevelName(IsaLevel level) {
   switch (level) {
-    case IsaLevel::kAvx2:
-      return "avx2";
-    case IsaLevel::kAvx512:
-      return "avx512";
-    case IsaLevel::kAvx512Vnni:
-      return "avx512_vnni";
-    case IsaLevel::kAvx512Bf16:
-      return "avx512_bf16";
-    case IsaLevel::kAmx:
-      return "amx";
+    case IsaLevel::kAvx2: return "avx2";
+    case IsaLevel::kAvx512: return "avx512";
+    case IsaLevel::kAvx512Vnni: return "avx512_vnni";
+    case IsaLevel::kAvx512Bf16: return "avx512_bf16";
+    case IsaLevel::kAmx: return "amx";
   }
   return "?";
 }
@@ -172,10 +167,18 @@ std::string CpuFeatures::Description() const {
 
 std::string CpuFeatures::Flags() const {
   std::vector<std::string> out;
-  const std::pair<bool, const char*> flags[] = {
-      {avx2, "avx2"},         {fma, "fma"},         {f16c, "f16c"},         {avx512f, "avx512f"},
-      {avx512bw, "avx512bw"}, {avx512vl, "avx512vl"}, {avx512dq, "avx512dq"}, {avx512_vnni, "avx512_vnni"},
-      {avx512_bf16, "avx512_bf16"}, {amx_tile, "amx_tile"}, {amx_bf16, "amx_bf16"}, {amx_int8, "amx_int8"}};
+  const std::pair<bool, const char*> flags[] = {{avx2, "avx2"},
+                                                {fma, "fma"},
+                                                {f16c, "f16c"},
+                                                {avx512f, "avx512f"},
+                                                {avx512bw, "avx512bw"},
+                                                {avx512vl, "avx512vl"},
+                                                {avx512dq, "avx512dq"},
+                                                {avx512_vnni, "avx512_vnni"},
+                                                {avx512_bf16, "avx512_bf16"},
+                                                {amx_tile, "amx_tile"},
+                                                {amx_bf16, "amx_bf16"},
+                                                {amx_int8, "amx_int8"}};
   for (const auto& [present, name] : flags)
     if (present) out.push_back(name);
   if (avx512f && !os_avx512) out.push_back("(os: no avx512 state)");

@@ -34,8 +34,8 @@ const char* IsaLevelName(IsaLevel level);  // "avx2", "avx512", "avx512_vnni", "
 absl::StatusOr<IsaLevel> ParseIsaLevel(std::string_view name);
 
 struct CpuFeatures {
-  std::string vendor;      // "GenuineIntel", "AuthenticAMD"
-  std::string brand;       // cpuid's brand string, e.g. "AMD EPYC 9B45"
+  std::string vendor;  // "GenuineIntel", "AuthenticAMD"
+  std::string brand;   // cpuid's brand string, e.g. "AMD EPYC 9B45"
   int family = 0, model = 0, stepping = 0;
   // Reported by cpuid.
   bool avx2 = false, fma = false, f16c = false;

@@ -31,9 +31,7 @@ DTypeInfo Info(DType dtype) {
 
 }  // namespace
 
-size_t DTypeSize(DType dtype) {
-  return IsQuantized(dtype) ? 0 : static_cast<size_t>(Info(dtype).block_bytes);
-}
+size_t DTypeSize(DType dtype) { return IsQuantized(dtype) ? 0 : static_cast<size_t>(Info(dtype).block_bytes); }
 int64_t DTypeBlockSize(DType dtype) { return Info(dtype).block_size; }
 int64_t DTypeBlockBytes(DType dtype) { return Info(dtype).block_bytes; }
 std::string_view DTypeName(DType dtype) { return Info(dtype).name; }
@@ -48,7 +46,8 @@ absl::StatusOr<DType> ParseDType(std::string_view name) {
 
 absl::Status RequireFloatDType(DType dtype, std::string_view what, std::string_view consumer) {
   if (!IsQuantized(dtype)) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(std::string(what), " is ", std::string(DTypeName(dtype)), ": ", std::string(consumer),
+  return absl::InvalidArgumentError(absl::StrCat(std::string(what), " is ", std::string(DTypeName(dtype)), ": ",
+                                                 std::string(consumer),
                                                  " takes only F32, F16 and BF16 weights (no quantized "
                                                  "kernels there yet)"));
 }

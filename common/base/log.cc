@@ -40,9 +40,9 @@ void LogMessage(LogLevel level, std::string_view file, int line, std::string_vie
   clock_gettime(CLOCK_REALTIME, &ts);
   tm local;
   localtime_r(&ts.tv_sec, &local);
-  std::string out = absl::StrFormat("%c%02d:%02d:%02d.%03d %s:%d] %s\n", kLetters[static_cast<int>(level)],
-                                    local.tm_hour, local.tm_min, local.tm_sec,
-                                    static_cast<int>(ts.tv_nsec / 1000000), file, line, message);
+  std::string out =
+      absl::StrFormat("%c%02d:%02d:%02d.%03d %s:%d] %s\n", kLetters[static_cast<int>(level)], local.tm_hour,
+                      local.tm_min, local.tm_sec, static_cast<int>(ts.tv_nsec / 1000000), file, line, message);
   // One write per message so lines from several threads never interleave.
   ssize_t ignored = ::write(STDERR_FILENO, out.data(), out.size());
   (void)ignored;

@@ -19,9 +19,9 @@ void LogMessage(LogLevel level, std::string_view file, int line, std::string_vie
 
 }  // namespace tandem
 
-#define TANDEM_LOG(level, ...)                                                          \
-  do {                                                                                  \
-    if (::tandem::LogLevel::level >= ::tandem::MinLogLevel())                           \
+#define TANDEM_LOG(level, ...)                                                                        \
+  do {                                                                                                \
+    if (::tandem::LogLevel::level >= ::tandem::MinLogLevel())                                         \
       ::tandem::LogMessage(::tandem::LogLevel::level, __FILE__, __LINE__, absl::StrCat(__VA_ARGS__)); \
   } while (0)
 #define LOG_INFO(...) TANDEM_LOG(kInfo, __VA_ARGS__)

@@ -10,8 +10,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/base/scoped_fd.h"
 #include "absl/strings/str_format.h"
+#include "common/base/scoped_fd.h"
 
 namespace tandem {
 namespace {
@@ -43,7 +43,8 @@ absl::Status StatDir(const std::string& dir, const std::string& what, int* fd, s
                                                       "): refusing to follow it; remove it, or set "
                                                       "TANDEM_RUNTIME_DIR to a folder of your own"));
     }
-    if (err == ENOTDIR) return absl::PermissionDeniedError(absl::StrCat(what, " ", dir, " exists and is not a directory"));
+    if (err == ENOTDIR)
+      return absl::PermissionDeniedError(absl::StrCat(what, " ", dir, " exists and is not a directory"));
     return absl::PermissionDeniedError(absl::StrCat(what, " ", dir, ": cannot open: ", std::strerror(err)));
   }
   if (fstat(*fd, st) != 0) {

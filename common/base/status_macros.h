@@ -9,9 +9,9 @@
 #define TANDEM_STATUS_CONCAT(a, b) TANDEM_STATUS_CONCAT_INNER(a, b)
 
 // Returns the status from the enclosing function if `expr` is not OK.
-#define TANDEM_RETURN_IF_ERROR(expr)                      \
-  do {                                                    \
-    ::absl::Status tandem_status_tmp = (expr);            \
+#define TANDEM_RETURN_IF_ERROR(expr)                       \
+  do {                                                     \
+    ::absl::Status tandem_status_tmp = (expr);             \
     if (!tandem_status_tmp.ok()) return tandem_status_tmp; \
   } while (0)
 

@@ -4,8 +4,8 @@
 #include <pthread.h>
 #include <sched.h>
 
-#include <system_error>
 #include <chrono>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 

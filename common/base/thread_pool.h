@@ -29,9 +29,9 @@
 namespace tandem {
 
 struct ThreadPoolOptions {
-  int num_threads = 1;            // total workers including the calling thread, >= 1
-  std::string name = "tandem";    // threads are named "<name>-w<i>"
-  std::vector<int> cpus;          // if non-empty, worker i is pinned to cpus[i % size]
+  int num_threads = 1;          // total workers including the calling thread, >= 1
+  std::string name = "tandem";  // threads are named "<name>-w<i>"
+  std::vector<int> cpus;        // if non-empty, worker i is pinned to cpus[i % size]
 };
 
 // What the owner spent in ParallelFor waiting for the other threads to

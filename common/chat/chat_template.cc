@@ -3,13 +3,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/chat/jinja_ast.h"
 #include "common/chat/jinja_builtins.h"
 #include "common/chat/jinja_errors.h"
 #include "common/chat/jinja_json.h"
 #include "common/chat/jinja_parser.h"
 #include "common/chat/unicode.h"
-#include "common/base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -68,12 +68,13 @@ ChatTemplate::ChatTemplate(std::string source, ChatTemplateOptions options, std:
 ChatTemplate::~ChatTemplate() = default;
 
 absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Create(std::string_view source,
-                                                                  const ChatTemplateOptions& options) {
+                                                                   const ChatTemplateOptions& options) {
   jinja::ParseOptions parse_options;
   parse_options.lexer.trim_blocks = options.trim_blocks;
   parse_options.lexer.lstrip_blocks = options.lstrip_blocks;
   parse_options.max_nesting = options.max_nesting;
-  absl::StatusOr<std::unique_ptr<jinja::Template>> tmpl = jinja::ParseTemplate(absl::string_view(source.data(), source.size()), parse_options);
+  absl::StatusOr<std::unique_ptr<jinja::Template>> tmpl =
+      jinja::ParseTemplate(absl::string_view(source.data(), source.size()), parse_options);
   if (!tmpl.ok()) return Named(tmpl.status(), options.name);
   return std::unique_ptr<ChatTemplate>(new ChatTemplate(std::string(source), options, std::move(*tmpl)));
 }
@@ -93,7 +94,8 @@ absl::StatusOr<std::string> ChatTemplate::Render(const ChatTemplateInputs& input
   jinja::AddGlobals(*globals);
   auto add = [&](const std::string& name, const nlohmann::ordered_json& json) -> absl::Status {
     absl::StatusOr<jinja::Value> value = jinja::FromJson(json, depth);
-    if (!value.ok()) return absl::InvalidArgumentError(absl::StrCat("chat template input '", name, "': ", value.status().message()));
+    if (!value.ok())
+      return absl::InvalidArgumentError(absl::StrCat("chat template input '", name, "': ", value.status().message()));
     globals->vars[name] = std::move(*value);
     return absl::OkStatus();
   };

@@ -31,9 +31,9 @@ struct Template;
 struct ChatTemplateOptions {
   // Names the template in errors: "tokenizer_config.json chat_template".
   std::string name = "chat template";
-  bool trim_blocks = true;    // transformers sets both
+  bool trim_blocks = true;  // transformers sets both
   bool lstrip_blocks = true;
-  int max_nesting = 128;      // of blocks and expressions in the source
+  int max_nesting = 128;  // of blocks and expressions in the source
   jinja::RenderLimits limits;
 };
 

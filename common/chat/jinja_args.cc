@@ -11,8 +11,8 @@ absl::StatusOr<std::vector<std::optional<Value>>> BindArguments(absl::string_vie
                                                                 const std::vector<absl::string_view>& names,
                                                                 size_t required) {
   if (args.positional.size() > names.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(function, "() takes at most ", names.size(), " argument(s) (",
-                                                   args.positional.size(), " given)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(function, "() takes at most ", names.size(), " argument(s) (", args.positional.size(), " given)"));
   }
   std::vector<std::optional<Value>> bound(names.size());
   for (size_t i = 0; i < args.positional.size(); ++i) bound[i] = std::move(args.positional[i]);
@@ -29,8 +29,7 @@ absl::StatusOr<std::vector<std::optional<Value>>> BindArguments(absl::string_vie
   }
   for (size_t i = 0; i < required; ++i) {
     if (!bound[i].has_value()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(function, "() missing required argument '", names[i], "'"));
+      return absl::InvalidArgumentError(absl::StrCat(function, "() missing required argument '", names[i], "'"));
     }
   }
   return bound;

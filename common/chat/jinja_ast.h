@@ -16,20 +16,20 @@ namespace tandem::jinja {
 // ---- Expressions ----
 
 enum class ExprKind {
-  kLiteral,   // 1, "a", true, none
-  kName,      // messages
-  kList,      // [a, b] and (a, b)
-  kDict,      // {k: v}
-  kGetAttr,   // a.b
-  kGetItem,   // a[b]
-  kSlice,     // a[b:c:d]
-  kCall,      // f(x, y=z)
-  kFilter,    // x | f(y)
-  kTest,      // x is defined
-  kUnary,     // -x, +x
-  kBinary,    // + - * / // % **
-  kConcat,    // a ~ b ~ c
-  kCompare,   // a < b == c, in, not in
+  kLiteral,  // 1, "a", true, none
+  kName,     // messages
+  kList,     // [a, b] and (a, b)
+  kDict,     // {k: v}
+  kGetAttr,  // a.b
+  kGetItem,  // a[b]
+  kSlice,    // a[b:c:d]
+  kCall,     // f(x, y=z)
+  kFilter,   // x | f(y)
+  kTest,     // x is defined
+  kUnary,    // -x, +x
+  kBinary,   // + - * / // % **
+  kConcat,   // a ~ b ~ c
+  kCompare,  // a < b == c, in, not in
   kAnd,
   kOr,
   kNot,
@@ -115,7 +115,8 @@ struct TestExpr : Expr {
 };
 
 struct UnaryExpr : Expr {
-  UnaryExpr(SourcePos pos, char op, ExprPtr operand) : Expr(ExprKind::kUnary, pos), op(op), operand(std::move(operand)) {}
+  UnaryExpr(SourcePos pos, char op, ExprPtr operand)
+      : Expr(ExprKind::kUnary, pos), op(op), operand(std::move(operand)) {}
   char op;  // '-' or '+'
   ExprPtr operand;
 };
@@ -161,15 +162,15 @@ struct ConditionExpr : Expr {  // then_expr if test else else_expr
 // ---- Statements ----
 
 enum class StmtKind {
-  kData,        // template text
-  kOutput,      // {{ expr }}
+  kData,    // template text
+  kOutput,  // {{ expr }}
   kIf,
   kFor,
-  kSet,         // {% set target = expr %}
-  kSetBlock,    // {% set target %}...{% endset %}
+  kSet,       // {% set target = expr %}
+  kSetBlock,  // {% set target %}...{% endset %}
   kMacro,
-  kCallBlock,   // {% call macro() %}...{% endcall %}
-  kFilterBlock, // {% filter f %}...{% endfilter %}
+  kCallBlock,    // {% call macro() %}...{% endcall %}
+  kFilterBlock,  // {% filter f %}...{% endfilter %}
   kWith,
   kBreak,
   kContinue,
@@ -191,8 +192,8 @@ struct Target {
   enum class Kind { kName, kTuple, kAttribute };
   Kind kind = Kind::kName;
   SourcePos pos;
-  std::string name;       // kName, and the namespace's name for kAttribute
-  std::string attribute;  // kAttribute
+  std::string name;           // kName, and the namespace's name for kAttribute
+  std::string attribute;      // kAttribute
   std::vector<Target> items;  // kTuple
 };
 
@@ -218,7 +219,7 @@ struct ForStmt : Stmt {
   ExprPtr iterable;
   ExprPtr filter;  // `for x in xs if cond`; may be null
   Body body;
-  Body else_body;  // runs when no item passed the filter
+  Body else_body;          // runs when no item passed the filter
   bool uses_loop = false;  // the body names `loop`: only then is it built
 };
 

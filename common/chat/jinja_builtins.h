@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/chat/jinja_interpreter.h"
 #include "common/chat/jinja_value.h"
 

@@ -3,9 +3,8 @@
 // raise_exception's errors carry the template's message unchanged.
 #pragma once
 
-
-#include "absl/strings/string_view.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "common/chat/jinja_lexer.h"
 
 namespace tandem::jinja {

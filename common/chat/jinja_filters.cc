@@ -13,11 +13,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/base/status_macros.h"
 #include "common/chat/jinja_builtins.h"
 #include "common/chat/jinja_json.h"
 #include "common/chat/py_string.h"
 #include "common/chat/unicode.h"
-#include "common/base/status_macros.h"
 
 namespace tandem::jinja {
 namespace {
@@ -32,7 +32,9 @@ absl::StatusOr<std::string> SoftStr(Interpreter& interpreter, const Value& v) {
   return v.is_string() ? v.as_string() : Str(v);
 }
 
-absl::StatusOr<Value> StringResult(Interpreter& interpreter, std::string s) { return interpreter.NewString(std::move(s)); }
+absl::StatusOr<Value> StringResult(Interpreter& interpreter, std::string s) {
+  return interpreter.NewString(std::move(s));
+}
 
 // make_attrgetter: "a.b.0" looks up a, then b, then item 0, as getitem does.
 absl::StatusOr<Value> LookupPath(Interpreter& interpreter, const Value& item, const Value& attribute) {
@@ -40,7 +42,8 @@ absl::StatusOr<Value> LookupPath(Interpreter& interpreter, const Value& item, co
   Value current = item;
   for (absl::string_view part : absl::StrSplit(attribute.as_string(), '.')) {
     if (current.is_undefined()) return absl::InvalidArgumentError(current.UndefinedMessage());
-    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool digits =
+        !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (digits) {
       int64_t index = 0;
       if (!absl::SimpleAtoi(part, &index)) return absl::InvalidArgumentError("attribute index out of range");
@@ -95,16 +98,11 @@ absl::StatusOr<ValueList> SortByKeys(Interpreter& interpreter, ValueList items, 
 
 absl::StatusOr<int64_t> Length(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kString:
-      return static_cast<int64_t>(CodePointCount(v.as_string()));
-    case Value::Kind::kList:
-      return static_cast<int64_t>(v.as_list().size());
-    case Value::Kind::kDict:
-      return static_cast<int64_t>(v.as_dict().size());
-    case Value::Kind::kUndefined:
-      return 0;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("object of type '", v.TypeName(), "' has no len()"));
+    case Value::Kind::kString: return static_cast<int64_t>(CodePointCount(v.as_string()));
+    case Value::Kind::kList: return static_cast<int64_t>(v.as_list().size());
+    case Value::Kind::kDict: return static_cast<int64_t>(v.as_dict().size());
+    case Value::Kind::kUndefined: return 0;
+    default: return absl::InvalidArgumentError(absl::StrCat("object of type '", v.TypeName(), "' has no len()"));
   }
 }
 
@@ -181,10 +179,12 @@ absl::StatusOr<Value> FilterDefault(Interpreter&, const Value& v, CallArgs& args
 
 absl::StatusOr<Value> FilterDictsort(Interpreter& interpreter, const Value& v, CallArgs& args) {
   TANDEM_ASSIGN_OR_RETURN(Bound bound, BindArguments("dictsort", args, {"case_sensitive", "by", "reverse"}));
-  if (!v.is_dict()) return absl::InvalidArgumentError(absl::StrCat("dictsort(): '", v.TypeName(), "' is not a mapping"));
+  if (!v.is_dict())
+    return absl::InvalidArgumentError(absl::StrCat("dictsort(): '", v.TypeName(), "' is not a mapping"));
   const bool case_sensitive = bound[0].has_value() && bound[0]->Truthy();
   const std::string by = bound[1].has_value() ? Str(*bound[1]) : "key";
-  if (by != "key" && by != "value") return absl::InvalidArgumentError("You can only sort by either \"key\" or \"value\"");
+  if (by != "key" && by != "value")
+    return absl::InvalidArgumentError("You can only sort by either \"key\" or \"value\"");
   ValueList items, keys;
   for (const auto& [key, value] : v.as_dict().entries()) {
     items.push_back(Value::Tuple({key, value}));
@@ -223,7 +223,8 @@ absl::StatusOr<Value> FilterFirst(Interpreter& interpreter, const Value& v, Call
 
 absl::StatusOr<Value> FilterLast(Interpreter& interpreter, const Value& v, CallArgs& args) {
   TANDEM_RETURN_IF_ERROR(BindArguments("last", args, {}).status());
-  if (v.is_list()) return v.as_list().empty() ? Value::Undefined("No last item, sequence was empty.") : v.as_list().back();
+  if (v.is_list())
+    return v.as_list().empty() ? Value::Undefined("No last item, sequence was empty.") : v.as_list().back();
   TANDEM_ASSIGN_OR_RETURN(ValueList items, Iterate(interpreter, v));
   if (items.empty()) return Value::Undefined("No last item, sequence was empty.");
   return items.back();
@@ -473,9 +474,11 @@ absl::StatusOr<Value> SelectOrReject(Interpreter& interpreter, const Value& v, C
   }
   std::optional<std::string> test;
   if (next < args.positional.size()) {
-    if (!args.positional[next].is_string()) return absl::InvalidArgumentError(absl::StrCat(name, "(): the test name must be a string"));
+    if (!args.positional[next].is_string())
+      return absl::InvalidArgumentError(absl::StrCat(name, "(): the test name must be a string"));
     test = args.positional[next++].as_string();
-    if (!IsTest(*test)) return absl::InvalidArgumentError(absl::StrCat("unsupported test '", *test, "' (in ", name, ")"));
+    if (!IsTest(*test))
+      return absl::InvalidArgumentError(absl::StrCat("unsupported test '", *test, "' (in ", name, ")"));
   }
   CallArgs test_args{.positional = ValueList(args.positional.begin() + next, args.positional.end()),
                      .keyword = args.keyword};
@@ -537,7 +540,8 @@ absl::StatusOr<Value> FilterReverse(Interpreter& interpreter, const Value& v, Ca
     std::vector<size_t> offsets = CodePointOffsets(v.as_string());
     std::string out;
     out.reserve(v.as_string().size());
-    for (size_t i = offsets.size() - 1; i > 0; --i) out.append(v.as_string(), offsets[i - 1], offsets[i] - offsets[i - 1]);
+    for (size_t i = offsets.size() - 1; i > 0; --i)
+      out.append(v.as_string(), offsets[i - 1], offsets[i] - offsets[i - 1]);
     return Value::String(std::move(out));
   }
   absl::StatusOr<ValueList> items = Iterate(interpreter, v);
@@ -589,7 +593,8 @@ absl::StatusOr<Value> FilterRound(Interpreter&, const Value& v, CallArgs& args) 
   if (method != "common" && method != "ceil" && method != "floor") {
     return absl::InvalidArgumentError("method must be common, ceil or floor");
   }
-  if (!v.is_number()) return absl::InvalidArgumentError(absl::StrCat("type ", v.TypeName(), " doesn't define __round__ method"));
+  if (!v.is_number())
+    return absl::InvalidArgumentError(absl::StrCat("type ", v.TypeName(), " doesn't define __round__ method"));
   if (method == "common") {
     if (!v.is_float()) return Value::Int(RoundInt(v.as_int(), precision));
     return Value::Float(PythonRound(v.as_float(), precision));
@@ -675,7 +680,8 @@ absl::StatusOr<Value> FilterTitle(Interpreter& interpreter, const Value& v, Call
 // transformers' tojson: json.dumps(x, ensure_ascii=False, indent=None,
 // separators=None, sort_keys=False).
 absl::StatusOr<Value> FilterToJson(Interpreter& interpreter, const Value& v, CallArgs& args) {
-  TANDEM_ASSIGN_OR_RETURN(Bound bound, BindArguments("tojson", args, {"ensure_ascii", "indent", "separators", "sort_keys"}));
+  TANDEM_ASSIGN_OR_RETURN(Bound bound,
+                          BindArguments("tojson", args, {"ensure_ascii", "indent", "separators", "sort_keys"}));
   JsonDumpOptions options;
   options.ensure_ascii = bound[0].has_value() && bound[0]->Truthy();
   if (bound[1].has_value() && !bound[1]->is_none()) {
@@ -731,7 +737,8 @@ absl::StatusOr<Value> FilterTruncate(Interpreter& interpreter, const Value& v, C
   const std::string end = bound[2].has_value() ? Str(*bound[2]) : "...";
   TANDEM_ASSIGN_OR_RETURN(std::string s, SoftStr(interpreter, v));
   const auto end_length = static_cast<int64_t>(CodePointCount(end));
-  if (length < end_length) return absl::InvalidArgumentError(absl::StrCat("expected length >= ", end_length, ", got ", length));
+  if (length < end_length)
+    return absl::InvalidArgumentError(absl::StrCat("expected length >= ", end_length, ", got ", length));
   if (leeway < 0) return absl::InvalidArgumentError(absl::StrCat("expected leeway >= 0, got ", leeway));
   const std::vector<size_t> offsets = CodePointOffsets(s);
   const auto n = static_cast<int64_t>(offsets.size()) - 1;

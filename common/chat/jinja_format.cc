@@ -6,9 +6,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/chat/jinja_builtins.h"
 #include "common/chat/unicode.h"
-#include "common/base/status_macros.h"
 
 namespace tandem::jinja {
 namespace {
@@ -75,8 +75,8 @@ absl::StatusOr<std::string> FormatNumber(const Value& value, const Spec& spec, c
     case 'o':
     case 'b': {
       if (!value.is_int() && !value.is_bool()) {
-        return absl::InvalidArgumentError(absl::StrCat("%", std::string(1, type), " format: an integer is required, not ",
-                                                       value.TypeName()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("%", std::string(1, type), " format: an integer is required, not ", value.TypeName()));
       }
       const int64_t i = value.as_int();
       const uint64_t magnitude = i < 0 ? -static_cast<uint64_t>(i) : static_cast<uint64_t>(i);
@@ -116,7 +116,8 @@ absl::StatusOr<std::string> FormatNumber(const Value& value, const Spec& spec, c
       std::string out;
       if (value.is_string() && CodePointCount(value.as_string()) == 1) return value.as_string();
       if (!value.is_int()) return absl::InvalidArgumentError("%c requires int or char");
-      if (value.as_int() < 0 || value.as_int() > 0x10FFFF) return absl::InvalidArgumentError("%c arg not in range(0x110000)");
+      if (value.as_int() < 0 || value.as_int() > 0x10FFFF)
+        return absl::InvalidArgumentError("%c arg not in range(0x110000)");
       AppendUtf8(&out, static_cast<char32_t>(value.as_int()));
       return out;
     }
@@ -175,7 +176,8 @@ absl::StatusOr<Spec> ParseBraceSpec(absl::string_view s) {
   }
   size_t start = i;
   while (i < s.size() && absl::ascii_isdigit(s[i])) ++i;
-  if (i > start && !absl::SimpleAtoi(s.substr(start, i - start), &spec.width)) return absl::InvalidArgumentError("width too big");
+  if (i > start && !absl::SimpleAtoi(s.substr(start, i - start), &spec.width))
+    return absl::InvalidArgumentError("width too big");
   if (i < s.size() && s[i] == '.') {
     start = ++i;
     while (i < s.size() && absl::ascii_isdigit(s[i])) ++i;
@@ -213,7 +215,8 @@ absl::StatusOr<Value> FormatPercent(Interpreter& interpreter, const std::string&
       if (close == std::string::npos) return absl::InvalidArgumentError("incomplete format key");
       if (!mapping) return absl::InvalidArgumentError("format requires a mapping");
       value = args.as_dict().Find(absl::string_view(format).substr(i + 1, close - i - 1));
-      if (value == nullptr) return absl::InvalidArgumentError(absl::StrCat("KeyError: '", format.substr(i + 1, close - i - 1), "'"));
+      if (value == nullptr)
+        return absl::InvalidArgumentError(absl::StrCat("KeyError: '", format.substr(i + 1, close - i - 1), "'"));
       i = close + 1;
     }
     Spec spec;
@@ -326,7 +329,8 @@ absl::StatusOr<Value> FormatBraces(Interpreter& interpreter, const std::string& 
     }
     if (name.empty() || absl::SimpleAtoi(name, &index)) {
       if (index >= args.positional.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("Replacement index ", index, " out of range for positional args tuple"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("Replacement index ", index, " out of range for positional args tuple"));
       }
       value = args.positional[index];
     } else {

@@ -4,9 +4,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/base/status_macros.h"
 #include "common/chat/jinja_builtins.h"
 #include "common/chat/jinja_errors.h"
-#include "common/base/status_macros.h"
 
 namespace tandem::jinja {
 namespace {
@@ -40,8 +40,8 @@ absl::StatusOr<Value> Range(Interpreter& interpreter, CallArgs& args) {
 // dict(mapping_or_pairs, **kwargs), as Python's dict() builds it.
 absl::StatusOr<Dict> BuildDict(Interpreter& interpreter, CallArgs& args, absl::string_view function) {
   if (args.positional.size() > 1) {
-    return absl::InvalidArgumentError(absl::StrCat(function, " expected at most 1 positional argument, got ",
-                                                   args.positional.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(function, " expected at most 1 positional argument, got ", args.positional.size()));
   }
   Dict dict;
   if (!args.positional.empty()) {

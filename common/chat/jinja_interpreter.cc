@@ -5,10 +5,10 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/chat/jinja_builtins.h"
 #include "common/chat/jinja_errors.h"
 #include "common/chat/unicode.h"
-#include "common/base/status_macros.h"
 
 namespace tandem::jinja {
 namespace {
@@ -35,8 +35,7 @@ class MacroCallable : public Callable {
 // caller() inside a macro invoked by {% call %}: renders the call block's body.
 class CallerCallable : public Callable {
  public:
-  CallerCallable(const CallBlockStmt& def, std::shared_ptr<Scope> closure)
-      : def_(def), closure_(std::move(closure)) {}
+  CallerCallable(const CallBlockStmt& def, std::shared_ptr<Scope> closure) : def_(def), closure_(std::move(closure)) {}
   absl::StatusOr<Value> Call(Interpreter& interpreter, CallArgs args) const override {
     return interpreter.InvokeMacro({.name = "caller", .params = def_.caller_params, .body = def_.body}, closure_,
                                    std::move(args));
@@ -91,8 +90,8 @@ absl::Status UndefinedAt(const Value& undefined, SourcePos pos) {
 }
 
 absl::Status UnsupportedOperands(absl::string_view op, const Value& a, const Value& b) {
-  return absl::InvalidArgumentError(absl::StrCat("unsupported operand type(s) for ", op, ": '", a.TypeName(), "' and '",
-                                                 b.TypeName(), "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported operand type(s) for ", op, ": '", a.TypeName(), "' and '", b.TypeName(), "'"));
 }
 
 int64_t FloorDiv(int64_t a, int64_t b) {
@@ -119,8 +118,8 @@ absl::StatusOr<Value> Repeat(Interpreter& interpreter, const Value& sequence, in
   if (sequence.is_string()) {
     const std::string& s = sequence.as_string();
     if (!s.empty() && static_cast<uint64_t>(times) > interpreter.limits().max_output_bytes / s.size()) {
-      return absl::ResourceExhaustedError(absl::StrCat("string repetition passes the ",
-                                                       interpreter.limits().max_output_bytes, "-byte string limit"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("string repetition passes the ", interpreter.limits().max_output_bytes, "-byte string limit"));
     }
     TANDEM_RETURN_IF_ERROR(interpreter.CheckString(s.size() * times));
     std::string out;
@@ -129,11 +128,11 @@ absl::StatusOr<Value> Repeat(Interpreter& interpreter, const Value& sequence, in
     return Value::String(std::move(out));
   }
   const ValueList& items = sequence.as_list();
-  if (!items.empty() && (static_cast<uint64_t>(times) > static_cast<uint64_t>(interpreter.limits().max_value_weight) /
-                                                            items.size() ||
-                         sequence.weight() > interpreter.limits().max_value_weight / std::max<int64_t>(times, 1))) {
-    return absl::ResourceExhaustedError(absl::StrCat("list repetition passes the value weight limit (",
-                                                     interpreter.limits().max_value_weight, ")"));
+  if (!items.empty() &&
+      (static_cast<uint64_t>(times) > static_cast<uint64_t>(interpreter.limits().max_value_weight) / items.size() ||
+       sequence.weight() > interpreter.limits().max_value_weight / std::max<int64_t>(times, 1))) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("list repetition passes the value weight limit (", interpreter.limits().max_value_weight, ")"));
   }
   ValueList out;
   out.reserve(items.size() * times);
@@ -270,9 +269,7 @@ absl::StatusOr<Interpreter::Flow> Interpreter::Exec(const Stmt& stmt) {
   TANDEM_RETURN_IF_ERROR(Charge(1));
   absl::Status status;
   switch (stmt.kind) {
-    case StmtKind::kData:
-      status = Write(static_cast<const DataStmt&>(stmt).text);
-      break;
+    case StmtKind::kData: status = Write(static_cast<const DataStmt&>(stmt).text); break;
     case StmtKind::kOutput: {
       TANDEM_ASSIGN_OR_RETURN(Value value, Eval(*static_cast<const OutputStmt&>(stmt).expr));
       TANDEM_RETURN_IF_ERROR(Charge(value.weight()));
@@ -298,27 +295,17 @@ absl::StatusOr<Interpreter::Flow> Interpreter::Exec(const Stmt& stmt) {
       status = Assign(s.target, value);
       break;
     }
-    case StmtKind::kSetBlock:
-      status = ExecSetBlock(static_cast<const SetBlockStmt&>(stmt));
-      break;
+    case StmtKind::kSetBlock: status = ExecSetBlock(static_cast<const SetBlockStmt&>(stmt)); break;
     case StmtKind::kMacro: {
       const auto& s = static_cast<const MacroStmt&>(stmt);
       scope_->vars[s.name] = Value::FromCallable(std::make_shared<MacroCallable>(s, scope_));
       break;
     }
-    case StmtKind::kCallBlock:
-      status = ExecCallBlock(static_cast<const CallBlockStmt&>(stmt));
-      break;
-    case StmtKind::kFilterBlock:
-      status = ExecFilterBlock(static_cast<const FilterBlockStmt&>(stmt));
-      break;
-    case StmtKind::kWith:
-      status = ExecWith(static_cast<const WithStmt&>(stmt));
-      break;
-    case StmtKind::kBreak:
-      return Flow::kBreak;
-    case StmtKind::kContinue:
-      return Flow::kContinue;
+    case StmtKind::kCallBlock: status = ExecCallBlock(static_cast<const CallBlockStmt&>(stmt)); break;
+    case StmtKind::kFilterBlock: status = ExecFilterBlock(static_cast<const FilterBlockStmt&>(stmt)); break;
+    case StmtKind::kWith: status = ExecWith(static_cast<const WithStmt&>(stmt)); break;
+    case StmtKind::kBreak: return Flow::kBreak;
+    case StmtKind::kContinue: return Flow::kContinue;
     case StmtKind::kGeneration: {
       TANDEM_ASSIGN_OR_RETURN(std::string text, Capture(static_cast<const BodyStmt&>(stmt).body));
       status = Write(text);
@@ -364,9 +351,7 @@ absl::Status Interpreter::ExecFor(const ForStmt& stmt) {
 
 absl::Status Interpreter::Assign(const Target& target, const Value& value) {
   switch (target.kind) {
-    case Target::Kind::kName:
-      scope_->vars[target.name] = value;
-      return absl::OkStatus();
+    case Target::Kind::kName: scope_->vars[target.name] = value; return absl::OkStatus();
     case Target::Kind::kAttribute: {
       const Value* ns = scope_->Find(target.name);
       if (ns == nullptr || !ns->is_namespace()) {
@@ -379,17 +364,17 @@ absl::Status Interpreter::Assign(const Target& target, const Value& value) {
     case Target::Kind::kTuple: {
       absl::StatusOr<ValueList> items = Iterate(*this, value);
       if (!items.ok()) {
-        return AtPosition(absl::InvalidArgumentError(absl::StrCat("cannot unpack non-iterable ", value.TypeName(),
-                                                                  " object")),
-                          target.pos);
+        return AtPosition(
+            absl::InvalidArgumentError(absl::StrCat("cannot unpack non-iterable ", value.TypeName(), " object")),
+            target.pos);
       }
       if (items->size() != target.items.size()) {
-        return AtPosition(
-            absl::InvalidArgumentError(items->size() > target.items.size()
-                                           ? absl::StrCat("too many values to unpack (expected ", target.items.size(), ")")
-                                           : absl::StrCat("not enough values to unpack (expected ", target.items.size(),
-                                                          ", got ", items->size(), ")")),
-            target.pos);
+        return AtPosition(absl::InvalidArgumentError(
+                              items->size() > target.items.size()
+                                  ? absl::StrCat("too many values to unpack (expected ", target.items.size(), ")")
+                                  : absl::StrCat("not enough values to unpack (expected ", target.items.size(),
+                                                 ", got ", items->size(), ")")),
+                          target.pos);
       }
       for (size_t i = 0; i < items->size(); ++i) TANDEM_RETURN_IF_ERROR(Assign(target.items[i], (*items)[i]));
       return absl::OkStatus();
@@ -441,8 +426,8 @@ absl::StatusOr<Value> Interpreter::InvokeMacro(const MacroBody& macro, const std
                                                CallArgs args) {
   const std::vector<MacroParam>& params = macro.params;
   if (call_depth_ >= limits_.max_call_depth) {
-    return absl::ResourceExhaustedError(absl::StrCat("macro calls nest deeper than ", limits_.max_call_depth,
-                                                     " levels (calling '", macro.name, "')"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("macro calls nest deeper than ", limits_.max_call_depth, " levels (calling '", macro.name, "')"));
   }
   if (args.positional.size() > params.size() && !macro.catch_varargs) {
     return absl::InvalidArgumentError(
@@ -522,17 +507,14 @@ absl::StatusOr<Value> Interpreter::Eval(const Expr& expr) {
 
 absl::StatusOr<Value> Interpreter::EvalInner(const Expr& expr) {
   switch (expr.kind) {
-    case ExprKind::kLiteral:
-      return static_cast<const LiteralExpr&>(expr).value;
+    case ExprKind::kLiteral: return static_cast<const LiteralExpr&>(expr).value;
     case ExprKind::kName: {
       const std::string& name = static_cast<const NameExpr&>(expr).name;
       if (const Value* value = scope_->Find(name)) return *value;
       return Value::Undefined(absl::StrCat("'", name, "' is undefined"));
     }
-    case ExprKind::kList:
-      return EvalList(static_cast<const ListExpr&>(expr));
-    case ExprKind::kDict:
-      return EvalDict(static_cast<const DictExpr&>(expr));
+    case ExprKind::kList: return EvalList(static_cast<const ListExpr&>(expr));
+    case ExprKind::kDict: return EvalDict(static_cast<const DictExpr&>(expr));
     case ExprKind::kGetAttr: {
       const auto& e = static_cast<const GetAttrExpr&>(expr);
       TANDEM_ASSIGN_OR_RETURN(Value object, Eval(*e.object));
@@ -546,14 +528,10 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& expr) {
       if (object.is_undefined()) return UndefinedAt(object, e.object->pos);
       return GetItem(*this, object, key);
     }
-    case ExprKind::kSlice:
-      return EvalSlice(static_cast<const SliceExpr&>(expr));
-    case ExprKind::kCall:
-      return EvalCall(static_cast<const CallExpr&>(expr));
-    case ExprKind::kFilter:
-      return EvalFilter(static_cast<const FilterExpr&>(expr), nullptr);
-    case ExprKind::kTest:
-      return EvalTest(static_cast<const TestExpr&>(expr));
+    case ExprKind::kSlice: return EvalSlice(static_cast<const SliceExpr&>(expr));
+    case ExprKind::kCall: return EvalCall(static_cast<const CallExpr&>(expr));
+    case ExprKind::kFilter: return EvalFilter(static_cast<const FilterExpr&>(expr), nullptr);
+    case ExprKind::kTest: return EvalTest(static_cast<const TestExpr&>(expr));
     case ExprKind::kUnary: {
       const auto& e = static_cast<const UnaryExpr&>(expr);
       TANDEM_ASSIGN_OR_RETURN(Value operand, Eval(*e.operand));
@@ -585,8 +563,7 @@ absl::StatusOr<Value> Interpreter::EvalInner(const Expr& expr) {
       }
       return Value::String(std::move(out));
     }
-    case ExprKind::kCompare:
-      return EvalCompare(static_cast<const CompareExpr&>(expr));
+    case ExprKind::kCompare: return EvalCompare(static_cast<const CompareExpr&>(expr));
     case ExprKind::kAnd: {
       const auto& e = static_cast<const LogicalExpr&>(expr);
       TANDEM_ASSIGN_OR_RETURN(Value left, Eval(*e.left));
@@ -739,11 +716,17 @@ absl::StatusOr<Value> Interpreter::EvalCompare(const CompareExpr& expr) {
         TANDEM_RETURN_IF_ERROR(Charge(std::min(left.weight(), right.weight())));
         absl::StatusOr<int> c = Compare(left, right);
         if (!c.ok()) {
-          const char* symbol = op == CompareOp::kLt ? "<" : op == CompareOp::kLe ? "<=" : op == CompareOp::kGt ? ">" : ">=";
+          const char* symbol = op == CompareOp::kLt   ? "<"
+                               : op == CompareOp::kLe ? "<="
+                               : op == CompareOp::kGt ? ">"
+                                                      : ">=";
           return absl::InvalidArgumentError(absl::StrCat("'", symbol, "' not supported between instances of '",
                                                          left.TypeName(), "' and '", right.TypeName(), "'"));
         }
-        result = op == CompareOp::kLt ? *c < 0 : op == CompareOp::kLe ? *c <= 0 : op == CompareOp::kGt ? *c > 0 : *c >= 0;
+        result = op == CompareOp::kLt   ? *c < 0
+                 : op == CompareOp::kLe ? *c <= 0
+                 : op == CompareOp::kGt ? *c > 0
+                                        : *c >= 0;
       }
     }
     if (!result) return Value::Bool(false);
@@ -778,8 +761,8 @@ absl::StatusOr<Value> BinaryOperation(Interpreter& interpreter, BinaryOp op, con
         return interpreter.NewList(std::move(items), a.is_tuple());
       }
       if (a.is_string() || a.is_list()) {
-        return absl::InvalidArgumentError(absl::StrCat("can only concatenate ", a.TypeName(), " (not \"", b.TypeName(),
-                                                       "\") to ", a.TypeName()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("can only concatenate ", a.TypeName(), " (not \"", b.TypeName(), "\") to ", a.TypeName()));
       }
       return UnsupportedOperands("+", a, b);
     }
@@ -812,7 +795,8 @@ absl::StatusOr<Value> BinaryOperation(Interpreter& interpreter, BinaryOp op, con
     case BinaryOp::kFloorDiv:
       if (!numbers) return UnsupportedOperands("//", a, b);
       if (b.as_float() == 0) {
-        return absl::InvalidArgumentError(floats ? "float floor division by zero" : "integer division or modulo by zero");
+        return absl::InvalidArgumentError(floats ? "float floor division by zero"
+                                                 : "integer division or modulo by zero");
       }
       if (floats) return Value::Float(std::floor(a.as_float() / b.as_float()));
       if (a.as_int() == std::numeric_limits<int64_t>::min() && b.as_int() == -1) {
@@ -870,8 +854,7 @@ absl::StatusOr<bool> Contains(Interpreter& interpreter, const Value& container, 
         return absl::InvalidArgumentError(absl::StrCat("unhashable type: '", item.TypeName(), "'"));
       }
       return container.as_dict().Find(item) != nullptr;
-    case Value::Kind::kUndefined:
-      return false;
+    case Value::Kind::kUndefined: return false;
     default:
       return absl::InvalidArgumentError(absl::StrCat("argument of type '", container.TypeName(), "' is not iterable"));
   }
@@ -900,10 +883,8 @@ absl::StatusOr<ValueList> Iterate(Interpreter& interpreter, const Value& value) 
       }
       return chars;
     }
-    case Value::Kind::kUndefined:
-      return ValueList{};
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("'", value.TypeName(), "' object is not iterable"));
+    case Value::Kind::kUndefined: return ValueList{};
+    default: return absl::InvalidArgumentError(absl::StrCat("'", value.TypeName(), "' object is not iterable"));
   }
 }
 

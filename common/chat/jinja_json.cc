@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/chat/unicode.h"
 #include "common/base/status_macros.h"
+#include "common/chat/unicode.h"
 
 namespace tandem::jinja {
 namespace {
@@ -19,23 +19,17 @@ absl::StatusOr<Value> FromJsonImpl(const Json& json, int depth_left) {
   }
   switch (json.type()) {
     case nlohmann::json::value_t::null:
-    case nlohmann::json::value_t::discarded:
-      return Value::None();
-    case nlohmann::json::value_t::boolean:
-      return Value::Bool(json.template get<bool>());
-    case nlohmann::json::value_t::number_integer:
-      return Value::Int(json.template get<int64_t>());
+    case nlohmann::json::value_t::discarded: return Value::None();
+    case nlohmann::json::value_t::boolean: return Value::Bool(json.template get<bool>());
+    case nlohmann::json::value_t::number_integer: return Value::Int(json.template get<int64_t>());
     case nlohmann::json::value_t::number_unsigned: {
       const uint64_t u = json.template get<uint64_t>();
       if (u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return Value::Int(static_cast<int64_t>(u));
       return Value::Float(static_cast<double>(u));  // past int64: Python would keep a big int
     }
-    case nlohmann::json::value_t::number_float:
-      return Value::Float(json.template get<double>());
-    case nlohmann::json::value_t::string:
-      return Value::String(json.template get<std::string>());
-    case nlohmann::json::value_t::binary:
-      return Value::None();
+    case nlohmann::json::value_t::number_float: return Value::Float(json.template get<double>());
+    case nlohmann::json::value_t::string: return Value::String(json.template get<std::string>());
+    case nlohmann::json::value_t::binary: return Value::None();
     case nlohmann::json::value_t::array: {
       ValueList items;
       items.reserve(json.size());
@@ -94,24 +88,18 @@ std::string FloatJson(double d) {
 }
 
 absl::Status NotSerializable(const Value& value) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("Object of type ", value.TypeName(), " is not JSON serializable"));
+  return absl::InvalidArgumentError(absl::StrCat("Object of type ", value.TypeName(), " is not JSON serializable"));
 }
 
 // A dict key as json.dumps writes it: str as is; int, float, bool, None
 // converted; anything else refused.
 absl::StatusOr<std::string> KeyText(const Value& key) {
   switch (key.kind()) {
-    case Value::Kind::kString:
-      return key.as_string();
-    case Value::Kind::kInt:
-      return absl::StrCat(key.as_int());
-    case Value::Kind::kFloat:
-      return FloatJson(key.as_float());
-    case Value::Kind::kBool:
-      return std::string(key.as_bool() ? "true" : "false");
-    case Value::Kind::kNone:
-      return std::string("null");
+    case Value::Kind::kString: return key.as_string();
+    case Value::Kind::kInt: return absl::StrCat(key.as_int());
+    case Value::Kind::kFloat: return FloatJson(key.as_float());
+    case Value::Kind::kBool: return std::string(key.as_bool() ? "true" : "false");
+    case Value::Kind::kNone: return std::string("null");
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("keys must be str, int, float, bool or None, not ", key.TypeName()));
@@ -130,27 +118,16 @@ class JsonWriter {
       return absl::ResourceExhaustedError(absl::StrCat("tojson output passes the ", options_.max_bytes, "-byte limit"));
     }
     switch (value.kind()) {
-      case Value::Kind::kNone:
-        out_ += "null";
-        return absl::OkStatus();
-      case Value::Kind::kBool:
-        out_ += value.as_bool() ? "true" : "false";
-        return absl::OkStatus();
-      case Value::Kind::kInt:
-        absl::StrAppend(&out_, value.as_int());
-        return absl::OkStatus();
-      case Value::Kind::kFloat:
-        out_ += FloatJson(value.as_float());
-        return absl::OkStatus();
+      case Value::Kind::kNone: out_ += "null"; return absl::OkStatus();
+      case Value::Kind::kBool: out_ += value.as_bool() ? "true" : "false"; return absl::OkStatus();
+      case Value::Kind::kInt: absl::StrAppend(&out_, value.as_int()); return absl::OkStatus();
+      case Value::Kind::kFloat: out_ += FloatJson(value.as_float()); return absl::OkStatus();
       case Value::Kind::kString:
         AppendJsonString(&out_, value.as_string(), options_.ensure_ascii);
         return absl::OkStatus();
-      case Value::Kind::kList:
-        return WriteList(value.as_list(), level);
-      case Value::Kind::kDict:
-        return WriteDict(value.as_dict(), level);
-      default:
-        return NotSerializable(value);
+      case Value::Kind::kList: return WriteList(value.as_list(), level);
+      case Value::Kind::kDict: return WriteDict(value.as_dict(), level);
+      default: return NotSerializable(value);
     }
   }
 

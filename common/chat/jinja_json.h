@@ -24,8 +24,8 @@ absl::StatusOr<Value> FromJson(const nlohmann::json& json, int max_depth);
 
 // json.dumps(value, ensure_ascii, indent, separators, sort_keys).
 struct JsonDumpOptions {
-  bool ensure_ascii = false;           // transformers' default: non-ASCII stays as is
-  std::optional<std::string> indent;   // None: one line; else this per level (indent=4: 4 spaces)
+  bool ensure_ascii = false;                  // transformers' default: non-ASCII stays as is
+  std::optional<std::string> indent;          // None: one line; else this per level (indent=4: 4 spaces)
   std::optional<std::string> item_separator;  // default ", " (or "," when indenting)
   std::optional<std::string> key_separator;   // default ": "
   bool sort_keys = false;

@@ -67,8 +67,7 @@ absl::StatusOr<std::string> Unescape(absl::string_view body) {
         AppendUtf8(&out, *c);
         break;
       }
-      case 'N':
-        return absl::InvalidArgumentError("unsupported \\N{...} escape in a string");
+      case 'N': return absl::InvalidArgumentError("unsupported \\N{...} escape in a string");
       default:
         if (e >= '0' && e <= '7') {
           char32_t value = e - '0';
@@ -428,8 +427,9 @@ SourcePos SourceText::Locate(size_t offset) const {
   offset = std::min(offset, text_.size());
   const auto it = std::upper_bound(line_starts_.begin(), line_starts_.end(), offset);
   const size_t line_start = *(it - 1);
-  return SourcePos{.line = static_cast<int>(it - line_starts_.begin()),
-                   .column = static_cast<int>(CodePointCount(absl::string_view(text_).substr(line_start, offset - line_start))) + 1};
+  return SourcePos{
+      .line = static_cast<int>(it - line_starts_.begin()),
+      .column = static_cast<int>(CodePointCount(absl::string_view(text_).substr(line_start, offset - line_start))) + 1};
 }
 
 std::string Where(SourcePos pos) { return absl::StrCat("line ", pos.line, " col ", pos.column); }

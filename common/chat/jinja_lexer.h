@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace tandem::jinja {
 
 struct LexerOptions {
-  bool trim_blocks = true;    // as transformers' apply_chat_template sets it
+  bool trim_blocks = true;  // as transformers' apply_chat_template sets it
   bool lstrip_blocks = true;
 };
 

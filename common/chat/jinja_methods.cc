@@ -3,10 +3,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/chat/jinja_builtins.h"
 #include "common/chat/py_string.h"
 #include "common/chat/unicode.h"
-#include "common/base/status_macros.h"
 
 namespace tandem::jinja {
 namespace {
@@ -55,8 +55,8 @@ absl::StatusOr<bool> AffixMatch(const std::string& s, const Value& affix, bool p
   if (affix.is_tuple()) {
     for (const Value& item : affix.as_list()) {
       if (!item.is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat("tuple for ", method, " must only contain str, not ",
-                                                       item.TypeName()));
+        return absl::InvalidArgumentError(
+            absl::StrCat("tuple for ", method, " must only contain str, not ", item.TypeName()));
       }
       if (match(item.as_string())) return true;
     }
@@ -84,8 +84,8 @@ absl::StatusOr<Value> StrSplit(Interpreter& interpreter, const Value& self, Call
     TANDEM_ASSIGN_OR_RETURN(maxsplit, ToInt(*bound[1], "split maxsplit"));
   }
   TANDEM_RETURN_IF_ERROR(interpreter.Charge(self.weight()));
-  return StringList(interpreter, from_right ? PyRSplit(self.as_string(), sep, maxsplit)
-                                            : PySplit(self.as_string(), sep, maxsplit));
+  return StringList(interpreter,
+                    from_right ? PyRSplit(self.as_string(), sep, maxsplit) : PySplit(self.as_string(), sep, maxsplit));
 }
 
 absl::StatusOr<Value> StrFind(Interpreter&, const Value& self, CallArgs& args, absl::string_view name, bool from_right,
@@ -166,8 +166,8 @@ absl::StatusOr<Value> CallStringMethod(Interpreter& interpreter, const Value& se
     std::string out;
     for (size_t i = 0; i < items.size(); ++i) {
       if (!items[i].is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat("sequence item ", i, ": expected str instance, ",
-                                                       items[i].TypeName(), " found"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("sequence item ", i, ": expected str instance, ", items[i].TypeName(), " found"));
       }
       if (i > 0) out += s;
       out += items[i].as_string();
@@ -209,14 +209,15 @@ absl::StatusOr<Value> CallStringMethod(Interpreter& interpreter, const Value& se
 }
 
 constexpr absl::string_view kStringMethods[] = {
-    "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "startswith", "endswith", "find", "rfind",
-    "index", "rindex", "count", "replace", "join", "format", "center", "ljust", "rjust", "zfill", "removeprefix",
-    "removesuffix", "lower", "upper", "title", "capitalize", "swapcase", "isdigit", "isdecimal", "isnumeric",
-    "isalpha", "isalnum", "isspace", "islower", "isupper"};
+    "strip",        "lstrip",    "rstrip",  "split",   "rsplit",     "splitlines", "startswith",
+    "endswith",     "find",      "rfind",   "index",   "rindex",     "count",      "replace",
+    "join",         "format",    "center",  "ljust",   "rjust",      "zfill",      "removeprefix",
+    "removesuffix", "lower",     "upper",   "title",   "capitalize", "swapcase",   "isdigit",
+    "isdecimal",    "isnumeric", "isalpha", "isalnum", "isspace",    "islower",    "isupper"};
 // Python str methods this engine lacks: named in the error when called.
-constexpr absl::string_view kOtherStringMethods[] = {"casefold", "encode", "expandtabs", "format_map", "isascii",
-                                                    "isidentifier", "isprintable", "istitle", "maketrans",
-                                                    "partition", "rpartition", "translate"};
+constexpr absl::string_view kOtherStringMethods[] = {"casefold",  "encode",       "expandtabs",  "format_map",
+                                                     "isascii",   "isidentifier", "isprintable", "istitle",
+                                                     "maketrans", "partition",    "rpartition",  "translate"};
 
 absl::StatusOr<Value> CallDictMethod(Interpreter& interpreter, const Value& self, const std::string& name,
                                      CallArgs& args) {
@@ -264,7 +265,8 @@ absl::StatusOr<Value> CallListMethod(Interpreter& interpreter, const Value& self
 }
 
 constexpr absl::string_view kListMethods[] = {"index", "count", "copy"};
-constexpr absl::string_view kListMutators[] = {"append", "extend", "insert", "pop", "remove", "reverse", "sort", "clear"};
+constexpr absl::string_view kListMutators[] = {"append", "extend",  "insert", "pop",
+                                               "remove", "reverse", "sort",   "clear"};
 
 template <size_t N>
 bool In(const absl::string_view (&names)[N], absl::string_view name) {
@@ -274,17 +276,16 @@ bool In(const absl::string_view (&names)[N], absl::string_view name) {
 Value BoundMethod(const Value& self, const std::string& name) {
   using Caller = absl::StatusOr<Value> (*)(Interpreter&, const Value&, const std::string&, CallArgs&);
   Caller call = self.is_string() ? CallStringMethod : self.is_dict() ? CallDictMethod : CallListMethod;
-  return MakeFunction(absl::StrCat(self.TypeName(), ".", name),
-                      [self, name, call](Interpreter& interpreter, CallArgs& args) {
-                        return call(interpreter, self, name, args);
-                      });
+  return MakeFunction(
+      absl::StrCat(self.TypeName(), ".", name),
+      [self, name, call](Interpreter& interpreter, CallArgs& args) { return call(interpreter, self, name, args); });
 }
 
 // Python slice bounds (PySlice_AdjustIndices): the indices a slice visits.
 // jinja2 compiles a slice to a plain Python subscript, so a bound that is no
 // integer fails rather than giving undefined.
-absl::StatusOr<std::vector<int64_t>> SliceIndices(int64_t length, const Value& start_v,
-                                                                 const Value& stop_v, const Value& step_v) {
+absl::StatusOr<std::vector<int64_t>> SliceIndices(int64_t length, const Value& start_v, const Value& stop_v,
+                                                  const Value& step_v) {
   std::optional<int64_t> bounds[3];
   const Value* values[3] = {&start_v, &stop_v, &step_v};
   for (int i = 0; i < 3; ++i) {
@@ -340,8 +341,7 @@ absl::StatusOr<Value> GetAttribute(Interpreter& interpreter, const Value& object
     case Value::Kind::kNamespace:
       if (const Value* found = object.as_namespace().attributes.Find(name)) return *found;
       return NoAttribute(object, name);
-    default:
-      return NoAttribute(object, name);
+    default: return NoAttribute(object, name);
   }
 }
 
@@ -372,8 +372,7 @@ absl::StatusOr<Value> GetItem(Interpreter& interpreter, const Value& object, con
       }
       return Value::String(object.as_string().substr(offsets[i], offsets[i + 1] - offsets[i]));
     }
-    default:
-      break;
+    default: break;
   }
   // jinja2 falls back to the attribute for a string key.
   if (key.is_string()) return GetAttribute(interpreter, object, key.as_string());

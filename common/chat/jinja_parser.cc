@@ -7,15 +7,15 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/chat/jinja_builtins.h"
 #include "common/base/status_macros.h"
+#include "common/chat/jinja_builtins.h"
 
 namespace tandem::jinja {
 namespace {
 
 // Tags jinja2 has that chat templates do not need; named in the error.
-constexpr absl::string_view kUnsupportedTags[] = {"extends", "block", "include", "import", "from",
-                                                 "autoescape", "do", "trans", "pluralize"};
+constexpr absl::string_view kUnsupportedTags[] = {"extends",    "block", "include", "import",   "from",
+                                                  "autoescape", "do",    "trans",   "pluralize"};
 
 class Parser {
  public:
@@ -58,27 +58,17 @@ class Parser {
 
   static std::string Describe(const Token& token) {
     switch (token.kind) {
-      case TokenKind::kData:
-        return "template text";
-      case TokenKind::kVariableBegin:
-        return "'{{'";
-      case TokenKind::kVariableEnd:
-        return "'}}'";
-      case TokenKind::kBlockBegin:
-        return "'{%'";
-      case TokenKind::kBlockEnd:
-        return "'%}'";
-      case TokenKind::kName:
-        return absl::StrCat("'", token.text, "'");
-      case TokenKind::kString:
-        return "a string";
+      case TokenKind::kData: return "template text";
+      case TokenKind::kVariableBegin: return "'{{'";
+      case TokenKind::kVariableEnd: return "'}}'";
+      case TokenKind::kBlockBegin: return "'{%'";
+      case TokenKind::kBlockEnd: return "'%}'";
+      case TokenKind::kName: return absl::StrCat("'", token.text, "'");
+      case TokenKind::kString: return "a string";
       case TokenKind::kInteger:
-      case TokenKind::kFloat:
-        return absl::StrCat("number ", token.text);
-      case TokenKind::kOperator:
-        return absl::StrCat("'", token.text, "'");
-      case TokenKind::kEnd:
-        return "the end of the template";
+      case TokenKind::kFloat: return absl::StrCat("number ", token.text);
+      case TokenKind::kOperator: return absl::StrCat("'", token.text, "'");
+      case TokenKind::kEnd: return "the end of the template";
     }
     return "a token";
   }
@@ -112,8 +102,8 @@ class Parser {
     ~NestingGuard() { --parser_->nesting_; }
     absl::Status Check() const {
       if (parser_->nesting_ > parser_->options_.max_nesting) {
-        return parser_->ErrorAt(parser_->Pos(), absl::StrCat("template nests deeper than ", parser_->options_.max_nesting,
-                                                             " levels"));
+        return parser_->ErrorAt(parser_->Pos(),
+                                absl::StrCat("template nests deeper than ", parser_->options_.max_nesting, " levels"));
       }
       return absl::OkStatus();
     }
@@ -165,11 +155,10 @@ class Parser {
         }
         case TokenKind::kEnd:
           if (end_tags.size() == 0) return body;
-          return ErrorAt(opened_at, absl::StrCat("unclosed '{% ", opened_by, " %}' (expected '{% ",
-                                                 absl::StrJoin(end_tags, " %}' or '{% "),
-                                                 " %}' before the end of the template)"));
-        default:
-          return Unexpected("template text or a tag");
+          return ErrorAt(opened_at,
+                         absl::StrCat("unclosed '{% ", opened_by, " %}' (expected '{% ",
+                                      absl::StrJoin(end_tags, " %}' or '{% "), " %}' before the end of the template)"));
+        default: return Unexpected("template text or a tag");
       }
     }
   }
@@ -561,8 +550,8 @@ class Parser {
     while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
       const SourcePos pos = Pos();
       const std::string& text = Current().text;
-      const BinaryOp op = text == "*" ? BinaryOp::kMul
-                          : text == "/" ? BinaryOp::kDiv
+      const BinaryOp op = text == "*"    ? BinaryOp::kMul
+                          : text == "/"  ? BinaryOp::kDiv
                           : text == "//" ? BinaryOp::kFloorDiv
                                          : BinaryOp::kMod;
       Advance();
@@ -630,12 +619,8 @@ class Parser {
         }
         return std::make_unique<LiteralExpr>(pos, Value::String(std::move(text)));
       }
-      case TokenKind::kInteger:
-        Advance();
-        return std::make_unique<LiteralExpr>(pos, Value::Int(token.int_value));
-      case TokenKind::kFloat:
-        Advance();
-        return std::make_unique<LiteralExpr>(pos, Value::Float(token.float_value));
+      case TokenKind::kInteger: Advance(); return std::make_unique<LiteralExpr>(pos, Value::Int(token.int_value));
+      case TokenKind::kFloat: Advance(); return std::make_unique<LiteralExpr>(pos, Value::Float(token.float_value));
       case TokenKind::kOperator:
         if (token.text == "(") {
           Advance();
@@ -650,8 +635,7 @@ class Parser {
         if (token.text == "[") return ParseList(pos);
         if (token.text == "{") return ParseDict(pos);
         break;
-      default:
-        break;
+      default: break;
     }
     return Unexpected("an expression");
   }
@@ -857,7 +841,7 @@ class Parser {
   const ParseOptions& options_;
   size_t index_ = 0;
   int nesting_ = 0;
-  int loop_depth_ = 0;  // for break/continue placement
+  int loop_depth_ = 0;                                        // for break/continue placement
   std::vector<absl::flat_hash_set<std::string>> names_used_;  // names read in each enclosing macro or for body
 };
 

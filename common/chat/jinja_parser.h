@@ -13,8 +13,8 @@
 
 #include <memory>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/chat/jinja_ast.h"
 #include "common/chat/jinja_lexer.h"
 

@@ -2,9 +2,9 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/chat/jinja_builtins.h"
 #include "common/chat/py_string.h"
-#include "common/base/status_macros.h"
 
 namespace tandem::jinja {
 namespace {
@@ -82,7 +82,8 @@ absl::StatusOr<bool> TestSameAs(Interpreter&, const Value& v, CallArgs& args) {
   if (v.kind() != other.kind()) return false;
   if (v.is_none() || v.is_undefined()) return true;
   if (v.is_bool()) return v.as_bool() == other.as_bool();
-  if (v.is_int()) return v.as_int() == other.as_int() && v.as_int() >= -5 && v.as_int() <= 256;  // CPython's cached ints
+  if (v.is_int())
+    return v.as_int() == other.as_int() && v.as_int() >= -5 && v.as_int() <= 256;  // CPython's cached ints
   if (v.is_float()) return false;
   if (v.is_namespace()) return &v.as_namespace() == &other.as_namespace();
   return v.payload() != nullptr && v.payload() == other.payload();

@@ -1,9 +1,9 @@
 #include "common/chat/jinja_value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -115,7 +115,8 @@ Value Value::MakeList(ValueList items, bool tuple) {
   auto data = std::make_shared<ListData>();
   data->items = std::move(items);
   data->tuple = tuple;
-  Measure(data->items, [](const Value& item, auto add) { add(item); }, &data->weight, &data->depth);
+  Measure(
+      data->items, [](const Value& item, auto add) { add(item); }, &data->weight, &data->depth);
   Value v;
   v.kind_ = Kind::kList;
   v.object_ = std::move(data);
@@ -141,25 +142,18 @@ Value Value::FromDict(Dict dict) {
 
 int64_t Value::weight() const {
   switch (kind_) {
-    case Kind::kString:
-      return StringWeight(as_string().size());
-    case Kind::kList:
-      return static_cast<const ListData*>(object_.get())->weight;
-    case Kind::kDict:
-      return as_dict().weight();
-    default:
-      return 1;
+    case Kind::kString: return StringWeight(as_string().size());
+    case Kind::kList: return static_cast<const ListData*>(object_.get())->weight;
+    case Kind::kDict: return as_dict().weight();
+    default: return 1;
   }
 }
 
 int Value::depth() const {
   switch (kind_) {
-    case Kind::kList:
-      return static_cast<const ListData*>(object_.get())->depth;
-    case Kind::kDict:
-      return as_dict().depth();
-    default:
-      return 0;
+    case Kind::kList: return static_cast<const ListData*>(object_.get())->depth;
+    case Kind::kDict: return as_dict().depth();
+    default: return 0;
   }
 }
 
@@ -191,57 +185,37 @@ const std::string& Value::as_string() const {
 
 const ValueList& Value::as_list() const { return static_cast<const ListData*>(object_.get())->items; }
 const Dict& Value::as_dict() const { return *static_cast<const Dict*>(object_.get()); }
-Namespace& Value::as_namespace() const {
-  return *const_cast<Namespace*>(static_cast<const Namespace*>(object_.get()));
-}
+Namespace& Value::as_namespace() const { return *const_cast<Namespace*>(static_cast<const Namespace*>(object_.get())); }
 const Callable& Value::as_callable() const { return *static_cast<const Callable*>(object_.get()); }
 
 bool Value::Truthy() const {
   switch (kind_) {
     case Kind::kUndefined:
-    case Kind::kNone:
-      return false;
-    case Kind::kBool:
-      return scalar_.b;
-    case Kind::kInt:
-      return scalar_.i != 0;
-    case Kind::kFloat:
-      return scalar_.d != 0.0;
-    case Kind::kString:
-      return !as_string().empty();
-    case Kind::kList:
-      return !as_list().empty();
-    case Kind::kDict:
-      return as_dict().size() > 0;
+    case Kind::kNone: return false;
+    case Kind::kBool: return scalar_.b;
+    case Kind::kInt: return scalar_.i != 0;
+    case Kind::kFloat: return scalar_.d != 0.0;
+    case Kind::kString: return !as_string().empty();
+    case Kind::kList: return !as_list().empty();
+    case Kind::kDict: return as_dict().size() > 0;
     case Kind::kNamespace:
-    case Kind::kCallable:
-      return true;
+    case Kind::kCallable: return true;
   }
   return false;
 }
 
 std::string Value::TypeName() const {
   switch (kind_) {
-    case Kind::kUndefined:
-      return "Undefined";
-    case Kind::kNone:
-      return "NoneType";
-    case Kind::kBool:
-      return "bool";
-    case Kind::kInt:
-      return "int";
-    case Kind::kFloat:
-      return "float";
-    case Kind::kString:
-      return "str";
-    case Kind::kList:
-      return is_tuple() ? "tuple" : "list";
-    case Kind::kDict:
-      return "dict";
-    case Kind::kNamespace:
-      return "Namespace";
-    case Kind::kCallable:
-      return "function";
+    case Kind::kUndefined: return "Undefined";
+    case Kind::kNone: return "NoneType";
+    case Kind::kBool: return "bool";
+    case Kind::kInt: return "int";
+    case Kind::kFloat: return "float";
+    case Kind::kString: return "str";
+    case Kind::kList: return is_tuple() ? "tuple" : "list";
+    case Kind::kDict: return "dict";
+    case Kind::kNamespace: return "Namespace";
+    case Kind::kCallable: return "function";
   }
   return "object";
 }
@@ -303,10 +277,8 @@ bool Equal(const Value& a, const Value& b) {
   if (a.payload() != nullptr && a.payload() == b.payload()) return true;
   switch (a.kind()) {
     case Kind::kUndefined:
-    case Kind::kNone:
-      return true;
-    case Kind::kString:
-      return a.as_string() == b.as_string();
+    case Kind::kNone: return true;
+    case Kind::kString: return a.as_string() == b.as_string();
     case Kind::kList: {
       if (a.is_tuple() != b.is_tuple() || a.as_list().size() != b.as_list().size()) return false;
       for (size_t i = 0; i < a.as_list().size(); ++i) {
@@ -322,12 +294,9 @@ bool Equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    case Kind::kNamespace:
-      return &a.as_namespace() == &b.as_namespace();
-    case Kind::kCallable:
-      return &a.as_callable() == &b.as_callable();
-    default:
-      return false;
+    case Kind::kNamespace: return &a.as_namespace() == &b.as_namespace();
+    case Kind::kCallable: return &a.as_callable() == &b.as_callable();
+    default: return false;
   }
 }
 
@@ -353,8 +322,8 @@ absl::StatusOr<int> Compare(const Value& a, const Value& b) {
     }
     return x.size() < y.size() ? -1 : (x.size() > y.size() ? 1 : 0);
   }
-  return absl::InvalidArgumentError(absl::StrCat("'<' not supported between instances of '", a.TypeName(),
-                                                 "' and '", b.TypeName(), "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("'<' not supported between instances of '", a.TypeName(), "' and '", b.TypeName(), "'"));
 }
 
 std::string FloatRepr(double d) {
@@ -396,31 +365,21 @@ std::string FloatRepr(double d) {
 
 std::string Str(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined:
-      return "";
-    case Value::Kind::kString:
-      return v.as_string();
-    case Value::Kind::kCallable:
-      return absl::StrCat("<", v.as_callable().Describe(), ">");
-    default:
-      return Repr(v);
+    case Value::Kind::kUndefined: return "";
+    case Value::Kind::kString: return v.as_string();
+    case Value::Kind::kCallable: return absl::StrCat("<", v.as_callable().Describe(), ">");
+    default: return Repr(v);
   }
 }
 
 std::string Repr(const Value& v) {
   switch (v.kind()) {
-    case Value::Kind::kUndefined:
-      return "Undefined";
-    case Value::Kind::kNone:
-      return "None";
-    case Value::Kind::kBool:
-      return v.as_bool() ? "True" : "False";
-    case Value::Kind::kInt:
-      return absl::StrCat(v.as_int());
-    case Value::Kind::kFloat:
-      return FloatRepr(v.as_float());
-    case Value::Kind::kString:
-      return StringRepr(v.as_string());
+    case Value::Kind::kUndefined: return "Undefined";
+    case Value::Kind::kNone: return "None";
+    case Value::Kind::kBool: return v.as_bool() ? "True" : "False";
+    case Value::Kind::kInt: return absl::StrCat(v.as_int());
+    case Value::Kind::kFloat: return FloatRepr(v.as_float());
+    case Value::Kind::kString: return StringRepr(v.as_string());
     case Value::Kind::kList: {
       std::string out = v.is_tuple() ? "(" : "[";
       const ValueList& items = v.as_list();
@@ -452,8 +411,7 @@ std::string Repr(const Value& v) {
       }
       return out + "}>";
     }
-    case Value::Kind::kCallable:
-      return absl::StrCat("<", v.as_callable().Describe(), ">");
+    case Value::Kind::kCallable: return absl::StrCat("<", v.as_callable().Describe(), ">");
   }
   return "";
 }

@@ -22,9 +22,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace tandem::jinja {
 
@@ -135,7 +135,7 @@ class Dict {
 
  private:
   friend class Value;
-  static constexpr size_t kIndexFrom = 16;  // below this a scan beats hashing (the loop object has 12)
+  static constexpr size_t kIndexFrom = 16;   // below this a scan beats hashing (the loop object has 12)
   size_t FindIndex(const Value& key) const;  // entries_.size() when absent
 
   std::vector<std::pair<Value, Value>> entries_;

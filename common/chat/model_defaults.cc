@@ -62,15 +62,17 @@ absl::StatusOr<std::optional<bool>> OptionalBool(const json& object, const std::
 }
 
 // "<s>", or an AddedToken object {"content": "<s>", ...} (older configs).
-absl::StatusOr<std::optional<std::string>> TokenText(const json* v, const std::string& field, const std::string& source) {
+absl::StatusOr<std::optional<std::string>> TokenText(const json* v, const std::string& field,
+                                                     const std::string& source) {
   if (v == nullptr || v->is_null()) return std::optional<std::string>();
   if (v->is_string()) return std::optional<std::string>(v->get<std::string>());
   if (v->is_object()) {
     const json* content = Find(*v, "content");
     if (content != nullptr && content->is_string()) return std::optional<std::string>(content->get<std::string>());
   }
-  return FieldError(source, field,
-                    absl::StrCat("must be a string or an AddedToken object with a \"content\" string, got ", v->dump()));
+  return FieldError(
+      source, field,
+      absl::StrCat("must be a string or an AddedToken object with a \"content\" string, got ", v->dump()));
 }
 
 // One added token object, `field` naming it in errors.
@@ -87,8 +89,9 @@ absl::StatusOr<AddedToken> ParseAddedToken(const json& v, int32_t id, const std:
     const char* name;
     bool* out;
   };
-  for (const Flag& flag : {Flag{"special", &token.special}, Flag{"lstrip", &token.lstrip}, Flag{"rstrip", &token.rstrip},
-                           Flag{"normalized", &token.normalized}, Flag{"single_word", &token.single_word}}) {
+  for (const Flag& flag :
+       {Flag{"special", &token.special}, Flag{"lstrip", &token.lstrip}, Flag{"rstrip", &token.rstrip},
+        Flag{"normalized", &token.normalized}, Flag{"single_word", &token.single_word}}) {
     const json* b = Find(v, flag.name);
     if (b == nullptr) continue;
     if (!b->is_boolean()) return FieldError(source, absl::StrCat(field, ".", flag.name), "must be true or false");
@@ -129,7 +132,8 @@ absl::Status ParseChatTemplate(const json* v, const std::string& source, Tokeniz
     const json* name = entry.is_object() ? Find(entry, "name") : nullptr;
     const json* text = entry.is_object() ? Find(entry, "template") : nullptr;
     if (name == nullptr || !name->is_string() || text == nullptr || !text->is_string()) {
-      return FieldError(source, absl::StrCat("chat_template[", i, "]"), "must be {\"name\": string, \"template\": string}");
+      return FieldError(source, absl::StrCat("chat_template[", i, "]"),
+                        "must be {\"name\": string, \"template\": string}");
     }
     named[name->get<std::string>()] = text->get<std::string>();
   }
@@ -177,8 +181,8 @@ absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
   if (ec) return absl::NotFoundError(absl::StrCat(path.string(), ": ", ec.message()));
   if (size > kMaxFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", size, " bytes is more than the ",
-                                                   kMaxFileBytes, " a model folder's config files may have"));
+    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", size, " bytes is more than the ", kMaxFileBytes,
+                                                   " a model folder's config files may have"));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat(path.string(), ": cannot open"));
@@ -188,7 +192,8 @@ absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
 }
 
 // tokenizer.json's "added_tokens": [{"id", "content", "special", ...}].
-absl::StatusOr<std::vector<AddedToken>> ParseTokenizerJsonAddedTokens(std::string_view text, const std::string& source) {
+absl::StatusOr<std::vector<AddedToken>> ParseTokenizerJsonAddedTokens(std::string_view text,
+                                                                      const std::string& source) {
   TANDEM_ASSIGN_OR_RETURN(json root, ParseObject(text, source));
   std::vector<AddedToken> tokens;
   const json* list = Find(root, "added_tokens");
@@ -223,7 +228,8 @@ absl::StatusOr<GenerationDefaults> ParseGenerationConfig(std::string_view json_t
     const json list = eos->is_array() ? *eos : json::array({*eos});
     for (const json& id : list) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
-        return FieldError(source, "eos_token_id", absl::StrCat("must be a token id or a list of token ids, got ", eos->dump()));
+        return FieldError(source, "eos_token_id",
+                          absl::StrCat("must be a token id or a list of token ids, got ", eos->dump()));
       }
       out.eos_token_ids.push_back(id.get<int32_t>());
     }
@@ -242,7 +248,8 @@ absl::StatusOr<GenerationDefaults> ParseGenerationConfig(std::string_view json_t
   if (out.top_p && (*out.top_p <= 0 || *out.top_p > 1)) return FieldError(source, "top_p", "must be in (0, 1]");
   if (out.top_k && *out.top_k < 0) return FieldError(source, "top_k", "must be >= 0");
   if (out.min_p && (*out.min_p < 0 || *out.min_p > 1)) return FieldError(source, "min_p", "must be in [0, 1]");
-  if (out.repetition_penalty && *out.repetition_penalty <= 0) return FieldError(source, "repetition_penalty", "must be > 0");
+  if (out.repetition_penalty && *out.repetition_penalty <= 0)
+    return FieldError(source, "repetition_penalty", "must be > 0");
   if (out.max_new_tokens && *out.max_new_tokens < 0) return FieldError(source, "max_new_tokens", "must be >= 0");
   if (out.max_length && *out.max_length < 0) return FieldError(source, "max_length", "must be >= 0");
   return out;
@@ -348,12 +355,15 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ModelDefaults::CompileChatTemplate
   auto it = tokenizer.named_chat_templates.find(name);
   if (it == tokenizer.named_chat_templates.end()) {
     if (tokenizer.named_chat_templates.empty()) {
-      return absl::NotFoundError("the model has no chat template (no chat_template in tokenizer_config.json, "
-                                 "no chat_template.jinja)");
+      return absl::NotFoundError(
+          "the model has no chat template (no chat_template in tokenizer_config.json, "
+          "no chat_template.jinja)");
     }
     std::string names;
-    for (const auto& [known, text] : tokenizer.named_chat_templates) absl::StrAppend(&names, names.empty() ? "" : ", ", known);
-    return absl::NotFoundError(absl::StrCat("the model has no chat template named \"", name, "\" (it has: ", names, ")"));
+    for (const auto& [known, text] : tokenizer.named_chat_templates)
+      absl::StrAppend(&names, names.empty() ? "" : ", ", known);
+    return absl::NotFoundError(
+        absl::StrCat("the model has no chat template named \"", name, "\" (it has: ", names, ")"));
   }
   if (options.name == ChatTemplateOptions().name) {
     options.name = absl::StrCat(tokenizer.chat_template_source, " chat_template",

@@ -49,8 +49,8 @@ struct AddedToken {
   int32_t id = -1;
   std::string content;
   bool special = false;
-  bool lstrip = false;   // absorbs the whitespace before it when splitting
-  bool rstrip = false;   // absorbs the whitespace after it
+  bool lstrip = false;  // absorbs the whitespace before it when splitting
+  bool rstrip = false;  // absorbs the whitespace after it
   bool normalized = false;
   bool single_word = false;
 };
@@ -96,7 +96,7 @@ struct ModelDefaults {
   // `options` (its name defaults to "<file> chat_template"). NotFound when
   // the model has none by that name; InvalidArgument when it cannot load.
   absl::StatusOr<std::unique_ptr<ChatTemplate>> CompileChatTemplate(const std::string& name = "default",
-                                                                     ChatTemplateOptions options = {}) const;
+                                                                    ChatTemplateOptions options = {}) const;
 };
 
 // The contents of one file; `source` names it in errors.

@@ -228,7 +228,9 @@ int64_t PyCount(absl::string_view s, absl::string_view sub) {
 
 bool PyIsDigit(absl::string_view s) { return AllOf(s, IsDigit); }
 bool PyIsAlpha(absl::string_view s) { return AllOf(s, IsAlpha); }
-bool PyIsAlnum(absl::string_view s) { return AllOf(s, [](char32_t c) { return IsAlpha(c) || IsDigit(c); }); }
+bool PyIsAlnum(absl::string_view s) {
+  return AllOf(s, [](char32_t c) { return IsAlpha(c) || IsDigit(c); });
+}
 bool PyIsSpace(absl::string_view s) { return AllOf(s, IsPythonSpace); }
 
 bool PyIsLower(absl::string_view s) {

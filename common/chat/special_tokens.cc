@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "common/chat/unicode.h"
 #include "common/base/status_macros.h"
+#include "common/chat/unicode.h"
 
 namespace tandem {
 namespace {
@@ -34,7 +34,8 @@ absl::StatusOr<SpecialTokenMatcher> SpecialTokenMatcher::Create(const std::vecto
       return absl::InvalidArgumentError(absl::StrCat("special token ", pattern.id, " has empty content"));
     }
     if (pattern.id < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("special token \"", pattern.content, "\" has negative id ", pattern.id));
+      return absl::InvalidArgumentError(
+          absl::StrCat("special token \"", pattern.content, "\" has negative id ", pattern.id));
     }
     int32_t node = 0;
     for (unsigned char byte : pattern.content) {
@@ -103,7 +104,8 @@ std::vector<PromptPiece> SpecialTokenMatcher::Split(std::string_view text) const
   return pieces;
 }
 
-absl::StatusOr<std::vector<int32_t>> EncodeWithSpecialTokens(std::string_view prompt, const SpecialTokenMatcher& matcher,
+absl::StatusOr<std::vector<int32_t>> EncodeWithSpecialTokens(std::string_view prompt,
+                                                             const SpecialTokenMatcher& matcher,
                                                              const EncodeTextFn& encode) {
   std::vector<int32_t> ids;
   for (const PromptPiece& piece : matcher.Split(prompt)) {

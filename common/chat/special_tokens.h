@@ -51,7 +51,7 @@ class SpecialTokenMatcher {
   // A byte trie over the patterns' contents.
   struct Node {
     std::vector<std::pair<unsigned char, int32_t>> children;  // sorted by byte
-    int32_t pattern = -1;                                      // index into patterns_ when a content ends here
+    int32_t pattern = -1;                                     // index into patterns_ when a content ends here
   };
   int32_t Child(int32_t node, unsigned char byte) const;
 
@@ -66,7 +66,8 @@ using EncodeTextFn = std::function<absl::StatusOr<std::vector<int32_t>>(std::str
 
 // The ids of `prompt`: special tokens as their ids, the text between them
 // through `encode`. Errors are encode's.
-absl::StatusOr<std::vector<int32_t>> EncodeWithSpecialTokens(std::string_view prompt, const SpecialTokenMatcher& matcher,
+absl::StatusOr<std::vector<int32_t>> EncodeWithSpecialTokens(std::string_view prompt,
+                                                             const SpecialTokenMatcher& matcher,
                                                              const EncodeTextFn& encode);
 
 }  // namespace tandem

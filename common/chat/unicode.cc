@@ -86,25 +86,38 @@ std::vector<size_t> CodePointOffsets(absl::string_view s) {
 
 bool IsPythonSpace(char32_t c) {
   switch (c) {
-    case ' ': case '\t': case '\n': case '\v': case '\f': case '\r':
-    case 0x1C: case 0x1D: case 0x1E: case 0x1F: case 0x85: case 0xA0: case 0x1680:
-    case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
-      return true;
-    default:
-      return c >= 0x2000 && c <= 0x200A;
+    case ' ':
+    case '\t':
+    case '\n':
+    case '\v':
+    case '\f':
+    case '\r':
+    case 0x1C:
+    case 0x1D:
+    case 0x1E:
+    case 0x1F:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000: return true;
+    default: return c >= 0x2000 && c <= 0x200A;
   }
 }
 
 bool IsPrintable(char32_t c) {
   if (c < 0x20 || c == 0x7F || (c >= 0x80 && c <= 0xA0) || c == 0xAD) return false;
   if (c == ' ') return true;
-  if (IsPythonSpace(c)) return false;                   // Zs, Zl, Zp other than ' '
-  if (c >= 0x200B && c <= 0x200F) return false;         // zero-width and direction marks (Cf)
-  if (c >= 0x202A && c <= 0x202E) return false;         // embeddings and overrides (Cf)
-  if (c >= 0x2060 && c <= 0x206F) return false;         // word joiner, invisible operators (Cf)
+  if (IsPythonSpace(c)) return false;            // Zs, Zl, Zp other than ' '
+  if (c >= 0x200B && c <= 0x200F) return false;  // zero-width and direction marks (Cf)
+  if (c >= 0x202A && c <= 0x202E) return false;  // embeddings and overrides (Cf)
+  if (c >= 0x2060 && c <= 0x206F) return false;  // word joiner, invisible operators (Cf)
   if (c == 0xFEFF || (c >= 0xFFF9 && c <= 0xFFFB)) return false;
-  if (c >= 0xD800 && c <= 0xDFFF) return false;         // surrogates (and escaped bytes)
-  if (c >= 0xE000 && c <= 0xF8FF) return false;         // private use (Co)
+  if (c >= 0xD800 && c <= 0xDFFF) return false;  // surrogates (and escaped bytes)
+  if (c >= 0xE000 && c <= 0xF8FF) return false;  // private use (Co)
   return c <= 0x10FFFF;
 }
 

@@ -118,8 +118,8 @@ absl::Status GgufCheckpoint::Index() {
     TANDEM_ASSIGN_OR_RETURN(const int64_t expected, first.GetInteger(kGgufSplitTensorsCountKey));
     if (expected != static_cast<int64_t>(tensors_.size())) {
       return absl::InvalidArgumentError(absl::StrCat(first.source(), ": metadata key \"", kGgufSplitTensorsCountKey,
-                                                     "\" is ", expected, " but the ", files_.size(),
-                                                     " files hold ", tensors_.size(), " tensors"));
+                                                     "\" is ", expected, " but the ", files_.size(), " files hold ",
+                                                     tensors_.size(), " tensors"));
     }
   }
   return absl::OkStatus();

@@ -5,7 +5,8 @@
 namespace tandem {
 
 absl::Status GgufMetadata::Add(std::string key, GgufValue value) {
-  if (key.empty()) return absl::InvalidArgumentError(absl::StrCat(source_, ": metadata key ", entries_.size(), " is empty"));
+  if (key.empty())
+    return absl::InvalidArgumentError(absl::StrCat(source_, ": metadata key ", entries_.size(), " is empty"));
   if (index_.contains(key)) {
     return absl::InvalidArgumentError(absl::StrCat(source_, ": metadata key \"", key, "\" appears twice"));
   }

@@ -93,8 +93,8 @@ uint64_t MinEncodedBytes(GgufValueType type) {
     case GgufValueType::kUint32:
     case GgufValueType::kInt32:
     case GgufValueType::kFloat32: return 4;
-    case GgufValueType::kString: return 8;       // the length
-    case GgufValueType::kArray: return 4 + 8;    // element type and count
+    case GgufValueType::kString: return 8;     // the length
+    case GgufValueType::kArray: return 4 + 8;  // element type and count
     case GgufValueType::kUint64:
     case GgufValueType::kInt64:
     case GgufValueType::kFloat64: return 8;
@@ -150,13 +150,14 @@ absl::StatusOr<GgufArray> ReadArray(Reader& r, int depth) {
   TANDEM_ASSIGN_OR_RETURN(const GgufValueType type, ToValueType(type_id));
   TANDEM_ASSIGN_OR_RETURN(const uint64_t count, r.Read<uint64_t>());
   if (type == GgufValueType::kArray && depth + 1 >= kGgufMaxArrayDepth) {
-    return absl::InvalidArgumentError(absl::StrCat("array at byte ", at, " nests arrays deeper than ",
-                                                   kGgufMaxArrayDepth, " levels"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("array at byte ", at, " nests arrays deeper than ", kGgufMaxArrayDepth, " levels"));
   }
   const uint64_t min_bytes = MinEncodedBytes(type);
   if (count > r.remaining() / min_bytes) {
     return absl::DataLossError(absl::StrCat("array of ", count, " ", GgufValueTypeName(type), " at byte ", at,
-                                            " needs at least ", count > UINT64_MAX / min_bytes ? UINT64_MAX : count * min_bytes,
+                                            " needs at least ",
+                                            count > UINT64_MAX / min_bytes ? UINT64_MAX : count * min_bytes,
                                             " bytes but the file has ", r.remaining(), " left"));
   }
   if (count > kGgufMaxArrayElements) {
@@ -210,9 +211,9 @@ absl::StatusOr<uint32_t> ReadVersion(Reader& r) {
   }
   TANDEM_ASSIGN_OR_RETURN(const uint32_t magic, r.Read<uint32_t>());
   if (magic != kGgufMagic) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "not a GGUF file: it starts with bytes %02x %02x %02x %02x, expected \"GGUF\" (47 47 55 46)", magic & 0xff,
-        (magic >> 8) & 0xff, (magic >> 16) & 0xff, magic >> 24));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("not a GGUF file: it starts with bytes %02x %02x %02x %02x, expected \"GGUF\" (47 47 55 46)",
+                        magic & 0xff, (magic >> 8) & 0xff, (magic >> 16) & 0xff, magic >> 24));
   }
   TANDEM_ASSIGN_OR_RETURN(const uint32_t version, r.Read<uint32_t>());
   if (version == 2 || version == 3) return version;

@@ -66,9 +66,8 @@ absl::StatusOr<std::vector<GgufTensorInfo>> LayOutGgufTensors(absl::Span<const G
     const std::string context = absl::StrCat("tensor \"", spec.name, "\"");
     if (spec.name.empty()) return absl::InvalidArgumentError(absl::StrCat("tensor #", infos.size(), " has no name"));
     if (spec.name.size() >= kGgufMaxTensorNameBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(context, ": name of ", spec.name.size(),
-                                                     " bytes; ggml readers take at most ",
-                                                     kGgufMaxTensorNameBytes - 1));
+      return absl::InvalidArgumentError(absl::StrCat(
+          context, ": name of ", spec.name.size(), " bytes; ggml readers take at most ", kGgufMaxTensorNameBytes - 1));
     }
     if (!names.insert(spec.name).second) return absl::InvalidArgumentError(absl::StrCat(context, " appears twice"));
     if (spec.dims.size() > static_cast<size_t>(kGgufMaxDims)) {

@@ -36,7 +36,6 @@ uint64_t GgufDataSectionBytes(absl::Span<const GgufTensorInfo> tensors, uint64_t
 
 // The file up to the data section: magic, version 3, counts, metadata,
 // tensor infos, zero padding to a multiple of the metadata's alignment.
-absl::StatusOr<std::string> SerializeGgufHeader(const GgufMetadata& metadata,
-                                                absl::Span<const GgufTensorInfo> tensors);
+absl::StatusOr<std::string> SerializeGgufHeader(const GgufMetadata& metadata, absl::Span<const GgufTensorInfo> tensors);
 
 }  // namespace tandem

@@ -9,9 +9,9 @@
 namespace tandem {
 namespace {
 
-constexpr const char* kTypeNames[kGgufValueTypeCount] = {"uint8", "int8",   "uint16", "int16", "uint32",
-                                                         "int32", "float32", "bool",  "string", "array",
-                                                         "uint64", "int64", "float64"};
+constexpr const char* kTypeNames[kGgufValueTypeCount] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+                                                         "int32",  "float32", "bool",   "string", "array",
+                                                         "uint64", "int64",   "float64"};
 // Arrays longer than this show their first elements and a count.
 constexpr size_t kDebugElements = 8;
 

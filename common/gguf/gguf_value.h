@@ -39,11 +39,10 @@ std::string GgufValueTypeName(GgufValueType type);
 class GgufArray {
  public:
   // Alternative i is a vector of the type GGUF numbers i.
-  using Elements = std::variant<std::vector<uint8_t>, std::vector<int8_t>, std::vector<uint16_t>,
-                                std::vector<int16_t>, std::vector<uint32_t>, std::vector<int32_t>,
-                                std::vector<float>, std::vector<bool>, std::vector<std::string>,
-                                std::vector<GgufArray>, std::vector<uint64_t>, std::vector<int64_t>,
-                                std::vector<double>>;
+  using Elements = std::variant<std::vector<uint8_t>, std::vector<int8_t>, std::vector<uint16_t>, std::vector<int16_t>,
+                                std::vector<uint32_t>, std::vector<int32_t>, std::vector<float>, std::vector<bool>,
+                                std::vector<std::string>, std::vector<GgufArray>, std::vector<uint64_t>,
+                                std::vector<int64_t>, std::vector<double>>;
 
   GgufArray() = default;  // an empty uint8 array
   template <typename T>

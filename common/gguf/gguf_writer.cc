@@ -15,8 +15,8 @@
 namespace tandem {
 
 absl::StatusOr<std::unique_ptr<GgufWriter>> GgufWriter::Create(const std::filesystem::path& path,
-                                                                const GgufMetadata& metadata,
-                                                                absl::Span<const GgufTensorSpec> tensors) {
+                                                               const GgufMetadata& metadata,
+                                                               absl::Span<const GgufTensorSpec> tensors) {
   auto in_file = [&path](const absl::Status& s) {
     return absl::Status(s.code(), absl::StrCat(path.string(), ": ", s.message()));
   };
@@ -94,8 +94,8 @@ absl::Status GgufWriter::Write(absl::string_view name, absl::Span<const uint8_t>
   }
   const GgufTensorInfo& t = tensors_[current_];
   if (name != t.name) {
-    return absl::FailedPreconditionError(absl::StrCat(path_.string(), ": tensor \"", name,
-                                                      "\" written out of order: \"", t.name, "\" is due"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_.string(), ": tensor \"", name, "\" written out of order: \"", t.name, "\" is due"));
   }
   if (bytes.size() > t.size_bytes - current_done_) {
     return absl::FailedPreconditionError(absl::StrCat(path_.string(), ": tensor \"", name, "\": ", bytes.size(),
@@ -124,8 +124,8 @@ absl::Status GgufWriter::Finish() {
   if (finished_) return absl::OkStatus();
   if (current_ < tensors_.size()) {
     const GgufTensorInfo& t = tensors_[current_];
-    return absl::FailedPreconditionError(absl::StrCat(path_.string(), ": tensor \"", t.name, "\" has ",
-                                                      current_done_, " of its ", t.size_bytes,
+    return absl::FailedPreconditionError(absl::StrCat(path_.string(), ": tensor \"", t.name, "\" has ", current_done_,
+                                                      " of its ", t.size_bytes,
                                                       " bytes; every tensor must be written before Finish"));
   }
   TANDEM_RETURN_IF_ERROR(PadTo(total_bytes_));

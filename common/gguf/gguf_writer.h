@@ -66,12 +66,12 @@ class GgufWriter {
   std::vector<GgufTensorInfo> tensors_;
   uint64_t alignment_;
   uint64_t total_bytes_;
-  uint64_t data_offset_ = 0;   // where the data section starts in the file
+  uint64_t data_offset_ = 0;  // where the data section starts in the file
   uint64_t bytes_written_ = 0;
   size_t current_ = 0;         // index of the tensor now due
   uint64_t current_done_ = 0;  // bytes of it written
   bool finished_ = false;
-  absl::Status failed_;        // the first write error; later calls return it
+  absl::Status failed_;  // the first write error; later calls return it
 };
 
 }  // namespace tandem

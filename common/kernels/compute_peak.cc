@@ -10,24 +10,18 @@ namespace tandem {
 
 const char* PeakInstructionName(PeakInstruction instruction) {
   switch (instruction) {
-    case PeakInstruction::kAvx2Fma:
-      return "avx2_fma";
-    case PeakInstruction::kAvx512Fma:
-      return "avx512_fma";
-    case PeakInstruction::kBf16Dot:
-      return "avx512_bf16_dot";
+    case PeakInstruction::kAvx2Fma: return "avx2_fma";
+    case PeakInstruction::kAvx512Fma: return "avx512_fma";
+    case PeakInstruction::kBf16Dot: return "avx512_bf16_dot";
   }
   return "?";
 }
 
 IsaLevel PeakInstructionIsa(PeakInstruction instruction) {
   switch (instruction) {
-    case PeakInstruction::kAvx2Fma:
-      return IsaLevel::kAvx2;
-    case PeakInstruction::kAvx512Fma:
-      return IsaLevel::kAvx512;
-    case PeakInstruction::kBf16Dot:
-      return IsaLevel::kAvx512Bf16;
+    case PeakInstruction::kAvx2Fma: return IsaLevel::kAvx2;
+    case PeakInstruction::kAvx512Fma: return IsaLevel::kAvx512;
+    case PeakInstruction::kBf16Dot: return IsaLevel::kAvx512Bf16;
   }
   return IsaLevel::kAmx;
 }

@@ -35,13 +35,14 @@ absl::Status KernelCalibrationOptions::Validate() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<KernelCalibration> MeasureKernelPlan(std::span<const std::vector<LinearWeight>> groups,
-                                                    ThreadPool* pool, const KernelCalibrationOptions& options) {
+absl::StatusOr<KernelCalibration> MeasureKernelPlan(std::span<const std::vector<LinearWeight>> groups, ThreadPool* pool,
+                                                    const KernelCalibrationOptions& options) {
   TANDEM_RETURN_IF_ERROR(options.Validate());
   if (groups.empty()) return absl::InvalidArgumentError("kernel calibration: no weights to time");
   int64_t max_k = 0, max_n = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
-    if (groups[g].empty()) return absl::InvalidArgumentError(absl::StrCat("kernel calibration: group ", g, " is empty"));
+    if (groups[g].empty())
+      return absl::InvalidArgumentError(absl::StrCat("kernel calibration: group ", g, " is empty"));
     for (const LinearWeight& w : groups[g]) {
       if (w.data == nullptr || w.n < 1 || w.k < 1)
         return absl::InvalidArgumentError(absl::StrCat("kernel calibration: group ", g, " holds an empty matrix"));
@@ -86,7 +87,8 @@ absl::StatusOr<KernelCalibration> MeasureKernelPlan(std::span<const std::vector<
           {rows, std::string(ChooseLinearKernel(rows, groups.front().front().dtype, linear).name), path, us[path]});
     }
     if (us.empty()) continue;
-    auto best = std::min_element(us.begin(), us.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    auto best =
+        std::min_element(us.begin(), us.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
     KernelPath winner = best->first;
     if (!steps.empty() && us.count(steps.back().path) != 0 &&
         best->second > (1.0 - options.switch_margin) * us[steps.back().path]) {
@@ -102,7 +104,7 @@ absl::StatusOr<KernelCalibration> MeasureKernelPlan(std::span<const std::vector<
   TANDEM_ASSIGN_OR_RETURN(
       result.plan,
       KernelPlan::Create(std::move(steps), absl::StrFormat("measured on %s at %s (%.1f s)", HostCpu().brand,
-                                                          IsaLevelName(ActiveIsa()), result.seconds)));
+                                                           IsaLevelName(ActiveIsa()), result.seconds)));
   return result;
 }
 

@@ -52,7 +52,7 @@ struct KernelCalibration {
 // `groups`: one or more sets of matrices, each timed as one unit (e.g. one
 // expert's three); consecutive calls take the next group. Every matrix must
 // be valid (non-null, n, k >= 1). InvalidArgument for bad options or input.
-absl::StatusOr<KernelCalibration> MeasureKernelPlan(std::span<const std::vector<LinearWeight>> groups,
-                                                    ThreadPool* pool, const KernelCalibrationOptions& options = {});
+absl::StatusOr<KernelCalibration> MeasureKernelPlan(std::span<const std::vector<LinearWeight>> groups, ThreadPool* pool,
+                                                    const KernelCalibrationOptions& options = {});
 
 }  // namespace tandem

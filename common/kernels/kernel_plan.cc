@@ -74,8 +74,8 @@ absl::StatusOr<KernelPlan> KernelPlan::Parse(const std::string& spec, std::strin
     const size_t colon = item.find(':');
     int64_t rows = 0;
     if (colon == std::string_view::npos || !absl::SimpleAtoi(item.substr(0, colon), &rows) || rows < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("kernel plan \"", spec, "\": step \"", std::string(item), "\" is not ROWS:PATH (e.g. 1:stream,12:packed)"));
+      return absl::InvalidArgumentError(absl::StrCat("kernel plan \"", spec, "\": step \"", std::string(item),
+                                                     "\" is not ROWS:PATH (e.g. 1:stream,12:packed)"));
     }
     absl::StatusOr<KernelPath> path = ParseKernelPath(std::string(item.substr(colon + 1)));
     if (!path.ok())
@@ -98,7 +98,8 @@ KernelPath KernelPlan::PathFor(int64_t rows) const {
 
 std::string KernelPlan::Spec() const {
   std::vector<std::string> parts;
-  for (const KernelPlanStep& step : steps_) parts.push_back(absl::StrCat(step.min_rows, ":", KernelPathName(step.path)));
+  for (const KernelPlanStep& step : steps_)
+    parts.push_back(absl::StrCat(step.min_rows, ":", KernelPathName(step.path)));
   return absl::StrJoin(parts, ",");
 }
 

@@ -192,12 +192,12 @@ std::string DescribeKernelChoice(DType dtype, const LinearOptions& options) {
 std::string KernelStartupSummary(DType dtype) {
   const KernelPlan& plan = ProcessKernelPlan();
   return absl::StrCat("cpu ", HostCpu().Description(), " [", HostCpu().Flags(), "]; kernels at ",
-                      ActiveIsaDescription(), "; plan ", plan.Spec(), " (", plan.source(), "): ",
-                      std::string(DTypeName(dtype)), " weights ", DescribeKernelChoice(dtype));
+                      ActiveIsaDescription(), "; plan ", plan.Spec(), " (", plan.source(),
+                      "): ", std::string(DTypeName(dtype)), " weights ", DescribeKernelChoice(dtype));
 }
 
-absl::Status Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias, float* y,
-                    ThreadPool* pool, const LinearOptions& options) {
+absl::Status Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias, float* y, ThreadPool* pool,
+                    const LinearOptions& options) {
   TANDEM_RETURN_IF_ERROR(ValidateLinear(x, m, w, y, options));
   if (m == 0) return absl::OkStatus();
   const LinearKernel& kernel = ChooseLinearKernel(m, w.dtype, options);

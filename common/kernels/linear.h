@@ -53,8 +53,8 @@ struct LinearOptions {
 };
 
 // Thread-safe for distinct outputs; uses `pool` (may be null: single thread).
-absl::Status Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias, float* y,
-                    ThreadPool* pool, const LinearOptions& options = {});
+absl::Status Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias, float* y, ThreadPool* pool,
+                    const LinearOptions& options = {});
 
 // ---- Building blocks for fused callers (the expert FFN) and benchmarks ----
 
@@ -81,8 +81,7 @@ class PreparedInput {
   // Prepares x [m, k] (row stride ldx) for `kernel`, split over `pool`; a
   // kernel without a prepare step leaves it empty. ResourceExhausted when
   // the buffer cannot grow.
-  absl::Status Prepare(const LinearKernel& kernel, const float* x, int64_t ldx, int64_t m, int64_t k,
-                       ThreadPool* pool);
+  absl::Status Prepare(const LinearKernel& kernel, const float* x, int64_t ldx, int64_t m, int64_t k, ThreadPool* pool);
 
  private:
   struct Free {

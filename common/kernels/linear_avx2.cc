@@ -79,8 +79,7 @@ inline void StreamTile(const float* x, int64_t ldx, const void* const* rows, int
       // need 8 + 8 + 1 registers and spill an accumulator, whose chain
       // through memory then sets the pace.
       const __m256 xv = _mm256_loadu_ps(x + kk);
-      for (int j = 0; j < kNR; ++j)
-        acc[0][j] = _mm256_fmadd_ps(xv, LoadWeights8<kDType>(w[j], kk), acc[0][j]);
+      for (int j = 0; j < kNR; ++j) acc[0][j] = _mm256_fmadd_ps(xv, LoadWeights8<kDType>(w[j], kk), acc[0][j]);
     } else {
       __m256 wv[kNR];
       for (int j = 0; j < kNR; ++j) wv[j] = LoadWeights8<kDType>(w[j], kk);
@@ -101,25 +100,18 @@ inline void StreamTile(const float* x, int64_t ldx, const void* const* rows, int
 // for every row group (loading the next W rows first would let rows 4 KB apart
 // evict each other from the same L1 sets).
 template <DType kDType, int kNR>
-inline void StreamColumns(const float* x, int64_t ldx, const void* const* rows, int mc, int64_t k0,
-                          int64_t kb, StreamAccumulators& acc, int j0, bool first) {
+inline void StreamColumns(const float* x, int64_t ldx, const void* const* rows, int mc, int64_t k0, int64_t kb,
+                          StreamAccumulators& acc, int j0, bool first) {
   int r = 0;
   if constexpr (kNR <= 2) {
     for (; r + 6 <= mc; r += 6) StreamTile<kDType, 6, kNR>(x + r * ldx, ldx, rows, k0, kb, acc, r, j0, first);
   }
   for (; r + 4 <= mc; r += 4) StreamTile<kDType, 4, kNR>(x + r * ldx, ldx, rows, k0, kb, acc, r, j0, first);
   switch (mc - r) {
-    case 3:
-      StreamTile<kDType, 3, kNR>(x + r * ldx, ldx, rows, k0, kb, acc, r, j0, first);
-      break;
-    case 2:
-      StreamTile<kDType, 2, kNR>(x + r * ldx, ldx, rows, k0, kb, acc, r, j0, first);
-      break;
-    case 1:
-      StreamTile<kDType, 1, kNR>(x + r * ldx, ldx, rows, k0, kb, acc, r, j0, first);
-      break;
-    default:
-      break;
+    case 3: StreamTile<kDType, 3, kNR>(x + r * ldx, ldx, rows, k0, kb, acc, r, j0, first); break;
+    case 2: StreamTile<kDType, 2, kNR>(x + r * ldx, ldx, rows, k0, kb, acc, r, j0, first); break;
+    case 1: StreamTile<kDType, 1, kNR>(x + r * ldx, ldx, rows, k0, kb, acc, r, j0, first); break;
+    default: break;
   }
 }
 
@@ -127,8 +119,8 @@ inline void StreamColumns(const float* x, int64_t ldx, const void* const* rows, 
 // + weight vectors + one x vector fit the 16 ymm registers: 1 x 8, 2 x 4,
 // then 6 x 2 (and 4/3 x 2 for the remainder).
 template <DType kDType, int kNR>
-inline void StreamBlock(const float* x, int64_t ldx, const void* const* rows, int mc, int nb, int64_t k0,
-                        int64_t kb, StreamAccumulators& acc, bool first) {
+inline void StreamBlock(const float* x, int64_t ldx, const void* const* rows, int mc, int nb, int64_t k0, int64_t kb,
+                        StreamAccumulators& acc, bool first) {
   int j = 0;
   for (; j + kNR <= nb; j += kNR) StreamColumns<kDType, kNR>(x, ldx, rows, mc, k0, kb, acc, j, first);
   for (; j < nb; ++j) StreamColumns<kDType, 1>(x, ldx, rows, mc, k0, kb, acc, j, first);
@@ -222,8 +214,7 @@ void PackPanel(const void* w, int64_t k, int64_t n0, int64_t n_end, int64_t k0, 
     int64_t kk = 0;
     for (; kk + 8 <= kb; kk += 8) {
       __m256 r[8];
-      for (int j = 0; j < 8; ++j)
-        r[j] = j < valid ? LoadWeights8<kDType>(rows[j], k0 + kk) : _mm256_setzero_ps();
+      for (int j = 0; j < 8; ++j) r[j] = j < valid ? LoadWeights8<kDType>(rows[j], k0 + kk) : _mm256_setzero_ps();
       Transpose8x8(r);
       for (int t = 0; t < 8; ++t) _mm256_storeu_ps(panel + (kk + t) * kPanel + 8 * half, r[t]);
     }
@@ -261,26 +252,13 @@ inline void MicroKernel(const float* x, int64_t ldx, const float* panel, int64_t
 inline void MicroKernelRows(int rows, const float* x, int64_t ldx, const float* panel, int64_t kb, float* c,
                             int64_t ldc, bool accumulate) {
   switch (rows) {
-    case 6:
-      MicroKernel<6>(x, ldx, panel, kb, c, ldc, accumulate);
-      break;
-    case 5:
-      MicroKernel<5>(x, ldx, panel, kb, c, ldc, accumulate);
-      break;
-    case 4:
-      MicroKernel<4>(x, ldx, panel, kb, c, ldc, accumulate);
-      break;
-    case 3:
-      MicroKernel<3>(x, ldx, panel, kb, c, ldc, accumulate);
-      break;
-    case 2:
-      MicroKernel<2>(x, ldx, panel, kb, c, ldc, accumulate);
-      break;
-    case 1:
-      MicroKernel<1>(x, ldx, panel, kb, c, ldc, accumulate);
-      break;
-    default:
-      break;
+    case 6: MicroKernel<6>(x, ldx, panel, kb, c, ldc, accumulate); break;
+    case 5: MicroKernel<5>(x, ldx, panel, kb, c, ldc, accumulate); break;
+    case 4: MicroKernel<4>(x, ldx, panel, kb, c, ldc, accumulate); break;
+    case 3: MicroKernel<3>(x, ldx, panel, kb, c, ldc, accumulate); break;
+    case 2: MicroKernel<2>(x, ldx, panel, kb, c, ldc, accumulate); break;
+    case 1: MicroKernel<1>(x, ldx, panel, kb, c, ldc, accumulate); break;
+    default: break;
   }
 }
 
@@ -324,8 +302,7 @@ void PackedSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch)
           // kernel never writes past n_end.
           float tile[kTileRows * kPanel];
           for (int r = 0; r < rows; ++r)
-            for (int64_t j = 0; j < cols; ++j)
-              tile[r * kPanel + j] = accumulate ? y[(r0 + r) * ldy + n0 + j] : 0.0f;
+            for (int64_t j = 0; j < cols; ++j) tile[r * kPanel + j] = accumulate ? y[(r0 + r) * ldy + n0 + j] : 0.0f;
           MicroKernelRows(rows, xr, ldx, panel, kb, tile, kPanel, accumulate);
           for (int r = 0; r < rows; ++r)
             for (int64_t j = 0; j < cols; ++j) y[(r0 + r) * ldy + n0 + j] = tile[r * kPanel + j];
@@ -396,8 +373,8 @@ void Avx2FmaLoop(int64_t iterations) {
       "vzeroupper\n\t"
       : "+r"(iterations)
       :
-      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",
-        "xmm11", "xmm14", "xmm15");
+      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm14",
+        "xmm15");
 }
 
 }  // namespace tandem::isa

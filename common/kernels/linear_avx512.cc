@@ -72,9 +72,9 @@ inline __m512 LoadWeights16(const void* row, int64_t k) {
 constexpr int64_t kPrefetchBytes = 512;  // how far ahead in each W row the 1-row tile prefetches
 template <DType kDType>
 constexpr int64_t kLineElements = 64 / kWeightBytes<kDType>;  // weights per cache line (a power of two)
-constexpr int64_t kStreamBlock = 8;     // W rows walked together
-constexpr int64_t kStreamRows = 16;     // x rows per pass over W
-constexpr int64_t kStreamBlockK = 256;  // x[16, 256] f32 = 16 KB + W[8, 256] stay in L1
+constexpr int64_t kStreamBlock = 8;                           // W rows walked together
+constexpr int64_t kStreamRows = 16;                           // x rows per pass over W
+constexpr int64_t kStreamBlockK = 256;                        // x[16, 256] f32 = 16 KB + W[8, 256] stay in L1
 using StreamAccumulators = __m512[kStreamRows][kStreamBlock];
 
 // acc[r][j0 + j] += x[r, k0:k0+kb] . W[row j, k0:k0+kb] for r < kMR, j < kNR,
@@ -123,8 +123,8 @@ inline void StreamRows(const float* x, int64_t ldx, const void* const* rows, int
 // Register tiles (rows x W rows) that fit 32 zmm with the weight vectors:
 // 1 x 8, 2 x 8, 4 x 4, 8 x 2.
 template <DType kDType>
-inline void StreamBlock(const float* x, int64_t ldx, const void* const* rows, int mc, int nb, int64_t k0,
-                        int64_t kb, StreamAccumulators& acc, bool first) {
+inline void StreamBlock(const float* x, int64_t ldx, const void* const* rows, int mc, int nb, int64_t k0, int64_t kb,
+                        StreamAccumulators& acc, bool first) {
   auto columns = [&](auto nr_tag, int j) {
     constexpr int kNR = decltype(nr_tag)::value;
     if (mc == 1) {
@@ -300,7 +300,8 @@ void PackedSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch)
   const int64_t panels = CeilDiv(n_end - n_begin, kPanel);
   const int64_t panel_stride = kPanel * k;
   float* packed = static_cast<float*>(scratch);
-  for (int64_t p = 0; p < panels; ++p) PackPanel<kDType>(w.data, k, n_begin + p * kPanel, n_end, packed + p * panel_stride);
+  for (int64_t p = 0; p < panels; ++p)
+    PackPanel<kDType>(w.data, k, n_begin + p * kPanel, n_end, packed + p * panel_stride);
 
   for (int64_t m0 = 0; m0 < m; m0 += kBlockRows) {
     const int64_t m1 = Min(m, m0 + kBlockRows);
@@ -415,9 +416,9 @@ void Avx512FmaLoop(int64_t iterations) {
       "vzeroupper\n\t"
       : "+r"(iterations)
       :
-      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
-        "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23",
-        "xmm30", "xmm31");
+      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
+        "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm30",
+        "xmm31");
 }
 
 }  // namespace tandem::isa

@@ -31,8 +31,8 @@ namespace {
 inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-constexpr int64_t kRowBlock = 16;   // rows per prepared block: one zmm of lanes
-constexpr int kTileFeatures = 12;   // features per register tile (x 2 blocks = 24 accumulators)
+constexpr int64_t kRowBlock = 16;    // rows per prepared block: one zmm of lanes
+constexpr int kTileFeatures = 12;    // features per register tile (x 2 blocks = 24 accumulators)
 constexpr int64_t kPairBlock = 128;  // K pairs per pass: x [32 rows, 256] bf16 = 16 KB in L1
 
 // 16 x 16 transpose of dwords: out[c] lane r = in[r] lane c.
@@ -89,8 +89,7 @@ inline void DotTile(const uint32_t* xp, int64_t block_stride, const uint16_t* w,
       uint32_t pair;
       std::memcpy(&pair, base[j / 3] + (j % 3) * ldw, sizeof(pair));
       const __m512i wv = _mm512_set1_epi32(static_cast<int>(pair));
-      for (int b = 0; b < kBlocks; ++b)
-        acc[j][b] = _mm512_dpbf16_ps(acc[j][b], (__m512bh)wv, (__m512bh)xv[b]);
+      for (int b = 0; b < kBlocks; ++b) acc[j][b] = _mm512_dpbf16_ps(acc[j][b], (__m512bh)wv, (__m512bh)xv[b]);
     }
     for (int q = 0; q < kBases; ++q) base[q] += sizeof(uint32_t);
   }
@@ -101,8 +100,7 @@ inline void DotTile(const uint32_t* xp, int64_t block_stride, const uint16_t* w,
       uint16_t last;  // the row's last weight; its pair partner (x = 0) stays zero
       std::memcpy(&last, base[j / 3] + (j % 3) * ldw, sizeof(last));
       const __m512i wv = _mm512_set1_epi32(static_cast<int>(last));
-      for (int b = 0; b < kBlocks; ++b)
-        acc[j][b] = _mm512_dpbf16_ps(acc[j][b], (__m512bh)wv, (__m512bh)xv[b]);
+      for (int b = 0; b < kBlocks; ++b) acc[j][b] = _mm512_dpbf16_ps(acc[j][b], (__m512bh)wv, (__m512bh)xv[b]);
     }
   }
   for (int j = 0; j < kNR; ++j)
@@ -137,7 +135,9 @@ void Bf16DotPrepare(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t b
     for (int64_t k0 = 0; k0 < k; k0 += 32) {
       const int64_t valid = Min(32, k - k0);
       const __mmask16 lo_mask = static_cast<__mmask16>(valid >= 16 ? 0xffff : (1u << valid) - 1);
-      const __mmask16 hi_mask = static_cast<__mmask16>(valid >= 32 ? 0xffff : valid <= 16 ? 0 : (1u << (valid - 16)) - 1);
+      const __mmask16 hi_mask = static_cast<__mmask16>(valid >= 32   ? 0xffff
+                                                       : valid <= 16 ? 0
+                                                                     : (1u << (valid - 16)) - 1);
       __m512i v[16];
       for (int r = 0; r < 16; ++r) {
         if (r0 + r >= m) {
@@ -265,9 +265,9 @@ void Bf16DotLoop(int64_t iterations) {
       "vzeroupper\n\t"
       : "+r"(iterations)
       :
-      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11",
-        "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23",
-        "xmm30", "xmm31");
+      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
+        "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm30",
+        "xmm31");
 }
 
 }  // namespace tandem::isa

@@ -34,9 +34,7 @@ int64_t Avx2PackedBytes(const LinearWeight& w, int64_t, int64_t features) {
 int64_t Avx512PackedBytes(const LinearWeight& w, int64_t, int64_t features) {
   return isa::Avx512PackedScratchBytes(w.k, features);
 }
-int64_t Bf16DotBytes(const LinearWeight&, int64_t m, int64_t features) {
-  return isa::Bf16DotScratchBytes(m, features);
-}
+int64_t Bf16DotBytes(const LinearWeight&, int64_t m, int64_t features) { return isa::Bf16DotScratchBytes(m, features); }
 
 constexpr LinearKernel Plain(KernelPath path, IsaLevel isa, DType dtype, const char* name, ScratchFn scratch,
                              SliceFn slice) {
@@ -59,8 +57,7 @@ const std::vector<LinearKernel>& Table() {
       Plain(P::kPacked, I::kAvx2, D::kBF16, "avx2_packed", Avx2PackedBytes, WithScratch<isa::Avx2PackedBf16>),
       Plain(P::kPacked, I::kAvx512, D::kF32, "avx512_packed", Avx512PackedBytes, WithScratch<isa::Avx512PackedF32>),
       Plain(P::kPacked, I::kAvx512, D::kF16, "avx512_packed", Avx512PackedBytes, WithScratch<isa::Avx512PackedF16>),
-      Plain(P::kPacked, I::kAvx512, D::kBF16, "avx512_packed", Avx512PackedBytes,
-            WithScratch<isa::Avx512PackedBf16>),
+      Plain(P::kPacked, I::kAvx512, D::kBF16, "avx512_packed", Avx512PackedBytes, WithScratch<isa::Avx512PackedBf16>),
       LinearKernel{P::kBf16Dot, I::kAvx512Bf16, D::kBF16, "avx512_bf16_dot", true, isa::Bf16DotPreparedBytes,
                    isa::Bf16DotRowBlocks, isa::Bf16DotPrepare, Bf16DotBytes, WithScratch<isa::Bf16DotBf16>},
       Plain(P::kOneDnn, I::kAvx2, D::kF32, "onednn", NoScratchBytes, OneDnn),
@@ -74,14 +71,10 @@ const std::vector<LinearKernel>& Table() {
 
 const char* KernelPathName(KernelPath path) {
   switch (path) {
-    case KernelPath::kStream:
-      return "stream";
-    case KernelPath::kPacked:
-      return "packed";
-    case KernelPath::kBf16Dot:
-      return "bf16_dot";
-    case KernelPath::kOneDnn:
-      return "onednn";
+    case KernelPath::kStream: return "stream";
+    case KernelPath::kPacked: return "packed";
+    case KernelPath::kBf16Dot: return "bf16_dot";
+    case KernelPath::kOneDnn: return "onednn";
   }
   return "?";
 }

@@ -42,9 +42,9 @@ absl::StatusOr<KernelPath> ParseKernelPath(std::string_view name);
 
 struct LinearKernel {
   KernelPath path;
-  IsaLevel isa;  // the instruction-set level it needs
-  DType dtype;   // the weight dtype it reads
-  const char* name;  // static
+  IsaLevel isa;             // the instruction-set level it needs
+  DType dtype;              // the weight dtype it reads
+  const char* name;         // static
   bool rounds_activations;  // x is rounded to bf16 before the products
   // Kernels that read x in a layout of their own prepare it once per call,
   // split into row blocks; all three null otherwise (x read as f32 rows).

@@ -30,21 +30,11 @@ void CapOneDnnIsa() {
   std::call_once(once, [] {
     dnnl::cpu_isa isa = dnnl::cpu_isa::avx2;
     switch (ActiveIsa()) {
-      case IsaLevel::kAvx2:
-        isa = dnnl::cpu_isa::avx2;
-        break;
-      case IsaLevel::kAvx512:
-        isa = dnnl::cpu_isa::avx512_core;
-        break;
-      case IsaLevel::kAvx512Vnni:
-        isa = dnnl::cpu_isa::avx512_core_vnni;
-        break;
-      case IsaLevel::kAvx512Bf16:
-        isa = dnnl::cpu_isa::avx512_core_bf16;
-        break;
-      case IsaLevel::kAmx:
-        isa = dnnl::cpu_isa::avx512_core_amx;
-        break;
+      case IsaLevel::kAvx2: isa = dnnl::cpu_isa::avx2; break;
+      case IsaLevel::kAvx512: isa = dnnl::cpu_isa::avx512_core; break;
+      case IsaLevel::kAvx512Vnni: isa = dnnl::cpu_isa::avx512_core_vnni; break;
+      case IsaLevel::kAvx512Bf16: isa = dnnl::cpu_isa::avx512_core_bf16; break;
+      case IsaLevel::kAmx: isa = dnnl::cpu_isa::avx512_core_amx; break;
     }
     try {
       dnnl::set_max_cpu_isa(isa);
@@ -187,20 +177,15 @@ void ConvertToF32(const void* src, DType dtype, int64_t count, float* dst) {
   int64_t i = 0;
   for (; i + 8 <= count; i += 8) {
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
-    const __m256 v = dtype == DType::kF16
-                         ? _mm256_cvtph_ps(raw)
-                         : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+    const __m256 v = dtype == DType::kF16 ? _mm256_cvtph_ps(raw)
+                                          : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
     _mm256_storeu_ps(dst + i, v);
   }
   for (; i < count; ++i) dst[i] = LoadAsF32(src, dtype, i);
 }
 
-const float* WeightRowF32(const LinearWeight& w, int64_t row) {
-  return static_cast<const float*>(w.data) + row * w.k;
-}
-const void* WeightRow16(const LinearWeight& w, int64_t row) {
-  return static_cast<const uint16_t*>(w.data) + row * w.k;
-}
+const float* WeightRowF32(const LinearWeight& w, int64_t row) { return static_cast<const float*>(w.data) + row * w.k; }
+const void* WeightRow16(const LinearWeight& w, int64_t row) { return static_cast<const uint16_t*>(w.data) + row * w.k; }
 
 }  // namespace
 

@@ -17,8 +17,8 @@ namespace tandem {
 struct LinearWeight {
   const void* data = nullptr;  // [N, K]
   DType dtype = DType::kBF16;  // a quantized type packs each row in blocks (dtype.h)
-  int64_t n = 0;  // output features
-  int64_t k = 0;  // input features
+  int64_t n = 0;               // output features
+  int64_t k = 0;               // input features
 
   // Bytes of one row (a quantized row packs K in blocks) and of all of W.
   // Defined in linear.cc, out of line: this header is compiled in the

@@ -74,8 +74,8 @@ uint64_t ExpertRowSeed(int layer, int expert, WeightRole role, int64_t row, int6
 
 uint64_t HashExpertRow(const void* data, size_t size, uint64_t seed) { return XXH3_64bits_withSeed(data, size, seed); }
 
-absl::StatusOr<std::vector<uint64_t>> HashExpertSlices(const ModelWeights& weights,
-                                                       std::span<const ExpertSlice> slices, ThreadPool* pool) {
+absl::StatusOr<std::vector<uint64_t>> HashExpertSlices(const ModelWeights& weights, std::span<const ExpertSlice> slices,
+                                                       ThreadPool* pool) {
   const ModelConfig& config = weights.config;
   const int64_t hidden = config.hidden_size, intermediate = config.intermediate_size;
   if (slices.empty()) return std::vector<uint64_t>();
@@ -91,8 +91,8 @@ absl::StatusOr<std::vector<uint64_t>> HashExpertSlices(const ModelWeights& weigh
     const ExpertWeights& w = weights.layers[static_cast<size_t>(s.layer)].experts[static_cast<size_t>(s.expert)];
     for (const auto* m : {&w.w1, &w.w3, &w.w2}) {
       if (m->data == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat("layer ", s.layer, " expert ", s.expert,
-                                                       ": this process holds no bytes of it to hash"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("layer ", s.layer, " expert ", s.expert, ": this process holds no bytes of it to hash"));
       }
     }
     dtype = w.w1.dtype;
@@ -105,7 +105,8 @@ absl::StatusOr<std::vector<uint64_t>> HashExpertSlices(const ModelWeights& weigh
     uint64_t sum = 0;
     for (int64_t row = r.first; row < r.last; ++row) {
       if (r.role == WeightRole::kExpertW2) {
-        const auto* bytes = static_cast<const uint8_t*>(w.w2.data) + (row * intermediate + s.intermediate_begin) * element;
+        const auto* bytes =
+            static_cast<const uint8_t*>(w.w2.data) + (row * intermediate + s.intermediate_begin) * element;
         sum += HashExpertRow(bytes, static_cast<size_t>(s.size() * element),
                              ExpertRowSeed(s.layer, s.expert, r.role, row, s.intermediate_begin));
       } else {
@@ -121,8 +122,7 @@ absl::StatusOr<std::vector<uint64_t>> HashExpertSlices(const ModelWeights& weigh
 }
 
 absl::StatusOr<std::vector<uint64_t>> HashSyntheticExpertSlices(const SyntheticModelSpec& spec,
-                                                                std::span<const ExpertSlice> slices,
-                                                                ThreadPool* pool) {
+                                                                std::span<const ExpertSlice> slices, ThreadPool* pool) {
   TANDEM_ASSIGN_OR_RETURN(const ModelConfig config, SyntheticConfig(spec));
   const int64_t hidden = config.hidden_size, intermediate = config.intermediate_size;
   for (const ExpertSlice& s : slices) {
@@ -137,7 +137,8 @@ absl::StatusOr<std::vector<uint64_t>> HashSyntheticExpertSlices(const SyntheticM
   const int threads = pool != nullptr ? pool->num_threads() : 1;
   // One scratch row per thread, as long as the longest stored row.
   const int64_t longest = std::max(hidden, intermediate) * element;
-  std::vector<std::vector<uint8_t>> scratch(static_cast<size_t>(threads), std::vector<uint8_t>(static_cast<size_t>(longest)));
+  std::vector<std::vector<uint8_t>> scratch(static_cast<size_t>(threads),
+                                            std::vector<uint8_t>(static_cast<size_t>(longest)));
   return SumRuns(slices.size(), runs, pool, [&](const RowRun& r, int thread) {
     const ExpertSlice& s = slices[r.slice];
     const WeightSpec w{WeightName(config, r.role, s.layer, s.expert), r.role, s.layer, s.expert,

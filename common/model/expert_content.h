@@ -47,15 +47,14 @@ uint64_t HashExpertRow(const void* data, size_t size, uint64_t seed);
 // One hash per slice (same order), from `weights`' expert matrices, which
 // must have their bytes (InvalidArgument naming the tensor otherwise).
 // Rows are hashed on `pool` (null: this thread).
-absl::StatusOr<std::vector<uint64_t>> HashExpertSlices(const ModelWeights& weights,
-                                                       std::span<const ExpertSlice> slices, ThreadPool* pool);
+absl::StatusOr<std::vector<uint64_t>> HashExpertSlices(const ModelWeights& weights, std::span<const ExpertSlice> slices,
+                                                       ThreadPool* pool);
 
 // The same for the experts of the synthetic model `spec`, regenerated row
 // by row (FillSyntheticRange) into per-thread scratch rows: nothing of the
 // experts is held. InvalidArgument for a slice outside the model.
 absl::StatusOr<std::vector<uint64_t>> HashSyntheticExpertSlices(const SyntheticModelSpec& spec,
-                                                                std::span<const ExpertSlice> slices,
-                                                                ThreadPool* pool);
+                                                                std::span<const ExpertSlice> slices, ThreadPool* pool);
 
 // The worker's hash from its slices and their hashes (same length).
 uint64_t CombineExpertContentHashes(std::span<const ExpertSlice> slices, std::span<const uint64_t> hashes);

@@ -104,8 +104,8 @@ absl::Status AddSlice(const void* base, size_t bytes, const std::string& region_
   *previous_key = key;
   if (entry.intermediate_begin < 0 || entry.intermediate_begin >= entry.intermediate_end ||
       entry.intermediate_end > header.intermediate_size)
-    return Corrupt(region_name, absl::StrCat(where, " has rows [", entry.intermediate_begin, ", ", entry.intermediate_end,
-                                             ") outside [0, ", header.intermediate_size, ")"));
+    return Corrupt(region_name, absl::StrCat(where, " has rows [", entry.intermediate_begin, ", ",
+                                             entry.intermediate_end, ") outside [0, ", header.intermediate_size, ")"));
   const int64_t rows = entry.intermediate_end - entry.intermediate_begin;
   const int64_t matrix_bytes = MatrixBytes(rows, hidden, element_bytes, bytes);
   if (matrix_bytes < 0)

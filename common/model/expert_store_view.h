@@ -116,8 +116,7 @@ class ExpertStoreView {
   // ShmRegion::Open with `access`, then IndexExpertStoreRegion. NotFound
   // when no region has that name; DataLoss when it is empty or corrupt;
   // FailedPrecondition while its writer is still filling it.
-  static absl::StatusOr<ExpertStoreView> Open(const std::string& region_name,
-                                              ShmAccess access = ShmAccess::kReadOnly);
+  static absl::StatusOr<ExpertStoreView> Open(const std::string& region_name, ShmAccess access = ShmAccess::kReadOnly);
 
   ExpertStoreView(ExpertStoreView&& other) noexcept = default;
   ExpertStoreView& operator=(ExpertStoreView&& other) noexcept = default;

@@ -82,8 +82,8 @@ absl::StatusOr<std::vector<double>> ReadF32Vector(const GgufCheckpoint& checkpoi
   TANDEM_ASSIGN_OR_RETURN(GgufTensor t, checkpoint.Get(name));
   if (t.info->type != GgmlType::kF32 || t.info->dims.size() != 1 || t.info->dims[0] != n) {
     return absl::InvalidArgumentError(absl::StrCat(checkpoint.Describe(), ": tensor ", name, " must be f32 of ", n,
-                                                   " values (head_dim / 2), is ", GgmlTypeName(t.info->type),
-                                                   " with ", t.info->dims.size(), " dims"));
+                                                   " values (head_dim / 2), is ", GgmlTypeName(t.info->type), " with ",
+                                                   t.info->dims.size(), " dims"));
   }
   std::vector<double> out(static_cast<size_t>(n));
   for (size_t i = 0; i < out.size(); ++i) {
@@ -139,10 +139,10 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufCheckpoint& checkpoint
   TANDEM_ASSIGN_OR_RETURN(const int64_t value_length, r.IntOr("attention.value_length", c.head_dim));
   TANDEM_ASSIGN_OR_RETURN(const int64_t rope_dims, r.IntOr("rope.dimension_count", c.head_dim));
   if (value_length != c.head_dim || rope_dims != c.head_dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": key ", GgufKey(arch, "attention.value_length"), " (", value_length, ") and ",
-        GgufKey(arch, "rope.dimension_count"), " (", rope_dims, ") must equal the head size ", c.head_dim,
-        ": tandem rotates and attends over whole heads"));
+    return absl::InvalidArgumentError(absl::StrCat(source, ": key ", GgufKey(arch, "attention.value_length"), " (",
+                                                   value_length, ") and ", GgufKey(arch, "rope.dimension_count"), " (",
+                                                   rope_dims, ") must equal the head size ", c.head_dim,
+                                                   ": tandem rotates and attends over whole heads"));
   }
   TANDEM_ASSIGN_OR_RETURN(c.num_local_experts, r.Int("expert_count"));
   TANDEM_ASSIGN_OR_RETURN(c.num_experts_per_tok, r.Int("expert_used_count"));
@@ -223,8 +223,9 @@ absl::Status AddModelConfigToGguf(const ModelConfig& c, const std::string& model
     const double scale = static_cast<double>(c.max_position_embeddings) /
                          static_cast<double>(std::max<int64_t>(s.original_max_position_embeddings, 1));
     const double attn_factor =
-        scale > 1.0 ? std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(s.original_max_position_embeddings)))
-                    : 1.0;
+        scale > 1.0
+            ? std::sqrt(1.0 + std::log(scale) / std::log(static_cast<double>(s.original_max_position_embeddings)))
+            : 1.0;
     set("rope.scaling.attn_factor", f32(attn_factor));
     m->Set(kTandemShortMscaleKey, s.short_mscale);
     m->Set(kTandemLongMscaleKey, s.long_mscale);

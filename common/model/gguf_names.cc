@@ -48,7 +48,9 @@ std::string GgufTensorName(WeightRole role, int layer) {
 }
 
 std::string GgufPerExpertTensorName(WeightRole role, int layer, int expert) {
-  const char* matrix = role == WeightRole::kExpertW1 ? "ffn_gate" : role == WeightRole::kExpertW2 ? "ffn_down" : "ffn_up";
+  const char* matrix = role == WeightRole::kExpertW1   ? "ffn_gate"
+                       : role == WeightRole::kExpertW2 ? "ffn_down"
+                                                       : "ffn_up";
   return absl::StrCat("blk.", layer, ".", matrix, ".", expert, ".weight");
 }
 

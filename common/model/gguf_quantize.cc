@@ -36,9 +36,9 @@ struct FileTypeInfo {
 };
 
 constexpr FileTypeInfo kFileTypes[] = {
-    {GgufFileType::kF32, "f32", GgmlType::kF32},       {GgufFileType::kF16, "f16", GgmlType::kF16},
-    {GgufFileType::kBF16, "bf16", GgmlType::kBF16},    {GgufFileType::kQ8_0, "q8_0", GgmlType::kQ8_0},
-    {GgufFileType::kQ4_0, "q4_0", GgmlType::kQ4_0},    {GgufFileType::kQ4_K_M, "q4_k_m", GgmlType::kQ4_K},
+    {GgufFileType::kF32, "f32", GgmlType::kF32},        {GgufFileType::kF16, "f16", GgmlType::kF16},
+    {GgufFileType::kBF16, "bf16", GgmlType::kBF16},     {GgufFileType::kQ8_0, "q8_0", GgmlType::kQ8_0},
+    {GgufFileType::kQ4_0, "q4_0", GgmlType::kQ4_0},     {GgufFileType::kQ4_K_M, "q4_k_m", GgmlType::kQ4_K},
     {GgufFileType::kQ5_K_M, "q5_k_m", GgmlType::kQ5_K}, {GgufFileType::kQ6_K, "q6_k", GgmlType::kQ6_K},
 };
 
@@ -62,8 +62,8 @@ bool UseMoreBits(int layer, int layers) {
 // Neither the converter nor llama-quantize quantizes these: vectors, norms,
 // the router, and anything that is not a weight.
 bool KeptF32(const GgufTensorSpec& t) {
-  return t.dims.size() < 2 || absl::EndsWith(t.name, "_norm.weight") || absl::StrContains(t.name, "ffn_gate_inp.weight") ||
-         !absl::EndsWith(t.name, "weight");
+  return t.dims.size() < 2 || absl::EndsWith(t.name, "_norm.weight") ||
+         absl::StrContains(t.name, "ffn_gate_inp.weight") || !absl::EndsWith(t.name, "weight");
 }
 
 // llama-quantize's choice for one tensor (llama_tensor_get_type_impl and
@@ -230,9 +230,7 @@ class TensorWriter {
     return absl::OkStatus();
   }
 
-  double Seconds() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
+  double Seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
 
  private:
   template <typename T>
@@ -250,7 +248,8 @@ class TensorWriter {
       TANDEM_ASSIGN_OR_RETURN(TensorView view, checkpoint_.Get(name));
       sources_.push_back(std::move(view));
     }
-    if (plan.config_tensor >= 0) config_values_ = GgufConfigTensors(config_)[static_cast<size_t>(plan.config_tensor)].second;
+    if (plan.config_tensor >= 0)
+      config_values_ = GgufConfigTensors(config_)[static_cast<size_t>(plan.config_tensor)].second;
     return absl::OkStatus();
   }
 
@@ -289,7 +288,7 @@ class TensorWriter {
   std::vector<float> config_values_;
   std::unique_ptr<float[]> values_;  // [chunk rows, row length] f32
   size_t values_size_ = 0;
-  std::unique_ptr<uint8_t[]> out_;   // the same rows encoded
+  std::unique_ptr<uint8_t[]> out_;  // the same rows encoded
   size_t out_size_ = 0;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
@@ -314,8 +313,8 @@ absl::StatusOr<GgufFileType> ParseGgufFileType(std::string_view name) {
   for (const FileTypeInfo& info : kFileTypes) {
     if (info.name == lower) return info.type;
   }
-  return absl::InvalidArgumentError(absl::StrCat("--type \"", std::string(name),
-                                                 "\": expected q8_0, q4_0, q4_k_m, q5_k_m, q6_k, f16, bf16 or f32"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--type \"", std::string(name), "\": expected q8_0, q4_0, q4_k_m, q5_k_m, q6_k, f16, bf16 or f32"));
 }
 
 std::string_view GgufFileTypeName(GgufFileType type) { return Info(type).name; }

@@ -60,10 +60,10 @@ std::string_view GgufFileTypeName(GgufFileType type);
 
 // One tensor of the file to write and where its values come from.
 struct GgufTensorPlan {
-  GgufTensorSpec spec;                 // GGUF name, ggml dims, chosen type
-  std::vector<std::string> hf_names;   // rows in order: one tensor, or E experts stacked
-  bool permute_rows = false;           // llama q/k: rows (or elements) in llama.cpp's RoPE order
-  int config_tensor = -1;              // >= 0: GgufConfigTensors(config)[i] instead of hf_names
+  GgufTensorSpec spec;                // GGUF name, ggml dims, chosen type
+  std::vector<std::string> hf_names;  // rows in order: one tensor, or E experts stacked
+  bool permute_rows = false;          // llama q/k: rows (or elements) in llama.cpp's RoPE order
+  int config_tensor = -1;             // >= 0: GgufConfigTensors(config)[i] instead of hf_names
 };
 
 // Every tensor of the file, in order, with its type. InvalidArgument naming
@@ -80,7 +80,7 @@ struct QuantizeProgress {
 struct QuantizeOptions {
   std::filesystem::path model_dir;  // config.json, *.safetensors, tokenizer.model (optional)
   GgufFileType file_type = GgufFileType::kQ8_0;
-  std::filesystem::path out;        // the .gguf to write (written as out.partial, then renamed)
+  std::filesystem::path out;  // the .gguf to write (written as out.partial, then renamed)
   int num_threads = 1;
   int64_t chunk_bytes = int64_t{64} << 20;  // f32 rows converted at a time
   // Called after each chunk; may be empty.
@@ -91,7 +91,7 @@ struct QuantizeResult {
   uint64_t bytes_written = 0;
   int64_t tensors = 0;
   double seconds = 0;
-  int64_t peak_rss_bytes = 0;  // the process's, at the end (getrusage)
+  int64_t peak_rss_bytes = 0;                                    // the process's, at the end (getrusage)
   std::vector<std::pair<std::string, int64_t>> tensors_by_type;  // "q4_K" -> count
 };
 

@@ -43,7 +43,8 @@ absl::StatusOr<Located> Locate(const GgufCheckpoint& checkpoint, const ModelConf
   absl::StatusOr<GgufTensor> t = checkpoint.Get(name);
   if (!t.ok()) {
     return absl::NotFoundError(absl::StrCat(checkpoint.Describe(), ": tensor ", name, " not found (it holds ", w.name,
-                                            " of the ", std::string(GgufArchitecture(c.architecture)), " architecture)"));
+                                            " of the ", std::string(GgufArchitecture(c.architecture)),
+                                            " architecture)"));
   }
   if (t->info->dims != dims) {
     return absl::InvalidArgumentError(absl::StrCat(checkpoint.Describe(), ": tensor ", name, " has dims ",
@@ -80,7 +81,8 @@ absl::Status DecodeRows(GgmlType type, const uint8_t* src, int64_t rows, int64_t
     std::vector<float> row(static_cast<size_t>(row_length));
     for (int64_t r = t * kRowsPerTask; r < std::min(rows, (t + 1) * kRowsPerTask); ++r) {
       const int64_t from = permute ? GgufRowOfHfRow(r, head_dim) : r;
-      absl::Status s = DequantizeRow(type, {src + from * row_bytes, static_cast<size_t>(row_bytes)}, absl::MakeSpan(row));
+      absl::Status s =
+          DequantizeRow(type, {src + from * row_bytes, static_cast<size_t>(row_bytes)}, absl::MakeSpan(row));
       if (!s.ok()) {
         errors[static_cast<size_t>(thread)] = s;
         return;
@@ -128,8 +130,8 @@ absl::StatusOr<DType> DTypeFromGgml(GgmlType type) {
     case GgmlType::kQ6_K: return DType::kQ6_K;
     default: break;
   }
-  return absl::InvalidArgumentError(absl::StrCat(GgmlTypeName(type), ", which tandem does not run (it runs ",
-                                                 SupportedDequantizeTypes(), ")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(GgmlTypeName(type), ", which tandem does not run (it runs ", SupportedDequantizeTypes(), ")"));
 }
 
 GgmlType GgmlFromDType(DType dtype) {
@@ -184,17 +186,18 @@ absl::Status GgufTensorSource::Bind(const ModelConfig& c, const GgufSourceOption
       // A vector, read as one row; a permuted bias is permuted element by element.
       float* out = reinterpret_cast<float*>(Own(static_cast<size_t>(row_length) * sizeof(float)));
       std::vector<float> row(static_cast<size_t>(row_length));
-      TANDEM_RETURN_IF_ERROR(DequantizeRow(loc.info->type, {loc.data, static_cast<size_t>(loc.bytes)},
-                                           absl::MakeSpan(row)));
-      for (int64_t i = 0; i < row_length; ++i) out[i] = row[static_cast<size_t>(permute ? GgufRowOfHfRow(i, c.head_dim) : i)];
+      TANDEM_RETURN_IF_ERROR(
+          DequantizeRow(loc.info->type, {loc.data, static_cast<size_t>(loc.bytes)}, absl::MakeSpan(row)));
+      for (int64_t i = 0; i < row_length; ++i)
+        out[i] = row[static_cast<size_t>(permute ? GgufRowOfHfRow(i, c.head_dim) : i)];
       view = TensorView{w.name, DType::kF32, w.shape, out, static_cast<size_t>(row_length) * sizeof(float)};
     } else if (IsQuantized(*stored) && options.quantized != QuantizedWeights::kKeep) {
       const size_t bytes = static_cast<size_t>(rows * row_length) * DTypeSize(fallback);
       view = TensorView{w.name, fallback, w.shape, nullptr, 0};
       if (!IsExpertRole(w.role) || ExpertNeeded(options.experts, w.layer, w.expert)) {
         uint8_t* out = Own(bytes);
-        TANDEM_RETURN_IF_ERROR(DecodeRows(loc.info->type, loc.data, rows, row_length, permute, c.head_dim, fallback,
-                                          out, pool.get()));
+        TANDEM_RETURN_IF_ERROR(
+            DecodeRows(loc.info->type, loc.data, rows, row_length, permute, c.head_dim, fallback, out, pool.get()));
         view.data = out;
         view.size_bytes = bytes;
         ++dequantized_tensors_;
@@ -245,9 +248,9 @@ std::string GgufTensorSource::StoredTypesSummary() const {
   std::vector<std::string> parts;
   for (const auto& [type, stats] : by_type) {
     const double bytes = static_cast<double>(stats.second);
-    parts.push_back(absl::StrCat(type, ": ", stats.first, " tensors, ",
-                                 bytes >= 1e9 ? absl::StrFormat("%.2f GB", bytes / 1e9)
-                                              : absl::StrFormat("%.2f MB", bytes / 1e6)));
+    parts.push_back(
+        absl::StrCat(type, ": ", stats.first, " tensors, ",
+                     bytes >= 1e9 ? absl::StrFormat("%.2f GB", bytes / 1e9) : absl::StrFormat("%.2f MB", bytes / 1e6)));
   }
   return absl::StrJoin(parts, "; ");
 }

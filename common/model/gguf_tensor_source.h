@@ -64,8 +64,8 @@ GgmlType GgmlFromDType(DType dtype);
 class GgufTensorSource : public TensorSource {
  public:
   static absl::StatusOr<std::unique_ptr<GgufTensorSource>> Create(std::unique_ptr<GgufCheckpoint> checkpoint,
-                                                                   const ModelConfig& config,
-                                                                   const GgufSourceOptions& options);
+                                                                  const ModelConfig& config,
+                                                                  const GgufSourceOptions& options);
 
   absl::StatusOr<TensorView> Get(const std::string& name) const override;
   std::vector<std::string> Names() const override;

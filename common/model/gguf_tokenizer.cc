@@ -87,8 +87,8 @@ absl::StatusOr<std::string> SentencePieceProtoFromGguf(const GgufMetadata& m, co
     spec.pieces.push_back({tokens[i], scores[i], types[i]});
   }
   if (spec.unk_id < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": key ", kTypesKey,
-                                                   " marks no token as unknown (type 2); SentencePiece needs one"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": key ", kTypesKey, " marks no token as unknown (type 2); SentencePiece needs one"));
   }
   TANDEM_ASSIGN_OR_RETURN(spec.bos_id, OptionalId(m, kBosKey, keep, source));
   TANDEM_ASSIGN_OR_RETURN(spec.eos_id, OptionalId(m, kEosKey, keep, source));
@@ -182,9 +182,9 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ChatTemplates(c
                                                          ": chat_template entries need a name and a template"));
         }
         const std::string name = entry["name"].get<std::string>();
-        out.emplace_back(name == "default" ? std::string(kGgufChatTemplateKey)
-                                           : absl::StrCat(kGgufChatTemplateKey, ".", name),
-                         entry["template"].get<std::string>());
+        out.emplace_back(
+            name == "default" ? std::string(kGgufChatTemplateKey) : absl::StrCat(kGgufChatTemplateKey, ".", name),
+            entry["template"].get<std::string>());
       }
     }
     return out;

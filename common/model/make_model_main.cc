@@ -4,14 +4,14 @@
 #include <cstdio>
 #include <string>
 
-#include "common/base/flags_usage.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_join.h"
 #include "common/base/dtype.h"
-#include "common/model/synthetic_model.h"
+#include "common/base/flags_usage.h"
 #include "common/base/thread_pool.h"
+#include "common/model/synthetic_model.h"
 
 ABSL_FLAG(std::string, preset, "tiny", "tiny | tiny-phimoe | demo | mixtral-8x7b | phi-3.5-moe");
 ABSL_FLAG(int64_t, layers, 0, "number of layers; 0 = the preset's own");
@@ -23,8 +23,8 @@ ABSL_FLAG(bool, tokenizer, true, "train tokenizer.model on /usr/share/common-lic
 ABSL_FLAG(int32_t, threads, 0, "generation threads; 0 = all available cores");
 
 int main(int argc, char** argv) {
-  tandem::SetProgramUsage(absl::StrCat("Write a synthetic model. Presets: ",
-                                            absl::StrJoin(tandem::SyntheticPresets(), ", ")));
+  tandem::SetProgramUsage(
+      absl::StrCat("Write a synthetic model. Presets: ", absl::StrJoin(tandem::SyntheticPresets(), ", ")));
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_out).empty()) {
     std::fprintf(stderr, "tandem-make-model: --out is required (the model directory to write)\n");

@@ -20,8 +20,8 @@ namespace tandem {
 absl::StatusOr<const Tokenizer*> Model::RequireTokenizer() const {
   if (tokenizer == nullptr) {
     if (!no_tokenizer_reason.empty()) return absl::FailedPreconditionError(no_tokenizer_reason);
-    return absl::FailedPreconditionError(absl::StrCat(
-        "model ", origin, " has no tokenizer.model: send token ids instead of text"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("model ", origin, " has no tokenizer.model: send token ids instead of text"));
   }
   return tokenizer.get();
 }
@@ -55,7 +55,8 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::filesystem::path
   const GgufMetadata& metadata = checkpoint->metadata();
   TANDEM_ASSIGN_OR_RETURN(model->chat_template, ChatTemplateFromGguf(metadata));
   if (!GgufHasTokenizer(metadata)) {
-    model->no_tokenizer_reason = absl::StrCat("model ", model->origin, " has no tokenizer.ggml vocabulary: send token ids instead of text");
+    model->no_tokenizer_reason =
+        absl::StrCat("model ", model->origin, " has no tokenizer.ggml vocabulary: send token ids instead of text");
   } else if (absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = TokenizerFromGguf(metadata, model->origin);
              tokenizer.ok()) {
     model->tokenizer = std::move(*tokenizer);
@@ -70,10 +71,9 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::filesystem::path
                           GgufTensorSource::Create(std::move(checkpoint), model->config, source_options));
   std::string weights = source->StoredTypesSummary();
   if (source->dequantized_tensors() > 0) {
-    const std::string fallback =
-        absl::StrFormat("FALLBACK: %d quantized tensors %s (%.2f GB), no quantized kernels yet",
-                        source->dequantized_tensors(), std::string(QuantizedWeightsName(options.quantized)),
-                        static_cast<double>(source->dequantized_bytes()) / 1e9);
+    const std::string fallback = absl::StrFormat(
+        "FALLBACK: %d quantized tensors %s (%.2f GB), no quantized kernels yet", source->dequantized_tensors(),
+        std::string(QuantizedWeightsName(options.quantized)), static_cast<double>(source->dequantized_bytes()) / 1e9);
     LOG_WARNING(model->origin, ": ", fallback);
     absl::StrAppend(&weights, "; ", fallback);
   }
@@ -95,9 +95,9 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::filesystem::path& di
     return absl::NotFoundError(absl::StrCat(dir.string(), ": no such model directory"));
   }
   if (!std::filesystem::is_directory(status)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir.string(), " is ", std::filesystem::is_regular_file(status) ? "a file" : "not a directory",
-        ", not a model directory: give the folder holding config.json and the *.safetensors"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir.string(), " is ", std::filesystem::is_regular_file(status) ? "a file" : "not a directory",
+                     ", not a model directory: give the folder holding config.json and the *.safetensors"));
   }
   auto model = std::make_unique<Model>();
   model->origin = dir.string();
@@ -119,7 +119,8 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::filesystem::path& di
 }
 
 absl::StatusOr<std::unique_ptr<Model>> LoadSyntheticModel(const SyntheticModelSpec& spec, int num_threads) {
-  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<SyntheticTensorSource> source, SyntheticTensorSource::Create(spec, num_threads));
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<SyntheticTensorSource> source,
+                          SyntheticTensorSource::Create(spec, num_threads));
   auto model = std::make_unique<Model>();
   model->config = source->config();
   model->origin = source->Describe();
@@ -139,10 +140,9 @@ absl::StatusOr<std::unique_ptr<Model>> LoadSyntheticModel(const SyntheticModelSp
   const std::string what = options.dense_matrices ? experts : absl::StrCat(experts, ", no dense matrices");
   const double bytes = static_cast<double>(source->generated_bytes());
   LOG_INFO("generated ", source->Describe(), ": ",
-           bytes >= 1e9 ? absl::StrFormat("%.2f GB", bytes / 1e9) : absl::StrFormat("%.1f MB", bytes / 1e6), " (",
-           what, ") in ", absl::StrFormat("%.2f s", source->generate_seconds()), " on ",
-           std::max(1, options.num_threads), " threads (",
-           absl::StrFormat("%.2f GB/s", bytes / 1e9 / std::max(source->generate_seconds(), 1e-9)), ")");
+           bytes >= 1e9 ? absl::StrFormat("%.2f GB", bytes / 1e9) : absl::StrFormat("%.1f MB", bytes / 1e6), " (", what,
+           ") in ", absl::StrFormat("%.2f s", source->generate_seconds()), " on ", std::max(1, options.num_threads),
+           " threads (", absl::StrFormat("%.2f GB/s", bytes / 1e9 / std::max(source->generate_seconds(), 1e-9)), ")");
   auto model = std::make_unique<Model>();
   model->config = source->config();
   model->origin = source->Describe();
@@ -173,7 +173,8 @@ absl::StatusOr<ModelSource> ParseModelSource(const std::string& model_flag, cons
   SyntheticModelSpec spec;
   std::vector<std::string> parts = absl::StrSplit(synthetic_flag, ':');
   spec.preset = parts[0];
-  if (parts.size() > 2 || (parts.size() == 2 && (!absl::SimpleAtoi(parts[1], &spec.num_layers) || spec.num_layers < 1))) {
+  if (parts.size() > 2 ||
+      (parts.size() == 2 && (!absl::SimpleAtoi(parts[1], &spec.num_layers) || spec.num_layers < 1))) {
     return absl::InvalidArgumentError(
         absl::StrCat("--synthetic \"", synthetic_flag, "\": expected PRESET or PRESET:layers with layers >= 1"));
   }

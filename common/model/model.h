@@ -11,9 +11,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/model/gguf_tensor_source.h"
 #include "common/model/model_config.h"
 #include "common/model/model_weights.h"
-#include "common/model/gguf_tensor_source.h"
 #include "common/model/synthetic_model.h"
 #include "common/model/tokenizer.h"
 

@@ -31,7 +31,8 @@ class Fields {
       if (fallback) return *fallback;
       return FieldError(source_, name, "is missing");
     }
-    if (!it->is_number_integer()) return FieldError(source_, name, absl::StrCat("must be an integer, got ", it->dump()));
+    if (!it->is_number_integer())
+      return FieldError(source_, name, absl::StrCat("must be an integer, got ", it->dump()));
     return it->get<int64_t>();
   }
 
@@ -86,7 +87,8 @@ absl::StatusOr<RopeScaling> ParseRopeScaling(const json& root, Architecture arch
   }
   if (type != "longrope" || arch != Architecture::kPhiMoE) {
     return FieldError(source, "rope_scaling",
-                      absl::StrCat("type \"", type, "\" is not supported for this architecture (tandem reads "
+                      absl::StrCat("type \"", type,
+                                   "\" is not supported for this architecture (tandem reads "
                                    "\"longrope\" for PhiMoEForCausalLM and no scaling for MixtralForCausalLM)"));
   }
   scaling.type = type;
@@ -119,7 +121,8 @@ absl::StatusOr<std::vector<int32_t>> ParseEosIds(const json& root, const std::st
     return std::vector<int32_t>{one};
   }
   if (it->is_array()) {
-    if (it->size() > 1024) return FieldError(source, "eos_token_id", absl::StrCat("lists ", it->size(), " ids (at most 1024)"));
+    if (it->size() > 1024)
+      return FieldError(source, "eos_token_id", absl::StrCat("lists ", it->size(), " ids (at most 1024)"));
     std::vector<int32_t> ids;
     for (const json& v : *it) {
       TANDEM_ASSIGN_OR_RETURN(int32_t one, id(v));
@@ -163,14 +166,14 @@ absl::Status ModelConfig::Validate(const std::string& source) const {
   TANDEM_RETURN_IF_ERROR(at_most("num_local_experts", num_local_experts, kMaxExperts));
   if (num_local_experts * num_hidden_layers > kMaxExpertsPerModel) {
     return FieldError(source, "num_local_experts",
-                      absl::StrCat("(", num_local_experts, ") x num_hidden_layers (", num_hidden_layers, ") = ",
-                                   num_local_experts * num_hidden_layers, " experts, more than tandem accepts (",
-                                   kMaxExpertsPerModel, ")"));
+                      absl::StrCat("(", num_local_experts, ") x num_hidden_layers (", num_hidden_layers,
+                                   ") = ", num_local_experts * num_hidden_layers,
+                                   " experts, more than tandem accepts (", kMaxExpertsPerModel, ")"));
   }
   if (num_attention_heads % num_key_value_heads != 0) {
-    return FieldError(source, "num_key_value_heads",
-                      absl::StrCat("(", num_key_value_heads, ") must divide num_attention_heads (",
-                                   num_attention_heads, ")"));
+    return FieldError(
+        source, "num_key_value_heads",
+        absl::StrCat("(", num_key_value_heads, ") must divide num_attention_heads (", num_attention_heads, ")"));
   }
   if (head_dim % 2 != 0 || head_dim > 1024) {
     return FieldError(source, "head_dim", absl::StrCat("must be even and at most 1024, got ", head_dim));
@@ -195,7 +198,8 @@ absl::Status ModelConfig::Validate(const std::string& source) const {
                                    kMaxPositionEmbeddings, ")"));
   }
   if (bos_token_id < 0 || bos_token_id >= vocab_size) {
-    return FieldError(source, "bos_token_id", absl::StrCat(bos_token_id, " is outside the vocabulary [0, ", vocab_size, ")"));
+    return FieldError(source, "bos_token_id",
+                      absl::StrCat(bos_token_id, " is outside the vocabulary [0, ", vocab_size, ")"));
   }
   for (int32_t id : eos_token_ids) {
     if (id < 0 || id >= vocab_size) {
@@ -287,7 +291,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
   TANDEM_ASSIGN_OR_RETURN(c.tie_word_embeddings, f.Bool("tie_word_embeddings", false));
   TANDEM_ASSIGN_OR_RETURN(c.router_jitter_noise, f.Number("router_jitter_noise", phimoe ? 0.01 : 0.0));
   TANDEM_ASSIGN_OR_RETURN(int64_t bos, f.Int("bos_token_id", 1));
-  if (bos < INT32_MIN || bos > INT32_MAX) return FieldError(source, "bos_token_id", absl::StrCat(bos, " is not a 32-bit token id"));
+  if (bos < INT32_MIN || bos > INT32_MAX)
+    return FieldError(source, "bos_token_id", absl::StrCat(bos, " is not a 32-bit token id"));
   c.bos_token_id = static_cast<int32_t>(bos);
   TANDEM_ASSIGN_OR_RETURN(c.eos_token_ids, ParseEosIds(root, source));
   TANDEM_ASSIGN_OR_RETURN(c.torch_dtype, f.String("torch_dtype", "bfloat16"));
@@ -312,8 +317,10 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& config_
   }
   const uintmax_t bytes = std::filesystem::file_size(config_json, ec);
   if (!ec && bytes > static_cast<uintmax_t>(kMaxConfigFileBytes)) {
-    return absl::InvalidArgumentError(absl::StrCat(config_json.string(), ": ", bytes, " bytes, more than a config.json "
-                                                   "can be (", kMaxConfigFileBytes, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(config_json.string(), ": ", bytes,
+                                                   " bytes, more than a config.json "
+                                                   "can be (",
+                                                   kMaxConfigFileBytes, ")"));
   }
   std::ifstream in(config_json);
   if (!in) return absl::NotFoundError(absl::StrCat(config_json.string(), ": cannot open model config"));

@@ -41,7 +41,7 @@ enum class RouterKind { kSoftmaxTopK, kSparseMixer };
 // sequence is longer than original_max_position_embeddings, and cos/sin scaled
 // by the matching mscale.
 struct RopeScaling {
-  std::string type;  // "" (none) or "longrope"
+  std::string type;                  // "" (none) or "longrope"
   std::vector<double> short_factor;  // [head_dim / 2]
   std::vector<double> long_factor;   // [head_dim / 2]
   double short_mscale = 1.0;

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/base/tensor_view.h"
 #include "common/kernels/linear.h"
 #include "common/model/model_config.h"
 #include "common/model/safetensors.h"
-#include "common/base/tensor_view.h"
 
 namespace tandem {
 
@@ -31,13 +31,13 @@ struct ExpertWeights {
 
 struct LayerWeights {
   NormWeights input_norm;
-  LinearWeight q_proj;  // [Hq, D]
-  LinearWeight k_proj;  // [Hkv, D]
-  LinearWeight v_proj;  // [Hkv, D]
-  LinearWeight o_proj;  // [D, Hq]
+  LinearWeight q_proj;                                // [Hq, D]
+  LinearWeight k_proj;                                // [Hkv, D]
+  LinearWeight v_proj;                                // [Hkv, D]
+  LinearWeight o_proj;                                // [D, Hq]
   std::vector<float> q_bias, k_bias, v_bias, o_bias;  // f32, empty without attention_bias
   NormWeights post_attention_norm;
-  LinearWeight router;  // [E, D] block_sparse_moe.gate
+  LinearWeight router;                 // [E, D] block_sparse_moe.gate
   std::vector<ExpertWeights> experts;  // [E]
 };
 
@@ -47,8 +47,8 @@ struct ModelWeights {
   TensorView embed_tokens;  // [V, D]
   std::vector<LayerWeights> layers;
   NormWeights final_norm;
-  LinearWeight lm_head;             // [V, D] (embed_tokens when tied)
-  std::vector<float> lm_head_bias;  // [V] f32 or empty
+  LinearWeight lm_head;                        // [V, D] (embed_tokens when tied)
+  std::vector<float> lm_head_bias;             // [V] f32 or empty
   std::shared_ptr<const TensorSource> source;  // keeps the viewed bytes alive
   int64_t total_bytes = 0;                     // bytes of every tensor used
   int64_t expert_bytes = 0;                    // bytes of all expert FFN weights

@@ -17,8 +17,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/base/scoped_fd.h"
 #include "absl/strings/str_format.h"
+#include "common/base/scoped_fd.h"
 #include "common/base/status_macros.h"
 
 namespace tandem {
@@ -42,7 +42,9 @@ absl::StatusOr<json> ParseJsonUniqueKeys(const char* first, const char* last, co
   const json::parser_callback_t check = [&](int, json::parse_event_t event, json& parsed) {
     switch (event) {
       case json::parse_event_t::object_start: keys.emplace_back(); break;
-      case json::parse_event_t::object_end: if (!keys.empty()) keys.pop_back(); break;
+      case json::parse_event_t::object_end:
+        if (!keys.empty()) keys.pop_back();
+        break;
       case json::parse_event_t::key:
         if (!keys.empty() && !keys.back().insert(parsed.get<std::string>()).second && duplicate.empty()) {
           duplicate = parsed.get<std::string>();
@@ -59,8 +61,8 @@ absl::StatusOr<json> ParseJsonUniqueKeys(const char* first, const char* last, co
     return absl::InvalidArgumentError(absl::StrCat(what, " is not valid JSON: ", e.what()));
   }
   if (!duplicate.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " has the key \"", duplicate,
-                                                   "\" twice in one object: ambiguous, refused"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has the key \"", duplicate, "\" twice in one object: ambiguous, refused"));
   }
   return parsed;
 }
@@ -106,7 +108,8 @@ std::string Where(const fs::path& path, const std::string& tensor) {
 // count that overflows 64 bits (a hostile header must not wrap to a match).
 absl::StatusOr<uint64_t> ShapeBytes(const std::vector<int64_t>& shape, DType dtype) {
   if (IsQuantized(dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(std::string(DTypeName(dtype)), " is a GGUF block type: safetensors holds only ",
+    return absl::InvalidArgumentError(absl::StrCat(std::string(DTypeName(dtype)),
+                                                   " is a GGUF block type: safetensors holds only ",
                                                    "F32, F16 and BF16 (write quantized models with tandem-quantize)"));
   }
   uint64_t bytes = DTypeSize(dtype);

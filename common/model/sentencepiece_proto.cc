@@ -151,8 +151,8 @@ absl::StatusOr<std::vector<SentencePieceEntry>> ParseSentencePiecePieces(std::st
   std::vector<SentencePieceEntry> pieces;
   WireReader r(proto);
   auto bad = [&]() {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": not a SentencePiece model (malformed protobuf after ",
-                                                   pieces.size(), " pieces)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": not a SentencePiece model (malformed protobuf after ", pieces.size(), " pieces)"));
   };
   while (!r.done()) {
     uint64_t tag;

@@ -132,8 +132,8 @@ absl::StatusOr<Preset> FindPreset(const std::string& name) {
     SetLongRope(c, 4096);
     return Preset{c, 32000};
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown synthetic model preset \"", name, "\" (known: ",
-                                                 absl::StrJoin(SyntheticPresets(), ", "), ")"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown synthetic model preset \"", name,
+                                                 "\" (known: ", absl::StrJoin(SyntheticPresets(), ", "), ")"));
 }
 
 // Standard deviation of each weight role's uniform distribution.
@@ -174,7 +174,9 @@ absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& spec) {
   if (spec.num_layers > 0) preset.config.num_hidden_layers = spec.num_layers;
   TANDEM_RETURN_IF_ERROR(RequireFloatDType(spec.dtype, "the synthetic model's dtype",
                                            "the synthetic generator (quantize its output with tandem-quantize)"));
-  preset.config.torch_dtype = spec.dtype == DType::kF32 ? "float32" : spec.dtype == DType::kF16 ? "float16" : "bfloat16";
+  preset.config.torch_dtype = spec.dtype == DType::kF32   ? "float32"
+                              : spec.dtype == DType::kF16 ? "float16"
+                                                          : "bfloat16";
   TANDEM_RETURN_IF_ERROR(preset.config.Validate(absl::StrCat("preset ", spec.preset)));
   return preset.config;
 }
@@ -184,13 +186,14 @@ int64_t SyntheticTokenizerVocab(const SyntheticModelSpec& spec) {
   return preset.ok() ? preset->tokenizer_vocab : 0;
 }
 
-void FillSyntheticRange(const ModelConfig& c, const WeightSpec& w, uint64_t seed, DType dtype, void* out,
-                        int64_t begin, int64_t end, int64_t out_first) {
+void FillSyntheticRange(const ModelConfig& c, const WeightSpec& w, uint64_t seed, DType dtype, void* out, int64_t begin,
+                        int64_t end, int64_t out_first) {
   const Scales s = ScalesFor(c);
   const uint64_t key = NameKey(seed, w.name);
   auto fill = [&](float std_dev) {
     const float a = std_dev * kSqrt3;
-    for (int64_t i = begin; i < end; ++i) Store(out, dtype, static_cast<size_t>(i - out_first), a * Uniform(key, static_cast<uint64_t>(i)));
+    for (int64_t i = begin; i < end; ++i)
+      Store(out, dtype, static_cast<size_t>(i - out_first), a * Uniform(key, static_cast<uint64_t>(i)));
   };
   // The shared direction u (entries ±1) that embeddings carry and routers lean on.
   const uint64_t u_key = NameKey(seed, "shared-direction");
@@ -219,7 +222,8 @@ void FillSyntheticRange(const ModelConfig& c, const WeightSpec& w, uint64_t seed
     case WeightRole::kInputNorm:
     case WeightRole::kPostAttentionNorm:
     case WeightRole::kFinalNorm:
-      for (int64_t i = begin; i < end; ++i) Store(out, dtype, static_cast<size_t>(i - out_first), 1.0f + 0.1f * Uniform(key, static_cast<uint64_t>(i)));
+      for (int64_t i = begin; i < end; ++i)
+        Store(out, dtype, static_cast<size_t>(i - out_first), 1.0f + 0.1f * Uniform(key, static_cast<uint64_t>(i)));
       return;
     case WeightRole::kInputNormBias:
     case WeightRole::kPostAttentionNormBias:
@@ -228,16 +232,12 @@ void FillSyntheticRange(const ModelConfig& c, const WeightSpec& w, uint64_t seed
     case WeightRole::kKBias:
     case WeightRole::kVBias:
     case WeightRole::kOBias:
-    case WeightRole::kLmHeadBias:
-      fill(0.02f);
-      return;
+    case WeightRole::kLmHeadBias: fill(0.02f); return;
     case WeightRole::kQProj:
     case WeightRole::kKProj:
     case WeightRole::kVProj:
     case WeightRole::kExpertW1:
-    case WeightRole::kExpertW3:
-      fill(s.linear_in_d);
-      return;
+    case WeightRole::kExpertW3: fill(s.linear_in_d); return;
     case WeightRole::kOProj: fill(s.linear_in_q); return;
     case WeightRole::kExpertW2: fill(s.w2); return;
     case WeightRole::kLmHead: fill(s.lm_head); return;
@@ -370,8 +370,8 @@ std::vector<Range> WantedRanges(const WeightSpec& w, const SyntheticSourceOption
                                 const std::map<std::pair<int, int>, ExpertSlice>& slices) {
   const SyntheticExperts& experts = options.experts;
   const int64_t n = NumElements(w.shape);
-  const bool expert = w.role == WeightRole::kExpertW1 || w.role == WeightRole::kExpertW2 ||
-                      w.role == WeightRole::kExpertW3;
+  const bool expert =
+      w.role == WeightRole::kExpertW1 || w.role == WeightRole::kExpertW2 || w.role == WeightRole::kExpertW3;
   const bool dense_matrix = w.role == WeightRole::kEmbedTokens || w.role == WeightRole::kQProj ||
                             w.role == WeightRole::kKProj || w.role == WeightRole::kVProj ||
                             w.role == WeightRole::kOProj || w.role == WeightRole::kLmHead;
@@ -437,8 +437,8 @@ absl::StatusOr<std::unique_ptr<SyntheticTensorSource>> SyntheticTensorSource::Cr
     const size_t bytes = static_cast<size_t>(NumElements(w.shape)) * element;
     void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (data == MAP_FAILED) {
-      return absl::ResourceExhaustedError(absl::StrCat(source->description_, ": cannot allocate ", bytes,
-                                                       " bytes for ", w.name, ": ", std::strerror(errno)));
+      return absl::ResourceExhaustedError(absl::StrCat(source->description_, ": cannot allocate ", bytes, " bytes for ",
+                                                       w.name, ": ", std::strerror(errno)));
     }
     source->mappings_.push_back({data, bytes});
     views[t].data = data;
@@ -446,7 +446,8 @@ absl::StatusOr<std::unique_ptr<SyntheticTensorSource>> SyntheticTensorSource::Cr
     // Split the ranges into chunks; a large range is cut, small ones grouped.
     std::vector<Range> split;
     for (const Range& r : ranges[t]) {
-      for (int64_t b = r.first; b < r.second; b += kChunkElements) split.push_back({b, std::min(r.second, b + kChunkElements)});
+      for (int64_t b = r.first; b < r.second; b += kChunkElements)
+        split.push_back({b, std::min(r.second, b + kChunkElements)});
     }
     ranges[t] = std::move(split);
     int64_t elements = 0;

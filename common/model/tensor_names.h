@@ -15,11 +15,15 @@
 namespace tandem {
 
 enum class WeightRole {
-  kEmbedTokens,            // [V, D]
-  kInputNorm,              // [D]
-  kInputNormBias,          // [D]        LayerNorm only
-  kQProj, kKProj, kVProj,  // [Hq, D], [Hkv, D], [Hkv, D]
-  kQBias, kKBias, kVBias,  // [Hq], [Hkv], [Hkv]   attention_bias only
+  kEmbedTokens,    // [V, D]
+  kInputNorm,      // [D]
+  kInputNormBias,  // [D]        LayerNorm only
+  kQProj,
+  kKProj,
+  kVProj,  // [Hq, D], [Hkv, D], [Hkv, D]
+  kQBias,
+  kKBias,
+  kVBias,                  // [Hq], [Hkv], [Hkv]   attention_bias only
   kOProj,                  // [D, Hq]
   kOBias,                  // [D]        attention_bias only
   kPostAttentionNorm,      // [D]

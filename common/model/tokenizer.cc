@@ -60,7 +60,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const fs::path& model
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromModelProto(const std::string& model_proto,
-                                                                   const std::string& name) {
+                                                                     const std::string& name) {
   auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const absl::Status status =
       FromSentencePiece(processor->LoadFromSerializedProto(model_proto), "cannot load tokenizer", name);
@@ -186,9 +186,9 @@ absl::StatusOr<std::string> TrainTokenizerInMemory(const TokenizerTrainOptions& 
   auto flags = TrainerFlags(options, /*need_prefix=*/false);
   if (!flags.ok()) return flags.status();
   std::string model_proto;
-  const absl::Status status = FromSentencePiece(
-      sentencepiece::SentencePieceTrainer::Train(*flags, nullptr, &model_proto), "training tokenizer",
-      options.model_prefix.empty() ? fs::path("(in memory)") : options.model_prefix);
+  const absl::Status status =
+      FromSentencePiece(sentencepiece::SentencePieceTrainer::Train(*flags, nullptr, &model_proto), "training tokenizer",
+                        options.model_prefix.empty() ? fs::path("(in memory)") : options.model_prefix);
   if (!status.ok()) return status;
   return model_proto;
 }

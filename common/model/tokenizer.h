@@ -33,7 +33,7 @@ class Tokenizer {
   // TrainTokenizerInMemory); `name` stands for the file in errors.
   // InvalidArgument naming `name` when the bytes are no SentencePiece model.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromModelProto(const std::string& model_proto,
-                                                                    const std::string& name);
+                                                                   const std::string& name);
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;

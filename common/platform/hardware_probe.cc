@@ -60,8 +60,7 @@ int64_t LastLevelCacheBytes() {
   return from_sysconf > 0 ? from_sysconf : 0;
 }
 
-absl::StatusOr<MemoryBandwidth> MeasureMemoryBandwidth(ThreadPool* pool,
-                                                       const MemoryBandwidthOptions& options) {
+absl::StatusOr<MemoryBandwidth> MeasureMemoryBandwidth(ThreadPool* pool, const MemoryBandwidthOptions& options) {
   const int64_t llc = LastLevelCacheBytes();
   int64_t array_bytes = options.array_bytes;
   if (array_bytes <= 0) array_bytes = std::max<int64_t>(4 * llc, int64_t{256} << 20);
@@ -69,8 +68,7 @@ absl::StatusOr<MemoryBandwidth> MeasureMemoryBandwidth(ThreadPool* pool,
   if (n < 8) return absl::InvalidArgumentError(absl::StrCat("triad arrays of ", array_bytes, " bytes"));
   AlignedFloats a = AllocateFloats(n), b = AllocateFloats(n), c = AllocateFloats(n);
   if (!a || !b || !c)
-    return absl::ResourceExhaustedError(
-        absl::StrCat("no memory for 3 triad arrays of ", array_bytes, " bytes"));
+    return absl::ResourceExhaustedError(absl::StrCat("no memory for 3 triad arrays of ", array_bytes, " bytes"));
 
   // 1 MB chunks: small enough for the task counter to balance the threads,
   // large enough that its cost is invisible. Initialising with the same split
@@ -117,8 +115,7 @@ absl::StatusOr<MemoryBandwidth> MeasureMemoryBandwidth(ThreadPool* pool,
       const __m256 s = _mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3));
       alignas(32) float lanes[8];
       _mm256_store_ps(lanes, s);
-      sums[begin / kChunk] =
-          lanes[0] + lanes[1] + lanes[2] + lanes[3] + lanes[4] + lanes[5] + lanes[6] + lanes[7];
+      sums[begin / kChunk] = lanes[0] + lanes[1] + lanes[2] + lanes[3] + lanes[4] + lanes[5] + lanes[6] + lanes[7];
     });
     best_read_s = std::min(best_read_s, SecondsSince(start));
   }

@@ -37,8 +37,7 @@ struct MemoryBandwidth {
 
 // Triad a[i] = b[i] + s * c[i] with AVX2 and ordinary stores, and a read-only
 // sum over b, split across all of `pool`'s threads (null: one thread).
-absl::StatusOr<MemoryBandwidth> MeasureMemoryBandwidth(ThreadPool* pool,
-                                                       const MemoryBandwidthOptions& options = {});
+absl::StatusOr<MemoryBandwidth> MeasureMemoryBandwidth(ThreadPool* pool, const MemoryBandwidthOptions& options = {});
 
 // Last-level cache size in bytes (sysfs, else sysconf), 0 when unknown.
 int64_t LastLevelCacheBytes();

@@ -49,8 +49,9 @@ absl::StatusOr<std::string> RandomSuffix() {
 // under the expected name is a plant.
 absl::Status CheckOwner(const std::string& name, const struct stat& st) {
   if (st.st_uid != geteuid() && st.st_uid != 0) {
-    return absl::PermissionDeniedError(absl::StrCat("shm region ", name, " belongs to uid ", st.st_uid, ", not to you (uid ",
-                                                    geteuid(), "): refusing to map another user's region"));
+    return absl::PermissionDeniedError(absl::StrCat("shm region ", name, " belongs to uid ", st.st_uid,
+                                                    ", not to you (uid ", geteuid(),
+                                                    "): refusing to map another user's region"));
   }
   return absl::OkStatus();
 }
@@ -60,13 +61,14 @@ absl::Status CheckOwner(const std::string& name, const struct stat& st) {
 absl::Status ValidateShmName(const std::string& name, const std::string& what) {
   if (name.size() < 2 || name.size() > 255 || name[0] != '/' || name.find('/', 1) != std::string::npos ||
       name.find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " \"", name,
-                                                   "\" must be \"/\" followed by 1 to 254 characters, no other \"/\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " \"", name, "\" must be \"/\" followed by 1 to 254 characters, no other \"/\""));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<ShmRegion> ShmRegion::Create(const std::string& requested, size_t bytes, const ShmCreateOptions& options) {
+absl::StatusOr<ShmRegion> ShmRegion::Create(const std::string& requested, size_t bytes,
+                                            const ShmCreateOptions& options) {
   std::string name = requested;
   if (options.unique_suffix) {
     // Random names: one that exists was taken by someone else; draw again.
@@ -79,7 +81,8 @@ absl::StatusOr<ShmRegion> ShmRegion::Create(const std::string& requested, size_t
       once.reclaim_stale = false;
       absl::StatusOr<ShmRegion> region = Create(requested + *suffix, bytes, once);
       if (region.ok() || !absl::IsAlreadyExists(region.status())) return region;
-      LOG_WARNING("shm region ", requested + *suffix, " already exists (another process took that name): drawing "
+      LOG_WARNING("shm region ", requested + *suffix,
+                  " already exists (another process took that name): drawing "
                   "another");
     }
     return absl::AlreadyExistsError(absl::StrCat("shm regions ", requested, "-<random>: ", kDraws,
@@ -111,8 +114,8 @@ absl::StatusOr<ShmRegion> ShmRegion::Create(const std::string& requested, size_t
                                                    "choose another name or let the name be drawn at random"));
     }
     if (alive || !options.reclaim_stale || attempt > 0) {
-      return absl::AlreadyExistsError(absl::StrCat("shm region ", name, " already exists",
-                                                   alive ? " and is held by a live process" : " (stale)"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("shm region ", name, " already exists", alive ? " and is held by a live process" : " (stale)"));
     }
     shm_unlink(name.c_str());
   }
@@ -134,12 +137,14 @@ absl::StatusOr<ShmRegion> ShmRegion::Create(const std::string& requested, size_t
   }
   if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     const int err = errno;
-    return absl::ResourceExhaustedError(absl::StrCat("shm region ", name, ": ftruncate to ", bytes, " bytes: ", ErrnoText(err)));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("shm region ", name, ": ftruncate to ", bytes, " bytes: ", ErrnoText(err)));
   }
   void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) {
     const int err = errno;
-    return absl::ResourceExhaustedError(absl::StrCat("shm region ", name, ": mmap ", bytes, " bytes: ", ErrnoText(err)));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("shm region ", name, ": mmap ", bytes, " bytes: ", ErrnoText(err)));
   }
   region.data_ = data;
   region.size_ = bytes;

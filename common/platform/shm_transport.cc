@@ -96,7 +96,9 @@ void FutexWait(uint32_t* word, uint32_t expected, absl::Duration timeout) {
   syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
 }
 
-void FutexWakeAll(uint32_t* word) { syscall(SYS_futex, word, FUTEX_WAKE, std::numeric_limits<int>::max(), nullptr, nullptr, 0); }
+void FutexWakeAll(uint32_t* word) {
+  syscall(SYS_futex, word, FUTEX_WAKE, std::numeric_limits<int>::max(), nullptr, nullptr, 0);
+}
 
 // How long one futex sleep lasts before the waiter re-checks liveness, deadline or interrupt.
 constexpr absl::Duration kWaitSlice = absl::Milliseconds(10);
@@ -127,7 +129,8 @@ absl::StatusOr<std::unique_ptr<ShmArena>> ShmArena::Create(const ArenaOptions& o
     return absl::InvalidArgumentError(
         absl::StrCat("arena ", options.name, ": num_slots ", options.num_slots, " not in [1, ", kMaxArenaSlots, "]"));
   }
-  if (options.slot_bytes == 0) return absl::InvalidArgumentError(absl::StrCat("arena ", options.name, ": slot_bytes is 0"));
+  if (options.slot_bytes == 0)
+    return absl::InvalidArgumentError(absl::StrCat("arena ", options.name, ": slot_bytes is 0"));
   if (options.control_message_bytes < 1024 || options.control_message_bytes > (64u << 20)) {
     return absl::InvalidArgumentError(absl::StrCat("arena ", options.name, ": control_message_bytes ",
                                                    options.control_message_bytes, " not in [1 KiB, 64 MiB]"));
@@ -219,17 +222,17 @@ uint64_t ShmArena::AdvanceSequence(ArenaSide side, uint32_t slot) {
 absl::StatusOr<float*> ShmArena::Resolve(const ArenaTensorRef& ref, int64_t rows, int64_t hidden,
                                          absl::FunctionRef<std::string()> what) const {
   const auto prefix = [&] {
-    return absl::StrCat(what(), " (", std::string(ArenaSideName(ref.side)), " slot ", ref.slot, ", offset ",
-                        ref.offset, ")");
+    return absl::StrCat(what(), " (", std::string(ArenaSideName(ref.side)), " slot ", ref.slot, ", offset ", ref.offset,
+                        ")");
   };
   if (ref.slot >= num_slots_) {
     return absl::InvalidArgumentError(
         absl::StrCat(prefix(), ": slot ", ref.slot, " out of range; arena ", name(), " has ", num_slots_, " slots"));
   }
   if (ref.dtype != DType::kF32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        prefix(), ": dtype ", ref.dtype ? std::string(DTypeName(*ref.dtype)) : std::string("unspecified"),
-        ", activations must be F32"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix(), ": dtype ", ref.dtype ? std::string(DTypeName(*ref.dtype)) : std::string("unspecified"),
+                     ", activations must be F32"));
   }
   if (ref.shape.size() != 2 || ref.shape[0] != rows || ref.shape[1] != hidden) {
     return absl::InvalidArgumentError(absl::StrCat(prefix(), ": shape [", absl::StrJoin(ref.shape, ", "),
@@ -245,14 +248,14 @@ absl::StatusOr<float*> ShmArena::Resolve(const ArenaTensorRef& ref, int64_t rows
   const uint64_t max_elements = slot_bytes_ / sizeof(float);
   if (static_cast<uint64_t>(rows) > max_elements / static_cast<uint64_t>(hidden) ||
       ref.offset > slot_bytes_ - static_cast<uint64_t>(rows) * static_cast<uint64_t>(hidden) * sizeof(float)) {
-    return absl::InvalidArgumentError(absl::StrCat(prefix(), ": [", rows, ", ", hidden,
-                                                   "] f32 at this offset ends outside the slot of ", slot_bytes_,
-                                                   " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        prefix(), ": [", rows, ", ", hidden, "] f32 at this offset ends outside the slot of ", slot_bytes_, " bytes"));
   }
   const uint64_t current = sequence(ref.side, ref.slot);
   if (ref.sequence != current) {
-    return absl::DataLossError(absl::StrCat(prefix(), ": sequence ", ref.sequence, " but the slot's current sequence is ",
-                                            current, " (stale or replayed descriptor)"));
+    return absl::DataLossError(absl::StrCat(prefix(), ": sequence ", ref.sequence,
+                                            " but the slot's current sequence is ", current,
+                                            " (stale or replayed descriptor)"));
   }
   return reinterpret_cast<float*>(slot_data(ref.side, ref.slot) + ref.offset);
 }
@@ -301,9 +304,8 @@ absl::Status ShmArena::AwaitResponse(uint32_t seq, absl::Time deadline, absl::Du
   while (!done) {
     const absl::Time now = absl::Now();
     if (now >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("arena ", name(), ": no response to doorbell request ", seq, " (worker pid ", owner_pid(),
-                       ") before the deadline"));
+      return absl::DeadlineExceededError(absl::StrCat("arena ", name(), ": no response to doorbell request ", seq,
+                                                      " (worker pid ", owner_pid(), ") before the deadline"));
     }
     if (!OwnerAlive()) {
       return absl::UnavailableError(absl::StrCat("arena ", name(), ": worker pid ", owner_pid(),
@@ -363,9 +365,9 @@ std::optional<DoorbellRequest> ShmArena::AwaitRequest(absl::Duration spin, absl:
   request.seq = seq;
   const uint32_t bytes = U32Ref(c->request_bytes).load(std::memory_order_relaxed);
   if (bytes > control_message_bytes_) {
-    request.framing = absl::DataLossError(absl::StrCat("arena ", name(), ": doorbell request ", seq, " claims ", bytes,
-                                                       " bytes; the control block holds at most ",
-                                                       control_message_bytes_));
+    request.framing =
+        absl::DataLossError(absl::StrCat("arena ", name(), ": doorbell request ", seq, " claims ", bytes,
+                                         " bytes; the control block holds at most ", control_message_bytes_));
     return request;
   }
   request.message.assign(reinterpret_cast<const char*>(request_buffer()), bytes);
@@ -376,11 +378,12 @@ void ShmArena::PostResponse(uint32_t seq, const absl::Status& status, std::strin
   DoorbellControl* c = ControlOf(region_);
   absl::Status effective = status;
   if (status.ok() && message.size() > control_message_bytes_) {
-    effective = absl::ResourceExhaustedError(absl::StrCat("arena ", name(), ": response of ", message.size(),
-                                                          " bytes exceeds the control block's ",
-                                                          control_message_bytes_));
+    effective =
+        absl::ResourceExhaustedError(absl::StrCat("arena ", name(), ": response of ", message.size(),
+                                                  " bytes exceeds the control block's ", control_message_bytes_));
   }
-  std::string_view body = effective.ok() ? message : std::string_view(effective.message().data(), effective.message().size());
+  std::string_view body =
+      effective.ok() ? message : std::string_view(effective.message().data(), effective.message().size());
   body = body.substr(0, control_message_bytes_);
   std::memcpy(response_buffer(), body.data(), body.size());
   U32Ref(c->response_bytes).store(static_cast<uint32_t>(body.size()), std::memory_order_relaxed);

@@ -76,8 +76,8 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/status/status.h"
 #include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/base/dtype.h"
@@ -115,16 +115,16 @@ void CopyFloats(float* dst, const float* src, size_t count);
 struct ArenaTensorRef {
   ArenaSide side = ArenaSide::kInput;
   uint32_t slot = 0;
-  uint64_t offset = 0;          // bytes from the slot's start
-  std::vector<int64_t> shape;   // [R, D]
-  std::optional<DType> dtype;   // nullopt: unspecified / unknown (rejected)
+  uint64_t offset = 0;         // bytes from the slot's start
+  std::vector<int64_t> shape;  // [R, D]
+  std::optional<DType> dtype;  // nullopt: unspecified / unknown (rejected)
   uint64_t sequence = 0;
 };
 
 // A request taken off the doorbell by the worker.
 struct DoorbellRequest {
   uint32_t seq = 0;
-  std::string message;  // the serialized request (empty when framing failed)
+  std::string message;   // the serialized request (empty when framing failed)
   absl::Status framing;  // DataLoss when the control block's length is corrupt
 };
 

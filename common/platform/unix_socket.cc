@@ -55,9 +55,10 @@ absl::StatusOr<std::string> ParseUnixAddress(const std::string& address, const s
   std::string path = address.substr(5);
   if (absl::StartsWith(path, "//")) path = path.substr(2);
   if (path.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " \"", address, "\": no path after unix: (an empty path would bind an abstract socket, which has no "
-        "file permissions); give unix:/path/to.sock"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " \"", address,
+                     "\": no path after unix: (an empty path would bind an abstract socket, which has no "
+                     "file permissions); give unix:/path/to.sock"));
   }
   if (path[0] == '@' || path.find('\0') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(what, " \"", address,
@@ -97,8 +98,9 @@ absl::Status PrepareSocketPath(const std::string& path, const std::string& what)
                                                  "choose another path (not removing it)"));
   }
   if (st.st_uid != geteuid()) {
-    return absl::PermissionDeniedError(absl::StrCat(what, " ", path, " is a socket of uid ", st.st_uid, " (you are uid ",
-                                                    geteuid(), "): not removing another user's socket"));
+    return absl::PermissionDeniedError(absl::StrCat(what, " ", path, " is a socket of uid ", st.st_uid,
+                                                    " (you are uid ", geteuid(),
+                                                    "): not removing another user's socket"));
   }
   if (err != ECONNREFUSED) {
     return absl::PermissionDeniedError(absl::StrCat(what, " ", path, ": cannot tell whether the socket there is live (",
@@ -181,8 +183,7 @@ absl::StatusOr<int> UnixListener::Accept() {
       case EAGAIN:
       case EINTR:
       case ECONNABORTED:
-      case EPROTO:
-        continue;
+      case EPROTO: continue;
       case EMFILE:
       case ENFILE:
       case ENOBUFS:
@@ -190,8 +191,7 @@ absl::StatusOr<int> UnixListener::Accept() {
         // Out of descriptors or memory for now: wait, do not spin and do not give up.
         poll(&fds[1], 1, 100);
         continue;
-      default:
-        return absl::InternalError(absl::StrCat("accept on ", path_, ": ", ErrnoText(errno)));
+      default: return absl::InternalError(absl::StrCat("accept on ", path_, ": ", ErrnoText(errno)));
     }
   }
 }

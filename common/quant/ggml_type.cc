@@ -68,8 +68,8 @@ constexpr std::array<int, kMaxId + 1> kIndex = MakeIndex();
 
 absl::StatusOr<GgmlType> GgmlTypeFromId(uint32_t id) {
   if (id > kMaxId || kIndex[id] < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown ggml tensor type id ", id, " (ggml defines ids 0-", kMaxId, " except 4, 5, 31-33, 36-38)"));
+    return absl::InvalidArgumentError(absl::StrCat("unknown ggml tensor type id ", id, " (ggml defines ids 0-", kMaxId,
+                                                   " except 4, 5, 31-33, 36-38)"));
   }
   return static_cast<GgmlType>(id);
 }

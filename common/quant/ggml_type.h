@@ -62,8 +62,8 @@ inline constexpr int64_t kSuperBlockSize = 256;
 struct GgmlTypeInfo {
   GgmlType type;
   absl::string_view name;  // ggml's spelling: "f32", "q8_0", "q4_K", "bf16"
-  int64_t block_size;     // values per block (1 for plain floats and ints)
-  int64_t block_bytes;    // bytes per block
+  int64_t block_size;      // values per block (1 for plain floats and ints)
+  int64_t block_bytes;     // bytes per block
 };
 
 // The type GGUF numbers `id`; InvalidArgument naming the id when ggml defines none.

@@ -45,7 +45,7 @@ uint16_t GgmlF32ToF16(float f) {
   const uint32_t bits = ToBits(f);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) return sign | 0x7e00u;  // NaN
+  if (magnitude > 0x7f800000u) return sign | 0x7e00u;   // NaN
   if (magnitude >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to infinity
   if (magnitude < 0x38800000u) {
     // Below 2^-14: a half subnormal, in units of 2^-24. Values up to 2^-25

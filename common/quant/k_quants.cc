@@ -99,8 +99,8 @@ void UnpackKScaleMin(const uint8_t* scales, int j, uint8_t* scale, uint8_t* min)
 }
 
 void QuantizeBlockQ4_K(const float* x, uint8_t* block) {
-  const AffineSuperBlock s = QuantizeAffineSuperBlock(x, {.max_level = 15, .first_offset = -1.0f,
-                                                          .step_offset = 0.1f, .steps = 20});
+  const AffineSuperBlock s =
+      QuantizeAffineSuperBlock(x, {.max_level = 15, .first_offset = -1.0f, .step_offset = 0.1f, .steps = 20});
   BlockQ4_K b;
   b.d = s.d;
   b.dmin = s.dmin;
@@ -113,8 +113,8 @@ void QuantizeBlockQ4_K(const float* x, uint8_t* block) {
 }
 
 void QuantizeBlockQ5_K(const float* x, uint8_t* block) {
-  const AffineSuperBlock s = QuantizeAffineSuperBlock(x, {.max_level = 31, .first_offset = -0.5f,
-                                                          .step_offset = 0.1f, .steps = 15});
+  const AffineSuperBlock s =
+      QuantizeAffineSuperBlock(x, {.max_level = 31, .first_offset = -0.5f, .step_offset = 0.1f, .steps = 15});
   BlockQ5_K b;
   b.d = s.d;
   b.dmin = s.dmin;

@@ -88,8 +88,8 @@ absl::Status DequantizeRow(GgmlType type, absl::Span<const uint8_t> src, absl::S
   const size_t block_bytes = static_cast<size_t>(info.block_bytes);
   const size_t block_size = static_cast<size_t>(info.block_size);
   if (src.size() % block_bytes != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(src.size(), " bytes are not whole ", info.name, " blocks of ",
-                                                   block_bytes, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(src.size(), " bytes are not whole ", info.name, " blocks of ", block_bytes, " bytes"));
   }
   const size_t blocks = src.size() / block_bytes;
   if (dst.size() != blocks * block_size) {

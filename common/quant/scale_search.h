@@ -22,10 +22,10 @@ int NearestInt(float value);
 // make_qkx2_quants with squared error. Tries `steps`+1 inverse scales
 // (first_offset + step_offset*k + max_level) / (max - min), k = 0..steps.
 struct AffineSearch {
-  int max_level;        // 15 for Q4_K, 31 for Q5_K
-  float first_offset;   // -1 for Q4_K, -0.5 for Q5_K
-  float step_offset;    // 0.1
-  int steps;            // 20 for Q4_K, 15 for Q5_K
+  int max_level;       // 15 for Q4_K, 31 for Q5_K
+  float first_offset;  // -1 for Q4_K, -0.5 for Q5_K
+  float step_offset;   // 0.1
+  int steps;           // 20 for Q4_K, 15 for Q5_K
 };
 struct AffineFit {
   float scale;

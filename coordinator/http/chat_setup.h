@@ -20,10 +20,10 @@ namespace tandem {
 
 struct ChatSetup {
   ModelDefaults defaults;
-  std::unique_ptr<ChatTemplate> chat_template;  // null: the model has none
-  std::string no_template_reason;               // why, when null
+  std::unique_ptr<ChatTemplate> chat_template;        // null: the model has none
+  std::string no_template_reason;                     // why, when null
   std::optional<SpecialTokenMatcher> special_tokens;  // when the model has added tokens
-  std::vector<int32_t> extra_stop_ids;  // the model's stop ids beyond config.json's eos
+  std::vector<int32_t> extra_stop_ids;                // the model's stop ids beyond config.json's eos
 
   // `messages` (and `tools`, `kwargs`) through the template. FailedPrecondition
   // naming what is missing when the model has no template; the template's

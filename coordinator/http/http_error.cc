@@ -11,9 +11,8 @@ namespace {
 // "temperature must be ...", "prompt_ids[3] = 9 is ...".
 std::string LeadingField(std::string_view message) {
   size_t end = 0;
-  while (end < message.size() &&
-         (absl::ascii_isalnum(message[end]) || message[end] == '_' || message[end] == '.' || message[end] == '[' ||
-          message[end] == ']')) {
+  while (end < message.size() && (absl::ascii_isalnum(message[end]) || message[end] == '_' || message[end] == '.' ||
+                                  message[end] == '[' || message[end] == ']')) {
     ++end;
   }
   if (end == 0 || end == message.size() || !absl::ascii_islower(message[0])) return "";
@@ -34,10 +33,11 @@ HttpError HttpError::Make(int status, std::string type, std::string message, std
 }
 
 std::string HttpError::ToJson() const {
-  nlohmann::ordered_json error = {{"message", message},
-                                  {"type", type},
-                                  {"param", param.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(param)},
-                                  {"code", code.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(code)}};
+  nlohmann::ordered_json error = {
+      {"message", message},
+      {"type", type},
+      {"param", param.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(param)},
+      {"code", code.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(code)}};
   return nlohmann::ordered_json{{"error", error}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
@@ -52,7 +52,8 @@ HttpError HttpErrorFromStatus(const absl::Status& status, const std::string& def
       return HttpError::Make(400, "invalid_request_error", message, param);
     }
     case absl::StatusCode::kNotFound: return HttpError::Make(404, "not_found_error", message);
-    case absl::StatusCode::kResourceExhausted: return HttpError::Make(429, "rate_limit_error", message, "", "server_busy");
+    case absl::StatusCode::kResourceExhausted:
+      return HttpError::Make(429, "rate_limit_error", message, "", "server_busy");
     case absl::StatusCode::kCancelled: return HttpError::Make(499, "cancelled", message);
     case absl::StatusCode::kUnavailable: return HttpError::Make(503, "unavailable_error", message);
     case absl::StatusCode::kDeadlineExceeded: return HttpError::Make(504, "timeout_error", message);

@@ -10,10 +10,10 @@ namespace tandem {
 
 struct HttpError {
   int status = 500;
-  std::string type;     // invalid_request_error, not_found_error, rate_limit_error, unavailable_error, server_error
+  std::string type;  // invalid_request_error, not_found_error, rate_limit_error, unavailable_error, server_error
   std::string message;
-  std::string param;    // the request field at fault; "" -> null
-  std::string code;     // a machine-readable reason; "" -> null
+  std::string param;  // the request field at fault; "" -> null
+  std::string code;   // a machine-readable reason; "" -> null
 
   static HttpError Make(int status, std::string type, std::string message, std::string param = "",
                         std::string code = "");

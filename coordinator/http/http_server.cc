@@ -78,9 +78,7 @@ std::string RandomId(std::string_view prefix) {
   return absl::StrFormat("%s%016x%08x", prefix, rng(), static_cast<uint32_t>(rng()));
 }
 
-std::string_view FinishName(FinishReason reason) {
-  return reason == FinishReason::kMaxTokens ? "length" : "stop";
-}
+std::string_view FinishName(FinishReason reason) { return reason == FinishReason::kMaxTokens ? "length" : "stop"; }
 
 // The request body as JSON, or a 400.
 absl::StatusOr<Json> ParseBody(const httplib::Request& req) {
@@ -113,12 +111,16 @@ Json LogprobsJson(const HttpServer::Job& job, std::span<const GeneratedToken> to
         const std::string p = Piece(model, id);
         top.push_back({{"token", SanitizeUtf8(p)}, {"logprob", logprob}, {"bytes", TokenBytes(p)}});
       }
-      content.push_back(
-          {{"token", SanitizeUtf8(piece)}, {"logprob", t.logprob}, {"bytes", TokenBytes(piece)}, {"top_logprobs", top}});
+      content.push_back({{"token", SanitizeUtf8(piece)},
+                         {"logprob", t.logprob},
+                         {"bytes", TokenBytes(piece)},
+                         {"top_logprobs", top}});
     }
     return {{"content", content}};
   }
-  Json out = {{"tokens", Json::array()}, {"token_logprobs", Json::array()}, {"top_logprobs", Json::array()},
+  Json out = {{"tokens", Json::array()},
+              {"token_logprobs", Json::array()},
+              {"top_logprobs", Json::array()},
               {"text_offset", Json::array()}};
   for (const GeneratedToken& t : tokens) {
     out["tokens"].push_back(SanitizeUtf8(Piece(model, t.id)));
@@ -270,9 +272,9 @@ void HttpServer::Stop() {
 }
 
 std::string HttpServer::address() const {
-  return absl::StrCat(absl::StrContains(options_.listen.host, ':') ? "[" + options_.listen.host + "]"
-                                                                   : options_.listen.host,
-                      ":", port_);
+  return absl::StrCat(
+      absl::StrContains(options_.listen.host, ':') ? "[" + options_.listen.host + "]" : options_.listen.host, ":",
+      port_);
 }
 
 void HttpServer::Serve(const Model* model, Scheduler* scheduler, ServingOptions serving,
@@ -335,7 +337,8 @@ void HttpServer::Route() {
     if (res.status == 413) message = "the request body is larger than the server accepts (--http_max_body_bytes)";
     SendError(res, HttpError::Make(res.status, type, message));
   });
-  s.set_logger([this](const httplib::Request& req, const httplib::Response& res) { CountResponse(req.path, res.status); });
+  s.set_logger(
+      [this](const httplib::Request& req, const httplib::Response& res) { CountResponse(req.path, res.status); });
 }
 
 void HttpServer::Completions(int endpoint, const httplib::Request& req, httplib::Response& res) {
@@ -355,8 +358,8 @@ void HttpServer::Completions(int endpoint, const httplib::Request& req, httplib:
   // The prompt: a chat through the template, or a completion's text or ids.
   absl::StatusOr<std::vector<int32_t>> prompt;
   if (r.endpoint == OpenAiEndpoint::kChat) {
-    absl::StatusOr<std::string> text = ready.chat->Render(r.messages, r.tools, r.add_generation_prompt,
-                                                          r.chat_template_kwargs);
+    absl::StatusOr<std::string> text =
+        ready.chat->Render(r.messages, r.tools, r.add_generation_prompt, r.chat_template_kwargs);
     if (!text.ok()) return SendError(res, HttpErrorFromStatus(text.status(), "messages"));
     prompt = ready.chat->Encode(*ready.model, *text, /*add_bos=*/false);
     if (prompt.ok() && prompt->empty()) prompt = absl::InvalidArgumentError("messages: the chat renders to no tokens");
@@ -370,8 +373,8 @@ void HttpServer::Completions(int endpoint, const httplib::Request& req, httplib:
   const GenerationDefaults& g = ready.chat->defaults.generation;
   const int64_t context = ready.model->config.max_position_embeddings;
   const int64_t room = std::max<int64_t>(1, context - static_cast<int64_t>(prompt->size()));
-  const int32_t max_tokens =
-      r.max_tokens.value_or(static_cast<int32_t>(std::min<int64_t>(g.max_new_tokens.value_or(options_.default_max_tokens), room)));
+  const int32_t max_tokens = r.max_tokens.value_or(
+      static_cast<int32_t>(std::min<int64_t>(g.max_new_tokens.value_or(options_.default_max_tokens), room)));
   std::vector<int32_t> stop_ids = r.ignore_eos ? std::vector<int32_t>() : ready.chat->extra_stop_ids;
 
   job->choices.resize(r.beam_width >= 2 ? 1 : static_cast<size_t>(r.n));
@@ -396,11 +399,13 @@ void HttpServer::Completions(int endpoint, const httplib::Request& req, httplib:
       q.prompt_ids = *prompt;
       q.max_tokens = max_tokens;
       const bool sample_default = g.do_sample.value_or(true);
-      q.sampling.temperature = r.temperature.value_or(sample_default ? static_cast<float>(g.temperature.value_or(1.0)) : 0.0f);
+      q.sampling.temperature =
+          r.temperature.value_or(sample_default ? static_cast<float>(g.temperature.value_or(1.0)) : 0.0f);
       q.sampling.top_p = r.top_p.value_or(static_cast<float>(g.top_p.value_or(1.0)));
       q.sampling.top_k = r.top_k.value_or(g.top_k.value_or(0));
       q.sampling.min_p = r.min_p.value_or(static_cast<float>(g.min_p.value_or(0.0)));
-      q.sampling.repetition_penalty = r.repetition_penalty.value_or(static_cast<float>(g.repetition_penalty.value_or(1.0)));
+      q.sampling.repetition_penalty =
+          r.repetition_penalty.value_or(static_cast<float>(g.repetition_penalty.value_or(1.0)));
       q.sampling.presence_penalty = r.presence_penalty;
       q.sampling.frequency_penalty = r.frequency_penalty;
       q.sampling.seed = seed + i;
@@ -423,9 +428,8 @@ void HttpServer::Completions(int endpoint, const httplib::Request& req, httplib:
   if (r.stream) {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider("text/event-stream", [this, job](size_t, httplib::DataSink& sink) {
-      return RunStream(*job, sink);
-    });
+    res.set_chunked_content_provider("text/event-stream",
+                                     [this, job](size_t, httplib::DataSink& sink) { return RunStream(*job, sink); });
     return;
   }
   Collect(*job);
@@ -468,8 +472,8 @@ void HttpServer::Completions(int endpoint, const httplib::Request& req, httplib:
   } else {
     for (size_t i = 0; i < job->choices.size(); ++i) {
       const Job::Choice& c = job->choices[i];
-      choices.push_back(choice_json(i, c.text, r.logprobs ? LogprobsJson(*job, c.tokens, 0) : Json(nullptr),
-                                    FinishName(c.finish)));
+      choices.push_back(
+          choice_json(i, c.text, r.logprobs ? LogprobsJson(*job, c.tokens, 0) : Json(nullptr), FinishName(c.finish)));
     }
   }
   out["choices"] = std::move(choices);
@@ -576,8 +580,7 @@ void HttpServer::Tokenize(const httplib::Request& req, httplib::Response& res) {
   }
   const bool add_special = body->value("add_special", false);
   const bool with_pieces = body->value("with_pieces", false);
-  absl::StatusOr<std::vector<int32_t>> ids =
-      ready.chat->Encode(*ready.model, content->get<std::string>(), add_special);
+  absl::StatusOr<std::vector<int32_t>> ids = ready.chat->Encode(*ready.model, content->get<std::string>(), add_special);
   if (!ids.ok()) return SendError(res, HttpErrorFromStatus(ids.status(), "content"));
   Json tokens = Json::array();
   for (int32_t id : *ids) {
@@ -596,7 +599,8 @@ void HttpServer::Detokenize(const httplib::Request& req, httplib::Response& res)
   if (!body.ok()) return SendError(res, HttpErrorFromStatus(body.status()));
   auto tokens = body->find("tokens");
   if (tokens == body->end() || !tokens->is_array()) {
-    return SendError(res, HttpError::Make(400, "invalid_request_error", "tokens: must be a list of token ids", "tokens"));
+    return SendError(res,
+                     HttpError::Make(400, "invalid_request_error", "tokens: must be a list of token ids", "tokens"));
   }
   std::vector<int32_t> ids;
   for (size_t i = 0; i < tokens->size(); ++i) {
@@ -623,8 +627,8 @@ void HttpServer::ApplyTemplate(const httplib::Request& req, httplib::Response& r
   if (!body.ok()) return SendError(res, HttpErrorFromStatus(body.status()));
   absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(OpenAiEndpoint::kChat, *body);
   if (!parsed.ok()) return SendError(res, HttpErrorFromStatus(parsed.status()));
-  absl::StatusOr<std::string> prompt = ready.chat->Render(parsed->messages, parsed->tools,
-                                                          parsed->add_generation_prompt, parsed->chat_template_kwargs);
+  absl::StatusOr<std::string> prompt =
+      ready.chat->Render(parsed->messages, parsed->tools, parsed->add_generation_prompt, parsed->chat_template_kwargs);
   if (!prompt.ok()) return SendError(res, HttpErrorFromStatus(prompt.status(), "messages"));
   SendJson(res, 200, {{"prompt", *prompt}});
 }
@@ -633,8 +637,8 @@ void HttpServer::Health(httplib::Response& res) {
   std::shared_ptr<const Ready> ready = this->ready();
   if (ready == nullptr) {
     Json out = {{"status", "loading"}};
-    out["error"] = Json::parse(HttpError::Make(503, "unavailable_error", "the model is still loading", "",
-                                               "model_loading").ToJson())["error"];
+    out["error"] = Json::parse(
+        HttpError::Make(503, "unavailable_error", "the model is still loading", "", "model_loading").ToJson())["error"];
     return SendJson(res, 503, out);
   }
   Json workers = Json::array();
@@ -647,8 +651,8 @@ void HttpServer::Health(httplib::Response& res) {
   }
   Json out = {{"status", healthy ? "ok" : "unhealthy"}, {"workers", workers}};
   if (!healthy) {
-    out["error"] = Json::parse(HttpError::Make(503, "unavailable_error", "a CPU worker is down", "",
-                                               "worker_down").ToJson())["error"];
+    out["error"] = Json::parse(
+        HttpError::Make(503, "unavailable_error", "a CPU worker is down", "", "worker_down").ToJson())["error"];
   }
   SendJson(res, healthy ? 200 : 503, out);
 }

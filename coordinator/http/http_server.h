@@ -108,7 +108,7 @@ class HttpServer {
   std::atomic<bool> stopping_{false};
 
   mutable std::mutex mu_;
-  std::shared_ptr<const Ready> ready_;                      // guarded by mu_
+  std::shared_ptr<const Ready> ready_;                        // guarded by mu_
   std::map<std::pair<std::string, int>, int64_t> responses_;  // guarded by mu_
 
   std::thread thread_;  // listen loop; last, starts once the rest exists

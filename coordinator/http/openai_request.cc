@@ -27,7 +27,8 @@ absl::StatusOr<std::optional<float>> OptionalNumber(const Json& body, const char
   if (v == nullptr) return std::optional<float>();
   if (!v->is_number()) return Bad(field, "must be a number");
   const double x = v->get<double>();
-  if (!std::isfinite(x) || x < lo || x > hi) return Bad(field, absl::StrCat("must be in [", lo, ", ", hi, "], got ", x));
+  if (!std::isfinite(x) || x < lo || x > hi)
+    return Bad(field, absl::StrCat("must be in [", lo, ", ", hi, "], got ", x));
   return std::optional<float>(static_cast<float>(x));
 }
 
@@ -164,8 +165,8 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, const 
   TANDEM_ASSIGN_OR_RETURN(std::optional<float> frequency, OptionalNumber(body, "frequency_penalty", -2, 2));
   r.presence_penalty = presence.value_or(0.0f);
   r.frequency_penalty = frequency.value_or(0.0f);
-  TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> seed,
-                          OptionalInt(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+  TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> seed, OptionalInt(body, "seed", std::numeric_limits<int64_t>::min(),
+                                                                   std::numeric_limits<int64_t>::max()));
   if (seed) r.seed = static_cast<uint64_t>(*seed);
   TANDEM_RETURN_IF_ERROR(ReadStop(body, r));
   TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> n, OptionalInt(body, "n", 1, kMaxChoices));
@@ -184,7 +185,8 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, const 
   r.length_penalty = length_penalty.value_or(1.0f);
   if (r.beam_width >= 2) {
     if (r.stream) return Bad("beam_width", "beam search does not stream: set stream to false");
-    if (r.n > r.beam_width) return Bad("n", absl::StrCat("must be <= beam_width (", r.beam_width, ") with beam search"));
+    if (r.n > r.beam_width)
+      return Bad("n", absl::StrCat("must be <= beam_width (", r.beam_width, ") with beam search"));
     if (r.logprobs) return Bad("logprobs", "is not available with beam search");
   }
   return r;

@@ -28,8 +28,8 @@ namespace tandem {
 
 enum class OpenAiEndpoint { kChat, kCompletion };
 
-inline constexpr int32_t kMaxChoices = 16;       // n
-inline constexpr int32_t kMaxTopLogprobs = 20;   // as OpenAI
+inline constexpr int32_t kMaxChoices = 16;      // n
+inline constexpr int32_t kMaxTopLogprobs = 20;  // as OpenAI
 inline constexpr int32_t kMaxStopStrings = 16;
 inline constexpr int32_t kMaxBeamWidth = 64;
 
@@ -58,7 +58,7 @@ struct OpenAiRequest {
   bool logprobs = false;       // report the chosen tokens' log probabilities
   int32_t top_logprobs = 0;    // and this many alternatives per position
   bool ignore_eos = false;
-  int32_t beam_width = 0;      // >= 2: beam search (no streaming); n results
+  int32_t beam_width = 0;  // >= 2: beam search (no streaming); n results
   float length_penalty = 1.0f;
 };
 

@@ -31,8 +31,7 @@ class Family {
 };
 
 std::string Label(absl::string_view name, absl::string_view value) {
-  return absl::StrCat(name, "=\"",
-                      absl::StrReplaceAll(value, {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}}), "\"");
+  return absl::StrCat(name, "=\"", absl::StrReplaceAll(value, {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}}), "\"");
 }
 
 void AppendHttp(std::string* out, const HttpMetrics& http) {
@@ -40,7 +39,8 @@ void AppendHttp(std::string* out, const HttpMetrics& http) {
   ready.Sample(http.ready ? 1 : 0);
   Family responses(out, "tandem_http_responses_total", "counter", "HTTP responses by path and status code");
   for (const auto& [key, count] : http.responses) {
-    responses.Sample(static_cast<double>(count), absl::StrCat(Label("path", key.first), ",", Label("code", absl::StrCat(key.second))));
+    responses.Sample(static_cast<double>(count),
+                     absl::StrCat(Label("path", key.first), ",", Label("code", absl::StrCat(key.second))));
   }
 }
 
@@ -77,7 +77,8 @@ void AppendScheduler(std::string* out, const SchedulerStats& s) {
   Family kv_total(out, "tandem_kv_blocks_total", "gauge", "KV cache blocks in the pool");
   kv_total.Sample(static_cast<double>(s.kv_blocks_total));
   Family kv_usage(out, "tandem_kv_cache_usage_ratio", "gauge", "fraction of the KV cache in use");
-  kv_usage.Sample(s.kv_blocks_total > 0 ? static_cast<double>(s.kv_blocks_in_use) / static_cast<double>(s.kv_blocks_total) : 0.0);
+  kv_usage.Sample(
+      s.kv_blocks_total > 0 ? static_cast<double>(s.kv_blocks_in_use) / static_cast<double>(s.kv_blocks_total) : 0.0);
   Family layer(out, "tandem_layer_time_ms", "gauge", "mean time per step in each layer's parts over the recent window");
   for (size_t i = 0; i < s.mean_layers.size(); ++i) {
     const std::string l = Label("layer", absl::StrCat(i));

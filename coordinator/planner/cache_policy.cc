@@ -13,9 +13,9 @@ namespace {
 
 absl::Status CheckTableShape(const ResidencyTable& table, int num_layers, int num_experts, const std::string& policy) {
   if (table.num_layers() != num_layers || table.num_experts() != num_experts) {
-    return absl::InvalidArgumentError(absl::StrCat(policy, " policy was made for ", num_layers, " layers x ", num_experts,
-                                                   " experts but the residency table has ", table.num_layers(), " x ",
-                                                   table.num_experts()));
+    return absl::InvalidArgumentError(absl::StrCat(policy, " policy was made for ", num_layers, " layers x ",
+                                                   num_experts, " experts but the residency table has ",
+                                                   table.num_layers(), " x ", table.num_experts()));
   }
   return absl::OkStatus();
 }
@@ -148,7 +148,8 @@ absl::StatusOr<std::unique_ptr<SequenceCachePolicy>> SequenceCachePolicy::Create
         absl::StrCat("sequence swap_threshold must be in [1, 1e6], got ", options.swap_threshold));
   }
   if (!(options.swap_fraction > 0 && options.swap_fraction <= 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("sequence swap_fraction must be in (0, 1], got ", options.swap_fraction));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence swap_fraction must be in (0, 1], got ", options.swap_fraction));
   }
   return std::unique_ptr<SequenceCachePolicy>(new SequenceCachePolicy(options));
 }
@@ -174,7 +175,7 @@ void SequenceCachePolicy::OnRouting(const CacheStep& step, std::vector<CacheDeci
     if (r == Residency::kAbsent && step.rows[static_cast<size_t>(e)] > 0) hot_.push_back(e);
     if (r == Residency::kResident) cold_.push_back(e);
   }
-  SortByRowsDescending(step.rows, &hot_);  // getTopKActiveExperts(ExpsCPU, SwapNum)
+  SortByRowsDescending(step.rows, &hot_);                    // getTopKActiveExperts(ExpsCPU, SwapNum)
   std::sort(cold_.begin(), cold_.end(), [&](int a, int b) {  // getBottomKActiveExperts(ExpsGPU, SwapNum)
     const int32_t ra = step.rows[static_cast<size_t>(a)], rb = step.rows[static_cast<size_t>(b)];
     return ra != rb ? ra < rb : a < b;
@@ -182,7 +183,8 @@ void SequenceCachePolicy::OnRouting(const CacheStep& step, std::vector<CacheDeci
   const size_t pairs = std::min({hot_.size(), cold_.size(), static_cast<size_t>(swap_num)});
   for (size_t i = 0; i < pairs; ++i) {  // zip(HotExps, ColdExps): every pair is tested
     const int hot = hot_[i], cold = cold_[i];
-    if (AtLeastRatio(step.rows[static_cast<size_t>(hot)], step.rows[static_cast<size_t>(cold)], options_.swap_threshold)) {
+    if (AtLeastRatio(step.rows[static_cast<size_t>(hot)], step.rows[static_cast<size_t>(cold)],
+                     options_.swap_threshold)) {
       decisions->push_back({CacheDecision::Kind::kMigrate, {step.layer, hot}, ExpertKey{step.layer, cold}});
     }
   }
@@ -192,15 +194,18 @@ void SequenceCachePolicy::OnRouting(const CacheStep& step, std::vector<CacheDeci
 
 absl::Status AdaptiveOptions::Validate() const {
   if (num_experts_per_token < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("adaptive num_experts_per_token must be >= 1, got ", num_experts_per_token));
+    return absl::InvalidArgumentError(
+        absl::StrCat("adaptive num_experts_per_token must be >= 1, got ", num_experts_per_token));
   }
   if (!(ewma_alpha > 0 && ewma_alpha <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat("adaptive ewma_alpha must be in (0, 1], got ", ewma_alpha));
   }
   if (default_horizon_steps < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("adaptive default_horizon_steps must be >= 1, got ", default_horizon_steps));
+    return absl::InvalidArgumentError(
+        absl::StrCat("adaptive default_horizon_steps must be >= 1, got ", default_horizon_steps));
   }
-  if (!std::isfinite(max_copy_backlog_us)) return absl::InvalidArgumentError("adaptive max_copy_backlog_us must be finite");
+  if (!std::isfinite(max_copy_backlog_us))
+    return absl::InvalidArgumentError("adaptive max_copy_backlog_us must be finite");
   if (!(gain_ratio > 0) || !std::isfinite(gain_ratio)) {
     return absl::InvalidArgumentError(absl::StrCat("adaptive gain_ratio must be finite and > 0, got ", gain_ratio));
   }
@@ -208,8 +213,8 @@ absl::Status AdaptiveOptions::Validate() const {
 }
 
 absl::StatusOr<std::unique_ptr<AdaptiveCachePolicy>> AdaptiveCachePolicy::Create(const AdaptiveOptions& options,
-                                                                                  const CostModel* cost, int num_layers,
-                                                                                  int num_experts) {
+                                                                                 const CostModel* cost, int num_layers,
+                                                                                 int num_experts) {
   TANDEM_RETURN_IF_ERROR(options.Validate());
   if (cost == nullptr) return absl::InvalidArgumentError("cost: the adaptive policy needs the cost model");
   if (num_layers < 1) return absl::InvalidArgumentError(absl::StrCat("num_layers must be >= 1, got ", num_layers));
@@ -349,7 +354,8 @@ void AdaptiveCachePolicy::OnRouting(const CacheStep& step, std::vector<CacheDeci
   for (int e : candidates_) Consider(step, e, CacheDecision::Kind::kMigrate, migrate_us, decisions);
 }
 
-void AdaptiveCachePolicy::OnExecuted(const CacheStep& step, const LayerPlan& plan, std::vector<CacheDecision>* decisions) {
+void AdaptiveCachePolicy::OnExecuted(const CacheStep& step, const LayerPlan& plan,
+                                     std::vector<CacheDecision>* decisions) {
   pending_new_ = 0;
   pending_copy_us_ = 0;
   pending_victims_.clear();
@@ -369,7 +375,8 @@ absl::StatusOr<CachePolicyKind> ParseCachePolicyKind(const std::string& name) {
   if (name == "lru") return CachePolicyKind::kLru;
   if (name == "sequence") return CachePolicyKind::kSequence;
   if (name == "adaptive") return CachePolicyKind::kAdaptive;
-  return absl::InvalidArgumentError(absl::StrCat("cache policy \"", name, "\" is not one of static, lru, sequence, adaptive"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("cache policy \"", name, "\" is not one of static, lru, sequence, adaptive"));
 }
 
 std::string CachePolicyKindName(CachePolicyKind kind) {
@@ -387,11 +394,13 @@ absl::StatusOr<std::unique_ptr<CachePolicy>> MakeCachePolicy(const CachePolicyOp
   switch (options.kind) {
     case CachePolicyKind::kStatic: return std::unique_ptr<CachePolicy>(new StaticCachePolicy());
     case CachePolicyKind::kLru: {
-      TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<LruCachePolicy> lru, LruCachePolicy::Create(options.lru, num_layers, num_experts));
+      TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<LruCachePolicy> lru,
+                              LruCachePolicy::Create(options.lru, num_layers, num_experts));
       return std::unique_ptr<CachePolicy>(std::move(lru));
     }
     case CachePolicyKind::kSequence: {
-      TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<SequenceCachePolicy> sequence, SequenceCachePolicy::Create(options.sequence));
+      TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<SequenceCachePolicy> sequence,
+                              SequenceCachePolicy::Create(options.sequence));
       return std::unique_ptr<CachePolicy>(std::move(sequence));
     }
     case CachePolicyKind::kAdaptive: {

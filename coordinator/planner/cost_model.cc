@@ -79,7 +79,8 @@ absl::Status RooflineCurve::Validate(const std::string& field) const {
   if (!Finite(base_us)) return FieldError(field + ".base_us", "must be a finite number");
   if (!Finite(per_row_us) || per_row_us < 0)
     return FieldError(field + ".per_row_us", "must be a finite number >= 0 (latency may not fall with more rows)");
-  if (Us(1) <= 0) return FieldError(field, "predicts no time for one row (plateau_us and base_us + per_row_us both <= 0)");
+  if (Us(1) <= 0)
+    return FieldError(field, "predicts no time for one row (plateau_us and base_us + per_row_us both <= 0)");
   return absl::OkStatus();
 }
 
@@ -151,7 +152,8 @@ absl::Status CostModelParams::Validate() const {
   if (cpu_workers.empty()) return FieldError("cpu_workers", "must list at least one worker");
   if (transports.empty()) return FieldError("transports", "must list at least one transport");
   for (size_t t = 0; t < transports.size(); ++t) {
-    const std::string field = absl::StrCat("transports.", transports[t].name.empty() ? absl::StrCat(t) : transports[t].name);
+    const std::string field =
+        absl::StrCat("transports.", transports[t].name.empty() ? absl::StrCat(t) : transports[t].name);
     if (transports[t].name.empty()) return FieldError(field, "needs a name");
     for (size_t u = 0; u < t; ++u) {
       if (transports[u].name == transports[t].name) return FieldError(field, "is listed twice");
@@ -162,12 +164,14 @@ absl::Status CostModelParams::Validate() const {
     const std::string field = absl::StrCat("cpu_workers[", w, "]");
     TANDEM_RETURN_IF_ERROR(cpu_workers[w].compute.Validate(field + ".compute"));
     if (cpu_workers[w].transport < 0 || cpu_workers[w].transport >= static_cast<int>(transports.size())) {
-      return FieldError(field + ".transport", absl::StrCat("names no listed transport (index ", cpu_workers[w].transport, ")"));
+      return FieldError(field + ".transport",
+                        absl::StrCat("names no listed transport (index ", cpu_workers[w].transport, ")"));
     }
   }
   TANDEM_RETURN_IF_ERROR(gpu.Validate("gpu"));
   TANDEM_RETURN_IF_ERROR(migrate.Validate("migrate"));
-  if (migrate.Us(static_cast<double>(expert_bytes)) <= 0) return FieldError("migrate", "predicts no time for a migration");
+  if (migrate.Us(static_cast<double>(expert_bytes)) <= 0)
+    return FieldError("migrate", "predicts no time for a migration");
   TANDEM_RETURN_IF_ERROR(dma.Validate("dma"));
   return absl::OkStatus();
 }
@@ -188,7 +192,8 @@ absl::StatusOr<CostModelParams> DivideCpuIntoWorkers(const CostModelParams& para
 }
 
 absl::Status CostModelOptions::Validate() const {
-  if (!(ewma_alpha > 0 && ewma_alpha <= 1)) return FieldError("ewma_alpha", absl::StrCat("must be in (0, 1], got ", ewma_alpha));
+  if (!(ewma_alpha > 0 && ewma_alpha <= 1))
+    return FieldError("ewma_alpha", absl::StrCat("must be in (0, 1], got ", ewma_alpha));
   if (error_window < 1) return FieldError("error_window", absl::StrCat("must be >= 1, got ", error_window));
   return absl::OkStatus();
 }
@@ -230,7 +235,8 @@ double CostModel::CpuExpertUs(double rows, ExpertDivision division, int owner) c
 }
 
 void CostModel::ErrorWindow::Add(double predicted, double measured) {
-  errors_[static_cast<size_t>(count_ % static_cast<int64_t>(errors_.size()))] = std::abs(predicted - measured) / measured;
+  errors_[static_cast<size_t>(count_ % static_cast<int64_t>(errors_.size()))] =
+      std::abs(predicted - measured) / measured;
   ++count_;
 }
 
@@ -319,7 +325,8 @@ void CostModel::ObserveDma(double bytes, double measured_us) {
 
 void CostModel::ObserveIpc(int worker, double bytes, double measured_us) {
   if (worker < 0 || worker >= num_cpu_workers() || !(measured_us > 0)) return;
-  TransferCost& cost = params_.transports[static_cast<size_t>(params_.cpu_workers[static_cast<size_t>(worker)].transport)].cost;
+  TransferCost& cost =
+      params_.transports[static_cast<size_t>(params_.cpu_workers[static_cast<size_t>(worker)].transport)].cost;
   const double predicted = cost.Us(bytes);
   if (predicted <= 0) return;
   ipc_error_.Add(predicted, measured_us);

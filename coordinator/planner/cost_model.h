@@ -58,8 +58,7 @@ struct TimingSample {
 // clamped to >= 0 so the curve stays non-decreasing. InvalidArgument naming
 // `field` when there are fewer than 2 samples or a sample has rows <= 0 or
 // us <= 0.
-absl::StatusOr<RooflineCurve> FitRoofline(std::span<const TimingSample> samples,
-                                          const std::string& field = "table");
+absl::StatusOr<RooflineCurve> FitRoofline(std::span<const TimingSample> samples, const std::string& field = "table");
 
 // fixed_us + bytes * us_per_byte. us_per_byte = 0 means "no per-byte cost"
 // (e.g. no GPU↔host hop at all on the no-GPU pool).
@@ -93,9 +92,9 @@ struct CostModelParams {
   int64_t expert_bytes = 0;          // one expert's weights, what a migration copies
   int64_t activation_row_bytes = 0;  // one row of expert input (= of output): D * sizeof(f32)
   std::vector<CpuWorkerCost> cpu_workers;
-  RooflineCurve gpu;                 // one resident expert on the GPU
-  TransferCost migrate;              // host→GPU weight copy, applied to expert_bytes
-  TransferCost dma;                  // activations GPU↔host, per direction
+  RooflineCurve gpu;     // one resident expert on the GPU
+  TransferCost migrate;  // host→GPU weight copy, applied to expert_bytes
+  TransferCost dma;      // activations GPU↔host, per direction
   std::vector<NamedTransferCost> transports;
 
   // InvalidArgument naming the first bad field.
@@ -125,13 +124,13 @@ struct CostModelOptions {
 
 // How well one term predicted its last `error_window` observations.
 struct TermAccuracy {
-  int64_t observations = 0;     // since creation
-  int window = 0;               // observations in the window (<= error_window)
-  double mape_percent = 0;      // mean |predicted - measured| / measured * 100 over the window
+  int64_t observations = 0;  // since creation
+  int window = 0;            // observations in the window (<= error_window)
+  double mape_percent = 0;   // mean |predicted - measured| / measured * 100 over the window
 };
 
 struct CostModelStats {
-  TermAccuracy cpu;       // all workers together
+  TermAccuracy cpu;  // all workers together
   TermAccuracy gpu;
   TermAccuracy migrate;
   TermAccuracy dma;
@@ -147,7 +146,9 @@ class CostModel {
   int num_cpu_workers() const { return static_cast<int>(params_.cpu_workers.size()); }
 
   // cpu_w(s): one whole expert with `rows` rows on worker w (see CpuWorkerCost).
-  double CpuUs(int worker, double rows) const { return params_.cpu_workers[static_cast<size_t>(worker)].compute.Us(rows); }
+  double CpuUs(int worker, double rows) const {
+    return params_.cpu_workers[static_cast<size_t>(worker)].compute.Us(rows);
+  }
   // gpu(s): one resident expert on the GPU.
   double GpuUs(double rows) const { return params_.gpu.Us(rows); }
   // migrate: one expert host→GPU.

@@ -27,11 +27,14 @@ void SortKeys(std::vector<ExpertKey>* keys) {
 }  // namespace
 
 absl::Status ExpertUsage::Validate() const {
-  if (num_layers < 1) return absl::InvalidArgumentError(absl::StrCat("usage num_layers must be >= 1, got ", num_layers));
-  if (num_experts < 1) return absl::InvalidArgumentError(absl::StrCat("usage num_experts must be >= 1, got ", num_experts));
+  if (num_layers < 1)
+    return absl::InvalidArgumentError(absl::StrCat("usage num_layers must be >= 1, got ", num_layers));
+  if (num_experts < 1)
+    return absl::InvalidArgumentError(absl::StrCat("usage num_experts must be >= 1, got ", num_experts));
   if (tokens.size() != static_cast<size_t>(num_layers) * static_cast<size_t>(num_experts)) {
-    return absl::InvalidArgumentError(absl::StrCat("usage tokens has ", tokens.size(), " entries, expected num_layers x num_experts = ",
-                                                   num_layers * num_experts));
+    return absl::InvalidArgumentError(
+        absl::StrCat("usage tokens has ", tokens.size(),
+                     " entries, expected num_layers x num_experts = ", num_layers * num_experts));
   }
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (!(tokens[i] >= 0) || !std::isfinite(tokens[i])) {
@@ -45,7 +48,8 @@ absl::StatusOr<PlacementPolicy> ParsePlacementPolicy(const std::string& name) {
   if (name == "popularity") return PlacementPolicy::kPopularity;
   if (name == "first-layers") return PlacementPolicy::kFirstLayers;
   if (name == "uniform") return PlacementPolicy::kUniform;
-  return absl::InvalidArgumentError(absl::StrCat("placement policy \"", name, "\" is not one of popularity, first-layers, uniform"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("placement policy \"", name, "\" is not one of popularity, first-layers, uniform"));
 }
 
 std::string PlacementPolicyName(PlacementPolicy policy) {
@@ -61,12 +65,14 @@ absl::StatusOr<std::vector<ExpertKey>> PlaceExperts(const PlacementOptions& opti
                                                     const ExpertUsage* usage) {
   if (num_layers < 1) return absl::InvalidArgumentError(absl::StrCat("num_layers must be >= 1, got ", num_layers));
   if (num_experts < 1) return absl::InvalidArgumentError(absl::StrCat("num_experts must be >= 1, got ", num_experts));
-  if (options.num_slots < 0) return absl::InvalidArgumentError(absl::StrCat("num_slots must be >= 0, got ", options.num_slots));
+  if (options.num_slots < 0)
+    return absl::InvalidArgumentError(absl::StrCat("num_slots must be >= 0, got ", options.num_slots));
   if (usage != nullptr) {
     TANDEM_RETURN_IF_ERROR(usage->Validate());
     if (usage->num_layers != num_layers || usage->num_experts != num_experts) {
-      return absl::InvalidArgumentError(absl::StrCat("usage profile is ", usage->num_layers, " layers x ", usage->num_experts,
-                                                     " experts but the model has ", num_layers, " x ", num_experts));
+      return absl::InvalidArgumentError(absl::StrCat("usage profile is ", usage->num_layers, " layers x ",
+                                                     usage->num_experts, " experts but the model has ", num_layers,
+                                                     " x ", num_experts));
     }
   }
   const int total = num_layers * num_experts;

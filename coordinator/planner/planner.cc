@@ -22,13 +22,15 @@ bool Better(double candidate, double best) {
 absl::Status ValidateInput(const LayerPlanInput& input, int num_cpu_workers) {
   if (input.rows.empty()) return absl::InvalidArgumentError("rows must list at least one expert");
   if (input.residency.size() != input.rows.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("residency has ", input.residency.size(), " experts but rows has ",
-                                                   input.rows.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("residency has ", input.residency.size(), " experts but rows has ", input.rows.size()));
   }
   for (size_t e = 0; e < input.rows.size(); ++e) {
-    if (input.rows[e] < 0) return absl::InvalidArgumentError(absl::StrCat("rows[", e, "] is negative: ", input.rows[e]));
+    if (input.rows[e] < 0)
+      return absl::InvalidArgumentError(absl::StrCat("rows[", e, "] is negative: ", input.rows[e]));
     const ExpertState& state = input.residency[e];
-    if (state.residency == Residency::kMigrating && !(state.migration_eta_us >= 0 && std::isfinite(state.migration_eta_us))) {
+    if (state.residency == Residency::kMigrating &&
+        !(state.migration_eta_us >= 0 && std::isfinite(state.migration_eta_us))) {
       return absl::InvalidArgumentError(
           absl::StrCat("residency[", e, "].migration_eta_us must be finite and >= 0, got ", state.migration_eta_us));
     }
@@ -42,8 +44,8 @@ absl::Status ValidateInput(const LayerPlanInput& input, int num_cpu_workers) {
   }
   if (!input.shard_owner.empty()) {
     if (input.shard_owner.size() != input.rows.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("shard_owner has ", input.shard_owner.size(),
-                                                     " experts but rows has ", input.rows.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard_owner has ", input.shard_owner.size(), " experts but rows has ", input.rows.size()));
     }
     for (size_t e = 0; e < input.shard_owner.size(); ++e) {
       if (input.shard_owner[e] < 0 || input.shard_owner[e] >= num_cpu_workers) {
@@ -110,10 +112,11 @@ const char* ExpertPlacementName(ExpertPlacement placement) {
 }
 
 absl::Status PlannerOptions::Validate() const {
-  if (num_cpu_workers < 1) return absl::InvalidArgumentError(absl::StrCat("num_cpu_workers must be >= 1, got ", num_cpu_workers));
+  if (num_cpu_workers < 1)
+    return absl::InvalidArgumentError(absl::StrCat("num_cpu_workers must be >= 1, got ", num_cpu_workers));
   if (max_enumerated_inflight < 0 || max_enumerated_inflight > 16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_enumerated_inflight must be in [0, 16] (2^n plans are tried), got ", max_enumerated_inflight));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_enumerated_inflight must be in [0, 16] (2^n plans are tried), got ", max_enumerated_inflight));
   }
   return absl::OkStatus();
 }
@@ -133,7 +136,8 @@ int Planner::Owner(const LayerPlanInput& input, int expert) const {
 static absl::Status CheckPlacements(const LayerPlanInput& input, const LayerPlan& plan) {
   const size_t num_experts = input.rows.size();
   if (plan.experts.size() != num_experts) {
-    return absl::InvalidArgumentError(absl::StrCat("plan has ", plan.experts.size(), " experts but rows has ", num_experts));
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan has ", plan.experts.size(), " experts but rows has ", num_experts));
   }
   if (static_cast<int64_t>(plan.migrations.size()) > input.max_new_migrations) {
     return absl::InvalidArgumentError(absl::StrCat("plan starts ", plan.migrations.size(),
@@ -143,10 +147,12 @@ static absl::Status CheckPlacements(const LayerPlanInput& input, const LayerPlan
     const int e = plan.migrations[i];
     if (e < 0 || static_cast<size_t>(e) >= num_experts ||
         plan.experts[static_cast<size_t>(e)].placement != ExpertPlacement::kMigrateThenGpu) {
-      return absl::InvalidArgumentError(absl::StrCat("migrations[", i, "] = ", e, " is not an expert placed migrate-then-gpu"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("migrations[", i, "] = ", e, " is not an expert placed migrate-then-gpu"));
     }
     for (size_t j = 0; j < i; ++j) {
-      if (plan.migrations[j] == e) return absl::InvalidArgumentError(absl::StrCat("migrations lists expert ", e, " twice"));
+      if (plan.migrations[j] == e)
+        return absl::InvalidArgumentError(absl::StrCat("migrations lists expert ", e, " twice"));
     }
   }
   size_t listed = 0;
@@ -166,7 +172,8 @@ static absl::Status CheckPlacements(const LayerPlanInput& input, const LayerPlan
       problem = "is not absent";
     }
     if (problem != nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("experts[", e, "] (", ExpertPlacementName(placement), ") ", problem));
+      return absl::InvalidArgumentError(
+          absl::StrCat("experts[", e, "] (", ExpertPlacementName(placement), ") ", problem));
     }
     listed += placement == ExpertPlacement::kMigrateThenGpu;
   }
@@ -200,7 +207,8 @@ static void ComputeTimes(const LayerPlanInput& input, const CostModel& cost, Exp
         break;
       case ExpertPlacement::kMigrateThenGpu: ++plan->num_migrations; break;
       case ExpertPlacement::kCpu:
-        a.cpu_worker = division == ExpertDivision::kSplit ? kAllCpuWorkers : OwnerOf(input, static_cast<int>(e), num_workers);
+        a.cpu_worker =
+            division == ExpertDivision::kSplit ? kAllCpuWorkers : OwnerOf(input, static_cast<int>(e), num_workers);
         ++plan->num_cpu;
         break;
     }
@@ -251,7 +259,8 @@ static void ComputeTimes(const LayerPlanInput& input, const CostModel& cost, Exp
   for (double t : plan->cpu_worker_us) plan->makespan_us = std::max(plan->makespan_us, t);
 }
 
-absl::Status EvaluatePlan(const LayerPlanInput& input, const CostModel& cost, ExpertDivision division, LayerPlan* plan) {
+absl::Status EvaluatePlan(const LayerPlanInput& input, const CostModel& cost, ExpertDivision division,
+                          LayerPlan* plan) {
   TANDEM_RETURN_IF_ERROR(ValidateInput(input, cost.num_cpu_workers()));
   TANDEM_RETURN_IF_ERROR(CheckPlacements(input, *plan));
   ComputeTimes(input, cost, division, plan);
@@ -321,8 +330,8 @@ void Planner::PlanThreshold(const LayerPlanInput& input, const CostModel& cost, 
     const double cpu_lat = cost.CpuExpertUs(s, options_.division, Owner(input, static_cast<int>(e)));
     const ExpertState& state = input.residency[e];
     if (state.residency == Residency::kMigrating) {
-      plan->experts[e].placement = cpu_lat > cost.GpuUs(s) + state.migration_eta_us ? ExpertPlacement::kGpuAfterInflight
-                                                                                      : ExpertPlacement::kCpu;
+      plan->experts[e].placement =
+          cpu_lat > cost.GpuUs(s) + state.migration_eta_us ? ExpertPlacement::kGpuAfterInflight : ExpertPlacement::kCpu;
     } else if (cpu_lat > cost.GpuUs(s) + migrate_us) {
       absent_.push_back(static_cast<int>(e));
     } else {
@@ -477,7 +486,8 @@ void Planner::StartMakespan(MakespanScan& m) {
     const int num_workers = m.num_workers;
     worker_begin_.assign(static_cast<size_t>(num_workers) + 1, 0);
     for (int e : absent_) ++worker_begin_[static_cast<size_t>(Owner(input, e)) + 1];
-    for (int w = 0; w < num_workers; ++w) worker_begin_[static_cast<size_t>(w) + 1] += worker_begin_[static_cast<size_t>(w)];
+    for (int w = 0; w < num_workers; ++w)
+      worker_begin_[static_cast<size_t>(w) + 1] += worker_begin_[static_cast<size_t>(w)];
     worker_next_.assign(worker_begin_.begin(), worker_begin_.end() - 1);
     worker_queue_.resize(absent_.size());
     for (int e : absent_) worker_queue_[static_cast<size_t>(worker_next_[static_cast<size_t>(Owner(input, e))]++)] = e;

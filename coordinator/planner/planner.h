@@ -83,8 +83,8 @@ struct PlannerOptions {
 // One layer's routing and residency: what the planner decides from.
 struct LayerPlanInput {
   int layer = 0;
-  std::span<const int32_t> rows;            // [E] s_e, rows routed to expert e
-  std::span<const ExpertState> residency;   // [E]
+  std::span<const int32_t> rows;           // [E] s_e, rows routed to expert e
+  std::span<const ExpertState> residency;  // [E]
   // µs from now until the copy engine can start a new migration (copies
   // already queued, for this layer or others). Plans queue after them.
   double copy_engine_free_us = 0;
@@ -140,14 +140,14 @@ class Planner {
 
   PlannerOptions options_;
   // Scratch, kept between calls so that planning does not allocate.
-  std::vector<int> absent_;           // absent active experts, by s descending
-  std::vector<int> inflight_;         // migrating active experts, by ETA
-  std::vector<int> worker_queue_;     // shard: absent experts grouped by owner, each group by s descending
-  std::vector<int> worker_begin_;     // [W + 1] group bounds in worker_queue_
-  std::vector<int> worker_next_;      // [W] next expert to pull in each group
-  std::vector<double> load_us_;       // [W] compute part of T_cpu_w
-  std::vector<double> bytes_;         // [W] activation bytes of T_cpu_w
-  std::vector<int> pulled_;           // absent experts pulled to the GPU, in pull order
+  std::vector<int> absent_;        // absent active experts, by s descending
+  std::vector<int> inflight_;      // migrating active experts, by ETA
+  std::vector<int> worker_queue_;  // shard: absent experts grouped by owner, each group by s descending
+  std::vector<int> worker_begin_;  // [W + 1] group bounds in worker_queue_
+  std::vector<int> worker_next_;   // [W] next expert to pull in each group
+  std::vector<double> load_us_;    // [W] compute part of T_cpu_w
+  std::vector<double> bytes_;      // [W] activation bytes of T_cpu_w
+  std::vector<int> pulled_;        // absent experts pulled to the GPU, in pull order
   std::vector<int> best_pulled_;
 };
 
@@ -158,7 +158,6 @@ class Planner {
 // migrations, kGpuAfterInflight of an expert that is not migrating, a
 // migration of an expert that is not absent or listed twice, more
 // migrations than max_new_migrations).
-absl::Status EvaluatePlan(const LayerPlanInput& input, const CostModel& cost, ExpertDivision division,
-                          LayerPlan* plan);
+absl::Status EvaluatePlan(const LayerPlanInput& input, const CostModel& cost, ExpertDivision division, LayerPlan* plan);
 
 }  // namespace tandem

@@ -233,7 +233,9 @@ absl::Status ReadCpuWorkers(const Reader& r, const json& cost, HardwareProfile* 
     for (size_t t = 0; t < p->cost.transports.size(); ++t) {
       if (p->cost.transports[t].name == transport) c.transport = static_cast<int>(t);
     }
-    if (c.transport < 0) return r.Error(path + ".transport", absl::StrCat("names \"", transport, "\", which cost_model.transports does not list"));
+    if (c.transport < 0)
+      return r.Error(path + ".transport",
+                     absl::StrCat("names \"", transport, "\", which cost_model.transports does not list"));
     TANDEM_ASSIGN_OR_RETURN(const json* compute, r.Object(worker, "compute", path + ".compute"));
     TANDEM_ASSIGN_OR_RETURN(c.compute, ReadCurve(r, *compute, path + ".compute"));
     CollectSource(*compute, path + ".compute", p);
@@ -357,7 +359,8 @@ absl::StatusOr<ExpertUsage> ParseExpertUsage(const std::string& json_text, const
   TANDEM_ASSIGN_OR_RETURN(json root, ParseJson(json_text, file_name));
   const Reader r(file_name);
   TANDEM_ASSIGN_OR_RETURN(std::string format, r.String(root, "format", "format", true));
-  if (format != kUsageFormat) return r.Error("format", absl::StrCat("must be \"", kUsageFormat, "\", got \"", format, "\""));
+  if (format != kUsageFormat)
+    return r.Error("format", absl::StrCat("must be \"", kUsageFormat, "\", got \"", format, "\""));
   ExpertUsage usage;
   int64_t v = 0;
   TANDEM_ASSIGN_OR_RETURN(v, r.Int(root, "num_layers", "num_layers"));
@@ -374,11 +377,13 @@ absl::StatusOr<ExpertUsage> ParseExpertUsage(const std::string& json_text, const
   for (size_t l = 0; l < tokens->size(); ++l) {
     const json& layer = (*tokens)[l];
     if (!layer.is_array() || layer.size() != static_cast<size_t>(usage.num_experts)) {
-      return r.Error(absl::StrCat("tokens[", l, "]"), absl::StrCat("must list num_experts = ", usage.num_experts, " counts"));
+      return r.Error(absl::StrCat("tokens[", l, "]"),
+                     absl::StrCat("must list num_experts = ", usage.num_experts, " counts"));
     }
     for (size_t e = 0; e < layer.size(); ++e) {
       if (!layer[e].is_number() || !(layer[e].get<double>() >= 0)) {
-        return r.Error(absl::StrCat("tokens[", l, "][", e, "]"), absl::StrCat("must be a number >= 0, got ", layer[e].dump()));
+        return r.Error(absl::StrCat("tokens[", l, "][", e, "]"),
+                       absl::StrCat("must be a number >= 0, got ", layer[e].dump()));
       }
       usage.tokens.push_back(layer[e].get<double>());
     }

@@ -24,21 +24,21 @@
 namespace tandem {
 
 struct ProfiledModel {
-  std::string name;              // e.g. "Mixtral-8x7B"
+  std::string name;  // e.g. "Mixtral-8x7B"
   int num_layers = 0;
-  int num_experts = 0;           // per layer
+  int num_experts = 0;  // per layer
   int num_experts_per_token = 0;
-  int gpu_expert_slots = 0;      // experts that fit next to the non-expert weights
+  int gpu_expert_slots = 0;  // experts that fit next to the non-expert weights
 };
 
 struct HardwareProfile {
   std::string name;
   std::string description;
-  std::string source;     // where the profile as a whole comes from (paper, section, or "measured")
-  std::string cache_key;  // calibration: machine + model + config fingerprint; empty for paper profiles
+  std::string source;          // where the profile as a whole comes from (paper, section, or "measured")
+  std::string cache_key;       // calibration: machine + model + config fingerprint; empty for paper profiles
   std::string gpu, cpu, pcie;  // the machine, in words
   ProfiledModel model;
-  CostModelParams cost;   // expert_bytes and activation_row_bytes live under "model" in the file
+  CostModelParams cost;  // expert_bytes and activation_row_bytes live under "model" in the file
   // The CPU kernels' path per row count measured with the curves
   // (common/kernels/kernel_plan.h spelling, e.g. "1:stream,8:bf16_dot"), so
   // a cached profile brings back the kernels its curves were timed with;

@@ -28,8 +28,8 @@ bool ResidencyTable::Contains(ExpertKey key) const {
 
 absl::Status ResidencyTable::CheckKey(ExpertKey key, const char* what) const {
   if (Contains(key)) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(what, " (layer ", key.layer, ", expert ", key.expert,
-                                                 ") is outside ", num_layers_, " layers x ", num_experts_, " experts"));
+  return absl::InvalidArgumentError(absl::StrCat(what, " (layer ", key.layer, ", expert ", key.expert, ") is outside ",
+                                                 num_layers_, " layers x ", num_experts_, " experts"));
 }
 
 void ResidencyTable::LayerStates(int layer, double now_us, std::vector<ExpertState>* states) const {
@@ -52,9 +52,11 @@ void ResidencyTable::LayerStates(int layer, double now_us, std::vector<ExpertSta
 absl::Status ResidencyTable::Place(ExpertKey key) {
   TANDEM_RETURN_IF_ERROR(CheckKey(key, "placed expert"));
   if (residency(key) != Residency::kAbsent) {
-    return absl::FailedPreconditionError(absl::StrCat("expert (", key.layer, ", ", key.expert, ") already holds a slot"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("expert (", key.layer, ", ", key.expert, ") already holds a slot"));
   }
-  if (free_slots() < 1) return absl::ResourceExhaustedError(absl::StrCat("all ", num_slots_, " GPU expert slots are taken"));
+  if (free_slots() < 1)
+    return absl::ResourceExhaustedError(absl::StrCat("all ", num_slots_, " GPU expert slots are taken"));
   residency_[Index(key)] = Residency::kResident;
   ++used_slots_;
   ++used_in_layer_[static_cast<size_t>(key.layer)];
@@ -64,7 +66,8 @@ absl::Status ResidencyTable::Place(ExpertKey key) {
 absl::Status ResidencyTable::BeginMigration(ExpertKey key, double ready_at_us, std::optional<ExpertKey> evict) {
   TANDEM_RETURN_IF_ERROR(CheckKey(key, "migrated expert"));
   if (residency(key) != Residency::kAbsent) {
-    return absl::FailedPreconditionError(absl::StrCat("expert (", key.layer, ", ", key.expert, ") already holds a slot"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("expert (", key.layer, ", ", key.expert, ") already holds a slot"));
   }
   if (evict) {
     TANDEM_RETURN_IF_ERROR(Evict(*evict));
@@ -78,7 +81,8 @@ absl::Status ResidencyTable::BeginMigration(ExpertKey key, double ready_at_us, s
 absl::Status ResidencyTable::Admit(ExpertKey key, std::optional<ExpertKey> evict) {
   TANDEM_RETURN_IF_ERROR(CheckKey(key, "admitted expert"));
   if (residency(key) != Residency::kAbsent) {
-    return absl::FailedPreconditionError(absl::StrCat("expert (", key.layer, ", ", key.expert, ") already holds a slot"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("expert (", key.layer, ", ", key.expert, ") already holds a slot"));
   }
   if (evict) {
     TANDEM_RETURN_IF_ERROR(Evict(*evict));
@@ -109,8 +113,9 @@ int ResidencyTable::CompleteMigrationsBy(double now_us) {
 absl::Status ResidencyTable::Evict(ExpertKey key) {
   TANDEM_RETURN_IF_ERROR(CheckKey(key, "evicted expert"));
   if (residency(key) != Residency::kResident) {
-    return absl::FailedPreconditionError(absl::StrCat("expert (", key.layer, ", ", key.expert, ") is not resident",
-                                                      residency(key) == Residency::kMigrating ? " (its copy is in flight)" : ""));
+    return absl::FailedPreconditionError(
+        absl::StrCat("expert (", key.layer, ", ", key.expert, ") is not resident",
+                     residency(key) == Residency::kMigrating ? " (its copy is in flight)" : ""));
   }
   residency_[Index(key)] = Residency::kAbsent;
   --used_slots_;

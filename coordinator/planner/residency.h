@@ -87,9 +87,9 @@ class ResidencyTable {
   int num_experts_ = 0;
   int num_slots_ = 0;
   int used_slots_ = 0;
-  std::vector<Residency> residency_;   // [L * E]
-  std::vector<double> ready_at_us_;    // [L * E], kMigrating only
-  std::vector<int> used_in_layer_;     // [L]
+  std::vector<Residency> residency_;  // [L * E]
+  std::vector<double> ready_at_us_;   // [L * E], kMigrating only
+  std::vector<int> used_in_layer_;    // [L]
 };
 
 }  // namespace tandem

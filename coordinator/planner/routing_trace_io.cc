@@ -56,13 +56,14 @@ absl::Status AddStepRows(const json& rows, const std::string& file_name, size_t 
   for (size_t l = 0; l < rows.size(); ++l) {
     const json& layer = rows[l];
     if (!layer.is_array() || layer.size() != static_cast<size_t>(num_experts)) {
-      return LineError(file_name, line_no, absl::StrCat("rows[", l, "] must hold num_experts (", num_experts,
-                                                        ") counts"));
+      return LineError(file_name, line_no,
+                       absl::StrCat("rows[", l, "] must hold num_experts (", num_experts, ") counts"));
     }
     for (int e = 0; e < num_experts; ++e) {
       const json& v = layer[static_cast<size_t>(e)];
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 30)) {
-        return LineError(file_name, line_no, absl::StrCat("rows[", l, "][", e, "] must be a count >= 0, got ", v.dump()));
+        return LineError(file_name, line_no,
+                         absl::StrCat("rows[", l, "][", e, "] must be a count >= 0, got ", v.dump()));
       }
       merged->rows[l * static_cast<size_t>(num_experts) + static_cast<size_t>(e)] +=
           static_cast<int32_t>(v.get<int64_t>());
@@ -91,8 +92,8 @@ absl::Status ReadTraceStep(const json& object, const std::string& file_name, siz
   }
   auto rows = object.find("rows");
   if (rows == object.end() || !rows->is_array() || rows->size() != static_cast<size_t>(trace->num_layers)) {
-    return LineError(file_name, line_no, absl::StrCat("rows must be an array of num_layers (", trace->num_layers,
-                                                      ") arrays"));
+    return LineError(file_name, line_no,
+                     absl::StrCat("rows must be an array of num_layers (", trace->num_layers, ") arrays"));
   }
   if (step < merge->last_step) {
     return LineError(file_name, line_no, absl::StrCat("step ", step, " comes after step ", merge->last_step));
@@ -100,7 +101,8 @@ absl::Status ReadTraceStep(const json& object, const std::string& file_name, siz
   if (step != merge->last_step) {
     trace->steps.push_back(TraceStep{});
     trace->steps.back().phase = Phase::kDecode;
-    trace->steps.back().rows.assign(static_cast<size_t>(trace->num_layers) * static_cast<size_t>(trace->num_experts), 0);
+    trace->steps.back().rows.assign(static_cast<size_t>(trace->num_layers) * static_cast<size_t>(trace->num_experts),
+                                    0);
     merge->opens.push_back(false);
     merge->last_step = step;
   }
@@ -157,7 +159,8 @@ absl::StatusOr<RoutingTrace> ParseRoutingTrace(const std::string& text, const st
     }
     TANDEM_RETURN_IF_ERROR(ReadTraceStep(object, file_name, line_no, &trace, &merge));
   }
-  if (!have_header) return absl::InvalidArgumentError(absl::StrCat(file_name, ": empty routing trace (no header line)"));
+  if (!have_header)
+    return absl::InvalidArgumentError(absl::StrCat(file_name, ": empty routing trace (no header line)"));
   int sequence = -1;
   for (size_t i = 0; i < trace.steps.size(); ++i) {
     if (merge.opens[i] || sequence < 0) ++sequence;

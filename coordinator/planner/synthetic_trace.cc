@@ -97,12 +97,14 @@ absl::Status SyntheticTraceOptions::Validate() const {
   if (num_layers < 1) return Bad("num_layers", absl::StrCat("must be >= 1, got ", num_layers));
   if (num_experts < 1) return Bad("num_experts", absl::StrCat("must be >= 1, got ", num_experts));
   if (num_experts_per_token < 1 || num_experts_per_token > num_experts || num_experts_per_token > 64) {
-    return Bad("num_experts_per_token", absl::StrCat("must be in [1, min(num_experts, 64)], got ", num_experts_per_token));
+    return Bad("num_experts_per_token",
+               absl::StrCat("must be in [1, min(num_experts, 64)], got ", num_experts_per_token));
   }
   if (num_sequences < 1) return Bad("num_sequences", absl::StrCat("must be >= 1, got ", num_sequences));
   if (prompt_tokens < 0) return Bad("prompt_tokens", absl::StrCat("must be >= 0, got ", prompt_tokens));
   if (decode_steps < 0) return Bad("decode_steps", absl::StrCat("must be >= 0, got ", decode_steps));
-  if (decode_rows_per_step < 1) return Bad("decode_rows_per_step", absl::StrCat("must be >= 1, got ", decode_rows_per_step));
+  if (decode_rows_per_step < 1)
+    return Bad("decode_rows_per_step", absl::StrCat("must be >= 1, got ", decode_rows_per_step));
   if (!(popularity_mean > 0 && popularity_mean <= 1)) return Bad("popularity_mean", "must be in (0, 1]");
   if (!(popularity_sd >= 0)) return Bad("popularity_sd", "must be >= 0");
   if (!(token_reuse >= 0 && token_reuse <= 1)) return Bad("token_reuse", "must be in [0, 1]");
@@ -230,8 +232,9 @@ TraceStats MeasureTrace(const RoutingTrace& trace) {
 }
 
 ExpertUsage TraceUsage(const RoutingTrace& trace) {
-  ExpertUsage usage{trace.num_layers, trace.num_experts,
-                    std::vector<double>(static_cast<size_t>(trace.num_layers) * static_cast<size_t>(trace.num_experts), 0.0)};
+  ExpertUsage usage{
+      trace.num_layers, trace.num_experts,
+      std::vector<double>(static_cast<size_t>(trace.num_layers) * static_cast<size_t>(trace.num_experts), 0.0)};
   for (const TraceStep& step : trace.steps) {
     for (size_t c = 0; c < usage.tokens.size(); ++c) usage.tokens[c] += step.rows[c];
   }

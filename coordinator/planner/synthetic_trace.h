@@ -33,9 +33,9 @@ namespace tandem {
 
 struct TraceStep {
   Phase phase = Phase::kDecode;
-  int sequence = 0;            // which sequence (request) the step belongs to
-  int tokens = 0;              // tokens processed: the prompt, or rows per decode step (batch × beams)
-  std::vector<int32_t> rows;   // [L * E] rows routed to each expert
+  int sequence = 0;           // which sequence (request) the step belongs to
+  int tokens = 0;             // tokens processed: the prompt, or rows per decode step (batch × beams)
+  std::vector<int32_t> rows;  // [L * E] rows routed to each expert
 };
 
 struct RoutingTrace {
@@ -45,8 +45,8 @@ struct RoutingTrace {
   std::vector<TraceStep> steps;
 
   std::span<const int32_t> LayerRows(size_t step, int layer) const {
-    return std::span<const int32_t>(steps[step].rows).subspan(static_cast<size_t>(layer) * static_cast<size_t>(num_experts),
-                                                              static_cast<size_t>(num_experts));
+    return std::span<const int32_t>(steps[step].rows)
+        .subspan(static_cast<size_t>(layer) * static_cast<size_t>(num_experts), static_cast<size_t>(num_experts));
   }
 };
 
@@ -57,11 +57,11 @@ struct SyntheticTraceOptions {
   int num_sequences = 1;
   int prompt_tokens = 128;
   int decode_steps = 128;
-  int decode_rows_per_step = 1;  // beams (Fiddler scenario c) or batched sequences
+  int decode_rows_per_step = 1;   // beams (Fiddler scenario c) or batched sequences
   double popularity_mean = 0.71;  // Fiddler App. C, relative to the top expert
   double popularity_sd = 0.08;
-  double token_reuse = 0.40;      // collaborative paper: 30-50% (per expert)
-  double layer_same_id = 0.44;    // collaborative paper: ~44%
+  double token_reuse = 0.40;    // collaborative paper: 30-50% (per expert)
+  double layer_same_id = 0.44;  // collaborative paper: ~44%
   // σ of log-normal per-sequence (and per-phase) perturbations of the
   // popularity: dominant experts vary by sequence (DAOP §III ①), and
   // decode drifts from prefill (Table II: ~90% cosine).
@@ -79,7 +79,7 @@ struct SyntheticTraceOptions {
 absl::StatusOr<RoutingTrace> GenerateSyntheticTrace(const SyntheticTraceOptions& options);
 
 struct TraceStats {
-  double popularity_mean = 0;        // tokens per expert / the top expert's, over the whole trace
+  double popularity_mean = 0;  // tokens per expert / the top expert's, over the whole trace
   double popularity_sd = 0;
   double token_reuse = 0;            // decode steps with one row: P(expert at t was used at t-1), same layer
   double layer_same_id = 0;          // decode steps with one row: P(expert at layer l was used at l-1)

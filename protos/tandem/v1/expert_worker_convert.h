@@ -81,7 +81,8 @@ inline absl::StatusOr<ExpertDivision> FromProto(v1::Division division) {
     case v1::DIVISION_SPLIT: return ExpertDivision::kSplit;
     case v1::DIVISION_SHARD: return ExpertDivision::kShard;
     default:
-      return absl::InvalidArgumentError(absl::StrCat("division ", static_cast<int>(division), " is not split or shard"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("division ", static_cast<int>(division), " is not split or shard"));
   }
 }
 
