@@ -41,7 +41,9 @@
 #include "common/kernels/compute_peak.h"
 #include "common/kernels/kernel_plan.h"
 #include "common/kernels/linear.h"
+#include "common/model/gguf_tensor_source.h"
 #include "common/platform/hardware_probe.h"
+#include "common/quant/quantize.h"
 #include "cpu_worker/expert_ffn.h"
 #include "dnnl.hpp"
 #include "nlohmann/json.hpp"
@@ -51,7 +53,8 @@ ABSL_FLAG(int, reps, 5, "timed calls per row count (after one warm-up); the medi
 ABSL_FLAG(std::string, rows, "1,2,4,8,16,32,64,128,256,512", "row counts to time, comma-separated");
 ABSL_FLAG(std::string, compare_rows, "1,2,4,8,12,16,32,64,128,256,512",
           "row counts at which every kernel this CPU runs is timed");
-ABSL_FLAG(std::string, dtype, "bf16", "weight dtype: bf16, f16 or f32");
+ABSL_FLAG(std::string, dtype, "bf16",
+          "weight dtype: bf16, f16, f32 or a ggml block type (q8_0, q4_0, q4_1, q5_0, q4_K, q5_K, q6_K)");
 ABSL_FLAG(int, experts, 2, "distinct experts' weights to rotate through (>= 2 defeats the LLC)");
 ABSL_FLAG(int64_t, hidden, 4096, "D, hidden size (Mixtral 8x7B: 4096)");
 ABSL_FLAG(int64_t, intermediate, 14336, "I, expert intermediate size (Mixtral 8x7B: 14336)");
@@ -65,24 +68,35 @@ namespace {
 
 using Json = nlohmann::json;
 
-// Stored weights of `count` elements, uniform in [-scale, scale], deterministic.
+// Stored weights [rows, cols], uniform in [-scale, scale], deterministic;
+// a quantized dtype gets each row of those values quantized (ggml's blocks).
 class WeightBuffer {
  public:
-  WeightBuffer(DType dtype, int64_t count, uint64_t seed, float scale, ThreadPool* pool)
-      : bytes_(static_cast<size_t>(count) * DTypeSize(dtype)) {
+  WeightBuffer(DType dtype, int64_t rows, int64_t cols, uint64_t seed, float scale, ThreadPool* pool)
+      : bytes_(static_cast<size_t>(rows * DTypeRowBytes(dtype, cols))) {
     data_.resize((bytes_ + 63) / 64);
-    constexpr int64_t kChunk = 1 << 20;
-    const int64_t tasks = (count + kChunk - 1) / kChunk;
+    const int64_t row_bytes = DTypeRowBytes(dtype, cols);
+    const int64_t rows_per_task = std::max<int64_t>(1, (int64_t{1} << 20) / cols);
+    const int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
     pool->ParallelFor(tasks, [&](int64_t task, int) {
       uint64_t state = seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(task) * 0xD1B54A32D192ED03ull + 1;
-      const int64_t end = std::min(count, (task + 1) * kChunk);
-      for (int64_t i = task * kChunk; i < end; ++i) {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        const float u = static_cast<float>(state >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-        const float v = (2.0f * u - 1.0f) * scale;
-        StoreAsDType(data(), dtype, static_cast<size_t>(i), v);
+      std::vector<float> row(static_cast<size_t>(cols));
+      const int64_t end = std::min(rows, (task + 1) * rows_per_task);
+      for (int64_t r = task * rows_per_task; r < end; ++r) {
+        for (int64_t i = 0; i < cols; ++i) {
+          state ^= state << 13;
+          state ^= state >> 7;
+          state ^= state << 17;
+          const float u = static_cast<float>(state >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+          row[static_cast<size_t>(i)] = (2.0f * u - 1.0f) * scale;
+        }
+        uint8_t* out = reinterpret_cast<uint8_t*>(data()) + r * row_bytes;
+        if (IsQuantized(dtype)) {
+          // Finite values of a valid row length: cannot fail.
+          (void)QuantizeRow(GgmlFromDType(dtype), row, absl::MakeSpan(out, static_cast<size_t>(row_bytes)));
+        } else {
+          for (int64_t i = 0; i < cols; ++i) StoreAsDType(out, dtype, static_cast<size_t>(i), row[i]);
+        }
       }
     });
   }
@@ -162,7 +176,13 @@ absl::StatusOr<DType> ParseDtypeFlag(const std::string& flag) {
   if (flag == "bf16") return DType::kBF16;
   if (flag == "f16") return DType::kF16;
   if (flag == "f32") return DType::kF32;
-  return absl::InvalidArgumentError("--dtype must be bf16, f16 or f32");
+  absl::StatusOr<GgmlType> type = GgmlTypeFromName(flag);
+  if (type.ok()) {
+    absl::StatusOr<DType> dtype = DTypeFromGgml(*type);
+    if (dtype.ok() && IsQuantized(*dtype)) return *dtype;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--dtype ", flag, ": expected bf16, f16, f32 or a ggml block type (q8_0, q4_K, q6_K, ...)"));
 }
 
 absl::Status Main() {
@@ -210,7 +230,8 @@ absl::Status Main() {
   EmitJsonLine(ProbeOneDnn(hidden));
 
   const int64_t matrix = hidden * intermediate;
-  const double weight_bytes = 3.0 * static_cast<double>(matrix) * static_cast<double>(DTypeSize(dtype));
+  const double weight_bytes =
+      3.0 * static_cast<double>(matrix / hidden) * static_cast<double>(DTypeRowBytes(dtype, hidden));
   // Hugging Face init and trained Mixtral experts are ~N(0, 0.02^2): uniform
   // of the same spread keeps activations in a realistic range.
   const float scale = 0.02f * std::sqrt(3.0f);
@@ -218,7 +239,9 @@ absl::Status Main() {
   std::vector<ExpertFfnWeights> experts;
   buffers.reserve(3 * static_cast<size_t>(num_experts));
   for (int e = 0; e < num_experts; ++e) {
-    for (int m = 0; m < 3; ++m) buffers.emplace_back(dtype, matrix, 3 * e + m + 1, scale, &pool);
+    buffers.emplace_back(dtype, intermediate, hidden, 3 * e + 1, scale, &pool);
+    buffers.emplace_back(dtype, intermediate, hidden, 3 * e + 2, scale, &pool);
+    buffers.emplace_back(dtype, hidden, intermediate, 3 * e + 3, scale, &pool);
     ExpertFfnWeights weights;
     weights.w1 = {buffers[3 * e].data(), dtype, intermediate, hidden};
     weights.w3 = {buffers[3 * e + 1].data(), dtype, intermediate, hidden};

@@ -33,9 +33,9 @@
 #include "coordinator/planner/profile_io.h"
 #include "nlohmann/json.hpp"
 
-ABSL_FLAG(std::string, profile, "",
-          "hardware profile (bench/profiles/*.json); empty: the collaborative paper's RTX 4090 + TR 7960X "
-          "Mixtral numbers, built in");
+ABSL_FLAG(std::string, profile, TANDEM_SOURCE_DIR "/bench/profiles/collab-rtx4090-tr7960x-mixtral.json",
+          "hardware profile (bench/profiles/*.json); default: the collaborative paper's RTX 4090 + TR 7960X "
+          "Mixtral numbers");
 ABSL_FLAG(std::string, experts, "8,16,64,128", "E values, comma-separated");
 ABSL_FLAG(std::string, tokens, "1,2,4,8,16,32,64,128,256,512", "T values (tokens in the step), comma-separated");
 ABSL_FLAG(int, experts_per_token, 0, "K; 0: 2 for E <= 16 (Mixtral, Phi-3.5-MoE), 8 above (Qwen3-style)");
@@ -52,18 +52,6 @@ namespace tandem {
 namespace {
 
 using Json = nlohmann::json;
-
-CostModelParams BuiltInParams() {
-  CostModelParams p;
-  p.expert_bytes = 352321536;
-  p.activation_row_bytes = 16384;
-  p.transports = {{"local", TransferCost{0, 0}}};
-  p.cpu_workers = {{RooflineCurve{7340, 0, 7340}, 0}};
-  p.gpu = RooflineCurve{250, 0, 2.35};
-  p.migrate = TransferCost::FromBandwidth(0, 12.574);
-  p.dma = TransferCost::FromBandwidth(110, 12.574);
-  return p;
-}
 
 struct Layer {
   std::vector<int32_t> rows;
@@ -109,17 +97,13 @@ std::vector<Layer> MakeLayers(int num_experts, int k, int tokens, int count, dou
 }
 
 int Run() {
-  CostModelParams params = BuiltInParams();
-  std::string profile_name = "built-in collab-rtx4090-tr7960x-mixtral";
-  if (!absl::GetFlag(FLAGS_profile).empty()) {
-    absl::StatusOr<HardwareProfile> profile = LoadHardwareProfile(absl::GetFlag(FLAGS_profile));
-    if (!profile.ok()) {
-      LOG_ERROR(profile.status().ToString());
-      return 1;
-    }
-    params = profile->cost;
-    profile_name = profile->name;
+  absl::StatusOr<HardwareProfile> profile = LoadHardwareProfile(absl::GetFlag(FLAGS_profile));
+  if (!profile.ok()) {
+    LOG_ERROR(profile.status().ToString());
+    return 1;
   }
+  const CostModelParams& params = profile->cost;
+  const std::string& profile_name = profile->name;
   const int num_workers = absl::GetFlag(FLAGS_workers);
   absl::StatusOr<CostModel> cost = CostModelForWorkers(params, num_workers);
   absl::StatusOr<ExpertDivision> division = ParseExpertDivision(absl::GetFlag(FLAGS_division));

@@ -51,6 +51,11 @@ absl::Status CheckWeight(const LinearWeight& w, const char* name, int64_t n, int
   if (w.n != n || w.k != k)
     return absl::InvalidArgumentError(
         absl::StrCat("ExpertFfn: ", name, " is [", w.n, ", ", w.k, "], expected [", n, ", ", k, "]"));
+  if (IsQuantized(w.dtype) && k % DTypeBlockSize(w.dtype) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: ", name, " is ", std::string(DTypeName(w.dtype)),
+                                                   " with rows of ", k, " values, not whole ", DTypeBlockSize(w.dtype),
+                                                   "-value blocks"));
+  }
   return absl::OkStatus();
 }
 

@@ -22,6 +22,12 @@ ABSL_FLAG(std::string, synthetic, "",
           "instead of --model: a synthetic model generated in memory (weights as tandem-make-model writes them, "
           "tokenizer trained in memory), PRESET[:layers], e.g. tiny:2 or mixtral-8x7b");
 ABSL_FLAG(uint64_t, synthetic_seed, 0, "seed of the --synthetic weights (as tandem-make-model --seed)");
+ABSL_FLAG(std::string, gguf_experts, "bf16",
+          "GGUF files: dequantize the experts to BF16 at load (bf16, the default: today the fastest, and what CPU "
+          "workers and the GPU expert pool take), or run them from their quantized blocks with the quantized CPU "
+          "kernels (quantized: 2-4x less memory, slower decode until the block decoders are vectorized; "
+          "docs/BENCHMARKS.md); auto = quantized for experts computed in this process's CPU executor, bf16 "
+          "otherwise. Other quantized matrices are dequantized to BF16 either way");
 ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all available cores");
 ABSL_FLAG(std::string, backend, "cpu",
           "device of the dense part (embedding, attention, router, lm_head) and the KV cache: cpu | cuda "
@@ -149,6 +155,24 @@ absl::Status PrecalcFlags(PrecalcOptions* o) {
   return absl::OkStatus();
 }
 
+// --gguf_experts: quantized experts only where the quantized CPU kernels
+// compute them (this process's executor, no orchestrator pool).
+absl::StatusOr<QuantizedWeights> GgufExpertsFromFlags(const LocalRuntimeOptions& options) {
+  const std::string mode = absl::GetFlag(FLAGS_gguf_experts);
+  const bool in_process_cpu = absl::GetFlag(FLAGS_workers).empty() && !options.orchestrator.enabled;
+  if (mode == "quantized") {
+    if (!in_process_cpu) {
+      return absl::InvalidArgumentError(
+          "--gguf_experts quantized: CPU workers and the expert pool (--workers, --execution_policy) take only "
+          "float experts today; use --gguf_experts bf16 (or auto)");
+    }
+    return QuantizedWeights::kKeepExperts;
+  }
+  if (mode == "bf16") return QuantizedWeights::kDequantizeToBf16;
+  if (mode == "auto") return in_process_cpu ? QuantizedWeights::kKeepExperts : QuantizedWeights::kDequantizeToBf16;
+  return absl::InvalidArgumentError(absl::StrCat("--gguf_experts \"", mode, "\": expected auto, quantized or bf16"));
+}
+
 }  // namespace
 
 absl::StatusOr<ModelSource> ModelSourceFromFlags() {
@@ -197,6 +221,7 @@ absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions option
   }
   ModelLoadOptions load;
   load.num_threads = options.num_threads > 0 ? options.num_threads : AvailableCores();
+  TANDEM_ASSIGN_OR_RETURN(load.quantized, GgufExpertsFromFlags(options));
   RuntimeFromFlags out;
   if (absl::GetFlag(FLAGS_workers).empty()) {
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModelFrom(source, load));

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "cpu_worker/local_expert_executor.h"
 #include "gtest/gtest.h"
+#include "tests/kernel_cases_testlib.h"
 #include "tests/status_testlib.h"
 
 namespace tandem {
@@ -141,10 +142,7 @@ void ExpectFfnMatchesNaive(const Case& c, const LinearOptions& options, const st
 TEST_P(ExpertFfnTest, DefaultPlanMatchesNaive) { ExpectFfnMatchesNaive(GetParam(), LinearOptions{}, "default"); }
 
 // Every kernel of the dispatch table this CPU can run, for all three matrices.
-struct KernelCase {
-  Case shape;
-  const LinearKernel* kernel;
-};
+using KernelCase = test::KernelCase<Case>;
 
 class ExpertFfnKernelTest : public ::testing::TestWithParam<KernelCase> {};
 
@@ -174,18 +172,8 @@ std::string CaseTestName(const Case& c) {
 INSTANTIATE_TEST_SUITE_P(Shapes, ExpertFfnTest, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return CaseTestName(info.param); });
 
-std::vector<KernelCase> AllKernelCases() {
-  std::vector<KernelCase> cases;
-  for (const Case& shape : AllCases())
-    for (const LinearKernel& kernel : AllLinearKernels())
-      if (kernel.dtype == shape.dtype) cases.push_back({shape, &kernel});
-  return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(Kernels, ExpertFfnKernelTest, ::testing::ValuesIn(AllKernelCases()),
-                         [](const ::testing::TestParamInfo<KernelCase>& info) {
-                           return absl::StrCat(info.param.kernel->name, "_", CaseTestName(info.param.shape));
-                         });
+INSTANTIATE_TEST_SUITE_P(Kernels, ExpertFfnKernelTest, ::testing::ValuesIn(test::WithEveryKernel(AllCases())),
+                         test::KernelCaseName<Case>(CaseTestName));
 
 TEST(ExpertFfnErrors, RejectsMismatchedShapesAndNulls) {
   const StoredExpert expert(DType::kBF16, 16, 24, 3);

@@ -18,6 +18,7 @@
 #include "common/kernels/kernel_calibration.h"
 #include "common/kernels/kernel_plan.h"
 #include "gtest/gtest.h"
+#include "tests/kernel_cases_testlib.h"
 #include "tests/status_testlib.h"
 
 namespace tandem {
@@ -162,10 +163,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, LinearTest, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return CaseTestName(info.param); });
 
 // Every kernel of the table against the reference at every row count.
-struct KernelCase {
-  Case shape;
-  const LinearKernel* kernel;
-};
+using KernelCase = test::KernelCase<Case>;
 
 void PrintTo(const KernelCase& c, std::ostream* out) { *out << c.kernel->name << " " << CaseName(c.shape); }
 
@@ -202,18 +200,8 @@ TEST_P(LinearKernelTest, RowResultIndependentOfBatchAndThreads) {
   }
 }
 
-std::vector<KernelCase> AllKernelCases() {
-  std::vector<KernelCase> cases;
-  for (const Case& shape : AllCases())
-    for (const LinearKernel& kernel : AllLinearKernels())
-      if (kernel.dtype == shape.dtype) cases.push_back({shape, &kernel});
-  return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(Kernels, LinearKernelTest, ::testing::ValuesIn(AllKernelCases()),
-                         [](const ::testing::TestParamInfo<KernelCase>& info) {
-                           return absl::StrCat(info.param.kernel->name, "_", CaseTestName(info.param.shape));
-                         });
+INSTANTIATE_TEST_SUITE_P(Kernels, LinearKernelTest, ::testing::ValuesIn(test::WithEveryKernel(AllCases())),
+                         test::KernelCaseName<Case>(CaseTestName));
 
 TEST(LinearKernelTable, EveryPathHasABaselineVariantExceptBf16Dot) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {

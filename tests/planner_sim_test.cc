@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "coordinator/planner/profile_io.h"
 #include "coordinator/planner/simulator.h"
 #include "coordinator/planner/synthetic_trace.h"
 #include "gtest/gtest.h"
@@ -127,17 +128,13 @@ TEST(SyntheticTraceTest, RejectsBadOptionsNamingTheField) {
 
 // ------------------------------------------------------------ simulator
 
-// Mixtral shape with the collaborative paper's Table III costs.
+// Mixtral shape with the collaborative paper's Table III costs: the
+// profile the benches use (bench/profiles/, each number's source in it).
 CostModel PaperCost() {
-  CostModelParams p;
-  p.expert_bytes = 352321536;
-  p.activation_row_bytes = 16384;
-  p.transports = {{"local", TransferCost{0, 0}}};
-  p.cpu_workers = {{RooflineCurve{7340, 0, 7340}, 0}};
-  p.gpu = RooflineCurve{250, 0, 2.35};
-  p.migrate = TransferCost::FromBandwidth(0, 12.574);
-  p.dma = TransferCost::FromBandwidth(110, 12.574);
-  absl::StatusOr<CostModel> cost = CostModel::Create(p);
+  absl::StatusOr<HardwareProfile> profile =
+      LoadHardwareProfile(TANDEM_SOURCE_DIR "/bench/profiles/collab-rtx4090-tr7960x-mixtral.json");
+  EXPECT_OK(profile);
+  absl::StatusOr<CostModel> cost = CostModel::Create(profile->cost);
   EXPECT_OK(cost);
   return *cost;
 }

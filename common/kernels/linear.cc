@@ -76,9 +76,15 @@ absl::Status ValidateLinear(const float* x, int64_t m, const LinearWeight& w, co
   if (m < 0) return absl::InvalidArgumentError(absl::StrCat("Linear: negative rows in ", shape));
   if (w.n < 1 || w.k < 1) return absl::InvalidArgumentError(absl::StrCat("Linear: empty weight in ", shape));
   if (w.data == nullptr) return absl::InvalidArgumentError(absl::StrCat("Linear: null weight data in ", shape));
-  if (absl::Status s = RequireFloatDType(w.dtype, absl::StrCat("Linear: the weight in ", shape), "this kernel");
-      !s.ok())
-    return s;
+  if (IsQuantized(w.dtype) && w.k % DTypeBlockSize(w.dtype) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("Linear: ", std::string(DTypeName(w.dtype)), " weight in ", shape,
+                                                   ": K is not a whole number of ", DTypeBlockSize(w.dtype),
+                                                   "-value blocks"));
+  }
+  if (FindLinearKernel(w.dtype, KernelPath::kPacked, IsaLevel::kAvx2) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Linear: no kernel for ", std::string(DTypeName(w.dtype)), " weights in ", shape));
+  }
   if (m > 0 && (x == nullptr || y == nullptr))
     return absl::InvalidArgumentError(absl::StrCat("Linear: null x or y in ", shape));
   if (options.kernel != nullptr && options.kernel->isa > ActiveIsa()) {
@@ -107,8 +113,7 @@ int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, co
   int64_t features = 1;
   switch (kernel.path) {
     case KernelPath::kStream: {
-      const int64_t row_bytes = w.k * static_cast<int64_t>(DTypeSize(w.dtype));
-      features = RoundUp(CeilDiv(kStreamTaskBytes, row_bytes), kStreamBlock);
+      features = RoundUp(CeilDiv(kStreamTaskBytes, w.row_bytes()), kStreamBlock);
       if (threads > 1) features = std::min(features, RoundUp(CeilDiv(w.n, per_thread), kStreamBlock));
       break;
     }
@@ -172,8 +177,9 @@ int64_t ActivationRowStride(int64_t k) {
 }
 
 std::string DescribeKernelChoice(DType dtype, const LinearOptions& options) {
-  // Quantized weights have no kernel here (ValidateLinear refuses them).
-  if (IsQuantized(dtype)) return absl::StrCat("none (", std::string(DTypeName(dtype)), " weights have no CPU kernel)");
+  if (FindLinearKernel(dtype, KernelPath::kPacked, IsaLevel::kAvx2) == nullptr) {
+    return absl::StrCat("none (", std::string(DTypeName(dtype)), " weights have no CPU kernel)");
+  }
   const KernelPlan& plan = options.plan != nullptr ? *options.plan : ProcessKernelPlan();
   const std::vector<KernelPlanStep>& steps = plan.steps();
   std::vector<std::string> parts;

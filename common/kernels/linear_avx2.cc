@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "common/kernels/linear_isa.h"
+#include "common/kernels/packed_panels.h"
 
 namespace tandem::isa {
 namespace {
@@ -262,11 +263,17 @@ inline void MicroKernelRows(int rows, const float* x, int64_t ldx, const float* 
   }
 }
 
+// y (+ bias) from x and the slice's f32 panels, with this ISA's tiles.
+void MultiplyPackedPanels(const LinearSliceArgs& a, int64_t k, const float* packed) {
+  MultiplyPanels<PanelBlocking{kPanel, kTileRows, kBlockRows, kBlockK}>(
+      a, k, packed,
+      [](int rows, const float* xr, int64_t ldx, const float* panel, int64_t kb, float* c, int64_t ldc,
+         bool accumulate) { MicroKernelRows(rows, xr, ldx, panel, kb, c, ldc, accumulate); });
+}
+
 template <DType kDType>
 void PackedSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
-  const int64_t k = w.k, m = a.m, ldx = a.ldx, ldy = a.ldy, n_begin = a.n_begin, n_end = a.n_end;
-  const float* x = a.x;
-  float* y = a.y;
+  const int64_t k = w.k, n_begin = a.n_begin, n_end = a.n_end;
   // The whole slice is packed up front, over all of K: each group of 8 W rows
   // is read front to back (8 sequential streams the hardware prefetcher
   // follows; packing per K block would touch every row of the slice at once
@@ -278,41 +285,7 @@ void PackedSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch)
   for (int64_t p = 0; p < panels; ++p)
     PackPanel<kDType>(w.data, k, n_begin + p * kPanel, n_end, 0, k, packed + p * panel_stride);
 
-  // Row blocks outermost, so the block's y tiles ([144, slice] f32, <= 72 KB)
-  // stay in L2 across all K blocks; within a K block the x block
-  // ([144, 256] f32) is reused from L2 by every panel, and each panel's K
-  // block (16 KB) from L1 by every 6-row tile.
-  for (int64_t m0 = 0; m0 < m; m0 += kBlockRows) {
-    const int64_t m1 = std::min(m, m0 + kBlockRows);
-    for (int64_t k0 = 0; k0 < k; k0 += kBlockK) {
-      const int64_t kb = std::min(kBlockK, k - k0);
-      const bool accumulate = k0 > 0;
-      for (int64_t p = 0; p < panels; ++p) {
-        const float* panel = packed + p * panel_stride + k0 * kPanel;
-        const int64_t n0 = n_begin + p * kPanel;
-        const int64_t cols = std::min(kPanel, n_end - n0);
-        for (int64_t r0 = m0; r0 < m1; r0 += kTileRows) {
-          const int rows = static_cast<int>(std::min<int64_t>(kTileRows, m1 - r0));
-          const float* xr = x + r0 * ldx + k0;
-          if (cols == kPanel) {
-            MicroKernelRows(rows, xr, ldx, panel, kb, y + r0 * ldy + n0, ldy, accumulate);
-            continue;
-          }
-          // Last, partial panel: go through a full-width scratch tile so the
-          // kernel never writes past n_end.
-          float tile[kTileRows * kPanel];
-          for (int r = 0; r < rows; ++r)
-            for (int64_t j = 0; j < cols; ++j) tile[r * kPanel + j] = accumulate ? y[(r0 + r) * ldy + n0 + j] : 0.0f;
-          MicroKernelRows(rows, xr, ldx, panel, kb, tile, kPanel, accumulate);
-          for (int r = 0; r < rows; ++r)
-            for (int64_t j = 0; j < cols; ++j) y[(r0 + r) * ldy + n0 + j] = tile[r * kPanel + j];
-        }
-      }
-    }
-  }
-  if (a.bias != nullptr)
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t j = n_begin; j < n_end; ++j) y[r * ldy + j] += a.bias[j];
+  MultiplyPackedPanels(a, k, packed);
 }
 
 }  // namespace
@@ -320,6 +293,11 @@ void PackedSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch)
 void Avx2StreamF32(const LinearWeight& w, const LinearSliceArgs& a) { StreamSlice<DType::kF32>(w, a); }
 void Avx2StreamF16(const LinearWeight& w, const LinearSliceArgs& a) { StreamSlice<DType::kF16>(w, a); }
 void Avx2StreamBf16(const LinearWeight& w, const LinearSliceArgs& a) { StreamSlice<DType::kBF16>(w, a); }
+
+static_assert(kPanel == isa::kAvx2Panel);
+void Avx2MultiplyPanels(const LinearSliceArgs& a, int64_t k, const float* packed) {
+  MultiplyPackedPanels(a, k, packed);
+}
 
 int64_t Avx2PackedScratchBytes(int64_t k, int64_t features) {
   return CeilDiv(features, kPanel) * kPanel * k * static_cast<int64_t>(sizeof(float));

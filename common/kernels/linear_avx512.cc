@@ -17,6 +17,7 @@
 #include <type_traits>
 
 #include "common/kernels/linear_isa.h"
+#include "common/kernels/packed_panels.h"
 
 namespace tandem::isa {
 namespace {
@@ -290,11 +291,17 @@ inline void MicroKernelRows(int rows, const float* x, int64_t ldx, const float* 
   }
 }
 
+// y (+ bias) from x and the slice's f32 panels, with this ISA's tiles.
+void MultiplyPackedPanels(const LinearSliceArgs& a, int64_t k, const float* packed) {
+  MultiplyPanels<PanelBlocking{kPanel, kTileRows, kBlockRows, kBlockK}>(
+      a, k, packed,
+      [](int rows, const float* xr, int64_t ldx, const float* panel, int64_t kb, float* c, int64_t ldc,
+         bool accumulate) { MicroKernelRows(rows, xr, ldx, panel, kb, c, ldc, accumulate); });
+}
+
 template <DType kDType>
 void PackedSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
-  const int64_t k = w.k, m = a.m, ldx = a.ldx, ldy = a.ldy, n_begin = a.n_begin, n_end = a.n_end;
-  const float* x = a.x;
-  float* y = a.y;
+  const int64_t k = w.k, n_begin = a.n_begin, n_end = a.n_end;
   // The whole slice is packed up front, over all of K, so W is read from
   // DRAM once whatever M is; the f32 panels then live in L2/L3.
   const int64_t panels = CeilDiv(n_end - n_begin, kPanel);
@@ -303,37 +310,7 @@ void PackedSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch)
   for (int64_t p = 0; p < panels; ++p)
     PackPanel<kDType>(w.data, k, n_begin + p * kPanel, n_end, packed + p * panel_stride);
 
-  for (int64_t m0 = 0; m0 < m; m0 += kBlockRows) {
-    const int64_t m1 = Min(m, m0 + kBlockRows);
-    for (int64_t k0 = 0; k0 < k; k0 += kBlockK) {
-      const int64_t kb = Min(kBlockK, k - k0);
-      const bool accumulate = k0 > 0;
-      for (int64_t p = 0; p < panels; ++p) {
-        const float* panel = packed + p * panel_stride + k0 * kPanel;
-        const int64_t n0 = n_begin + p * kPanel;
-        const int64_t cols = Min(kPanel, n_end - n0);
-        for (int64_t r0 = m0; r0 < m1; r0 += kTileRows) {
-          const int rows = static_cast<int>(Min(kTileRows, m1 - r0));
-          const float* xr = x + r0 * ldx + k0;
-          if (cols == kPanel) {
-            MicroKernelRows(rows, xr, ldx, panel, kb, y + r0 * ldy + n0, ldy, accumulate);
-            continue;
-          }
-          // Last, partial panel: through a full-width scratch tile so the
-          // kernel never writes past n_end.
-          alignas(64) float tile[kTileRows * kPanel];
-          for (int r = 0; r < rows; ++r)
-            for (int64_t j = 0; j < cols; ++j) tile[r * kPanel + j] = accumulate ? y[(r0 + r) * ldy + n0 + j] : 0.0f;
-          MicroKernelRows(rows, xr, ldx, panel, kb, tile, kPanel, accumulate);
-          for (int r = 0; r < rows; ++r)
-            for (int64_t j = 0; j < cols; ++j) y[(r0 + r) * ldy + n0 + j] = tile[r * kPanel + j];
-        }
-      }
-    }
-  }
-  if (a.bias != nullptr)
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t j = n_begin; j < n_end; ++j) y[r * ldy + j] += a.bias[j];
+  MultiplyPackedPanels(a, k, packed);
 }
 
 }  // namespace
@@ -341,6 +318,11 @@ void PackedSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch)
 void Avx512StreamF32(const LinearWeight& w, const LinearSliceArgs& a) { StreamSlice<DType::kF32>(w, a); }
 void Avx512StreamF16(const LinearWeight& w, const LinearSliceArgs& a) { StreamSlice<DType::kF16>(w, a); }
 void Avx512StreamBf16(const LinearWeight& w, const LinearSliceArgs& a) { StreamSlice<DType::kBF16>(w, a); }
+
+static_assert(kPanel == isa::kAvx512Panel);
+void Avx512MultiplyPanels(const LinearSliceArgs& a, int64_t k, const float* packed) {
+  MultiplyPackedPanels(a, k, packed);
+}
 
 int64_t Avx512PackedScratchBytes(int64_t k, int64_t features) {
   return CeilDiv(features, kPanel) * kPanel * k * static_cast<int64_t>(sizeof(float));

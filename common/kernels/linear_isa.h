@@ -24,6 +24,10 @@ int64_t Avx2PackedScratchBytes(int64_t k, int64_t features);
 void Avx2PackedF32(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
 void Avx2PackedF16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
 void Avx2PackedBf16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+// The packed GEMM on panels already in f32 ([panels, K, kAvx2Panel], from
+// another packer: the quantized kernels'); a.x, a.y, a.bias as above.
+inline constexpr int64_t kAvx2Panel = 16;
+void Avx2MultiplyPanels(const LinearSliceArgs& a, int64_t k, const float* packed);
 // 12 independent ymm FMA chains for `iterations` rounds (the f32 peak).
 void Avx2FmaLoop(int64_t iterations);
 inline constexpr int64_t kAvx2FmaLoopFlops = 12 * 8 * 2;  // per iteration
@@ -36,6 +40,8 @@ int64_t Avx512PackedScratchBytes(int64_t k, int64_t features);
 void Avx512PackedF32(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
 void Avx512PackedF16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
 void Avx512PackedBf16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+inline constexpr int64_t kAvx512Panel = 32;
+void Avx512MultiplyPanels(const LinearSliceArgs& a, int64_t k, const float* packed);
 void Avx512FmaLoop(int64_t iterations);
 inline constexpr int64_t kAvx512FmaLoopFlops = 24 * 16 * 2;
 

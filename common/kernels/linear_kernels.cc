@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "common/kernels/linear_isa.h"
 #include "common/kernels/linear_onednn.h"
+#include "common/kernels/linear_quantized.h"
 
 namespace tandem {
 namespace {
@@ -41,11 +42,11 @@ constexpr LinearKernel Plain(KernelPath path, IsaLevel isa, DType dtype, const c
   return LinearKernel{path, isa, dtype, name, false, nullptr, nullptr, nullptr, scratch, slice};
 }
 
-const std::vector<LinearKernel>& Table() {
+std::vector<LinearKernel> FloatEntries() {
   using P = KernelPath;
   using I = IsaLevel;
   using D = DType;
-  static const std::vector<LinearKernel> table = {
+  return {
       Plain(P::kStream, I::kAvx2, D::kF32, "avx2_stream", NoScratchBytes, NoScratch<isa::Avx2StreamF32>),
       Plain(P::kStream, I::kAvx2, D::kF16, "avx2_stream", NoScratchBytes, NoScratch<isa::Avx2StreamF16>),
       Plain(P::kStream, I::kAvx2, D::kBF16, "avx2_stream", NoScratchBytes, NoScratch<isa::Avx2StreamBf16>),
@@ -64,6 +65,30 @@ const std::vector<LinearKernel>& Table() {
       Plain(P::kOneDnn, I::kAvx2, D::kF16, "onednn", NoScratchBytes, OneDnn),
       Plain(P::kOneDnn, I::kAvx2, D::kBF16, "onednn", NoScratchBytes, OneDnn),
   };
+}
+
+// Block-quantized weights (linear_quantized.h): stream, and packed at AVX2
+// and AVX-512; a plan's other paths resolve to packed.
+std::vector<LinearKernel> QuantizedEntries() {
+  std::vector<LinearKernel> entries;
+  for (DType dtype :
+       {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    entries.push_back(
+        Plain(KernelPath::kStream, IsaLevel::kAvx2, dtype, "q_stream", NoScratchBytes, QuantizedStreamSlice));
+    entries.push_back(Plain(KernelPath::kPacked, IsaLevel::kAvx2, dtype, "avx2_q_packed",
+                            QuantizedAvx2PackedScratchBytes, QuantizedAvx2PackedSlice));
+    entries.push_back(Plain(KernelPath::kPacked, IsaLevel::kAvx512, dtype, "avx512_q_packed",
+                            QuantizedAvx512PackedScratchBytes, QuantizedAvx512PackedSlice));
+  }
+  return entries;
+}
+
+const std::vector<LinearKernel>& Table() {
+  static const std::vector<LinearKernel> table = [] {
+    std::vector<LinearKernel> all = FloatEntries();
+    for (const LinearKernel& kernel : QuantizedEntries()) all.push_back(kernel);
+    return all;
+  }();
   return table;
 }
 

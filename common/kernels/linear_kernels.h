@@ -8,14 +8,19 @@
 //   packed     avx512        f32 f16 bf16    avx512_packed     W widened to f32 panels, 14x32 FMA tile
 //   bf16_dot   avx512_bf16   bf16            avx512_bf16_dot   vdpbf16ps on the stored weights, x in bf16
 //   onednn     avx2          f32 f16 bf16    onednn            W tile widened, oneDNN f32 matmul
+//   stream     avx2          q8_0 q4_0 q4_1  q_stream          W rows decoded block by block in L1
+//                            q5_0 q4_K q5_K                    (linear_quantized.h), f32 FMA
+//                            q6_K
+//   packed     avx2, avx512  the same        avx2_q_packed,    W slice decoded once into the f32
+//                                            avx512_q_packed   panels of that ISA's packed GEMM
 //
 // A call takes the best entry for its (dtype, path) whose ISA the CPU has
 // (ActiveIsa(), capped by LinearOptions::max_isa); which path runs at which
-// row count is the KernelPlan's (kernel_plan.h). New weight formats (block
-// quantized Q8_0, Q4_K, ... with VNNI int8 dot products) add DType values
-// and rows here, with a prepare step that quantizes x once per call as the
-// bf16 kernel rounds it. AMX has no entry: no machine tandem was developed
-// on has AMX, and no kernel is written that could not be run.
+// row count is the KernelPlan's (kernel_plan.h); a path a dtype lacks
+// (bf16_dot, onednn for quantized weights) resolves to packed. Integer dot
+// products on quantized activations (VNNI) would be a further prepared
+// path. AMX has no entry: no machine tandem was developed on has AMX, and
+// no kernel is written that could not be run.
 #pragma once
 
 #include <cstdint>

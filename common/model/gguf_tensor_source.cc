@@ -110,6 +110,7 @@ absl::Status DecodeRows(GgmlType type, const uint8_t* src, int64_t rows, int64_t
 std::string_view QuantizedWeightsName(QuantizedWeights mode) {
   switch (mode) {
     case QuantizedWeights::kKeep: return "kept quantized";
+    case QuantizedWeights::kKeepExperts: return "experts kept quantized, the rest dequantized to BF16 at load";
     case QuantizedWeights::kDequantizeToBf16: return "dequantized to BF16 at load";
     case QuantizedWeights::kDequantizeToF32: return "dequantized to F32 at load";
   }
@@ -164,6 +165,21 @@ uint8_t* GgufTensorSource::Own(size_t bytes) {
   return buffers_.back().get();
 }
 
+namespace {
+
+// Whether a quantized matrix of `role` is dequantized at load.
+bool Dequantized(QuantizedWeights mode, WeightRole role) {
+  switch (mode) {
+    case QuantizedWeights::kKeep: return false;
+    case QuantizedWeights::kKeepExperts: return !IsExpertRole(role);
+    case QuantizedWeights::kDequantizeToBf16:
+    case QuantizedWeights::kDequantizeToF32: return true;
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::Status GgufTensorSource::Bind(const ModelConfig& c, const GgufSourceOptions& options) {
   std::unique_ptr<ThreadPool> pool;
   if (options.num_threads > 1 && options.quantized != QuantizedWeights::kKeep) {
@@ -191,7 +207,7 @@ absl::Status GgufTensorSource::Bind(const ModelConfig& c, const GgufSourceOption
       for (int64_t i = 0; i < row_length; ++i)
         out[i] = row[static_cast<size_t>(permute ? GgufRowOfHfRow(i, c.head_dim) : i)];
       view = TensorView{w.name, DType::kF32, w.shape, out, static_cast<size_t>(row_length) * sizeof(float)};
-    } else if (IsQuantized(*stored) && options.quantized != QuantizedWeights::kKeep) {
+    } else if (IsQuantized(*stored) && Dequantized(options.quantized, w.role)) {
       const size_t bytes = static_cast<size_t>(rows * row_length) * DTypeSize(fallback);
       view = TensorView{w.name, fallback, w.shape, nullptr, 0};
       if (!IsExpertRole(w.role) || ExpertNeeded(options.experts, w.layer, w.expert)) {

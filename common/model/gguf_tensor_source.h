@@ -13,11 +13,14 @@
 //     Mixtral's bytes, and the attention code stays the one Hugging Face
 //     layout everywhere (CPU and CUDA);
 //   - vectors (norms, biases) are handed out as F32;
-//   - quantized matrices, until tandem has kernels for them, are dequantized
-//     at load when the options ask for it (the logged fallback
-//     QuantizedWeights::kDequantizeToBf16), only for the experts the process
-//     needs; otherwise they stay quantized and every consumer that cannot
-//     compute them refuses them by name (RequireFloatDType).
+//   - quantized matrices stay views of their blocks (kKeep; the CPU linear
+//     kernels run them, common/kernels/linear_quantized.h), or only the
+//     experts' do and the other matrices are dequantized to BF16 at load
+//     (kKeepExperts: the attention, embedding and output code is float
+//     only), or all are dequantized (kDequantizeTo*: what the GPU pool and
+//     the CPU workers' stores need today), only for the experts the process
+//     needs. A consumer that cannot compute a quantized matrix refuses it by
+//     name (RequireFloatDType).
 //
 // Errors name the file and the GGUF tensor: a missing tensor (NotFound), a
 // shape the config does not imply, a row that is not whole blocks, or a type
@@ -42,6 +45,7 @@ namespace tandem {
 
 enum class QuantizedWeights {
   kKeep,              // views of the stored blocks
+  kKeepExperts,       // the experts' blocks kept (the quantized CPU kernels run them), the rest to BF16
   kDequantizeToBf16,  // the fallback until quantized kernels exist (logged)
   kDequantizeToF32,   // the same, exactly (tests compare against references)
 };

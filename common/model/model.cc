@@ -72,8 +72,8 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::filesystem::path
   std::string weights = source->StoredTypesSummary();
   if (source->dequantized_tensors() > 0) {
     const std::string fallback = absl::StrFormat(
-        "FALLBACK: %d quantized tensors %s (%.2f GB), no quantized kernels yet", source->dequantized_tensors(),
-        std::string(QuantizedWeightsName(options.quantized)), static_cast<double>(source->dequantized_bytes()) / 1e9);
+        "%d quantized tensors dequantized at load (%.2f GB): %s", source->dequantized_tensors(),
+        static_cast<double>(source->dequantized_bytes()) / 1e9, std::string(QuantizedWeightsName(options.quantized)));
     LOG_WARNING(model->origin, ": ", fallback);
     absl::StrAppend(&weights, "; ", fallback);
   }

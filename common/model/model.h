@@ -65,10 +65,11 @@ struct ModelLoadOptions {
   // Synthetic: train the tokenizer WriteSyntheticModel would write, in
   // memory (0.2-0.5 s on the license corpus); false: no tokenizer.
   bool tokenizer = true;
-  // GGUF: what to do with quantized matrices. Until tandem has quantized
-  // kernels the default is the fallback that dequantizes them to BF16 at
-  // load (only `experts`' experts), logged and named in Model::summary;
-  // kKeep keeps the blocks, which today's kernels refuse by name.
+  // GGUF: what to do with quantized matrices (gguf_tensor_source.h). The
+  // default dequantizes them to BF16 at load (only `experts`' experts),
+  // which every consumer runs; kKeepExperts keeps the experts' blocks for
+  // the quantized CPU kernels (runtime_flags.cc picks it for in-process
+  // CPU experts). Logged and named in Model::summary.
   QuantizedWeights quantized = QuantizedWeights::kDequantizeToBf16;
 };
 

@@ -1,0 +1,132 @@
+// The quantized linear kernels (common/kernels/linear_quantized.h) against a
+// float64 reference of the dequantized weights, for every block type, every
+// quantized kernel this CPU runs, odd row counts and one and two threads.
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/thread_pool.h"
+#include "common/kernels/linear.h"
+#include "common/model/gguf_tensor_source.h"
+#include "common/quant/quantize.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/status_testlib.h"
+
+namespace tandem {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr DType kQuantized[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                                DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+std::vector<float> Random(int64_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(count));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// W [N, K] quantized to `dtype` from random values, and its exact f32 values.
+struct QuantizedMatrix {
+  QuantizedMatrix(DType dtype, int64_t n, int64_t k, uint32_t seed) {
+    const GgmlType type = GgmlFromDType(dtype);
+    const int64_t row_bytes = DTypeRowBytes(dtype, k);
+    blocks.resize(static_cast<size_t>(n * row_bytes));
+    values.resize(static_cast<size_t>(n * k));
+    const std::vector<float> source = Random(n * k, seed);
+    for (int64_t j = 0; j < n; ++j) {
+      absl::Span<uint8_t> row(blocks.data() + j * row_bytes, static_cast<size_t>(row_bytes));
+      EXPECT_OK(QuantizeRow(type, absl::MakeConstSpan(source.data() + j * k, static_cast<size_t>(k)), row));
+      EXPECT_OK(DequantizeRow(type, row, absl::MakeSpan(values.data() + j * k, static_cast<size_t>(k))));
+    }
+    weight = LinearWeight{blocks.data(), dtype, n, k};
+  }
+  std::vector<uint8_t> blocks;
+  std::vector<float> values;
+  LinearWeight weight;
+};
+
+struct Case {
+  DType dtype;
+  int64_t n, k, m;
+  int threads;
+};
+
+std::string CaseName(const Case& c) {
+  return absl::StrCat(std::string(DTypeName(c.dtype)), "_N", c.n, "_K", c.k, "_M", c.m, "_t", c.threads);
+}
+
+class QuantizedLinearTest : public ::testing::TestWithParam<Case> {};
+
+// Every quantized kernel of the table this CPU runs gives y within the f32
+// accumulation bound of the float64 product with the dequantized W.
+TEST_P(QuantizedLinearTest, EveryKernelMatchesTheDequantizedReference) {
+  const Case& c = GetParam();
+  const QuantizedMatrix w(c.dtype, c.n, c.k, 11);
+  const std::vector<float> x = Random(c.m * c.k, 5), bias = Random(c.n, 6);
+  ThreadPool pool(ThreadPoolOptions{.num_threads = c.threads, .name = "q-linear-test"});
+  int kernels = 0;
+  for (const LinearKernel& kernel : AllLinearKernels()) {
+    if (kernel.dtype != c.dtype || kernel.isa > ActiveIsa()) continue;
+    ++kernels;
+    LinearOptions options;
+    options.kernel = &kernel;
+    std::vector<float> y(static_cast<size_t>(c.m * c.n));
+    ASSERT_OK(Linear(x.data(), c.m, w.weight, bias.data(), y.data(), &pool, options));
+    for (int64_t r = 0; r < c.m; ++r) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double exact = bias[j], magnitude = std::abs(bias[j]);
+        for (int64_t i = 0; i < c.k; ++i) {
+          const double p = static_cast<double>(x[r * c.k + i]) * w.values[j * c.k + i];
+          exact += p;
+          magnitude += std::abs(p);
+        }
+        const double bound = (c.k + 4) * std::ldexp(1.0, -24) * magnitude + 1e-30;
+        ASSERT_LE(std::abs(y[r * c.n + j] - exact), bound)
+            << kernel.name << " row " << r << " feature " << j << " got " << y[r * c.n + j] << " exact " << exact;
+      }
+    }
+  }
+  EXPECT_GE(kernels, 2) << "a stream and a packed kernel for " << DTypeName(c.dtype);
+}
+
+std::vector<Case> AllCases() {
+  std::vector<Case> cases;
+  for (DType dtype : kQuantized) {
+    const int64_t block = DTypeBlockSize(dtype);
+    for (int64_t m : {1, 3, 9, 37})
+      for (int threads : {1, 2}) cases.push_back({dtype, 45, 2 * block, m, threads});
+    cases.push_back({dtype, 67, 4 * block, 16, 2});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, QuantizedLinearTest, ::testing::ValuesIn(AllCases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); });
+
+// The plan picks stream at one row and packed at many; both agree within
+// rounding, so a sequence's tokens do not depend on the batch it ran in
+// beyond the last bits.
+TEST(QuantizedLinear, PlanRunsStreamAtOneRowAndPackedAtMany) {
+  EXPECT_EQ(ChooseLinearKernel(1, DType::kQ4_K, LinearOptions{}).path, KernelPath::kStream);
+  EXPECT_EQ(ChooseLinearKernel(512, DType::kQ4_K, LinearOptions{}).path, KernelPath::kPacked);
+  EXPECT_EQ(ChooseLinearKernel(512, DType::kQ8_0, LinearOptions{}).path, KernelPath::kPacked);
+}
+
+TEST(QuantizedLinear, RowsThatAreNotWholeBlocksAreRefused) {
+  std::vector<uint8_t> blocks(1024);
+  const LinearWeight w{blocks.data(), DType::kQ4_K, 2, 100};
+  std::vector<float> x(100), y(2);
+  const absl::Status status = Linear(x.data(), 1, w, nullptr, y.data(), nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("256-value blocks"));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("Q4_K"));
+}
+
+}  // namespace
+}  // namespace tandem
