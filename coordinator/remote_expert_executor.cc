@@ -251,6 +251,7 @@ absl::Status RemoteExpertExecutor::ConnectWorker(Worker& worker, absl::Time dead
   WarnOnOtherKernelPlan(worker, d);
   worker.connected = true;
   if (!initial) {
+    MarkHealth(worker, absl::OkStatus());
     std::lock_guard<std::mutex> lock(stats_mutex_);
     ++worker.stats.reconnects;
     LOG_INFO("remote experts: reconnected to ", worker.name(), ": ", worker.description);
@@ -477,6 +478,7 @@ absl::Status RemoteExpertExecutor::ReconnectWorkers(absl::Time deadline) {
     if (worker->entries.empty() || worker->connected) continue;
     absl::Status status = ConnectWorker(*worker, deadline, /*initial=*/false);
     if (!status.ok()) {
+      MarkHealth(*worker, status);
       std::lock_guard<std::mutex> lock(stats_mutex_);
       ++worker->stats.failures;
       return status;
@@ -666,11 +668,19 @@ absl::Status RemoteExpertExecutor::RecordCall(std::span<const ExpertWork> work) 
     if (w.entries.empty()) continue;
     if (!w.status.ok()) {
       ++w.stats.failures;
+      w.stats.healthy = false;
+      w.stats.last_error = std::string(w.status.message());
       w.connected = false;  // re-Describe before the next call
+      // Let go of its arena now: a killed worker's region (unlinked by
+      // tandem-launch.sh stop or its successor) is freed only once no one
+      // maps it; the re-Describe maps the arena it has then.
+      w.arena.reset();
       if (first_error.ok()) first_error = w.status;
       continue;
     }
     ++w.stats.calls;
+    w.stats.healthy = true;
+    w.stats.last_error.clear();
     for (size_t i : w.entries) w.stats.rows += work[i].num_rows;
     w.stats.round_trip_us += w.round_trip_us;
     w.stats.last_round_trip_us = w.round_trip_us;
@@ -730,6 +740,39 @@ absl::Status RemoteExpertExecutor::Ping(int index) {
     return w.Prefixed(absl::InternalError("Health: the completion queue reported failure"));
   }
   return w.Prefixed(FromGrpcStatus(status, "Health"));  // the only call in flight: tag == &response
+}
+
+absl::Status RemoteExpertExecutor::Probe(int index, absl::Duration timeout) {
+  if (index < 0 || index >= num_workers()) {
+    return absl::InvalidArgumentError(absl::StrCat("RemoteExpertExecutor::Probe: no worker ", index));
+  }
+  Worker& w = *workers_[static_cast<size_t>(index)];
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  // A channel in backoff after an outage would fail the call at once even
+  // when the worker is back: try a fresh connection, and wait for it within
+  // the timeout.
+  grpc::experimental::ChannelResetConnectionBackoff(w.channel.get());
+  context.set_wait_for_ready(true);
+  v1::HealthResponse response;
+  absl::Status status = FromGrpcStatus(w.stub->Health(&context, v1::HealthRequest(), &response), "Health");
+  if (status.ok() && !response.serving()) status = absl::UnavailableError("Health: the worker is shutting down");
+  status = w.Prefixed(status);
+  MarkHealth(w, status);
+  return status;
+}
+
+void RemoteExpertExecutor::MarkHealth(Worker& worker, const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  if (worker.stats.healthy != status.ok()) {
+    if (status.ok()) {
+      LOG_INFO("remote experts: ", worker.name(), " is healthy again");
+    } else {
+      LOG_WARNING("remote experts: ", worker.name(), " is unhealthy: ", status.message());
+    }
+  }
+  worker.stats.healthy = status.ok();
+  worker.stats.last_error = status.ok() ? std::string() : std::string(status.message());
 }
 
 std::vector<RemoteWorkerStats> RemoteExpertExecutor::stats() const {

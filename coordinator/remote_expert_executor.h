@@ -87,6 +87,11 @@ struct RemoteWorkerStats {
   int64_t calls = 0;       // RunExperts round trips that succeeded
   int64_t failures = 0;    // that failed (the call returned an error)
   int64_t reconnects = 0;  // successful re-Describes after a failure
+  // The worker's state now: whether the latest of its RunExperts call,
+  // re-Describe or Probe succeeded (counts only grow, so they cannot say
+  // whether a worker that failed several times in one outage is back).
+  bool healthy = true;
+  std::string last_error;  // of the latest failure while unhealthy; empty when healthy
   int64_t rows = 0;
   int64_t inline_fallbacks = 0;  // shm calls sent inline because a slot was too small
   double round_trip_us = 0;      // sum over calls: dispatch to response, as the coordinator saw it
@@ -117,6 +122,13 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   ExpertDivision division() const { return division_; }
   int num_workers() const { return static_cast<int>(workers_.size()); }
   std::vector<RemoteWorkerStats> stats() const;  // any thread
+  // One Health round trip to worker `index` with `timeout`, on the worker's
+  // own channel but not the engine's completion queue: any thread, while
+  // requests run. Records the outcome as the worker's health (stats()): a
+  // restarted worker is healthy again before a request re-Describes it, a
+  // dead or stopped one unhealthy before a request fails on it.
+  absl::Status Probe(int index, absl::Duration timeout);
+
   // Each worker's expert-store region (worker order; empty for a worker
   // without one), as its last Describe said. Engine thread only.
   std::vector<std::string> weights_regions() const;
@@ -146,6 +158,7 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   void AwaitGrpcReplies(const Dispatched& dispatched);
   void AwaitDoorbells(absl::Time deadline);
   absl::Status RecordCall(std::span<const ExpertWork> work);
+  void MarkHealth(Worker& worker, const absl::Status& status);  // takes stats_mutex_
   void Gather(std::span<const ExpertWork> work);
 
   ModelConfig config_;

@@ -49,6 +49,11 @@ void RequestStream::Push(StreamEvent event) {
   cv_.notify_all();
 }
 
+size_t RequestStream::unread() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return events_.size();
+}
+
 std::optional<absl::Status> RequestStream::cancel_reason() const {
   std::lock_guard<std::mutex> lock(mu_);
   return cancel_;
@@ -77,6 +82,13 @@ absl::Status SchedulerOptions::Validate() const {
         absl::StrCat("max_batch_tokens (", max_batch_tokens, ") must be >= max_sequences (", max_sequences, ")"));
   }
   if (max_waiting < 0) return absl::InvalidArgumentError(absl::StrCat("max_waiting must be >= 0, got ", max_waiting));
+  if (max_unread_events < 1 || max_unread_events > kMaxSchedulerWaiting) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_unread_events must be in [1, ", kMaxSchedulerWaiting, "], got ", max_unread_events));
+  }
+  if (max_stall <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("max_stall must be > 0, got ", absl::FormatDuration(max_stall)));
+  }
   if (stats_window_steps < 1) {
     return absl::InvalidArgumentError(absl::StrCat("stats_window_steps must be >= 1, got ", stats_window_steps));
   }
@@ -102,7 +114,8 @@ struct Scheduler::Request {
 
   // Scheduler thread only, once admitted.
   int64_t prefilled = 0;
-  int64_t chunk = 0;               // prompt tokens in this step's batch
+  int64_t chunk = 0;                              // prompt tokens in this step's batch
+  std::optional<Clock::time_point> paused_since;  // the client stopped reading (PauseSlowReaders)
   std::unique_ptr<SequenceKv> kv;  // generate: the sequence; beam search: the prompt until the first step
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<StopStringMatcher> stops;
@@ -259,6 +272,7 @@ void Scheduler::Loop() {
       }
     }
     DropCancelled();
+    PauseSlowReaders();
     Admit();
     PublishState();
     if (active_.empty()) {
@@ -269,8 +283,14 @@ void Scheduler::Loop() {
       cv_.wait_for(lock, std::chrono::milliseconds(10), [&] { return stopping_ || !incoming_.empty(); });
       continue;
     }
-    RunStep();
+    const bool ran = RunStep();
     PublishState();
+    if (!ran) {
+      // Every running request waits for its client to read: wait for that
+      // (or a new request) without spinning.
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(5), [&] { return stopping_ || !incoming_.empty(); });
+    }
   }
   // Shutting down: nobody is left waiting silently.
   {
@@ -307,6 +327,28 @@ void Scheduler::DropCancelled() {
   std::erase_if(waiting_, [](const std::unique_ptr<Request>& r) { return r->finished; });
 }
 
+void Scheduler::PauseSlowReaders() {
+  const auto now = Clock::now();
+  for (auto& r : active_) {
+    const size_t unread = r->stream->unread();
+    if (unread < static_cast<size_t>(options_.max_unread_events)) {
+      r->paused_since.reset();
+      continue;
+    }
+    if (!r->paused_since) {
+      r->paused_since = now;
+      LOG_INFO("request ", r->id, ": paused, its client has ", unread, " events unread");
+      continue;
+    }
+    if (now - *r->paused_since >= absl::ToChronoNanoseconds(options_.max_stall)) {
+      Finish(*r, absl::ResourceExhaustedError(
+                     absl::StrCat("the client did not read its stream for ", absl::FormatDuration(options_.max_stall),
+                                  " (", unread, " events unread): the request was stopped and its KV cache freed")));
+    }
+  }
+  std::erase_if(active_, [](const std::unique_ptr<Request>& r) { return r->finished; });
+}
+
 void Scheduler::Admit() {
   // First come, first served: a large request at the head is not overtaken
   // (it would starve otherwise); it waits for blocks to be freed.
@@ -334,7 +376,7 @@ void Scheduler::Admit() {
   }
 }
 
-void Scheduler::RunStep() {
+bool Scheduler::RunStep() {
   const auto start = Clock::now();
   // Decode rows first (every running sequence moves one token), then prompt
   // chunks in admission order within what is left of max_batch_tokens.
@@ -347,7 +389,7 @@ void Scheduler::RunStep() {
   std::vector<Slot> slots;
   int64_t rows = 0;
   for (auto& r : active_) {
-    if (!r->decoding()) continue;
+    if (!r->decoding() || r->paused_since) continue;
     if (r->kind == Request::Kind::kGenerate) {
       slots.push_back({r.get(), inputs.size(), 1});
       inputs.push_back({r->kv.get(), {r->next_tokens.data(), 1}, false});
@@ -370,14 +412,14 @@ void Scheduler::RunStep() {
     inputs.push_back({r->kv.get(), {r->prompt().data() + r->prefilled, static_cast<size_t>(r->chunk)}, false});
     rows += r->chunk;
   }
-  if (inputs.empty()) return;
+  if (inputs.empty()) return false;
 
   const absl::Status status = engine_->Forward(inputs, &logits_);
   if (!status.ok()) {
     LOG_WARNING("step of ", rows, " rows failed, failing its ", slots.size(), " request(s): ", status.ToString());
     for (const Slot& slot : slots) Finish(*slot.r, status);
     std::erase_if(active_, [](const std::unique_ptr<Request>& r) { return r->finished; });
-    return;
+    return true;
   }
   // Account the step before streaming its tokens, so a client that sees
   // its request done also sees the step in the stats.
@@ -418,6 +460,7 @@ void Scheduler::RunStep() {
     }
   }
   std::erase_if(active_, [](const std::unique_ptr<Request>& r) { return r->finished; });
+  return true;
 }
 
 void Scheduler::AfterGenerateLogits(Request& r, std::span<const float> logits) {

@@ -48,6 +48,12 @@ struct SchedulerOptions {
   int64_t max_batch_tokens = 256;  // rows per Forward (decodes + prefill chunks); >= max_sequences
   int32_t max_waiting = 256;       // admitted-later requests beyond this are refused
   int32_t stats_window_steps = 256;
+  // A client that does not read its stream: once this many events wait
+  // unread, its sequences are paused (not decoded, so nothing more is
+  // buffered for it); paused longer than max_stall, the request fails with
+  // RESOURCE_EXHAUSTED and its KV cache is freed.
+  int32_t max_unread_events = 256;
+  absl::Duration max_stall = absl::Seconds(30);
 
   absl::Status Validate() const;  // InvalidArgument naming the field
 };
@@ -108,6 +114,7 @@ class RequestStream {
   // Scheduler side.
   void Push(StreamEvent event);
   std::optional<absl::Status> cancel_reason() const;
+  size_t unread() const;  // events pushed and not yet taken by Next
 
  private:
   mutable std::mutex mu_;
@@ -156,8 +163,11 @@ class Scheduler {
   absl::StatusOr<std::shared_ptr<RequestStream>> Enqueue(std::unique_ptr<Request> request);
   void Loop();
   void DropCancelled();
+  // Pauses the requests whose client has max_unread_events unread, and fails
+  // those paused longer than max_stall (RESOURCE_EXHAUSTED).
+  void PauseSlowReaders();
   void Admit();
-  void RunStep();
+  bool RunStep();  // false: nothing could run (every request paused)
   void AfterGenerateLogits(Request& r, std::span<const float> logits);
   void AfterBeamLogits(Request& r, std::span<const float> logits, int64_t rows);
   void Finish(Request& r, absl::Status status);

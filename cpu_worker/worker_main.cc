@@ -14,7 +14,8 @@
 // socket: a second one refuses to start. The lock file also lists the
 // worker's shm regions, whose names end in a random suffix (so no other user
 // can take them first): a successor of a killed worker removes those it
-// finds there, if they are this user's.
+// finds there, if they are this user's, and `tandem-cpu-worker --reclaim
+// --socket S` does the same without starting a worker (tandem-launch.sh stop).
 #include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
@@ -54,6 +55,8 @@
 #include "common/model/synthetic_model.h"
 #include "common/model/tensor_names.h"
 #include "common/platform/numa_topology.h"
+#include "common/platform/open_file_limit.h"
+#include "common/platform/unix_socket.h"
 #include "cpu_worker/expert_store.h"
 #include "cpu_worker/store_expert_executor.h"
 #include "cpu_worker/worker_service.h"
@@ -88,6 +91,9 @@ ABSL_FLAG(std::string, kernel_plan, "builtin",
           "at start-up) | ROWS:PATH,... e.g. 1:stream,8:bf16_dot; give the coordinator's plan for outputs equal to "
           "a single process's bit for bit");
 ABSL_FLAG(bool, echo, false, "benchmarks only: output = input, no weights (the model's config is still read)");
+ABSL_FLAG(bool, reclaim, false,
+          "instead of serving: remove what a killed worker on --socket left behind (the shm regions its lock file "
+          "lists, the stale socket, the lock file) and exit; refused while a live worker holds the lock");
 ABSL_FLAG(bool, exit_with_parent, false, "exit (as on SIGTERM) when the parent process dies (tests)");
 
 namespace tandem {
@@ -96,6 +102,7 @@ namespace {
 // The flags, copied once and checked together.
 struct WorkerConfig {
   ModelSource model;  // --model, or --synthetic and --synthetic_seed
+  bool reclaim = false;
   std::string socket;
   int worker_index = 0;
   int num_workers = 1;
@@ -119,9 +126,13 @@ struct WorkerConfig {
 
 absl::StatusOr<WorkerConfig> ConfigFromFlags() {
   WorkerConfig c;
-  // The same parsing and messages as tandem-server and tandem-generate.
-  TANDEM_ASSIGN_OR_RETURN(c.model, ParseModelSource(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_synthetic),
-                                                    absl::GetFlag(FLAGS_synthetic_seed)));
+  c.reclaim = absl::GetFlag(FLAGS_reclaim);
+  // The same parsing and messages as tandem-server and tandem-generate
+  // (reclaiming needs no model).
+  if (!c.reclaim) {
+    TANDEM_ASSIGN_OR_RETURN(c.model, ParseModelSource(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_synthetic),
+                                                      absl::GetFlag(FLAGS_synthetic_seed)));
+  }
   c.socket = absl::GetFlag(FLAGS_socket);
   if (c.socket.empty()) return absl::InvalidArgumentError("--socket is required (a unix socket path)");
   if (c.socket.size() > 100) {
@@ -484,7 +495,22 @@ absl::Status CheckSocketDir(const WorkerConfig& c) {
              : EnsureSocketDir(socket_dir.empty() ? "." : socket_dir.string(), "--socket's folder");
 }
 
+// --reclaim: what a killed worker on c.socket left behind, removed with the
+// checks its successor would make (the lock taken, so no live worker uses
+// them; only regions with this worker's prefix and of this user; the socket
+// only if stale and ours), without starting one.
+int Reclaim(const WorkerConfig& c) {
+  if (absl::Status dir = CheckSocketDir(c); !dir.ok()) return Fail(dir);
+  auto lock = SocketLock::Acquire(c.socket);
+  if (!lock.ok()) return Fail(lock.status());
+  RemoveStaleRegions(c, (*lock)->PreviousRegions());
+  if (absl::Status socket = PrepareSocketPath(c.socket, "--socket"); !socket.ok()) return Fail(socket);
+  LOG_INFO("worker ", c.worker_index, ": reclaimed what a previous worker left on ", c.socket);
+  return 0;  // the lock file goes with the lock
+}
+
 int Run(const WorkerConfig& c) {
+  if (c.reclaim) return Reclaim(c);
   if (absl::Status dir = CheckSocketDir(c); !dir.ok()) return Fail(dir);
   auto lock = SocketLock::Acquire(c.socket);
   if (!lock.ok()) return Fail(lock.status());
@@ -560,6 +586,8 @@ int main(int argc, char** argv) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() == 1) return 1;  // the parent is already gone
   }
+  // Each coordinator connection is a descriptor: as many as the system allows.
+  LOG_INFO("tandem-cpu-worker: ", tandem::DescribeOpenFileLimit(tandem::RaiseOpenFileLimit()));
   auto config = tandem::ConfigFromFlags();
   if (!config.ok()) {
     std::fprintf(stderr, "tandem-cpu-worker: %s\n", std::string(config.status().message()).c_str());

@@ -873,11 +873,13 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(std::unique_pt
 void WorkerServer::AcceptLoop() {
   uint64_t refused = 0;
   for (;;) {
-    absl::StatusOr<int> fd = listener_->Accept();
+    absl::StatusOr<int> fd = listener_->Accept();  // waits out EMFILE and other transient failures
     if (!fd.ok()) {
-      if (!absl::IsCancelled(fd.status()))
-        LOG_ERROR("worker: accepting on ", listener_->path(), ": ", fd.status().ToString());
-      return;
+      if (absl::IsCancelled(fd.status())) return;
+      // Anything else must not end the worker's accepting either: back off, retry.
+      LOG_ERROR("worker: accepting on ", listener_->path(), ": ", fd.status().ToString(), "; retrying in 1 s");
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      continue;
     }
     absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(*fd);
     if (!peer.ok() || !TrustedPeerUid(peer->uid)) {

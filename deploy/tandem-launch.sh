@@ -134,10 +134,32 @@ stop_pids() {
   echo "tandem-launch: stopped ${#pids[@]} process(es) ($pattern)"
 }
 
+# What a killed worker left behind (its shm regions, listed in its lock file
+# <socket>.lock, the stale socket and the lock file) stays until a worker on
+# that socket starts again; tandem-cpu-worker --reclaim removes it with the
+# same checks (refused while a live worker holds the lock).
+reclaim_workers() {
+  local lock i reclaimed=0
+  for lock in "$runtime_dir"/worker-*.sock.lock; do
+    [ -e "$lock" ] || [ -L "$lock" ] || continue
+    i="${lock##*/worker-}"; i="${i%.sock.lock}"
+    [[ "$i" =~ ^[0-9]+$ ]] || continue
+    if [ -x "$bin/tandem-cpu-worker" ] &&
+       "$bin/tandem-cpu-worker" --reclaim --socket "$runtime_dir/worker-$i.sock" --worker_index "$i" \
+         --num_workers "$((i + 1))" --region_prefix "/tandem-$uid-$i" > /dev/null 2>&1; then
+      reclaimed=$((reclaimed + 1))
+    else
+      warn "could not reclaim what worker $i left behind ($lock)"
+    fi
+  done
+  [ "$reclaimed" -eq 0 ] || echo "tandem-launch: reclaimed the shm regions, socket and lock of $reclaimed stopped worker(s)"
+}
+
 stop_all() {
   check_runtime_dir || return 0
   stop_pids "server.pid"   # the coordinator first: it fails its requests cleanly
   stop_pids "worker-*.pid"
+  reclaim_workers
   rm -f -- "$runtime_dir/num_workers"
 }
 

@@ -17,10 +17,12 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <nlohmann/json.hpp>
 
 #include "absl/flags/flag.h"
@@ -37,12 +39,15 @@
 #include "common/base/log.h"
 #include "common/base/runtime_dir.h"
 #include "common/base/status_macros.h"
+#include "common/platform/open_file_limit.h"
 #include "common/platform/unix_socket.h"
+#include "coordinator/health_monitor.h"
 #include "coordinator/http/http_server.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/scheduler.h"
 #include "runtime/local_runtime.h"
 #include "runtime/runtime_flags.h"
+#include "runtime/server_listeners.h"
 
 ABSL_FLAG(std::string, listen, "",
           "comma-separated addresses: unix:/path/to.sock and/or TCP as PORT (localhost) or host:port (give "
@@ -62,6 +67,14 @@ ABSL_FLAG(std::string, served_model_name, "",
           "the model's name in the HTTP API (/v1/models, responses); default: the model folder's name");
 ABSL_FLAG(std::string, chat_template, "",
           "a Jinja chat template file for /v1/chat/completions, instead of the model folder's own");
+ABSL_FLAG(int32_t, max_unread_events, 256,
+          "a client this many stream events behind is paused (its sequence not decoded) until it reads");
+ABSL_FLAG(double, max_stall_s, 30,
+          "a client paused this long has its request stopped with RESOURCE_EXHAUSTED and its KV cache freed");
+ABSL_FLAG(int32_t, max_connections, 1024,
+          "open connections per --listen address; one more is closed at once (a flood cannot exhaust descriptors)");
+ABSL_FLAG(int32_t, max_streams_per_connection, 128, "concurrent RPCs on one connection (HTTP/2 streams)");
+ABSL_FLAG(int32_t, max_rpc_threads, 1024, "RPCs handled at once, all connections together; more: RESOURCE_EXHAUSTED");
 ABSL_FLAG(bool, exit_with_parent, false, "shut down when the parent process exits (tests, supervisors)");
 
 namespace {
@@ -82,16 +95,12 @@ sigset_t BlockShutdownSignals() {
   return signals;
 }
 
-// One --listen entry: what gRPC binds, and for a unix socket its path.
-struct ListenAddress {
-  std::string address;    // for grpc::ServerBuilder: unix:/path or host:port
-  std::string unix_path;  // empty for TCP
-};
+using tandem::ServerListenAddress;
 
 // One "host:port" or bare port entry of --listen (a bare port, 50051 or
 // :50051, means TCP on localhost only). Refuses a port outside 1..65535:
 // gRPC would log it and bind a random one.
-absl::StatusOr<ListenAddress> ParseTcpListen(absl::string_view part) {
+absl::StatusOr<ServerListenAddress> ParseTcpListen(absl::string_view part) {
   const absl::string_view bare = absl::StripPrefix(part, ":");
   const size_t colon = part.rfind(':');
   const bool digits_only = std::all_of(bare.begin(), bare.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -107,25 +116,32 @@ absl::StatusOr<ListenAddress> ParseTcpListen(absl::string_view part) {
     return absl::InvalidArgumentError(
         absl::StrCat("--listen: \"", part, "\": port \"", port, "\" is not a number in 1..65535"));
   }
-  return ListenAddress{digits_only ? absl::StrCat("127.0.0.1:", port) : std::string(part), ""};
+  ServerListenAddress out;
+  out.address = digits_only ? absl::StrCat("127.0.0.1:", port) : std::string(part);
+  out.host = digits_only ? "127.0.0.1" : std::string(part.substr(0, colon));
+  if (out.host.size() >= 2 && out.host.front() == '[' && out.host.back() == ']') {
+    out.host = out.host.substr(1, out.host.size() - 2);  // [::1]
+  }
+  out.port = value;
+  return out;
 }
 
 // "50051", ":50051" (127.0.0.1), "host:port", "[::1]:port", "unix:/path".
 // Refuses what would bind something other than what was asked: a bad port,
 // an empty or abstract unix path (no file permissions). Checks only the
 // syntax; the socket path itself is checked by PrepareSocketPath.
-absl::StatusOr<std::vector<ListenAddress>> ParseListen(const std::string& listen) {
-  std::vector<ListenAddress> out;
+absl::StatusOr<std::vector<ServerListenAddress>> ParseListen(const std::string& listen) {
+  std::vector<ServerListenAddress> out;
   for (absl::string_view part : absl::StrSplit(listen, ',', absl::SkipWhitespace())) {
     part = absl::StripAsciiWhitespace(part);
     if (absl::StartsWith(part, "unix:") || absl::StartsWith(part, "unix-abstract:")) {
-      ListenAddress a;
+      ServerListenAddress a;
       TANDEM_ASSIGN_OR_RETURN(a.unix_path, tandem::ParseUnixAddress(std::string(part), "--listen"));
       a.address = absl::StrCat("unix:", a.unix_path);
       out.push_back(a);
       continue;
     }
-    TANDEM_ASSIGN_OR_RETURN(ListenAddress a, ParseTcpListen(part));
+    TANDEM_ASSIGN_OR_RETURN(ServerListenAddress a, ParseTcpListen(part));
     out.push_back(a);
   }
   if (out.empty()) return absl::InvalidArgumentError("--listen: no address given");
@@ -147,7 +163,7 @@ absl::Status PrepareUnixSocket(const std::string& path) {
 // The server's own flags, checked before anything is loaded.
 struct ServerSettings {
   std::string listen;
-  std::vector<ListenAddress> listen_addresses;
+  std::vector<ServerListenAddress> listen_addresses;
   tandem::SchedulerOptions scheduler;
   tandem::ModelSource source;
 };
@@ -164,7 +180,7 @@ absl::StatusOr<ServerSettings> SettingsFromFlags() {
   // Every address checked before the model is loaded (minutes for a large
   // one), and each unix path again just before it is bound.
   TANDEM_ASSIGN_OR_RETURN(settings.listen_addresses, ParseListen(settings.listen));
-  for (const ListenAddress& a : settings.listen_addresses) {
+  for (const ServerListenAddress& a : settings.listen_addresses) {
     if (!a.unix_path.empty()) TANDEM_RETURN_IF_ERROR(PrepareUnixSocket(a.unix_path));
   }
   if (absl::GetFlag(FLAGS_kv_cache_tokens) < 1) {
@@ -175,13 +191,50 @@ absl::StatusOr<ServerSettings> SettingsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--kv_block_size ", absl::GetFlag(FLAGS_kv_block_size),
                                                    ": must be in [1, ", tandem::kMaxKvBlockSize, "] positions"));
   }
+  for (const auto& [name, value] :
+       {std::pair<const char*, int32_t>{"max_connections", absl::GetFlag(FLAGS_max_connections)},
+        {"max_streams_per_connection", absl::GetFlag(FLAGS_max_streams_per_connection)},
+        {"max_rpc_threads", absl::GetFlag(FLAGS_max_rpc_threads)}}) {
+    if (value < 1) return absl::InvalidArgumentError(absl::StrCat("--", name, " ", value, ": must be >= 1"));
+  }
   settings.scheduler.max_sequences = absl::GetFlag(FLAGS_max_sequences);
   settings.scheduler.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   settings.scheduler.max_waiting = absl::GetFlag(FLAGS_max_waiting);
+  settings.scheduler.max_unread_events = absl::GetFlag(FLAGS_max_unread_events);
+  const double stall_s = absl::GetFlag(FLAGS_max_stall_s);
+  if (!(stall_s > 0 && stall_s <= 86400)) {
+    return absl::InvalidArgumentError(absl::StrCat("--max_stall_s ", stall_s, ": must be in (0, 86400]"));
+  }
+  settings.scheduler.max_stall = absl::Seconds(stall_s);
   if (absl::Status status = settings.scheduler.Validate(); !status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--", status.message()));
   }
   return settings;
+}
+
+// How long a health check waits for each worker's answer: a stopped worker
+// makes the check (and /health, GetStats) this slow, no slower.
+constexpr absl::Duration kWorkerProbeTimeout = absl::Milliseconds(500);
+// How often the grpc.health.v1 status is brought up to date.
+constexpr absl::Duration kHealthInterval = absl::Seconds(1);
+
+// Every worker probed now (all at once, each within kWorkerProbeTimeout):
+// healthy when it answers, so the answer is the workers' state now, not
+// their history. Any thread.
+std::vector<tandem::WorkerHealthInfo> ProbeWorkers(tandem::RemoteExpertExecutor* remote) {
+  std::vector<std::thread> probes;
+  for (int i = 0; i < remote->num_workers(); ++i) {
+    probes.emplace_back([remote, i] { remote->Probe(i, kWorkerProbeTimeout).IgnoreError(); });
+  }
+  for (std::thread& probe : probes) probe.join();
+  std::vector<tandem::WorkerHealthInfo> out;
+  for (const tandem::RemoteWorkerStats& w : remote->stats()) {
+    out.push_back({w.address, w.healthy,
+                   absl::StrCat(w.transport, ": ", w.calls, " calls, ", w.failures, " failures, ", w.reconnects,
+                                " reconnects, last round trip ", w.last_round_trip_us, " us",
+                                w.healthy ? "" : absl::StrCat("; down: ", w.last_error))});
+  }
+  return out;
 }
 
 // What Info and Health report: where the experts run, the orchestrator's and
@@ -209,62 +262,42 @@ tandem::InferenceServiceOptions ServiceOptions(tandem::LocalRuntime* rt, tandem:
     };
   }
   if (remote) {
-    service_options.worker_health = [remote] {
-      std::vector<tandem::WorkerHealthInfo> out;
-      for (const tandem::RemoteWorkerStats& w : remote->stats()) {
-        // Every failure is followed by a reconnect once the worker is back.
-        out.push_back({w.address, w.failures <= w.reconnects,
-                       absl::StrCat(w.transport, ": ", w.calls, " calls, ", w.failures, " failures, ", w.reconnects,
-                                    " reconnects, last round trip ", w.last_round_trip_us, " us")});
-      }
-      return out;
-    };
+    service_options.worker_health = [remote] { return ProbeWorkers(remote); };
   }
   return service_options;
 }
 
 // The gRPC server serving `service` (and grpc.health.v1.Health) on every
-// --listen address: unix:/path, host:port, or a bare port (TCP on localhost).
-// A socket file we bound, removed at exit only if it is still ours.
-struct BoundSocket {
-  std::string path;
-  dev_t dev = 0;
-  ino_t ino = 0;
-};
-
+// --listen address: unix:/path, host:port, or a bare port (TCP on localhost),
+// through tandem's own listeners (runtime/server_listeners.h: they survive
+// EMFILE and cap the connections of each).
 struct Listening {
   std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<tandem::ServerListeners> listeners;
   std::vector<std::string> addresses;
-  std::vector<BoundSocket> sockets;  // unix sockets' files, removed at shutdown if still ours
 };
 
 absl::StatusOr<Listening> Listen(const ServerSettings& settings, grpc::Service* service) {
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
   Listening out;
-  for (const ListenAddress& a : settings.listen_addresses) {
+  for (const ServerListenAddress& a : settings.listen_addresses) {
     if (!a.unix_path.empty()) TANDEM_RETURN_IF_ERROR(PrepareUnixSocket(a.unix_path));
-    builder.AddListeningPort(a.address, grpc::InsecureServerCredentials());
     out.addresses.push_back(a.address);
   }
+  TANDEM_ASSIGN_OR_RETURN(
+      out.listeners, tandem::ServerListeners::Bind(settings.listen_addresses, absl::GetFlag(FLAGS_max_connections)));
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
   builder.RegisterService(service);
-  // gRPC creates the socket files: with this umask they are 0600 from the
-  // start (only this user may connect), not 0755 until the chmod below.
-  const mode_t umask_before = umask(077);
+  // Bounds on what one client can make the server hold: streams per
+  // connection, and handler threads (each RPC in progress holds one; beyond
+  // the quota a new RPC is refused with RESOURCE_EXHAUSTED).
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, absl::GetFlag(FLAGS_max_streams_per_connection));
+  grpc::ResourceQuota quota("tandem-server");
+  quota.SetMaxThreads(absl::GetFlag(FLAGS_max_rpc_threads));
+  builder.SetResourceQuota(quota);
   out.server = builder.BuildAndStart();
-  umask(umask_before);
-  if (out.server == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("could not listen on ", settings.listen, " (address in use, or the folder is not writable?)"));
-  }
-  for (const ListenAddress& a : settings.listen_addresses) {
-    if (a.unix_path.empty()) continue;
-    struct stat st {};
-    if (chmod(a.unix_path.c_str(), 0600) != 0 || lstat(a.unix_path.c_str(), &st) != 0) {
-      return absl::PermissionDeniedError(absl::StrCat("--listen ", a.address, ": cannot make the socket 0600"));
-    }
-    out.sockets.push_back({a.unix_path, st.st_dev, st.st_ino});
-  }
+  if (out.server == nullptr) return absl::UnavailableError("could not start the gRPC server");
+  out.listeners->Start(out.server.get());
   out.server->GetHealthCheckService()->SetServingStatus(true);
   return out;
 }
@@ -310,21 +343,34 @@ absl::StatusOr<std::unique_ptr<tandem::HttpServer>> StartHttp(const tandem::Mode
 // Waits for SIGINT or SIGTERM, then stops serving: in-flight calls get a
 // moment to finish; the scheduler then fails what is left.
 void ServeUntilSignal(const sigset_t& signals, Listening& listening, tandem::HttpServer* http,
-                      std::unique_ptr<tandem::Scheduler>& scheduler) {
+                      std::unique_ptr<tandem::Scheduler>& scheduler, const tandem::InferenceServiceOptions& service) {
+  // grpc.health.v1 says NOT_SERVING while a CPU worker is down (requests
+  // would fail), SERVING once it answers again.
+  std::unique_ptr<tandem::HealthMonitor> monitor;
+  if (service.worker_health) {
+    grpc::HealthCheckServiceInterface* health = listening.server->GetHealthCheckService();
+    monitor = std::make_unique<tandem::HealthMonitor>(
+        [&service](std::string* reason) {
+          for (const tandem::WorkerHealthInfo& w : service.worker_health()) {
+            if (!w.healthy) {
+              *reason = absl::StrCat("CPU worker ", w.address, " is down (", w.detail, ")");
+              return false;
+            }
+          }
+          return true;
+        },
+        [health](bool serving) { health->SetServingStatus(serving); }, kHealthInterval);
+  }
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   LOG_INFO("tandem-server: signal ", signal_number, ", shutting down");
+  if (monitor) monitor->Stop();
   listening.server->GetHealthCheckService()->SetServingStatus(false);
   if (http != nullptr) http->Stop();  // cancels its streams while the scheduler still runs
+  listening.listeners->Stop();        // no new connection; the socket files removed if still ours
   listening.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(3));
   listening.server.reset();
   scheduler.reset();
-  for (const BoundSocket& socket : listening.sockets) {
-    struct stat st {};
-    if (lstat(socket.path.c_str(), &st) == 0 && st.st_dev == socket.dev && st.st_ino == socket.ino) {
-      unlink(socket.path.c_str());
-    }
-  }
 }
 
 }  // namespace
@@ -341,6 +387,9 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   auto settings = SettingsFromFlags();
   if (!settings.ok()) return Fail(settings.status());
+  // Every connection is a descriptor: as many as the system lets this
+  // process have, so the per-listener caps are reached long before EMFILE.
+  LOG_INFO("tandem-server: ", tandem::DescribeOpenFileLimit(tandem::RaiseOpenFileLimit()));
   auto http = StartHttp(settings->source);
   if (!http.ok()) return Fail(http.status());
 
@@ -368,6 +417,6 @@ int main(int argc, char** argv) {
   if (!listening.ok()) return Fail(listening.status());
   LogServing(runtime, service_options, settings->scheduler, listening->addresses);
   if (*http != nullptr) LOG_INFO("tandem-server: HTTP ready on ", (*http)->address());
-  ServeUntilSignal(signals, *listening, http->get(), *scheduler);
+  ServeUntilSignal(signals, *listening, http->get(), *scheduler, service_options);
   return 0;
 }

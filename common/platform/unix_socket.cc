@@ -166,18 +166,19 @@ UnixListener::~UnixListener() {
   }
 }
 
-absl::StatusOr<int> UnixListener::Accept() {
+absl::StatusOr<int> AcceptConnection(int listen_fd, int wake_fd, const std::atomic<bool>& interrupted,
+                                     const std::string& name) {
   for (;;) {
-    if (interrupted_.load()) return absl::CancelledError(absl::StrCat("listener on ", path_, " interrupted"));
-    pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    if (interrupted.load()) return absl::CancelledError(absl::StrCat("listener on ", name, " interrupted"));
+    pollfd fds[2] = {{listen_fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
-      return absl::InternalError(absl::StrCat("poll on ", path_, ": ", ErrnoText(errno)));
+      return absl::InternalError(absl::StrCat("poll on ", name, ": ", ErrnoText(errno)));
     }
-    if ((fds[1].revents & POLLIN) != 0 || interrupted_.load()) {
-      return absl::CancelledError(absl::StrCat("listener on ", path_, " interrupted"));
+    if ((fds[1].revents & POLLIN) != 0 || interrupted.load()) {
+      return absl::CancelledError(absl::StrCat("listener on ", name, " interrupted"));
     }
-    const int fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd >= 0) return fd;
     switch (errno) {
       case EAGAIN:
@@ -191,10 +192,12 @@ absl::StatusOr<int> UnixListener::Accept() {
         // Out of descriptors or memory for now: wait, do not spin and do not give up.
         poll(&fds[1], 1, 100);
         continue;
-      default: return absl::InternalError(absl::StrCat("accept on ", path_, ": ", ErrnoText(errno)));
+      default: return absl::InternalError(absl::StrCat("accept on ", name, ": ", ErrnoText(errno)));
     }
   }
 }
+
+absl::StatusOr<int> UnixListener::Accept() { return AcceptConnection(fd_, wake_[0], interrupted_, path_); }
 
 void UnixListener::Interrupt() {
   if (interrupted_.exchange(true)) return;

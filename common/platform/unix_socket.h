@@ -44,6 +44,15 @@ absl::StatusOr<PeerCredentials> PeerCredentialsOf(int fd);
 // (root may read our memory anyway; refusing it would protect nothing).
 bool TrustedPeerUid(uid_t uid);
 
+// The next connection on the listening socket `listen_fd` (non-blocking,
+// close-on-exec), or Cancelled once `wake_fd` is readable or `interrupted`
+// is set. Transient failures (EMFILE, ENFILE, ECONNABORTED, ...) wait a
+// little and retry rather than fail: a listener must outlive a burst of
+// connections and accept again once descriptors are free. `name` is for
+// messages. UnixListener and TcpListener (tcp_listener.h) accept with it.
+absl::StatusOr<int> AcceptConnection(int listen_fd, int wake_fd, const std::atomic<bool>& interrupted,
+                                     const std::string& name);
+
 // A listening unix socket at a path, created by Listen (after
 // PrepareSocketPath) with mode 0600 before it accepts anything. Owns the
 // descriptor and the file: the destructor closes it and removes the file if
