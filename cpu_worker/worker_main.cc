@@ -39,9 +39,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "common/base/cpu_features.h"
 #include "common/base/flags_usage.h"
 #include "common/base/log.h"
+#include "common/base/progress.h"
 #include "common/base/runtime_dir.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
@@ -88,6 +90,8 @@ ABSL_FLAG(std::string, kernel_plan, "builtin",
           "at start-up) | ROWS:PATH,... e.g. 1:stream,8:bf16_dot; give the coordinator's plan for outputs equal to "
           "a single process's bit for bit");
 ABSL_FLAG(bool, echo, false, "benchmarks only: output = input, no weights (the model's config is still read)");
+ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(2),
+          "how often filling the expert store (and generating --synthetic weights) logs its progress");
 ABSL_FLAG(bool, exit_with_parent, false, "exit (as on SIGTERM) when the parent process dies (tests)");
 
 namespace tandem {
@@ -560,6 +564,11 @@ int main(int argc, char** argv) {
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() == 1) return 1;  // the parent is already gone
   }
+  if (absl::GetFlag(FLAGS_progress_interval) < absl::ZeroDuration()) {
+    std::fprintf(stderr, "tandem-cpu-worker: --progress_interval: must be >= 0\n");
+    return 2;
+  }
+  tandem::SetProgressLogInterval(absl::GetFlag(FLAGS_progress_interval));
   auto config = tandem::ConfigFromFlags();
   if (!config.ok()) {
     std::fprintf(stderr, "tandem-cpu-worker: %s\n", std::string(config.status().message()).c_str());
