@@ -18,7 +18,9 @@
 #include "common/base/progress.h"
 #include "coordinator/http/http_error.h"
 #include "coordinator/http/openai_request.h"
+#include "coordinator/http/placement_json.h"
 #include "coordinator/http/prometheus_metrics.h"
+#include "coordinator/http/web_page.h"
 #include "coordinator/sampling_defaults.h"
 #include "coordinator/utf8_stream.h"
 
@@ -328,6 +330,13 @@ void HttpServer::Route() {
          needs_model([this](const httplib::Request& req, httplib::Response& res) { Detokenize(req, res); }));
   s.Post("/apply-template",
          needs_model([this](const httplib::Request& req, httplib::Response& res) { ApplyTemplate(req, res); }));
+  s.Get("/v1/tandem/placement",
+        needs_model([this](const httplib::Request&, httplib::Response& res) { Placement(res); }));
+  // The page works while the model loads: it says so, and polls.
+  s.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_content(kWebPageHtml, sizeof(kWebPageHtml) - 1, "text/html; charset=utf-8");
+  });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) { Health(res); });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { Metrics(res); });
   // Every error cpp-httplib answers itself (404, 405, 413, 400) in OpenAI's shape.
@@ -658,6 +667,15 @@ void HttpServer::Health(httplib::Response& res) {
         HttpError::Make(503, "unavailable_error", "a CPU worker is down", "", "worker_down").ToJson())["error"];
   }
   SendJson(res, healthy ? 200 : 503, out);
+}
+
+void HttpServer::Placement(httplib::Response& res) {
+  std::shared_ptr<const Ready> ready = this->ready();
+  const std::string orchestrator = ready->serving.orchestrator_json ? ready->serving.orchestrator_json() : "";
+  absl::StatusOr<Json> placement =
+      PlacementJson(ready->model->config, ready->scheduler->Stats(), ready->serving, orchestrator);
+  if (!placement.ok()) return SendError(res, HttpErrorFromStatus(placement.status()));
+  SendJson(res, 200, *placement);
 }
 
 void HttpServer::Metrics(httplib::Response& res) {
