@@ -66,6 +66,7 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
   Sampler sampler(request.sampling, request.prompt_ids);
   std::vector<float> logits;
   const size_t vocab = static_cast<size_t>(config.vocab_size);
+  const std::vector<int32_t> eos = model_->EosIds();
 
   std::vector<int32_t> next = request.prompt_ids;
   for (int32_t step = 0; step < request.max_tokens; ++step) {
@@ -85,7 +86,6 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
     if (on_token) on_token(token);
     result.tokens.push_back(std::move(token));
     const int32_t id = result.tokens.back().id;
-    const auto& eos = config.eos_token_ids;
     if (!request.ignore_eos && std::find(eos.begin(), eos.end(), id) != eos.end()) {
       result.finish_reason = FinishReason::kEos;
       break;

@@ -8,6 +8,7 @@
 #include "common/base/dtype.h"
 #include "common/kernels/linear.h"
 #include "common/model/model_fingerprint.h"
+#include "coordinator/sampling_defaults.h"
 #include "coordinator/utf8_stream.h"
 
 namespace tandem {
@@ -96,10 +97,17 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* context, const v1::
   GenerateParams params;
   GenerationRequest& g = params.request;
   g.prompt_ids = std::move(*prompt);
-  g.max_tokens = request->has_max_tokens() ? request->max_tokens() : 16;
-  g.sampling.temperature = request->has_temperature() ? request->temperature() : 1.0f;
-  g.sampling.top_k = request->has_top_k() ? request->top_k() : 0;
-  g.sampling.top_p = request->has_top_p() ? request->top_p() : 1.0f;
+  // Unset fields: the model's generation_config.json, then the server's.
+  const GenerationDefaults& model_defaults = model_->defaults.generation;
+  g.max_tokens = request->has_max_tokens() ? request->max_tokens() : DefaultMaxTokens(model_defaults, 16);
+  auto optional = [](bool has, auto value) { return has ? std::optional(value) : std::nullopt; };
+  g.sampling =
+      ResolveSampling({.temperature = optional(request->has_temperature(), request->temperature()),
+                       .top_p = optional(request->has_top_p(), request->top_p()),
+                       .min_p = optional(request->has_min_p(), request->min_p()),
+                       .repetition_penalty = optional(request->has_repetition_penalty(), request->repetition_penalty()),
+                       .top_k = optional(request->has_top_k(), request->top_k())},
+                      model_defaults);
   g.sampling.seed = request->has_seed() ? request->seed() : FreshSeed();
   g.stop_ids.assign(request->stop_ids().begin(), request->stop_ids().end());
   g.ignore_eos = request->ignore_eos();
@@ -165,7 +173,7 @@ grpc::Status InferenceService::BeamSearch(grpc::ServerContext* context, const v1
       if (text.ok()) out->set_text(SanitizeUtf8(*text));
     }
   };
-  const auto& eos = model_->config.eos_token_ids;
+  const std::vector<int32_t> eos = model_->EosIds();
   while (true) {
     std::optional<StreamEvent> event = NextEvent(context, **stream);
     if (!event) return grpc::Status(grpc::StatusCode::CANCELLED, "the request was cancelled");

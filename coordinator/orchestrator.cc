@@ -30,6 +30,7 @@ void Add(const OrchestratorLayerStats& d, OrchestratorLayerStats* s) {
   s->cache_migrations += d.cache_migrations;
   s->cache_admissions += d.cache_admissions;
   s->evictions += d.evictions;
+  s->expert_us += d.expert_us;
 }
 
 nlohmann::ordered_json LayerJson(const OrchestratorLayerStats& s) {
@@ -43,6 +44,7 @@ nlohmann::ordered_json LayerJson(const OrchestratorLayerStats& s) {
   j["cache_migrations"] = s.cache_migrations;
   j["cache_admissions"] = s.cache_admissions;
   j["evictions"] = s.evictions;
+  j["expert_us"] = s.expert_us;
   return j;
 }
 
@@ -193,6 +195,17 @@ std::string OrchestratorStats::ToJson() const {
   nlohmann::ordered_json per_layer = nlohmann::ordered_json::array();
   for (const OrchestratorLayerStats& l : layers) per_layer.push_back(LayerJson(l));
   j["layers"] = per_layer;
+  // [L][E] each: the heatmap of where experts are and where they ran.
+  nlohmann::ordered_json residency_rows = nlohmann::ordered_json::array();
+  nlohmann::ordered_json gpu_rows = nlohmann::ordered_json::array();
+  nlohmann::ordered_json cpu_rows = nlohmann::ordered_json::array();
+  for (size_t l = 0; num_experts > 0 && l < layers.size(); ++l) {
+    const size_t from = l * static_cast<size_t>(num_experts), to = from + static_cast<size_t>(num_experts);
+    residency_rows.push_back(std::vector<int>(residency.begin() + from, residency.begin() + to));
+    gpu_rows.push_back(std::vector<int64_t>(expert_gpu_runs.begin() + from, expert_gpu_runs.begin() + to));
+    cpu_rows.push_back(std::vector<int64_t>(expert_cpu_runs.begin() + from, expert_cpu_runs.begin() + to));
+  }
+  j["experts"] = {{"residency", residency_rows}, {"gpu_runs", gpu_rows}, {"cpu_runs", cpu_rows}};
   j["time_us"] = {{"plan", plan_us},
                   {"predicted_makespan", predicted_makespan_us},
                   {"measured_makespan", measured_makespan_us},
@@ -294,6 +307,19 @@ void Orchestrator::InitStats(int placed) {
   stats_.num_staging_buffers = pool_->num_staging_buffers();
   stats_.placed = placed;
   stats_.layers.assign(static_cast<size_t>(num_layers_), OrchestratorLayerStats{});
+  stats_.num_experts = num_experts_;
+  const size_t cells = static_cast<size_t>(num_layers_) * static_cast<size_t>(num_experts_);
+  stats_.expert_gpu_runs.assign(cells, 0);
+  stats_.expert_cpu_runs.assign(cells, 0);
+  stats_.residency.assign(cells, 0);
+  for (int l = 0; l < num_layers_; ++l) SnapshotResidency(l);
+}
+
+void Orchestrator::SnapshotResidency(int layer) {
+  for (int e = 0; e < num_experts_; ++e) {
+    stats_.residency[static_cast<size_t>(layer * num_experts_ + e)] =
+        static_cast<uint8_t>(table_.residency(ExpertKey{layer, e}));
+  }
 }
 
 void Orchestrator::LogSetup() const {
@@ -619,6 +645,12 @@ void Orchestrator::RecordLayer(int layer, const OrchestratorLayerStats& delta, c
   ++stats_.layer_plans;
   Add(delta, &stats_.total);
   Add(delta, &stats_.layers[static_cast<size_t>(layer)]);
+  stats_.total.expert_us += execution.measured_us;
+  stats_.layers[static_cast<size_t>(layer)].expert_us += execution.measured_us;
+  const size_t row = static_cast<size_t>(layer) * static_cast<size_t>(num_experts_);
+  for (const ExpertWork& w : cpu_work_) ++stats_.expert_cpu_runs[row + static_cast<size_t>(w.expert)];
+  for (const ExpertWork& w : pool_work_) ++stats_.expert_gpu_runs[row + static_cast<size_t>(w.expert)];
+  SnapshotResidency(layer);
   stats_.plan_us += total_us - execution.measured_us;
   stats_.predicted_makespan_us += plan_.makespan_us;
   stats_.measured_makespan_us += execution.measured_us;
@@ -652,6 +684,10 @@ void Orchestrator::ResetStats() {
     fresh.num_staging_buffers = stats_.num_staging_buffers;
     fresh.placed = stats_.placed;
     fresh.layers.assign(stats_.layers.size(), OrchestratorLayerStats{});
+    fresh.num_experts = stats_.num_experts;
+    fresh.residency = stats_.residency;  // where experts are is no count
+    fresh.expert_gpu_runs.assign(stats_.expert_gpu_runs.size(), 0);
+    fresh.expert_cpu_runs.assign(stats_.expert_cpu_runs.size(), 0);
     fresh.accuracy = cost_.Stats();
     fresh.cost_model = cost_.params();
     stats_ = std::move(fresh);

@@ -92,6 +92,7 @@ struct OrchestratorLayerStats {
   int64_t cache_migrations = 0;  // copies the cache policy started
   int64_t cache_admissions = 0;  // planner copies the cache policy kept
   int64_t evictions = 0;         // slots the cache policy's decisions freed
+  double expert_us = 0;          // measured wall time of the layer's expert work (CPU and pool), summed
 
   int64_t misses() const { return expert_runs - gpu_hits; }
 };
@@ -107,6 +108,13 @@ struct OrchestratorStats {
   int64_t refused_decisions = 0;  // cache decisions the residency table refused (a policy bug; skipped)
   OrchestratorLayerStats total;
   std::vector<OrchestratorLayerStats> layers;  // [L]
+  // Per expert, index layer * E + expert: where its weights are (Residency:
+  // 0 host only, 1 in a GPU slot, 2 being copied into one) as of its layer's
+  // last plan, and how often it ran from the pool (slot or staging) or on
+  // the CPU executor.
+  int num_experts = 0;  // E
+  std::vector<uint8_t> residency;
+  std::vector<int64_t> expert_gpu_runs, expert_cpu_runs;
   // Sums over layer plans, µs.
   double plan_us = 0;                // cache policy + planner
   double predicted_makespan_us = 0;  // the plans' makespans
@@ -173,6 +181,8 @@ class Orchestrator final : public ExpertExecutor, public ForwardObserver {
   // Create's steps after the constructor.
   absl::StatusOr<int> StartPolicies(const ModelConfig& config);
   void InitStats(int placed);
+  // stats_.residency of `layer` from the table: stats_mutex_ held, or before the orchestrator is shared.
+  void SnapshotResidency(int layer);
   void LogSetup() const;
 
   // RunExperts' steps, in order.

@@ -153,7 +153,12 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const Model* model,
 }
 
 Scheduler::Scheduler(const Model* model, Engine* engine, KvBlockPool* kv_pool, const SchedulerOptions& options)
-    : model_(model), engine_(engine), kv_pool_(kv_pool), options_(options), started_(Clock::now()) {
+    : model_(model),
+      eos_ids_(model->EosIds()),
+      engine_(engine),
+      kv_pool_(kv_pool),
+      options_(options),
+      started_(Clock::now()) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -204,7 +209,7 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::SubmitBeamSearch(BeamS
   as_generate.stop_ids = job.stop_ids;
   if (absl::Status status = ValidateGenerationRequest(model_->config, as_generate); !status.ok()) return reject(status);
   job.params.end_ids.clear();
-  if (!job.ignore_eos) job.params.end_ids = model_->config.eos_token_ids;
+  if (!job.ignore_eos) job.params.end_ids = eos_ids_;
   job.params.end_ids.insert(job.params.end_ids.end(), job.stop_ids.begin(), job.stop_ids.end());
   if (absl::Status status = job.params.Validate(model_->config.vocab_size); !status.ok()) return reject(status);
   const int64_t width = job.params.beam_width;
@@ -474,8 +479,7 @@ void Scheduler::AfterGenerateLogits(Request& r, std::span<const float> logits) {
   r.RecordToken();
 
   std::optional<FinishReason> finish;
-  const auto& eos = model_->config.eos_token_ids;
-  if (!request.ignore_eos && std::find(eos.begin(), eos.end(), token.id) != eos.end()) {
+  if (!request.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token.id) != eos_ids_.end()) {
     finish = FinishReason::kEos;
   } else if (std::find(request.stop_ids.begin(), request.stop_ids.end(), token.id) != request.stop_ids.end()) {
     finish = FinishReason::kStopId;

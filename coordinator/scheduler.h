@@ -175,6 +175,7 @@ class Scheduler {
   RequestUsage Usage(const Request& r) const;
 
   const Model* model_;
+  const std::vector<int32_t> eos_ids_;  // model_->EosIds(), once
   Engine* engine_;
   KvBlockPool* kv_pool_;
   SchedulerOptions options_;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/base/expert_division.h"
 #include "common/model/model.h"
 
 namespace tandem {
@@ -25,6 +26,10 @@ struct ServingOptions {
   std::string model_dir;
   std::string placement_summary;  // where experts run, in words
   int64_t kv_cache_tokens = 0;
+  // Where the CPU experts run: 0 workers = in this process; else the
+  // worker processes and how the experts are divided between them.
+  int num_cpu_workers = 0;
+  ExpertDivision division = ExpertDivision::kSplit;
   // Optional, called from request threads: CPU workers' health, and the
   // orchestrator's figures as JSON.
   std::function<std::vector<WorkerHealthInfo>()> worker_health;

@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "common/base/clock.h"
 #include "common/base/log.h"
+#include "common/base/progress.h"
 #include "common/base/status_macros.h"
 #include "common/model/expert_content.h"
 #include "common/model/model_fingerprint.h"
@@ -221,8 +222,8 @@ absl::StatusOr<ShmRegion> CreateBoundRegion(const std::string& name, uint64_t re
 // Copies on the pinned threads (first touch). w1/w3 slices are contiguous
 // rows of the source; a w2 slice is a column range, copied row by row.
 // Every stored row is hashed as it is written (expert_content.h).
-void CopySlices(const ModelWeights& model, const StoreLayout& layout, ThreadPool* pool, char* base,
-                SliceHashes& hashes) {
+void CopySlices(const ModelWeights& model, const StoreLayout& layout, ThreadPool* pool, char* base, SliceHashes& hashes,
+                ProgressReporter& progress) {
   const int64_t hidden = layout.hidden, element = layout.element;
   std::vector<CopyTask> tasks;
   for (size_t i = 0; i < layout.slices.size(); ++i) {
@@ -240,6 +241,7 @@ void CopySlices(const ModelWeights& model, const StoreLayout& layout, ThreadPool
   RunTasks(pool, tasks.size(), [&](int64_t t) {
     const CopyTask& task = tasks[static_cast<size_t>(t)];
     hashes.Add(task.slice, RunCopy(task, layout.slices[task.slice]));
+    progress.Add(task.rows * task.row_bytes);
   });
 }
 
@@ -247,7 +249,8 @@ void CopySlices(const ModelWeights& model, const StoreLayout& layout, ThreadPool
 // w1/w3 rows [b, e) are elements [b*D, e*D) of the tensor; w2 row r's
 // columns [b, e) are elements [r*I + b, r*I + e). Tasks of about
 // kCopyChunkBytes, as for copies.
-void FillSlices(const StoreLayout& layout, const ExpertStoreOptions& options, char* base, SliceHashes& hashes) {
+void FillSlices(const StoreLayout& layout, const ExpertStoreOptions& options, char* base, SliceHashes& hashes,
+                ProgressReporter& progress) {
   const std::vector<ExpertSlice>& slices = layout.slices;
   const int64_t hidden = layout.hidden, intermediate = layout.intermediate, element = layout.element;
   struct FillTask {
@@ -293,6 +296,8 @@ void FillSlices(const StoreLayout& layout, const ExpertStoreOptions& options, ch
   RunTasks(options.pool, fills.size(), [&](int64_t t) {
     const FillTask& f = fills[static_cast<size_t>(t)];
     hashes.Add(f.slice, run(f));
+    const int64_t row_bytes = (f.role == WeightRole::kExpertW2 ? slices[f.slice].size() : hidden) * element;
+    progress.Add((f.row_end - f.row_begin) * row_bytes);
   });
 }
 
@@ -353,10 +358,15 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(const ModelWeig
   void* mapping = store->region_.data();
   char* base = static_cast<char*>(mapping);
   SliceHashes hashes(layout.slices.size());
-  if (options.fill) {
-    FillSlices(layout, options, base, hashes);
-  } else {
-    CopySlices(model, layout, options.pool, base, hashes);
+  {
+    int64_t expert_bytes = 0;  // three matrices of hidden x slice rows each
+    for (const ExpertSlice& s : layout.slices) expert_bytes += 3 * layout.hidden * s.size() * layout.element;
+    ProgressReporter progress(absl::StrCat("filling expert store ", region), expert_bytes);
+    if (options.fill) {
+      FillSlices(layout, options, base, hashes, progress);
+    } else {
+      CopySlices(model, layout, options.pool, base, hashes, progress);
+    }
   }
   store->slice_hashes_ = hashes.Values();
   store->content_hash_ = CombineExpertContentHashes(layout.slices, store->slice_hashes_);

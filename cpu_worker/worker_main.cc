@@ -40,9 +40,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "common/base/cpu_features.h"
 #include "common/base/flags_usage.h"
 #include "common/base/log.h"
+#include "common/base/progress.h"
 #include "common/base/runtime_dir.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
@@ -94,6 +96,8 @@ ABSL_FLAG(bool, echo, false, "benchmarks only: output = input, no weights (the m
 ABSL_FLAG(bool, reclaim, false,
           "instead of serving: remove what a killed worker on --socket left behind (the shm regions its lock file "
           "lists, the stale socket, the lock file) and exit; refused while a live worker holds the lock");
+ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(2),
+          "how often filling the expert store (and generating --synthetic weights) logs its progress");
 ABSL_FLAG(bool, exit_with_parent, false, "exit (as on SIGTERM) when the parent process dies (tests)");
 
 namespace tandem {
@@ -588,6 +592,11 @@ int main(int argc, char** argv) {
   }
   // Each coordinator connection is a descriptor: as many as the system allows.
   LOG_INFO("tandem-cpu-worker: ", tandem::DescribeOpenFileLimit(tandem::RaiseOpenFileLimit()));
+  if (absl::GetFlag(FLAGS_progress_interval) < absl::ZeroDuration()) {
+    std::fprintf(stderr, "tandem-cpu-worker: --progress_interval: must be >= 0\n");
+    return 2;
+  }
+  tandem::SetProgressLogInterval(absl::GetFlag(FLAGS_progress_interval));
   auto config = tandem::ConfigFromFlags();
   if (!config.ok()) {
     std::fprintf(stderr, "tandem-cpu-worker: %s\n", std::string(config.status().message()).c_str());

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs tandem's build and run dependencies from Debian 12 packages only.
 # Idempotent: packages already present are left alone. Needs root (or sudo).
+#   deploy/install-deps.sh                  what builds and runs tandem
+#   deploy/install-deps.sh --with-optional  also what only some tests need
 set -euo pipefail
 
 packages=(
@@ -12,9 +14,17 @@ packages=(
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcpp-httplib-dev libxxhash-dev
-  # optional: node and npm for the openai client end-to-end test (tests/node/); it skips without them
   python3 python3-grpcio python3-protobuf python3-jinja2
+  # pip install ./client/python in a venv (tests/python_pip_install_test.cc)
+  python3-venv python3-setuptools python3-wheel
 )
+
+# Optional (--with-optional): node and npm for the openai client test and
+# the web page test (tests/node/), chromium for the web page test
+# (headless, driven by puppeteer-core). Those tests skip without them.
+if [ "${1:-}" = "--with-optional" ]; then
+  packages+=(nodejs npm chromium)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -8,7 +8,9 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "common/base/log.h"
+#include "common/base/progress.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "common/model/model.h"
@@ -29,6 +31,8 @@ ABSL_FLAG(std::string, gguf_experts, "bf16",
           "docs/BENCHMARKS.md); auto = quantized for experts computed in this process's CPU executor, bf16 "
           "otherwise. Other quantized matrices are dequantized to BF16 either way");
 ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all available cores");
+ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(2),
+          "how often a long load (generating, reading, dequantizing weights) logs its progress, e.g. 2s, 500ms");
 ABSL_FLAG(std::string, backend, "cpu",
           "device of the dense part (embedding, attention, router, lm_head) and the KV cache: cpu | cuda "
           "(cuda: cuBLAS + tandem's kernels on --cuda_device; not yet the default: awaiting its first GPU run)");
@@ -182,6 +186,10 @@ absl::StatusOr<ModelSource> ModelSourceFromFlags() {
 
 absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions options) {
   TANDEM_ASSIGN_OR_RETURN(const ModelSource source, ModelSourceFromFlags());
+  if (absl::GetFlag(FLAGS_progress_interval) < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--progress_interval: must be >= 0");
+  }
+  SetProgressLogInterval(absl::GetFlag(FLAGS_progress_interval));
   TANDEM_RETURN_IF_ERROR(ApplyKernelFlags(&options));
   options.num_threads = absl::GetFlag(FLAGS_threads);
   if (options.num_threads < 0) {

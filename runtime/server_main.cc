@@ -243,6 +243,8 @@ tandem::InferenceServiceOptions ServiceOptions(tandem::LocalRuntime* rt, tandem:
   tandem::InferenceServiceOptions service_options;
   service_options.model_dir = rt->model().origin;  // the folder, or "synthetic:PRESET:LAYERS seed N"
   service_options.kv_cache_tokens = rt->kv_pool().max_blocks() * rt->kv_pool().options().block_size;
+  service_options.num_cpu_workers = remote ? remote->num_workers() : 0;
+  if (remote) service_options.division = remote->division();
   service_options.placement_summary =
       absl::StrCat(rt->backend_name(), "; ",
                    remote ? absl::StrCat("experts on CPU workers: ", remote->Summary())

@@ -4,8 +4,6 @@
 // and not — and the texts it gets equal what the gRPC API returns for the
 // same greedy requests. Skipped, saying why, without node and npm or when
 // the package cannot be installed (no registry).
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -16,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "tests/http_testlib.h"
+#include "tests/node_testlib.h"
 #include "tests/sdk_testlib.h"
 #include "tests/status_testlib.h"
 #include "tests/temp_dir_testlib.h"
@@ -24,15 +23,6 @@ namespace tandem {
 namespace {
 
 using nlohmann::json;
-
-std::string Which(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  for (absl::string_view dir : absl::StrSplit(path ? path : "", ':', absl::SkipEmpty())) {
-    const std::filesystem::path candidate = std::filesystem::path(std::string(dir)) / program;
-    if (access(candidate.c_str(), X_OK) == 0) return candidate.string();
-  }
-  return "";
-}
 
 // Greedy text through gRPC for a prompt text (BOS added as the HTTP
 // completions endpoint does) or ids.
@@ -57,25 +47,14 @@ std::string GrpcGreedyText(ServerProcess& server, const std::string& text, const
 }
 
 TEST(HttpOpenAiClientTest, TheOfficialClientGetsWhatGrpcGives) {
-  const std::string node = Which("node"), npm = Which("npm");
-  if (node.empty() || npm.empty()) GTEST_SKIP() << "node or npm is not on PATH: the openai client cannot run";
-  // The package, installed once per build folder from the committed lock file.
-  const std::filesystem::path prefix = std::filesystem::path(TANDEM_BINARY_DIR) / "node";
-  const std::filesystem::path sources = std::filesystem::path(TANDEM_SOURCE_DIR) / "tests" / "node";
-  std::filesystem::create_directories(prefix);
-  for (const char* file : {"package.json", "package-lock.json"}) {
-    std::filesystem::copy_file(sources / file, prefix / file, std::filesystem::copy_options::overwrite_existing);
-  }
   ScopedTempDir dir;
-  if (!std::filesystem::exists(prefix / "node_modules" / "openai" / "package.json")) {
-    absl::StatusOr<ProcessResult> install =
-        RunProcess({npm, "ci", "--prefix", prefix.string(), "--ignore-scripts", "--no-audit", "--no-fund"}, {},
-                   dir.path(), absl::Seconds(300));
-    ASSERT_OK(install);
-    if (install->exit_code != 0) GTEST_SKIP() << "npm ci could not install the openai package: " << install->err;
+  // The package, installed once per build folder from the committed lock file.
+  absl::StatusOr<std::filesystem::path> prefix = InstallNodePackages("openai", dir.path());
+  if (absl::IsFailedPrecondition(prefix.status()) || absl::IsUnavailable(prefix.status())) {
+    GTEST_SKIP() << "the openai client cannot run: " << prefix.status().message();
   }
-  std::filesystem::copy_file(sources / "openai_client.mjs", prefix / "openai_client.mjs",
-                             std::filesystem::copy_options::overwrite_existing);
+  ASSERT_OK(prefix);
+  const std::string node = FindOnPath("node");
 
   ASSERT_OK(WriteTestModel(dir.path() / "model"));
   std::ofstream(dir.path() / "chatml.jinja") << kChatmlTemplate;
@@ -98,7 +77,7 @@ TEST(HttpOpenAiClientTest, TheOfficialClientGetsWhatGrpcGives) {
                       {"messages", messages},
                       {"max_tokens", max_tokens}};
   absl::StatusOr<ProcessResult> run =
-      RunProcess({node, (prefix / "openai_client.mjs").string()}, {absl::StrCat("TANDEM_E2E=", input.dump())},
+      RunProcess({node, (*prefix / "openai_client.mjs").string()}, {absl::StrCat("TANDEM_E2E=", input.dump())},
                  dir.path(), absl::Seconds(120));
   ASSERT_OK(run);
   ASSERT_EQ(run->exit_code, 0) << run->err << "\nserver log: " << server->server->LogTail();

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/base/progress.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "common/model/gguf_names.h"
@@ -186,6 +187,11 @@ absl::Status GgufTensorSource::Bind(const ModelConfig& c, const GgufSourceOption
     pool = std::make_unique<ThreadPool>(ThreadPoolOptions{.num_threads = options.num_threads, .name = "gguf-load"});
   }
   const DType fallback = options.quantized == QuantizedWeights::kDequantizeToF32 ? DType::kF32 : DType::kBF16;
+  // In the file's bytes: each tensor counts when it is bound (mapped,
+  // copied or dequantized); tensors the model does not use never count.
+  int64_t file_bytes = 0;
+  for (const GgufTensor& t : checkpoint_->tensors()) file_bytes += static_cast<int64_t>(t.data.size());
+  ProgressReporter progress(absl::StrCat("reading ", checkpoint_->Describe()), file_bytes);
   for (const WeightSpec& w : ExpectedWeights(c)) {
     TANDEM_ASSIGN_OR_RETURN(const Located loc, Locate(*checkpoint_, c, w, &per_expert_layout_));
     absl::StatusOr<DType> stored = DTypeFromGgml(loc.info->type);
@@ -229,6 +235,7 @@ absl::Status GgufTensorSource::Bind(const ModelConfig& c, const GgufSourceOption
       view.data = out;
     }
     views_[w.name] = std::move(view);
+    progress.Add(loc.bytes);
   }
   return absl::OkStatus();
 }

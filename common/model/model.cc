@@ -26,7 +26,28 @@ absl::StatusOr<const Tokenizer*> Model::RequireTokenizer() const {
   return tokenizer.get();
 }
 
+std::vector<int32_t> Model::EosIds() const {
+  std::vector<int32_t> ids = config.eos_token_ids;
+  for (int32_t id : defaults.StopTokenIds()) {
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  }
+  return ids;
+}
+
 namespace {
+
+// generation_config.json's (or the tokenizer's) stop ids must be tokens of
+// this vocabulary: an id past it would never match, silently.
+absl::Status CheckStopIds(const ModelDefaults& defaults, const ModelConfig& config, const std::filesystem::path& dir) {
+  for (int32_t id : defaults.StopTokenIds()) {
+    if (id < 0 || id >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat((dir / "generation_config.json").string(),
+                                                     ": field \"eos_token_id\" lists ", id,
+                                                     ", outside the vocabulary [0, ", config.vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 std::string ModelSummary(const Model& model, std::string_view weights) {
   const ModelConfig& c = model.config;
@@ -109,6 +130,8 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::filesystem::path& di
   } else {
     LOG_WARNING(dir.string(), " has no tokenizer.model: only token-id requests will be served");
   }
+  TANDEM_ASSIGN_OR_RETURN(model->defaults, LoadModelDefaults(dir));
+  TANDEM_RETURN_IF_ERROR(CheckStopIds(model->defaults, model->config, dir));
   if (absl::StatusOr<std::string> chat_template = HfChatTemplate(dir); chat_template.ok()) {
     model->chat_template = std::move(*chat_template);
   } else {

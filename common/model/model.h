@@ -9,8 +9,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/chat/model_defaults.h"
 #include "common/model/gguf_tensor_source.h"
 #include "common/model/model_config.h"
 #include "common/model/model_weights.h"
@@ -29,9 +31,18 @@ struct Model {
   // The Jinja chat template the source carries (GGUF tokenizer.chat_template,
   // or tokenizer_config.json's); "" when none.
   std::string chat_template;
+  // A folder's generation_config.json and tokenizer_config.json (and their
+  // companions): its own stop ids, sampling defaults and special tokens.
+  // Empty for GGUF files and synthetic models.
+  ModelDefaults defaults;
   // One line for logs and model info: origin, architecture, sizes, stored
   // weight types and any fallback taken at load.
   std::string summary;
+
+  // The ids that end generation: config.json's eos_token_id and every id
+  // generation_config.json (or the tokenizer's eos_token) names, without
+  // duplicates, in that order.
+  std::vector<int32_t> EosIds() const;
 
   // A text request needs a tokenizer; token-id requests never do.
   absl::StatusOr<const Tokenizer*> RequireTokenizer() const;

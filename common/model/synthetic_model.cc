@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/log.h"
+#include "common/base/progress.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "common/model/tokenizer.h"
@@ -463,12 +464,14 @@ absl::StatusOr<std::unique_ptr<SyntheticTensorSource>> SyntheticTensorSource::Cr
     }
   }
   ThreadPool pool({.num_threads = std::max(1, options.num_threads), .name = "synthetic"});
+  ProgressReporter progress(absl::StrCat("generating ", source->description_), source->generated_bytes_);
   pool.ParallelFor(static_cast<int64_t>(chunks.size()), [&](int64_t i, int) {
     const Chunk& c = chunks[static_cast<size_t>(i)];
     for (size_t r = c.begin; r < c.end; ++r) {
       const Range& range = ranges[c.tensor][r];
       FillSyntheticRange(config, specs[c.tensor], spec.seed, spec.dtype, const_cast<void*>(views[c.tensor].data),
                          range.first, range.second);
+      progress.Add((range.second - range.first) * static_cast<int64_t>(element));
     }
   });
   source->generate_seconds_ = absl::ToDoubleSeconds(absl::Now() - start);

@@ -69,9 +69,7 @@ absl::StatusOr<std::unique_ptr<ChatSetup>> LoadChatSetup(const Model& model, con
   auto setup = std::make_unique<ChatSetup>();
   std::error_code error;
   const bool folder = std::filesystem::is_directory(model.origin, error);
-  if (folder) {
-    TANDEM_ASSIGN_OR_RETURN(setup->defaults, LoadModelDefaults(model.origin));
-  }
+  setup->defaults = model.defaults;
   if (!chat_template_file.empty()) {
     TANDEM_ASSIGN_OR_RETURN(std::string source, ReadTemplateFile(chat_template_file));
     ChatTemplateOptions options;
@@ -95,12 +93,6 @@ absl::StatusOr<std::unique_ptr<ChatSetup>> LoadChatSetup(const Model& model, con
   if (!patterns.empty()) {
     TANDEM_ASSIGN_OR_RETURN(SpecialTokenMatcher matcher, SpecialTokenMatcher::Create(patterns));
     setup->special_tokens = std::move(matcher);
-  }
-  const auto& eos = model.config.eos_token_ids;
-  for (int32_t id : setup->defaults.StopTokenIds()) {
-    if (id >= 0 && id < model.config.vocab_size && std::find(eos.begin(), eos.end(), id) == eos.end()) {
-      setup->extra_stop_ids.push_back(id);
-    }
   }
   return setup;
 }

@@ -1,8 +1,9 @@
 // What the HTTP front end knows of the model's chat conventions, loaded once
 // at start: its chat template (tokenizer_config.json and companions, or a
 // file given with --chat_template), the special tokens that a rendered
-// prompt turns into ids, its own stop ids and sampling defaults
-// (generation_config.json). Read-only once built: any thread may use it.
+// prompt turns into ids (the stop ids and sampling defaults of
+// generation_config.json are Model::defaults, which the scheduler applies).
+// Read-only once built: any thread may use it.
 #pragma once
 
 #include <memory>
@@ -19,11 +20,10 @@
 namespace tandem {
 
 struct ChatSetup {
-  ModelDefaults defaults;
+  ModelDefaults defaults;                             // the model's (Model::defaults)
   std::unique_ptr<ChatTemplate> chat_template;        // null: the model has none
   std::string no_template_reason;                     // why, when null
   std::optional<SpecialTokenMatcher> special_tokens;  // when the model has added tokens
-  std::vector<int32_t> extra_stop_ids;                // the model's stop ids beyond config.json's eos
 
   // `messages` (and `tools`, `kwargs`) through the template. FailedPrecondition
   // naming what is missing when the model has no template; the template's

@@ -15,9 +15,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/base/log.h"
+#include "common/base/progress.h"
 #include "coordinator/http/http_error.h"
 #include "coordinator/http/openai_request.h"
+#include "coordinator/http/placement_json.h"
 #include "coordinator/http/prometheus_metrics.h"
+#include "coordinator/http/web_page.h"
+#include "coordinator/sampling_defaults.h"
 #include "coordinator/utf8_stream.h"
 
 namespace tandem {
@@ -296,7 +300,7 @@ std::shared_ptr<const HttpServer::Ready> HttpServer::ready() const {
 void HttpServer::CountResponse(const std::string& path, int status) {
   static const char* const kPaths[] = {"/",         "/v1/chat/completions", "/v1/completions", "/v1/models",
                                        "/tokenize", "/detokenize",          "/apply-template", "/health",
-                                       "/metrics"};
+                                       "/metrics",  "/v1/tandem/placement"};
   const bool known = std::find(std::begin(kPaths), std::end(kPaths), path) != std::end(kPaths);
   std::lock_guard<std::mutex> lock(mu_);
   ++responses_[{known ? path : "other", status}];
@@ -326,6 +330,13 @@ void HttpServer::Route() {
          needs_model([this](const httplib::Request& req, httplib::Response& res) { Detokenize(req, res); }));
   s.Post("/apply-template",
          needs_model([this](const httplib::Request& req, httplib::Response& res) { ApplyTemplate(req, res); }));
+  s.Get("/v1/tandem/placement",
+        needs_model([this](const httplib::Request&, httplib::Response& res) { Placement(res); }));
+  // The page works while the model loads: it says so, and polls.
+  s.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_content(kWebPageHtml, sizeof(kWebPageHtml) - 1, "text/html; charset=utf-8");
+  });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) { Health(res); });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) { Metrics(res); });
   // Every error cpp-httplib answers itself (404, 405, 413, 400) in OpenAI's shape.
@@ -370,12 +381,11 @@ void HttpServer::Completions(int endpoint, const httplib::Request& req, httplib:
   job->prompt_tokens = static_cast<int64_t>(prompt->size());
 
   // Defaults: the request, then generation_config.json, then OpenAI's.
-  const GenerationDefaults& g = ready.chat->defaults.generation;
+  const GenerationDefaults& g = ready.model->defaults.generation;
   const int64_t context = ready.model->config.max_position_embeddings;
   const int64_t room = std::max<int64_t>(1, context - static_cast<int64_t>(prompt->size()));
   const int32_t max_tokens = r.max_tokens.value_or(
-      static_cast<int32_t>(std::min<int64_t>(g.max_new_tokens.value_or(options_.default_max_tokens), room)));
-  std::vector<int32_t> stop_ids = r.ignore_eos ? std::vector<int32_t>() : ready.chat->extra_stop_ids;
+      static_cast<int32_t>(std::min<int64_t>(DefaultMaxTokens(g, options_.default_max_tokens), room)));
 
   job->choices.resize(r.beam_width >= 2 ? 1 : static_cast<size_t>(r.n));
   absl::Status submitted;
@@ -386,7 +396,6 @@ void HttpServer::Completions(int endpoint, const httplib::Request& req, httplib:
     beam.params.max_tokens = max_tokens;
     beam.params.length_penalty = r.length_penalty;
     beam.params.num_return_sequences = r.n;
-    beam.stop_ids = stop_ids;
     beam.ignore_eos = r.ignore_eos;
     absl::StatusOr<std::shared_ptr<RequestStream>> stream = ready.scheduler->SubmitBeamSearch(std::move(beam));
     if (stream.ok()) job->choices[0].stream = *stream;
@@ -398,18 +407,15 @@ void HttpServer::Completions(int endpoint, const httplib::Request& req, httplib:
       GenerationRequest& q = params.request;
       q.prompt_ids = *prompt;
       q.max_tokens = max_tokens;
-      const bool sample_default = g.do_sample.value_or(true);
-      q.sampling.temperature =
-          r.temperature.value_or(sample_default ? static_cast<float>(g.temperature.value_or(1.0)) : 0.0f);
-      q.sampling.top_p = r.top_p.value_or(static_cast<float>(g.top_p.value_or(1.0)));
-      q.sampling.top_k = r.top_k.value_or(g.top_k.value_or(0));
-      q.sampling.min_p = r.min_p.value_or(static_cast<float>(g.min_p.value_or(0.0)));
-      q.sampling.repetition_penalty =
-          r.repetition_penalty.value_or(static_cast<float>(g.repetition_penalty.value_or(1.0)));
+      q.sampling = ResolveSampling({.temperature = r.temperature,
+                                    .top_p = r.top_p,
+                                    .min_p = r.min_p,
+                                    .repetition_penalty = r.repetition_penalty,
+                                    .top_k = r.top_k},
+                                   g);
       q.sampling.presence_penalty = r.presence_penalty;
       q.sampling.frequency_penalty = r.frequency_penalty;
       q.sampling.seed = seed + i;
-      q.stop_ids = stop_ids;
       q.ignore_eos = r.ignore_eos;
       // The chosen token's logprob is always computed; alternatives only when asked.
       q.logprobs = r.top_logprobs;
@@ -451,13 +457,12 @@ void HttpServer::Completions(int endpoint, const httplib::Request& req, httplib:
     return choice;
   };
   if (r.beam_width >= 2) {
-    const auto& eos = ready.model->config.eos_token_ids;
+    const std::vector<int32_t> eos = ready.model->EosIds();
     for (const BeamHypothesis& h : job->choices[0].beams) {
       std::vector<int32_t> ids = h.ids;
       // The end token is not part of the text (as generation's EOS is not).
       if (h.end != BeamEnd::kMaxTokens && !ids.empty() && !r.ignore_eos &&
-          (std::find(eos.begin(), eos.end(), ids.back()) != eos.end() ||
-           std::find(stop_ids.begin(), stop_ids.end(), ids.back()) != stop_ids.end())) {
+          std::find(eos.begin(), eos.end(), ids.back()) != eos.end()) {
         ids.pop_back();
       }
       std::string text;
@@ -637,6 +642,13 @@ void HttpServer::Health(httplib::Response& res) {
   std::shared_ptr<const Ready> ready = this->ready();
   if (ready == nullptr) {
     Json out = {{"status", "loading"}};
+    // The step running now (generating, reading or dequantizing weights):
+    // how far, how fast, how long still. Absent between steps.
+    if (const ProgressSnapshot p = CurrentProgress(); p.active) {
+      out["progress"] = {{"step", p.what},           {"done_bytes", p.done_bytes}, {"total_bytes", p.total_bytes},
+                         {"fraction", p.fraction()}, {"elapsed_s", p.elapsed_s},   {"bytes_per_s", p.bytes_per_s},
+                         {"eta_s", p.eta_s}};
+    }
     out["error"] = Json::parse(
         HttpError::Make(503, "unavailable_error", "the model is still loading", "", "model_loading").ToJson())["error"];
     return SendJson(res, 503, out);
@@ -655,6 +667,15 @@ void HttpServer::Health(httplib::Response& res) {
         HttpError::Make(503, "unavailable_error", "a CPU worker is down", "", "worker_down").ToJson())["error"];
   }
   SendJson(res, healthy ? 200 : 503, out);
+}
+
+void HttpServer::Placement(httplib::Response& res) {
+  std::shared_ptr<const Ready> ready = this->ready();
+  const std::string orchestrator = ready->serving.orchestrator_json ? ready->serving.orchestrator_json() : "";
+  absl::StatusOr<Json> placement =
+      PlacementJson(ready->model->config, ready->scheduler->Stats(), ready->serving, orchestrator);
+  if (!placement.ok()) return SendError(res, HttpErrorFromStatus(placement.status()));
+  SendJson(res, 200, *placement);
 }
 
 void HttpServer::Metrics(httplib::Response& res) {

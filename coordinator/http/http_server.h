@@ -9,9 +9,12 @@
 //   POST /tokenize, /detokenize, /apply-template  (llama.cpp's server shapes)
 //   GET  /health   200 ready; 503 loading, or a CPU worker down
 //   GET  /metrics  Prometheus text
+//   GET  /v1/tandem/placement  where every expert is, per layer (placement_json.h)
+//   GET  /         the web page: chat playground and the experts at work (web/index.html)
 //
 // It listens from Create on, before the model is loaded: until Serve,
-// /health and /metrics say "loading" and everything else answers 503.
+// /health and /metrics say "loading", / serves the page, and everything
+// else answers 503.
 // A streaming client that goes away cancels its requests (the scheduler
 // frees their KV cache at its next step). Bounds: the request body
 // (max_body_bytes, else 413), the requests handled at once
@@ -95,6 +98,7 @@ class HttpServer {
   void Detokenize(const httplib::Request& req, httplib::Response& res);
   void ApplyTemplate(const httplib::Request& req, httplib::Response& res);
   void Health(httplib::Response& res);
+  void Placement(httplib::Response& res);
   void Metrics(httplib::Response& res);
 
   bool RunStream(Job& job, httplib::DataSink& sink);

@@ -232,13 +232,17 @@ class Client:
     def generate(self, prompt: Optional[str] = None, *, prompt_ids: Optional[Sequence[int]] = None,
                  add_bos: Optional[bool] = None, max_tokens: Optional[int] = None,
                  temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
+                 min_p: Optional[float] = None, repetition_penalty: Optional[float] = None,
                  seed: Optional[int] = None, stop: Sequence[str] = (), stop_ids: Sequence[int] = (),
                  ignore_eos: bool = False, logprobs: int = 0, timeout: Optional[float] = None) -> Generation:
         """Starts a generation from a text prompt or prompt_ids (exactly one);
-        iterate the result for its tokens. temperature=0 is greedy."""
+        iterate the result for its tokens. temperature=0 is greedy. Sampling
+        arguments left as None take the model's generation_config.json
+        values, then the server's defaults."""
         request = _request(inference_pb2.GenerateRequest, prompt=prompt, prompt_ids=prompt_ids, add_bos=add_bos,
-                           max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
-                           stop=list(stop), stop_ids=list(stop_ids), ignore_eos=ignore_eos, logprobs=logprobs)
+                           max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                           repetition_penalty=repetition_penalty, seed=seed, stop=list(stop),
+                           stop_ids=list(stop_ids), ignore_eos=ignore_eos, logprobs=logprobs)
         return Generation(self._stub.Generate(request, timeout=self._timeout(timeout, self._generate_timeout)))
 
     def beam_search(self, prompt: Optional[str] = None, *, prompt_ids: Optional[Sequence[int]] = None,
