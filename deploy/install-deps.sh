@@ -12,6 +12,8 @@ packages=(
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcpp-httplib-dev libxxhash-dev
+  # the fuzzers (fuzz/, deploy/test.sh): clang with its libFuzzer and sanitizer runtimes
+  clang libclang-rt-dev
   # optional: node and npm for the openai client end-to-end test (tests/node/); it skips without them
   python3 python3-grpcio python3-protobuf python3-jinja2
 )
