@@ -5,8 +5,10 @@
 #               regressions (fuzz/, TANDEM_FUZZ_SECONDS each; docs/fuzzing.md);
 #               TANDEM_TEST_FUZZ=0 skips it.
 #   build-asan  the whole suite again under AddressSanitizer and
-#               UndefinedBehaviorSanitizer (TANDEM_SANITIZE=ON, CUDA off);
-#               TANDEM_TEST_ASAN=0 skips it.
+#               UndefinedBehaviorSanitizer (TANDEM_SANITIZE=ON, CUDA off).
+#               Opt-in for now (TANDEM_TEST_ASAN=1): the whole suite has not
+#               yet been verified under ASan nor timed against CI's 90 minutes
+#               (docs/fuzzing.md says what was).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +26,7 @@ if [ "${TANDEM_TEST_FUZZ:-1}" = 1 ]; then
   ctest --test-dir build-fuzz --output-on-failure -j"$jobs" -L fuzz
 fi
 
-if [ "${TANDEM_TEST_ASAN:-1}" = 1 ]; then
+if [ "${TANDEM_TEST_ASAN:-0}" = 1 ]; then
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_SANITIZE=ON -DTANDEM_ENABLE_CUDA=OFF
   cmake --build build-asan -j"$jobs"
   # Every child process (servers, workers, CLIs) inherits these. A UB report
