@@ -65,7 +65,7 @@ std::string SmallTokenizerProto() {
   spec.bos_id = 1, spec.eos_id = 2;
   spec.pieces = {
       {"<unk>", 0, 2}, {"<s>", 0, 3}, {"</s>", 0, 3}, {"a", -0.5f, 1}, {"\xe2\x96\x81", -1, 1},  {"e", -2, 1},
-      {"l", -3, 1},    {"o", -4, 1},  {"H", -5, 1},   {"ll", -6, 1},    {"\xe2\x96\x81H", -7, 1}, {"lo", -8, 1},
+      {"l", -3, 1},    {"o", -4, 1},  {"H", -5, 1},   {"ll", -6, 1},   {"\xe2\x96\x81H", -7, 1}, {"lo", -8, 1},
       {"el", -9, 1},   {"w", -10, 1}, {"d", -11, 1},  {"r", -12, 1}};
   return SerializeSentencePieceBpe(spec);
 }
