@@ -65,12 +65,14 @@ absl::Status FuzzSafetensorsFile(FuzzBytes bytes) {
   TANDEM_RETURN_IF_ERROR(WriteFuzzFile(path, bytes));
   TANDEM_ASSIGN_OR_RETURN(const std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(path));
   // Every view the parser hands out must lie inside the mapping: touch both ends.
-  volatile uint8_t sink = 0;
+  uint8_t sum = 0;
   for (const auto& [name, view] : file->tensors()) {
     if (view.size_bytes == 0) continue;
-    sink ^= static_cast<const uint8_t*>(view.data)[0];
-    sink ^= static_cast<const uint8_t*>(view.data)[view.size_bytes - 1];
+    sum ^= static_cast<const uint8_t*>(view.data)[0];
+    sum ^= static_cast<const uint8_t*>(view.data)[view.size_bytes - 1];
   }
+  volatile uint8_t sink = sum;  // the reads must happen
+  (void)sink;
   return absl::OkStatus();
 }
 
