@@ -14,6 +14,8 @@ packages=(
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcpp-httplib-dev libxxhash-dev
+  # the fuzzers (fuzz/, deploy/test.sh): clang with its libFuzzer and sanitizer runtimes
+  clang libclang-rt-dev
   python3 python3-grpcio python3-protobuf python3-jinja2
   # pip install ./client/python in a venv (tests/python_pip_install_test.cc)
   python3-venv python3-setuptools python3-wheel

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/model/sentencepiece_proto.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/status_testlib.h"
@@ -108,6 +109,19 @@ TEST_F(TokenizerTest, MissingModelNamesThePath) {
   const absl::Status status = Tokenizer::Load(path).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(status.message(), HasSubstr(path.string()));
+}
+
+// SentencePiece threw an uncaught exception (std::terminate) for these
+// (found by fuzz/ tokenizer_model; the input is in fuzz/regressions/).
+TEST(TokenizerModelTest, EmptyOrNulPieceIsRefusedNamingIt) {
+  for (const std::string& bad : {std::string(), std::string("\0", 1), std::string("a\0b", 3)}) {
+    SentencePieceBpeSpec spec;
+    spec.pieces = {{"<unk>", 0, 2}, {"a", -1, 1}, {bad, -2, 1}};
+    const absl::Status status = Tokenizer::FromModelProto(SerializeSentencePieceBpe(spec), "bad.model").status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(status.message(), HasSubstr("bad.model"));
+    EXPECT_THAT(status.message(), HasSubstr("piece 2"));
+  }
 }
 
 TEST_F(TokenizerTest, TrainingWithoutTextSaysWhereItLooked) {

@@ -7,8 +7,11 @@
 
 // XXH3 inlined, so it is compiled for this machine's vector width
 // (-march=native: AVX-512 on Zen 4/5). GCC 12 warns about the
-// _mm512_undefined_* idiom inside it; the warning is a false positive.
+// _mm512_undefined_* idiom inside it; the warning is a false positive
+// (clang has no such warning).
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 

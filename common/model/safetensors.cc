@@ -338,8 +338,9 @@ absl::StatusOr<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::Op
   checkpoint->dir_ = model_dir;
   auto add_file = [&](const fs::path& path) -> absl::Status {
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(path));
-    for (const auto& [name, view] : file->tensors()) {
-      if (!checkpoint->tensors_.emplace(name, view).second) {
+    for (const auto& tensor : file->tensors()) {
+      const std::string& name = tensor.first;  // a named reference: clang 14 cannot capture a structured binding
+      if (!checkpoint->tensors_.emplace(name, tensor.second).second) {
         const auto holder = std::find_if(checkpoint->files_.begin(), checkpoint->files_.end(),
                                          [&](const auto& f) { return f->tensors().contains(name); });
         return absl::InvalidArgumentError(absl::StrCat(Where(path, name), ": also in ", (*holder)->path().string()));

@@ -1,7 +1,10 @@
 #include "common/model/tokenizer.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <exception>
+#include <fstream>
 #include <iterator>
 #include <string_view>
 #include <system_error>
@@ -20,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "common/model/sentencepiece_proto.h"
 
 namespace tandem {
 namespace {
@@ -44,6 +48,57 @@ absl::Status FromSentencePiece(const sentencepiece::util::Status& status, const 
                       absl::StrCat(action, " ", path.string(), ": ", status.message()));
 }
 
+// A real tokenizer.model is under 5 MB; a larger file is refused before it is read.
+constexpr uintmax_t kMaxTokenizerModelBytes = uintmax_t{64} << 20;
+
+// What SentencePiece cannot take without crashing, checked on tandem's own
+// reading of the pieces: its piece tries (darts-clone) hold C strings and
+// throw an uncaught exception for a piece that is empty or starts with a NUL
+// byte (found by fuzz/ tokenizer_model); one with a NUL byte anywhere would
+// be cut short there.
+absl::Status CheckPieces(const std::string& model_proto, const fs::path& path) {
+  absl::StatusOr<std::vector<SentencePieceEntry>> pieces = ParseSentencePiecePieces(model_proto, path.string());
+  if (!pieces.ok()) return pieces.status();
+  for (size_t id = 0; id < pieces->size(); ++id) {
+    const std::string& piece = (*pieces)[id].piece;
+    if (piece.empty() || piece.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot load tokenizer ", path.string(), ": piece ", id,
+                                                     piece.empty() ? " is empty" : " holds a NUL byte"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The processor for a serialized model proto. Exceptions stop here: any the
+// library throws on a hostile model becomes InvalidArgument naming `path`.
+absl::StatusOr<std::unique_ptr<sentencepiece::SentencePieceProcessor>> LoadProcessor(const std::string& model_proto,
+                                                                                     const fs::path& path) {
+  if (absl::Status checked = CheckPieces(model_proto, path); !checked.ok()) return checked;
+  auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  try {
+    const absl::Status status =
+        FromSentencePiece(processor->LoadFromSerializedProto(model_proto), "cannot load tokenizer", path);
+    if (!status.ok()) return status;
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot load tokenizer ", path.string(), ": ", e.what()));
+  }
+  return processor;
+}
+
+absl::StatusOr<std::string> ReadModelFile(const fs::path& path) {
+  std::error_code ec;
+  const uintmax_t bytes = fs::file_size(path, ec);
+  if (ec) return absl::ErrnoToStatus(ec.value(), absl::StrCat("cannot load tokenizer ", path.string()));
+  if (bytes > kMaxTokenizerModelBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot load tokenizer ", path.string(), ": ", bytes,
+                                                   " bytes, more than a tokenizer model can be (64 MB)"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in && !in.eof()) return absl::ErrnoToStatus(errno, absl::StrCat("cannot load tokenizer ", path.string()));
+  return text;
+}
+
 }  // namespace
 
 Tokenizer::Tokenizer(fs::path path, std::unique_ptr<sentencepiece::SentencePieceProcessor> processor)
@@ -52,20 +107,16 @@ Tokenizer::Tokenizer(fs::path path, std::unique_ptr<sentencepiece::SentencePiece
 Tokenizer::~Tokenizer() = default;
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const fs::path& model_file) {
-  auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const absl::Status status =
-      FromSentencePiece(processor->Load(model_file.string()), "cannot load tokenizer", model_file);
-  if (!status.ok()) return status;
-  return std::unique_ptr<Tokenizer>(new Tokenizer(model_file, std::move(processor)));
+  absl::StatusOr<std::string> model_proto = ReadModelFile(model_file);
+  if (!model_proto.ok()) return model_proto.status();
+  return FromModelProto(*model_proto, model_file.string());
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromModelProto(const std::string& model_proto,
                                                                      const std::string& name) {
-  auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const absl::Status status =
-      FromSentencePiece(processor->LoadFromSerializedProto(model_proto), "cannot load tokenizer", name);
-  if (!status.ok()) return status;
-  return std::unique_ptr<Tokenizer>(new Tokenizer(name, std::move(processor)));
+  absl::StatusOr<std::unique_ptr<sentencepiece::SentencePieceProcessor>> processor = LoadProcessor(model_proto, name);
+  if (!processor.ok()) return processor.status();
+  return std::unique_ptr<Tokenizer>(new Tokenizer(name, *std::move(processor)));
 }
 
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool add_bos) const {

@@ -1,0 +1,221 @@
+// tandem-fuzz-seeds DIR: writes the seed corpus, DIR/<target>/<seed>, with
+// tandem's own writers (safetensors, config.json, SentencePiece proto, GGUF,
+// worker requests; the expert store region from its header structs), and
+// checks that every seed passes its target's parse, so the fuzzers start
+// from inputs that reach the deepest checks. fuzz/corpus/ in the repository
+// is its output.
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/gguf/gguf_writer.h"
+#include "common/model/expert_store_view.h"
+#include "common/model/gguf_model_config.h"
+#include "common/model/gguf_tokenizer.h"
+#include "common/model/model_config.h"
+#include "common/model/safetensors.h"
+#include "common/model/sentencepiece_proto.h"
+#include "common/model/synthetic_model.h"
+#include "fuzz/fuzz_scratch.h"
+#include "fuzz/fuzz_targets.h"
+#include "tandem/v1/expert_worker.pb.h"
+
+namespace tandem::fuzz {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<uint8_t> Bytes(std::string_view text) { return {text.begin(), text.end()}; }
+
+absl::StatusOr<std::vector<uint8_t>> ReadAll(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path.string()));
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+absl::StatusOr<std::vector<uint8_t>> SafetensorsSeed() {
+  TensorToWrite f32{.name = "model.norm.weight", .dtype = DType::kF32, .shape = {4}, .data = std::vector<uint8_t>(16)};
+  TensorToWrite f16{.name = "lm_head.weight", .dtype = DType::kF16, .shape = {2, 3}, .data = std::vector<uint8_t>(12)};
+  TensorToWrite bf16{.name = "empty", .dtype = DType::kBF16, .shape = {0, 8}, .data = {}};
+  const fs::path path = FuzzScratchDir() / "seed.safetensors";
+  TANDEM_RETURN_IF_ERROR(WriteSafetensors(path, {&f32, &f16, &bf16}, {{"format", "pt"}}));
+  return ReadAll(path);
+}
+
+// The index of FuzzSafetensorsIndex's folder, as the writer writes it.
+absl::StatusOr<std::vector<uint8_t>> SafetensorsIndexSeed() {
+  const fs::path dir = FuzzScratchDir() / "seed-index-model";
+  std::error_code ec;
+  fs::create_directory(dir, ec);
+  const std::vector<TensorToWrite> tensors = IndexFolderTensors();
+  TANDEM_RETURN_IF_ERROR(WriteSafetensorsCheckpoint(dir, {&tensors[0], &tensors[1]}, kIndexFolderShards));
+  return ReadAll(dir / "model.safetensors.index.json");
+}
+
+// A 16-piece BPE vocabulary: the special pieces, the bytes a test text needs, merges.
+std::string SmallTokenizerProto() {
+  SentencePieceBpeSpec spec;
+  spec.bos_id = 1, spec.eos_id = 2;
+  spec.pieces = {
+      {"<unk>", 0, 2}, {"<s>", 0, 3}, {"</s>", 0, 3}, {"a", -0.5f, 1}, {"\xe2\x96\x81", -1, 1},  {"e", -2, 1},
+      {"l", -3, 1},    {"o", -4, 1},  {"H", -5, 1},   {"ll", -6, 1},   {"\xe2\x96\x81H", -7, 1}, {"lo", -8, 1},
+      {"el", -9, 1},   {"w", -10, 1}, {"d", -11, 1},  {"r", -12, 1}};
+  return SerializeSentencePieceBpe(spec);
+}
+
+absl::StatusOr<std::vector<uint8_t>> GgufSeed() {
+  TANDEM_ASSIGN_OR_RETURN(ModelConfig config, SyntheticConfig(SyntheticModelSpec{.preset = "tiny", .num_layers = 1}));
+  config.vocab_size = 16;
+  GgufMetadata metadata;
+  TANDEM_RETURN_IF_ERROR(AddModelConfigToGguf(config, "fuzz-seed", &metadata));
+  TANDEM_RETURN_IF_ERROR(AddSentencePieceVocabToGguf(SmallTokenizerProto(), config, "seed", &metadata));
+  metadata.Set(kGgufChatTemplateKey, "{% for m in messages %}{{ m['content'] }}{% endfor %}");
+  const GgufTensorSpec embedding{.name = "token_embd.weight", .dims = {config.hidden_size, 16}, .type = GgmlType::kF16};
+  const fs::path path = FuzzScratchDir() / "seed.gguf";
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<GgufWriter> writer, GgufWriter::Create(path, metadata, {&embedding, 1}));
+  const std::vector<uint8_t> zeros(static_cast<size_t>(config.hidden_size) * 16 * 2);
+  TANDEM_RETURN_IF_ERROR(writer->Write(embedding.name, zeros));
+  TANDEM_RETURN_IF_ERROR(writer->Finish());
+  return ReadAll(path);
+}
+
+// Requests for FuzzWorkerRequest's worker (tiny model, hidden 64, 4 experts).
+std::vector<uint8_t> Serialized(const v1::RunExpertsRequest& request) { return Bytes(request.SerializeAsString()); }
+
+std::vector<uint8_t> InlineRequestSeed() {
+  v1::RunExpertsRequest request;
+  request.set_request_id(2);  // even: the gRPC path
+  request.set_layer(1);
+  request.set_transport(v1::TRANSPORT_INLINE);
+  for (int expert : {0, 3}) {
+    v1::ExpertTask* task = request.add_tasks();
+    task->set_expert(expert);
+    task->set_num_rows(1);
+    task->set_inline_rows(std::string(64 * sizeof(float), '\0'));
+  }
+  return Serialized(request);
+}
+
+std::vector<uint8_t> ShmRequestSeed() {
+  v1::RunExpertsRequest request;
+  request.set_request_id(1);  // odd: the doorbell path
+  request.set_layer(0);
+  request.set_transport(v1::TRANSPORT_SHM);
+  for (int expert : {1, 2}) {
+    v1::ExpertTask* task = request.add_tasks();
+    task->set_expert(expert);
+    task->set_num_rows(2);
+    const uint64_t offset = static_cast<uint64_t>(expert - 1) * 2 * 64 * sizeof(float);
+    for (v1::TensorDescriptor* d : {task->mutable_shm_rows(), task->mutable_shm_output()}) {
+      d->set_slot(1);
+      d->set_offset(offset);
+      d->add_shape(2);
+      d->add_shape(64);
+      d->set_dtype(v1::DTYPE_F32);
+      d->set_sequence(0);
+    }
+  }
+  return Serialized(request);
+}
+
+// One layer, two experts split in two slices each... kept minimal: one
+// slice per expert, BF16 [4, 8] matrices, each on its own page.
+std::vector<uint8_t> ExpertStoreSeed() {
+  constexpr int64_t kHidden = 8, kIntermediate = 4, kExperts = 2;
+  constexpr uint64_t kMatrixBytes = kHidden * kIntermediate * 2;
+  ExpertStoreHeader header;
+  header.version = kExpertStoreVersion;
+  header.dtype = static_cast<uint32_t>(DType::kBF16);
+  header.table_offset = sizeof(ExpertStoreHeader);
+  header.data_offset = kExpertStoreAlignment;
+  header.slice_count = kExperts;
+  header.hidden_size = kHidden;
+  header.intermediate_size = kIntermediate;
+  header.num_layers = 1;
+  header.num_experts = kExperts;
+  header.division = static_cast<uint32_t>(ExpertDivision::kSplit);
+  header.num_workers = 1;
+  const uint64_t last_matrix = kExpertStoreAlignment * (1 + 3 * kExperts - 1);
+  header.region_bytes = last_matrix + kMatrixBytes;
+  header.magic = kExpertStoreMagic;
+  std::vector<uint8_t> region(header.region_bytes);
+  std::memcpy(region.data(), &header, sizeof(header));
+  for (int e = 0; e < kExperts; ++e) {
+    const uint64_t first = kExpertStoreAlignment * (1 + 3 * e);
+    const ExpertStoreEntry entry{.layer = 0,
+                                 .expert = e,
+                                 .intermediate_begin = 0,
+                                 .intermediate_end = kIntermediate,
+                                 .w1_offset = first,
+                                 .w3_offset = first + kExpertStoreAlignment,
+                                 .w2_offset = first + 2 * kExpertStoreAlignment};
+    std::memcpy(region.data() + sizeof(header) + e * sizeof(entry), &entry, sizeof(entry));
+  }
+  return region;
+}
+
+struct Seed {
+  std::string target;
+  std::string name;
+  absl::StatusOr<std::vector<uint8_t>> bytes;
+};
+
+absl::StatusOr<std::vector<Seed>> MakeSeeds() {
+  std::vector<Seed> seeds;
+  seeds.push_back({"safetensors_file", "three_tensors.safetensors", SafetensorsSeed()});
+  seeds.push_back({"safetensors_index", "two_shards.index.json", SafetensorsIndexSeed()});
+  for (const char* preset : {"tiny", "tiny-phimoe"}) {
+    absl::StatusOr<ModelConfig> config = SyntheticConfig(SyntheticModelSpec{.preset = preset});
+    if (!config.ok()) return config.status();
+    seeds.push_back({"model_config", absl::StrCat(preset, ".config.json"), Bytes(ModelConfigToJson(*config))});
+  }
+  seeds.push_back({"tokenizer_model", "small_bpe.model", Bytes(SmallTokenizerProto())});
+  absl::StatusOr<std::string> trained = SyntheticTokenizerModel(SyntheticModelSpec{.preset = "tiny"});
+  if (!trained.ok()) return trained.status();
+  seeds.push_back({"tokenizer_model", "tiny_trained.model", Bytes(*trained)});
+  seeds.push_back({"gguf_file", "tiny_with_vocab.gguf", GgufSeed()});
+  seeds.push_back({"worker_request", "inline.pb", InlineRequestSeed()});
+  seeds.push_back({"worker_request", "shm_doorbell.pb", ShmRequestSeed()});
+  seeds.push_back({"expert_store_region", "two_experts.region", ExpertStoreSeed()});
+  return seeds;
+}
+
+absl::Status WriteSeeds(const fs::path& out) {
+  TANDEM_ASSIGN_OR_RETURN(std::vector<Seed> seeds, MakeSeeds());
+  for (const Seed& seed : seeds) {
+    if (!seed.bytes.ok()) return seed.bytes.status();
+    TANDEM_ASSIGN_OR_RETURN(const FuzzTarget target, FindFuzzTarget(seed.target));
+    if (absl::Status parsed = target.run(*seed.bytes); !parsed.ok()) {
+      return absl::InternalError(
+          absl::StrCat("seed ", seed.target, "/", seed.name, " is refused: ", parsed.ToString()));
+    }
+    std::error_code ec;
+    fs::create_directories(out / seed.target, ec);
+    TANDEM_RETURN_IF_ERROR(WriteFuzzFile(out / seed.target / seed.name, *seed.bytes));
+    std::printf("%s/%s: %zu bytes\n", seed.target.c_str(), seed.name.c_str(), seed.bytes->size());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace tandem::fuzz
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR  (writes OUT_DIR/<target>/<seed>)\n", argv[0]);
+    return 2;
+  }
+  const absl::Status status = tandem::fuzz::WriteSeeds(argv[1]);
+  if (!status.ok()) {
+    std::fprintf(stderr, "tandem-fuzz-seeds: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
