@@ -122,7 +122,7 @@ TEST(HttpWebPageTest, LoadsStreamsAChatAndShowsEveryExpert) {
   // The live view saw the request; its GPU cells are the pool's used slots.
   const json& placement = got["placement"];
   EXPECT_GT(placement["generated_tokens"].get<int>(), 0);
-  EXPECT_EQ(got["gpu_cells"], placement["used_slots"]);
+  EXPECT_EQ(got["slot_cells"], placement["used_slots"]);
   EXPECT_GT(got["gpu_cells"].get<int>(), 0);
   EXPECT_GE(got["history"].get<int>(), 2);
 }

@@ -54,8 +54,15 @@ try {
   // The live view after the request: the poll sees its tokens and runs.
   await page.waitForFunction(() => window.tandem.lastPlacement && window.tandem.lastPlacement.generated_tokens > 0,
                              { timeout: 30000 });
-  out.placement = await page.evaluate(() => window.tandem.lastPlacement);
-  out.gpu_cells = await page.$$eval("#heatmap .cell.gpu", (all) => all.length);
+  // The plots need two samples for a line: polls come every second when idle.
+  await page.waitForFunction(() => window.tandem.history.length >= 2, { timeout: 30000 });
+  // One synchronous read of both, so that no poll lands between them.
+  Object.assign(out, await page.evaluate(() => ({
+    placement: window.tandem.lastPlacement,
+    gpu_cells: document.querySelectorAll("#heatmap .cell.gpu").length,
+    // A slot whose copy is still in flight is used, and drawn as migrating.
+    slot_cells: document.querySelectorAll("#heatmap .cell.gpu, #heatmap .cell.migrating").length,
+  })));
   out.cell_titles = await page.$$eval("#heatmap .cell", (all) => all.slice(0, 3).map((c) => c.title));
   out.layer_rows = await page.$$eval("#layers tbody tr", (all) => all.length);
   out.history = await page.evaluate(() => window.tandem.history.length);
