@@ -24,28 +24,6 @@ namespace {
 
 using nlohmann::json;
 
-// Greedy text through gRPC for a prompt text (BOS added as the HTTP
-// completions endpoint does) or ids.
-std::string GrpcGreedyText(ServerProcess& server, const std::string& text, const std::vector<int32_t>& ids,
-                           bool add_bos, int max_tokens) {
-  v1::GenerateRequest request;
-  if (ids.empty()) request.set_prompt(text);
-  request.mutable_prompt_ids()->Add(ids.begin(), ids.end());
-  request.set_add_bos(add_bos);
-  request.set_max_tokens(max_tokens);
-  request.set_temperature(0);
-  request.set_seed(7);
-  grpc::ClientContext context;
-  auto reader = server.NewStub()->Generate(&context, request);
-  std::string out;
-  v1::GenerateResponse response;
-  while (reader->Read(&response)) {
-    for (const v1::Token& t : response.tokens()) out += t.text();
-  }
-  EXPECT_TRUE(reader->Finish().ok());
-  return out;
-}
-
 TEST(HttpOpenAiClientTest, TheOfficialClientGetsWhatGrpcGives) {
   ScopedTempDir dir;
   // The package, installed once per build folder from the committed lock file.
@@ -69,8 +47,10 @@ TEST(HttpOpenAiClientTest, TheOfficialClientGetsWhatGrpcGives) {
   absl::StatusOr<HttpReply> applied = HttpPost(server->port, "/apply-template", json{{"messages", messages}});
   ASSERT_OK(applied);
   const std::string chat_prompt = applied->json["prompt"];
-  const std::string expected_completion = GrpcGreedyText(*server->server, prompt, {}, true, max_tokens);
-  const std::string expected_chat = GrpcGreedyText(*server->server, chat_prompt, {}, false, max_tokens);
+  ASSERT_OK_AND_ASSIGN(const std::string expected_completion,
+                       GrpcGreedyText(*server->server, prompt, {}, true, max_tokens));
+  ASSERT_OK_AND_ASSIGN(const std::string expected_chat,
+                       GrpcGreedyText(*server->server, chat_prompt, {}, false, max_tokens));
 
   const json input = {{"base_url", absl::StrCat("http://127.0.0.1:", server->port)},
                       {"prompt", prompt},

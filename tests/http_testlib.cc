@@ -92,4 +92,25 @@ absl::StatusOr<HttpServerProcess> StartHttpServer(const std::filesystem::path& m
   return out;
 }
 
+absl::StatusOr<std::string> GrpcGreedyText(ServerProcess& server, const std::string& text,
+                                           const std::vector<int32_t>& ids, bool add_bos, int max_tokens) {
+  v1::GenerateRequest request;
+  if (ids.empty()) request.set_prompt(text);
+  request.mutable_prompt_ids()->Add(ids.begin(), ids.end());
+  request.set_add_bos(add_bos);
+  request.set_max_tokens(max_tokens);
+  request.set_temperature(0);
+  request.set_seed(7);
+  grpc::ClientContext context;
+  auto reader = server.NewStub()->Generate(&context, request);
+  std::string out;
+  v1::GenerateResponse response;
+  while (reader->Read(&response)) {
+    for (const v1::Token& t : response.tokens()) out += t.text();
+  }
+  const grpc::Status status = reader->Finish();
+  if (!status.ok()) return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  return out;
+}
+
 }  // namespace tandem

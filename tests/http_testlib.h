@@ -37,6 +37,12 @@ absl::StatusOr<std::vector<nlohmann::json>> SseData(const std::string& body);
 
 // tandem-server with its HTTP API on a free port: ServerProcess plus
 // --http_listen 127.0.0.1:PORT.
+// Greedy text through the server's gRPC Generate, for a prompt text (with
+// BOS when add_bos: as the HTTP completions endpoint adds it) or token ids;
+// the stream's final status as the error.
+absl::StatusOr<std::string> GrpcGreedyText(ServerProcess& server, const std::string& text,
+                                           const std::vector<int32_t>& ids, bool add_bos, int max_tokens);
+
 struct HttpServerProcess {
   std::unique_ptr<ServerProcess> server;
   int port = 0;

@@ -35,24 +35,6 @@ std::string Chromium() {
   return access(path.c_str(), X_OK) == 0 ? path : "";
 }
 
-// Greedy text of a rendered chat prompt through gRPC (no BOS: the template writes it).
-std::string GrpcGreedyText(ServerProcess& server, const std::string& prompt, int max_tokens) {
-  v1::GenerateRequest request;
-  request.set_prompt(prompt);
-  request.set_add_bos(false);
-  request.set_max_tokens(max_tokens);
-  request.set_temperature(0);
-  grpc::ClientContext context;
-  auto reader = server.NewStub()->Generate(&context, request);
-  std::string out;
-  v1::GenerateResponse response;
-  while (reader->Read(&response)) {
-    for (const v1::Token& t : response.tokens()) out += t.text();
-  }
-  EXPECT_TRUE(reader->Finish().ok());
-  return out;
-}
-
 TEST(HttpWebPageTest, LoadsStreamsAChatAndShowsEveryExpert) {
   const std::string chromium = Chromium();
   if (chromium.empty()) {
@@ -78,7 +60,9 @@ TEST(HttpWebPageTest, LoadsStreamsAChatAndShowsEveryExpert) {
                        HttpPost(server.port, "/apply-template",
                                 json{{"messages", json::array({{{"role", "user"}, {"content", text}}})}}));
   ASSERT_EQ(applied.status, 200) << applied.body;
-  const std::string expected = GrpcGreedyText(*server.server, applied.json["prompt"], max_tokens);
+  // No BOS: the chat template writes it.
+  ASSERT_OK_AND_ASSIGN(const std::string expected,
+                       GrpcGreedyText(*server.server, applied.json["prompt"], {}, false, max_tokens));
   ASSERT_FALSE(expected.empty());
 
   const json input = {{"base_url", absl::StrCat("http://127.0.0.1:", server.port)},
