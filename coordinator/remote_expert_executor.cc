@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/base/clock.h"
 #include "common/base/log.h"
@@ -94,6 +95,7 @@ struct RemoteExpertExecutor::Worker {
   bool connected = false;
   bool claimed = false;  // a Describe succeeded: the worker holds our session until Release
   std::optional<std::vector<uint64_t>> expected_content;  // per share, from options.expected_content (computed once)
+  std::optional<std::string> expected_dtypes;             // from options.expected_dtypes (computed once)
   std::string description;                                // from Describe, for Summary and logs
   std::string weights_region;                             // from Describe: the worker's expert store (empty: none)
   std::unique_ptr<ShmArena> arena;
@@ -223,12 +225,14 @@ absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> RemoteExpertExecutor::Conn
   // Every worker's expected content is known now (reconnects compare with
   // it); the function may read a model that does not outlive this executor.
   executor->options_.expected_content = nullptr;
+  executor->options_.expected_dtypes = nullptr;
   if (executor->division_ == ExpertDivision::kShard) {
     const int64_t e = config.num_local_experts;
     executor->owner_.assign(static_cast<size_t>(config.num_hidden_layers * e), -1);
     for (int w = 0; w < static_cast<int>(n); ++w) {
-      TANDEM_ASSIGN_OR_RETURN(std::vector<ExpertSlice> slices,
-                              PartitionExperts(config, ExpertDivision::kShard, w, static_cast<int>(n)));
+      TANDEM_ASSIGN_OR_RETURN(
+          std::vector<ExpertSlice> slices,
+          PartitionExperts(config, ExpertDivision::kShard, w, static_cast<int>(n), executor->options_.split_block));
       for (const ExpertSlice& s : slices) executor->owner_[static_cast<size_t>(s.layer * e + s.expert)] = w;
     }
   }
@@ -246,8 +250,10 @@ absl::Status RemoteExpertExecutor::ConnectWorker(Worker& worker, absl::Time dead
   worker.arena.reset();
   if (worker.transport != WorkerTransport::kInline)
     TANDEM_RETURN_IF_ERROR(worker.OpenArena(d, deadline, options_.spin));
-  worker.description = absl::StrCat(d.worker_id(), " pid ", d.pid(), " node ", d.numa_node(), " cpus ",
-                                    absl::StrJoin(d.cores(), ","), ", ", d.experts_size(), " shares, ", d.compute());
+  worker.description = absl::StrCat(
+      d.worker_id(), " pid ", d.pid(), " node ", d.numa_node(), " cpus ", absl::StrJoin(d.cores(), ","), ", ",
+      d.experts_size(), " shares", d.experts_dtypes().empty() ? "" : absl::StrCat(" of ", d.experts_dtypes()),
+      absl::StrFormat(" in %.1f MiB, ", d.weights_region_bytes() / 1048576.0), d.compute());
   WarnOnOtherKernelPlan(worker, d);
   worker.connected = true;
   if (!initial) {
@@ -299,18 +305,12 @@ absl::Status RemoteExpertExecutor::Worker::Describe(absl::Time deadline, bool in
   return absl::OkStatus();
 }
 
-absl::Status RemoteExpertExecutor::CheckIdentity(const Worker& worker, const v1::DescribeResponse& d, bool initial) {
+absl::Status RemoteExpertExecutor::CheckIdentity(Worker& worker, const v1::DescribeResponse& d, bool initial) {
   const int n = num_workers();
   if (d.protocol_version() != kExpertWorkerProtocolVersion) {
     return worker.Prefixed(
         absl::FailedPreconditionError(absl::StrCat("speaks expert-worker protocol version ", d.protocol_version(),
                                                    ", the coordinator ", kExpertWorkerProtocolVersion)));
-  }
-  const ModelFingerprint theirs = FromProto(d.fingerprint());
-  if (!(theirs == expected_)) {
-    return worker.Prefixed(absl::FailedPreconditionError(absl::StrCat("serves model [", FingerprintString(theirs),
-                                                                      "] but the coordinator's model is [",
-                                                                      FingerprintString(expected_), "]")));
   }
   if (d.worker_index() != worker.index || d.num_workers() != n) {
     return worker.Prefixed(absl::FailedPreconditionError(
@@ -324,12 +324,39 @@ absl::Status RemoteExpertExecutor::CheckIdentity(const Worker& worker, const v1:
     return worker.Prefixed(absl::FailedPreconditionError(absl::StrCat(
         "divides experts by ", ExpertDivisionName(*division), ", worker 0 by ", ExpertDivisionName(division_))));
   }
+  // Before the fingerprint, which differs too (it hashes the tensors'
+  // types) but would not say why.
+  TANDEM_RETURN_IF_ERROR(CheckDTypes(worker, d));
+  const ModelFingerprint theirs = FromProto(d.fingerprint());
+  if (!(theirs == expected_)) {
+    return worker.Prefixed(absl::FailedPreconditionError(absl::StrCat("serves model [", FingerprintString(theirs),
+                                                                      "] but the coordinator's model is [",
+                                                                      FingerprintString(expected_), "]")));
+  }
   return absl::OkStatus();
+}
+
+absl::Status RemoteExpertExecutor::CheckDTypes(Worker& worker, const v1::DescribeResponse& d) {
+  if (d.compute() == "echo") return absl::OkStatus();  // no weights
+  if (!worker.expected_dtypes) {
+    if (!options_.expected_dtypes) return absl::OkStatus();
+    absl::StatusOr<std::vector<ExpertSlice>> shares =
+        PartitionExperts(config_, division_, worker.index, num_workers(), options_.split_block);
+    if (!shares.ok()) return worker.Prefixed(shares.status());
+    worker.expected_dtypes = options_.expected_dtypes(*shares);
+  }
+  if (d.experts_dtypes() == *worker.expected_dtypes) return absl::OkStatus();
+  return worker.Prefixed(absl::FailedPreconditionError(absl::StrCat(
+      "stores its experts as ", d.experts_dtypes().empty() ? std::string("(unreported)") : d.experts_dtypes(),
+      " but the coordinator's model has them as ", *worker.expected_dtypes,
+      ": start the server and its workers with the same --gguf_experts (quantized keeps a GGUF's blocks, bf16 "
+      "dequantizes them)")));
 }
 
 absl::Status RemoteExpertExecutor::CheckShares(const Worker& worker, const v1::DescribeResponse& d) const {
   const int n = num_workers();
-  TANDEM_ASSIGN_OR_RETURN(std::vector<ExpertSlice> want, PartitionExperts(config_, division_, worker.index, n));
+  TANDEM_ASSIGN_OR_RETURN(std::vector<ExpertSlice> want,
+                          PartitionExperts(config_, division_, worker.index, n, options_.split_block));
   for (size_t i = 0; i < std::max(want.size(), static_cast<size_t>(d.experts_size())); ++i) {
     const bool have_want = i < want.size(), have_got = i < static_cast<size_t>(d.experts_size());
     if (have_want && have_got) {
@@ -357,7 +384,7 @@ absl::Status RemoteExpertExecutor::CheckShares(const Worker& worker, const v1::D
 absl::Status RemoteExpertExecutor::CheckContent(Worker& worker, const v1::DescribeResponse& d) {
   if (d.compute() == "echo") return absl::OkStatus();  // no weights; its fingerprint ("echo:...") was checked
   TANDEM_ASSIGN_OR_RETURN(std::vector<ExpertSlice> shares,
-                          PartitionExperts(config_, division_, worker.index, num_workers()));
+                          PartitionExperts(config_, division_, worker.index, num_workers(), options_.split_block));
   if (!worker.expected_content) {
     if (!options_.expected_content) {
       return worker.Prefixed(absl::FailedPreconditionError(

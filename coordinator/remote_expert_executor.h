@@ -16,9 +16,11 @@
 //                  doorbell control block: no socket on the hot path.
 // A layer whose rows do not fit an arena slot goes inline over gRPC.
 //
-// Connect checks every worker: protocol version, model fingerprint (against
-// the coordinator's own model: FailedPrecondition naming both), its index,
-// the division, that its shares are exactly PartitionExperts', and that the
+// Connect checks every worker: protocol version, its index, the division,
+// the types of its stored experts (options.expected_dtypes: a GGUF's blocks
+// kept or dequantized must be the same on both sides; FailedPrecondition
+// naming both), model fingerprint (against the coordinator's own model:
+// FailedPrecondition naming both), that its shares are exactly PartitionExperts', and that the
 // bytes it stores hash to what the coordinator's model gives for the same
 // shares (options.expected_content; FailedPrecondition naming the worker,
 // both hashes and the first share that differs). Describe also claims the
@@ -78,6 +80,13 @@ struct RemoteExpertExecutorOptions {
   // a worker that holds weights is refused (it cannot be checked); an echo
   // worker (no weights; its fingerprint says so) needs none.
   std::function<absl::StatusOr<std::vector<uint64_t>>(std::span<const ExpertSlice> slices)> expected_content;
+  // The types of the coordinator's experts for `slices` (ExpertDTypesText),
+  // asked once per worker at its first connect, compared with the worker's
+  // Describe experts_dtypes. Unset: not checked.
+  std::function<std::string(std::span<const ExpertSlice> slices)> expected_dtypes;
+  // The coordinator's experts' down_proj blocks (ExpertSplitBlockOf): a
+  // split cuts them on block boundaries, as the workers' stores do.
+  ExpertSplitBlock split_block;
 };
 
 // Per worker, since Connect.
@@ -142,8 +151,10 @@ class RemoteExpertExecutor final : public ExpertExecutor {
   absl::Status ConnectWorker(Worker& worker, absl::Time deadline, bool initial);
   // ConnectWorker's checks of a worker's Describe reply (worker 0's
   // division, at start-up, becomes the executor's).
-  absl::Status CheckIdentity(const Worker& worker, const v1::DescribeResponse& d, bool initial);
+  absl::Status CheckIdentity(Worker& worker, const v1::DescribeResponse& d, bool initial);
   absl::Status CheckShares(const Worker& worker, const v1::DescribeResponse& d) const;
+  // The worker's experts_dtypes against options_.expected_dtypes.
+  absl::Status CheckDTypes(Worker& worker, const v1::DescribeResponse& d);
   // The worker's content hash (Describe) against options_.expected_content
   // for its shares (PartitionExperts', already checked to be the worker's).
   absl::Status CheckContent(Worker& worker, const v1::DescribeResponse& d);

@@ -36,6 +36,21 @@ std::function<absl::StatusOr<std::vector<uint64_t>>(std::span<const ExpertSlice>
   return nullptr;
 }
 
+std::function<std::string(std::span<const ExpertSlice>)> ExpectedExpertDTypes(const Model& model) {
+  const ModelWeights* weights = model.weights.get();
+  return [weights](std::span<const ExpertSlice> slices) {
+    std::vector<ExpertWeights> experts;
+    for (const ExpertSlice& s : slices) {
+      if (s.layer < 0 || static_cast<size_t>(s.layer) >= weights->layers.size()) continue;
+      const std::vector<ExpertWeights>& layer = weights->layers[static_cast<size_t>(s.layer)].experts;
+      if (s.expert >= 0 && static_cast<size_t>(s.expert) < layer.size()) {
+        experts.push_back(layer[static_cast<size_t>(s.expert)]);
+      }
+    }
+    return ExpertDTypesText(experts);
+  };
+}
+
 absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> ConnectExpertWorkers(const Model& model,
                                                                            const WorkerConnectSettings& settings) {
   absl::StatusOr<WorkerTransport> transport = ParseWorkerTransport(settings.transport);
@@ -52,6 +67,8 @@ absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> ConnectExpertWorkers(const
   options.call_timeout = settings.call_timeout;
   options.connect_timeout = settings.connect_timeout;
   options.expected_content = ExpectedExpertContent(model, settings.synthetic, settings.num_threads);
+  options.expected_dtypes = ExpectedExpertDTypes(model);
+  options.split_block = ExpertSplitBlockOf(*model.weights);
   absl::StatusOr<ModelFingerprint> fingerprint = FingerprintModel(model.config, *model.weights->source);
   if (!fingerprint.ok()) return fingerprint.status();
   return RemoteExpertExecutor::Connect(model.config, *fingerprint, options);

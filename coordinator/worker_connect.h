@@ -40,8 +40,13 @@ struct WorkerConnectSettings {
 std::function<absl::StatusOr<std::vector<uint64_t>>(std::span<const ExpertSlice>)> ExpectedExpertContent(
     const Model& model, const std::optional<SyntheticModelSpec>& synthetic, int num_threads);
 
-// Connects to every worker and checks it serves `model` (fingerprint,
-// content hash and protocol version). InvalidArgument naming the setting
+// RemoteExpertExecutorOptions::expected_dtypes for `model`: the types of its
+// experts' matrices for the given slices ("BF16", "Q4_K+Q6_K"). Reads
+// `model`: call it only while `model` lives.
+std::function<std::string(std::span<const ExpertSlice>)> ExpectedExpertDTypes(const Model& model);
+
+// Connects to every worker and checks it serves `model` (fingerprint, the
+// experts' types, content hash and protocol version). InvalidArgument naming the setting
 // when one is bad.
 absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> ConnectExpertWorkers(const Model& model,
                                                                            const WorkerConnectSettings& settings);

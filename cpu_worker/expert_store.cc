@@ -6,6 +6,7 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -106,17 +107,24 @@ void RunTasks(ThreadPool* pool, size_t n, const std::function<void(int64_t)>& ta
   }
 }
 
-absl::Status CheckMatrix(const LinearWeight& w, DType dtype, int64_t n, int64_t k, int layer, int expert,
-                         const char* name, bool need_data) {
+// A copied matrix may be of any type whose rows are whole blocks (each
+// entry records its matrices' dtypes); a generated one (options.fill, which
+// writes elements) must be a float type, the same for all.
+absl::Status CheckMatrix(const LinearWeight& w, DType fill_dtype, int64_t n, int64_t k, int layer, int expert,
+                         const char* name, bool generated) {
   const std::string where = absl::StrCat("model layer ", layer, " expert ", expert, " ", name);
-  if (need_data && w.data == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no data"));
-  TANDEM_RETURN_IF_ERROR(RequireFloatDType(w.dtype, where, "the CPU worker's expert store"));
+  if (!generated && w.data == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no data"));
   if (w.n != n || w.k != k)
     return absl::InvalidArgumentError(absl::StrCat(where, " is [", w.n, ", ", w.k, "], expected [", n, ", ", k, "]"));
-  if (w.dtype != dtype)
+  if (k % DTypeBlockSize(w.dtype) != 0)
+    return absl::InvalidArgumentError(absl::StrCat(where, " is ", std::string(DTypeName(w.dtype)), " with rows of ", k,
+                                                   " values, not whole ", DTypeBlockSize(w.dtype), "-value blocks"));
+  if (!generated) return absl::OkStatus();
+  TANDEM_RETURN_IF_ERROR(RequireFloatDType(w.dtype, where, "an expert store generated in place"));
+  if (w.dtype != fill_dtype)
     return absl::InvalidArgumentError(absl::StrCat(where, " is ", std::string(DTypeName(w.dtype)),
-                                                   ", other experts are ", std::string(DTypeName(dtype)),
-                                                   " (a region holds one dtype)"));
+                                                   ", other experts are ", std::string(DTypeName(fill_dtype)),
+                                                   " (a generated region holds one dtype)"));
   return absl::OkStatus();
 }
 
@@ -124,10 +132,12 @@ absl::Status CheckMatrix(const LinearWeight& w, DType dtype, int64_t n, int64_t 
 // where each slice's matrices lie in the region.
 struct StoreLayout {
   std::vector<ExpertSlice> slices;
-  DType dtype = DType::kF32;
-  int64_t hidden = 0;        // D
-  int64_t intermediate = 0;  // I
-  int64_t element = 0;       // bytes of one weight
+  std::vector<std::array<DType, 3>> dtypes;  // parallel to slices: w1, w3, w2
+  DType dtype = DType::kF32;                 // the first slice's w1 (the header's)
+  int64_t hidden = 0;                        // D
+  int64_t intermediate = 0;                  // I
+  int64_t element = 0;                       // options.fill only: bytes of one (float) weight
+  int64_t expert_bytes = 0;                  // every stored matrix, unpadded
   std::vector<ExpertStoreEntry> table;
   uint64_t data_offset = 0;
   uint64_t region_bytes = 0;
@@ -138,8 +148,9 @@ struct StoreLayout {
 absl::StatusOr<StoreLayout> CheckModel(const ModelWeights& model, const ExpertStoreOptions& options) {
   const ModelConfig& config = model.config;
   StoreLayout layout;
-  TANDEM_ASSIGN_OR_RETURN(layout.slices,
-                          PartitionExperts(config, options.division, options.worker_index, options.num_workers));
+  // A quantized down_proj is cut along I on its blocks' boundaries.
+  TANDEM_ASSIGN_OR_RETURN(layout.slices, PartitionExperts(config, options.division, options.worker_index,
+                                                          options.num_workers, ExpertSplitBlockOf(model)));
   const int64_t hidden = layout.hidden = config.hidden_size;
   const int64_t intermediate = layout.intermediate = config.intermediate_size;
   if (hidden < 1) return absl::InvalidArgumentError(absl::StrCat("config hidden_size must be >= 1, got ", hidden));
@@ -151,17 +162,18 @@ absl::StatusOr<StoreLayout> CheckModel(const ModelWeights& model, const ExpertSt
       return absl::InvalidArgumentError(absl::StrCat("model layer ", l, " has ", model.layers[l].experts.size(),
                                                      " experts, config num_local_experts ", config.num_local_experts));
   const DType dtype = layout.dtype = model.layers[0].experts[0].w1.dtype;
+  const bool generated = static_cast<bool>(options.fill);
   for (const ExpertSlice& s : layout.slices) {
     const ExpertWeights& w = model.layers[static_cast<size_t>(s.layer)].experts[static_cast<size_t>(s.expert)];
-    const bool need_data = !options.fill;
     TANDEM_RETURN_IF_ERROR(
-        CheckMatrix(w.w1, dtype, intermediate, hidden, s.layer, s.expert, "gate_proj (w1)", need_data));
+        CheckMatrix(w.w1, dtype, intermediate, hidden, s.layer, s.expert, "gate_proj (w1)", generated));
     TANDEM_RETURN_IF_ERROR(
-        CheckMatrix(w.w3, dtype, intermediate, hidden, s.layer, s.expert, "up_proj (w3)", need_data));
+        CheckMatrix(w.w3, dtype, intermediate, hidden, s.layer, s.expert, "up_proj (w3)", generated));
     TANDEM_RETURN_IF_ERROR(
-        CheckMatrix(w.w2, dtype, hidden, intermediate, s.layer, s.expert, "down_proj (w2)", need_data));
+        CheckMatrix(w.w2, dtype, hidden, intermediate, s.layer, s.expert, "down_proj (w2)", generated));
+    layout.dtypes.push_back({w.w1.dtype, w.w3.dtype, w.w2.dtype});
   }
-  layout.element = static_cast<int64_t>(DTypeSize(dtype));
+  layout.element = generated ? static_cast<int64_t>(DTypeSize(dtype)) : 0;
   return layout;
 }
 
@@ -172,17 +184,25 @@ void LayOutRegion(StoreLayout& layout) {
   layout.data_offset =
       RoundUp(sizeof(ExpertStoreHeader) + slices.size() * sizeof(ExpertStoreEntry), kExpertStoreAlignment);
   uint64_t offset = layout.data_offset;
+  layout.expert_bytes = 0;
   for (size_t i = 0; i < slices.size(); ++i) {
-    const uint64_t matrix =
-        RoundUp(static_cast<uint64_t>(slices[i].size() * layout.hidden * layout.element), kExpertStoreAlignment);
-    layout.table[i] = ExpertStoreEntry{.layer = slices[i].layer,
-                                       .expert = slices[i].expert,
-                                       .intermediate_begin = slices[i].intermediate_begin,
-                                       .intermediate_end = slices[i].intermediate_end,
-                                       .w1_offset = offset,
-                                       .w3_offset = offset + matrix,
-                                       .w2_offset = offset + 2 * matrix};
-    offset += 3 * matrix;
+    const auto [w1, w3, w2] = layout.dtypes[i];
+    const int64_t s = slices[i].size(), d = layout.hidden;
+    const int64_t bytes[3] = {s * DTypeRowBytes(w1, d), s * DTypeRowBytes(w3, d), d * DTypeRowBytes(w2, s)};
+    ExpertStoreEntry& entry = layout.table[i];
+    entry = ExpertStoreEntry{.layer = slices[i].layer,
+                             .expert = slices[i].expert,
+                             .intermediate_begin = slices[i].intermediate_begin,
+                             .intermediate_end = slices[i].intermediate_end,
+                             .w1_dtype = static_cast<uint32_t>(w1),
+                             .w3_dtype = static_cast<uint32_t>(w3),
+                             .w2_dtype = static_cast<uint32_t>(w2)};
+    uint64_t* offsets[3] = {&entry.w1_offset, &entry.w3_offset, &entry.w2_offset};
+    for (int m = 0; m < 3; ++m) {
+      *offsets[m] = offset;
+      offset += RoundUp(static_cast<uint64_t>(bytes[m]), kExpertStoreAlignment);
+      layout.expert_bytes += bytes[m];
+    }
   }
   layout.region_bytes = offset;
 }
@@ -220,23 +240,27 @@ absl::StatusOr<ShmRegion> CreateBoundRegion(const std::string& name, uint64_t re
 }
 
 // Copies on the pinned threads (first touch). w1/w3 slices are contiguous
-// rows of the source; a w2 slice is a column range, copied row by row.
-// Every stored row is hashed as it is written (expert_content.h).
+// rows of the source; a w2 slice is a column range, copied row by row (for
+// a block type: whole blocks, CheckModel's partition starts and ends it on
+// block boundaries). Every stored row is hashed as it is written
+// (expert_content.h).
 void CopySlices(const ModelWeights& model, const StoreLayout& layout, ThreadPool* pool, char* base, SliceHashes& hashes,
                 ProgressReporter& progress) {
-  const int64_t hidden = layout.hidden, element = layout.element;
+  const int64_t hidden = layout.hidden;
   std::vector<CopyTask> tasks;
   for (size_t i = 0; i < layout.slices.size(); ++i) {
     const ExpertSlice& s = layout.slices[i];
     const ExpertStoreEntry& entry = layout.table[i];
     const ExpertWeights& w = model.layers[static_cast<size_t>(s.layer)].experts[static_cast<size_t>(s.expert)];
-    const int64_t row = hidden * element;  // a w1/w3 row
-    AddCopy(tasks, base + entry.w1_offset, static_cast<const char*>(w.w1.data) + s.intermediate_begin * row, s.size(),
-            row, row, row, i, WeightRole::kExpertW1);
-    AddCopy(tasks, base + entry.w3_offset, static_cast<const char*>(w.w3.data) + s.intermediate_begin * row, s.size(),
-            row, row, row, i, WeightRole::kExpertW3);
-    AddCopy(tasks, base + entry.w2_offset, static_cast<const char*>(w.w2.data) + s.intermediate_begin * element, hidden,
-            s.size() * element, layout.intermediate * element, s.size() * element, i, WeightRole::kExpertW2);
+    const int64_t row1 = w.w1.row_bytes(), row3 = w.w3.row_bytes();  // a w1/w3 row
+    AddCopy(tasks, base + entry.w1_offset, static_cast<const char*>(w.w1.data) + s.intermediate_begin * row1, s.size(),
+            row1, row1, row1, i, WeightRole::kExpertW1);
+    AddCopy(tasks, base + entry.w3_offset, static_cast<const char*>(w.w3.data) + s.intermediate_begin * row3, s.size(),
+            row3, row3, row3, i, WeightRole::kExpertW3);
+    const int64_t part = DTypeRowBytes(w.w2.dtype, s.size());  // a stored w2 row
+    AddCopy(tasks, base + entry.w2_offset,
+            static_cast<const char*>(w.w2.data) + DTypeRowBytes(w.w2.dtype, s.intermediate_begin), hidden, part,
+            w.w2.row_bytes(), part, i, WeightRole::kExpertW2);
   }
   RunTasks(pool, tasks.size(), [&](int64_t t) {
     const CopyTask& task = tasks[static_cast<size_t>(t)];
@@ -326,9 +350,10 @@ void WriteHeader(const StoreLayout& layout, const ModelFingerprint& fingerprint,
 }
 
 void LogCreated(const std::string& name, const StoreLayout& layout, const ExpertStoreOptions& options, double seconds,
-                uint64_t content_hash) {
+                uint64_t content_hash, const std::string& dtypes) {
   LOG_INFO("expert store ", name, ": ", ExpertDivisionName(options.division), " worker ", options.worker_index, "/",
-           options.num_workers, ", ", layout.slices.size(), " slices, ", FormatBytes(layout.region_bytes),
+           options.num_workers, ", ", layout.slices.size(), " slices of ", dtypes, ", ",
+           FormatBytes(layout.expert_bytes), " of weights in ", FormatBytes(layout.region_bytes),
            options.numa_node >= 0 ? absl::StrCat(" on NUMA node ", options.numa_node) : std::string(" unbound"),
            options.fill ? ", generated in place by " : ", filled by ",
            options.pool != nullptr ? options.pool->num_threads() : 1, " thread(s) in ",
@@ -359,9 +384,7 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(const ModelWeig
   char* base = static_cast<char*>(mapping);
   SliceHashes hashes(layout.slices.size());
   {
-    int64_t expert_bytes = 0;  // three matrices of hidden x slice rows each
-    for (const ExpertSlice& s : layout.slices) expert_bytes += 3 * layout.hidden * s.size() * layout.element;
-    ProgressReporter progress(absl::StrCat("filling expert store ", region), expert_bytes);
+    ProgressReporter progress(absl::StrCat("filling expert store ", region), layout.expert_bytes);
     if (options.fill) {
       FillSlices(layout, options, base, hashes, progress);
     } else {
@@ -380,9 +403,12 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(const ModelWeig
   }
   // The same validation readers run: writer and readers index alike.
   TANDEM_ASSIGN_OR_RETURN(store->index_, IndexExpertStoreRegion(mapping, layout.region_bytes, region));
-  LogCreated(region, layout, options, SecondsSince(start), store->content_hash_);
+  store->expert_bytes_ = layout.expert_bytes;
+  LogCreated(region, layout, options, SecondsSince(start), store->content_hash_, store->dtypes());
   return store;
 }
+
+std::string ExpertStore::dtypes() const { return ExpertDTypesText(index_.weights); }
 
 absl::StatusOr<ExpertStoreView> ExpertStore::OpenReadOnly(const std::string& region_name) {
   return ExpertStoreView::Open(region_name);

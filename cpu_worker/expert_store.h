@@ -5,7 +5,9 @@
 //
 // Region layout: see common/expert_store_view.h (ExpertStoreHeader, then the
 // slice table, then per slice w1 [S, D], w3 [S, D], w2 [D, S], each matrix
-// 4096-byte aligned; S = the slice's rows of I, D = hidden size). The
+// 4096-byte aligned; S = the slice's rows of I, D = hidden size). Matrices
+// keep the model's types: float, or a GGUF's blocks when its experts are
+// kept quantized (a split then cuts w2 on block boundaries). The
 // format lives in common/ because the coordinator, which never includes
 // cpu_worker/, maps the region with ExpertStoreView.
 //
@@ -81,12 +83,18 @@ class ExpertStore {
   // The hash of each slice's stored bytes (slices() order) and of them all,
   // computed while the store was filled (common/model/expert_content.h).
   const std::vector<uint64_t>& slice_hashes() const { return slice_hashes_; }
+  // Its matrices' types, e.g. "BF16" or "Q4_K+Q6_K" (ExpertDTypesText).
+  std::string dtypes() const;
+  // Bytes of every stored matrix (without the alignment padding): what a
+  // whole pass over this worker's experts reads.
+  int64_t expert_bytes() const { return expert_bytes_; }
   uint64_t content_hash() const { return content_hash_; }
 
  private:
   ExpertStore() = default;
   std::vector<uint64_t> slice_hashes_;
   uint64_t content_hash_ = 0;
+  int64_t expert_bytes_ = 0;
   ShmRegion region_;        // owner: unmapped and unlinked with the store
   ExpertStoreIndex index_;  // slices, their weights (views into region_), lookup
 };

@@ -12,24 +12,31 @@ namespace tandem {
 
 LocalExpertExecutor::LocalExpertExecutor(std::vector<std::vector<ExpertFfnWeights>> experts, ThreadPool* pool,
                                          LinearOptions options, int split_ways)
-    : experts_(std::move(experts)), pool_(pool), split_ways_(split_ways), ffn_(pool, options) {}
+    : experts_(std::move(experts)), pool_(pool), split_ways_(split_ways), ffn_(pool, options) {
+  // The coarsest down_proj block of all, as ExpertSplitBlockOf gives the
+  // workers' stores, so the partials are cut where the workers cut them.
+  for (const std::vector<ExpertFfnWeights>& layer : experts_)
+    for (const ExpertFfnWeights& e : layer) split_block_ = std::max(split_block_, DTypeBlockSize(e.w2.dtype));
+}
 
 absl::Status LocalExpertExecutor::RunSplit(const ExpertFfnWeights& weights, const float* input, int64_t rows,
                                            float* output) {
-  TANDEM_RETURN_IF_ERROR(RequireFloatDType(weights.w2.dtype, "an expert's down_proj", "split_ways"));
-  TANDEM_ASSIGN_OR_RETURN(std::vector<IntermediateRange> ranges, SplitIntermediate(weights.w1.n, split_ways_));
+  // A quantized down_proj is cut on its blocks, as the workers' stores cut it.
+  TANDEM_ASSIGN_OR_RETURN(std::vector<IntermediateRange> ranges,
+                          SplitIntermediate(weights.w1.n, split_ways_, split_block_));
   const int64_t hidden = weights.w1.k;
   const int64_t intermediate = weights.w1.n;
   if (weights.w2.n != hidden || weights.w2.k != intermediate || weights.w3.n != intermediate || weights.w3.k != hidden)
     return absl::InvalidArgumentError(absl::StrCat("expert matrices are gate [", weights.w1.n, ", ", weights.w1.k,
                                                    "], up [", weights.w3.n, ", ", weights.w3.k, "], down [",
                                                    weights.w2.n, ", ", weights.w2.k, "]"));
-  const int64_t element = static_cast<int64_t>(DTypeSize(weights.w2.dtype));
-  size_t max_part = 0;
-  for (const IntermediateRange& range : ranges) max_part = std::max(max_part, static_cast<size_t>(range.size()));
+  const DType w2_dtype = weights.w2.dtype;
+  size_t max_part_bytes = 0;  // one stored w2 row of the largest part
+  for (const IntermediateRange& range : ranges)
+    max_part_bytes = std::max(max_part_bytes, static_cast<size_t>(DTypeRowBytes(w2_dtype, range.size())));
   try {
-    if (w2_part_.size() < static_cast<size_t>(hidden * element) * max_part)
-      w2_part_.resize(static_cast<size_t>(hidden * element) * max_part);
+    if (w2_part_.size() < static_cast<size_t>(hidden) * max_part_bytes)
+      w2_part_.resize(static_cast<size_t>(hidden) * max_part_bytes);
     if (partial_.size() < static_cast<size_t>(rows * hidden)) partial_.resize(static_cast<size_t>(rows * hidden));
     if (sum_.size() < static_cast<size_t>(rows * hidden)) sum_.resize(static_cast<size_t>(rows * hidden));
   } catch (const std::bad_alloc&) {
@@ -39,24 +46,25 @@ absl::Status LocalExpertExecutor::RunSplit(const ExpertFfnWeights& weights, cons
     const IntermediateRange range = ranges[w];
     const int64_t part = range.size();
     // The slice a split worker stores (cpu_worker/expert_store.h): W1/W3 rows
-    // are contiguous in place; W2's columns are gathered row by row.
+    // are contiguous in place; W2's columns (whole blocks) are gathered row
+    // by row.
     const char* w2 = static_cast<const char*>(weights.w2.data);
+    const int64_t part_bytes = DTypeRowBytes(w2_dtype, part), skip = DTypeRowBytes(w2_dtype, range.begin);
+    const int64_t w2_row = weights.w2.row_bytes();
     auto copy_rows = [&](int64_t d, int) {
-      std::memcpy(w2_part_.data() + d * part * element, w2 + (d * intermediate + range.begin) * element,
-                  static_cast<size_t>(part * element));
+      std::memcpy(w2_part_.data() + d * part_bytes, w2 + d * w2_row + skip, static_cast<size_t>(part_bytes));
     };
     if (pool_ != nullptr) {
       pool_->ParallelFor(hidden, copy_rows);
     } else {
       for (int64_t d = 0; d < hidden; ++d) copy_rows(d, 0);
     }
-    const int64_t row_bytes = hidden * static_cast<int64_t>(DTypeSize(weights.w1.dtype));
     ExpertFfnWeights slice;
-    slice.w1 = LinearWeight{static_cast<const char*>(weights.w1.data) + range.begin * row_bytes, weights.w1.dtype, part,
-                            hidden};
-    slice.w3 = LinearWeight{static_cast<const char*>(weights.w3.data) + range.begin * row_bytes, weights.w3.dtype, part,
-                            hidden};
-    slice.w2 = LinearWeight{w2_part_.data(), weights.w2.dtype, hidden, part};
+    slice.w1 = LinearWeight{static_cast<const char*>(weights.w1.data) + range.begin * weights.w1.row_bytes(),
+                            weights.w1.dtype, part, hidden};
+    slice.w3 = LinearWeight{static_cast<const char*>(weights.w3.data) + range.begin * weights.w3.row_bytes(),
+                            weights.w3.dtype, part, hidden};
+    slice.w2 = LinearWeight{w2_part_.data(), w2_dtype, hidden, part};
     // Worker order, as the coordinator sums: out = p_0; out += p_1; ...
     // Summed in scratch, not in `output`: every partial reads `input`, which
     // may be the same buffer.
@@ -89,8 +97,8 @@ absl::Status LocalExpertExecutor::RunExperts(int layer, std::span<const ExpertWo
       return absl::InvalidArgumentError(absl::StrCat("LocalExpertExecutor: layer ", layer, " expert ", entry.expert,
                                                      " has null input or output for ", entry.num_rows, " rows"));
     if (split_ways_ != 1) {
-      absl::StatusOr<std::vector<IntermediateRange>> ranges =
-          SplitIntermediate(layer_experts[static_cast<size_t>(entry.expert)].w1.n, split_ways_);
+      const ExpertFfnWeights& w = layer_experts[static_cast<size_t>(entry.expert)];
+      absl::StatusOr<std::vector<IntermediateRange>> ranges = SplitIntermediate(w.w1.n, split_ways_, split_block_);
       if (!ranges.ok())
         return absl::InvalidArgumentError(absl::StrCat("LocalExpertExecutor: layer ", layer, " expert ", entry.expert,
                                                        ": split_ways ", split_ways_, ": ", ranges.status().message()));

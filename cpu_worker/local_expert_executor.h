@@ -62,6 +62,7 @@ class LocalExpertExecutor final : public ExpertExecutor {
   std::vector<std::vector<ExpertFfnWeights>> experts_;  // [layer][expert]
   ThreadPool* pool_;
   int split_ways_;
+  int64_t split_block_ = 1;       // a split cuts W2 into whole blocks of this many values
   ExpertFfn ffn_;                 // owns the [R, I] scratch, reused across calls
   std::vector<uint8_t> w2_part_;  // [D, S] one W2 column slice, contiguous (split_ways > 1)
   std::vector<float> partial_;    // [R, D] p_w for w > 0 (split_ways > 1)

@@ -67,6 +67,10 @@ ABSL_FLAG(std::string, model, "", "model directory (config.json + *.safetensors)
 ABSL_FLAG(std::string, synthetic, "",
           "instead of --model: a synthetic preset generated in memory, PRESET[:layers] (as tandem-make-model)");
 ABSL_FLAG(uint64_t, synthetic_seed, 0, "seed of the --synthetic weights (as tandem-make-model --seed)");
+ABSL_FLAG(std::string, gguf_experts, "bf16",
+          "GGUF files: store the experts dequantized to BF16 (bf16, the default) or in their quantized blocks, "
+          "computed by the quantized CPU kernels (quantized, or auto: this worker computes them on its CPU). Must "
+          "agree with the coordinator's --gguf_experts: it refuses a worker whose expert types differ");
 ABSL_FLAG(std::string, socket, "", "unix socket path to serve on");
 ABSL_FLAG(int32_t, worker_index, 0, "this worker's index in [0, num_workers)");
 ABSL_FLAG(int32_t, num_workers, 1, "how many workers share the experts");
@@ -122,6 +126,7 @@ struct WorkerConfig {
   WorkerRpcMode rpc_mode = WorkerRpcMode::kAsync;
   bool echo = false;
   bool measure_kernel_plan = false;
+  bool quantized_experts = false;  // --gguf_experts quantized|auto: a GGUF's expert blocks kept
 
   // Without the random suffix ShmRegion appends (ShmCreateOptions::unique_suffix).
   std::string experts_region() const { return absl::StrCat(region_prefix, "-w", worker_index, "-experts"); }
@@ -206,6 +211,12 @@ absl::StatusOr<WorkerConfig> ConfigFromFlags() {
   if (!rpc_mode.ok()) return absl::InvalidArgumentError(absl::StrCat("--grpc_server: ", rpc_mode.status().message()));
   c.rpc_mode = *rpc_mode;
   c.echo = absl::GetFlag(FLAGS_echo);
+  const std::string gguf_experts = absl::GetFlag(FLAGS_gguf_experts);
+  if (gguf_experts != "bf16" && gguf_experts != "quantized" && gguf_experts != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--gguf_experts \"", gguf_experts, "\": expected auto, quantized or bf16"));
+  }
+  c.quantized_experts = gguf_experts != "bf16";
   return c;
 }
 
@@ -324,10 +335,14 @@ absl::StatusOr<ModelConfig> LoadConfigOnly(const WorkerConfig& c) {
 // loader reads): the store generates this worker's slices straight into its
 // region (SyntheticStoreFill), so no expert byte exists twice and none of
 // another worker's share exists at all.
-// A GGUF's quantized experts are dequantized at load until there are
-// quantized kernels (the loader's fallback): only the experts this worker
-// holds a slice of.
+// A GGUF's quantized experts are kept as views of their blocks
+// (--gguf_experts quantized: the store copies this worker's blocks), or
+// dequantized to BF16 at load: only the experts this worker holds a slice of.
 absl::StatusOr<std::unique_ptr<Model>> LoadWorkerModel(const WorkerConfig& c, int num_threads) {
+  if (!c.model.synthetic && IsGgufPath(c.model.model_dir) && c.quantized_experts) {
+    return LoadModel(c.model.model_dir,
+                     ModelLoadOptions{.num_threads = num_threads, .quantized = QuantizedWeights::kKeepExperts});
+  }
   if (!c.model.synthetic && IsGgufPath(c.model.model_dir)) {
     TANDEM_ASSIGN_OR_RETURN(const ModelConfig config, LoadModelConfigAt(c.model.model_dir));
     ModelLoadOptions load{.num_threads = num_threads};
@@ -447,6 +462,7 @@ absl::StatusOr<WorkerCompute> StoreCompute(const WorkerConfig& c, const WorkerPl
   options->weights_region_bytes = compute.store->region_bytes();
   options->slice_hashes = compute.store->slice_hashes();
   options->content_hash = compute.store->content_hash();
+  options->experts_dtypes = compute.store->dtypes();
   if (c.measure_kernel_plan) TANDEM_RETURN_IF_ERROR(MeasureWorkerKernelPlan(c, *compute.store, pool));
   compute.executor = std::make_unique<StoreExpertExecutor>(compute.store.get(), pool);
   options->compute = "store";

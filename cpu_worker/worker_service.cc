@@ -467,6 +467,7 @@ void WorkerService::FillDescription(v1::DescribeResponse* response) const {
     if (i < o.slice_hashes.size()) share->set_content_hash(o.slice_hashes[i]);
   }
   response->set_content_hash(o.content_hash);
+  response->set_experts_dtypes(o.experts_dtypes);
   response->set_weights_region(o.weights_region);
   response->set_weights_region_bytes(o.weights_region_bytes);
   if (arena_) {

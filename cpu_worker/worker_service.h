@@ -65,6 +65,9 @@ struct WorkerServiceOptions {
   // their combination; empty / 0 for an echo worker.
   std::vector<uint64_t> slice_hashes;
   uint64_t content_hash = 0;
+  // The stored matrices' types (ExpertStore::dtypes), e.g. "BF16" or
+  // "Q4_K+Q6_K"; empty for an echo worker.
+  std::string experts_dtypes;
   // The tensor arena for TRANSPORT_SHM and the doorbell; nullopt: inline only.
   std::optional<ArenaOptions> arena;
   absl::Duration doorbell_spin = absl::Microseconds(50);  // busy-wait before the futex sleep

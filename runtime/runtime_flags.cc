@@ -25,11 +25,11 @@ ABSL_FLAG(std::string, synthetic, "",
           "tokenizer trained in memory), PRESET[:layers], e.g. tiny:2 or mixtral-8x7b");
 ABSL_FLAG(uint64_t, synthetic_seed, 0, "seed of the --synthetic weights (as tandem-make-model --seed)");
 ABSL_FLAG(std::string, gguf_experts, "bf16",
-          "GGUF files: dequantize the experts to BF16 at load (bf16, the default: today the fastest, and what CPU "
-          "workers and the GPU expert pool take), or run them from their quantized blocks with the quantized CPU "
-          "kernels (quantized: 2-4x less memory, slower decode until the block decoders are vectorized; "
-          "docs/BENCHMARKS.md); auto = quantized for experts computed in this process's CPU executor, bf16 "
-          "otherwise. Other quantized matrices are dequantized to BF16 either way");
+          "GGUF files: dequantize the experts to BF16 at load (bf16, the default, and what the GPU expert pool "
+          "takes), or run them from their quantized blocks with the quantized CPU kernels, in this process or in "
+          "the CPU workers (quantized: 2-4x less memory; the workers need the same --gguf_experts; "
+          "docs/BENCHMARKS.md); auto = quantized unless --execution_policy, bf16 otherwise. Other quantized "
+          "matrices are dequantized to BF16 either way");
 ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all available cores");
 ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(2),
           "how often a long load (generating, reading, dequantizing weights) logs its progress, e.g. 2s, 500ms");
@@ -160,20 +160,22 @@ absl::Status PrecalcFlags(PrecalcOptions* o) {
 }
 
 // --gguf_experts: quantized experts only where the quantized CPU kernels
-// compute them (this process's executor, no orchestrator pool).
+// compute them (this process's executor or the CPU workers, whose stores
+// then hold the blocks: they must be started with the same --gguf_experts,
+// which Connect checks), not with an orchestrator's expert pool.
 absl::StatusOr<QuantizedWeights> GgufExpertsFromFlags(const LocalRuntimeOptions& options) {
   const std::string mode = absl::GetFlag(FLAGS_gguf_experts);
-  const bool in_process_cpu = absl::GetFlag(FLAGS_workers).empty() && !options.orchestrator.enabled;
+  const bool cpu_only = !options.orchestrator.enabled;
   if (mode == "quantized") {
-    if (!in_process_cpu) {
+    if (!cpu_only) {
       return absl::InvalidArgumentError(
-          "--gguf_experts quantized: CPU workers and the expert pool (--workers, --execution_policy) take only "
-          "float experts today; use --gguf_experts bf16 (or auto)");
+          "--gguf_experts quantized: the expert pool (--execution_policy) takes only float experts today; use "
+          "--gguf_experts bf16 (or auto)");
     }
     return QuantizedWeights::kKeepExperts;
   }
   if (mode == "bf16") return QuantizedWeights::kDequantizeToBf16;
-  if (mode == "auto") return in_process_cpu ? QuantizedWeights::kKeepExperts : QuantizedWeights::kDequantizeToBf16;
+  if (mode == "auto") return cpu_only ? QuantizedWeights::kKeepExperts : QuantizedWeights::kDequantizeToBf16;
   return absl::InvalidArgumentError(absl::StrCat("--gguf_experts \"", mode, "\": expected auto, quantized or bf16"));
 }
 

@@ -176,5 +176,50 @@ TEST(ExpertPartitionTest, ErrorsNameTheProblem) {
   EXPECT_FALSE(SplitIntermediate(3, 4).ok());
 }
 
+// A quantized down_proj is split on whole blocks: every boundary a multiple
+// of the block (of lcm(16, block) when I allows), covering [0, I); fewer
+// blocks than workers, or I not whole blocks, is refused saying so, and
+// PartitionExperts names the tensor, its type and the block size.
+TEST(SplitIntermediateTest, BlocksAreNeverCut) {
+  for (const int64_t block : {32, 256}) {
+    for (const int64_t intermediate : {block * 4, block * 7, int64_t{14336}, block * 56 + block}) {
+      for (int workers = 1; workers <= 6; ++workers) {
+        absl::StatusOr<std::vector<IntermediateRange>> ranges = SplitIntermediate(intermediate, workers, block);
+        if (intermediate / block < workers) {
+          EXPECT_FALSE(ranges.ok()) << intermediate << " / " << workers;
+          continue;
+        }
+        ASSERT_TRUE(ranges.ok()) << ranges.status();
+        int64_t begin = 0;
+        for (const IntermediateRange& r : *ranges) {
+          EXPECT_EQ(r.begin, begin);
+          EXPECT_EQ(r.begin % block, 0) << intermediate << " / " << workers;
+          EXPECT_GT(r.size(), 0);
+          EXPECT_EQ(r.size() % block, 0) << intermediate << " / " << workers;
+          begin = r.end;
+        }
+        EXPECT_EQ(begin, intermediate);
+      }
+    }
+  }
+  // The block-free split is unchanged: 16-row units.
+  EXPECT_EQ((*SplitIntermediate(96, 2, 1))[0].end, 48);
+  absl::StatusOr<std::vector<IntermediateRange>> few = SplitIntermediate(512, 3, 256);
+  ASSERT_FALSE(few.ok());
+  EXPECT_TRUE(absl::StrContains(few.status().message(), "without a whole block")) << few.status();
+  EXPECT_FALSE(SplitIntermediate(500, 2, 32).ok());  // not whole blocks
+
+  const ExpertSplitBlock q6{.values = 256, .dtype = DType::kQ6_K, .tensor = "model.layers.1.x.w2.weight"};
+  absl::StatusOr<std::vector<ExpertSlice>> refused =
+      PartitionExperts(Config(2, 4, 512), ExpertDivision::kSplit, 0, 3, q6);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  for (const char* part : {"model.layers.1.x.w2.weight", "Q6_K", "256-value blocks", "3 workers"}) {
+    EXPECT_TRUE(absl::StrContains(refused.status().message(), part)) << part << ": " << refused.status();
+  }
+  EXPECT_OK(PartitionExperts(Config(2, 4, 512), ExpertDivision::kShard, 0, 3, q6));
+  EXPECT_OK(PartitionExperts(Config(2, 4, 512), ExpertDivision::kSplit, 1, 2, q6));
+}
+
 }  // namespace
 }  // namespace tandem

@@ -1,5 +1,7 @@
 #include "common/base/expert_division.h"
 
+#include <numeric>
+
 #include "absl/strings/str_cat.h"
 
 namespace tandem {
@@ -21,17 +23,28 @@ std::string ExpertDivisionName(ExpertDivision division) {
   return division == ExpertDivision::kSplit ? "split" : "shard";
 }
 
-absl::StatusOr<std::vector<IntermediateRange>> SplitIntermediate(int64_t intermediate_size, int num_workers) {
+absl::StatusOr<std::vector<IntermediateRange>> SplitIntermediate(int64_t intermediate_size, int num_workers,
+                                                                 int64_t block) {
   if (num_workers < 1) return absl::InvalidArgumentError(absl::StrCat("num_workers must be >= 1, got ", num_workers));
   if (intermediate_size < 1)
     return absl::InvalidArgumentError(absl::StrCat("intermediate_size must be >= 1, got ", intermediate_size));
-  if (intermediate_size < num_workers)
-    return absl::InvalidArgumentError(absl::StrCat("a split of intermediate_size ", intermediate_size, " between ",
-                                                   num_workers, " workers would leave a worker with no rows"));
+  if (block < 1) return absl::InvalidArgumentError(absl::StrCat("split block must be >= 1, got ", block));
+  if (intermediate_size % block != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("intermediate_size ", intermediate_size, " is not a whole number of ", block, "-value blocks"));
+  if (intermediate_size / block < num_workers)
+    return absl::InvalidArgumentError(
+        block == 1 ? absl::StrCat("a split of intermediate_size ", intermediate_size, " between ", num_workers,
+                                  " workers would leave a worker with no rows")
+                   : absl::StrCat("a split of intermediate_size ", intermediate_size, " (", intermediate_size / block,
+                                  " blocks of ", block, ") between ", num_workers,
+                                  " workers would leave a worker without a whole block"));
   // Whole units when every worker gets at least one; the rows past the last
   // whole unit go to the last worker, which never got an extra unit, so sizes
-  // still differ by at most one unit.
-  const int64_t unit = intermediate_size >= kSplitUnit * num_workers ? kSplitUnit : 1;
+  // still differ by at most one unit. With blocks, the unit is a multiple of
+  // the block, so every boundary (and the end, I) is too.
+  const int64_t wide = std::lcm(kSplitUnit, block);
+  const int64_t unit = intermediate_size >= wide * num_workers ? wide : block;
   const int64_t units = intermediate_size / unit;
   std::vector<IntermediateRange> ranges(static_cast<size_t>(num_workers));
   int64_t begin = 0;

@@ -40,7 +40,13 @@ struct IntermediateRange {
 // (when I is not a multiple of 16); otherwise rows are dealt one by one.
 // Sizes differ by at most 16 rows (by at most one row in the row-by-row case).
 // InvalidArgument when num_workers < 1, I < 1, or I < num_workers.
-absl::StatusOr<std::vector<IntermediateRange>> SplitIntermediate(int64_t intermediate_size, int num_workers);
+//
+// `block` > 1 (a block-quantized down_proj, whose rows are cut along I: a
+// slice must be whole blocks): every boundary is a multiple of
+// lcm(16, block) when I allows, else of `block`; InvalidArgument saying so
+// when I is not a multiple of `block` or has fewer blocks than workers.
+absl::StatusOr<std::vector<IntermediateRange>> SplitIntermediate(int64_t intermediate_size, int num_workers,
+                                                                 int64_t block = 1);
 
 // The worker that holds (layer, expert) whole under shard: (expert + layer)
 // mod num_workers. num_workers must be >= 1.

@@ -98,9 +98,18 @@ absl::StatusOr<std::vector<uint64_t>> HashExpertSlices(const ModelWeights& weigh
             absl::StrCat("layer ", s.layer, " expert ", s.expert, ": this process holds no bytes of it to hash"));
       }
     }
+    // A block-quantized w2 slice is whole blocks of each row, as the
+    // worker's store cuts it (PartitionExperts with ExpertSplitBlockOf).
+    const int64_t block = DTypeBlockSize(w.w2.dtype);
+    if (s.intermediate_begin % block != 0 || s.size() % block != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "expert slice layer ", s.layer, " expert ", s.expert, " [", s.intermediate_begin, ", ", s.intermediate_end,
+          ") cuts its ", std::string(DTypeName(w.w2.dtype)), " down_proj inside a ", block, "-value block"));
+    }
     dtype = w.w1.dtype;
   }
-  const int64_t element = static_cast<int64_t>(DTypeSize(dtype));
+  // Task sizes only: about a byte per value for the block types.
+  const int64_t element = std::max<int64_t>(1, static_cast<int64_t>(DTypeSize(dtype)));
   const std::vector<RowRun> runs = RowRuns(slices, hidden, element);
   return SumRuns(slices.size(), runs, pool, [&](const RowRun& r, int) {
     const ExpertSlice& s = slices[r.slice];
@@ -108,15 +117,15 @@ absl::StatusOr<std::vector<uint64_t>> HashExpertSlices(const ModelWeights& weigh
     uint64_t sum = 0;
     for (int64_t row = r.first; row < r.last; ++row) {
       if (r.role == WeightRole::kExpertW2) {
-        const auto* bytes =
-            static_cast<const uint8_t*>(w.w2.data) + (row * intermediate + s.intermediate_begin) * element;
-        sum += HashExpertRow(bytes, static_cast<size_t>(s.size() * element),
+        const auto* bytes = static_cast<const uint8_t*>(w.w2.data) + row * w.w2.row_bytes() +
+                            DTypeRowBytes(w.w2.dtype, s.intermediate_begin);
+        sum += HashExpertRow(bytes, static_cast<size_t>(DTypeRowBytes(w.w2.dtype, s.size())),
                              ExpertRowSeed(s.layer, s.expert, r.role, row, s.intermediate_begin));
       } else {
         const LinearWeight& m = r.role == WeightRole::kExpertW1 ? w.w1 : w.w3;
         const int64_t full_row = s.intermediate_begin + row;
-        const auto* bytes = static_cast<const uint8_t*>(m.data) + full_row * hidden * element;
-        sum += HashExpertRow(bytes, static_cast<size_t>(hidden * element),
+        const auto* bytes = static_cast<const uint8_t*>(m.data) + full_row * m.row_bytes();
+        sum += HashExpertRow(bytes, static_cast<size_t>(m.row_bytes()),
                              ExpertRowSeed(s.layer, s.expert, r.role, full_row, 0));
       }
     }
@@ -177,5 +186,18 @@ uint64_t CombineExpertContentHashes(std::span<const ExpertSlice> slices, std::sp
 }
 
 std::string ContentHashString(uint64_t hash) { return absl::StrFormat("%016x", hash); }
+
+std::string ExpertDTypesText(std::span<const ExpertWeights> experts) {
+  uint32_t seen = 0;  // bit i: DType i
+  for (const ExpertWeights& e : experts) {
+    for (const LinearWeight* m : {&e.w1, &e.w3, &e.w2}) seen |= 1u << static_cast<uint32_t>(m->dtype);
+  }
+  std::string text;
+  for (uint32_t i = 0; i < 32; ++i) {
+    if ((seen & (1u << i)) == 0) continue;
+    absl::StrAppend(&text, text.empty() ? "" : "+", std::string(DTypeName(static_cast<DType>(i))));
+  }
+  return text;
+}
 
 }  // namespace tandem

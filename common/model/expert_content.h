@@ -62,4 +62,10 @@ uint64_t CombineExpertContentHashes(std::span<const ExpertSlice> slices, std::sp
 // "0123456789abcdef"
 std::string ContentHashString(uint64_t hash);
 
+// The distinct types of `experts`' matrices, in DType order, joined with
+// '+': "BF16", "Q4_K+Q6_K". What a worker says it stores and a coordinator
+// compares with its own model's (two processes that dequantize a GGUF
+// differently never agree on content hashes; this says why).
+std::string ExpertDTypesText(std::span<const ExpertWeights> experts);
+
 }  // namespace tandem

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/model/tensor_names.h"
 
 namespace tandem {
 namespace {
@@ -16,8 +17,24 @@ absl::Status CheckWorkers(int worker_index, int num_workers) {
 
 }  // namespace
 
+ExpertSplitBlock ExpertSplitBlockOf(const ModelWeights& weights) {
+  ExpertSplitBlock block;
+  for (size_t l = 0; l < weights.layers.size(); ++l) {
+    const std::vector<ExpertWeights>& experts = weights.layers[l].experts;
+    for (size_t e = 0; e < experts.size(); ++e) {
+      const DType dtype = experts[e].w2.dtype;
+      if (DTypeBlockSize(dtype) <= block.values) continue;
+      block.values = DTypeBlockSize(dtype);
+      block.dtype = dtype;
+      block.tensor = WeightName(weights.config, WeightRole::kExpertW2, static_cast<int>(l), static_cast<int>(e));
+    }
+  }
+  return block;
+}
+
 absl::StatusOr<std::vector<ExpertSlice>> PartitionExperts(const ModelConfig& config, ExpertDivision division,
-                                                          int worker_index, int num_workers) {
+                                                          int worker_index, int num_workers,
+                                                          const ExpertSplitBlock& block) {
   TANDEM_RETURN_IF_ERROR(CheckWorkers(worker_index, num_workers));
   if (config.num_hidden_layers < 1)
     return absl::InvalidArgumentError(
@@ -33,9 +50,17 @@ absl::StatusOr<std::vector<ExpertSlice>> PartitionExperts(const ModelConfig& con
   const int experts = static_cast<int>(config.num_local_experts);
   std::vector<ExpertSlice> slices;
   if (division == ExpertDivision::kSplit) {
-    TANDEM_ASSIGN_OR_RETURN(std::vector<IntermediateRange> ranges,
-                            SplitIntermediate(config.intermediate_size, num_workers));
-    const IntermediateRange mine = ranges[static_cast<size_t>(worker_index)];
+    absl::StatusOr<std::vector<IntermediateRange>> ranges =
+        SplitIntermediate(config.intermediate_size, num_workers, block.values);
+    if (!ranges.ok() && block.values > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("split of ", block.tensor, " (", std::string(DTypeName(block.dtype)), ", ", block.values,
+                       "-value blocks) between ", num_workers, " workers: ", ranges.status().message(),
+                       "; a slice of a quantized matrix must be whole blocks (use fewer workers, --division shard or "
+                       "--gguf_experts bf16)"));
+    }
+    if (!ranges.ok()) return ranges.status();
+    const IntermediateRange mine = (*ranges)[static_cast<size_t>(worker_index)];
     slices.reserve(static_cast<size_t>(layers) * static_cast<size_t>(experts));
     for (int layer = 0; layer < layers; ++layer)
       for (int expert = 0; expert < experts; ++expert)

@@ -16,10 +16,14 @@ absl::Status Corrupt(const std::string& region_name, const std::string& what) {
   return absl::DataLossError(absl::StrCat("expert store region ", region_name, " is corrupt: ", what));
 }
 
-// a * b * c bytes, or -1 when it overflows or exceeds `limit`.
-int64_t MatrixBytes(int64_t rows, int64_t cols, int64_t element_bytes, uint64_t limit) {
-  const unsigned __int128 bytes = static_cast<unsigned __int128>(rows) * static_cast<unsigned __int128>(cols) *
-                                  static_cast<unsigned __int128>(element_bytes);
+constexpr uint32_t kLastDType = static_cast<uint32_t>(DType::kQ6_K);
+
+// rows x DTypeRowBytes(dtype, cols) bytes, or -1 when it overflows or
+// exceeds `limit`.
+int64_t MatrixBytes(int64_t rows, int64_t cols, DType dtype, uint64_t limit) {
+  const unsigned __int128 bytes = static_cast<unsigned __int128>(rows) *
+                                  static_cast<unsigned __int128>(cols / DTypeBlockSize(dtype)) *
+                                  static_cast<unsigned __int128>(DTypeBlockBytes(dtype));
   return bytes > limit ? -1 : static_cast<int64_t>(bytes);
 }
 
@@ -45,8 +49,8 @@ absl::StatusOr<const ExpertStoreHeader*> CheckHeader(const void* base, size_t by
   if (header->region_bytes != bytes)
     return Corrupt(region_name, absl::StrCat("header says region_bytes ", header->region_bytes, " but the region is ",
                                              bytes, " bytes"));
-  if (header->dtype > static_cast<uint32_t>(DType::kBF16))
-    return Corrupt(region_name, absl::StrCat("dtype ", header->dtype, " is not F32, F16 or BF16"));
+  if (header->dtype > kLastDType)
+    return Corrupt(region_name, absl::StrCat("dtype ", header->dtype, " is not a type tandem stores"));
   if (header->division > static_cast<uint32_t>(ExpertDivision::kShard))
     return Corrupt(region_name, absl::StrCat("division ", header->division, " is not split or shard"));
   if (header->hidden_size < 1 || header->intermediate_size < 1 || header->hidden_size > static_cast<int64_t>(bytes) ||
@@ -88,11 +92,36 @@ ExpertStoreInfo InfoOf(const ExpertStoreHeader& header) {
                          .tensors_hash = header.tensors_hash};
 }
 
+// One matrix of an entry: its dtype known, its rows whole blocks (a w2
+// slice also starting on one), inside the data and aligned; its view.
+absl::StatusOr<LinearWeight> CheckMatrix(const void* base, size_t bytes, const std::string& region_name,
+                                         const ExpertStoreHeader& header, const std::string& where, const char* name,
+                                         uint32_t dtype_value, uint64_t offset, int64_t rows, int64_t cols,
+                                         int64_t col0) {
+  if (dtype_value > kLastDType)
+    return Corrupt(region_name, absl::StrCat(where, " ", name, "_dtype ", dtype_value, " is not a type tandem stores"));
+  const DType dtype = static_cast<DType>(dtype_value);
+  const int64_t block = DTypeBlockSize(dtype);
+  if (cols % block != 0 || col0 % block != 0)
+    return Corrupt(region_name,
+                   absl::StrCat(where, " ", name, " is ", std::string(DTypeName(dtype)), " with rows of ", cols,
+                                " values from column ", col0, ", not whole ", block, "-value blocks"));
+  const int64_t matrix_bytes = MatrixBytes(rows, cols, dtype, bytes);
+  if (matrix_bytes < 0)
+    return Corrupt(region_name,
+                   absl::StrCat(where, " has a [", rows, ", ", cols, "] ", name, " larger than the region"));
+  if (offset < header.data_offset || offset % kExpertStoreAlignment != 0 || offset > bytes ||
+      static_cast<uint64_t>(matrix_bytes) > bytes - offset)
+    return Corrupt(region_name, absl::StrCat(where, " ", name, "_offset ", offset, " + ", matrix_bytes,
+                                             " bytes is outside the data [", header.data_offset, ", ", bytes,
+                                             ") or not ", kExpertStoreAlignment, "-aligned"));
+  return LinearWeight{static_cast<const char*>(base) + offset, dtype, rows, cols};
+}
+
 // Table entry i, checked (in range, in (layer, expert) order after
 // *previous_key, its rows and matrices inside the data), into `index`.
 absl::Status AddSlice(const void* base, size_t bytes, const std::string& region_name, const ExpertStoreHeader& header,
                       uint64_t i, const ExpertStoreEntry& entry, int64_t* previous_key, ExpertStoreIndex* index) {
-  const int64_t element_bytes = static_cast<int64_t>(DTypeSize(index->info.dtype));
   const int64_t hidden = header.hidden_size;
   const std::string where = absl::StrCat("slice ", i, " (layer ", entry.layer, " expert ", entry.expert, ")");
   if (entry.layer < 0 || entry.layer >= header.num_layers || entry.expert < 0 || entry.expert >= header.num_experts)
@@ -107,23 +136,13 @@ absl::Status AddSlice(const void* base, size_t bytes, const std::string& region_
     return Corrupt(region_name, absl::StrCat(where, " has rows [", entry.intermediate_begin, ", ",
                                              entry.intermediate_end, ") outside [0, ", header.intermediate_size, ")"));
   const int64_t rows = entry.intermediate_end - entry.intermediate_begin;
-  const int64_t matrix_bytes = MatrixBytes(rows, hidden, element_bytes, bytes);
-  if (matrix_bytes < 0)
-    return Corrupt(region_name, absl::StrCat(where, " has [", rows, ", ", hidden, "] matrices larger than the region"));
-  const std::pair<const char*, uint64_t> matrices[] = {
-      {"w1", entry.w1_offset}, {"w3", entry.w3_offset}, {"w2", entry.w2_offset}};
-  for (const auto& [name, offset] : matrices) {
-    if (offset < header.data_offset || offset % kExpertStoreAlignment != 0 || offset > bytes ||
-        static_cast<uint64_t>(matrix_bytes) > bytes - offset)
-      return Corrupt(region_name, absl::StrCat(where, " ", name, "_offset ", offset, " + ", matrix_bytes,
-                                               " bytes is outside the data [", header.data_offset, ", ", bytes,
-                                               ") or not ", kExpertStoreAlignment, "-aligned"));
-  }
-  const char* data = static_cast<const char*>(base);
   ExpertWeights weights;
-  weights.w1 = LinearWeight{data + entry.w1_offset, index->info.dtype, rows, hidden};
-  weights.w3 = LinearWeight{data + entry.w3_offset, index->info.dtype, rows, hidden};
-  weights.w2 = LinearWeight{data + entry.w2_offset, index->info.dtype, hidden, rows};
+  TANDEM_ASSIGN_OR_RETURN(weights.w1, CheckMatrix(base, bytes, region_name, header, where, "w1", entry.w1_dtype,
+                                                  entry.w1_offset, rows, hidden, 0));
+  TANDEM_ASSIGN_OR_RETURN(weights.w3, CheckMatrix(base, bytes, region_name, header, where, "w3", entry.w3_dtype,
+                                                  entry.w3_offset, rows, hidden, 0));
+  TANDEM_ASSIGN_OR_RETURN(weights.w2, CheckMatrix(base, bytes, region_name, header, where, "w2", entry.w2_dtype,
+                                                  entry.w2_offset, hidden, rows, entry.intermediate_begin));
   index->by_expert[static_cast<size_t>(key)] = static_cast<int32_t>(index->slices.size());
   index->slices.push_back(ExpertSlice{entry.layer, entry.expert, entry.intermediate_begin, entry.intermediate_end});
   index->weights.push_back(weights);

@@ -8,13 +8,18 @@
 // Region layout (offsets from the start of the region, little-endian, as the
 // writer's and readers' x86-64 hosts are):
 //   [0, 104)                ExpertStoreHeader
-//   [104, 104 + 48 * count) the slice table: one ExpertStoreEntry per slice,
+//   [104, 104 + 64 * count) the slice table: one ExpertStoreEntry per slice,
 //                           in (layer, expert) order
 //   [data_offset, ...)      per slice, each matrix kExpertStoreAlignment-aligned:
 //     w1: [S, D]  rows intermediate_begin..end of gate_proj, stored dtype
 //     w3: [S, D]  the same rows of up_proj
 //     w2: [D, S]  columns intermediate_begin..end of down_proj, row-major
 //   (S = intermediate_end - intermediate_begin, D = hidden size)
+// Each matrix has its own dtype (the entry's): a float type, or a ggml block
+// type whose rows are whole blocks (DTypeRowBytes bytes each), as a GGUF
+// kept quantized stores them (a Q4_K_M file mixes Q4_K, Q5_K and Q6_K). A
+// quantized w2 slice is whole blocks of each row: intermediate_begin and S
+// are multiples of its block size (PartitionExperts cuts it so).
 // The magic is written last, after every byte above it: a region whose magic
 // is still zero is being filled (FailedPrecondition), one with any other
 // wrong value is corrupt (DataLoss).
@@ -34,7 +39,8 @@
 namespace tandem {
 
 inline constexpr uint64_t kExpertStoreMagic = 0x545058454D444E54ull;  // the bytes "TNDMEXPT", read little-endian
-inline constexpr uint32_t kExpertStoreVersion = 1;
+// 2: per-matrix dtypes in the table, block-quantized matrices.
+inline constexpr uint32_t kExpertStoreVersion = 2;
 // Page size: matrices start on page boundaries, so binding, DMA registration
 // (cudaHostRegister) and the kernels' vector loads all see aligned memory.
 inline constexpr uint64_t kExpertStoreAlignment = 4096;
@@ -42,7 +48,7 @@ inline constexpr uint64_t kExpertStoreAlignment = 4096;
 struct ExpertStoreHeader {
   uint64_t magic = 0;         // kExpertStoreMagic, the bytes "TNDMEXPT"
   uint32_t version = 0;       // kExpertStoreVersion
-  uint32_t dtype = 0;         // DType of every matrix
+  uint32_t dtype = 0;         // DType of the first slice's w1 (each entry has its matrices' own)
   uint64_t region_bytes = 0;  // the whole region: equals the shm object's size
   uint64_t table_offset = 0;  // sizeof(ExpertStoreHeader)
   uint64_t data_offset = 0;   // first matrix: header + table rounded up to the alignment
@@ -65,15 +71,19 @@ struct ExpertStoreEntry {
   int32_t expert = 0;
   int64_t intermediate_begin = 0;
   int64_t intermediate_end = 0;
-  uint64_t w1_offset = 0;  // [S, D]
-  uint64_t w3_offset = 0;  // [S, D]
-  uint64_t w2_offset = 0;  // [D, S]
+  uint64_t w1_offset = 0;                                   // [S, D]
+  uint64_t w3_offset = 0;                                   // [S, D]
+  uint64_t w2_offset = 0;                                   // [D, S]
+  uint32_t w1_dtype = static_cast<uint32_t>(DType::kBF16);  // DType of each matrix
+  uint32_t w3_dtype = static_cast<uint32_t>(DType::kBF16);
+  uint32_t w2_dtype = static_cast<uint32_t>(DType::kBF16);
+  uint32_t reserved = 0;
 };
-static_assert(sizeof(ExpertStoreEntry) == 48);
+static_assert(sizeof(ExpertStoreEntry) == 64);
 
 // What a region holds, from its header.
 struct ExpertStoreInfo {
-  DType dtype = DType::kBF16;
+  DType dtype = DType::kBF16;  // the first slice's w1; ExpertWeights carry each matrix's
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int num_layers = 0;
@@ -101,7 +111,8 @@ struct ExpertStoreIndex {
 
 // Checks a mapped region from end to end: magic, version, dtype, sizes, the
 // table inside the region, every entry's layer/expert/range in bounds and
-// unique, every matrix aligned and inside the region. DataLoss naming
+// unique, its dtypes known and its quantized rows whole blocks, every matrix
+// aligned and inside the region. DataLoss naming
 // `region_name` and the field or entry; FailedPrecondition when the magic is
 // still zero (the writer is filling it).
 absl::StatusOr<ExpertStoreIndex> IndexExpertStoreRegion(const void* base, size_t bytes, const std::string& region_name);
