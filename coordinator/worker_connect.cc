@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "common/model/expert_content.h"
 #include "common/model/model_fingerprint.h"
@@ -11,7 +12,8 @@
 namespace tandem {
 
 std::function<absl::StatusOr<std::vector<uint64_t>>(std::span<const ExpertSlice>)> ExpectedExpertContent(
-    const Model& model, const std::optional<SyntheticModelSpec>& synthetic, int num_threads) {
+    const Model& model, const std::optional<SyntheticModelSpec>& synthetic, int num_threads,
+    const std::string& gguf_path) {
   bool has_bytes = true;
   for (const LayerWeights& layer : model.weights->layers) {
     for (const ExpertWeights& e : layer.experts) {
@@ -24,6 +26,16 @@ std::function<absl::StatusOr<std::vector<uint64_t>>(std::span<const ExpertSlice>
     return [weights, threads](std::span<const ExpertSlice> slices) {
       ThreadPool pool(ThreadPoolOptions{.num_threads = threads, .name = "hash"});
       return HashExpertSlices(*weights, slices, &pool);
+    };
+  }
+  if (!gguf_path.empty()) {
+    return [gguf_path, threads](std::span<const ExpertSlice> slices) -> absl::StatusOr<std::vector<uint64_t>> {
+      // Views of every block (kKeep: nothing dequantized at load), released
+      // once hashed.
+      ModelLoadOptions load{.num_threads = threads, .tokenizer = false, .quantized = QuantizedWeights::kKeep};
+      TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Model> blocks, LoadModel(gguf_path, load));
+      ThreadPool pool(ThreadPoolOptions{.num_threads = threads, .name = "hash"});
+      return HashDequantizedExpertSlices(*blocks->weights, slices, DType::kBF16, &pool);
     };
   }
   if (synthetic) {
@@ -66,7 +78,7 @@ absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> ConnectExpertWorkers(const
   options.transports = {*transport};
   options.call_timeout = settings.call_timeout;
   options.connect_timeout = settings.connect_timeout;
-  options.expected_content = ExpectedExpertContent(model, settings.synthetic, settings.num_threads);
+  options.expected_content = ExpectedExpertContent(model, settings.synthetic, settings.num_threads, settings.gguf_path);
   options.expected_dtypes = ExpectedExpertDTypes(model);
   options.split_block = ExpertSplitBlockOf(*model.weights);
   absl::StatusOr<ModelFingerprint> fingerprint = FingerprintModel(model.config, *model.weights->source);

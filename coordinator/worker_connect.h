@@ -26,6 +26,11 @@ struct WorkerConnectSettings {
   // The model's synthetic spec, when it is one: how the workers' content is
   // checked when this process holds no expert bytes (see below).
   std::optional<SyntheticModelSpec> synthetic;
+  // The model's GGUF file when this process dequantized its experts without
+  // keeping them (--gguf_experts bf16 with workers): the expected content is
+  // hashed from the file's blocks, dequantized row by row as the workers'
+  // loader did (HashDequantizedExpertSlices).
+  std::string gguf_path;
   int num_threads = 1;  // for hashing the expected content
 };
 
@@ -36,9 +41,13 @@ struct WorkerConnectSettings {
 // whose experts live on the workers: the same generation work as the
 // workers', never held in memory). A model with neither gets none (and a
 // worker holding weights is then refused: nothing to check it against).
+// A model with no expert bytes loaded from a GGUF (`gguf_path`): hashed
+// from the file's blocks, mapped again for the call, dequantized as the
+// workers' loader dequantizes them.
 // The returned function reads `model`: call it only while `model` lives.
 std::function<absl::StatusOr<std::vector<uint64_t>>(std::span<const ExpertSlice>)> ExpectedExpertContent(
-    const Model& model, const std::optional<SyntheticModelSpec>& synthetic, int num_threads);
+    const Model& model, const std::optional<SyntheticModelSpec>& synthetic, int num_threads,
+    const std::string& gguf_path = "");
 
 // RemoteExpertExecutorOptions::expected_dtypes for `model`: the types of its
 // experts' matrices for the given slices ("BF16", "Q4_K+Q6_K"). Reads

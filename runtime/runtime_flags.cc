@@ -89,6 +89,11 @@ absl::StatusOr<std::pair<std::unique_ptr<Model>, std::unique_ptr<RemoteExpertExe
   settings.call_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_worker_timeout_ms));
   settings.connect_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms));
   settings.synthetic = source.synthetic;
+  // A GGUF whose experts were not loaded here (dequantized on the workers):
+  // their hashes come from the file's blocks.
+  if (!source.synthetic && IsGgufPath(source.model_dir) && load.quantized != QuantizedWeights::kKeepExperts) {
+    settings.gguf_path = source.model_dir;
+  }
   settings.num_threads = load.num_threads;
   auto remote = ConnectExpertWorkers(**model, settings);
   if (!remote.ok()) return remote.status();

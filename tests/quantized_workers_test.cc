@@ -122,8 +122,9 @@ class QuantizedWorkersTest : public ::testing::TestWithParam<std::string> {
   }
   // ConnectExpertWorkers: the coordinator's own checks (types, split blocks,
   // content hashes over its blocks).
-  absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> Connect(const Model& model) {
+  absl::StatusOr<std::unique_ptr<RemoteExpertExecutor>> Connect(const Model& model, const std::string& gguf_path = "") {
     WorkerConnectSettings settings;
+    settings.gguf_path = gguf_path;
     for (const auto& w : workers_)
       settings.addresses += absl::StrCat(settings.addresses.empty() ? "" : ",", w->address());
     settings.transport = "shm";
@@ -191,6 +192,31 @@ TEST_P(QuantizedWorkersTest, SplitAndShardGiveTheInProcessQuantizedTokens) {
 INSTANTIATE_TEST_SUITE_P(Types, QuantizedWorkersTest, ::testing::Values("q4_k_m", "q8_0"));
 
 using QuantizedWorkersRefusalTest = QuantizedWorkersTest;
+
+// --gguf_experts bf16 on both sides: the workers dequantize their slices at
+// load, the coordinator loads no experts (as runtime_flags does with
+// --workers) and checks the workers' hashes by dequantizing the same rows
+// from the file's blocks.
+TEST_F(QuantizedWorkersRefusalTest, Bf16WorkersOnAGgufAreCheckedFromTheFileBlocks) {
+  ASSERT_NO_FATAL_FAILURE(StartWorkers(2, "q4_k_m", "split", "bf16"));
+  ModelLoadOptions no_experts{.num_threads = 2};
+  no_experts.experts.mode = SyntheticExperts::Mode::kNone;
+  auto model = LoadModel(File("q4_k_m"), no_experts);
+  ASSERT_OK(model);
+  EXPECT_FALSE(Connect(**model).ok()) << "no expert bytes and no file: nothing to check the workers against";
+  auto remote = Connect(**model, File("q4_k_m").string());
+  ASSERT_OK(remote) << Logs();
+  auto full = LoadModel(File("q4_k_m"), {.num_threads = 2});  // every expert dequantized to BF16
+  ASSERT_OK(full);
+  const std::vector<int32_t> prompt = RandomTokens(16, (*model)->config.vocab_size, 78);
+  auto got = Generate(std::move(*model), remote->get(), prompt);
+  ASSERT_OK(got) << Logs();
+  const GenerationRun want = SplitReference(std::move(*full), prompt);
+  EXPECT_EQ(got->tokens, want.tokens);
+  ASSERT_EQ(got->logits.size(), want.logits.size());
+  EXPECT_EQ(std::memcmp(got->logits.data(), want.logits.data(), want.logits.size() * sizeof(float)), 0);
+  EXPECT_TRUE(absl::StrContains(Logs(), "slices of BF16")) << Logs();
+}
 
 TEST_F(QuantizedWorkersRefusalTest, WorkerWithOtherExpertTypesIsRefusedNamingBoth) {
   ASSERT_NO_FATAL_FAILURE(StartWorkers(1, "q4_k_m", "split", "bf16"));

@@ -18,6 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/status_macros.h"
+#include "common/model/gguf_tensor_source.h"
+#include "common/quant/quantize.h"
 
 namespace tandem {
 namespace {
@@ -173,6 +175,75 @@ absl::StatusOr<std::vector<uint64_t>> HashSyntheticExpertSlices(const SyntheticM
     }
     return sum;
   });
+}
+
+absl::StatusOr<std::vector<uint64_t>> HashDequantizedExpertSlices(const ModelWeights& blocks,
+                                                                  std::span<const ExpertSlice> slices, DType to,
+                                                                  ThreadPool* pool) {
+  const ModelConfig& config = blocks.config;
+  const int64_t hidden = config.hidden_size, intermediate = config.intermediate_size;
+  if (to != DType::kBF16 && to != DType::kF32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dequantized expert hashes: to must be BF16 or F32, got ", std::string(DTypeName(to))));
+  }
+  for (const ExpertSlice& s : slices) {
+    if (s.layer < 0 || static_cast<size_t>(s.layer) >= blocks.layers.size() || s.expert < 0 ||
+        static_cast<size_t>(s.expert) >= blocks.layers[static_cast<size_t>(s.layer)].experts.size() ||
+        s.intermediate_begin < 0 || s.intermediate_end > intermediate || s.size() < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("expert slice layer ", s.layer, " expert ", s.expert, " is outside the model"));
+    }
+    const ExpertWeights& w = blocks.layers[static_cast<size_t>(s.layer)].experts[static_cast<size_t>(s.expert)];
+    for (const LinearWeight* m : {&w.w1, &w.w3, &w.w2}) {
+      if (m->data == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("layer ", s.layer, " expert ", s.expert, ": this process holds no blocks of it to hash"));
+      }
+    }
+  }
+  const int64_t element = static_cast<int64_t>(DTypeSize(to));
+  const std::vector<RowRun> runs = RowRuns(slices, hidden, element);
+  const int threads = pool != nullptr ? pool->num_threads() : 1;
+  const size_t longest = static_cast<size_t>(std::max(hidden, intermediate));
+  std::vector<std::vector<float>> values(static_cast<size_t>(threads), std::vector<float>(longest));
+  std::vector<std::vector<uint8_t>> stored(static_cast<size_t>(threads), std::vector<uint8_t>(longest * 4));
+  std::vector<absl::Status> errors(static_cast<size_t>(threads));
+  // The bytes a store of `to` holds for row `row`, columns [col0, col0 + n).
+  auto stored_row = [&](const LinearWeight& m, int64_t row, int64_t col0, int64_t n, int thread) -> const uint8_t* {
+    const auto* src = static_cast<const uint8_t*>(m.data) + row * m.row_bytes();
+    if (!IsQuantized(m.dtype)) return src + col0 * static_cast<int64_t>(DTypeSize(m.dtype));
+    std::vector<float>& f = values[static_cast<size_t>(thread)];
+    absl::Status s = DequantizeRow(GgmlFromDType(m.dtype), {src, static_cast<size_t>(m.row_bytes())},
+                                   absl::MakeSpan(f.data(), static_cast<size_t>(m.k)));
+    if (!s.ok()) errors[static_cast<size_t>(thread)] = s;
+    uint8_t* out = stored[static_cast<size_t>(thread)].data();
+    for (int64_t i = 0; i < n; ++i) StoreAsDType(out, to, static_cast<size_t>(i), f[static_cast<size_t>(col0 + i)]);
+    return out;
+  };
+  std::vector<uint64_t> sums = SumRuns(slices.size(), runs, pool, [&](const RowRun& r, int thread) {
+    const ExpertSlice& s = slices[r.slice];
+    const ExpertWeights& w = blocks.layers[static_cast<size_t>(s.layer)].experts[static_cast<size_t>(s.expert)];
+    uint64_t sum = 0;
+    for (int64_t row = r.first; row < r.last; ++row) {
+      if (r.role == WeightRole::kExpertW2) {
+        const int64_t bytes = IsQuantized(w.w2.dtype) ? s.size() * element : DTypeRowBytes(w.w2.dtype, s.size());
+        sum += HashExpertRow(stored_row(w.w2, row, s.intermediate_begin, s.size(), thread), static_cast<size_t>(bytes),
+                             ExpertRowSeed(s.layer, s.expert, r.role, row, s.intermediate_begin));
+      } else {
+        const LinearWeight& m = r.role == WeightRole::kExpertW1 ? w.w1 : w.w3;
+        const int64_t full_row = s.intermediate_begin + row;
+        const int64_t bytes = IsQuantized(m.dtype) ? hidden * element : m.row_bytes();
+        sum += HashExpertRow(stored_row(m, full_row, 0, hidden, thread), static_cast<size_t>(bytes),
+                             ExpertRowSeed(s.layer, s.expert, r.role, full_row, 0));
+      }
+    }
+    return sum;
+  });
+  for (const absl::Status& s : errors) {
+    if (!s.ok())
+      return absl::InvalidArgumentError(absl::StrCat("dequantizing an expert row to hash it: ", s.message()));
+  }
+  return sums;
 }
 
 uint64_t CombineExpertContentHashes(std::span<const ExpertSlice> slices, std::span<const uint64_t> hashes) {

@@ -56,6 +56,19 @@ absl::StatusOr<std::vector<uint64_t>> HashExpertSlices(const ModelWeights& weigh
 absl::StatusOr<std::vector<uint64_t>> HashSyntheticExpertSlices(const SyntheticModelSpec& spec,
                                                                 std::span<const ExpertSlice> slices, ThreadPool* pool);
 
+// The hashes a store would have whose experts were dequantized to `to`
+// (BF16 or F32) at load (the GGUF loader's fallback: DequantizeRow, then
+// rounded to nearest even), from `blocks`' experts in their quantized blocks
+// (a GGUF loaded with kKeep or kKeepExperts): each stored row is
+// dequantized into a per-thread scratch row and hashed, so a coordinator
+// that holds no dequantized experts (workers hold them) checks workers
+// started with --gguf_experts bf16. Float matrices are hashed as stored.
+// InvalidArgument naming the slice or tensor for a slice outside the model
+// or a block that does not decode.
+absl::StatusOr<std::vector<uint64_t>> HashDequantizedExpertSlices(const ModelWeights& blocks,
+                                                                  std::span<const ExpertSlice> slices, DType to,
+                                                                  ThreadPool* pool);
+
 // The worker's hash from its slices and their hashes (same length).
 uint64_t CombineExpertContentHashes(std::span<const ExpertSlice> slices, std::span<const uint64_t> hashes);
 
