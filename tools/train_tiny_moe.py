@@ -54,11 +54,13 @@ def parse_args():
     p.add_argument("--top_k", type=int, default=2)
     p.add_argument("--context", type=int, default=128, help="training sequence length")
     p.add_argument("--batch", type=int, default=8, help="sequences per step")
-    p.add_argument("--steps", type=int, default=160)
+    p.add_argument("--steps", type=int, default=90)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--aux_loss", type=float, default=0.02, help="router load-balancing loss coefficient")
     p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--evaluate", action="store_true",
+                   help="only print the held-out NLL of the folder --out (torch, fp32 compute on its bf16 weights)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1: on a loaded machine, 2 threads mostly wait for each other)")
     args = p.parse_args()
     for name in ("hidden", "intermediate"):
         if getattr(args, name) % 256 != 0:
@@ -217,23 +219,66 @@ def train(model, ids, a):
         (ce + a.aux_loss * aux).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        if step % 10 == 0 or step == a.steps - 1:
+        if step % 10 == 0 or step < 3 or step == a.steps - 1:
             print(f"step {step:4d}  loss {ce.item():.3f}  aux {aux.item():.3f}  lr {lr:.2e}  "
                   f"{time.time() - start:.0f} s", flush=True)
 
 
 @torch.no_grad()
 def evaluate(model, ids, context):
-    """Mean NLL over non-overlapping windows of the held-out stream (fp32 weights)."""
+    """Mean NLL over the held-out stream as `tandem-perplexity --stride CONTEXT --add_bos=false` scores it:
+    disjoint windows of `context` tokens, each window's first token unscored."""
     total, n = 0.0, 0
-    for s in range(0, len(ids) - 1, context):
-        w = ids[s:s + context + 1]
+    for s in range(0, len(ids), context):
+        w = ids[s:s + context]
         if len(w) < 2:
             break
         logits, _, _ = model(w[:-1].unsqueeze(0))
         total += F.cross_entropy(logits[0], w[1:], reduction="sum").item()
         n += len(w) - 1
     return total / n
+
+
+def round_to_bf16(model):
+    """The weights as the folder stores them."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+
+
+def read_safetensors(path):
+    """bf16 tensors of a file write_safetensors wrote."""
+    raw = Path(path).read_bytes()
+    size = struct.unpack("<Q", raw[:8])[0]
+    header, base, out = json.loads(raw[8:8 + size]), 8 + size, {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        if meta["dtype"] != "BF16":
+            sys.exit(f"train_tiny_moe.py: {path}: tensor {name} is {meta['dtype']}, expected BF16")
+        begin, end = meta["data_offsets"]
+        t = torch.frombuffer(bytearray(raw[base + begin:base + end]), dtype=torch.int16).view(torch.bfloat16)
+        out[name] = t.float().reshape(meta["shape"])
+    return out
+
+
+def evaluate_folder(a):
+    """--evaluate: the held-out NLL of a written folder, in torch (a cross-check of tandem-perplexity)."""
+    out = Path(a.out)
+    info = json.loads((out / "training.json").read_text())
+    for k, v in info["args"].items():
+        if k not in ("out", "evaluate", "threads"):
+            setattr(a, k, v)
+    sp = spm.SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
+    held = torch.tensor(sp.encode((out / "heldout.txt").read_text(encoding="utf-8")), dtype=torch.long)
+    model = TinyMixtral(a, sp.get_piece_size())
+    tensors = read_safetensors(out / "model.safetensors")
+    with torch.no_grad():
+        for name, p in model.params.items():
+            p.copy_(tensors[name.replace("/", ".")])
+    nll = evaluate(model, held, a.context)
+    print(json.dumps({"model": str(out), "held_out_tokens": len(held), "context": a.context, "mean_nll": nll,
+                      "perplexity": math.exp(nll), "weights": "bf16 from model.safetensors", "compute": "torch fp32"}))
 
 
 def write_safetensors(path, tensors):
@@ -279,6 +324,9 @@ def main():
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
     torch.use_deterministic_algorithms(True)
+    if a.evaluate:
+        evaluate_folder(a)
+        return
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.time()
@@ -292,11 +340,12 @@ def main():
     model = TinyMixtral(a, vocab)
     train(model, ids, a)
     model.eval()
+    round_to_bf16(model)
     held_nll = evaluate(model, held, a.context)
-    print(f"held-out: mean NLL {held_nll:.4f}, perplexity {math.exp(held_nll):.2f} (fp32 weights, windows of "
-          f"{a.context})", flush=True)
+    print(f"held-out: mean NLL {held_nll:.4f}, perplexity {math.exp(held_nll):.2f} (bf16 weights, disjoint windows "
+          f"of {a.context})", flush=True)
     info = {"args": vars(a), "vocab": vocab, "train_files": train_names, "held_out_files": held_names,
-            "train_tokens": len(ids), "held_out_tokens": len(held), "held_out_nll_fp32": held_nll,
+            "train_tokens": len(ids), "held_out_tokens": len(held), "held_out_nll_bf16_weights": held_nll,
             "seconds": round(time.time() - start, 1), "torch": torch.__version__}
     write_folder(model, a, vocab, out, info)
     train_txt.unlink()
