@@ -7,10 +7,32 @@
 # Environment: BIN (default build/bin), CONTEXT (128: the training length),
 # STRIDE (64), THREADS (2), TYPES (q8_0 q6_k q5_k_m q4_k_m q4_0),
 # MODES (the --gguf_experts values to run: quantized bf16).
-# The GGUF files go to MODEL_DIR-gguf/.
+# The GGUF files go to MODEL_DIR-gguf/. Prints the Markdown table of
+# docs/BENCHMARKS.md from OUT.jsonl at the end (also alone: --table OUT.jsonl).
 set -euo pipefail
+
+# table OUT.jsonl: the rows against the first (the bf16 folder).
+table() {
+  python3 - "$1" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8")]
+base, modes = rows[0], {"folder": "bf16 (HF folder)", "quantized": "quantized blocks", "bf16": "dequantized to bf16"}
+params = base["file_bytes"] / 2  # the folder's bf16 weights
+print("| type | experts run as | weights file | bits/weight | perplexity | vs bf16 | mean KL (nats) | max KL | top-1 agreement |")
+print("|---|---|---|---|---|---|---|---|---|")
+for r in rows:
+    name = r["type"] if r["type"] == "bf16" else r["type"].upper()
+    print(f"| {name} | {modes[r['gguf_experts']]} | {r['file_bytes'] / 1e6:.2f} MB | {r['file_bytes'] * 8 / params:.2f} "
+          f"| {r['perplexity']:.3f} | {100 * (r['perplexity'] / base['perplexity'] - 1):+.2f}% | {r['mean_kl']:.6f} "
+          f"| {r['max_kl']:.3f} | {100 * r['top1_agreement']:.2f}% |")
+PY
+}
+if [[ $# -eq 2 && $1 == --table ]]; then
+  table "$2"
+  exit 0
+fi
 if [[ $# -ne 2 ]]; then
-  echo "usage: $0 MODEL_DIR OUT.jsonl" >&2
+  echo "usage: $0 MODEL_DIR OUT.jsonl  |  $0 --table OUT.jsonl" >&2
   exit 2
 fi
 model=$1
@@ -51,3 +73,4 @@ for type in $types; do
   done
 done
 echo "wrote $out" >&2
+table "$out"

@@ -35,7 +35,7 @@ def main():
         entropy = -sum(p * math.log(p) for p in shares if p > 0) / math.log(e)
         order = sorted(range(e), key=lambda i: -row[i])
         ratio = f"{shares[0] / shares[-1]:.1f}" if shares[-1] > 0 else "inf"
-        print(f"| {layer} | {total} | {100 * shares[0]:.1f}% | {100 * shares[-1]:.1f}% | {ratio} | {100 * top:.1f}% "
+        print(f"| {layer} | {total:g} | {100 * shares[0]:.1f}% | {100 * shares[-1]:.1f}% | {ratio} | {100 * top:.1f}% "
               f"| {entropy:.3f} | {' '.join(map(str, order))} |")
 
 

@@ -2,12 +2,13 @@
 """Train a tiny Mixtral-architecture MoE on the licence texts and write a Hugging Face folder.
 
 Random weights say nothing about quantization quality; this model is small enough to train
-on two CPU cores in about ten minutes and real enough (RMSNorm, RoPE, GQA attention, top-2
+on one CPU core in minutes and real enough (RMSNorm, RoPE, GQA attention, top-2
 of 8 SwiGLU experts, a SentencePiece tokenizer) that perplexity, the KL divergence of a
 quantized copy and the routing skew mean something.
 
   apt-get install -y python3-torch python3-sentencepiece     # Debian 12 packages (for /usr/bin/python3)
-  nice -n 15 tools/train_tiny_moe.py --out build/tiny-moe     # ~10 min on 2 cores
+  nice -n 15 tools/train_tiny_moe.py --out build/tiny-moe     # 3.6 CPU-min; 10 min on 2 loaded cores
+  tools/train_tiny_moe.py --out build/tiny-moe --evaluate      # held-out NLL in torch, to check tandem
 
 The folder loads in tandem exactly like a real Mixtral (config.json with model_type mixtral,
 model.safetensors in bf16 under the Hugging Face tensor names, tokenizer.model,
@@ -15,7 +16,10 @@ tokenizer_config.json, generation_config.json). heldout.txt beside them is the t
 model never saw (whole licence files, listed in HELD_OUT), for tandem-perplexity.
 
 Deterministic: fixed seeds, a fixed file order and split, torch.use_deterministic_algorithms
-and a fixed thread count (--threads; a different count may change float sums).
+and a fixed thread count (--threads; a different count may change float sums): two runs write
+the same model.safetensors. tokenizer.model records its output path (SentencePiece's trainer
+spec), so it differs between folders only in that field. The defaults are the model of the
+accuracy table in docs/BENCHMARKS.md; a quiet machine can afford more (--steps 300 --batch 16).
 """
 
 import argparse
