@@ -58,9 +58,10 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
         "--text ", path, ": ", ec ? ec.message() : absl::StrCat(bytes, " bytes, more than ", kMaxTextBytes)));
   }
   std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("--text ", path, ": cannot open"));
   std::stringstream buffer;
   buffer << in.rdbuf();
-  if (!in && !in.eof()) return absl::InvalidArgumentError(absl::StrCat("--text ", path, ": cannot read"));
+  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat("--text ", path, ": cannot read"));
   return buffer.str();
 }
 
