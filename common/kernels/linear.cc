@@ -47,10 +47,16 @@ void* ThreadScratch(int64_t bytes) {
 
 IsaLevel UsableIsa(const LinearOptions& options) { return std::min(ActiveIsa(), options.max_isa); }
 
-// The kernel for `path` at `isa`, or the nearest path that has one: a plan's
+// The kernel for `path` at `isa`, or the nearest path that has one
+// (linear_kernels.h): int8_dot for float weights (or with f32 activations)
+// becomes stream; a rounding GEMM path (bf16_dot, onednn) for quantized
+// weights becomes int8_dot, which rounds too (packed with f32 activations);
 // bf16_dot for f32 weights (or below avx512_bf16, or with f32 activations)
-// becomes packed; stream, packed and onednn exist for every dtype at avx2.
+// becomes packed; stream and packed exist for every dtype at avx2.
 const LinearKernel& ResolveKernel(KernelPath path, DType dtype, IsaLevel isa, bool f32_activations) {
+  if (IsQuantized(dtype) && (path == KernelPath::kBf16Dot || path == KernelPath::kOneDnn))
+    path = f32_activations ? KernelPath::kPacked : KernelPath::kInt8Dot;
+  if (path == KernelPath::kInt8Dot && (f32_activations || !IsQuantized(dtype))) path = KernelPath::kStream;
   if (path == KernelPath::kBf16Dot && f32_activations) path = KernelPath::kPacked;
   if (const LinearKernel* kernel = FindLinearKernel(dtype, path, isa)) return *kernel;
   return *FindLinearKernel(dtype, KernelPath::kPacked, isa);
@@ -108,6 +114,7 @@ int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, co
   constexpr int64_t kPackedSliceBytes = 4 << 20;
   constexpr int64_t kDotTile = 12;
   constexpr int64_t kDotTaskFeatures = 120;
+  constexpr int64_t kInt8Tile = 4;
   const int64_t threads = std::max(num_threads, 1);
   const int64_t per_thread = 4 * threads;
   int64_t features = 1;
@@ -126,6 +133,10 @@ int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, co
     case KernelPath::kBf16Dot:
       features = kDotTaskFeatures;
       if (threads > 1) features = std::min(features, RoundUp(CeilDiv(w.n, per_thread), kDotTile));
+      break;
+    case KernelPath::kInt8Dot:  // as stream, in whole 4-feature tiles
+      features = RoundUp(CeilDiv(kStreamTaskBytes, w.row_bytes()), kInt8Tile);
+      if (threads > 1) features = std::min(features, RoundUp(CeilDiv(w.n, per_thread), kInt8Tile));
       break;
     case KernelPath::kOneDnn:
       features = kOneDnnTileRows;
