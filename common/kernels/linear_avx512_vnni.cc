@@ -19,12 +19,15 @@ float Sum(__m512 v) {
   return sum;
 }
 
-// 64 values (or the last 32 of a row: upper half zero) of levels and lanes.
+// 64 values of levels (or the last 32 of a row: upper half zero).
 inline __m512i LoadLevels(const void* p, bool half) {
   return half ? _mm512_maskz_loadu_epi8(0xffffffffULL, p) : _mm512_loadu_si512(p);
 }
-inline __m512 LoadLanes(const float* p, bool half) {
-  return half ? _mm512_maskz_loadu_ps(0x00ff, p) : _mm512_loadu_ps(p);
+// The 4 group scales of 64 values (2 when half), each spread over its 4 lanes.
+inline __m512 LoadScales(const float* p, bool half) {
+  const __m128 four = half ? _mm_maskz_loadu_ps(0x3, p) : _mm_loadu_ps(p);
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                               _mm512_broadcast_f32x4(four));
 }
 
 // sum over groups of W offsets * x offsets, for one W row and one x row.
@@ -40,7 +43,7 @@ float OffsetDot(const float* w, const float* x, int64_t groups) {
 }
 
 // kRows x rows against the tile's kF W rows: per 64 values one vpdpbusd per
-// (W row, x row), its int32 lanes scaled by the W and x lane scales.
+// (W row, x row), its int32 lanes scaled by the W and x group scales.
 template <int kRows>
 void Tile(const Int8DotTile& t, int64_t r0) {
   __m512 acc[kF][kRows];
@@ -50,7 +53,7 @@ void Tile(const Int8DotTile& t, int64_t r0) {
   const float* xl[kRows];
   for (int r = 0; r < kRows; ++r) {
     xq[r] = reinterpret_cast<const int8_t*>(reinterpret_cast<const uint8_t*>(t.x_levels) + (r0 + r) * t.x_stride);
-    xl[r] = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(t.x_lanes) + (r0 + r) * t.x_stride);
+    xl[r] = reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(t.x_scales) + (r0 + r) * t.x_stride);
   }
   for (int64_t i = 0; i < t.k; i += 64) {
     const bool half = i + 64 > t.k;
@@ -58,11 +61,11 @@ void Tile(const Int8DotTile& t, int64_t r0) {
     __m512 ws[kF];
     for (int f = 0; f < kF; ++f) {
       wv[f] = LoadLevels(t.w_levels[f] + i, half);
-      ws[f] = LoadLanes(t.w_lanes[f] + i / 4, half);
+      ws[f] = LoadScales(t.w_scales[f] + i / 16, half);
     }
     for (int r = 0; r < kRows; ++r) {
       const __m512i xv = LoadLevels(xq[r] + i, half);
-      const __m512 xs = LoadLanes(xl[r] + i / 4, half);
+      const __m512 xs = LoadScales(xl[r] + i / 16, half);
       for (int f = 0; f < kF; ++f) {
         const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[f], xv);
         acc[f][r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), ws[f]), xs, acc[f][r]);

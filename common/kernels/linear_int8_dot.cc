@@ -6,13 +6,12 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/kernels/linear_isa.h"
 #include "common/quant/block_formats.h"
-#include "common/quant/half.h"
-#include "common/quant/k_quants.h"
 
 namespace tandem {
 namespace {
@@ -22,24 +21,43 @@ constexpr int64_t kXBlock = 16;  // x rows per pass over a decoded W tile (their
 
 int64_t RoundUp64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
 
-// One row (x or W) in the tile layout: levels [k], lanes [k/4], offsets [k/16].
+// One row (x or W) in the tile layout: levels [k], scales [k/16], offsets [k/16].
 struct RowLayout {
-  int64_t lanes_at, offsets_at, stride;
+  int64_t scales_at, offsets_at, stride;
   explicit RowLayout(int64_t k)
-      : lanes_at(RoundUp64(k)), offsets_at(2 * RoundUp64(k)), stride(2 * RoundUp64(k) + RoundUp64(k / 4)) {}
+      : scales_at(RoundUp64(k)), offsets_at(RoundUp64(k) + RoundUp64(k / 4)), stride(RoundUp64(k) + 2 * RoundUp64(k / 4)) {}
 };
 
 struct DecodedRow {
   uint8_t* levels;
-  float* lanes;
+  float* scales;
   float* offsets;
 };
 
-// Lanes of a 16-value group: scale for its 4 lanes; its offset.
 inline void SetGroup(const DecodedRow& out, int64_t group, float scale, float offset) {
-  _mm_storeu_ps(out.lanes + 4 * group, _mm_set1_ps(scale));
+  out.scales[group] = scale;
   out.offsets[group] = offset;
 }
+
+// F16C: exact, as GgmlF16ToF32, without the call.
+inline float Half(uint16_t h) { return _cvtsh_ss(h); }
+
+// The decoders read each field in place (offsetof into the block): copying
+// a block into a local struct first makes the wide loads that follow miss
+// store forwarding, which cost more than the rest of the decode.
+inline float HalfAt(const uint8_t* block, size_t offset) {
+  uint16_t h;
+  std::memcpy(&h, block + offset, sizeof(h));
+  return Half(h);
+}
+// Decode is DRAM-bound at one row: a software prefetch this far ahead keeps
+// more lines in flight than the hardware prefetcher alone (as the bf16
+// stream kernel's, linear_avx512.cc).
+constexpr int64_t kPrefetchBytes = 1024;
+inline void PrefetchAhead(const uint8_t* block, size_t bytes) {
+  for (size_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(block) + kPrefetchBytes + at, _MM_HINT_T0);
+}
+inline __m256i Load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
 // ---- Decoders: one W row of `k` values (whole blocks) into the layout ----
 // `to_unsigned`: levels must be >= 0 (vpdpbusd); a signed type adds 128 to
@@ -49,10 +67,10 @@ inline void SetGroup(const DecodedRow& out, int64_t group, float scale, float of
 void DecodeQ8_0(const uint8_t* row, int64_t k, bool to_unsigned, const DecodedRow& out) {
   const uint8_t flip = to_unsigned ? 0x80 : 0;
   for (int64_t b = 0; b < k / kQ8_0BlockSize; ++b) {
-    BlockQ8_0 block;
-    std::memcpy(&block, row + b * sizeof(BlockQ8_0), sizeof(block));
-    const float d = GgmlF16ToF32(block.d);
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block.qs));
+    const uint8_t* block = row + b * sizeof(BlockQ8_0);
+    PrefetchAhead(block, sizeof(BlockQ8_0));
+    const float d = HalfAt(block, offsetof(BlockQ8_0, d));
+    const __m256i q = Load32(block + offsetof(BlockQ8_0, qs));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.levels + 32 * b), _mm256_xor_si256(q, _mm256_set1_epi8(static_cast<char>(flip))));
     const float offset = to_unsigned ? -128.0f * d : 0.0f;
     SetGroup(out, 2 * b, d, offset);
@@ -80,10 +98,10 @@ inline __m256i BitsAsSixteen(uint32_t bits) {
 
 void DecodeQ4_0(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
   for (int64_t b = 0; b < k / kQ4_0BlockSize; ++b) {
-    BlockQ4_0 block;
-    std::memcpy(&block, row + b * sizeof(BlockQ4_0), sizeof(block));
-    const float d = GgmlF16ToF32(block.d);
-    SplitNibbles(block.qs, out.levels + 32 * b);
+    const uint8_t* block = row + b * sizeof(BlockQ4_0);
+    PrefetchAhead(block, sizeof(BlockQ4_0));
+    const float d = HalfAt(block, offsetof(BlockQ4_0, d));
+    SplitNibbles(block + offsetof(BlockQ4_0, qs), out.levels + 32 * b);
     SetGroup(out, 2 * b, d, -8.0f * d);
     SetGroup(out, 2 * b + 1, d, -8.0f * d);
   }
@@ -91,10 +109,11 @@ void DecodeQ4_0(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
 
 void DecodeQ4_1(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
   for (int64_t b = 0; b < k / kQ4_1BlockSize; ++b) {
-    BlockQ4_1 block;
-    std::memcpy(&block, row + b * sizeof(BlockQ4_1), sizeof(block));
-    const float d = GgmlF16ToF32(block.d), m = GgmlF16ToF32(block.m);
-    SplitNibbles(block.qs, out.levels + 32 * b);
+    const uint8_t* block = row + b * sizeof(BlockQ4_1);
+    PrefetchAhead(block, sizeof(BlockQ4_1));
+    const float d = HalfAt(block, offsetof(BlockQ4_1, d));
+    const float m = HalfAt(block, offsetof(BlockQ4_1, m));
+    SplitNibbles(block + offsetof(BlockQ4_1, qs), out.levels + 32 * b);
     SetGroup(out, 2 * b, d, m);
     SetGroup(out, 2 * b + 1, d, m);
   }
@@ -102,13 +121,13 @@ void DecodeQ4_1(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
 
 void DecodeQ5_0(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
   for (int64_t b = 0; b < k / kQ5_0BlockSize; ++b) {
-    BlockQ5_0 block;
-    std::memcpy(&block, row + b * sizeof(BlockQ5_0), sizeof(block));
-    const float d = GgmlF16ToF32(block.d);
+    const uint8_t* block = row + b * sizeof(BlockQ5_0);
+    PrefetchAhead(block, sizeof(BlockQ5_0));
+    const float d = HalfAt(block, offsetof(BlockQ5_0, d));
     uint32_t qh;
-    std::memcpy(&qh, block.qh, sizeof(qh));
+    std::memcpy(&qh, block + offsetof(BlockQ5_0, qh), sizeof(qh));
     uint8_t* levels = out.levels + 32 * b;
-    SplitNibbles(block.qs, levels);
+    SplitNibbles(block + offsetof(BlockQ5_0, qs), levels);
     __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(levels));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels), _mm256_or_si256(v, BitsAsSixteen(qh)));
     SetGroup(out, 2 * b, d, -16.0f * d);
@@ -116,16 +135,44 @@ void DecodeQ5_0(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
   }
 }
 
+// 16 group values from 8 8-bit ones (each sub-block of 32 is two groups of
+// 16), times `scale`, stored at out[0..15].
+inline void StoreGroups(__m128i bytes8, bool is_signed, float scale, float* out) {
+  const __m128i dup = _mm_shuffle_epi8(bytes8, _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
+  const __m256i lo = is_signed ? _mm256_cvtepi8_epi32(dup) : _mm256_cvtepu8_epi32(dup);
+  const __m256i hi = is_signed ? _mm256_cvtepi8_epi32(_mm_srli_si128(dup, 8)) : _mm256_cvtepu8_epi32(_mm_srli_si128(dup, 8));
+  const __m256 s = _mm256_set1_ps(scale);
+  _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(lo), s));
+  _mm256_storeu_ps(out + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(hi), s));
+}
+
+// The 8 6-bit scales (bytes 0..7) and mins (8..15) of a Q4_K/Q5_K block's
+// scales[12], all at once (as UnpackKScaleMin one at a time).
+inline __m128i UnpackKScalesMins(const uint8_t* scales) {
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, scales, 12);
+  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+  const uint32_t mins_low = u[1] & kLow6;
+  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+  u[2] = mins_low;
+  u[0] &= kLow6;
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+}
+
 // Q4_K and Q5_K: chunks of 64 values, 32 low nibbles then 32 high ones,
 // each half with its own 6-bit scale and min. `qh` null for Q4_K.
 void DecodeKChunks(const uint8_t* scales, const uint8_t* qs, const uint8_t* qh, float d, float dmin,
                    const DecodedRow& out, int64_t base) {
+  const __m128i scales_mins = UnpackKScalesMins(scales);
+  StoreGroups(scales_mins, false, d, out.scales + base / 16);
+  StoreGroups(_mm_srli_si128(scales_mins, 8), false, -dmin, out.offsets + base / 16);
   const __m256i mask = _mm256_set1_epi8(0x0f);
   for (int chunk = 0; chunk < kKBlockSize / 64; ++chunk) {
-    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * chunk));
+    const __m256i q = Load32(qs + 32 * chunk);
     __m256i lo = _mm256_and_si256(q, mask), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
     if (qh != nullptr) {
-      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
+      const __m256i h = Load32(qh);
       const __m256i low_bit = _mm256_set1_epi8(static_cast<char>(1u << (2 * chunk)));
       const __m256i high_bit = _mm256_set1_epi8(static_cast<char>(2u << (2 * chunk)));
       const __m256i sixteen = _mm256_set1_epi8(16);
@@ -135,31 +182,26 @@ void DecodeKChunks(const uint8_t* scales, const uint8_t* qs, const uint8_t* qh, 
     uint8_t* levels = out.levels + base + 64 * chunk;
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels), lo);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels + 32), hi);
-    for (int half = 0; half < 2; ++half) {
-      uint8_t sc, m;
-      UnpackKScaleMin(scales, 2 * chunk + half, &sc, &m);
-      const int64_t group = (base + 64 * chunk + 32 * half) / 16;
-      SetGroup(out, group, d * sc, -dmin * m);
-      SetGroup(out, group + 1, d * sc, -dmin * m);
-    }
   }
 }
 
 void DecodeQ4_K(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
   for (int64_t b = 0; b < k / kKBlockSize; ++b) {
-    BlockQ4_K block;
-    std::memcpy(&block, row + b * sizeof(BlockQ4_K), sizeof(block));
-    DecodeKChunks(block.scales, block.qs, nullptr, GgmlF16ToF32(block.d), GgmlF16ToF32(block.dmin), out,
-                  b * kKBlockSize);
+    const uint8_t* block = row + b * sizeof(BlockQ4_K);
+    PrefetchAhead(block, sizeof(BlockQ4_K));
+    DecodeKChunks(block + offsetof(BlockQ4_K, scales), block + offsetof(BlockQ4_K, qs), nullptr,
+                  HalfAt(block, offsetof(BlockQ4_K, d)), HalfAt(block, offsetof(BlockQ4_K, dmin)),
+                  out, b * kKBlockSize);
   }
 }
 
 void DecodeQ5_K(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
   for (int64_t b = 0; b < k / kKBlockSize; ++b) {
-    BlockQ5_K block;
-    std::memcpy(&block, row + b * sizeof(BlockQ5_K), sizeof(block));
-    DecodeKChunks(block.scales, block.qs, block.qh, GgmlF16ToF32(block.d), GgmlF16ToF32(block.dmin), out,
-                  b * kKBlockSize);
+    const uint8_t* block = row + b * sizeof(BlockQ5_K);
+    PrefetchAhead(block, sizeof(BlockQ5_K));
+    DecodeKChunks(block + offsetof(BlockQ5_K, scales), block + offsetof(BlockQ5_K, qs),
+                  block + offsetof(BlockQ5_K, qh), HalfAt(block, offsetof(BlockQ5_K, d)),
+                  HalfAt(block, offsetof(BlockQ5_K, dmin)), out, b * kKBlockSize);
   }
 }
 
@@ -168,13 +210,15 @@ void DecodeQ5_K(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
 void DecodeQ6_K(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
   const __m256i mask4 = _mm256_set1_epi8(0x0f), mask2 = _mm256_set1_epi8(0x30);
   for (int64_t b = 0; b < k / kKBlockSize; ++b) {
-    BlockQ6_K block;
-    std::memcpy(&block, row + b * sizeof(BlockQ6_K), sizeof(block));
-    const float d = GgmlF16ToF32(block.d);
+    const uint8_t* block = row + b * sizeof(BlockQ6_K);
+    PrefetchAhead(block, sizeof(BlockQ6_K));
+    const float d = HalfAt(block, offsetof(BlockQ6_K, d));
+    const uint8_t* ql = block + offsetof(BlockQ6_K, ql);
+    const int8_t* scales = reinterpret_cast<const int8_t*>(block + offsetof(BlockQ6_K, scales));
     for (int half = 0; half < kKBlockSize / 128; ++half) {
-      const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block.ql + 64 * half));
-      const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block.ql + 64 * half + 32));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block.qh + 32 * half));
+      const __m256i ql0 = Load32(ql + 64 * half);
+      const __m256i ql1 = Load32(ql + 64 * half + 32);
+      const __m256i qh = Load32(block + offsetof(BlockQ6_K, qh) + 32 * half);
       const __m256i v0 = _mm256_or_si256(_mm256_and_si256(ql0, mask4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), mask2));
       const __m256i v1 = _mm256_or_si256(_mm256_and_si256(ql1, mask4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), mask2));
       const __m256i v2 =
@@ -186,11 +230,18 @@ void DecodeQ6_K(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels + 32), v1);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels + 64), v2);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels + 96), v3);
-      for (int g = 0; g < 8; ++g) {
-        const float scale = d * block.scales[8 * half + g];
-        SetGroup(out, (b * kKBlockSize + 128 * half) / 16 + g, scale, -32.0f * scale);
-      }
     }
+    // Group g of the block has the int8 scale scales[g]; its offset is -32 times its scale.
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));
+    float* group_scales = out.scales + b * kKBlockSize / 16;
+    float* group_offsets = out.offsets + b * kKBlockSize / 16;
+    const __m256 d8 = _mm256_set1_ps(d), minus32 = _mm256_set1_ps(-32.0f);
+    const __m256 s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), d8);
+    const __m256 s1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))), d8);
+    _mm256_storeu_ps(group_scales, s0);
+    _mm256_storeu_ps(group_scales + 8, s1);
+    _mm256_storeu_ps(group_offsets, _mm256_mul_ps(s0, minus32));
+    _mm256_storeu_ps(group_offsets + 8, _mm256_mul_ps(s1, minus32));
   }
 }
 
@@ -221,8 +272,8 @@ float MaxAbs(const float* x) {
   return _mm_cvtss_f32(h);
 }
 
-// 32 values of x into int8 q, their lanes and the two 16-value offsets.
-void QuantizeBlock(const float* x, int8_t* q, float* lanes, float* offsets) {
+// 32 values of x into int8 q, the two 16-value groups' scales and offsets.
+void QuantizeBlock(const float* x, int8_t* q, float* scales, float* offsets) {
   const float amax = MaxAbs(x);
   const float d = amax / 127.0f;
   const __m256 inv = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
@@ -241,12 +292,15 @@ void QuantizeBlock(const float* x, int8_t* q, float* lanes, float* offsets) {
   // packs interleave 128-bit lanes: dwords come out as 0 2 4 6 1 3 5 7.
   const __m256i ordered = _mm256_permutevar8x32_epi32(w8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), ordered);
-  _mm256_storeu_ps(lanes, _mm256_set1_ps(d));
+  scales[0] = scales[1] = d;
   offsets[0] = d * static_cast<float>(sum0);
   offsets[1] = d * static_cast<float>(sum1);
 }
 
 // ---- The AVX2 tile: vpmaddubsw on |W| and x with W's sign, vpmaddwd to int32 ----
+
+// The 2 group scales of 32 values, each over its 4 int32 lanes.
+inline __m256 GroupScales(const float* p) { return _mm256_set_m128(_mm_set1_ps(p[1]), _mm_set1_ps(p[0])); }
 
 template <int kRows>
 void Avx2Tile(const isa::Int8DotTile& t, int64_t r0) {
@@ -258,14 +312,13 @@ void Avx2Tile(const isa::Int8DotTile& t, int64_t r0) {
     for (int r = 0; r < kRows; ++r) {
       const uint8_t* xrow = reinterpret_cast<const uint8_t*>(t.x_levels) + (r0 + r) * t.x_stride;
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xrow + i));
-      const __m256 xs =
-          _mm256_loadu_ps(reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(t.x_lanes) +
-                                                         (r0 + r) * t.x_stride) + i / 4);
+      const __m256 xs = GroupScales(
+          reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(t.x_scales) + (r0 + r) * t.x_stride) + i / 16);
       for (int f = 0; f < kF; ++f) {
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.w_levels[f] + i));
         const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
         const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
-        acc[f][r] = _mm256_fmadd_ps(_mm256_mul_ps(dot, _mm256_loadu_ps(t.w_lanes[f] + i / 4)), xs, acc[f][r]);
+        acc[f][r] = _mm256_fmadd_ps(_mm256_mul_ps(dot, GroupScales(t.w_scales[f] + i / 16)), xs, acc[f][r]);
       }
     }
   }
@@ -300,11 +353,11 @@ void DecodeTile(const LinearWeight& w, RowDecoder decode, bool to_unsigned, int6
   const RowLayout layout(w.k);
   for (int64_t f = 0; f < kF; ++f) {
     uint8_t* base = scratch + std::min(f, count - 1) * layout.stride;
-    const DecodedRow row{base, reinterpret_cast<float*>(base + layout.lanes_at),
+    const DecodedRow row{base, reinterpret_cast<float*>(base + layout.scales_at),
                          reinterpret_cast<float*>(base + layout.offsets_at)};
     if (f < count) decode(static_cast<const uint8_t*>(w.data) + (j0 + f) * w.row_bytes(), w.k, to_unsigned, row);
     tile->w_levels[f] = row.levels;
-    tile->w_lanes[f] = row.lanes;
+    tile->w_scales[f] = row.scales;
     tile->w_offsets[f] = row.offsets;
   }
 }
@@ -327,7 +380,7 @@ absl::Status Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void*
   for (int64_t xb = 0; xb < a.m; xb += kXBlock) {
     tile.rows = std::min(kXBlock, a.m - xb);
     tile.x_levels = reinterpret_cast<const int8_t*>(x + xb * layout.stride);
-    tile.x_lanes = reinterpret_cast<const float*>(x + xb * layout.stride + layout.lanes_at);
+    tile.x_scales = reinterpret_cast<const float*>(x + xb * layout.stride + layout.scales_at);
     tile.x_offsets = reinterpret_cast<const float*>(x + xb * layout.stride + layout.offsets_at);
     for (int64_t j0 = a.n_begin; j0 < a.n_end; j0 += kF) {
       const int64_t count = std::min(kF, a.n_end - j0);
@@ -352,9 +405,10 @@ void Int8DotPrepare(const float* x, int64_t ldx, int64_t, int64_t k, int64_t blo
   for (int64_t r = block_begin; r < block_end; ++r) {
     uint8_t* row = static_cast<uint8_t*>(prepared) + r * layout.stride;
     int8_t* q = reinterpret_cast<int8_t*>(row);
-    float* lanes = reinterpret_cast<float*>(row + layout.lanes_at);
+    float* scales = reinterpret_cast<float*>(row + layout.scales_at);
     float* offsets = reinterpret_cast<float*>(row + layout.offsets_at);
-    for (int64_t b = 0; b < k / 32; ++b) QuantizeBlock(x + r * ldx + 32 * b, q + 32 * b, lanes + 8 * b, offsets + 2 * b);
+    for (int64_t b = 0; b < k / 32; ++b)
+      QuantizeBlock(x + r * ldx + 32 * b, q + 32 * b, scales + 2 * b, offsets + 2 * b);
   }
 }
 
