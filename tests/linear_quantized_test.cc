@@ -70,9 +70,18 @@ class QuantizedLinearTest : public ::testing::TestWithParam<Case> {};
 // the rounding: x_i moves by at most d/2 with d = max|x| of its 32-value
 // block / 127 (times 1 + 2^-10 for the f32 reciprocal it multiplies by),
 // and its f32 sums also carry the type's offsets (Q8_0's +128 levels, a
-// K-quant's mins, Q6_K's -32), each at most 2 max|W| of the block.
-double Bound(const float* x, const float* w, int64_t k, double bias, bool rounds) {
-  double magnitude = std::abs(bias), rounding = 0;
+// K-quant's mins, Q6_K's -32), each at most 2 max|W| of the block. The
+// bf16 prefill kernel (avx512_bf16_q_dot) rounds x and W to bf16 instead:
+// each product moves by at most (2 2^-9 + 2^-18) |x W|.
+enum class Rounding { kNone, kInt8, kBf16 };
+Rounding RoundingOf(const LinearKernel& kernel) {
+  if (!kernel.rounds_activations) return Rounding::kNone;
+  return kernel.path == KernelPath::kBf16Dot ? Rounding::kBf16 : Rounding::kInt8;
+}
+
+double Bound(const float* x, const float* w, int64_t k, double bias, Rounding rounding) {
+  const bool int8 = rounding == Rounding::kInt8;
+  double magnitude = std::abs(bias), moved = 0, products = 0;
   for (int64_t b = 0; b < k; b += 32) {
     double max_x = 0, max_w = 0;
     for (int64_t i = b; i < b + 32; ++i) {
@@ -82,11 +91,15 @@ double Bound(const float* x, const float* w, int64_t k, double bias, bool rounds
     const double step = max_x / 127 * 0.5 * (1 + std::ldexp(1.0, -10));
     for (int64_t i = b; i < b + 32; ++i) {
       const double abs_w = std::abs(static_cast<double>(w[i]));
-      magnitude += std::abs(static_cast<double>(x[i])) * (rounds ? abs_w + 2 * max_w : abs_w);
-      rounding += abs_w * step;
+      magnitude += std::abs(static_cast<double>(x[i])) * (int8 ? abs_w + 2 * max_w : abs_w);
+      moved += abs_w * step;
+      products += abs_w * std::abs(static_cast<double>(x[i]));
     }
   }
-  return (k + 4) * std::ldexp(1.0, -24) * magnitude + (rounds ? rounding : 0.0) + 1e-30;
+  double bound = (k + 4) * std::ldexp(1.0, -24) * magnitude + 1e-30;
+  if (rounding == Rounding::kInt8) bound += moved;
+  if (rounding == Rounding::kBf16) bound += (std::ldexp(1.0, -8) + std::ldexp(1.0, -18)) * products;
+  return bound;
 }
 
 // Every quantized kernel of the table this CPU runs gives y within its
@@ -109,7 +122,7 @@ TEST_P(QuantizedLinearTest, EveryKernelMatchesTheDequantizedReference) {
         double exact = bias[j];
         for (int64_t i = 0; i < c.k; ++i) exact += static_cast<double>(x[r * c.k + i]) * w.values[j * c.k + i];
         const double bound =
-            Bound(&x[r * c.k], &w.values[j * c.k], c.k, bias[j], kernel.rounds_activations);
+            Bound(&x[r * c.k], &w.values[j * c.k], c.k, bias[j], RoundingOf(kernel));
         ASSERT_LE(std::abs(y[r * c.n + j] - exact), bound)
             << kernel.name << " row " << r << " feature " << j << " got " << y[r * c.n + j] << " exact " << exact;
       }
@@ -135,13 +148,24 @@ std::vector<Case> AllCases() {
 INSTANTIATE_TEST_SUITE_P(Types, QuantizedLinearTest, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); });
 
-// The plan picks stream at one row and packed at many; both agree within
-// rounding, so a sequence's tokens do not depend on the batch it ran in
-// beyond the last bits.
-TEST(QuantizedLinear, PlanRunsStreamAtOneRowAndPackedAtMany) {
-  EXPECT_EQ(ChooseLinearKernel(1, DType::kQ4_K, LinearOptions{}).path, KernelPath::kStream);
-  EXPECT_EQ(ChooseLinearKernel(512, DType::kQ4_K, LinearOptions{}).path, KernelPath::kPacked);
-  EXPECT_EQ(ChooseLinearKernel(512, DType::kQ8_0, LinearOptions{}).path, KernelPath::kPacked);
+// The built-in plan runs int8_dot at decode and, where the CPU has bf16 dot
+// products, the bf16 GEMM on dequantized rows at prefill (int8_dot below
+// avx512_bf16); the exact plan keeps x in f32 (stream, then packed), and so
+// does a layer that asks for f32 activations.
+TEST(QuantizedLinear, PlanRunsInt8DotAtDecodeAndExactPlanKeepsF32) {
+  const KernelPlan built_in = KernelPlan::BuiltIn(ActiveIsa());
+  const LinearOptions options{.plan = &built_in};
+  EXPECT_EQ(ChooseLinearKernel(1, DType::kQ4_K, options).path, KernelPath::kInt8Dot);
+  EXPECT_EQ(ChooseLinearKernel(512, DType::kQ8_0, options).path,
+            ActiveIsa() >= IsaLevel::kAvx512Bf16 ? KernelPath::kBf16Dot : KernelPath::kInt8Dot);
+  EXPECT_EQ(ChooseLinearKernel(1, DType::kBF16, options).path, KernelPath::kStream);  // int8_dot: quantized only
+  const KernelPlan exact = KernelPlan::Exact(ActiveIsa());
+  for (int64_t m : {1, 8, 512}) {
+    EXPECT_FALSE(ChooseLinearKernel(m, DType::kQ6_K, LinearOptions{.plan = &exact}).rounds_activations) << m;
+    EXPECT_FALSE(
+        ChooseLinearKernel(m, DType::kQ6_K, LinearOptions{.plan = &built_in, .f32_activations = true}).rounds_activations)
+        << m;
+  }
 }
 
 TEST(QuantizedLinear, RowsThatAreNotWholeBlocksAreRefused) {

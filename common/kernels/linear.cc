@@ -48,17 +48,17 @@ void* ThreadScratch(int64_t bytes) {
 IsaLevel UsableIsa(const LinearOptions& options) { return std::min(ActiveIsa(), options.max_isa); }
 
 // The kernel for `path` at `isa`, or the nearest path that has one
-// (linear_kernels.h): int8_dot for float weights (or with f32 activations)
-// becomes stream; a rounding GEMM path (bf16_dot, onednn) for quantized
-// weights becomes int8_dot, which rounds too (packed with f32 activations);
-// bf16_dot for f32 weights (or below avx512_bf16, or with f32 activations)
-// becomes packed; stream and packed exist for every dtype at avx2.
+// (linear_kernels.h): with f32 activations bf16_dot becomes packed and
+// int8_dot stream, as int8_dot does for float weights; a rounding path a
+// quantized dtype lacks here (bf16_dot below avx512_bf16, onednn) becomes
+// int8_dot, which rounds too; anything else missing (bf16_dot for f32
+// weights or below avx512_bf16) becomes packed, which every dtype has at avx2.
 const LinearKernel& ResolveKernel(KernelPath path, DType dtype, IsaLevel isa, bool f32_activations) {
-  if (IsQuantized(dtype) && (path == KernelPath::kBf16Dot || path == KernelPath::kOneDnn))
-    path = f32_activations ? KernelPath::kPacked : KernelPath::kInt8Dot;
-  if (path == KernelPath::kInt8Dot && (f32_activations || !IsQuantized(dtype))) path = KernelPath::kStream;
   if (path == KernelPath::kBf16Dot && f32_activations) path = KernelPath::kPacked;
+  if (path == KernelPath::kInt8Dot && (f32_activations || !IsQuantized(dtype))) path = KernelPath::kStream;
   if (const LinearKernel* kernel = FindLinearKernel(dtype, path, isa)) return *kernel;
+  if (IsQuantized(dtype) && !f32_activations && (path == KernelPath::kBf16Dot || path == KernelPath::kOneDnn))
+    return *FindLinearKernel(dtype, KernelPath::kInt8Dot, isa);
   return *FindLinearKernel(dtype, KernelPath::kPacked, isa);
 }
 

@@ -394,6 +394,30 @@ absl::Status Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void*
   return absl::OkStatus();
 }
 
+// ---- Prefill: the slice dequantized to bf16 rows for the bf16 dot-product GEMM ----
+
+// bf16 of 8 f32 values, round to nearest even (finite values).
+inline __m128i ToBf16(__m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  return _mm_packus_epi32(_mm256_castsi256_si128(rounded), _mm256_extracti128_si256(rounded, 1));
+}
+
+// One decoded row (signed levels) to bf16: W[i] = scale * level + offset.
+void DecodedToBf16(const DecodedRow& row, int64_t k, uint16_t* out) {
+  for (int64_t g = 0; g < k / 16; ++g) {
+    const __m128i levels = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row.levels + 16 * g));
+    const __m256 scale = _mm256_set1_ps(row.scales[g]), offset = _mm256_set1_ps(row.offsets[g]);
+    const __m256 lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(levels)), scale, offset);
+    const __m256 hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(levels, 8))), scale, offset);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * g), ToBf16(lo));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * g + 8), ToBf16(hi));
+  }
+}
+
+int64_t Bf16RowsBytes(int64_t k, int64_t features) { return RoundUp64(features * k * 2); }
+
 }  // namespace
 
 int64_t Int8DotPreparedBytes(int64_t m, int64_t k) { return m * RowLayout(k).stride; }
@@ -422,6 +446,41 @@ absl::Status Avx2Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, v
 
 absl::Status Avx512VnniInt8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
   return Int8DotSlice<isa::Avx512VnniInt8Dot, true>(w, a, scratch);
+}
+
+}  // namespace tandem
+
+namespace tandem {
+
+int64_t QuantizedBf16DotScratchBytes(const LinearWeight& w, int64_t m, int64_t features) {
+  return Bf16RowsBytes(w.k, features) + RowLayout(w.k).stride + isa::Bf16DotScratchBytes(m, features);
+}
+
+absl::Status QuantizedBf16DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
+  const RowDecoder decode = DecoderOf(w.dtype);
+  if (decode == nullptr || a.prepared == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("bf16_dot kernel: no block decoder or prepared input for ",
+                                                   std::string(DTypeName(w.dtype)), " weights"));
+  }
+  const int64_t k = w.k, features = a.n_end - a.n_begin;
+  const RowLayout layout(k);
+  auto* bf16 = static_cast<uint16_t*>(scratch);
+  uint8_t* decoded = static_cast<uint8_t*>(scratch) + Bf16RowsBytes(k, features);
+  const DecodedRow row{decoded, reinterpret_cast<float*>(decoded + layout.scales_at),
+                       reinterpret_cast<float*>(decoded + layout.offsets_at)};
+  for (int64_t f = 0; f < features; ++f) {
+    decode(static_cast<const uint8_t*>(w.data) + (a.n_begin + f) * w.row_bytes(), k, false, row);
+    DecodedToBf16(row, k, bf16 + f * k);
+  }
+  // The slice's rows as a bf16 matrix of their own: outputs and bias shift with it.
+  const LinearWeight slice{bf16, DType::kBF16, features, k};
+  LinearSliceArgs args = a;
+  args.n_begin = 0;
+  args.n_end = features;
+  args.y = a.y + a.n_begin;
+  args.bias = a.bias != nullptr ? a.bias + a.n_begin : nullptr;
+  isa::Bf16DotBf16(slice, args, decoded + layout.stride);
+  return absl::OkStatus();
 }
 
 }  // namespace tandem

@@ -43,4 +43,12 @@ int64_t Int8DotScratchBytes(const LinearWeight& w, int64_t m, int64_t features);
 absl::Status Avx2Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
 absl::Status Avx512VnniInt8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
 
+// Prefill at AVX512-BF16: the slice's W rows dequantized (the same
+// decoders) to bf16, then the bf16 dot-product GEMM of bf16 weights
+// (linear_isa.h; x prepared as Bf16DotPrepare). Rounds x to bf16 as
+// bf16_dot does, and W to bf16 too: |y - y_exact| grows by at most
+// (2^-8 + 2^-18) sum_i |x_i W_i| over the f32 bound.
+int64_t QuantizedBf16DotScratchBytes(const LinearWeight& w, int64_t m, int64_t features);
+absl::Status QuantizedBf16DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+
 }  // namespace tandem

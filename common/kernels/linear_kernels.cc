@@ -86,6 +86,9 @@ std::vector<LinearKernel> QuantizedEntries() {
     entries.push_back(LinearKernel{KernelPath::kInt8Dot, IsaLevel::kAvx512Vnni, dtype, "avx512_vnni_int8_dot", true,
                                    Int8DotPreparedBytes, Int8DotPrepareBlocks, Int8DotPrepare, Int8DotScratchBytes,
                                    Avx512VnniInt8DotSlice});
+    entries.push_back(LinearKernel{KernelPath::kBf16Dot, IsaLevel::kAvx512Bf16, dtype, "avx512_bf16_q_dot", true,
+                                   isa::Bf16DotPreparedBytes, isa::Bf16DotRowBlocks, isa::Bf16DotPrepare,
+                                   QuantizedBf16DotScratchBytes, QuantizedBf16DotSlice});
   }
   return entries;
 }
