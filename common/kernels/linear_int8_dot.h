@@ -7,11 +7,13 @@
 //     per 32 values (d = max |x| / 127, q = round-to-nearest-even(x / d)),
 //     with the scaled sum of q per 16 values (for the types whose values
 //     carry an offset: Q4_0's -8, Q4_1's min, Q4_K's dmin, ...).
-//   slice: W rows are decoded 4 at a time, in registers' layout (8-bit
-//     levels, one f32 scale per 4 values, one f32 offset per 16; see
-//     linear_isa.h), then dotted with up to 4 x rows per register tile:
-//     integer products and sums of 4 values, scaled and summed in f32.
-//     The stored bytes are read once per call for up to 16 x rows.
+//   slice: W rows are decoded 4 at a time by vectorized block decoders into
+//     the tile layout (8-bit levels, one f32 scale and offset per 16
+//     values; see linear_isa.h), then dotted with up to 4 x rows per
+//     register tile: integer products and sums of 4 values, scaled and
+//     summed in f32. The stored bytes are read once per call for up to 16
+//     x rows (decode), once per 16 rows beyond (prefill at AVX2/AVX-512;
+//     avx512_bf16 CPUs take QuantizedBf16DotSlice below instead).
 //
 // Numerics: y is the exact product of the dequantized W (as ggml computes
 // it) with x rounded per 32-value block: |x_i - x~_i| <= d/2 = max_b |x| /

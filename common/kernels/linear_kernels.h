@@ -15,7 +15,10 @@
 //                                            avx512_q_packed   panels of that ISA's packed GEMM
 //   int8_dot   avx2          the same        avx2_int8_dot     x quantized to int8 per 32 values,
 //              avx512_vnni                   avx512_vnni_int8_dot  integer dot products on W levels
-//                                                              decoded in registers (linear_int8_dot.h)
+//                                                              decoded by vectorized block decoders
+//                                                              (linear_int8_dot.h)
+//   bf16_dot   avx512_bf16   the same        avx512_bf16_q_dot the slice's W rows dequantized to bf16,
+//                                                              then the bf16 dot-product GEMM
 //
 // A call takes the best entry for its (dtype, path) whose ISA the CPU has
 // (ActiveIsa(), capped by LinearOptions::max_isa); which path runs at which
