@@ -121,8 +121,7 @@ TEST_P(QuantizedLinearTest, EveryKernelMatchesTheDequantizedReference) {
       for (int64_t j = 0; j < c.n; ++j) {
         double exact = bias[j];
         for (int64_t i = 0; i < c.k; ++i) exact += static_cast<double>(x[r * c.k + i]) * w.values[j * c.k + i];
-        const double bound =
-            Bound(&x[r * c.k], &w.values[j * c.k], c.k, bias[j], RoundingOf(kernel));
+        const double bound = Bound(&x[r * c.k], &w.values[j * c.k], c.k, bias[j], RoundingOf(kernel));
         ASSERT_LE(std::abs(y[r * c.n + j] - exact), bound)
             << kernel.name << " row " << r << " feature " << j << " got " << y[r * c.n + j] << " exact " << exact;
       }
@@ -162,8 +161,8 @@ TEST(QuantizedLinear, PlanRunsInt8DotAtDecodeAndExactPlanKeepsF32) {
   const KernelPlan exact = KernelPlan::Exact(ActiveIsa());
   for (int64_t m : {1, 8, 512}) {
     EXPECT_FALSE(ChooseLinearKernel(m, DType::kQ6_K, LinearOptions{.plan = &exact}).rounds_activations) << m;
-    EXPECT_FALSE(
-        ChooseLinearKernel(m, DType::kQ6_K, LinearOptions{.plan = &built_in, .f32_activations = true}).rounds_activations)
+    EXPECT_FALSE(ChooseLinearKernel(m, DType::kQ6_K, LinearOptions{.plan = &built_in, .f32_activations = true})
+                     .rounds_activations)
         << m;
   }
 }

@@ -22,9 +22,10 @@
 // "Precision"). Quantized weights (linear_int8_dot.h): int8_dot rounds x to
 // int8 per 32-value block (add sum_i |w_i| max_block|x| / 254), their
 // bf16_dot rounds x and W to bf16 (add 2^-8 sum_k |x_k w_k|); stream and
-// packed (the exact plan) compute with the dequantized W and f32 x. Each output's arithmetic depends only on its x row, its W
-// row and the kernel (not on M, the split or the thread count), for every
-// kernel but onednn, which picks its own kernels by M.
+// packed (the exact plan) compute with the dequantized W and f32 x.
+// Each output's arithmetic depends only on its x row, its W row and the
+// kernel (not on M, the split or the thread count), for every kernel but
+// onednn, which picks its own kernels by M.
 #pragma once
 
 #include <cstdint>

@@ -75,8 +75,7 @@ void Tile(const Int8DotTile& t, int64_t r0) {
   for (int r = 0; r < kRows; ++r) {
     const float* xo =
         reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(t.x_offsets) + (r0 + r) * t.x_stride);
-    for (int f = 0; f < kF; ++f)
-      t.out[(r0 + r) * kF + f] = Sum(acc[f][r]) + OffsetDot(t.w_offsets[f], xo, t.k / 16);
+    for (int f = 0; f < kF; ++f) t.out[(r0 + r) * kF + f] = Sum(acc[f][r]) + OffsetDot(t.w_offsets[f], xo, t.k / 16);
   }
 }
 
@@ -153,7 +152,9 @@ void Avx512VnniDotLoop(int64_t iterations) {
       "vzeroupper\n\t"
       : "+r"(iterations)
       :
-      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm30", "xmm31");
+      : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
+        "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm30",
+        "xmm31");
 }
 
 }  // namespace tandem::isa

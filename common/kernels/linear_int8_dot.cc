@@ -25,7 +25,9 @@ int64_t RoundUp64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
 struct RowLayout {
   int64_t scales_at, offsets_at, stride;
   explicit RowLayout(int64_t k)
-      : scales_at(RoundUp64(k)), offsets_at(RoundUp64(k) + RoundUp64(k / 4)), stride(RoundUp64(k) + 2 * RoundUp64(k / 4)) {}
+      : scales_at(RoundUp64(k)),
+        offsets_at(RoundUp64(k) + RoundUp64(k / 4)),
+        stride(RoundUp64(k) + 2 * RoundUp64(k / 4)) {}
 };
 
 struct DecodedRow {
@@ -55,7 +57,8 @@ inline float HalfAt(const uint8_t* block, size_t offset) {
 // stream kernel's, linear_avx512.cc).
 constexpr int64_t kPrefetchBytes = 1024;
 inline void PrefetchAhead(const uint8_t* block, size_t bytes) {
-  for (size_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(block) + kPrefetchBytes + at, _MM_HINT_T0);
+  for (size_t at = 0; at < bytes; at += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(block) + kPrefetchBytes + at, _MM_HINT_T0);
 }
 inline __m256i Load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
@@ -71,7 +74,8 @@ void DecodeQ8_0(const uint8_t* row, int64_t k, bool to_unsigned, const DecodedRo
     PrefetchAhead(block, sizeof(BlockQ8_0));
     const float d = HalfAt(block, offsetof(BlockQ8_0, d));
     const __m256i q = Load32(block + offsetof(BlockQ8_0, qs));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.levels + 32 * b), _mm256_xor_si256(q, _mm256_set1_epi8(static_cast<char>(flip))));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.levels + 32 * b),
+                        _mm256_xor_si256(q, _mm256_set1_epi8(static_cast<char>(flip))));
     const float offset = to_unsigned ? -128.0f * d : 0.0f;
     SetGroup(out, 2 * b, d, offset);
     SetGroup(out, 2 * b + 1, d, offset);
@@ -88,9 +92,9 @@ inline void SplitNibbles(const uint8_t* qs, uint8_t* levels) {
 
 // Bit i of a 32-bit field as 16 (0x10) in byte i.
 inline __m256i BitsAsSixteen(uint32_t bits) {
-  const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
-                                             _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202,
-                                                                0x0303030303030303));
+  const __m256i spread =
+      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                          _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
   const __m256i select = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
   const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
   return _mm256_and_si256(set, _mm256_set1_epi8(16));
@@ -140,7 +144,8 @@ void DecodeQ5_0(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
 inline void StoreGroups(__m128i bytes8, bool is_signed, float scale, float* out) {
   const __m128i dup = _mm_shuffle_epi8(bytes8, _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
   const __m256i lo = is_signed ? _mm256_cvtepi8_epi32(dup) : _mm256_cvtepu8_epi32(dup);
-  const __m256i hi = is_signed ? _mm256_cvtepi8_epi32(_mm_srli_si128(dup, 8)) : _mm256_cvtepu8_epi32(_mm_srli_si128(dup, 8));
+  const __m256i hi =
+      is_signed ? _mm256_cvtepi8_epi32(_mm_srli_si128(dup, 8)) : _mm256_cvtepu8_epi32(_mm_srli_si128(dup, 8));
   const __m256 s = _mm256_set1_ps(scale);
   _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(lo), s));
   _mm256_storeu_ps(out + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(hi), s));
@@ -190,8 +195,8 @@ void DecodeQ4_K(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
     const uint8_t* block = row + b * sizeof(BlockQ4_K);
     PrefetchAhead(block, sizeof(BlockQ4_K));
     DecodeKChunks(block + offsetof(BlockQ4_K, scales), block + offsetof(BlockQ4_K, qs), nullptr,
-                  HalfAt(block, offsetof(BlockQ4_K, d)), HalfAt(block, offsetof(BlockQ4_K, dmin)),
-                  out, b * kKBlockSize);
+                  HalfAt(block, offsetof(BlockQ4_K, d)), HalfAt(block, offsetof(BlockQ4_K, dmin)), out,
+                  b * kKBlockSize);
   }
 }
 
@@ -199,9 +204,9 @@ void DecodeQ5_K(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
   for (int64_t b = 0; b < k / kKBlockSize; ++b) {
     const uint8_t* block = row + b * sizeof(BlockQ5_K);
     PrefetchAhead(block, sizeof(BlockQ5_K));
-    DecodeKChunks(block + offsetof(BlockQ5_K, scales), block + offsetof(BlockQ5_K, qs),
-                  block + offsetof(BlockQ5_K, qh), HalfAt(block, offsetof(BlockQ5_K, d)),
-                  HalfAt(block, offsetof(BlockQ5_K, dmin)), out, b * kKBlockSize);
+    DecodeKChunks(block + offsetof(BlockQ5_K, scales), block + offsetof(BlockQ5_K, qs), block + offsetof(BlockQ5_K, qh),
+                  HalfAt(block, offsetof(BlockQ5_K, d)), HalfAt(block, offsetof(BlockQ5_K, dmin)), out,
+                  b * kKBlockSize);
   }
 }
 
@@ -219,8 +224,10 @@ void DecodeQ6_K(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
       const __m256i ql0 = Load32(ql + 64 * half);
       const __m256i ql1 = Load32(ql + 64 * half + 32);
       const __m256i qh = Load32(block + offsetof(BlockQ6_K, qh) + 32 * half);
-      const __m256i v0 = _mm256_or_si256(_mm256_and_si256(ql0, mask4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), mask2));
-      const __m256i v1 = _mm256_or_si256(_mm256_and_si256(ql1, mask4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), mask2));
+      const __m256i v0 =
+          _mm256_or_si256(_mm256_and_si256(ql0, mask4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), mask2));
+      const __m256i v1 =
+          _mm256_or_si256(_mm256_and_si256(ql1, mask4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), mask2));
       const __m256i v2 =
           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask4), _mm256_and_si256(qh, mask2));
       const __m256i v3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask4),
@@ -313,7 +320,8 @@ void Avx2Tile(const isa::Int8DotTile& t, int64_t r0) {
       const uint8_t* xrow = reinterpret_cast<const uint8_t*>(t.x_levels) + (r0 + r) * t.x_stride;
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xrow + i));
       const __m256 xs = GroupScales(
-          reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(t.x_scales) + (r0 + r) * t.x_stride) + i / 16);
+          reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(t.x_scales) + (r0 + r) * t.x_stride) +
+          i / 16);
       for (int f = 0; f < kF; ++f) {
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.w_levels[f] + i));
         const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
@@ -328,7 +336,8 @@ void Avx2Tile(const isa::Int8DotTile& t, int64_t r0) {
     for (int f = 0; f < kF; ++f) {
       __m256 o = _mm256_setzero_ps();
       int64_t g = 0;
-      for (; g + 8 <= t.k / 16; g += 8) o = _mm256_fmadd_ps(_mm256_loadu_ps(t.w_offsets[f] + g), _mm256_loadu_ps(xo + g), o);
+      for (; g + 8 <= t.k / 16; g += 8)
+        o = _mm256_fmadd_ps(_mm256_loadu_ps(t.w_offsets[f] + g), _mm256_loadu_ps(xo + g), o);
       o = _mm256_add_ps(o, acc[f][r]);
       __m128 s = _mm_add_ps(_mm256_castps256_ps128(o), _mm256_extractf128_ps(o, 1));
       s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -348,8 +357,8 @@ void Avx2Dot(const isa::Int8DotTile& t) {
 
 // Decodes W rows [j0, j0 + count) into the scratch tile and points `tile` at
 // them (a tail tile repeats its last row).
-void DecodeTile(const LinearWeight& w, RowDecoder decode, bool to_unsigned, int64_t j0, int64_t count,
-                uint8_t* scratch, isa::Int8DotTile* tile) {
+void DecodeTile(const LinearWeight& w, RowDecoder decode, bool to_unsigned, int64_t j0, int64_t count, uint8_t* scratch,
+                isa::Int8DotTile* tile) {
   const RowLayout layout(w.k);
   for (int64_t f = 0; f < kF; ++f) {
     uint8_t* base = scratch + std::min(f, count - 1) * layout.stride;
@@ -400,7 +409,8 @@ absl::Status Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void*
 inline __m128i ToBf16(__m256 v) {
   const __m256i bits = _mm256_castps_si256(v);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  const __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lsb), 16);
   return _mm_packus_epi32(_mm256_castsi256_si128(rounded), _mm256_extracti128_si256(rounded, 1));
 }
 
@@ -410,7 +420,8 @@ void DecodedToBf16(const DecodedRow& row, int64_t k, uint16_t* out) {
     const __m128i levels = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row.levels + 16 * g));
     const __m256 scale = _mm256_set1_ps(row.scales[g]), offset = _mm256_set1_ps(row.offsets[g]);
     const __m256 lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(levels)), scale, offset);
-    const __m256 hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(levels, 8))), scale, offset);
+    const __m256 hi =
+        _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(levels, 8))), scale, offset);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * g), ToBf16(lo));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * g + 8), ToBf16(hi));
   }

@@ -24,9 +24,10 @@
 // (ActiveIsa(), capped by LinearOptions::max_isa); which path runs at which
 // row count is the KernelPlan's (kernel_plan.h). A path a dtype lacks
 // resolves to its nearest one: int8_dot for float weights (or with f32
-// activations) to stream; bf16_dot and onednn for quantized weights to
-// int8_dot (they round x too; with f32 activations to packed). AMX has no entry: no machine tandem was developed on has AMX, and
-// no kernel is written that could not be run.
+// activations) to stream; bf16_dot below avx512_bf16 and onednn for
+// quantized weights to int8_dot (they round x too; with f32 activations to
+// packed). AMX has no entry: no machine tandem was developed on has AMX,
+// and no kernel is written that could not be run.
 #pragma once
 
 #include <cstdint>
