@@ -60,7 +60,7 @@ ABSL_FLAG(int64_t, hidden, 4096, "D, hidden size (Mixtral 8x7B: 4096)");
 ABSL_FLAG(int64_t, intermediate, 14336, "I, expert intermediate size (Mixtral 8x7B: 14336)");
 ABSL_FLAG(std::string, kernel_plan, "builtin",
           "kernel path per row count for the expert_ffn lines: builtin (for this CPU's ISA) or ROWS:PATH,... "
-          "(e.g. 1:stream,16:bf16_dot; paths stream, packed, bf16_dot, onednn)");
+          "(e.g. 1:stream,16:bf16_dot; paths stream, packed, bf16_dot, onednn, int8_dot)");
 ABSL_FLAG(bool, probe, true, "measure bandwidth and compute peaks first");
 
 namespace tandem {
@@ -163,7 +163,7 @@ Json ProbeOneDnn(int64_t k) {
 absl::StatusOr<Json> MeasurePeaks(ThreadPool* pool, std::map<PeakInstruction, double>* peaks) {
   Json out = Json::object();
   for (PeakInstruction instruction :
-       {PeakInstruction::kAvx2Fma, PeakInstruction::kAvx512Fma, PeakInstruction::kBf16Dot}) {
+       {PeakInstruction::kAvx2Fma, PeakInstruction::kAvx512Fma, PeakInstruction::kBf16Dot, PeakInstruction::kVnniDot}) {
     if (PeakInstructionIsa(instruction) > ActiveIsa()) continue;
     TANDEM_ASSIGN_OR_RETURN(const ComputePeak peak, MeasureComputePeak(instruction, pool));
     (*peaks)[instruction] = peak.gflops;

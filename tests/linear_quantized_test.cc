@@ -1,6 +1,7 @@
 // The quantized linear kernels (common/kernels/linear_quantized.h) against a
 // float64 reference of the dequantized weights, for every block type, every
 // quantized kernel this CPU runs, odd row counts and one and two threads.
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -63,8 +64,46 @@ std::string CaseName(const Case& c) {
 
 class QuantizedLinearTest : public ::testing::TestWithParam<Case> {};
 
-// Every quantized kernel of the table this CPU runs gives y within the f32
-// accumulation bound of the float64 product with the dequantized W.
+// The error bound of one output against the float64 product with the
+// dequantized W. Every kernel: f32 accumulation, (K + 4) 2^-24 sum |x W|.
+// A kernel that rounds x to int8 blocks (int8_dot, linear_int8_dot.h) adds
+// the rounding: x_i moves by at most d/2 with d = max|x| of its 32-value
+// block / 127 (times 1 + 2^-10 for the f32 reciprocal it multiplies by),
+// and its f32 sums also carry the type's offsets (Q8_0's +128 levels, a
+// K-quant's mins, Q6_K's -32), each at most 2 max|W| of the block. The
+// bf16 prefill kernel (avx512_bf16_q_dot) rounds x and W to bf16 instead:
+// each product moves by at most (2 2^-9 + 2^-18) |x W|.
+enum class Rounding { kNone, kInt8, kBf16 };
+Rounding RoundingOf(const LinearKernel& kernel) {
+  if (!kernel.rounds_activations) return Rounding::kNone;
+  return kernel.path == KernelPath::kBf16Dot ? Rounding::kBf16 : Rounding::kInt8;
+}
+
+double Bound(const float* x, const float* w, int64_t k, double bias, Rounding rounding) {
+  const bool int8 = rounding == Rounding::kInt8;
+  double magnitude = std::abs(bias), moved = 0, products = 0;
+  for (int64_t b = 0; b < k; b += 32) {
+    double max_x = 0, max_w = 0;
+    for (int64_t i = b; i < b + 32; ++i) {
+      max_x = std::max(max_x, std::abs(static_cast<double>(x[i])));
+      max_w = std::max(max_w, std::abs(static_cast<double>(w[i])));
+    }
+    const double step = max_x / 127 * 0.5 * (1 + std::ldexp(1.0, -10));
+    for (int64_t i = b; i < b + 32; ++i) {
+      const double abs_w = std::abs(static_cast<double>(w[i]));
+      magnitude += std::abs(static_cast<double>(x[i])) * (int8 ? abs_w + 2 * max_w : abs_w);
+      moved += abs_w * step;
+      products += abs_w * std::abs(static_cast<double>(x[i]));
+    }
+  }
+  double bound = (k + 4) * std::ldexp(1.0, -24) * magnitude + 1e-30;
+  if (rounding == Rounding::kInt8) bound += moved;
+  if (rounding == Rounding::kBf16) bound += (std::ldexp(1.0, -8) + std::ldexp(1.0, -18)) * products;
+  return bound;
+}
+
+// Every quantized kernel of the table this CPU runs gives y within its
+// bound of the float64 product with the dequantized W.
 TEST_P(QuantizedLinearTest, EveryKernelMatchesTheDequantizedReference) {
   const Case& c = GetParam();
   const QuantizedMatrix w(c.dtype, c.n, c.k, 11);
@@ -80,19 +119,15 @@ TEST_P(QuantizedLinearTest, EveryKernelMatchesTheDequantizedReference) {
     ASSERT_OK(Linear(x.data(), c.m, w.weight, bias.data(), y.data(), &pool, options));
     for (int64_t r = 0; r < c.m; ++r) {
       for (int64_t j = 0; j < c.n; ++j) {
-        double exact = bias[j], magnitude = std::abs(bias[j]);
-        for (int64_t i = 0; i < c.k; ++i) {
-          const double p = static_cast<double>(x[r * c.k + i]) * w.values[j * c.k + i];
-          exact += p;
-          magnitude += std::abs(p);
-        }
-        const double bound = (c.k + 4) * std::ldexp(1.0, -24) * magnitude + 1e-30;
+        double exact = bias[j];
+        for (int64_t i = 0; i < c.k; ++i) exact += static_cast<double>(x[r * c.k + i]) * w.values[j * c.k + i];
+        const double bound = Bound(&x[r * c.k], &w.values[j * c.k], c.k, bias[j], RoundingOf(kernel));
         ASSERT_LE(std::abs(y[r * c.n + j] - exact), bound)
             << kernel.name << " row " << r << " feature " << j << " got " << y[r * c.n + j] << " exact " << exact;
       }
     }
   }
-  EXPECT_GE(kernels, 2) << "a stream and a packed kernel for " << DTypeName(c.dtype);
+  EXPECT_GE(kernels, 3) << "a stream, a packed and an int8_dot kernel for " << DTypeName(c.dtype);
 }
 
 std::vector<Case> AllCases() {
@@ -102,6 +137,9 @@ std::vector<Case> AllCases() {
     for (int64_t m : {1, 3, 9, 37})
       for (int threads : {1, 2}) cases.push_back({dtype, 45, 2 * block, m, threads});
     cases.push_back({dtype, 67, 4 * block, 16, 2});
+    // Decode row counts on an odd shape: a tail tile of W rows, and for the
+    // 32-value types a row that ends in half a 64-value VNNI step.
+    for (int64_t m : {2, 4, 5, 6, 7, 8}) cases.push_back({dtype, 13, 3 * block, m, 1});
   }
   return cases;
 }
@@ -109,13 +147,24 @@ std::vector<Case> AllCases() {
 INSTANTIATE_TEST_SUITE_P(Types, QuantizedLinearTest, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); });
 
-// The plan picks stream at one row and packed at many; both agree within
-// rounding, so a sequence's tokens do not depend on the batch it ran in
-// beyond the last bits.
-TEST(QuantizedLinear, PlanRunsStreamAtOneRowAndPackedAtMany) {
-  EXPECT_EQ(ChooseLinearKernel(1, DType::kQ4_K, LinearOptions{}).path, KernelPath::kStream);
-  EXPECT_EQ(ChooseLinearKernel(512, DType::kQ4_K, LinearOptions{}).path, KernelPath::kPacked);
-  EXPECT_EQ(ChooseLinearKernel(512, DType::kQ8_0, LinearOptions{}).path, KernelPath::kPacked);
+// The built-in plan runs int8_dot at decode and, where the CPU has bf16 dot
+// products, the bf16 GEMM on dequantized rows at prefill (int8_dot below
+// avx512_bf16); the exact plan keeps x in f32 (stream, then packed), and so
+// does a layer that asks for f32 activations.
+TEST(QuantizedLinear, PlanRunsInt8DotAtDecodeAndExactPlanKeepsF32) {
+  const KernelPlan built_in = KernelPlan::BuiltIn(ActiveIsa());
+  const LinearOptions options{.plan = &built_in};
+  EXPECT_EQ(ChooseLinearKernel(1, DType::kQ4_K, options).path, KernelPath::kInt8Dot);
+  EXPECT_EQ(ChooseLinearKernel(512, DType::kQ8_0, options).path,
+            ActiveIsa() >= IsaLevel::kAvx512Bf16 ? KernelPath::kBf16Dot : KernelPath::kInt8Dot);
+  EXPECT_EQ(ChooseLinearKernel(1, DType::kBF16, options).path, KernelPath::kStream);  // int8_dot: quantized only
+  const KernelPlan exact = KernelPlan::Exact(ActiveIsa());
+  for (int64_t m : {1, 8, 512}) {
+    EXPECT_FALSE(ChooseLinearKernel(m, DType::kQ6_K, LinearOptions{.plan = &exact}).rounds_activations) << m;
+    EXPECT_FALSE(ChooseLinearKernel(m, DType::kQ6_K, LinearOptions{.plan = &built_in, .f32_activations = true})
+                     .rounds_activations)
+        << m;
+  }
 }
 
 TEST(QuantizedLinear, RowsThatAreNotWholeBlocksAreRefused) {

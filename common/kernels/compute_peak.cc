@@ -13,6 +13,7 @@ const char* PeakInstructionName(PeakInstruction instruction) {
     case PeakInstruction::kAvx2Fma: return "avx2_fma";
     case PeakInstruction::kAvx512Fma: return "avx512_fma";
     case PeakInstruction::kBf16Dot: return "avx512_bf16_dot";
+    case PeakInstruction::kVnniDot: return "avx512_vnni_dot";
   }
   return "?";
 }
@@ -22,12 +23,16 @@ IsaLevel PeakInstructionIsa(PeakInstruction instruction) {
     case PeakInstruction::kAvx2Fma: return IsaLevel::kAvx2;
     case PeakInstruction::kAvx512Fma: return IsaLevel::kAvx512;
     case PeakInstruction::kBf16Dot: return IsaLevel::kAvx512Bf16;
+    case PeakInstruction::kVnniDot: return IsaLevel::kAvx512Vnni;
   }
   return IsaLevel::kAmx;
 }
 
 PeakInstruction PeakInstructionOf(const LinearKernel& kernel) {
   if (kernel.path == KernelPath::kBf16Dot) return PeakInstruction::kBf16Dot;
+  // The int8_dot kernels: vpdpbusd at VNNI; at AVX2 vpmaddubsw + vpmaddwd,
+  // bounded here by the ymm FMA that scales every int32 lane.
+  if (kernel.path == KernelPath::kInt8Dot && kernel.isa >= IsaLevel::kAvx512Vnni) return PeakInstruction::kVnniDot;
   const IsaLevel isa = kernel.path == KernelPath::kOneDnn ? ActiveIsa() : kernel.isa;
   return isa >= IsaLevel::kAvx512 ? PeakInstruction::kAvx512Fma : PeakInstruction::kAvx2Fma;
 }
@@ -46,6 +51,9 @@ absl::StatusOr<ComputePeak> MeasureComputePeak(PeakInstruction instruction, Thre
   } else if (instruction == PeakInstruction::kBf16Dot) {
     loop = isa::Bf16DotLoop;
     flops_per_iteration = isa::kBf16DotLoopFlops;
+  } else if (instruction == PeakInstruction::kVnniDot) {
+    loop = isa::Avx512VnniDotLoop;
+    flops_per_iteration = isa::kVnniDotLoopOps;
   }
   const int threads = pool == nullptr ? 1 : pool->num_threads();
   const int64_t iterations = std::max<int64_t>(options.flops_per_task / flops_per_iteration, 1);

@@ -47,12 +47,18 @@ void* ThreadScratch(int64_t bytes) {
 
 IsaLevel UsableIsa(const LinearOptions& options) { return std::min(ActiveIsa(), options.max_isa); }
 
-// The kernel for `path` at `isa`, or the nearest path that has one: a plan's
-// bf16_dot for f32 weights (or below avx512_bf16, or with f32 activations)
-// becomes packed; stream, packed and onednn exist for every dtype at avx2.
+// The kernel for `path` at `isa`, or the nearest path that has one
+// (linear_kernels.h): with f32 activations bf16_dot becomes packed and
+// int8_dot stream, as int8_dot does for float weights; a rounding path a
+// quantized dtype lacks here (bf16_dot below avx512_bf16, onednn) becomes
+// int8_dot, which rounds too; anything else missing (bf16_dot for f32
+// weights or below avx512_bf16) becomes packed, which every dtype has at avx2.
 const LinearKernel& ResolveKernel(KernelPath path, DType dtype, IsaLevel isa, bool f32_activations) {
   if (path == KernelPath::kBf16Dot && f32_activations) path = KernelPath::kPacked;
+  if (path == KernelPath::kInt8Dot && (f32_activations || !IsQuantized(dtype))) path = KernelPath::kStream;
   if (const LinearKernel* kernel = FindLinearKernel(dtype, path, isa)) return *kernel;
+  if (IsQuantized(dtype) && !f32_activations && (path == KernelPath::kBf16Dot || path == KernelPath::kOneDnn))
+    return *FindLinearKernel(dtype, KernelPath::kInt8Dot, isa);
   return *FindLinearKernel(dtype, KernelPath::kPacked, isa);
 }
 
@@ -108,6 +114,7 @@ int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, co
   constexpr int64_t kPackedSliceBytes = 4 << 20;
   constexpr int64_t kDotTile = 12;
   constexpr int64_t kDotTaskFeatures = 120;
+  constexpr int64_t kInt8Tile = 4;
   const int64_t threads = std::max(num_threads, 1);
   const int64_t per_thread = 4 * threads;
   int64_t features = 1;
@@ -126,6 +133,10 @@ int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, co
     case KernelPath::kBf16Dot:
       features = kDotTaskFeatures;
       if (threads > 1) features = std::min(features, RoundUp(CeilDiv(w.n, per_thread), kDotTile));
+      break;
+    case KernelPath::kInt8Dot:  // as stream, in whole 4-feature tiles
+      features = RoundUp(CeilDiv(kStreamTaskBytes, w.row_bytes()), kInt8Tile);
+      if (threads > 1) features = std::min(features, RoundUp(CeilDiv(w.n, per_thread), kInt8Tile));
       break;
     case KernelPath::kOneDnn:
       features = kOneDnnTileRows;

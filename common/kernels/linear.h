@@ -1,9 +1,9 @@
 // Linear layer on the CPU: y[M,N] = x[M,K] . W[N,K]^T (+ bias[N]).
 //
 // Legend: M rows (tokens), K input features, N output features.
-// x: [M, K] f32, row stride K.   W: [N, K] in F32, F16 or BF16, row-major as
-// Hugging Face stores nn.Linear weights (a quantized W is refused, naming
-// its type).   y: [M, N] f32, row stride N.
+// x: [M, K] f32, row stride K.   W: [N, K] in F32, F16, BF16 or a ggml block
+// type (Q8_0 ... Q6_K, K whole blocks), row-major as Hugging Face stores
+// nn.Linear weights.   y: [M, N] f32, row stride N.
 // bias: [N] f32 or nullptr.  Accumulation is f32.
 // Supported: any M >= 0, N >= 1, K >= 1 (tails are handled), x/W/y need no
 // particular alignment. Needs AVX2 + FMA + F16C (the build's baseline).
@@ -19,9 +19,13 @@
 // rounds x to bf16 (8 significant bits) first, as llama.cpp and GPU bf16
 // GEMMs do: add 2^-8 sum_k |x_k w_k| to that bound. LinearOptions::
 // f32_activations keeps a layer off it (the router: ARCHITECTURE.md,
-// "Precision"). Each output's arithmetic depends only on its x row, its W
-// row and the kernel (not on M, the split or the thread count), for every
-// kernel but onednn, which picks its own kernels by M.
+// "Precision"). Quantized weights (linear_int8_dot.h): int8_dot rounds x to
+// int8 per 32-value block (add sum_i |w_i| max_block|x| / 254), their
+// bf16_dot rounds x and W to bf16 (add 2^-8 sum_k |x_k w_k|); stream and
+// packed (the exact plan) compute with the dequantized W and f32 x.
+// Each output's arithmetic depends only on its x row, its W row and the
+// kernel (not on M, the split or the thread count), for every kernel but
+// onednn, which picks its own kernels by M.
 #pragma once
 
 #include <cstdint>

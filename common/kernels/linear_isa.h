@@ -60,4 +60,38 @@ void Bf16DotBf16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch)
 void Bf16DotLoop(int64_t iterations);
 inline constexpr int64_t kBf16DotLoopFlops = 24 * 32 * 2;
 
+// ---- int8 dot products on quantized activations (linear_int8_dot.cc) ----
+// Both sides in one layout, per row of K values: levels [K] 8-bit, then
+// scales [K/16] f32 and offsets [K/16] f32, one of each per 16 values:
+//   x row:  x[i] ~ scales[i/16] * q[i] (q int8; both 16-value halves of a
+//           32-value block carry its scale), offsets[g] = scales[g] * the
+//           sum of q over values 16g..16g+15;
+//   W row:  W[i] = scales[i/16] * level[i] + offsets[i/16].
+// So x . W = sum over 4-value int32 lanes (dot of levels) * W scale * x scale
+//          + sum over groups W offset * x offset.
+// W levels are signed (int8) for the AVX2 kernel and unsigned (uint8, +128
+// folded into the offsets where a type is signed) for VNNI's vpdpbusd.
+inline constexpr int64_t kInt8TileFeatures = 4;  // W rows per register tile
+struct Int8DotTile {
+  int64_t k = 0;
+  // kInt8TileFeatures decoded W rows (a tail tile repeats its last row).
+  const uint8_t* w_levels[kInt8TileFeatures];
+  const float* w_scales[kInt8TileFeatures];
+  const float* w_offsets[kInt8TileFeatures];
+  // `rows` prepared x rows, `x_stride` bytes apart (each section's start).
+  int64_t rows = 0;
+  int64_t x_stride = 0;
+  const int8_t* x_levels = nullptr;
+  const float* x_scales = nullptr;
+  const float* x_offsets = nullptr;
+  float* out = nullptr;  // out[r * kInt8TileFeatures + f]: row r . W row f
+};
+// (The AVX2 tile is baseline code, in linear_int8_dot.cc.)
+// ---- AVX512-VNNI (linear_avx512_vnni.cc) ----
+void Avx512VnniInt8Dot(const Int8DotTile& t);
+// 24 independent vpdpbusd zmm chains (the int8 dot-product peak); "ops" as
+// flops: a multiply and an add per int8 product.
+void Avx512VnniDotLoop(int64_t iterations);
+inline constexpr int64_t kVnniDotLoopOps = 24 * 64 * 2;
+
 }  // namespace tandem::isa

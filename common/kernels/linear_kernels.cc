@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/kernels/linear_int8_dot.h"
 #include "common/kernels/linear_isa.h"
 #include "common/kernels/linear_onednn.h"
 #include "common/kernels/linear_quantized.h"
@@ -67,8 +68,8 @@ std::vector<LinearKernel> FloatEntries() {
   };
 }
 
-// Block-quantized weights (linear_quantized.h): stream, and packed at AVX2
-// and AVX-512; a plan's other paths resolve to packed.
+// Block-quantized weights (linear_quantized.h, linear_int8_dot.h): stream,
+// packed at AVX2 and AVX-512, int8_dot at AVX2 and AVX512-VNNI.
 std::vector<LinearKernel> QuantizedEntries() {
   std::vector<LinearKernel> entries;
   for (DType dtype :
@@ -79,6 +80,15 @@ std::vector<LinearKernel> QuantizedEntries() {
                             QuantizedAvx2PackedScratchBytes, QuantizedAvx2PackedSlice));
     entries.push_back(Plain(KernelPath::kPacked, IsaLevel::kAvx512, dtype, "avx512_q_packed",
                             QuantizedAvx512PackedScratchBytes, QuantizedAvx512PackedSlice));
+    entries.push_back(LinearKernel{KernelPath::kInt8Dot, IsaLevel::kAvx2, dtype, "avx2_int8_dot", true,
+                                   Int8DotPreparedBytes, Int8DotPrepareBlocks, Int8DotPrepare, Int8DotScratchBytes,
+                                   Avx2Int8DotSlice});
+    entries.push_back(LinearKernel{KernelPath::kInt8Dot, IsaLevel::kAvx512Vnni, dtype, "avx512_vnni_int8_dot", true,
+                                   Int8DotPreparedBytes, Int8DotPrepareBlocks, Int8DotPrepare, Int8DotScratchBytes,
+                                   Avx512VnniInt8DotSlice});
+    entries.push_back(LinearKernel{KernelPath::kBf16Dot, IsaLevel::kAvx512Bf16, dtype, "avx512_bf16_q_dot", true,
+                                   isa::Bf16DotPreparedBytes, isa::Bf16DotRowBlocks, isa::Bf16DotPrepare,
+                                   QuantizedBf16DotScratchBytes, QuantizedBf16DotSlice});
   }
   return entries;
 }
@@ -100,6 +110,7 @@ const char* KernelPathName(KernelPath path) {
     case KernelPath::kPacked: return "packed";
     case KernelPath::kBf16Dot: return "bf16_dot";
     case KernelPath::kOneDnn: return "onednn";
+    case KernelPath::kInt8Dot: return "int8_dot";
   }
   return "?";
 }

@@ -13,14 +13,21 @@
 //                            q6_K
 //   packed     avx2, avx512  the same        avx2_q_packed,    W slice decoded once into the f32
 //                                            avx512_q_packed   panels of that ISA's packed GEMM
+//   int8_dot   avx2          the same        avx2_int8_dot     x quantized to int8 per 32 values,
+//              avx512_vnni                   avx512_vnni_int8_dot  integer dot products on W levels
+//                                                              decoded by vectorized block decoders
+//                                                              (linear_int8_dot.h)
+//   bf16_dot   avx512_bf16   the same        avx512_bf16_q_dot the slice's W rows dequantized to bf16,
+//                                                              then the bf16 dot-product GEMM
 //
 // A call takes the best entry for its (dtype, path) whose ISA the CPU has
 // (ActiveIsa(), capped by LinearOptions::max_isa); which path runs at which
-// row count is the KernelPlan's (kernel_plan.h); a path a dtype lacks
-// (bf16_dot, onednn for quantized weights) resolves to packed. Integer dot
-// products on quantized activations (VNNI) would be a further prepared
-// path. AMX has no entry: no machine tandem was developed on has AMX, and
-// no kernel is written that could not be run.
+// row count is the KernelPlan's (kernel_plan.h). A path a dtype lacks
+// resolves to its nearest one: int8_dot for float weights (or with f32
+// activations) to stream; bf16_dot below avx512_bf16 and onednn for
+// quantized weights to int8_dot (they round x too; with f32 activations to
+// packed). AMX has no entry: no machine tandem was developed on has AMX,
+// and no kernel is written that could not be run.
 #pragma once
 
 #include <cstdint>
@@ -39,10 +46,11 @@ enum class KernelPath : uint8_t {
   kPacked,   // compute-bound f32 FMA GEMM on f32 panels of W
   kBf16Dot,  // compute-bound bf16 dot products; rounds x to bf16
   kOneDnn,   // oneDNN's f32 matmul on widened W tiles
+  kInt8Dot,  // quantized weights: int8 dot products; rounds x to int8 per 32 values
 };
 inline constexpr KernelPath kAllKernelPaths[] = {KernelPath::kStream, KernelPath::kPacked, KernelPath::kBf16Dot,
-                                                 KernelPath::kOneDnn};
-const char* KernelPathName(KernelPath path);  // "stream", "packed", "bf16_dot", "onednn"
+                                                 KernelPath::kOneDnn, KernelPath::kInt8Dot};
+const char* KernelPathName(KernelPath path);  // "stream", "packed", "bf16_dot", "onednn", "int8_dot"
 absl::StatusOr<KernelPath> ParseKernelPath(std::string_view name);
 
 struct LinearKernel {
@@ -50,7 +58,7 @@ struct LinearKernel {
   IsaLevel isa;             // the instruction-set level it needs
   DType dtype;              // the weight dtype it reads
   const char* name;         // static
-  bool rounds_activations;  // x is rounded to bf16 before the products
+  bool rounds_activations;  // x is rounded (to bf16, or to int8 blocks) before the products
   // Kernels that read x in a layout of their own prepare it once per call,
   // split into row blocks; all three null otherwise (x read as f32 rows).
   int64_t (*prepared_bytes)(int64_t m, int64_t k);

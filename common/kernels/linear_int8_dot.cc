@@ -1,0 +1,497 @@
+// The int8_dot path (linear_int8_dot.h): x quantization, the block decoders
+// into the tile layout of linear_isa.h, the AVX2 tile and the slice loop
+// both ISAs share. Baseline code (AVX2 + FMA + F16C).
+#include "common/kernels/linear_int8_dot.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/kernels/linear_isa.h"
+#include "common/quant/block_formats.h"
+
+namespace tandem {
+namespace {
+
+constexpr int64_t kF = isa::kInt8TileFeatures;
+constexpr int64_t kXBlock = 16;  // x rows per pass over a decoded W tile (their prepared rows stay in L2)
+
+int64_t RoundUp64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// One row (x or W) in the tile layout: levels [k], scales [k/16], offsets [k/16].
+struct RowLayout {
+  int64_t scales_at, offsets_at, stride;
+  explicit RowLayout(int64_t k)
+      : scales_at(RoundUp64(k)),
+        offsets_at(RoundUp64(k) + RoundUp64(k / 4)),
+        stride(RoundUp64(k) + 2 * RoundUp64(k / 4)) {}
+};
+
+struct DecodedRow {
+  uint8_t* levels;
+  float* scales;
+  float* offsets;
+};
+
+inline void SetGroup(const DecodedRow& out, int64_t group, float scale, float offset) {
+  out.scales[group] = scale;
+  out.offsets[group] = offset;
+}
+
+// F16C: exact, as GgmlF16ToF32, without the call.
+inline float Half(uint16_t h) { return _cvtsh_ss(h); }
+
+// The decoders read each field in place (offsetof into the block): copying
+// a block into a local struct first makes the wide loads that follow miss
+// store forwarding, which cost more than the rest of the decode.
+inline float HalfAt(const uint8_t* block, size_t offset) {
+  uint16_t h;
+  std::memcpy(&h, block + offset, sizeof(h));
+  return Half(h);
+}
+// Decode is DRAM-bound at one row: a software prefetch this far ahead keeps
+// more lines in flight than the hardware prefetcher alone (as the bf16
+// stream kernel's, linear_avx512.cc).
+constexpr int64_t kPrefetchBytes = 1024;
+inline void PrefetchAhead(const uint8_t* block, size_t bytes) {
+  for (size_t at = 0; at < bytes; at += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(block) + kPrefetchBytes + at, _MM_HINT_T0);
+}
+inline __m256i Load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// ---- Decoders: one W row of `k` values (whole blocks) into the layout ----
+// `to_unsigned`: levels must be >= 0 (vpdpbusd); a signed type adds 128 to
+// its levels and subtracts 128 * scale in the offsets. Levels of every other
+// type are already in [0, 64) and serve both kernels.
+
+void DecodeQ8_0(const uint8_t* row, int64_t k, bool to_unsigned, const DecodedRow& out) {
+  const uint8_t flip = to_unsigned ? 0x80 : 0;
+  for (int64_t b = 0; b < k / kQ8_0BlockSize; ++b) {
+    const uint8_t* block = row + b * sizeof(BlockQ8_0);
+    PrefetchAhead(block, sizeof(BlockQ8_0));
+    const float d = HalfAt(block, offsetof(BlockQ8_0, d));
+    const __m256i q = Load32(block + offsetof(BlockQ8_0, qs));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.levels + 32 * b),
+                        _mm256_xor_si256(q, _mm256_set1_epi8(static_cast<char>(flip))));
+    const float offset = to_unsigned ? -128.0f * d : 0.0f;
+    SetGroup(out, 2 * b, d, offset);
+    SetGroup(out, 2 * b + 1, d, offset);
+  }
+}
+
+// 16 bytes of nibbles: low nibbles are values 0..15, high 16..31.
+inline void SplitNibbles(const uint8_t* qs, uint8_t* levels) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(levels), _mm_and_si128(q, mask));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(levels + 16), _mm_and_si128(_mm_srli_epi16(q, 4), mask));
+}
+
+// Bit i of a 32-bit field as 16 (0x10) in byte i.
+inline __m256i BitsAsSixteen(uint32_t bits) {
+  const __m256i spread =
+      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                          _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i select = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ULL));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+  return _mm256_and_si256(set, _mm256_set1_epi8(16));
+}
+
+void DecodeQ4_0(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
+  for (int64_t b = 0; b < k / kQ4_0BlockSize; ++b) {
+    const uint8_t* block = row + b * sizeof(BlockQ4_0);
+    PrefetchAhead(block, sizeof(BlockQ4_0));
+    const float d = HalfAt(block, offsetof(BlockQ4_0, d));
+    SplitNibbles(block + offsetof(BlockQ4_0, qs), out.levels + 32 * b);
+    SetGroup(out, 2 * b, d, -8.0f * d);
+    SetGroup(out, 2 * b + 1, d, -8.0f * d);
+  }
+}
+
+void DecodeQ4_1(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
+  for (int64_t b = 0; b < k / kQ4_1BlockSize; ++b) {
+    const uint8_t* block = row + b * sizeof(BlockQ4_1);
+    PrefetchAhead(block, sizeof(BlockQ4_1));
+    const float d = HalfAt(block, offsetof(BlockQ4_1, d));
+    const float m = HalfAt(block, offsetof(BlockQ4_1, m));
+    SplitNibbles(block + offsetof(BlockQ4_1, qs), out.levels + 32 * b);
+    SetGroup(out, 2 * b, d, m);
+    SetGroup(out, 2 * b + 1, d, m);
+  }
+}
+
+void DecodeQ5_0(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
+  for (int64_t b = 0; b < k / kQ5_0BlockSize; ++b) {
+    const uint8_t* block = row + b * sizeof(BlockQ5_0);
+    PrefetchAhead(block, sizeof(BlockQ5_0));
+    const float d = HalfAt(block, offsetof(BlockQ5_0, d));
+    uint32_t qh;
+    std::memcpy(&qh, block + offsetof(BlockQ5_0, qh), sizeof(qh));
+    uint8_t* levels = out.levels + 32 * b;
+    SplitNibbles(block + offsetof(BlockQ5_0, qs), levels);
+    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(levels));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels), _mm256_or_si256(v, BitsAsSixteen(qh)));
+    SetGroup(out, 2 * b, d, -16.0f * d);
+    SetGroup(out, 2 * b + 1, d, -16.0f * d);
+  }
+}
+
+// 16 group values from 8 8-bit ones (each sub-block of 32 is two groups of
+// 16), times `scale`, stored at out[0..15].
+inline void StoreGroups(__m128i bytes8, bool is_signed, float scale, float* out) {
+  const __m128i dup = _mm_shuffle_epi8(bytes8, _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
+  const __m256i lo = is_signed ? _mm256_cvtepi8_epi32(dup) : _mm256_cvtepu8_epi32(dup);
+  const __m256i hi =
+      is_signed ? _mm256_cvtepi8_epi32(_mm_srli_si128(dup, 8)) : _mm256_cvtepu8_epi32(_mm_srli_si128(dup, 8));
+  const __m256 s = _mm256_set1_ps(scale);
+  _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(lo), s));
+  _mm256_storeu_ps(out + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(hi), s));
+}
+
+// The 8 6-bit scales (bytes 0..7) and mins (8..15) of a Q4_K/Q5_K block's
+// scales[12], all at once (as UnpackKScaleMin one at a time).
+inline __m128i UnpackKScalesMins(const uint8_t* scales) {
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  uint32_t u[4];
+  std::memcpy(u, scales, 12);
+  u[3] = ((u[2] >> 4) & kLow4) | (((u[1] >> 6) & kLow2) << 4);
+  const uint32_t mins_low = u[1] & kLow6;
+  u[1] = (u[2] & kLow4) | (((u[0] >> 6) & kLow2) << 4);
+  u[2] = mins_low;
+  u[0] &= kLow6;
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+}
+
+// Q4_K and Q5_K: chunks of 64 values, 32 low nibbles then 32 high ones,
+// each half with its own 6-bit scale and min. `qh` null for Q4_K.
+void DecodeKChunks(const uint8_t* scales, const uint8_t* qs, const uint8_t* qh, float d, float dmin,
+                   const DecodedRow& out, int64_t base) {
+  const __m128i scales_mins = UnpackKScalesMins(scales);
+  StoreGroups(scales_mins, false, d, out.scales + base / 16);
+  StoreGroups(_mm_srli_si128(scales_mins, 8), false, -dmin, out.offsets + base / 16);
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  for (int chunk = 0; chunk < kKBlockSize / 64; ++chunk) {
+    const __m256i q = Load32(qs + 32 * chunk);
+    __m256i lo = _mm256_and_si256(q, mask), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+    if (qh != nullptr) {
+      const __m256i h = Load32(qh);
+      const __m256i low_bit = _mm256_set1_epi8(static_cast<char>(1u << (2 * chunk)));
+      const __m256i high_bit = _mm256_set1_epi8(static_cast<char>(2u << (2 * chunk)));
+      const __m256i sixteen = _mm256_set1_epi8(16);
+      lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, low_bit), low_bit), sixteen));
+      hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, high_bit), high_bit), sixteen));
+    }
+    uint8_t* levels = out.levels + base + 64 * chunk;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels), lo);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels + 32), hi);
+  }
+}
+
+void DecodeQ4_K(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
+  for (int64_t b = 0; b < k / kKBlockSize; ++b) {
+    const uint8_t* block = row + b * sizeof(BlockQ4_K);
+    PrefetchAhead(block, sizeof(BlockQ4_K));
+    DecodeKChunks(block + offsetof(BlockQ4_K, scales), block + offsetof(BlockQ4_K, qs), nullptr,
+                  HalfAt(block, offsetof(BlockQ4_K, d)), HalfAt(block, offsetof(BlockQ4_K, dmin)), out,
+                  b * kKBlockSize);
+  }
+}
+
+void DecodeQ5_K(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
+  for (int64_t b = 0; b < k / kKBlockSize; ++b) {
+    const uint8_t* block = row + b * sizeof(BlockQ5_K);
+    PrefetchAhead(block, sizeof(BlockQ5_K));
+    DecodeKChunks(block + offsetof(BlockQ5_K, scales), block + offsetof(BlockQ5_K, qs), block + offsetof(BlockQ5_K, qh),
+                  HalfAt(block, offsetof(BlockQ5_K, d)), HalfAt(block, offsetof(BlockQ5_K, dmin)), out,
+                  b * kKBlockSize);
+  }
+}
+
+// Q6_K: halves of 128 values; value l of each 32 takes 4 bits from ql and 2
+// from qh; group g (16 values) of a half has the int8 scale sc[g].
+void DecodeQ6_K(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
+  const __m256i mask4 = _mm256_set1_epi8(0x0f), mask2 = _mm256_set1_epi8(0x30);
+  for (int64_t b = 0; b < k / kKBlockSize; ++b) {
+    const uint8_t* block = row + b * sizeof(BlockQ6_K);
+    PrefetchAhead(block, sizeof(BlockQ6_K));
+    const float d = HalfAt(block, offsetof(BlockQ6_K, d));
+    const uint8_t* ql = block + offsetof(BlockQ6_K, ql);
+    const int8_t* scales = reinterpret_cast<const int8_t*>(block + offsetof(BlockQ6_K, scales));
+    for (int half = 0; half < kKBlockSize / 128; ++half) {
+      const __m256i ql0 = Load32(ql + 64 * half);
+      const __m256i ql1 = Load32(ql + 64 * half + 32);
+      const __m256i qh = Load32(block + offsetof(BlockQ6_K, qh) + 32 * half);
+      const __m256i v0 =
+          _mm256_or_si256(_mm256_and_si256(ql0, mask4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), mask2));
+      const __m256i v1 =
+          _mm256_or_si256(_mm256_and_si256(ql1, mask4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), mask2));
+      const __m256i v2 =
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask4), _mm256_and_si256(qh, mask2));
+      const __m256i v3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask4),
+                                         _mm256_and_si256(_mm256_srli_epi16(qh, 2), mask2));
+      uint8_t* levels = out.levels + b * kKBlockSize + 128 * half;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels), v0);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels + 32), v1);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels + 64), v2);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels + 96), v3);
+    }
+    // Group g of the block has the int8 scale scales[g]; its offset is -32 times its scale.
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));
+    float* group_scales = out.scales + b * kKBlockSize / 16;
+    float* group_offsets = out.offsets + b * kKBlockSize / 16;
+    const __m256 d8 = _mm256_set1_ps(d), minus32 = _mm256_set1_ps(-32.0f);
+    const __m256 s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), d8);
+    const __m256 s1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))), d8);
+    _mm256_storeu_ps(group_scales, s0);
+    _mm256_storeu_ps(group_scales + 8, s1);
+    _mm256_storeu_ps(group_offsets, _mm256_mul_ps(s0, minus32));
+    _mm256_storeu_ps(group_offsets + 8, _mm256_mul_ps(s1, minus32));
+  }
+}
+
+using RowDecoder = void (*)(const uint8_t* row, int64_t k, bool to_unsigned, const DecodedRow& out);
+
+RowDecoder DecoderOf(DType dtype) {
+  switch (dtype) {
+    case DType::kQ8_0: return DecodeQ8_0;
+    case DType::kQ4_0: return DecodeQ4_0;
+    case DType::kQ4_1: return DecodeQ4_1;
+    case DType::kQ5_0: return DecodeQ5_0;
+    case DType::kQ4_K: return DecodeQ4_K;
+    case DType::kQ5_K: return DecodeQ5_K;
+    case DType::kQ6_K: return DecodeQ6_K;
+    default: return nullptr;
+  }
+}
+
+// ---- x quantization ----
+
+float MaxAbs(const float* x) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 m = _mm256_andnot_ps(sign, _mm256_loadu_ps(x));
+  for (int i = 8; i < 32; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  return _mm_cvtss_f32(h);
+}
+
+// 32 values of x into int8 q, the two 16-value groups' scales and offsets.
+void QuantizeBlock(const float* x, int8_t* q, float* scales, float* offsets) {
+  const float amax = MaxAbs(x);
+  const float d = amax / 127.0f;
+  const __m256 inv = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+  __m256i i32[4];
+  for (int i = 0; i < 4; ++i)
+    i32[i] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * i), inv));  // nearest even
+  // Sums of q over each 16 values, before packing.
+  const __m256i s0 = _mm256_add_epi32(i32[0], i32[1]), s1 = _mm256_add_epi32(i32[2], i32[3]);
+  const __m256i pair = _mm256_hadd_epi32(s0, s1);  // [s0 s0 s1 s1 | s0 s0 s1 s1] partials
+  alignas(32) int32_t partial[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(partial), pair);
+  const int32_t sum0 = partial[0] + partial[1] + partial[4] + partial[5];
+  const int32_t sum1 = partial[2] + partial[3] + partial[6] + partial[7];
+  const __m256i w16 = _mm256_packs_epi32(i32[0], i32[1]), w16b = _mm256_packs_epi32(i32[2], i32[3]);
+  const __m256i w8 = _mm256_packs_epi16(w16, w16b);
+  // packs interleave 128-bit lanes: dwords come out as 0 2 4 6 1 3 5 7.
+  const __m256i ordered = _mm256_permutevar8x32_epi32(w8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), ordered);
+  scales[0] = scales[1] = d;
+  offsets[0] = d * static_cast<float>(sum0);
+  offsets[1] = d * static_cast<float>(sum1);
+}
+
+// ---- The AVX2 tile: vpmaddubsw on |W| and x with W's sign, vpmaddwd to int32 ----
+
+// The 2 group scales of 32 values, each over its 4 int32 lanes.
+inline __m256 GroupScales(const float* p) { return _mm256_set_m128(_mm_set1_ps(p[1]), _mm_set1_ps(p[0])); }
+
+template <int kRows>
+void Avx2Tile(const isa::Int8DotTile& t, int64_t r0) {
+  __m256 acc[kF][kRows];
+  for (int f = 0; f < kF; ++f)
+    for (int r = 0; r < kRows; ++r) acc[f][r] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t i = 0; i < t.k; i += 32) {
+    for (int r = 0; r < kRows; ++r) {
+      const uint8_t* xrow = reinterpret_cast<const uint8_t*>(t.x_levels) + (r0 + r) * t.x_stride;
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xrow + i));
+      const __m256 xs = GroupScales(
+          reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(t.x_scales) + (r0 + r) * t.x_stride) +
+          i / 16);
+      for (int f = 0; f < kF; ++f) {
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(t.w_levels[f] + i));
+        const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv, wv));
+        const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones));
+        acc[f][r] = _mm256_fmadd_ps(_mm256_mul_ps(dot, GroupScales(t.w_scales[f] + i / 16)), xs, acc[f][r]);
+      }
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    const float* xo =
+        reinterpret_cast<const float*>(reinterpret_cast<const uint8_t*>(t.x_offsets) + (r0 + r) * t.x_stride);
+    for (int f = 0; f < kF; ++f) {
+      __m256 o = _mm256_setzero_ps();
+      int64_t g = 0;
+      for (; g + 8 <= t.k / 16; g += 8)
+        o = _mm256_fmadd_ps(_mm256_loadu_ps(t.w_offsets[f] + g), _mm256_loadu_ps(xo + g), o);
+      o = _mm256_add_ps(o, acc[f][r]);
+      __m128 s = _mm_add_ps(_mm256_castps256_ps128(o), _mm256_extractf128_ps(o, 1));
+      s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+      s = _mm_add_ss(s, _mm_movehdup_ps(s));
+      float sum = _mm_cvtss_f32(s);
+      for (; g < t.k / 16; ++g) sum += t.w_offsets[f][g] * xo[g];
+      t.out[(r0 + r) * kF + f] = sum;
+    }
+  }
+}
+
+void Avx2Dot(const isa::Int8DotTile& t) {
+  int64_t r = 0;
+  for (; r + 2 <= t.rows; r += 2) Avx2Tile<2>(t, r);
+  if (r < t.rows) Avx2Tile<1>(t, r);
+}
+
+// Decodes W rows [j0, j0 + count) into the scratch tile and points `tile` at
+// them (a tail tile repeats its last row).
+void DecodeTile(const LinearWeight& w, RowDecoder decode, bool to_unsigned, int64_t j0, int64_t count, uint8_t* scratch,
+                isa::Int8DotTile* tile) {
+  const RowLayout layout(w.k);
+  for (int64_t f = 0; f < kF; ++f) {
+    uint8_t* base = scratch + std::min(f, count - 1) * layout.stride;
+    const DecodedRow row{base, reinterpret_cast<float*>(base + layout.scales_at),
+                         reinterpret_cast<float*>(base + layout.offsets_at)};
+    if (f < count) decode(static_cast<const uint8_t*>(w.data) + (j0 + f) * w.row_bytes(), w.k, to_unsigned, row);
+    tile->w_levels[f] = row.levels;
+    tile->w_scales[f] = row.scales;
+    tile->w_offsets[f] = row.offsets;
+  }
+}
+
+template <void (*kDot)(const isa::Int8DotTile&), bool kUnsigned>
+absl::Status Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
+  const RowDecoder decode = DecoderOf(w.dtype);
+  if (decode == nullptr || a.prepared == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("int8_dot kernel: no block decoder or prepared input for ",
+                                                   std::string(DTypeName(w.dtype)), " weights"));
+  }
+  const RowLayout layout(w.k);
+  uint8_t* decoded = static_cast<uint8_t*>(scratch);
+  float* out = reinterpret_cast<float*>(decoded + kF * layout.stride);
+  const uint8_t* x = static_cast<const uint8_t*>(a.prepared);
+  isa::Int8DotTile tile;
+  tile.k = w.k;
+  tile.x_stride = layout.stride;
+  tile.out = out;
+  for (int64_t xb = 0; xb < a.m; xb += kXBlock) {
+    tile.rows = std::min(kXBlock, a.m - xb);
+    tile.x_levels = reinterpret_cast<const int8_t*>(x + xb * layout.stride);
+    tile.x_scales = reinterpret_cast<const float*>(x + xb * layout.stride + layout.scales_at);
+    tile.x_offsets = reinterpret_cast<const float*>(x + xb * layout.stride + layout.offsets_at);
+    for (int64_t j0 = a.n_begin; j0 < a.n_end; j0 += kF) {
+      const int64_t count = std::min(kF, a.n_end - j0);
+      DecodeTile(w, decode, kUnsigned, j0, count, decoded, &tile);
+      kDot(tile);
+      for (int64_t r = 0; r < tile.rows; ++r)
+        for (int64_t f = 0; f < count; ++f)
+          a.y[(xb + r) * a.ldy + j0 + f] = out[r * kF + f] + (a.bias != nullptr ? a.bias[j0 + f] : 0.0f);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---- Prefill: the slice dequantized to bf16 rows for the bf16 dot-product GEMM ----
+
+// bf16 of 8 f32 values, round to nearest even (finite values).
+inline __m128i ToBf16(__m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  return _mm_packus_epi32(_mm256_castsi256_si128(rounded), _mm256_extracti128_si256(rounded, 1));
+}
+
+// One decoded row (signed levels) to bf16: W[i] = scale * level + offset.
+void DecodedToBf16(const DecodedRow& row, int64_t k, uint16_t* out) {
+  for (int64_t g = 0; g < k / 16; ++g) {
+    const __m128i levels = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row.levels + 16 * g));
+    const __m256 scale = _mm256_set1_ps(row.scales[g]), offset = _mm256_set1_ps(row.offsets[g]);
+    const __m256 lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(levels)), scale, offset);
+    const __m256 hi =
+        _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(levels, 8))), scale, offset);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * g), ToBf16(lo));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * g + 8), ToBf16(hi));
+  }
+}
+
+int64_t Bf16RowsBytes(int64_t k, int64_t features) { return RoundUp64(features * k * 2); }
+
+}  // namespace
+
+int64_t Int8DotPreparedBytes(int64_t m, int64_t k) { return m * RowLayout(k).stride; }
+int64_t Int8DotPrepareBlocks(int64_t m) { return m; }
+
+void Int8DotPrepare(const float* x, int64_t ldx, int64_t, int64_t k, int64_t block_begin, int64_t block_end,
+                    void* prepared) {
+  const RowLayout layout(k);
+  for (int64_t r = block_begin; r < block_end; ++r) {
+    uint8_t* row = static_cast<uint8_t*>(prepared) + r * layout.stride;
+    int8_t* q = reinterpret_cast<int8_t*>(row);
+    float* scales = reinterpret_cast<float*>(row + layout.scales_at);
+    float* offsets = reinterpret_cast<float*>(row + layout.offsets_at);
+    for (int64_t b = 0; b < k / 32; ++b)
+      QuantizeBlock(x + r * ldx + 32 * b, q + 32 * b, scales + 2 * b, offsets + 2 * b);
+  }
+}
+
+int64_t Int8DotScratchBytes(const LinearWeight& w, int64_t, int64_t) {
+  return kF * RowLayout(w.k).stride + kXBlock * kF * static_cast<int64_t>(sizeof(float));
+}
+
+absl::Status Avx2Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
+  return Int8DotSlice<Avx2Dot, false>(w, a, scratch);
+}
+
+absl::Status Avx512VnniInt8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
+  return Int8DotSlice<isa::Avx512VnniInt8Dot, true>(w, a, scratch);
+}
+
+}  // namespace tandem
+
+namespace tandem {
+
+int64_t QuantizedBf16DotScratchBytes(const LinearWeight& w, int64_t m, int64_t features) {
+  return Bf16RowsBytes(w.k, features) + RowLayout(w.k).stride + isa::Bf16DotScratchBytes(m, features);
+}
+
+absl::Status QuantizedBf16DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
+  const RowDecoder decode = DecoderOf(w.dtype);
+  if (decode == nullptr || a.prepared == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("bf16_dot kernel: no block decoder or prepared input for ",
+                                                   std::string(DTypeName(w.dtype)), " weights"));
+  }
+  const int64_t k = w.k, features = a.n_end - a.n_begin;
+  const RowLayout layout(k);
+  auto* bf16 = static_cast<uint16_t*>(scratch);
+  uint8_t* decoded = static_cast<uint8_t*>(scratch) + Bf16RowsBytes(k, features);
+  const DecodedRow row{decoded, reinterpret_cast<float*>(decoded + layout.scales_at),
+                       reinterpret_cast<float*>(decoded + layout.offsets_at)};
+  for (int64_t f = 0; f < features; ++f) {
+    decode(static_cast<const uint8_t*>(w.data) + (a.n_begin + f) * w.row_bytes(), k, false, row);
+    DecodedToBf16(row, k, bf16 + f * k);
+  }
+  // The slice's rows as a bf16 matrix of their own: outputs and bias shift with it.
+  const LinearWeight slice{bf16, DType::kBF16, features, k};
+  LinearSliceArgs args = a;
+  args.n_begin = 0;
+  args.n_end = features;
+  args.y = a.y + a.n_begin;
+  args.bias = a.bias != nullptr ? a.bias + a.n_begin : nullptr;
+  isa::Bf16DotBf16(slice, args, decoded + layout.stride);
+  return absl::OkStatus();
+}
+
+}  // namespace tandem

@@ -1,0 +1,56 @@
+// The int8_dot path for block-quantized weights: integer dot products on
+// activations quantized to int8, entries of the dispatch table
+// (linear_kernels.h) at AVX2 (vpmaddubsw + vpmaddwd) and AVX512-VNNI
+// (vpdpbusd).
+//
+//   prepare: each x row is quantized once per call to int8, one f32 scale
+//     per 32 values (d = max |x| / 127, q = round-to-nearest-even(x / d)),
+//     with the scaled sum of q per 16 values (for the types whose values
+//     carry an offset: Q4_0's -8, Q4_1's min, Q4_K's dmin, ...).
+//   slice: W rows are decoded 4 at a time by vectorized block decoders into
+//     the tile layout (8-bit levels, one f32 scale and offset per 16
+//     values; see linear_isa.h), then dotted with up to 4 x rows per
+//     register tile: integer products and sums of 4 values, scaled and
+//     summed in f32. The stored bytes are read once per call for up to 16
+//     x rows (decode), once per 16 rows beyond (prefill at AVX2/AVX-512;
+//     avx512_bf16 CPUs take QuantizedBf16DotSlice below instead).
+//
+// Numerics: y is the exact product of the dequantized W (as ggml computes
+// it) with x rounded per 32-value block: |x_i - x~_i| <= d/2 = max_b |x| /
+// 254, so |y - y_exact| <= sum_i |W_i| max_b(i) |x| / 254, plus f32
+// accumulation error (K + 4) 2^-24 sum_i (|W_i| + 2 |offset_i|) |x_i|.
+// That is the rounding llama.cpp applies to its activations (q8_0/q8_1
+// blocks of 32). KernelPlan::Exact() never takes this path (its stream and
+// packed kernels read x in f32).
+//
+// Internal to common/kernels/ (only linear_kernels.cc calls these). Any
+// thread; each call computes one slice with its own scratch.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "common/kernels/linear_types.h"
+
+namespace tandem {
+
+// The prepare step (shared by both ISAs): x [m, k] into the prepared layout,
+// one block per row.
+int64_t Int8DotPreparedBytes(int64_t m, int64_t k);
+int64_t Int8DotPrepareBlocks(int64_t m);
+void Int8DotPrepare(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t block_begin, int64_t block_end,
+                    void* prepared);
+
+int64_t Int8DotScratchBytes(const LinearWeight& w, int64_t m, int64_t features);
+absl::Status Avx2Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+absl::Status Avx512VnniInt8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+
+// Prefill at AVX512-BF16: the slice's W rows dequantized (the same
+// decoders) to bf16, then the bf16 dot-product GEMM of bf16 weights
+// (linear_isa.h; x prepared as Bf16DotPrepare). Rounds x to bf16 as
+// bf16_dot does, and W to bf16 too: |y - y_exact| grows by at most
+// (2^-8 + 2^-18) sum_i |x_i W_i| over the f32 bound.
+int64_t QuantizedBf16DotScratchBytes(const LinearWeight& w, int64_t m, int64_t features);
+absl::Status QuantizedBf16DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+
+}  // namespace tandem
