@@ -4,7 +4,8 @@
 // request whose client has --max_unread_events events unread is paused
 // (other requests keep running), and after --max_stall_s it is stopped with
 // RESOURCE_EXHAUSTED and its KV cache freed; an HTTP event stream whose
-// writes block that long is dropped.
+// writes block that long is dropped, and a gRPC call whose write stays
+// blocked for twice that is cancelled (neither holds a thread for ever).
 //
 // The slow clients are raw sockets (tests/slow_client_testlib.h): a gRPC or
 // HTTP client library reads its socket in the background and would absorb
@@ -49,6 +50,8 @@ const std::vector<std::string> kLimits = {"--max_unread_events", "8", "--max_sta
 // of kSlowMaxTokens tokens with every logprob would take (gigabytes).
 constexpr int64_t kMaxGrowthKb = 128 * 1024;
 constexpr char kPausedLine[] = "paused, its client has";
+// The gRPC watchdog's limit is twice the stall limit.
+constexpr char kCancelledLine[] = "took no response for 12s; call cancelled";
 // The HTTP writer's limit is the stall limit plus a second (not cpp-httplib's 30 s).
 constexpr char kDroppedLine[] = "took nothing for 7s; dropped";
 
@@ -159,6 +162,23 @@ TEST(SlowReaderTest, UnreadGrpcStreamsArePausedThenStoppedWithResourceExhausted)
     EXPECT_EQ(result.grpc_status, "8") << "RESOURCE_EXHAUSTED; message: " << result.grpc_message;
     EXPECT_THAT(result.grpc_message, HasSubstr("did not read its stream"));
     EXPECT_LT(result.messages, 100);
+  }
+
+  // One that never reads at all: twice the stall limit after its write
+  // blocked, the call is cancelled too, so it does not hold an RPC thread.
+  ASSERT_OK_AND_ASSIGN(auto last, RawGrpcCall::Start(dir.path() / "server.sock", "/tandem.v1.Inference/Generate",
+                                                     GrpcRequest(kSlowMaxTokens, 2000)));
+  Watched cancelled = WatchUntil(server, *stub, absl::Seconds(120), &peak_kb,
+                                 [](const auto&, const std::string& log) { return Count(log, kCancelledLine) >= 1; });
+  ASSERT_TRUE(cancelled.reached) << cancelled.log;
+  EXPECT_EQ(cancelled.stats.requests_failed(), kSlowClients + 1);
+  EXPECT_EQ(cancelled.stats.kv_blocks_in_use(), 0);
+  // What it gets if it reads now: a reset stream or CANCELLED, never the end.
+  absl::StatusOr<RawGrpcCall::Result> ended = last->Drain(absl::Seconds(60));
+  if (ended.ok()) {
+    EXPECT_EQ(ended->grpc_status, "1") << "CANCELLED; message: " << ended->grpc_message;
+  } else {
+    EXPECT_EQ(ended.status().code(), absl::StatusCode::kUnavailable) << ended.status();
   }
 }
 
