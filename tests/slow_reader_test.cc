@@ -11,7 +11,8 @@
 // HTTP client library reads its socket in the background and would absorb
 // the stream. The demo preset's 4096 positions and the widest logprobs make
 // each unread stream far larger than what sockets and HTTP/2 flow control
-// hold, so unbounded buffering would show in the server's RSS.
+// hold, so unbounded buffering would show in the tokens generated and (for
+// gRPC) in the server's RSS.
 #include <algorithm>
 #include <chrono>
 #include <functional>
@@ -45,9 +46,11 @@ constexpr int kNormalMaxTokens = 24;
 // Paused after 8 unread events; stopped 6 s later (long enough for a normal
 // request to run while the slow ones are paused, on a loaded machine too).
 const std::vector<std::string> kLimits = {"--max_unread_events", "8", "--max_stall_s", "6", "--threads", "1"};
-// Far above what the paused requests hold (their unread events, HTTP/2
-// windows) and far below what unbounded buffering of kSlowClients streams
-// of kSlowMaxTokens tokens with every logprob would take (gigabytes).
+// Far above what the paused requests hold (unread events, HTTP/2 windows,
+// KV cache for a few hundred tokens) and below what buffering kSlowClients
+// gRPC streams of kSlowMaxTokens tokens with every logprob would take (16 KB
+// a token in the scheduler's queue alone: ~290 MB). The HTTP streams carry
+// 20 logprobs, so there the bound on generated tokens is what proves it.
 constexpr int64_t kMaxGrowthKb = 128 * 1024;
 constexpr char kPausedLine[] = "paused, its client has";
 // The gRPC watchdog's limit is twice the stall limit.
