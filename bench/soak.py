@@ -149,6 +149,34 @@ def run_one(client: Client, kind: str, prompt: list[int], args) -> list[int]:
     return beams[0].ids
 
 
+def recovered(client: Client, prompts, reference, args, timeout_s: float = 120) -> tuple[bool, float, str]:
+    """After the load, with both workers running again: the server reconnects to a
+    restarted worker on its own, and until it has, a request fails with a clear
+    status. Retries those; (the answer was right, seconds it took, last error)."""
+    start = time.time()
+    last_error = ""
+    while True:
+        try:
+            ok = run_one(client, "generate", prompts[0], args) == reference["generate"][0]
+            return ok, round(time.time() - start, 1), last_error
+        except TandemError as e:
+            last_error = str(e)
+            if time.time() - start > timeout_s:
+                return False, round(time.time() - start, 1), last_error
+            time.sleep(1)
+
+
+def cpu_flags() -> str:
+    """The SIMD flags that matter to the kernels, as lscpu lists them."""
+    wanted = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx512_bf16")
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                have = set(line.split(":", 1)[1].split())
+                return " ".join(flag for flag in wanted if flag in have)
+    return ""
+
+
 def load_client(client: Client, prompts, reference, stop: threading.Event, rng: random.Random, counts, lock,
                 args) -> None:
     while not stop.is_set():
@@ -244,8 +272,7 @@ def main() -> int:
             workers.kill(i, signal.SIGCONT)
             if not workers.pid(i):
                 workers.start(i)
-        time.sleep(2)
-        final_check = run_one(client, "generate", prompts[0], args) == reference["generate"][0]
+        final_check, recovery_s, recovery_error = recovered(client, prompts, reference, args)
         result = {
             "bench": "soak", "model": f"synthetic {args.model} seed {args.seed}", "workers": 2,
             "clients": args.clients, "duration_s": round(elapsed, 1), "max_tokens": args.max_tokens,
@@ -259,8 +286,10 @@ def main() -> int:
             "rss_mb": {"server_peak": round(peak["server"] / 1024, 1), "server_final": round(rss_kb(server.pid) / 1024, 1),
                        "worker_peak": [round(k / 1024, 1) for k in workers.peak_rss_kb],
                        "worker_final": [round(rss_kb(workers.pid(i)) / 1024, 1) for i in range(2)]},
-            "served_correctly_after_the_run": final_check,
-            "cpu": cpu_model(), "cores": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
+            "served_correctly_after_the_run": final_check, "recovery_s": recovery_s,
+            "recovery_last_error": recovery_error,
+            "cpu": cpu_model(), "cpu_flags": cpu_flags(), "cores": os.cpu_count(),
+            "load_avg_1m": round(os.getloadavg()[0], 2),
         }
         text = json.dumps(result)
         print(text)

@@ -6,7 +6,7 @@
 # peak and final RSS). Exit status 1 when a request was lost or wrong.
 #
 #   bench/soak.sh --duration_s 1800 --clients 32        # the intended run: 30 minutes
-#   bench/soak.sh --duration_s 180 --clients 16 --out bench/results/soak-2core-zen5.jsonl
+#   bench/soak.sh --duration_s 180 --clients 16 --out bench/results/soak-zen5-2core.jsonl
 #
 # Options are bench/soak.py's (--help). Needs a build with tandem-server,
 # tandem-cpu-worker and the Python SDK: cmake --build build --target

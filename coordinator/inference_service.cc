@@ -47,7 +47,10 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 }
 
 InferenceService::InferenceService(const Model* model, Scheduler* scheduler, InferenceServiceOptions options)
-    : model_(model), scheduler_(scheduler), options_(std::move(options)) {
+    : model_(model),
+      scheduler_(scheduler),
+      options_(std::move(options)),
+      watchdog_(2 * scheduler->options().max_stall) {
   const ModelWeights& w = *model_->weights;
   for (const std::string& name : w.source->Names()) {
     absl::StatusOr<TensorView> tensor = w.source->Get(name);
@@ -139,10 +142,10 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* context, const v1::
       response.set_finish_reason(ToProto(event->finish_reason));
       ToProto(event->usage, response.mutable_usage());
       response.set_seed(seed);
-      writer->Write(response);
+      Write(context, writer, response);
       return grpc::Status::OK;
     }
-    if (!writer->Write(response)) return ClientGone(context, **stream);
+    if (!Write(context, writer, response)) return ClientGone(context, **stream);
   }
 }
 
@@ -203,10 +206,10 @@ grpc::Status InferenceService::BeamSearch(grpc::ServerContext* context, const v1
       }
       ToProto(event->usage, response.mutable_usage());
       response.set_done(true);
-      writer->Write(response);
+      Write(context, writer, response);
       return grpc::Status::OK;
     }
-    if (!writer->Write(response)) return ClientGone(context, **stream);
+    if (!Write(context, writer, response)) return ClientGone(context, **stream);
   }
 }
 

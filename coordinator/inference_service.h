@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/model/model.h"
+#include "coordinator/inference_service_watchdog.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/serving.h"
 #include "tandem/v1/inference.grpc.pb.h"
@@ -47,6 +48,13 @@ class InferenceService final : public v1::Inference::Service {
   // Waits for the next event, cancelling the request when the call ends.
   std::optional<StreamEvent> NextEvent(grpc::ServerContext* context, RequestStream& stream);
   grpc::Status ClientGone(grpc::ServerContext* context, RequestStream& stream);
+  // writer->Write, under the watchdog: false also when the client took
+  // nothing for the watchdog's limit (the call is cancelled).
+  template <typename Response>
+  bool Write(grpc::ServerContext* context, grpc::ServerWriter<Response>* writer, const Response& response) {
+    WriteWatchdog::Guard guard = watchdog_.Watch(context);
+    return writer->Write(response);
+  }
 
   const Model* model_;
   Scheduler* scheduler_;
@@ -54,6 +62,9 @@ class InferenceService final : public v1::Inference::Service {
   int64_t parameters_ = 0;
   int64_t expert_bytes_ = 0;
   std::string fingerprint_;
+  // Twice the scheduler's stall limit: a client that reads within one more
+  // --max_stall_s after its request was stopped still gets the status.
+  WriteWatchdog watchdog_;
 };
 
 grpc::Status ToGrpcStatus(const absl::Status& status);

@@ -70,7 +70,8 @@ ABSL_FLAG(std::string, chat_template, "",
 ABSL_FLAG(int32_t, max_unread_events, 256,
           "a client this many stream events behind is paused (its sequence not decoded) until it reads");
 ABSL_FLAG(double, max_stall_s, 30,
-          "a client paused this long has its request stopped with RESOURCE_EXHAUSTED and its KV cache freed");
+          "a client paused this long has its request stopped with RESOURCE_EXHAUSTED and its KV cache freed; an HTTP "
+          "client that takes none of a write for this long (plus 1 s) is disconnected");
 ABSL_FLAG(int32_t, max_connections, 1024,
           "open connections per --listen address; one more is closed at once (a flood cannot exhaust descriptors)");
 ABSL_FLAG(int32_t, max_streams_per_connection, 128, "concurrent RPCs on one connection (HTTP/2 streams)");
@@ -330,6 +331,9 @@ absl::StatusOr<std::unique_ptr<tandem::HttpServer>> StartHttp(const tandem::Mode
   options.listen = address;
   options.max_connections = absl::GetFlag(FLAGS_http_max_connections);
   options.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_http_max_body_bytes));
+  // A blocked event-stream write is bounded by the same stall limit as an
+  // unread gRPC stream (--max_stall_s, checked with the scheduler's flags).
+  options.write_timeout = absl::Seconds(absl::GetFlag(FLAGS_max_stall_s)) + absl::Seconds(1);
   options.served_model_name = absl::GetFlag(FLAGS_served_model_name);
   if (options.served_model_name.empty()) {
     std::filesystem::path folder = std::filesystem::path(source.model_dir).lexically_normal();

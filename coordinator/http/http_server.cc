@@ -1,6 +1,7 @@
 #include "coordinator/http/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
@@ -62,6 +63,7 @@ namespace {
 // comment (which is also how it notices a client that went away).
 constexpr absl::Duration kPoll = absl::Milliseconds(10);
 constexpr auto kKeepAlive = std::chrono::seconds(2);
+constexpr int kSendBufferBytes = 256 << 10;  // per HTTP connection (the kernel doubles it)
 
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
@@ -243,14 +245,25 @@ HttpServer::HttpServer(HttpServerOptions options)
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(HttpServerOptions options) {
   if (options.max_connections < 1) return absl::InvalidArgumentError("max_connections must be >= 1");
+  if (options.write_timeout <= absl::ZeroDuration()) return absl::InvalidArgumentError("write_timeout must be > 0");
   std::unique_ptr<HttpServer> server(new HttpServer(std::move(options)));
   httplib::Server& s = *server->server_;
   const size_t threads = static_cast<size_t>(server->options_.max_connections);
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.set_payload_max_length(server->options_.max_body_bytes);
   s.set_read_timeout(30, 0);
-  s.set_write_timeout(30, 0);
+  const int64_t write_us = absl::ToInt64Microseconds(server->options_.write_timeout);
+  s.set_write_timeout(static_cast<time_t>(write_us / 1000000), static_cast<time_t>(write_us % 1000000));
   s.set_keep_alive_timeout(5);
+  // Bounds what the kernel holds for a client that does not read (Linux
+  // autotunes a connection's send buffer up to tcp_wmem's 4 MiB otherwise):
+  // beyond it the event-stream writer blocks, the scheduler pauses the
+  // request and write_timeout drops it. Accepted connections inherit it.
+  s.set_socket_options([](int sock) {
+    httplib::default_socket_options(sock);
+    const int bytes = kSendBufferBytes;
+    setsockopt(sock, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+  });
   server->Route();
   const HttpListenAddress& at = server->options_.listen;
   if (at.port == 0) {
@@ -550,6 +563,8 @@ bool HttpServer::RunStream(Job& job, httplib::DataSink& sink) {
     if (ok && std::chrono::steady_clock::now() - last_write > kKeepAlive) ok = write(": keep-alive\n\n");
   }
   if (!ok) {
+    LOG_INFO("HTTP event stream ", job.id, ": the client went away or took nothing for ",
+             absl::FormatDuration(options_.write_timeout), "; dropped");
     CancelAll(job, absl::CancelledError("the client went away"));
     return false;
   }

@@ -33,6 +33,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "coordinator/http/chat_setup.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/serving.h"
@@ -62,6 +63,12 @@ struct HttpServerOptions {
   int max_connections = 64;                  // requests handled at once
   size_t max_body_bytes = 8 << 20;
   int32_t default_max_tokens = 512;  // when neither the request nor generation_config says
+  // A client that takes none of a write for this long is dropped (its
+  // request stopped, its connection closed), so a client that never reads
+  // an event stream holds a connection thread no longer than that.
+  // tandem-server: --max_stall_s plus a second, so the scheduler's stall
+  // limit (RESOURCE_EXHAUSTED) decides first.
+  absl::Duration write_timeout = absl::Seconds(30);
 };
 
 // Owns the HTTP server and its threads. Serve and Stop may be called from
