@@ -15,8 +15,8 @@ ABSL_FLAG(std::string, kernel_plan, "builtin",
           "their input to bf16 where the CPU has bf16 dot products) | exact (no kernel rounds its input: f32 "
           "throughout, as the float64 parity tests run) | measure (time every path on this model at start-up; cached "
           "in --calibration_profile with --execution_policy) | "
-          "ROWS:PATH,... e.g. 1:stream,8:bf16_dot (paths stream, packed, bf16_dot, onednn; CPU workers need the same "
-          "plan for bit-identical results)");
+          "ROWS:PATH,... e.g. 1:stream,8:bf16_dot (paths stream, packed, bf16_dot, onednn, int8_dot: the "
+          "last for quantized weights; CPU workers need the same plan for bit-identical results)");
 
 namespace tandem {
 
