@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
@@ -236,6 +237,7 @@ absl::Status Interpreter::Write(absl::string_view text) {
 // ---- Render and statements ----
 
 absl::StatusOr<std::string> Interpreter::Render(const Template& tmpl, std::shared_ptr<Scope> globals) {
+  absl::Cleanup break_cycles = [this] { BreakClosureCycles(); };
   ScopeSwap scope(&scope_, std::move(globals));
   outputs_.emplace_back();
   absl::StatusOr<Flow> flow = ExecBody(tmpl.body);
@@ -244,6 +246,24 @@ absl::StatusOr<std::string> Interpreter::Render(const Template& tmpl, std::share
   outputs_.pop_back();
   live_output_bytes_ = 0;
   return out;
+}
+
+std::shared_ptr<Scope> Interpreter::ClosureScope() {
+  if (closure_scopes_.empty() || closure_scopes_.back().lock() != scope_) closure_scopes_.push_back(scope_);
+  return scope_;
+}
+
+// Nothing a render made outlives it (it returns a string), so emptying the
+// closure scopes frees every macro, namespace and scope they held; a scope
+// kept alive only by its own macro would otherwise leak.
+void Interpreter::BreakClosureCycles() {
+  for (const std::weak_ptr<Scope>& weak : closure_scopes_) {
+    if (std::shared_ptr<Scope> scope = weak.lock()) {
+      scope->vars.clear();
+      scope->parent.reset();
+    }
+  }
+  closure_scopes_.clear();
 }
 
 absl::StatusOr<std::string> Interpreter::Capture(const Body& body) {
@@ -298,7 +318,7 @@ absl::StatusOr<Interpreter::Flow> Interpreter::Exec(const Stmt& stmt) {
     case StmtKind::kSetBlock: status = ExecSetBlock(static_cast<const SetBlockStmt&>(stmt)); break;
     case StmtKind::kMacro: {
       const auto& s = static_cast<const MacroStmt&>(stmt);
-      scope_->vars[s.name] = Value::FromCallable(std::make_shared<MacroCallable>(s, scope_));
+      scope_->vars[s.name] = Value::FromCallable(std::make_shared<MacroCallable>(s, ClosureScope()));
       break;
     }
     case StmtKind::kCallBlock: status = ExecCallBlock(static_cast<const CallBlockStmt&>(stmt)); break;
@@ -396,7 +416,7 @@ absl::Status Interpreter::ExecCallBlock(const CallBlockStmt& stmt) {
   const auto& call = static_cast<const CallExpr&>(*stmt.call);
   TANDEM_ASSIGN_OR_RETURN(Value callee, Eval(*call.callee));
   TANDEM_ASSIGN_OR_RETURN(CallArgs args, EvalArguments(call.args));
-  args.keyword.emplace_back("caller", Value::FromCallable(std::make_shared<CallerCallable>(stmt, scope_)));
+  args.keyword.emplace_back("caller", Value::FromCallable(std::make_shared<CallerCallable>(stmt, ClosureScope())));
   absl::StatusOr<Value> result = CallValue(callee, std::move(args));
   if (!result.ok()) return AtPosition(result.status(), call.pos);
   return Write(Str(*result));

@@ -120,11 +120,17 @@ class Interpreter {
   absl::StatusOr<CallArgs> EvalArguments(const Arguments& args);
 
   absl::Status Write(absl::string_view text);
+  // The current scope, kept by a macro or caller() being defined: such
+  // scopes can hold their own closure (a macro in the scope it was defined
+  // in), a reference cycle that Render breaks when it ends.
+  std::shared_ptr<Scope> ClosureScope();
+  void BreakClosureCycles();
 
   const RenderLimits& limits_;
   int64_t steps_ = 0;
   int call_depth_ = 0;
   std::shared_ptr<Scope> scope_;
+  std::vector<std::weak_ptr<Scope>> closure_scopes_;  // deduplicated; one per scope that defined a macro
   std::vector<std::string> outputs_;  // innermost capture last
   size_t live_output_bytes_ = 0;      // across outputs_
 };
