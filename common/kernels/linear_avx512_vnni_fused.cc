@@ -334,7 +334,7 @@ template <class Format, int kRows>
 void Rows(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
   // Fewer x rows leave registers for more W rows (more loads in flight); a
   // K-quant block holds 4 level vectors per W row.
-  constexpr int kW = Format::kGroupMajor ? (kRows == 1 ? 4 : kRows <= 4 ? 2 : 1) : (kRows <= 2 ? 4 : 2);
+  constexpr int kW = Format::kGroupMajor ? (kRows == 1 ? 4 : 2) : (kRows <= 2 ? 4 : 2);
   for (int64_t j0 = a.n_begin; j0 < a.n_end; j0 += kW) Pass<Format, kRows, kW>(w, a, px, r0, j0);
 }
 
