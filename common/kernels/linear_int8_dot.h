@@ -53,8 +53,8 @@ void Int8DotPrepare(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t b
 
 // The same with each 256-value block's levels group-major (linear_isa.h):
 // what the VNNI slice reads for Q4_K, Q5_K and Q6_K weights.
-void Int8DotPrepareGroupMajor(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t block_begin,
-                              int64_t block_end, void* prepared);
+void Int8DotPrepareGroupMajor(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t block_begin, int64_t block_end,
+                              void* prepared);
 
 int64_t Int8DotScratchBytes(const LinearWeight& w, int64_t m, int64_t features);
 absl::Status Avx2Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
