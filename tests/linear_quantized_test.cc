@@ -159,7 +159,7 @@ TEST(QuantizedLinear, PlanRunsInt8DotAtDecodeAndExactPlanKeepsF32) {
   const LinearOptions options{.plan = &built_in};
   EXPECT_EQ(ChooseLinearKernel(1, DType::kQ4_K, options).path, KernelPath::kInt8Dot);
   EXPECT_EQ(ChooseLinearKernel(512, DType::kQ8_0, options).path,
-            ActiveIsa() >= IsaLevel::kAvx512Bf16 ? KernelPath::kBf16Dot : KernelPath::kInt8Dot);
+            ActiveIsa() >= IsaLevel::kAvx512Bf16 ? KernelPath::kBf16Dot : KernelPath::kPacked);
   EXPECT_EQ(ChooseLinearKernel(1, DType::kBF16, options).path, KernelPath::kStream);  // int8_dot: quantized only
   const KernelPlan exact = KernelPlan::Exact(ActiveIsa());
   for (int64_t m : {1, 8, 512}) {
