@@ -307,8 +307,10 @@ absl::Status Main() {
     const LinearKernel* fastest = nullptr;
     for (const LinearKernel& kernel : AllLinearKernels()) {
       if (kernel.dtype != dtype || kernel.isa > ActiveIsa()) continue;
-      // Only the best variant of each path (the one a plan would run).
-      if (FindLinearKernel(dtype, kernel.path, ActiveIsa()) != &kernel) continue;
+      // Only the variants of each path at its best ISA level: the one a plan
+      // would run and its same-level references (the int8_dot tile beside
+      // the fused kernel).
+      if (FindLinearKernel(dtype, kernel.path, ActiveIsa())->isa != kernel.isa) continue;
       LinearOptions kernel_options{.kernel = &kernel};
       ExpertFfn kernel_ffn(&pool, kernel_options);
       auto timing = TimeFfn(kernel_ffn, experts, x.data(), rows, y.data(), reps, next_expert);

@@ -224,6 +224,7 @@ class LayerRegion {
           case DType::kF32: reinterpret_cast<float*>(at)[j] = v; break;
           case DType::kF16: reinterpret_cast<uint16_t*>(at)[j] = F32ToF16(v); break;
           case DType::kBF16: reinterpret_cast<uint16_t*>(at)[j] = F32ToBf16(v); break;
+          default: break;  // block types: --dtype takes float types only (ParseDType)
         }
       }
     });

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/base/clock.h"
 #include "common/base/cpu_features.h"
 #include "common/base/log.h"
@@ -145,9 +146,9 @@ absl::Status MeasureCurves(CalibrationRun& run, const std::vector<ExpertKey>& st
 }
 
 // options.migrations pool copies of experts not in a slot, one at a time.
-absl::StatusOr<std::vector<double>> TimeCopies(CalibrationRun& run) {
+absl::StatusOr<std::vector<MigrationRecord>> TimeCopies(CalibrationRun& run) {
   ExpertPool& pool = run.pool;
-  std::vector<double> copy_us;
+  std::vector<MigrationRecord> copies;
   for (int m = 0; m < run.options.migrations; ++m) {
     ExpertKey key = run.NextKey();
     for (int tries = 0; pool.Find(key).held && tries < run.num_layers * run.num_experts; ++tries) key = run.NextKey();
@@ -155,10 +156,21 @@ absl::StatusOr<std::vector<double>> TimeCopies(CalibrationRun& run) {
     TANDEM_RETURN_IF_ERROR(pool.Stage(key));
     TANDEM_RETURN_IF_ERROR(pool.WaitReady(key));
     TANDEM_RETURN_IF_ERROR(pool.ReleaseStaging());
-    for (const MigrationRecord& record : pool.TakeCompletedMigrations()) copy_us.push_back(record.copy_us);
+    for (const MigrationRecord& record : pool.TakeCompletedMigrations()) copies.push_back(record);
   }
-  if (copy_us.empty()) return absl::InternalError("calibration timed no pool copy");
-  return copy_us;
+  if (copies.empty()) return absl::InternalError("calibration timed no pool copy");
+  return copies;
+}
+
+// The copy rate in µs per byte: each copy's own rate (its layer's bytes:
+// quantized layers may differ, e.g. Q4_K_M's Q6_K down projections), the
+// median of those.
+double MedianUsPerByte(const std::vector<MigrationRecord>& copies) {
+  std::vector<double> rates;
+  for (const MigrationRecord& c : copies) {
+    if (c.bytes > 0) rates.push_back(c.copy_us / static_cast<double>(c.bytes));
+  }
+  return rates.empty() ? 0 : Median(rates);
 }
 
 // The profile's names: what was measured, on which machine, for which model.
@@ -180,10 +192,12 @@ void DescribeProfile(const CalibrationRun& run, size_t num_samples, double max_r
   profile->model.gpu_expert_slots = run.pool.num_slots();
 }
 
-// The cost model from the fitted curves and the copies' median.
+// The cost model from the fitted curves and the copies' median rate.
 void FillCost(const CalibrationRun& run, const RooflineCurve& cpu_curve, const RooflineCurve& gpu_curve,
-              const std::vector<double>& copy_us, CostModelParams* cost) {
-  cost->expert_bytes = run.pool.layout().copy_bytes;
+              const std::vector<MigrationRecord>& copies, CostModelParams* cost) {
+  // The bytes as the pool stores them (quantized blocks when the experts
+  // are kept quantized), so migrate = expert_bytes x rate moves with them.
+  cost->expert_bytes = run.pool.expert_bytes();
   cost->activation_row_bytes = run.setup.config->hidden_size * static_cast<int64_t>(sizeof(float));
   // The dispatch round trip is inside the measured curve: the transport
   // adds nothing.
@@ -191,7 +205,7 @@ void FillCost(const CalibrationRun& run, const RooflineCurve& cpu_curve, const R
   cost->cpu_workers.assign(static_cast<size_t>(run.setup.num_cpu_workers), CpuWorkerCost{cpu_curve, 0});
   cost->gpu = gpu_curve;
   // One expert size only: a pure per-byte rate (no fixed part to separate).
-  cost->migrate = TransferCost{0, Median(copy_us) / static_cast<double>(cost->expert_bytes)};
+  cost->migrate = TransferCost{0, MedianUsPerByte(copies)};
   cost->dma = TransferCost{};  // the no-GPU pool moves no activations
 }
 
@@ -218,10 +232,23 @@ std::string MachineDescription() {
                       "; isa=", IsaLevelName(ActiveIsa()));
 }
 
+std::string PoolExpertTypes(const ExpertPool& pool) {
+  std::vector<std::string> names;
+  for (int l = 0; l < pool.num_layers(); ++l) {
+    std::string name = pool.layout(l).DTypeNames();
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(std::move(name));
+  }
+  return absl::StrJoin(names, ",");
+}
+
 std::string CalibrationCacheKey(const CalibrationSetup& setup) {
+  // The experts' stored types too: the same file served with
+  // --gguf_experts bf16 and quantized has one fingerprint, but other CPU
+  // kernels, copy sizes and slot counts.
   return absl::StrCat(MachineDescription(), " | ", FingerprintString(setup.fingerprint), " | ",
                       setup.config_description, " | workers=", setup.num_cpu_workers, " ",
-                      ExpertDivisionName(setup.division), " | pool=", setup.pool ? setup.pool->kind() : "none");
+                      ExpertDivisionName(setup.division), " | pool=", setup.pool ? setup.pool->kind() : "none",
+                      setup.pool ? absl::StrCat(" experts=", PoolExpertTypes(*setup.pool)) : "");
 }
 
 absl::StatusOr<HardwareProfile> Calibrate(const CalibrationSetup& setup, const CalibrationOptions& options) {
@@ -235,7 +262,7 @@ absl::StatusOr<HardwareProfile> Calibrate(const CalibrationSetup& setup, const C
   TANDEM_RETURN_IF_ERROR(MeasureCurves(run, staged, &cpu_samples, &gpu_samples));
   TANDEM_RETURN_IF_ERROR(run.pool.ReleaseStaging());
   (void)run.pool.TakeCompletedMigrations();
-  TANDEM_ASSIGN_OR_RETURN(const std::vector<double> copy_us, TimeCopies(run));
+  TANDEM_ASSIGN_OR_RETURN(const std::vector<MigrationRecord> copies, TimeCopies(run));
   run.pool.ResetStats();
 
   // Under split each worker's curve is for a whole expert alone; the call
@@ -245,14 +272,17 @@ absl::StatusOr<HardwareProfile> Calibrate(const CalibrationSetup& setup, const C
   TANDEM_ASSIGN_OR_RETURN(RooflineCurve cpu_curve, FitRoofline(cpu_samples, "cpu"));
   TANDEM_ASSIGN_OR_RETURN(RooflineCurve gpu_curve, FitRoofline(gpu_samples, "gpu"));
 
-  DescribeProfile(run, cpu_samples.size(), cpu_samples.back().rows, copy_us.size(), &profile);
-  FillCost(run, cpu_curve, gpu_curve, copy_us, &profile.cost);
+  DescribeProfile(run, cpu_samples.size(), cpu_samples.back().rows, copies.size(), &profile);
+  FillCost(run, cpu_curve, gpu_curve, copies, &profile.cost);
   TANDEM_RETURN_IF_ERROR(profile.cost.Validate());
   LOG_INFO("calibration: ", absl::StrFormat("%.2f s", SecondsSince(run.start)), "; cpu(1) ",
            absl::StrFormat("%.1f", cpu_curve.Us(1)), " us, cpu(", cpu_samples.back().rows, ") ",
            absl::StrFormat("%.1f", cpu_curve.Us(cpu_samples.back().rows)), " us; pool gpu(1) ",
            absl::StrFormat("%.1f", gpu_curve.Us(1)), " us; migration ",
-           absl::StrFormat("%.1f us (%.2f GB/s)", Median(copy_us), profile.cost.migrate.GbPerSecond()));
+           absl::StrFormat("%.1f us (%.2f GB/s) for %lld bytes (%s)",
+                           profile.cost.migrate.Us(static_cast<double>(profile.cost.expert_bytes)),
+                           profile.cost.migrate.GbPerSecond(), static_cast<long long>(profile.cost.expert_bytes),
+                           PoolExpertTypes(*setup.pool)));
   return profile;
 }
 

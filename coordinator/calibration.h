@@ -2,7 +2,10 @@
 // a few seconds at most of measuring
 //   - cpu(s): one expert on the CPU executor at several row counts,
 //   - gpu(s): one expert computed by the expert pool at the same counts,
-//   - migrate: the pool copying one expert's weights,
+//   - migrate: the pool copying one expert's weights (as the pool stores
+//     them: quantized blocks when the experts are kept quantized, so the
+//     profile's expert_bytes and the cpu(s) of the quantized kernels are
+//     what the planner weighs),
 // each fitted with FitRoofline (or, for the copy, a per-byte rate), into a
 // hardware profile (coordinator/planner/profile_io.h) whose cache_key names
 // the machine, the model's fingerprint and the configuration, so that a
@@ -74,7 +77,11 @@ struct CalibrationResult {
 
 // "cpu=<model name>; cores=<n>; host=<hostname>; isa=<level the kernels run at>".
 std::string MachineDescription();
-// machine | model fingerprint | config | division and workers | pool kind.
+// The pool's experts' stored types, each distinct layer layout once:
+// "BF16", "Q8_0", "Q4_K,Q4_K/Q4_K/Q6_K".
+std::string PoolExpertTypes(const ExpertPool& pool);
+// machine | model fingerprint | config | division and workers | pool kind
+// and its experts' types.
 std::string CalibrationCacheKey(const CalibrationSetup& setup);
 
 // Measures and fits. InvalidArgument naming the field for a bad setup (no

@@ -74,9 +74,9 @@ absl::Status CheckCreateArguments(const ModelConfig& config, ExpertExecutor* cpu
     return absl::InvalidArgumentError(absl::StrCat("planner.num_cpu_workers is ", options.planner.num_cpu_workers,
                                                    " but the cost model has ", cost.num_cpu_workers(), " CPU workers"));
   }
-  if (cost.params().expert_bytes != pool->layout().copy_bytes) {
+  if (cost.params().expert_bytes != pool->expert_bytes()) {
     LOG_WARNING("orchestrator: the cost model's expert_bytes (", cost.params().expert_bytes,
-                ") differs from the pool's (", pool->layout().copy_bytes, ")");
+                ") differs from the pool's (", pool->expert_bytes(), ")");
   }
   return absl::OkStatus();
 }
@@ -381,7 +381,7 @@ void Orchestrator::DrainMigrations() {
       // Cannot fail: it is migrating.
       (void)table_.CompleteMigration(record.expert);
     }
-    if (options_.refine_online) cost_.ObserveMigration(record.copy_us);
+    if (options_.refine_online) cost_.ObserveMigration(record.copy_us, static_cast<double>(record.bytes));
   }
 }
 

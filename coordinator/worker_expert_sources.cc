@@ -43,8 +43,11 @@ absl::StatusOr<std::unique_ptr<WorkerExpertSources>> WorkerExpertSources::Open(c
       const ExpertWeights* weights = view->Find(slice.layer, slice.expert);
       ExpertSource& source = out->sources_[static_cast<size_t>(slice.layer)][static_cast<size_t>(slice.expert)];
       const int64_t s = slice.size(), begin = slice.intermediate_begin;
-      source.dtype = weights->w1.dtype;
-      // w1/w3 [S, D]: rows begin..end of [I, D]; w2 [D, S]: columns begin..end of [D, I].
+      source.w1_dtype = weights->w1.dtype;
+      source.w3_dtype = weights->w3.dtype;
+      source.w2_dtype = weights->w2.dtype;
+      // w1/w3 [S, D]: rows begin..end of [I, D]; w2 [D, S]: columns begin..end of [D, I]
+      // (in values; a quantized w2's slices start and end on whole blocks).
       source.w1.push_back({.data = weights->w1.data, .row0 = begin, .col0 = 0, .rows = s, .cols = d, .pitch = d});
       source.w3.push_back({.data = weights->w3.data, .row0 = begin, .col0 = 0, .rows = s, .cols = d, .pitch = d});
       source.w2.push_back({.data = weights->w2.data, .row0 = 0, .col0 = begin, .rows = d, .cols = s, .pitch = s});

@@ -9,7 +9,7 @@
 #   1. Here, build for sm_90 only (a five-arch build is slower and bigger):
 #        cmake -S . -B /tmp/build-cuda90 -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
 #        cmake --build /tmp/build-cuda90 -j2 --target tandem-gpu-info tandem-gpu-bench tandem-scenario-bench cuda_device_test \
-#          cuda_expert_pool_test cuda_backend_test gpu_runtime_test
+#          cuda_expert_pool_test cuda_quant_pool_test cuda_backend_test gpu_runtime_test
 #      (building a test also builds the server, CLI and Python module it
 #      depends on; that is the test CMakeLists' rule, not needed here.)
 #   2. Here, bundle the binaries and every shared library `ldd` resolves for
@@ -50,9 +50,9 @@
 # (all).
 set -euo pipefail
 
-BINARIES=(tandem-gpu-info tandem-gpu-bench tandem-scenario-bench cuda_device_test cuda_expert_pool_test cuda_backend_test gpu_runtime_test)
+BINARIES=(tandem-gpu-info tandem-gpu-bench tandem-scenario-bench cuda_device_test cuda_expert_pool_test cuda_quant_pool_test cuda_backend_test gpu_runtime_test)
 # The GoogleTest binaries `run` runs, in this order (the cheap ones first).
-TESTS=(cuda_device_test cuda_expert_pool_test cuda_backend_test gpu_runtime_test)
+TESTS=(cuda_device_test cuda_expert_pool_test cuda_quant_pool_test cuda_backend_test gpu_runtime_test)
 ARCHIVE=tandem-gpu.tar.xz
 UNPACKED=/tmp/tandem-gpu
 LIMIT_BYTES=$((60 * 1024 * 1024))

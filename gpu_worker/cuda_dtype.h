@@ -7,6 +7,7 @@
 
 #include "common/base/dtype.h"
 #include "gpu_worker/cuda_expert_kernels.h"
+#include "gpu_worker/cuda_quant_kernels.h"
 
 namespace tandem {
 
@@ -26,6 +27,21 @@ inline KernelDType ToKernelDType(DType dtype) {
     default: break;  // F32; quantized types never get here (RequireFloatDType)
   }
   return KernelDType::kF32;
+}
+
+// A block type's format for the quantized kernels; only for types
+// GpuDecodesBlocks accepts (gpu_pool_types.h), which the pool checks first.
+inline KernelQuantType ToKernelQuantType(DType dtype) {
+  switch (dtype) {
+    case DType::kQ4_0: return KernelQuantType::kQ4_0;
+    case DType::kQ4_1: return KernelQuantType::kQ4_1;
+    case DType::kQ5_0: return KernelQuantType::kQ5_0;
+    case DType::kQ4_K: return KernelQuantType::kQ4_K;
+    case DType::kQ5_K: return KernelQuantType::kQ5_K;
+    case DType::kQ6_K: return KernelQuantType::kQ6_K;
+    default: break;  // Q8_0
+  }
+  return KernelQuantType::kQ8_0;
 }
 
 }  // namespace tandem

@@ -31,6 +31,8 @@
 #include "gpu_worker/cuda_dtype.h"
 #include "gpu_worker/cuda_expert_kernels.h"
 #include "gpu_worker/cuda_handles.h"
+#include "gpu_worker/cuda_quant_kernels.h"
+#include "gpu_worker/gpu_pool_types.h"
 #include "gpu_worker/pinned_regions.h"
 
 namespace tandem {
@@ -79,12 +81,14 @@ struct GroupedGemmArgs {
 
 class CudaExpertPoolImpl final : public CudaExpertPool {
  public:
-  CudaExpertPoolImpl(const ModelConfig& config, ExpertSources experts, const ExpertLayout& layout, int num_slots,
+  CudaExpertPoolImpl(const ModelConfig& config, ExpertSources experts, ExpertLayouts layouts, int num_slots,
                      const CudaExpertPoolOptions& options)
-      : CudaExpertPool(kCudaPoolKind, std::move(experts), static_cast<int>(config.num_local_experts), layout, num_slots,
-                       options.pool.num_staging_buffers),
+      : CudaExpertPool(kCudaPoolKind, std::move(experts), static_cast<int>(config.num_local_experts),
+                       std::move(layouts), num_slots, options.pool.num_staging_buffers),
         device_(options.device),
         poison_(options.poison_freed_buffers),
+        quantized_(layout(0).quantized()),
+        act_dtype_(quantized_ ? DType::kBF16 : layout(0).w1_dtype),
         source_pinned_(this->experts().size() * static_cast<size_t>(num_experts()), false) {}
 
   ~CudaExpertPoolImpl() override {
@@ -119,7 +123,7 @@ class CudaExpertPoolImpl final : public CudaExpertPool {
   // A buffer's device bytes and events; which expert it holds, and in what
   // state, is SlotPool's (same buffer number).
   struct Buffer {
-    uint8_t* data = nullptr;  // [layout().buffer_bytes] device, inside memory_
+    uint8_t* data = nullptr;  // [buffer_bytes()] device, inside memory_
     bool issued = false;      // the current copy's `ready` is recorded: the GPU can wait on it (guarded by mutex())
     CudaEvent start;          // before the copy's first byte (timing)
     CudaEvent ready;          // after its last byte: RunExperts' compute stream waits on it
@@ -149,9 +153,14 @@ class CudaExpertPoolImpl final : public CudaExpertPool {
   absl::Status PoisonBuffers(size_t pool_bytes);
   absl::Status EnsureScratch(int64_t rows);
   absl::Status EnsurePointerScratch(int64_t experts);
+  absl::Status EnsureDequantScratch();
   // RunExperts' steps: the buffers once their copies are issued, then the FFN.
   absl::StatusOr<std::vector<Run>> IssuedRuns(int layer, std::span<const ExpertWork> work);
-  absl::Status Compute(const std::vector<Run>& runs, int64_t t);
+  absl::Status Compute(const std::vector<Run>& runs, int64_t t, int layer);
+  // Block-quantized experts (layer `layer`'s layout): per expert, the decode
+  // GEMV for up to kQuantGemvMaxRows rows, else its matrices dequantized to
+  // bf16 scratch and cuBLAS GEMMs; gate/up into gate_up_, down into y_f32_.
+  absl::Status ComputeQuantized(const std::vector<Run>& runs, int64_t t, const ExpertLayout& l);
   void FillGroupedPointers(const std::vector<Run>& runs, int64_t t);
   // The FFN of `runs` (x_act_ filled, T = `t` rows) into y_f32_, on the
   // compute stream. The grouped path answers false, having queued nothing
@@ -166,6 +175,11 @@ class CudaExpertPoolImpl final : public CudaExpertPool {
 
   const int device_;
   const bool poison_;
+  // Block-quantized experts (CheckGpuPoolLayouts: then every matrix is).
+  // Float experts are of one type throughout, so every layer's layout is
+  // layer 0's and the float paths below read layout(0).
+  const bool quantized_;
+  const DType act_dtype_;  // activations' type for the GEMMs: the float weights' type, bf16 for quantized ones
 
   // CUDA resources (created by Init; destroyed after the copy threads join).
   std::vector<HostRegistration> registrations_;
@@ -176,12 +190,16 @@ class CudaExpertPoolImpl final : public CudaExpertPool {
   CublasHandle cublas_;
   // Scratch for RunExperts (engine thread only): capacity in rows.
   int64_t scratch_rows_ = 0;
-  DeviceBuffer x_f32_;         // [T, D] f32
-  DeviceBuffer x_act_;         // [T, D] weights' type
-  DeviceBuffer gate_up_;       // [2, T, I] f32: gate rows, then up rows
-  DeviceBuffer h_act_;         // [T, I] weights' type
-  DeviceBuffer y_f32_;         // [T, D] f32
-  DeviceBuffer y_act_;         // [T, D] weights' type: the grouped down GEMM's output
+  DeviceBuffer x_f32_;    // [T, D] f32
+  DeviceBuffer x_act_;    // [T, D] weights' type
+  DeviceBuffer gate_up_;  // [2, T, I] f32: gate rows, then up rows
+  DeviceBuffer h_act_;    // [T, I] weights' type
+  DeviceBuffer y_f32_;    // [T, D] f32
+  DeviceBuffer y_act_;    // [T, D] weights' type: the grouped down GEMM's output
+  // Quantized experts at more than kQuantGemvMaxRows rows: one expert's
+  // w1, w3 [I, D] and w2 [D, I] decoded to bf16 (outside the budget, like
+  // the activations' scratch; allocated at the first such call).
+  DeviceBuffer dequant_;
   PinnedHostBuffer in_host_;   // [T, D] f32
   PinnedHostBuffer out_host_;  // [T, D] f32
   // Grouped GEMM (engine thread only, but grouped_ is read by any thread).
@@ -210,23 +228,27 @@ absl::Status CudaExpertPoolImpl::Init(const CudaExpertPoolOptions& options) {
   // 16-bit types. Buffers are (cudaMalloc: 256 B; matrices in a pool buffer:
   // 4096 B), so every row start is when a row of D and of I elements is a
   // multiple of 16 bytes (Mixtral: 8192 and 28672 B).
-  const size_t elt = DTypeSize(layout().dtype);
-  const bool aligned = (static_cast<size_t>(layout().hidden_size) * elt) % 16 == 0 &&
-                       (static_cast<size_t>(layout().intermediate_size) * elt) % 16 == 0;
-  grouped_ = kHaveGroupedGemm && options.grouped_gemm && aligned;
+  const size_t elt = DTypeSize(act_dtype_);
+  const bool aligned = (static_cast<size_t>(layout(0).hidden_size) * elt) % 16 == 0 &&
+                       (static_cast<size_t>(layout(0).intermediate_size) * elt) % 16 == 0;
+  // Quantized experts have no grouped GEMM: cuBLAS takes no block types.
+  grouped_ = kHaveGroupedGemm && options.grouped_gemm && aligned && !quantized_;
   if (grouped_) TANDEM_RETURN_IF_ERROR(EnsurePointerScratch(num_experts()));
 
   for (int s = 0; s < num_streams; ++s) copy_threads_.emplace_back([this, s] { CopyLoop(s); });
   LOG_INFO(kind(), ": ", num_slots(), " slots + ", num_staging_buffers(), " staging buffers of ",
-           absl::StrFormat("%.2f MB", layout().buffer_bytes / 1e6), " (", absl::StrFormat("%.2f GB", pool_bytes / 1e9),
+           absl::StrFormat("%.2f MB", buffer_bytes() / 1e6), " (", absl::StrFormat("%.2f GB", pool_bytes / 1e9),
            ") on device ", device_, "; ", num_streams, " copy streams (the GPU has ", prop.asyncEngineCount,
            " copy engines); ", registrations_.size(), " of ", options.host_regions.size(), " host regions page-locked",
            pageable > 0 ? absl::StrCat("; ", pageable, " experts' weights are in pageable memory (slower copies)") : "",
-           poison_ ? "; freed buffers are poisoned" : "",
-           grouped_ ? "; grouped GEMMs"
-                    : (!options.grouped_gemm ? "; per-expert GEMMs (asked for)"
-                                             : (!kHaveGroupedGemm ? "; per-expert GEMMs (cuBLAS < 12.5)"
-                                                                  : "; per-expert GEMMs (rows not 16-byte aligned)")));
+           poison_ ? "; freed buffers are poisoned" : "", "; experts ", layout(0).DTypeNames(),
+           quantized_ ? absl::StrCat(" kept as blocks: decode GEMV up to ", kQuantGemvMaxRows,
+                                     " rows, dequantized to bf16 + per-expert GEMMs above")
+           : grouped_
+               ? "; grouped GEMMs"
+               : (!options.grouped_gemm ? "; per-expert GEMMs (asked for)"
+                                        : (!kHaveGroupedGemm ? "; per-expert GEMMs (cuBLAS < 12.5)"
+                                                             : "; per-expert GEMMs (rows not 16-byte aligned)")));
   return absl::OkStatus();
 }
 
@@ -254,7 +276,7 @@ absl::StatusOr<cudaDeviceProp> CudaExpertPoolImpl::OpenDevice() {
 // Returns the bytes allocated.
 absl::StatusOr<size_t> CudaExpertPoolImpl::AllocateBuffers() {
   const int total = num_slots() + num_staging_buffers();
-  const size_t pool_bytes = static_cast<size_t>(total) * static_cast<size_t>(layout().buffer_bytes);
+  const size_t pool_bytes = static_cast<size_t>(total) * static_cast<size_t>(buffer_bytes());
   size_t free_bytes = 0, total_bytes = 0;
   TANDEM_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
   if (pool_bytes > free_bytes) {
@@ -266,7 +288,7 @@ absl::StatusOr<size_t> CudaExpertPoolImpl::AllocateBuffers() {
   buffers_.resize(static_cast<size_t>(total));
   for (int b = 0; b < total; ++b) {
     Buffer& buffer = buffers_[static_cast<size_t>(b)];
-    buffer.data = memory_.bytes() + static_cast<size_t>(b) * static_cast<size_t>(layout().buffer_bytes);
+    buffer.data = memory_.bytes() + static_cast<size_t>(b) * static_cast<size_t>(buffer_bytes());
     TANDEM_ASSIGN_OR_RETURN(buffer.start, CudaEvent::Create(/*timing=*/true));
     TANDEM_ASSIGN_OR_RETURN(buffer.ready, CudaEvent::Create(/*timing=*/true));
     TANDEM_ASSIGN_OR_RETURN(buffer.freed, CudaEvent::Create(/*timing=*/false));
@@ -346,15 +368,15 @@ absl::Status CudaExpertPoolImpl::RegisterHostRegions(const std::vector<PinnedHos
     }
     host_pins_.push_back(mode);
   }
-  const size_t elt = DTypeSize(layout().dtype);
   for (size_t l = 0; l < experts().size(); ++l) {
     for (size_t e = 0; e < experts()[l].size(); ++e) {
       const ExpertSource& w = experts()[l][e];
       bool pinned = true;
-      for (const std::vector<MatrixPiece>* m : {&w.w1, &w.w3, &w.w2}) {
-        for (const MatrixPiece& piece : *m) {
+      for (const auto& [pieces, dtype] :
+           {std::pair{&w.w1, w.w1_dtype}, std::pair{&w.w3, w.w3_dtype}, std::pair{&w.w2, w.w2_dtype}}) {
+        for (const MatrixPiece& piece : *pieces) {
           pinned &= std::any_of(registrations_.begin(), registrations_.end(), [&](const HostRegistration& r) {
-            return r.Contains(piece.data, piece.SpanBytes(elt));
+            return r.Contains(piece.data, piece.SpanBytes(dtype));
           });
         }
       }
@@ -370,8 +392,8 @@ absl::Status CudaExpertPoolImpl::EnsureScratch(int64_t rows) {
   // cudaFree synchronises the device, which steady state must not do.
   int64_t capacity = 64;
   while (capacity < rows) capacity *= 2;
-  const size_t d = static_cast<size_t>(layout().hidden_size), i = static_cast<size_t>(layout().intermediate_size);
-  const size_t n = static_cast<size_t>(capacity), elt = DTypeSize(layout().dtype);
+  const size_t d = static_cast<size_t>(layout(0).hidden_size), i = static_cast<size_t>(layout(0).intermediate_size);
+  const size_t n = static_cast<size_t>(capacity), elt = DTypeSize(act_dtype_);
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_stream_.get()));
   TANDEM_ASSIGN_OR_RETURN(x_f32_, DeviceBuffer::Allocate(n * d * sizeof(float)));
   TANDEM_ASSIGN_OR_RETURN(x_act_, DeviceBuffer::Allocate(n * d * elt));
@@ -379,7 +401,7 @@ absl::Status CudaExpertPoolImpl::EnsureScratch(int64_t rows) {
   TANDEM_ASSIGN_OR_RETURN(h_act_, DeviceBuffer::Allocate(n * i * elt));
   TANDEM_ASSIGN_OR_RETURN(y_f32_, DeviceBuffer::Allocate(n * d * sizeof(float)));
   // f32 weights: the grouped down GEMM writes y_f32_ directly.
-  if (layout().dtype != DType::kF32) {
+  if (act_dtype_ != DType::kF32 && !quantized_) {
     TANDEM_ASSIGN_OR_RETURN(y_act_, DeviceBuffer::Allocate(n * d * elt));
   }
   TANDEM_ASSIGN_OR_RETURN(in_host_, PinnedHostBuffer::Allocate(n * d * sizeof(float)));
@@ -402,10 +424,19 @@ absl::Status CudaExpertPoolImpl::EnsurePointerScratch(int64_t experts) {
   return absl::OkStatus();
 }
 
+absl::Status CudaExpertPoolImpl::EnsureDequantScratch() {
+  if (dequant_.get() != nullptr) return absl::OkStatus();
+  const size_t d = static_cast<size_t>(layout(0).hidden_size), i = static_cast<size_t>(layout(0).intermediate_size);
+  TANDEM_ASSIGN_OR_RETURN(dequant_, DeviceBuffer::Allocate(3 * d * i * DTypeSize(DType::kBF16)));
+  LOG_INFO(kind(), ": ", absl::StrFormat("%.1f MB", dequant_.size() / 1e6),
+           " of bf16 scratch for quantized experts' batched GEMMs (outside the slot budget)");
+  return absl::OkStatus();
+}
+
 void CudaExpertPoolImpl::DisableGrouped(const char* what) {
   grouped_ = false;
-  LOG_WARNING(kind(), ": cuBLAS answered NOT_SUPPORTED for the grouped GEMM (", what, ", ",
-              std::string(DTypeName(layout().dtype)), "): per-expert GEMMs from now on");
+  LOG_WARNING(kind(), ": cuBLAS answered NOT_SUPPORTED for the grouped GEMM (", what, ", ", layout(0).DTypeNames(),
+              "): per-expert GEMMs from now on");
 }
 
 absl::Status CudaExpertPoolImpl::WaitIssuedLocked(std::unique_lock<std::mutex>& lock, int buffer, ExpertKey key) {
@@ -421,7 +452,7 @@ absl::Status CudaExpertPoolImpl::OnFreedLocked(int b) {
     // On the compute stream: after every computation already queued that
     // read the buffer; the next copy into it waits for `freed` on the GPU.
     TANDEM_CUDA_RETURN_IF_ERROR(
-        cudaMemsetAsync(buffer.data, 0xFF, static_cast<size_t>(layout().buffer_bytes), compute_stream_.get()));
+        cudaMemsetAsync(buffer.data, 0xFF, static_cast<size_t>(buffer_bytes()), compute_stream_.get()));
     TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(buffer.freed.get(), compute_stream_.get()));
   }
   return absl::OkStatus();
@@ -429,29 +460,31 @@ absl::Status CudaExpertPoolImpl::OnFreedLocked(int b) {
 
 absl::Status CudaExpertPoolImpl::IssueCopy(ExpertKey key, uint8_t* dst, cudaStream_t stream) {
   const ExpertSource& src = source(key);
-  const ExpertLayout& l = layout();
-  const size_t elt = DTypeSize(l.dtype);
+  const ExpertLayout& l = layout(key.layer);
   // One copy per piece: a whole matrix (the model's own weights) or a
   // worker's slice of it; column slices (w2 under the split division) are
-  // strided on both sides, which cudaMemcpy2DAsync does in one DMA.
-  auto copy = [&](const std::vector<MatrixPiece>& pieces, int64_t k, uint8_t* matrix) -> absl::Status {
+  // strided on both sides, which cudaMemcpy2DAsync does in one DMA. Block
+  // types are copied as stored: a piece's row is whole blocks, its bytes
+  // DTypeRowBytes of its values.
+  auto copy = [&](const std::vector<MatrixPiece>& pieces, DType dtype, int64_t k, uint8_t* matrix) -> absl::Status {
+    const size_t row_bytes = static_cast<size_t>(DTypeRowBytes(dtype, k));
     for (const MatrixPiece& p : pieces) {
-      uint8_t* out =
-          matrix + (static_cast<size_t>(p.row0) * static_cast<size_t>(k) + static_cast<size_t>(p.col0)) * elt;
+      uint8_t* out = matrix + PieceOffsetBytes(p, dtype, k);
+      const size_t piece_row = static_cast<size_t>(DTypeRowBytes(dtype, p.cols));
       if (p.col0 == 0 && p.cols == k && p.pitch == k) {
         TANDEM_CUDA_RETURN_IF_ERROR(
-            cudaMemcpyAsync(out, p.data, static_cast<size_t>(p.rows * p.cols) * elt, cudaMemcpyHostToDevice, stream));
+            cudaMemcpyAsync(out, p.data, static_cast<size_t>(p.rows) * piece_row, cudaMemcpyHostToDevice, stream));
       } else {
-        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
-            out, static_cast<size_t>(k) * elt, p.data, static_cast<size_t>(p.pitch) * elt,
-            static_cast<size_t>(p.cols) * elt, static_cast<size_t>(p.rows), cudaMemcpyHostToDevice, stream));
+        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(out, row_bytes, p.data,
+                                                      static_cast<size_t>(DTypeRowBytes(dtype, p.pitch)), piece_row,
+                                                      static_cast<size_t>(p.rows), cudaMemcpyHostToDevice, stream));
       }
     }
     return absl::OkStatus();
   };
-  TANDEM_RETURN_IF_ERROR(copy(src.w1, l.hidden_size, dst + l.w1_offset));
-  TANDEM_RETURN_IF_ERROR(copy(src.w3, l.hidden_size, dst + l.w3_offset));
-  TANDEM_RETURN_IF_ERROR(copy(src.w2, l.intermediate_size, dst + l.w2_offset));
+  TANDEM_RETURN_IF_ERROR(copy(src.w1, l.w1_dtype, l.hidden_size, dst + l.w1_offset));
+  TANDEM_RETURN_IF_ERROR(copy(src.w3, l.w3_dtype, l.hidden_size, dst + l.w3_offset));
+  TANDEM_RETURN_IF_ERROR(copy(src.w2, l.w2_dtype, l.intermediate_size, dst + l.w2_offset));
   return absl::OkStatus();
 }
 
@@ -475,15 +508,17 @@ absl::StatusOr<std::vector<uint8_t>> CudaExpertPoolImpl::ReadHeld(ExpertKey key)
     TANDEM_ASSIGN_OR_RETURN(const int b, WaitHeldLocked(lock, key));
     data = buffers_[static_cast<size_t>(b)].data;
   }
-  std::vector<uint8_t> out(static_cast<size_t>(layout().copy_bytes));
-  const size_t bytes = static_cast<size_t>(layout().matrix_bytes);
+  const ExpertLayout& l = layout(key.layer);
+  std::vector<uint8_t> out(static_cast<size_t>(l.copy_bytes));
+  const size_t b1 = static_cast<size_t>(l.w1_bytes), b3 = static_cast<size_t>(l.w3_bytes),
+               b2 = static_cast<size_t>(l.w2_bytes);
   // On the compute stream: ordered after any poison fill queued there.
   TANDEM_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(out.data(), data + layout().w1_offset, bytes, cudaMemcpyDeviceToHost, compute_stream_.get()));
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data() + bytes, data + layout().w3_offset, bytes,
-                                              cudaMemcpyDeviceToHost, compute_stream_.get()));
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data() + 2 * bytes, data + layout().w2_offset, bytes,
-                                              cudaMemcpyDeviceToHost, compute_stream_.get()));
+      cudaMemcpyAsync(out.data(), data + l.w1_offset, b1, cudaMemcpyDeviceToHost, compute_stream_.get()));
+  TANDEM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(out.data() + b1, data + l.w3_offset, b3, cudaMemcpyDeviceToHost, compute_stream_.get()));
+  TANDEM_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(out.data() + b1 + b3, data + l.w2_offset, b2, cudaMemcpyDeviceToHost, compute_stream_.get()));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_stream_.get()));
   return out;
 }
@@ -497,13 +532,13 @@ absl::Status CudaExpertPoolImpl::RunExperts(int layer, std::span<const ExpertWor
   }
   TANDEM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
   TANDEM_RETURN_IF_ERROR(EnsureScratch(total_rows));
-  const int64_t d = layout().hidden_size, t = total_rows;
+  const int64_t d = layout(layer).hidden_size, t = total_rows;
   const auto wait_start = std::chrono::steady_clock::now();
   TANDEM_ASSIGN_OR_RETURN(const std::vector<Run> runs, IssuedRuns(layer, work));
   const auto compute_start = std::chrono::steady_clock::now();
   local.wait_us = MicrosBetween(wait_start, compute_start);
 
-  const absl::Status computed = Compute(runs, t);
+  const absl::Status computed = Compute(runs, t, layer);
   // This stream only: copies on the copy streams keep running. It also
   // completes this call's copies from pinned host memory (rows, matrix
   // pointers), so the next call may rewrite in_host_ and pointers_host_ —
@@ -553,8 +588,8 @@ absl::StatusOr<std::vector<CudaExpertPoolImpl::Run>> CudaExpertPoolImpl::IssuedR
 // The rows lie in separate host arrays: packing them here into pinned memory
 // is the gather, and one DMA carries them all (a device gather kernel would
 // need them on the device first).
-absl::Status CudaExpertPoolImpl::Compute(const std::vector<Run>& runs, int64_t t) {
-  const int64_t d = layout().hidden_size, i = layout().intermediate_size;
+absl::Status CudaExpertPoolImpl::Compute(const std::vector<Run>& runs, int64_t t, int layer) {
+  const int64_t d = layout(layer).hidden_size, i = layout(layer).intermediate_size;
   const cudaStream_t stream = compute_stream_.get();
   float* in_host = static_cast<float*>(in_host_.get());
   float* out_host = static_cast<float*>(out_host_.get());
@@ -565,20 +600,91 @@ absl::Status CudaExpertPoolImpl::Compute(const std::vector<Run>& runs, int64_t t
   TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(x_f32_.get(), in_host, static_cast<size_t>(t * d) * sizeof(float),
                                               cudaMemcpyHostToDevice, stream));
   TANDEM_CUDA_RETURN_IF_ERROR(LaunchConvertF32(static_cast<const float*>(x_f32_.get()), x_act_.get(),
-                                               ToKernelDType(layout().dtype), t * d, stream));
+                                               ToKernelDType(act_dtype_), t * d, stream));
   bool done = false;
-  if (grouped_.load(std::memory_order_relaxed)) {
+  if (quantized_) {
+    TANDEM_RETURN_IF_ERROR(ComputeQuantized(runs, t, layout(layer)));
+    done = true;
+  } else if (grouped_.load(std::memory_order_relaxed)) {
     TANDEM_ASSIGN_OR_RETURN(done, ComputeGrouped(runs, t));
   }
   if (!done) {
     TANDEM_RETURN_IF_ERROR(GateUpPerExpert(runs, t));
     float* gate = static_cast<float*>(gate_up_.get());  // [T, I]
     TANDEM_CUDA_RETURN_IF_ERROR(
-        LaunchSiluMul(gate, gate + t * i, h_act_.get(), ToKernelDType(layout().dtype), t * i, stream));
+        LaunchSiluMul(gate, gate + t * i, h_act_.get(), ToKernelDType(act_dtype_), t * i, stream));
     TANDEM_RETURN_IF_ERROR(DownPerExpert(runs, t));
   }
   TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out_host, y_f32_.get(), static_cast<size_t>(t * d) * sizeof(float),
                                               cudaMemcpyDeviceToHost, stream));
+  return absl::OkStatus();
+}
+
+// Block-quantized experts, one at a time on the compute stream (the GPU
+// waits for each expert's copy only). A decode-sized expert (rows <=
+// kQuantGemvMaxRows) reads its blocks once in the decode GEMV, from the f32
+// rows (gate/up) and the bf16 h (down); a larger one has its matrices
+// dequantized to bf16 scratch and runs the bf16 GEMMs the float path runs,
+// so the decode cost is paid once per matrix. One scratch for every
+// expert: the stream orders each expert's use after the previous one's.
+absl::Status CudaExpertPoolImpl::ComputeQuantized(const std::vector<Run>& runs, int64_t t, const ExpertLayout& l) {
+  const cudaStream_t stream = compute_stream_.get();
+  const int64_t d = l.hidden_size, i = l.intermediate_size;
+  const float one = 1.0f, zero = 0.0f;
+  const float* x_f32 = static_cast<const float*>(x_f32_.get());       // [T, D]
+  const uint8_t* x_bf16 = static_cast<const uint8_t*>(x_act_.get());  // [T, D] bf16
+  float* gate = static_cast<float*>(gate_up_.get());                  // [T, I] f32
+  float* up = gate + t * i;                                           // [T, I] f32
+  const uint8_t* h_bf16 = static_cast<const uint8_t*>(h_act_.get());  // [T, I] bf16
+  float* y = static_cast<float*>(y_f32_.get());                       // [T, D] f32
+  const size_t bf16 = DTypeSize(DType::kBF16);
+  bool batched = false;
+  for (const Run& run : runs) batched |= run.entry->num_rows > kQuantGemvMaxRows;
+  if (batched) TANDEM_RETURN_IF_ERROR(EnsureDequantScratch());
+  uint8_t* deq_w1 = dequant_.bytes();                                                              // [I, D] bf16
+  uint8_t* deq_w2 = deq_w1 == nullptr ? nullptr : deq_w1 + 2 * static_cast<size_t>(i * d) * bf16;  // [D, I] bf16
+
+  for (const Run& run : runs) {
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream, run.ready, 0));
+    const int rows = static_cast<int>(run.entry->num_rows);
+    const int64_t at = run.row_offset;
+    if (rows <= kQuantGemvMaxRows) {
+      TANDEM_CUDA_RETURN_IF_ERROR(LaunchQuantGemv(run.data + l.w1_offset, ToKernelQuantType(l.w1_dtype), i, d,
+                                                  x_f32 + at * d, KernelDType::kF32, d, rows, gate + at * i, i,
+                                                  stream));
+      TANDEM_CUDA_RETURN_IF_ERROR(LaunchQuantGemv(run.data + l.w3_offset, ToKernelQuantType(l.w3_dtype), i, d,
+                                                  x_f32 + at * d, KernelDType::kF32, d, rows, up + at * i, i, stream));
+      continue;
+    }
+    // w1 and w3 decoded next to each other: gate and up in one strided-batched GEMM.
+    TANDEM_CUDA_RETURN_IF_ERROR(LaunchDequantize(run.data + l.w1_offset, ToKernelQuantType(l.w1_dtype), i, d, deq_w1,
+                                                 KernelDType::kBF16, stream));
+    TANDEM_CUDA_RETURN_IF_ERROR(LaunchDequantize(run.data + l.w3_offset, ToKernelQuantType(l.w3_dtype), i, d,
+                                                 deq_w1 + static_cast<size_t>(i * d) * bf16, KernelDType::kBF16,
+                                                 stream));
+    TANDEM_CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
+        cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(i), rows, static_cast<int>(d), &one, deq_w1,
+        CUDA_R_16BF, static_cast<int>(d), static_cast<long long>(i * d), x_bf16 + static_cast<size_t>(at * d) * bf16,
+        CUDA_R_16BF, static_cast<int>(d), 0, &zero, gate + at * i, CUDA_R_32F, static_cast<int>(i),
+        static_cast<long long>(t * i), 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+  TANDEM_CUDA_RETURN_IF_ERROR(LaunchSiluMul(gate, up, h_act_.get(), KernelDType::kBF16, t * i, stream));
+  for (const Run& run : runs) {
+    const int rows = static_cast<int>(run.entry->num_rows);
+    const int64_t at = run.row_offset;
+    if (rows <= kQuantGemvMaxRows) {
+      TANDEM_CUDA_RETURN_IF_ERROR(LaunchQuantGemv(run.data + l.w2_offset, ToKernelQuantType(l.w2_dtype), d, i,
+                                                  h_bf16 + static_cast<size_t>(at * i) * bf16, KernelDType::kBF16, i,
+                                                  rows, y + at * d, d, stream));
+      continue;
+    }
+    TANDEM_CUDA_RETURN_IF_ERROR(LaunchDequantize(run.data + l.w2_offset, ToKernelQuantType(l.w2_dtype), d, i, deq_w2,
+                                                 KernelDType::kBF16, stream));
+    TANDEM_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
+        cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(d), rows, static_cast<int>(i), &one, deq_w2,
+        CUDA_R_16BF, static_cast<int>(i), h_bf16 + static_cast<size_t>(at * i) * bf16, CUDA_R_16BF, static_cast<int>(i),
+        &zero, y + at * d, CUDA_R_32F, static_cast<int>(d), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
   return absl::OkStatus();
 }
 
@@ -588,15 +694,15 @@ absl::Status CudaExpertPoolImpl::Compute(const std::vector<Run>& runs, int64_t t
 // pointers_host_; and the groups' shapes into gate_up_args_ and down_args_.
 // gate/up/h are in the weights' type (cuBLAS's grouped GEMM has no bf16 → f32).
 void CudaExpertPoolImpl::FillGroupedPointers(const std::vector<Run>& runs, int64_t t) {
-  const ExpertLayout& l = layout();
+  const ExpertLayout& l = layout(0);
   const int64_t d = l.hidden_size, i = l.intermediate_size;
-  const size_t elt = DTypeSize(l.dtype);
+  const size_t elt = DTypeSize(act_dtype_);
   const int64_t e = static_cast<int64_t>(runs.size());
   uint8_t* x = x_act_.bytes();
-  uint8_t* gate = gate_up_.bytes();                                       // [T, I] weights' type
-  uint8_t* up = gate + static_cast<size_t>(t * i) * elt;                  // [T, I] weights' type
-  uint8_t* h = h_act_.bytes();                                            // [T, I] weights' type
-  uint8_t* y = l.dtype == DType::kF32 ? y_f32_.bytes() : y_act_.bytes();  // [T, D] weights' type
+  uint8_t* gate = gate_up_.bytes();                                          // [T, I] weights' type
+  uint8_t* up = gate + static_cast<size_t>(t * i) * elt;                     // [T, I] weights' type
+  uint8_t* h = h_act_.bytes();                                               // [T, I] weights' type
+  uint8_t* y = act_dtype_ == DType::kF32 ? y_f32_.bytes() : y_act_.bytes();  // [T, D] weights' type
   void** p = static_cast<void**>(pointers_host_.get());
   void** gu_a = p;
   void** gu_b = p + 2 * e;
@@ -630,9 +736,9 @@ void CudaExpertPoolImpl::FillGroupedPointers(const std::vector<Run>& runs, int64
 absl::StatusOr<bool> CudaExpertPoolImpl::ComputeGrouped(const std::vector<Run>& runs, int64_t t) {
 #if defined(CUBLAS_VERSION) && CUBLAS_VERSION >= 120500
   const cudaStream_t stream = compute_stream_.get();
-  const ExpertLayout& l = layout();
+  const ExpertLayout& l = layout(0);
   const int64_t d = l.hidden_size, i = l.intermediate_size;
-  const size_t elt = DTypeSize(l.dtype);
+  const size_t elt = DTypeSize(act_dtype_);
   const int64_t e = static_cast<int64_t>(runs.size());
   TANDEM_RETURN_IF_ERROR(EnsurePointerScratch(e));
 
@@ -643,7 +749,7 @@ absl::StatusOr<bool> CudaExpertPoolImpl::ComputeGrouped(const std::vector<Run>& 
   uint8_t* gate = gate_up_.bytes();                       // [T, I] weights' type
   uint8_t* up = gate + static_cast<size_t>(t * i) * elt;  // [T, I] weights' type
   uint8_t* h = h_act_.bytes();                            // [T, I] weights' type
-  const bool f32 = l.dtype == DType::kF32;
+  const bool f32 = act_dtype_ == DType::kF32;
   uint8_t* y = f32 ? y_f32_.bytes() : y_act_.bytes();  // [T, D] weights' type
   // Ordered before the GEMMs on this stream; pointers_host_ is not touched
   // again until RunExperts' final synchronisation.
@@ -651,7 +757,7 @@ absl::StatusOr<bool> CudaExpertPoolImpl::ComputeGrouped(const std::vector<Run>& 
   TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev, pointers_host_.get(), 9 * static_cast<size_t>(e) * sizeof(void*),
                                               cudaMemcpyHostToDevice, stream));
 
-  const cudaDataType w_type = CudaDataType(l.dtype);
+  const cudaDataType w_type = CudaDataType(act_dtype_);
   const GroupedGemmArgs& gu = gate_up_args_;
   const cublasStatus_t gate_up_status =
       cublasGemmGroupedBatchedEx(cublas_.get(), gu.transa.data(), gu.transb.data(), gu.m.data(), gu.n.data(),
@@ -664,7 +770,7 @@ absl::StatusOr<bool> CudaExpertPoolImpl::ComputeGrouped(const std::vector<Run>& 
     return false;  // nothing queued writes gate/up/y: the per-expert path starts afresh
   }
   TANDEM_RETURN_IF_ERROR(CublasStatus(gate_up_status, "cublasGemmGroupedBatchedEx (gate/up)"));
-  TANDEM_CUDA_RETURN_IF_ERROR(LaunchSiluMulSameType(gate, up, h, ToKernelDType(l.dtype), t * i, stream));
+  TANDEM_CUDA_RETURN_IF_ERROR(LaunchSiluMulSameType(gate, up, h, ToKernelDType(act_dtype_), t * i, stream));
 
   const GroupedGemmArgs& dn = down_args_;
   const cublasStatus_t down_status =
@@ -683,7 +789,7 @@ absl::StatusOr<bool> CudaExpertPoolImpl::ComputeGrouped(const std::vector<Run>& 
   TANDEM_RETURN_IF_ERROR(CublasStatus(down_status, "cublasGemmGroupedBatchedEx (down)"));
   if (!f32)
     TANDEM_CUDA_RETURN_IF_ERROR(
-        LaunchConvertToF32(y, ToKernelDType(l.dtype), static_cast<float*>(y_f32_.get()), t * d, stream));
+        LaunchConvertToF32(y, ToKernelDType(act_dtype_), static_cast<float*>(y_f32_.get()), t * d, stream));
   return true;
 #else
   (void)runs;
@@ -694,11 +800,11 @@ absl::StatusOr<bool> CudaExpertPoolImpl::ComputeGrouped(const std::vector<Run>& 
 
 absl::Status CudaExpertPoolImpl::GateUpPerExpert(const std::vector<Run>& runs, int64_t t) {
   const cudaStream_t stream = compute_stream_.get();
-  const int64_t d = layout().hidden_size, i = layout().intermediate_size;
-  const size_t elt = DTypeSize(layout().dtype);
+  const int64_t d = layout(0).hidden_size, i = layout(0).intermediate_size;
+  const size_t elt = DTypeSize(act_dtype_);
   // Row-major Y[R, N] = X[R, K] · W[N, K]ᵀ is column-major Yᵀ[N, R] = W · Xᵀ:
   // cuBLAS sees W as a K×N column-major matrix (op T) and X as K×R (op N).
-  const cudaDataType w_type = CudaDataType(layout().dtype);
+  const cudaDataType w_type = CudaDataType(act_dtype_);
   const float one = 1.0f, zero = 0.0f;
   float* gate = static_cast<float*>(gate_up_.get());  // [T, I] f32
   for (const Run& run : runs) {
@@ -710,8 +816,8 @@ absl::Status CudaExpertPoolImpl::GateUpPerExpert(const std::vector<Run>& runs, i
     // reads w3 (w3_offset further on) and writes up (T·I further on).
     TANDEM_CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
         cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(i), rows, static_cast<int>(d), &one,
-        run.data + layout().w1_offset, w_type, static_cast<int>(d),
-        static_cast<long long>((layout().w3_offset - layout().w1_offset) / static_cast<int64_t>(elt)),
+        run.data + layout(0).w1_offset, w_type, static_cast<int>(d),
+        static_cast<long long>((layout(0).w3_offset - layout(0).w1_offset) / static_cast<int64_t>(elt)),
         static_cast<const uint8_t*>(x_act_.get()) + static_cast<size_t>(run.row_offset * d) * elt, w_type,
         static_cast<int>(d), 0, &zero, gate + run.row_offset * i, CUDA_R_32F, static_cast<int>(i),
         static_cast<long long>(t * i), 2, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -721,16 +827,16 @@ absl::Status CudaExpertPoolImpl::GateUpPerExpert(const std::vector<Run>& runs, i
 
 absl::Status CudaExpertPoolImpl::DownPerExpert(const std::vector<Run>& runs, int64_t t) {
   (void)t;
-  const int64_t d = layout().hidden_size, i = layout().intermediate_size;
-  const size_t elt = DTypeSize(layout().dtype);
-  const cudaDataType w_type = CudaDataType(layout().dtype);
+  const int64_t d = layout(0).hidden_size, i = layout(0).intermediate_size;
+  const size_t elt = DTypeSize(act_dtype_);
+  const cudaDataType w_type = CudaDataType(act_dtype_);
   const float one = 1.0f, zero = 0.0f;
   float* y = static_cast<float*>(y_f32_.get());  // [T, D]
   for (const Run& run : runs) {
     const int rows = static_cast<int>(run.entry->num_rows);
     TANDEM_CUBLAS_RETURN_IF_ERROR(
         cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(d), rows, static_cast<int>(i), &one,
-                     run.data + layout().w2_offset, w_type, static_cast<int>(i),
+                     run.data + layout(0).w2_offset, w_type, static_cast<int>(i),
                      static_cast<const uint8_t*>(h_act_.get()) + static_cast<size_t>(run.row_offset * i) * elt, w_type,
                      static_cast<int>(i), &zero, y + run.row_offset * d, CUDA_R_32F, static_cast<int>(d),
                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -782,12 +888,15 @@ void CudaExpertPoolImpl::CopyLoop(int stream_index) {
 
 absl::StatusOr<std::unique_ptr<CudaExpertPool>> CudaExpertPool::Create(const ModelConfig& config, ExpertSources experts,
                                                                        const CudaExpertPoolOptions& options) {
-  TANDEM_ASSIGN_OR_RETURN(const ExpertLayout layout, CheckExpertSources(config, experts));
-  const int64_t d = layout.hidden_size, i = layout.intermediate_size;
+  TANDEM_ASSIGN_OR_RETURN(ExpertLayouts layouts, CheckExpertSources(config, experts));
+  TANDEM_RETURN_IF_ERROR(CheckGpuPoolLayouts(layouts));
+  const int64_t d = layouts[0].hidden_size, i = layouts[0].intermediate_size;
   if (d > (1 << 30) || i > (1 << 30))
     return absl::InvalidArgumentError("hidden/intermediate size too large for cuBLAS int dims");
-  TANDEM_ASSIGN_OR_RETURN(const int num_slots, options.pool.SlotCount(layout));
-  auto pool = std::make_unique<CudaExpertPoolImpl>(config, std::move(experts), layout, num_slots, options);
+  // Slots sized by the experts as stored: quantized blocks fit more slots
+  // in the same budget.
+  TANDEM_ASSIGN_OR_RETURN(const int num_slots, options.pool.SlotCount(MaxBufferBytes(layouts)));
+  auto pool = std::make_unique<CudaExpertPoolImpl>(config, std::move(experts), std::move(layouts), num_slots, options);
   TANDEM_RETURN_IF_ERROR(pool->Init(options));
   return std::unique_ptr<CudaExpertPool>(std::move(pool));
 }

@@ -47,6 +47,14 @@
 //            fused kernel over all rows, then the down GEMMs into f32. One
 //            stream synchronisation at the end (the outputs are host
 //            memory); never a device-wide one.
+//   Quantized  experts kept as a GGUF's blocks (--gguf_experts quantized;
+//            which layouts: gpu_pool_types.h) are stored and copied as
+//            blocks, the buffers sized for the largest layer's expert, and
+//            computed one expert at a time without the grouped GEMM: up to
+//            kQuantGemvMaxRows rows by the decode GEMV on the blocks (f32
+//            rows in, f32 gate/up out, bf16 h into down), more rows by
+//            dequantizing the expert's matrices into a bf16 scratch and the
+//            per-expert bf16 GEMMs (cuda_quant_kernels.h).
 //   Freeing  Evict / ReleaseStaging wait for the buffer's copy; with
 //            poison_freed_buffers (default on in debug builds) the freed
 //            buffer is filled with 0xFF bytes (NaN in bf16, f16 and f32), so
@@ -113,8 +121,9 @@ struct CudaExpertPoolOptions {
 class CudaExpertPool : public SlotPool {
  public:
   // `experts` is [layer][expert] (views, in host memory that outlives the
-  // pool), every matrix of the config's shape and of one dtype (bf16, f16 or
-  // f32). InvalidArgument naming the field or expert; Unavailable when there
+  // pool), every matrix of the config's shape, and either all of one float
+  // dtype (bf16, f16 or f32) or all block-quantized (CheckGpuPoolLayouts).
+  // InvalidArgument naming the field, expert or types; Unavailable when there
   // is no usable device; ResourceExhausted when the budget does not fit in
   // the device's memory; Internal naming the CUDA/cuBLAS call otherwise;
   // Unimplemented in a build without CUDA.
@@ -131,7 +140,8 @@ class CudaExpertPool : public SlotPool {
                                                                 const CudaExpertPoolOptions& options);
 
   // The pool's copy of `key` read back to the host (after waiting for its
-  // copy): w1, w3, w2 bytes concatenated, layout().copy_bytes in all. For
+  // copy): w1, w3, w2 bytes concatenated (blocks as stored),
+  // layout(key.layer).copy_bytes in all. For
   // tests; a synchronous device→host copy. FailedPrecondition when not held.
   virtual absl::StatusOr<std::vector<uint8_t>> ReadHeld(ExpertKey key) = 0;
   // How each of options.host_regions was page-locked (same order);

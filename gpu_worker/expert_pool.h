@@ -48,23 +48,49 @@
 
 namespace tandem {
 
-// Where one expert's three matrices lie inside a pool buffer. Every matrix
-// starts on a kExpertBufferAlignment boundary so that vector loads (and DMA)
-// see aligned memory.
+// Where one expert's three matrices lie inside a pool buffer, each in its
+// stored type: a float type, or a ggml block type kept as its blocks (a
+// GGUF with --gguf_experts quantized), so a slot holds and a migration
+// copies the bytes as stored — a Q4_K expert is 0.28x a BF16 one, and the
+// slot count and copy time follow (docs/gpu.md). Every matrix starts on a
+// kExpertBufferAlignment boundary so that vector loads (and DMA) see
+// aligned memory. The matrices of one expert may differ in type (llama.cpp's
+// Q4_K_M keeps down_proj in Q6_K on some layers), so a pool has a layout per
+// layer; its buffers are sized for the largest.
 struct ExpertLayout {
-  DType dtype = DType::kBF16;
+  DType w1_dtype = DType::kBF16;
+  DType w3_dtype = DType::kBF16;
+  DType w2_dtype = DType::kBF16;
   int64_t hidden_size = 0;        // D
   int64_t intermediate_size = 0;  // I
   int64_t w1_offset = 0;          // gate [I, D]
   int64_t w3_offset = 0;          // up   [I, D]
   int64_t w2_offset = 0;          // down [D, I]
-  int64_t matrix_bytes = 0;       // I * D * sizeof(dtype), each matrix
-  int64_t copy_bytes = 0;         // 3 * matrix_bytes: what one migration copies
+  int64_t w1_bytes = 0;           // I * DTypeRowBytes(w1_dtype, D)
+  int64_t w3_bytes = 0;           // I * DTypeRowBytes(w3_dtype, D)
+  int64_t w2_bytes = 0;           // D * DTypeRowBytes(w2_dtype, I)
+  int64_t copy_bytes = 0;         // w1 + w3 + w2 bytes: what one migration copies
   int64_t buffer_bytes = 0;       // one slot or staging buffer, alignment included
 
-  // InvalidArgument naming the field when the config has no experts' shape.
+  // Any of the three matrices in a ggml block type.
+  bool quantized() const { return IsQuantized(w1_dtype) || IsQuantized(w3_dtype) || IsQuantized(w2_dtype); }
+  // "BF16", or "Q4_K/Q4_K/Q6_K" (w1/w3/w2) when they differ.
+  std::string DTypeNames() const;
+
+  // Every matrix of `dtype`. InvalidArgument naming the field when the
+  // config has no experts' shape, or naming the matrix, its type and the
+  // block size when a row is not a whole number of blocks.
   static absl::StatusOr<ExpertLayout> ForModel(const ModelConfig& config, DType dtype);
+  static absl::StatusOr<ExpertLayout> ForMatrices(const ModelConfig& config, DType w1, DType w3, DType w2);
 };
+
+// One layout per layer ([layer]); what the pools are built from.
+using ExpertLayouts = std::vector<ExpertLayout>;
+// The largest buffer_bytes of `layouts` (a slot must hold any layer's expert).
+int64_t MaxBufferBytes(const ExpertLayouts& layouts);
+// The mean copy_bytes over the layers: one migration's expected bytes, for
+// the cost model (every layer has as many experts, so each layer counts once).
+int64_t MeanCopyBytes(const ExpertLayouts& layouts);
 
 inline constexpr int64_t kExpertBufferAlignment = 4096;
 
@@ -79,10 +105,11 @@ struct ExpertPoolOptions {
   // at least one.
   int num_staging_buffers = 2;
 
-  // The slot count these options give for experts of `layout`.
+  // The slot count these options give for buffers of `buffer_bytes` (a
+  // quantized expert's are smaller, so the same budget holds more).
   // InvalidArgument naming the field (num_slots, memory_bytes,
   // num_staging_buffers) when negative or too small for the staging buffers.
-  absl::StatusOr<int> SlotCount(const ExpertLayout& layout) const;
+  absl::StatusOr<int> SlotCount(int64_t buffer_bytes) const;
 };
 
 enum class BufferState : uint8_t {
@@ -113,7 +140,7 @@ struct PoolLocation {
 struct MigrationRecord {
   ExpertKey expert;
   bool staging = false;  // a planner copy into a staging buffer, not a slot
-  int64_t bytes = 0;
+  int64_t bytes = 0;     // its layer's copy_bytes
   double queued_us = 0;  // from Migrate/Stage until the copy started
   double copy_us = 0;    // the copy itself
 };
@@ -132,7 +159,7 @@ struct ExpertPoolStats {
   int num_slots = 0;
   int used_slots = 0;  // copying or ready
   int num_staging_buffers = 0;
-  int64_t expert_bytes = 0;        // one migration's copy
+  int64_t expert_bytes = 0;        // one migration's copy (the mean over layers: MeanCopyBytes)
   int64_t placements = 0;          // initial placement copies (synchronous)
   int64_t migrations_started = 0;  // slot migrations + staging copies queued
   int64_t migrations_completed = 0;
@@ -160,7 +187,13 @@ class ExpertPool {
 
   // What the pool is, in words, for logs and stats ("no-GPU host pool").
   virtual std::string kind() const = 0;
-  virtual const ExpertLayout& layout() const = 0;
+  // Layer `layer`'s expert layout (0 <= layer < num_layers()).
+  virtual const ExpertLayout& layout(int layer) const = 0;
+  // One slot's (and staging buffer's) bytes: the largest layer's expert.
+  virtual int64_t buffer_bytes() const = 0;
+  // One migration's bytes, the mean over layers (MeanCopyBytes): the cost
+  // model's expert_bytes.
+  virtual int64_t expert_bytes() const = 0;
   virtual int num_layers() const = 0;
   virtual int num_experts() const = 0;
   virtual int num_slots() const = 0;

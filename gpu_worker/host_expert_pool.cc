@@ -30,31 +30,35 @@ absl::StatusOr<std::unique_ptr<HostExpertPool>> HostExpertPool::Create(const Mod
                                                                        ExpertKernel kernel,
                                                                        const ExpertPoolOptions& options) {
   if (!kernel) return absl::InvalidArgumentError("kernel: the pool needs a kernel to compute the experts it holds");
-  TANDEM_ASSIGN_OR_RETURN(const ExpertLayout layout, CheckExpertSources(config, experts));
-  TANDEM_ASSIGN_OR_RETURN(const int num_slots, options.SlotCount(layout));
-  auto pool = std::unique_ptr<HostExpertPool>(new HostExpertPool(config, std::move(experts), std::move(kernel), layout,
-                                                                 num_slots, options.num_staging_buffers));
+  // Any types ExpertFfn computes, float or block-quantized: the kernel is
+  // the CPU executor's own.
+  TANDEM_ASSIGN_OR_RETURN(ExpertLayouts layouts, CheckExpertSources(config, experts));
+  const int64_t buffer_bytes = MaxBufferBytes(layouts);
+  TANDEM_ASSIGN_OR_RETURN(const int num_slots, options.SlotCount(buffer_bytes));
+  auto pool = std::unique_ptr<HostExpertPool>(new HostExpertPool(
+      config, std::move(experts), std::move(kernel), std::move(layouts), num_slots, options.num_staging_buffers));
   const int total = num_slots + options.num_staging_buffers;
   pool->data_.resize(static_cast<size_t>(total));
   for (int b = 0; b < total; ++b) {
-    void* p = std::aligned_alloc(kExpertBufferAlignment, static_cast<size_t>(layout.buffer_bytes));
+    void* p = std::aligned_alloc(kExpertBufferAlignment, static_cast<size_t>(buffer_bytes));
     if (p == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat("no host memory for expert buffer ", b, " of ", total, " (",
-                                                       layout.buffer_bytes, " bytes each)"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no host memory for expert buffer ", b, " of ", total, " (", buffer_bytes, " bytes each)"));
     }
     pool->data_[static_cast<size_t>(b)].reset(static_cast<uint8_t*>(p));
   }
   pool->copy_thread_ = std::thread([p = pool.get()] { p->CopyLoop(); });
   LOG_INFO(kHostPoolKind, ": ", num_slots, " slots + ", options.num_staging_buffers, " staging buffers of ",
-           absl::StrFormat("%.2f MB", layout.buffer_bytes / 1e6),
-           " in host memory; experts it holds run on the coordinator's CPU from the pool's copy");
+           absl::StrFormat("%.2f MB", buffer_bytes / 1e6), " in host memory (experts ", pool->layout(0).DTypeNames(),
+           pool->layout(0).quantized() ? ", as their blocks" : "",
+           "); experts it holds run on the coordinator's CPU from the pool's copy");
   return pool;
 }
 
 HostExpertPool::HostExpertPool(const ModelConfig& config, ExpertSources experts, ExpertKernel kernel,
-                               const ExpertLayout& layout, int num_slots, int num_staging)
-    : SlotPool(kHostPoolKind, std::move(experts), static_cast<int>(config.num_local_experts), layout, num_slots,
-               num_staging),
+                               ExpertLayouts layouts, int num_slots, int num_staging)
+    : SlotPool(kHostPoolKind, std::move(experts), static_cast<int>(config.num_local_experts), std::move(layouts),
+               num_slots, num_staging),
       kernel_(std::move(kernel)) {}
 
 HostExpertPool::~HostExpertPool() {
@@ -64,20 +68,19 @@ HostExpertPool::~HostExpertPool() {
 
 void HostExpertPool::CopyExpert(ExpertKey key, uint8_t* dst) const {
   const ExpertSource& src = source(key);
-  const ExpertLayout& l = layout();
-  const size_t elt = DTypeSize(l.dtype);
-  GatherMatrixPieces(src.w1, elt, l.hidden_size, dst + l.w1_offset);
-  GatherMatrixPieces(src.w3, elt, l.hidden_size, dst + l.w3_offset);
-  GatherMatrixPieces(src.w2, elt, l.intermediate_size, dst + l.w2_offset);
+  const ExpertLayout& l = layout(key.layer);
+  GatherMatrixPieces(src.w1, l.w1_dtype, l.hidden_size, dst + l.w1_offset);
+  GatherMatrixPieces(src.w3, l.w3_dtype, l.hidden_size, dst + l.w3_offset);
+  GatherMatrixPieces(src.w2, l.w2_dtype, l.intermediate_size, dst + l.w2_offset);
 }
 
-ExpertWeights HostExpertPool::BufferWeights(const uint8_t* data) const {
-  const ExpertLayout& l = layout();
+ExpertWeights HostExpertPool::BufferWeights(const uint8_t* data, int layer) const {
+  const ExpertLayout& l = layout(layer);
   const int64_t d = l.hidden_size, i = l.intermediate_size;
   ExpertWeights w;
-  w.w1 = LinearWeight{data + l.w1_offset, l.dtype, i, d};
-  w.w3 = LinearWeight{data + l.w3_offset, l.dtype, i, d};
-  w.w2 = LinearWeight{data + l.w2_offset, l.dtype, d, i};
+  w.w1 = LinearWeight{data + l.w1_offset, l.w1_dtype, i, d};
+  w.w3 = LinearWeight{data + l.w3_offset, l.w3_dtype, i, d};
+  w.w2 = LinearWeight{data + l.w2_offset, l.w2_dtype, d, i};
   return w;
 }
 
@@ -90,7 +93,7 @@ absl::StatusOr<ExpertWeights> HostExpertPool::HeldWeights(ExpertKey key) {
   TANDEM_RETURN_IF_ERROR(CheckKey(key, "held weights"));
   std::unique_lock<std::mutex> lock(mutex());
   TANDEM_ASSIGN_OR_RETURN(const int b, WaitHeldLocked(lock, key));
-  return BufferWeights(data_[static_cast<size_t>(b)].get());
+  return BufferWeights(data_[static_cast<size_t>(b)].get(), key.layer);
 }
 
 absl::Status HostExpertPool::RunExperts(int layer, std::span<const ExpertWork> work, PoolRunTiming* timing) {
@@ -113,7 +116,7 @@ absl::Status HostExpertPool::RunExperts(int layer, std::span<const ExpertWork> w
     const auto compute_start = std::chrono::steady_clock::now();
     local.wait_us += MicrosBetween(wait_start, compute_start);
     // The buffer stays put: only this (the control) thread moves or frees it.
-    TANDEM_RETURN_IF_ERROR(kernel_(BufferWeights(data), entry.input, entry.num_rows, entry.output));
+    TANDEM_RETURN_IF_ERROR(kernel_(BufferWeights(data, layer), entry.input, entry.num_rows, entry.output));
     local.compute_us += MicrosSince(compute_start);
     ++(staging ? local.staging_runs : local.slot_runs);
   }

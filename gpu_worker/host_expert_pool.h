@@ -45,8 +45,10 @@ inline constexpr const char* kHostPoolKind = "no-GPU host pool";
 class HostExpertPool final : public SlotPool {
  public:
   // `experts` is [layer][expert], the model's weights (views; the memory
-  // must outlive the pool), every matrix of the config's shape and of one
-  // dtype. InvalidArgument naming the field or the expert otherwise;
+  // must outlive the pool), every matrix of the config's shape, a layer's
+  // experts of the same types: float, or block-quantized (kept as blocks,
+  // computed by `kernel` from them). InvalidArgument naming the field or
+  // the expert otherwise;
   // ResourceExhausted when the buffers cannot be allocated.
   static absl::StatusOr<std::unique_ptr<HostExpertPool>> Create(const ModelConfig& config,
                                                                 const std::vector<std::vector<ExpertWeights>>& experts,
@@ -69,16 +71,16 @@ class HostExpertPool final : public SlotPool {
     void operator()(uint8_t* p) const;
   };
 
-  HostExpertPool(const ModelConfig& config, ExpertSources experts, ExpertKernel kernel, const ExpertLayout& layout,
+  HostExpertPool(const ModelConfig& config, ExpertSources experts, ExpertKernel kernel, ExpertLayouts layouts,
                  int num_slots, int num_staging);
 
   absl::Status CopyNowLocked(int buffer, ExpertKey key) override;
-  void CopyExpert(ExpertKey key, uint8_t* dst) const;  // the bytes of one migration
-  ExpertWeights BufferWeights(const uint8_t* data) const;
+  void CopyExpert(ExpertKey key, uint8_t* dst) const;                 // the bytes of one migration
+  ExpertWeights BufferWeights(const uint8_t* data, int layer) const;  // as layer `layer`'s layout
   void CopyLoop();
 
   const ExpertKernel kernel_;
-  // [slots + staging] by buffer number, [layout().buffer_bytes] each. Filled
+  // [slots + staging] by buffer number, [buffer_bytes()] each. Filled
   // by Create, then never resized: the copy thread writes a kCopying
   // buffer's bytes without the lock.
   std::vector<std::unique_ptr<uint8_t, AlignedFree>> data_;

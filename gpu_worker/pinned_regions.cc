@@ -18,12 +18,13 @@ std::vector<PinnedHostRegion> ExpertHostRegions(const ExpertSources& experts, si
   const uintptr_t mask = ~static_cast<uintptr_t>(page_bytes - 1);
   for (const std::vector<ExpertSource>& layer : experts) {
     for (const ExpertSource& expert : layer) {
-      const size_t elt = DTypeSize(expert.dtype);
-      for (const std::vector<MatrixPiece>* m : {&expert.w1, &expert.w3, &expert.w2}) {
-        for (const MatrixPiece& piece : *m) {
+      for (const auto& [pieces, dtype] :
+           {std::pair{&expert.w1, expert.w1_dtype}, std::pair{&expert.w3, expert.w3_dtype},
+            std::pair{&expert.w2, expert.w2_dtype}}) {
+        for (const MatrixPiece& piece : *pieces) {
           if (piece.data == nullptr || piece.rows <= 0 || piece.cols <= 0) continue;
           const uintptr_t begin = reinterpret_cast<uintptr_t>(piece.data);
-          const uintptr_t end = begin + piece.SpanBytes(elt);
+          const uintptr_t end = begin + piece.SpanBytes(dtype);
           ranges.emplace_back(begin & mask, (end + page_bytes - 1) & mask);
         }
       }

@@ -16,10 +16,9 @@ constexpr auto kReadyTimeout = std::chrono::seconds(60);
 
 absl::Status CheckMatrix(const LinearWeight& w, DType dtype, int64_t n, int64_t k, const std::string& name) {
   if (w.data == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, " has no data"));
-  TANDEM_RETURN_IF_ERROR(RequireFloatDType(w.dtype, name, "the GPU expert pool"));
   if (w.dtype != dtype) {
     return absl::InvalidArgumentError(absl::StrCat(name, " is ", std::string(DTypeName(w.dtype)),
-                                                   ", the pool's experts are ", std::string(DTypeName(dtype))));
+                                                   ", its layer's experts are ", std::string(DTypeName(dtype))));
   }
   if (w.n != n || w.k != k) {
     return absl::InvalidArgumentError(absl::StrCat(name, " is [", w.n, ", ", w.k, "], expected [", n, ", ", k, "]"));
@@ -29,62 +28,75 @@ absl::Status CheckMatrix(const LinearWeight& w, DType dtype, int64_t n, int64_t 
 
 }  // namespace
 
-absl::StatusOr<ExpertLayout> SlotPool::CheckExperts(const ModelConfig& config,
-                                                    const std::vector<std::vector<ExpertWeights>>& experts) {
+absl::StatusOr<ExpertLayouts> SlotPool::CheckExperts(const ModelConfig& config,
+                                                     const std::vector<std::vector<ExpertWeights>>& experts) {
   if (experts.empty() || experts[0].empty()) return absl::InvalidArgumentError("experts: the model has no experts");
   // Each matrix's dtype and shape first, for messages that name them; then
   // the counts and coverage, as for any source.
-  const DType dtype = experts[0][0].w1.dtype;
-  TANDEM_ASSIGN_OR_RETURN(ExpertLayout layout, ExpertLayout::ForModel(config, dtype));
-  const int64_t d = layout.hidden_size, i = layout.intermediate_size;
+  const int64_t d = config.hidden_size, i = config.intermediate_size;
   for (size_t l = 0; l < experts.size(); ++l) {
+    if (experts[l].empty()) continue;  // the count is CheckExpertSources' to report
+    const ExpertWeights& first = experts[l][0];
     for (size_t e = 0; e < experts[l].size(); ++e) {
       const std::string name = absl::StrCat("experts[", l, "][", e, "]");
-      TANDEM_RETURN_IF_ERROR(CheckMatrix(experts[l][e].w1, dtype, i, d, name + ".w1"));
-      TANDEM_RETURN_IF_ERROR(CheckMatrix(experts[l][e].w3, dtype, i, d, name + ".w3"));
-      TANDEM_RETURN_IF_ERROR(CheckMatrix(experts[l][e].w2, dtype, d, i, name + ".w2"));
+      TANDEM_RETURN_IF_ERROR(CheckMatrix(experts[l][e].w1, first.w1.dtype, i, d, name + ".w1"));
+      TANDEM_RETURN_IF_ERROR(CheckMatrix(experts[l][e].w3, first.w3.dtype, i, d, name + ".w3"));
+      TANDEM_RETURN_IF_ERROR(CheckMatrix(experts[l][e].w2, first.w2.dtype, d, i, name + ".w2"));
     }
   }
   return CheckExpertSources(config, WholeExperts(experts));
 }
 
-absl::StatusOr<ExpertLayout> SlotPool::CheckExpertSources(const ModelConfig& config, const ExpertSources& experts) {
+absl::StatusOr<ExpertLayouts> SlotPool::CheckExpertSources(const ModelConfig& config, const ExpertSources& experts) {
   if (experts.empty() || experts[0].empty()) return absl::InvalidArgumentError("experts: the model has no experts");
   if (static_cast<int64_t>(experts.size()) != config.num_hidden_layers) {
     return absl::InvalidArgumentError(
         absl::StrCat("experts has ", experts.size(), " layers, the config ", config.num_hidden_layers));
   }
-  const DType dtype = experts[0][0].dtype;
-  TANDEM_ASSIGN_OR_RETURN(ExpertLayout layout, ExpertLayout::ForModel(config, dtype));
-  const int64_t d = layout.hidden_size, i = layout.intermediate_size;
+  ExpertLayouts layouts;
   for (size_t l = 0; l < experts.size(); ++l) {
     if (static_cast<int64_t>(experts[l].size()) != config.num_local_experts) {
       return absl::InvalidArgumentError(
           absl::StrCat("experts[", l, "] has ", experts[l].size(), " experts, the config ", config.num_local_experts));
     }
+    // A layer's experts share their matrices' types (a GGUF stores each
+    // projection of a layer as one stacked tensor), so one layout per layer.
+    const ExpertSource& first = experts[l][0];
+    absl::StatusOr<ExpertLayout> layout =
+        ExpertLayout::ForMatrices(config, first.w1_dtype, first.w3_dtype, first.w2_dtype);
+    if (!layout.ok()) {
+      return absl::Status(layout.status().code(), absl::StrCat("layer ", l, ": ", layout.status().message()));
+    }
+    const int64_t d = layout->hidden_size, i = layout->intermediate_size;
     for (size_t e = 0; e < experts[l].size(); ++e) {
       const ExpertSource& source = experts[l][e];
       const std::string name = absl::StrCat("experts[", l, "][", e, "]");
-      TANDEM_RETURN_IF_ERROR(RequireFloatDType(source.dtype, name, "the GPU expert pool"));
-      if (source.dtype != dtype) {
-        return absl::InvalidArgumentError(absl::StrCat(name, " is ", std::string(DTypeName(source.dtype)),
-                                                       ", the pool's experts are ", std::string(DTypeName(dtype))));
+      if (source.w1_dtype != first.w1_dtype || source.w3_dtype != first.w3_dtype || source.w2_dtype != first.w2_dtype) {
+        ExpertLayout mine = *layout;
+        mine.w1_dtype = source.w1_dtype;
+        mine.w3_dtype = source.w3_dtype;
+        mine.w2_dtype = source.w2_dtype;
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, " is ", mine.DTypeNames(), ", the layer's experts are ", layout->DTypeNames()));
       }
-      TANDEM_RETURN_IF_ERROR(CheckMatrixPieces(source.w1, i, d, name + ".w1"));
-      TANDEM_RETURN_IF_ERROR(CheckMatrixPieces(source.w3, i, d, name + ".w3"));
-      TANDEM_RETURN_IF_ERROR(CheckMatrixPieces(source.w2, d, i, name + ".w2"));
+      TANDEM_RETURN_IF_ERROR(CheckMatrixPieces(source.w1, source.w1_dtype, i, d, name + ".w1"));
+      TANDEM_RETURN_IF_ERROR(CheckMatrixPieces(source.w3, source.w3_dtype, i, d, name + ".w3"));
+      TANDEM_RETURN_IF_ERROR(CheckMatrixPieces(source.w2, source.w2_dtype, d, i, name + ".w2"));
     }
+    layouts.push_back(*layout);
   }
-  return layout;
+  return layouts;
 }
 
 std::string SlotPool::KeyName(ExpertKey key) { return absl::StrCat("layer ", key.layer, " expert ", key.expert); }
 
-SlotPool::SlotPool(std::string kind, ExpertSources experts, int num_experts, const ExpertLayout& layout, int num_slots,
+SlotPool::SlotPool(std::string kind, ExpertSources experts, int num_experts, ExpertLayouts layouts, int num_slots,
                    int num_staging)
     : experts_(std::move(experts)),
       num_experts_(num_experts),
-      layout_(layout),
+      layouts_(std::move(layouts)),
+      buffer_bytes_(MaxBufferBytes(layouts_)),
+      expert_bytes_(MeanCopyBytes(layouts_)),
       num_slots_(num_slots),
       num_staging_(num_staging),
       epoch_(std::chrono::steady_clock::now()),
@@ -332,7 +344,7 @@ ExpertPoolStats SlotPool::stats() const {
   ExpertPoolStats s = stats_;
   s.num_slots = num_slots_;
   s.num_staging_buffers = num_staging_;
-  s.expert_bytes = layout_.copy_bytes;
+  s.expert_bytes = expert_bytes_;
   s.used_slots = 0;
   for (int p = 0; p < num_slots_; ++p) s.used_slots += EntryAt(p).expert.has_value();
   return s;
@@ -355,9 +367,10 @@ std::optional<SlotPool::CopyTask> SlotPool::NextCopyLocked(std::unique_lock<std:
 void SlotPool::CopyDoneLocked(const CopyTask& task, double start_us, double copy_us) {
   entries_[static_cast<size_t>(task.buffer)].state = BufferState::kReady;
   ++stats_.migrations_completed;
-  stats_.bytes_copied += layout_.copy_bytes;
+  const int64_t bytes = layout(task.expert.layer).copy_bytes;
+  stats_.bytes_copied += bytes;
   stats_.copy_us += copy_us;
-  completed_.push_back({task.expert, task.staging, layout_.copy_bytes, start_us - task.queued_at_us, copy_us});
+  completed_.push_back({task.expert, task.staging, bytes, start_us - task.queued_at_us, copy_us});
   ready_cv_.notify_all();
 }
 

@@ -4,7 +4,8 @@
 // everything about which expert lies where, in what state, is here.
 //
 // Owns:
-//   - the experts' source views ([layer][expert]) and their layout;
+//   - the experts' source views ([layer][expert]) and their layouts (one per
+//     layer; every buffer holds the largest);
 //   - the slot table: buffers numbered 0 .. slots + staging - 1, each
 //     holding an expert (or nothing) in a BufferState, and the positions
 //     (slot s, or staging buffer j at num_slots + j) that map onto them, so
@@ -55,7 +56,10 @@ class SlotPool : public ExpertPool {
   SlotPool& operator=(const SlotPool&) = delete;
 
   std::string kind() const override { return kind_; }
-  const ExpertLayout& layout() const override { return layout_; }
+  const ExpertLayout& layout(int layer) const override { return layouts_[static_cast<size_t>(layer)]; }
+  int64_t buffer_bytes() const override { return buffer_bytes_; }
+  int64_t expert_bytes() const override { return expert_bytes_; }
+  const ExpertLayouts& layouts() const { return layouts_; }
   int num_layers() const override { return static_cast<int>(experts_.size()); }
   int num_experts() const override { return num_experts_; }
   int num_slots() const override { return num_slots_; }
@@ -77,13 +81,15 @@ class SlotPool : public ExpertPool {
   ExpertPoolStats stats() const override;
   void ResetStats() override;
 
-  // The layout of `experts` ([layer][expert], every matrix of the config's
-  // shape and of one dtype). InvalidArgument naming the field or expert.
-  static absl::StatusOr<ExpertLayout> CheckExperts(const ModelConfig& config,
-                                                   const std::vector<std::vector<ExpertWeights>>& experts);
+  // The layouts, per layer, of `experts` ([layer][expert], every matrix of
+  // the config's shape, each layer's experts of the same types; float or
+  // block types, which a pool then checks it can compute).
+  // InvalidArgument naming the field or expert.
+  static absl::StatusOr<ExpertLayouts> CheckExperts(const ModelConfig& config,
+                                                    const std::vector<std::vector<ExpertWeights>>& experts);
   // The same for sources whose matrices may lie in pieces (expert_source.h):
-  // every matrix's pieces tile it exactly.
-  static absl::StatusOr<ExpertLayout> CheckExpertSources(const ModelConfig& config, const ExpertSources& experts);
+  // every matrix's pieces tile it exactly (whole blocks for a block type).
+  static absl::StatusOr<ExpertLayouts> CheckExpertSources(const ModelConfig& config, const ExpertSources& experts);
   static std::string KeyName(ExpertKey key);
 
  protected:
@@ -95,7 +101,7 @@ class SlotPool : public ExpertPool {
     double queued_at_us = 0;
   };
 
-  SlotPool(std::string kind, ExpertSources experts, int num_experts, const ExpertLayout& layout, int num_slots,
+  SlotPool(std::string kind, ExpertSources experts, int num_experts, ExpertLayouts layouts, int num_slots,
            int num_staging);
 
   // Hooks. EnterDevice runs before the control calls that may touch buffers
@@ -174,7 +180,9 @@ class SlotPool : public ExpertPool {
 
   const ExpertSources experts_;  // [layer][expert] source views
   const int num_experts_;
-  const ExpertLayout layout_;
+  const ExpertLayouts layouts_;  // [layer]
+  const int64_t buffer_bytes_;   // MaxBufferBytes(layouts_)
+  const int64_t expert_bytes_;   // MeanCopyBytes(layouts_)
   const int num_slots_;
   const int num_staging_;
   const std::chrono::steady_clock::time_point epoch_;

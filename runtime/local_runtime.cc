@@ -65,11 +65,11 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> CreateExpertPool(const LocalOrchestr
     return std::unique_ptr<ExpertPool>(std::move(pool));
   }
   // Host slots are this machine's memory: more than it has is a mistake
-  // (--gpu_slots), refused before the buffers are allocated.
-  if (pool_options.num_slots > 0 && !experts.empty() && !experts[0].empty()) {
-    const double per_expert = 3.0 * static_cast<double>(config.hidden_size) *
-                              static_cast<double>(config.intermediate_size) *
-                              static_cast<double>(DTypeSize(experts[0][0].w1.dtype));
+  // (--gpu_slots), refused before the buffers are allocated. Sized as the
+  // pool will size them: the experts' stored types, blocks included.
+  if (pool_options.num_slots > 0) {
+    TANDEM_ASSIGN_OR_RETURN(const ExpertLayouts layouts, SlotPool::CheckExpertSources(config, sources));
+    const double per_expert = static_cast<double>(MaxBufferBytes(layouts));
     const double needed = per_expert * (pool_options.num_slots + std::max(0, pool_options.num_staging_buffers));
     const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
     if (memory > 0 && needed > memory) {
@@ -105,6 +105,13 @@ absl::Status BuildOrchestrator(const LocalOrchestratorOptions& o, const PrecalcO
   CostModelParams params;
   if (o.cost) {
     params = *o.cost;
+    // A given model's migrate is per expert as the pool stores it (bytes x
+    // rate): experts kept quantized copy their blocks, fewer bytes.
+    if (params.expert_bytes != (*pool)->expert_bytes()) {
+      LOG_INFO("orchestrator: the given cost model's expert_bytes ", params.expert_bytes, " -> the pool's ",
+               (*pool)->expert_bytes(), " (experts ", PoolExpertTypes(**pool), ")");
+      params.expert_bytes = (*pool)->expert_bytes();
+    }
   } else {
     CalibrationSetup setup;
     setup.config = &config;

@@ -25,11 +25,12 @@ ABSL_FLAG(std::string, synthetic, "",
           "tokenizer trained in memory), PRESET[:layers], e.g. tiny:2 or mixtral-8x7b");
 ABSL_FLAG(uint64_t, synthetic_seed, 0, "seed of the --synthetic weights (as tandem-make-model --seed)");
 ABSL_FLAG(std::string, gguf_experts, "bf16",
-          "GGUF files: dequantize the experts to BF16 at load (bf16, the default, and what the GPU expert pool "
-          "takes), or run them from their quantized blocks with the quantized CPU kernels, in this process or in "
-          "the CPU workers (quantized: 2-4x less memory; the workers need the same --gguf_experts; "
-          "docs/BENCHMARKS.md); auto = quantized unless --execution_policy, bf16 otherwise. Other quantized "
-          "matrices are dequantized to BF16 either way");
+          "GGUF files: dequantize the experts to BF16 at load (bf16, the default), or keep them as their "
+          "quantized blocks (quantized: 2-4x less memory) in this process, in the CPU workers (which need the "
+          "same --gguf_experts) and in the expert pool's slots (--execution_policy: fewer bytes per migration, "
+          "more experts per --gpu_memory_mb); computed by the quantized CPU kernels, or the CUDA pool's "
+          "(docs/gpu.md); auto = quantized unless --expert_pool cuda. Other quantized matrices are dequantized "
+          "to BF16 either way");
 ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all available cores");
 ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(2),
           "how often a long load (generating, reading, dequantizing weights) logs its progress, e.g. 2s, 500ms");
@@ -164,23 +165,22 @@ absl::Status PrecalcFlags(PrecalcOptions* o) {
   return absl::OkStatus();
 }
 
-// --gguf_experts: quantized experts only where the quantized CPU kernels
-// compute them (this process's executor or the CPU workers, whose stores
-// then hold the blocks: they must be started with the same --gguf_experts,
-// which Connect checks), not with an orchestrator's expert pool.
+// --gguf_experts: quantized experts wherever experts are computed: this
+// process's executor or the CPU workers (whose stores then hold the blocks:
+// they must be started with the same --gguf_experts, which Connect checks),
+// and the orchestrator's expert pool, whose slots hold the blocks too (the
+// host pool computes them with the CPU's quantized kernels, the CUDA pool
+// with its own; a type either cannot compute is refused when the pool is
+// created, naming it). `auto` keeps them quantized except with the CUDA
+// pool, whose quantized kernels have not yet run on a GPU (docs/gpu.md).
 absl::StatusOr<QuantizedWeights> GgufExpertsFromFlags(const LocalRuntimeOptions& options) {
   const std::string mode = absl::GetFlag(FLAGS_gguf_experts);
-  const bool cpu_only = !options.orchestrator.enabled;
-  if (mode == "quantized") {
-    if (!cpu_only) {
-      return absl::InvalidArgumentError(
-          "--gguf_experts quantized: the expert pool (--execution_policy) takes only float experts today; use "
-          "--gguf_experts bf16 (or auto)");
-    }
-    return QuantizedWeights::kKeepExperts;
-  }
+  if (mode == "quantized") return QuantizedWeights::kKeepExperts;
   if (mode == "bf16") return QuantizedWeights::kDequantizeToBf16;
-  if (mode == "auto") return cpu_only ? QuantizedWeights::kKeepExperts : QuantizedWeights::kDequantizeToBf16;
+  if (mode == "auto") {
+    const bool cuda_pool = options.orchestrator.enabled && options.orchestrator.pool == ExpertPoolKind::kCuda;
+    return cuda_pool ? QuantizedWeights::kDequantizeToBf16 : QuantizedWeights::kKeepExperts;
+  }
   return absl::InvalidArgumentError(absl::StrCat("--gguf_experts \"", mode, "\": expected auto, quantized or bf16"));
 }
 

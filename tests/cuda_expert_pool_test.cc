@@ -157,7 +157,7 @@ std::vector<float> CpuFfn(const ExpertWeights& w, const std::vector<float>& x, i
 void ExpectHeldBytes(CudaExpertPool& pool, ExpertKey key, const ExpertWeights& w) {
   auto held = pool.ReadHeld(key);
   ASSERT_OK(held);
-  const size_t bytes = static_cast<size_t>(pool.layout().matrix_bytes);
+  const size_t bytes = static_cast<size_t>(pool.layout(key.layer).w1_bytes);
   EXPECT_EQ(std::memcmp(held->data(), w.w1.data, bytes), 0) << "expert " << key.expert << " w1";
   EXPECT_EQ(std::memcmp(held->data() + bytes, w.w3.data, bytes), 0) << "expert " << key.expert << " w3";
   EXPECT_EQ(std::memcmp(held->data() + 2 * bytes, w.w2.data, bytes), 0) << "expert " << key.expert << " w2";
@@ -534,7 +534,7 @@ TEST(CudaExpertPoolTest, GathersSplitSlicesWithStridedCopies) {
   std::vector<ExpertSource>& layer = sources.emplace_back();
   for (const ExpertWeights& w : region.experts()[0]) {
     ExpertSource& s = layer.emplace_back();
-    s.dtype = DType::kBF16;
+    s.w1_dtype = s.w3_dtype = s.w2_dtype = DType::kBF16;
     const auto* w1 = static_cast<const uint8_t*>(w.w1.data);
     const auto* w3 = static_cast<const uint8_t*>(w.w3.data);
     const auto* w2 = static_cast<const uint8_t*>(w.w2.data);

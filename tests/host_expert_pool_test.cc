@@ -49,7 +49,7 @@ class HostExpertPoolTest : public ::testing::Test {
     auto held = pool.HeldWeights(key);
     ASSERT_OK(held);
     const ExpertWeights& src = experts_[static_cast<size_t>(key.layer)][static_cast<size_t>(key.expert)];
-    const size_t bytes = static_cast<size_t>(pool.layout().matrix_bytes);
+    const size_t bytes = static_cast<size_t>(pool.layout(key.layer).w1_bytes);
     EXPECT_EQ(std::memcmp(held->w1.data, src.w1.data, bytes), 0);
     EXPECT_EQ(std::memcmp(held->w3.data, src.w3.data, bytes), 0);
     EXPECT_EQ(std::memcmp(held->w2.data, src.w2.data, bytes), 0);
@@ -70,15 +70,15 @@ TEST_F(HostExpertPoolTest, SlotsComeFromTheMemoryBudget) {
   ExpertPoolOptions options;
   options.memory_bytes = 7 * layout->buffer_bytes + 100;
   options.num_staging_buffers = 2;
-  auto slots = options.SlotCount(*layout);
+  auto slots = options.SlotCount(layout->buffer_bytes);
   ASSERT_OK(slots);
   EXPECT_EQ(*slots, 5);
   options.memory_bytes = layout->buffer_bytes;  // not even the staging buffers
-  auto too_small = options.SlotCount(*layout);
+  auto too_small = options.SlotCount(layout->buffer_bytes);
   EXPECT_EQ(too_small.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(too_small.status().message().find("memory_bytes"), std::string::npos);
   options.num_staging_buffers = -1;
-  EXPECT_NE(options.SlotCount(*layout).status().message().find("num_staging_buffers"), std::string::npos);
+  EXPECT_NE(options.SlotCount(layout->buffer_bytes).status().message().find("num_staging_buffers"), std::string::npos);
 }
 
 TEST_F(HostExpertPoolTest, MigrationCopiesTheBytesOnItsThreadAndSignalsReadiness) {
@@ -102,13 +102,13 @@ TEST_F(HostExpertPoolTest, MigrationCopiesTheBytesOnItsThreadAndSignalsReadiness
   const ExpertPoolStats stats = pool->stats();
   EXPECT_EQ(stats.migrations_started, 1);
   EXPECT_EQ(stats.migrations_completed, 1);
-  EXPECT_EQ(stats.bytes_copied, pool->layout().copy_bytes);
+  EXPECT_EQ(stats.bytes_copied, pool->layout(0).copy_bytes);
   EXPECT_EQ(stats.used_slots, 1);
   const std::vector<MigrationRecord> done = pool->TakeCompletedMigrations();
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0].expert, key);
   EXPECT_FALSE(done[0].staging);
-  EXPECT_EQ(done[0].bytes, pool->layout().copy_bytes);
+  EXPECT_EQ(done[0].bytes, pool->layout(0).copy_bytes);
   EXPECT_GE(done[0].copy_us, 0);
   EXPECT_TRUE(pool->TakeCompletedMigrations().empty());
 
@@ -234,7 +234,7 @@ TEST_F(HostExpertPoolTest, ManyQueuedMigrationsAllLandInOrder) {
   const std::vector<MigrationRecord> done = pool->TakeCompletedMigrations();
   EXPECT_EQ(static_cast<int>(done.size()), copies);
   EXPECT_EQ(pool->stats().migrations_completed, copies);
-  EXPECT_EQ(pool->stats().bytes_copied, copies * pool->layout().copy_bytes);
+  EXPECT_EQ(pool->stats().bytes_copied, copies * pool->layout(0).copy_bytes);
 }
 
 }  // namespace
@@ -266,7 +266,7 @@ TEST_F(HostExpertPoolTest, GathersAnExpertFromWorkerSlices) {
     std::vector<ExpertSource>& out = sources.emplace_back();
     for (const ExpertWeights& w : layer) {
       ExpertSource& s = out.emplace_back();
-      s.dtype = w.w1.dtype;
+      s.w1_dtype = s.w3_dtype = s.w2_dtype = w.w1.dtype;
       for (auto [b, e] : {std::pair<int64_t, int64_t>{0, cut}, {cut, i}}) {
         s.w1.push_back(slice(w.w1, b, e - b, 0, d));
         s.w3.push_back(slice(w.w3, b, e - b, 0, d));

@@ -137,9 +137,12 @@ std::vector<Case> AllCases() {
     for (int64_t m : {1, 3, 9, 37})
       for (int threads : {1, 2}) cases.push_back({dtype, 45, 2 * block, m, threads});
     cases.push_back({dtype, 67, 4 * block, 16, 2});
-    // Decode row counts on an odd shape: a tail tile of W rows, and for the
-    // 32-value types a row that ends in half a 64-value VNNI step.
-    for (int64_t m : {2, 4, 5, 6, 7, 8}) cases.push_back({dtype, 13, 3 * block, m, 1});
+    // Decode row counts on an odd shape, one and two threads: a tail of W
+    // rows (tile and fused passes), every x-row count of a fused pass and
+    // one past it, and for the 32-value types a row that ends in half a
+    // 64-value VNNI step.
+    for (int64_t m = 1; m <= 9; ++m)
+      for (int threads : {1, 2}) cases.push_back({dtype, 13, 3 * block, m, threads});
   }
   return cases;
 }
@@ -156,7 +159,7 @@ TEST(QuantizedLinear, PlanRunsInt8DotAtDecodeAndExactPlanKeepsF32) {
   const LinearOptions options{.plan = &built_in};
   EXPECT_EQ(ChooseLinearKernel(1, DType::kQ4_K, options).path, KernelPath::kInt8Dot);
   EXPECT_EQ(ChooseLinearKernel(512, DType::kQ8_0, options).path,
-            ActiveIsa() >= IsaLevel::kAvx512Bf16 ? KernelPath::kBf16Dot : KernelPath::kInt8Dot);
+            ActiveIsa() >= IsaLevel::kAvx512Bf16 ? KernelPath::kBf16Dot : KernelPath::kPacked);
   EXPECT_EQ(ChooseLinearKernel(1, DType::kBF16, options).path, KernelPath::kStream);  // int8_dot: quantized only
   const KernelPlan exact = KernelPlan::Exact(ActiveIsa());
   for (int64_t m : {1, 8, 512}) {
@@ -164,6 +167,34 @@ TEST(QuantizedLinear, PlanRunsInt8DotAtDecodeAndExactPlanKeepsF32) {
     EXPECT_FALSE(ChooseLinearKernel(m, DType::kQ6_K, LinearOptions{.plan = &built_in, .f32_activations = true})
                      .rounds_activations)
         << m;
+  }
+}
+
+// The int8_dot kernels compute each output from its x row and W row alone:
+// a row's result is bit for bit the same in a call of 1 row and of 11 (the
+// fused kernels' passes of 8 x rows and 3, the tile's register tiles of 4),
+// with 1 or 2 threads.
+TEST(QuantizedLinear, Int8DotRowResultIndependentOfRowCountAndThreads) {
+  constexpr int64_t kRows = 11, kN = 13;
+  for (DType dtype : kQuantized) {
+    const int64_t k = 3 * DTypeBlockSize(dtype);
+    const QuantizedMatrix w(dtype, kN, k, 11);
+    const std::vector<float> x = Random(kRows * k, 7), bias = Random(kN, 8);
+    for (const LinearKernel& kernel : AllLinearKernels()) {
+      if (kernel.dtype != dtype || kernel.path != KernelPath::kInt8Dot || kernel.isa > ActiveIsa()) continue;
+      const LinearOptions options{.kernel = &kernel};
+      ThreadPool one_thread(ThreadPoolOptions{.num_threads = 1, .name = "q-linear-test"});
+      std::vector<float> all(static_cast<size_t>(kRows * kN));
+      ASSERT_OK(Linear(x.data(), kRows, w.weight, bias.data(), all.data(), &one_thread, options));
+      ThreadPool two_threads(ThreadPoolOptions{.num_threads = 2, .name = "q-linear-test"});
+      for (int64_t r : {int64_t{0}, int64_t{7}, int64_t{8}, kRows - 1}) {
+        std::vector<float> one(static_cast<size_t>(kN));
+        ASSERT_OK(Linear(&x[r * k], 1, w.weight, bias.data(), one.data(), &two_threads, options));
+        for (int64_t j = 0; j < kN; ++j)
+          ASSERT_EQ(one[j], all[r * kN + j])
+              << kernel.name << " " << DTypeName(dtype) << " row " << r << " feature " << j;
+      }
+    }
   }
 }
 

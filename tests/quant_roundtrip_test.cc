@@ -246,7 +246,7 @@ TEST(ScaleSearchTest, SymmetricSearchLevelsAreInRangeAndFitBetterThanNaive) {
     for (float& v : x) v = normal(rng);
     std::vector<int8_t> levels(16);
     const float scale = FitSymmetricLevels(x, 32, absl::MakeSpan(levels));
-    double err = 0, naive_err = 0;
+    double err = 0, naive_err = 0, weighted_norm = 0;
     float max = 0;
     for (float v : x) {
       if (std::fabs(v) > std::fabs(max)) max = v;
@@ -261,8 +261,13 @@ TEST(ScaleSearchTest, SymmetricSearchLevelsAreInRangeAndFitBetterThanNaive) {
       const double nd = double(naive_scale) * naive_level - x[i];
       err += w * d * d;
       naive_err += w * nd * nd;
+      weighted_norm += w * x[i] * x[i];
     }
-    EXPECT_LE(err, naive_err * (1 + 1e-4));
+    // The search ranks candidates by sum(w x l)^2 / sum(w l^2) in f32, the
+    // weighted norm minus the error: a difference of two large numbers, so
+    // its f32 rounding is relative to the norm (not to the small error); at
+    // -O1 (the ASan build) the naive scale won by 2e-8 of it.
+    EXPECT_LE(err, naive_err + 1e-6 * weighted_norm);
   }
   std::vector<int8_t> levels(16, 7);
   EXPECT_EQ(FitSymmetricLevels(std::vector<float>(16, 0.0f), 32, absl::MakeSpan(levels)), 0.0f);

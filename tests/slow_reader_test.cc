@@ -52,6 +52,15 @@ const std::vector<std::string> kLimits = {"--max_unread_events", "8", "--max_sta
 // a token in the scheduler's queue alone: ~290 MB). The HTTP streams carry
 // 20 logprobs, so there the bound on generated tokens is what proves it.
 constexpr int64_t kMaxGrowthKb = 128 * 1024;
+// Under AddressSanitizer freed blocks wait in its quarantine (256 MB by
+// default) and every allocation carries red zones, so the HTTP server's RSS
+// grew 157 MB in the ASan build; the bound on generated tokens stays the
+// HTTP case's proof there.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr int64_t kHttpMaxGrowthKb = 3 * kMaxGrowthKb;
+#else
+constexpr int64_t kHttpMaxGrowthKb = kMaxGrowthKb;
+#endif
 constexpr char kPausedLine[] = "paused, its client has";
 // The gRPC watchdog's limit is twice the stall limit.
 constexpr char kCancelledLine[] = "took no response for 12s; call cancelled";
@@ -226,7 +235,7 @@ TEST(SlowReaderTest, UnreadHttpEventStreamsArePausedThenDropped) {
   EXPECT_EQ(dropped.stats.kv_blocks_in_use(), 0);
   EXPECT_LT(dropped.stats.generated_tokens(), 2 * kNormalMaxTokens + kSlowClients * kSlowMaxTokens / 8)
       << "an unread request kept generating";
-  EXPECT_LT(peak_kb - baseline_kb, kMaxGrowthKb) << "baseline " << baseline_kb << " KiB, peak " << peak_kb << " KiB";
+  EXPECT_LT(peak_kb - baseline_kb, kHttpMaxGrowthKb) << "baseline " << baseline_kb << " KiB, peak " << peak_kb << " KiB";
 
   std::cout << "HTTP slow readers: " << dropped.stats.generated_tokens() << " tokens generated, RSS " << baseline_kb
             << " -> peak " << peak_kb << " KiB\n";

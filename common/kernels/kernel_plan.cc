@@ -51,8 +51,9 @@ KernelPlan KernelPlan::BuiltIn(IsaLevel isa) {
   // avx512_bf16_dot between 8 (stream 53 ms, bf16_dot 64) and 12 (95 vs 66).
   // bf16_dot costs the same from 1 to 16 rows (16 rows share a vector).
   // Quantized weights: int8_dot at decode (float weights read it as
-  // stream), and at 12+ rows avx512_bf16_q_dot or (below avx512_bf16, where
-  // bf16_dot resolves to it) int8_dot: docs/BENCHMARKS.md "Quantized experts".
+  // stream), and at 12+ rows avx512_bf16_q_dot, or below avx512_bf16 the
+  // packed path (q_packed: 3.7 s against int8_dot's 4.5 s for a q4_K expert
+  // at 512 rows): docs/BENCHMARKS.md "Quantized experts".
   constexpr int64_t kPackedFrom = 12;
   constexpr int64_t kBf16DotFrom = 12;
   std::vector<KernelPlanStep> steps = {{1, KernelPath::kInt8Dot}};

@@ -429,6 +429,11 @@ void DecodedToBf16(const DecodedRow& row, int64_t k, uint16_t* out) {
 
 int64_t Bf16RowsBytes(int64_t k, int64_t features) { return RoundUp64(features * k * 2); }
 
+isa::Int8PreparedX PreparedX(int64_t k, const void* prepared) {
+  const RowLayout layout(k);
+  return isa::Int8PreparedX{prepared, layout.stride, layout.scales_at, layout.offsets_at};
+}
+
 }  // namespace
 
 int64_t Int8DotPreparedBytes(int64_t m, int64_t k) { return m * RowLayout(k).stride; }
@@ -447,15 +452,43 @@ void Int8DotPrepare(const float* x, int64_t ldx, int64_t, int64_t k, int64_t blo
   }
 }
 
+void Int8DotPrepareGroupMajor(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t block_begin, int64_t block_end,
+                              void* prepared) {
+  Int8DotPrepare(x, ldx, m, k, block_begin, block_end, prepared);
+  const RowLayout layout(k);
+  constexpr int64_t kBlock = 256, kGroups = kBlock / 16, kSteps = 4;
+  for (int64_t r = block_begin; r < block_end; ++r) {
+    uint8_t* levels = static_cast<uint8_t*>(prepared) + r * layout.stride;
+    for (int64_t b = 0; b + kBlock <= k; b += kBlock) {
+      // A 16 x 4 transpose of 4-value quads: quad s of group l to lane l of step s.
+      uint32_t plain[kGroups * kSteps], group_major[kGroups * kSteps];
+      std::memcpy(plain, levels + b, sizeof(plain));
+      for (int64_t s = 0; s < kSteps; ++s)
+        for (int64_t l = 0; l < kGroups; ++l) group_major[kGroups * s + l] = plain[kSteps * l + s];
+      std::memcpy(levels + b, group_major, sizeof(group_major));
+    }
+  }
+}
+
 int64_t Int8DotScratchBytes(const LinearWeight& w, int64_t, int64_t) {
   return kF * RowLayout(w.k).stride + kXBlock * kF * static_cast<int64_t>(sizeof(float));
 }
 
 absl::Status Avx2Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
+  if (a.prepared != nullptr && isa::Avx2Int8Fused(w, a, PreparedX(w.k, a.prepared))) return absl::OkStatus();
   return Int8DotSlice<Avx2Dot, false>(w, a, scratch);
 }
 
 absl::Status Avx512VnniInt8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
+  if (a.prepared != nullptr && isa::Avx512VnniInt8Fused(w, a, PreparedX(w.k, a.prepared))) return absl::OkStatus();
+  return Int8DotSlice<isa::Avx512VnniInt8Dot, true>(w, a, scratch);
+}
+
+absl::Status Avx2Int8TileSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
+  return Int8DotSlice<Avx2Dot, false>(w, a, scratch);
+}
+
+absl::Status Avx512VnniInt8TileSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
   return Int8DotSlice<isa::Avx512VnniInt8Dot, true>(w, a, scratch);
 }
 

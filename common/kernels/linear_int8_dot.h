@@ -7,7 +7,17 @@
 //     per 32 values (d = max |x| / 127, q = round-to-nearest-even(x / d)),
 //     with the scaled sum of q per 16 values (for the types whose values
 //     carry an offset: Q4_0's -8, Q4_1's min, Q4_K's dmin, ...).
-//   slice: W rows are decoded 4 at a time by vectorized block decoders into
+//   slice (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): fused, W blocks unpacked in
+//     registers straight into the integer dot products, up to 8 x rows per
+//     pass over the slice's W rows (linear_avx2_int8_fused.cc,
+//     linear_avx512_vnni_fused.cc): decode reads the stored bytes once with
+//     no decoded row in memory. The group scales multiply the int32 lanes in
+//     f32; the offsets (Q4_K's mins, Q6_K's -32) come in once per block
+//     through x's sums per 16 values, Q8_0's +128 and Q4_0's -8 through
+//     vpdpbusd's start value (VNNI) or signed levels (AVX2).
+//   tile slice (Q4_1, Q5_0, and every type in the *_int8_tile entries, the
+//     A/B reference of the fused slice):
+//     W rows are decoded 4 at a time by vectorized block decoders into
 //     the tile layout (8-bit levels, one f32 scale and offset per 16
 //     values; see linear_isa.h), then dotted with up to 4 x rows per
 //     register tile: integer products and sums of 4 values, scaled and
@@ -41,9 +51,18 @@ int64_t Int8DotPrepareBlocks(int64_t m);
 void Int8DotPrepare(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t block_begin, int64_t block_end,
                     void* prepared);
 
+// The same with each 256-value block's levels group-major (linear_isa.h):
+// what the VNNI slice reads for Q4_K, Q5_K and Q6_K weights.
+void Int8DotPrepareGroupMajor(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t block_begin, int64_t block_end,
+                              void* prepared);
+
 int64_t Int8DotScratchBytes(const LinearWeight& w, int64_t m, int64_t features);
 absl::Status Avx2Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
 absl::Status Avx512VnniInt8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+// The tile path alone, for every type (the fused kernels' reference in
+// tests and benchmarks).
+absl::Status Avx2Int8TileSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+absl::Status Avx512VnniInt8TileSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
 
 // Prefill at AVX512-BF16: the slice's W rows dequantized (the same
 // decoders) to bf16, then the bf16 dot-product GEMM of bf16 weights

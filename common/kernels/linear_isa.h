@@ -87,8 +87,32 @@ struct Int8DotTile {
   float* out = nullptr;  // out[r * kInt8TileFeatures + f]: row r . W row f
 };
 // (The AVX2 tile is baseline code, in linear_int8_dot.cc.)
-// ---- AVX512-VNNI (linear_avx512_vnni.cc) ----
+
+// The fused kernels: x prepared in the layout above, W blocks unpacked in
+// registers straight into the dot products (no decoded tile in memory).
+// The VNNI kernel reads K-quants' x levels group-major: within each
+// 256-value block, the 4-value quad s of 16-value group l (values 16l + 4s
+// .. 16l + 4s + 3) at bytes 64s + 4l .. 64s + 4l + 3, so every int32 lane of
+// a 64-value step stays in one group (Int8DotPrepareGroupMajor); scales and
+// offsets as above.
+// They take up to kInt8FusedRows x rows per pass over the slice's W rows
+// (each output's arithmetic the same whatever the pass), and return false,
+// computing nothing, for a type they have no decoder for (Q4_1, Q5_0: the
+// tile path runs those). Each y[r, j] is the sum plus bias[j].
+inline constexpr int64_t kInt8FusedRows = 8;
+struct Int8PreparedX {
+  const void* base = nullptr;  // row r at base + r * stride: levels, then scales, offsets
+  int64_t stride = 0;
+  int64_t scales_at = 0;
+  int64_t offsets_at = 0;
+};
+// Baseline (linear_avx2_int8_fused.cc): vpmaddubsw + vpmaddwd, 32 values a step.
+bool Avx2Int8Fused(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& x);
+
+// ---- AVX512-VNNI (linear_avx512_vnni.cc, linear_avx512_vnni_fused.cc) ----
 void Avx512VnniInt8Dot(const Int8DotTile& t);
+// vpdpbusd, 64 values a step.
+bool Avx512VnniInt8Fused(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& x);
 // 24 independent vpdpbusd zmm chains (the int8 dot-product peak); "ops" as
 // flops: a multiply and an add per int8 product.
 void Avx512VnniDotLoop(int64_t iterations);

@@ -83,9 +83,21 @@ std::vector<LinearKernel> QuantizedEntries() {
     entries.push_back(LinearKernel{KernelPath::kInt8Dot, IsaLevel::kAvx2, dtype, "avx2_int8_dot", true,
                                    Int8DotPreparedBytes, Int8DotPrepareBlocks, Int8DotPrepare, Int8DotScratchBytes,
                                    Avx2Int8DotSlice});
+    // The fused VNNI kernel reads K-quants' x group-major (linear_isa.h).
+    const bool group_major = dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K;
     entries.push_back(LinearKernel{KernelPath::kInt8Dot, IsaLevel::kAvx512Vnni, dtype, "avx512_vnni_int8_dot", true,
-                                   Int8DotPreparedBytes, Int8DotPrepareBlocks, Int8DotPrepare, Int8DotScratchBytes,
+                                   Int8DotPreparedBytes, Int8DotPrepareBlocks,
+                                   group_major ? Int8DotPrepareGroupMajor : Int8DotPrepare, Int8DotScratchBytes,
                                    Avx512VnniInt8DotSlice});
+    // The tile path alone, after the fused entries of the same level so a
+    // plan never picks it; tests and tandem-expert-ffn-bench's compare pass
+    // run it beside them.
+    entries.push_back(LinearKernel{KernelPath::kInt8Dot, IsaLevel::kAvx2, dtype, "avx2_int8_tile", true,
+                                   Int8DotPreparedBytes, Int8DotPrepareBlocks, Int8DotPrepare, Int8DotScratchBytes,
+                                   Avx2Int8TileSlice});
+    entries.push_back(LinearKernel{KernelPath::kInt8Dot, IsaLevel::kAvx512Vnni, dtype, "avx512_vnni_int8_tile", true,
+                                   Int8DotPreparedBytes, Int8DotPrepareBlocks, Int8DotPrepare, Int8DotScratchBytes,
+                                   Avx512VnniInt8TileSlice});
     entries.push_back(LinearKernel{KernelPath::kBf16Dot, IsaLevel::kAvx512Bf16, dtype, "avx512_bf16_q_dot", true,
                                    isa::Bf16DotPreparedBytes, isa::Bf16DotRowBlocks, isa::Bf16DotPrepare,
                                    QuantizedBf16DotScratchBytes, QuantizedBf16DotSlice});

@@ -14,9 +14,13 @@
 //   packed     avx2, avx512  the same        avx2_q_packed,    W slice decoded once into the f32
 //                                            avx512_q_packed   panels of that ISA's packed GEMM
 //   int8_dot   avx2          the same        avx2_int8_dot     x quantized to int8 per 32 values,
-//              avx512_vnni                   avx512_vnni_int8_dot  integer dot products on W levels
-//                                                              decoded by vectorized block decoders
-//                                                              (linear_int8_dot.h)
+//              avx512_vnni                   avx512_vnni_int8_dot  integer dot products on W blocks
+//                                                              unpacked in registers (Q8_0 Q4_0 Q4_K
+//                                                              Q5_K Q6_K; the tile below for Q4_1,
+//                                                              Q5_0) (linear_int8_dot.h)
+//   int8_dot   avx2          the same        avx2_int8_tile,   the same on W rows decoded 4 at a time
+//              avx512_vnni                   avx512_vnni_int8_tile  into a tile in memory: the fused
+//                                                              kernels' reference, never in a plan
 //   bf16_dot   avx512_bf16   the same        avx512_bf16_q_dot the slice's W rows dequantized to bf16,
 //                                                              then the bf16 dot-product GEMM
 //
@@ -74,7 +78,8 @@ struct LinearKernel {
 
 // Every entry, in the order of the table above.
 std::span<const LinearKernel> AllLinearKernels();
-// The entry for (dtype, path) with the highest ISA level <= max_isa; null
+// The entry for (dtype, path) with the highest ISA level <= max_isa (the
+// first in table order among entries of that level); null
 // when there is none (bf16_dot for f32 weights, or below avx512_bf16).
 const LinearKernel* FindLinearKernel(DType dtype, KernelPath path, IsaLevel max_isa);
 // The entry with this name and dtype; null when there is none.

@@ -308,9 +308,9 @@ void CostModel::ObserveGpu(std::span<const int32_t> rows, double measured_us) {
   RefineCurve(params_.gpu, rows, measured_us);
 }
 
-void CostModel::ObserveMigration(double measured_us) {
+void CostModel::ObserveMigration(double measured_us, double bytes) {
   if (!(measured_us > 0)) return;
-  const double bytes = static_cast<double>(params_.expert_bytes);
+  if (!(bytes > 0)) bytes = static_cast<double>(params_.expert_bytes);
   migrate_error_.Add(params_.migrate.Us(bytes), measured_us);
   RefineTransfer(params_.migrate, bytes, measured_us);
 }

@@ -89,7 +89,10 @@ struct NamedTransferCost {
 
 // Everything that defines the model; what a hardware profile stores.
 struct CostModelParams {
-  int64_t expert_bytes = 0;          // one expert's weights, what a migration copies
+  // One expert's weights as the pool stores them (quantized blocks when the
+  // experts are kept quantized; the mean over layers when the layers' types
+  // differ), what a migration copies.
+  int64_t expert_bytes = 0;
   int64_t activation_row_bytes = 0;  // one row of expert input (= of output): D * sizeof(f32)
   std::vector<CpuWorkerCost> cpu_workers;
   RooflineCurve gpu;     // one resident expert on the GPU
@@ -174,7 +177,10 @@ class CostModel {
   // shard), since the curves are for whole experts.
   void ObserveCpu(int worker, std::span<const int32_t> rows, double measured_us, double share = 1.0);
   void ObserveGpu(std::span<const int32_t> rows, double measured_us);
-  void ObserveMigration(double measured_us);  // one expert of expert_bytes
+  // One expert's copy of `bytes` (0: expert_bytes); a layer whose experts
+  // are larger or smaller than expert_bytes (quantized layers of mixed
+  // types) refines the rate, not the size.
+  void ObserveMigration(double measured_us, double bytes = 0);
   void ObserveDma(double bytes, double measured_us);
   void ObserveIpc(int worker, double bytes, double measured_us);
   // Scores a whole plan (predicted makespan vs the layer's measured time);

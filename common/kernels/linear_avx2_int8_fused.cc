@@ -1,0 +1,284 @@
+// The fused int8_dot decode GEMV at AVX2 (linear_isa.h, Int8FusedArgs): W
+// blocks unpacked in registers straight into vpmaddubsw + vpmaddwd, no
+// decoded row in memory. Baseline code (AVX2 + FMA + F16C).
+//
+// One step is 32 values: a ymm of W levels against a ymm of x levels
+// (int8), 8 int32 lanes of 4 values each, scaled per lane by the W group
+// scale times the x block scale in f32. vpmaddubsw multiplies unsigned by
+// signed bytes: the K-quants' levels are unsigned (their mins and Q6_K's
+// -32 come in once per block through x's prepared offsets, as in the VNNI
+// kernel); Q8_0's and Q4_0's (q - 8) are signed, so they multiply |W| by x
+// with W's sign (|W| <= 128, |x| <= 127: no int16 pair saturates).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
+
+#include "common/kernels/linear_isa.h"
+#include "common/quant/block_formats.h"
+
+namespace tandem::isa {
+namespace {
+
+constexpr int64_t kStep = 32;
+
+inline float HalfAt(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, sizeof(h));
+  return _cvtsh_ss(h);
+}
+
+constexpr int64_t kPrefetchBytes = 1024;  // as the VNNI kernel and the tile path's decoders
+inline void PrefetchAhead(const uint8_t* p, int64_t bytes) {
+  for (int64_t at = 0; at < bytes; at += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + at, _MM_HINT_T0);
+}
+
+inline __m256i Load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+
+// The 8 6-bit scales (bytes 0..7) and mins (8..15) of a Q4_K/Q5_K block's
+// scales[12] (ggml's bit layout), in vector registers: built in a stack
+// array, the 16-byte load after four 4-byte stores missed store forwarding
+// and cost more than the rest of the block. Dwords u0 u1 u2 of the field:
+// scales 0-3 = u0 & 63, 4-7 = (u2 & 15) | (u0 >> 6) << 4; mins 0-3 = u1 & 63,
+// 4-7 = (u2 >> 4) | (u1 >> 6) << 4, bytewise.
+inline __m128i UnpackKScalesMins(const uint8_t* scales) {
+  uint32_t u2;
+  std::memcpy(&u2, scales + 8, sizeof(u2));
+  const __m128i v =
+      _mm_insert_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales)), static_cast<int>(u2), 2);
+  const __m128i low =
+      _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4)),
+                    _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  const __m128i high =
+      _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)), _mm_setr_epi32(0, 6, 0, 6)),
+                    _mm_setr_epi32(0, 0x03030303, 0, 0x03030303));
+  return _mm_or_si128(low, _mm_slli_epi32(high, 4));
+}
+
+// ---- Formats: one unit (a 32-value block, or a 256-value K-quant block) ----
+
+struct Q8_0Format {
+  static constexpr int64_t kValues = kQ8_0BlockSize, kBytes = sizeof(BlockQ8_0);
+  static constexpr int kSteps = 1;
+  static constexpr bool kSigned = true, kOffsets = false;
+  struct State {
+    __m256 scale;
+  };
+  static State Begin(const uint8_t* block) { return {_mm256_set1_ps(HalfAt(block + offsetof(BlockQ8_0, d)))}; }
+  static __m256i Levels(const uint8_t* block, int) { return Load32(block + offsetof(BlockQ8_0, qs)); }
+  static __m256 Scales(const State& s, int) { return s.scale; }
+  static void Offsets(const State&, __m256 (&)[2]) {}
+};
+
+struct Q4_0Format {
+  static constexpr int64_t kValues = kQ4_0BlockSize, kBytes = sizeof(BlockQ4_0);
+  static constexpr int kSteps = 1;
+  static constexpr bool kSigned = true, kOffsets = false;
+  using State = Q8_0Format::State;
+  static State Begin(const uint8_t* block) { return {_mm256_set1_ps(HalfAt(block + offsetof(BlockQ4_0, d)))}; }
+  // Values 0..15 are the low nibbles, 16..31 the high ones; minus 8.
+  static __m256i Levels(const uint8_t* block, int) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + offsetof(BlockQ4_0, qs)));
+    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+    return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
+  }
+  static __m256 Scales(const State& s, int) { return s.scale; }
+  static void Offsets(const State&, __m256 (&)[2]) {}
+};
+
+// Q4_K and Q5_K: step j is sub-block j: the low (j even) or high nibbles of
+// the 32 bytes of chunk j/2, plus bit j of qh as 16 for Q5_K.
+template <bool kFifthBit>
+struct KFormat {
+  using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
+  static constexpr int64_t kValues = kKBlockSize, kBytes = sizeof(Block);
+  static constexpr int kSteps = kKBlockSize / kStep;
+  static constexpr bool kSigned = false, kOffsets = true;
+  struct State {
+    __m256 scales;  // d * scale of each sub-block
+    __m256 mins;    // -dmin * min of each sub-block
+  };
+  static State Begin(const uint8_t* block) {
+    const __m128i sm = UnpackKScalesMins(block + offsetof(Block, scales));
+    return {
+        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)), _mm256_set1_ps(HalfAt(block + offsetof(Block, d)))),
+        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8))),
+                      _mm256_set1_ps(-HalfAt(block + offsetof(Block, dmin))))};
+  }
+  static __m256i Levels(const uint8_t* block, int step) {
+    const __m256i q = Load32(block + offsetof(Block, qs) + 32 * (step / 2));
+    __m256i levels = _mm256_and_si256((step & 1) ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0f));
+    if constexpr (kFifthBit) {
+      const __m256i bit = _mm256_set1_epi8(static_cast<char>(1u << step));
+      const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(Load32(block + offsetof(Block, qh)), bit), bit);
+      levels = _mm256_or_si256(levels, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+    }
+    return levels;
+  }
+  static __m256 Scales(const State& s, int step) { return _mm256_permutevar8x32_ps(s.scales, _mm256_set1_epi32(step)); }
+  // Per 16-value group (two per sub-block).
+  static void Offsets(const State& s, __m256 (&out)[2]) {
+    out[0] = _mm256_permutevar8x32_ps(s.mins, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+    out[1] = _mm256_permutevar8x32_ps(s.mins, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7));
+  }
+};
+
+// Q6_K: step s is quarter s % 4 of 128-value half s / 4 (see the VNNI
+// kernel); lanes 0..3 are group 2s, 4..7 group 2s + 1.
+struct Q6KFormat {
+  static constexpr int64_t kValues = kKBlockSize, kBytes = sizeof(BlockQ6_K);
+  static constexpr int kSteps = kKBlockSize / kStep;
+  static constexpr bool kSigned = false, kOffsets = true;
+  struct State {
+    __m256 scales[2];  // d * scale of groups 0..7, 8..15
+  };
+  static State Begin(const uint8_t* block) {
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + offsetof(BlockQ6_K, scales)));
+    const __m256 d = _mm256_set1_ps(HalfAt(block + offsetof(BlockQ6_K, d)));
+    return {{_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), d),
+             _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))), d)}};
+  }
+  static __m256i Levels(const uint8_t* block, int step) {
+    const int half = step / 4, quarter = step % 4;
+    const __m256i ql = Load32(block + offsetof(BlockQ6_K, ql) + 64 * half + 32 * (quarter & 1));
+    const __m256i qh = Load32(block + offsetof(BlockQ6_K, qh) + 32 * half);
+    const __m256i low = _mm256_and_si256(quarter < 2 ? ql : _mm256_srli_epi16(ql, 4), _mm256_set1_epi8(0x0f));
+    __m256i high;
+    switch (quarter) {  // qh bits 2q, 2q+1 to bits 4-5
+      case 0: high = _mm256_slli_epi16(qh, 4); break;
+      case 1: high = _mm256_slli_epi16(qh, 2); break;
+      case 2: high = qh; break;
+      default: high = _mm256_srli_epi16(qh, 2); break;
+    }
+    return _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(0x30)));
+  }
+  static __m256 Scales(const State& s, int step) {
+    const int g = 2 * (step % 4);
+    return _mm256_permutevar8x32_ps(s.scales[step / 4], _mm256_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1));
+  }
+  static void Offsets(const State& s, __m256 (&out)[2]) {
+    out[0] = _mm256_mul_ps(s.scales[0], _mm256_set1_ps(-32.0f));
+    out[1] = _mm256_mul_ps(s.scales[1], _mm256_set1_ps(-32.0f));
+  }
+};
+
+// ---- The driver: kW W rows against kRows x rows ----
+
+inline float Sum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+template <int kRows>
+struct XRows {
+  const int8_t* levels[kRows];
+  const float* scales[kRows];
+  const float* offsets[kRows];
+};
+
+template <class Format, int kRows, int kW>
+inline void Unit(const uint8_t* const (&w)[kW], const XRows<kRows>& x, int64_t i, int64_t at,
+                 __m256 (&acc)[kW][kRows]) {
+  typename Format::State state[kW];
+  for (int f = 0; f < kW; ++f) {
+    PrefetchAhead(w[f] + at, Format::kBytes);
+    state[f] = Format::Begin(w[f] + at);
+  }
+  if constexpr (Format::kOffsets) {
+    for (int f = 0; f < kW; ++f) {
+      __m256 offsets[2];
+      Format::Offsets(state[f], offsets);
+      for (int r = 0; r < kRows; ++r) {
+        acc[f][r] = _mm256_fmadd_ps(offsets[0], _mm256_loadu_ps(x.offsets[r] + i / 16), acc[f][r]);
+        acc[f][r] = _mm256_fmadd_ps(offsets[1], _mm256_loadu_ps(x.offsets[r] + i / 16 + 8), acc[f][r]);
+      }
+    }
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int s = 0; s < Format::kSteps; ++s) {
+    const int64_t v = i + kStep * s;
+    __m256i wv[kW];
+    __m256 ws[kW];
+    for (int f = 0; f < kW; ++f) {
+      wv[f] = Format::Levels(w[f] + at, s);
+      ws[f] = Format::Scales(state[f], s);
+    }
+    for (int r = 0; r < kRows; ++r) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.levels[r] + v));
+      const __m256 xs = _mm256_broadcast_ss(x.scales[r] + v / 16);
+      for (int f = 0; f < kW; ++f) {
+        const __m256i pairs = Format::kSigned
+                                  ? _mm256_maddubs_epi16(_mm256_sign_epi8(wv[f], wv[f]), _mm256_sign_epi8(xv, wv[f]))
+                                  : _mm256_maddubs_epi16(wv[f], xv);
+        const __m256i dot = _mm256_madd_epi16(pairs, ones);
+        acc[f][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws[f], xs), acc[f][r]);
+      }
+    }
+  }
+}
+
+template <class Format, int kRows, int kW>
+void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0, int64_t j0) {
+  const int64_t row_bytes = w.row_bytes();
+  const uint8_t* rows[kW];
+  for (int f = 0; f < kW; ++f)  // a tail pass repeats the last row (its sums are dropped)
+    rows[f] = static_cast<const uint8_t*>(w.data) + (j0 + std::min<int64_t>(f, a.n_end - 1 - j0)) * row_bytes;
+  XRows<kRows> x;
+  for (int r = 0; r < kRows; ++r) {
+    const uint8_t* base = static_cast<const uint8_t*>(px.base) + (r0 + r) * px.stride;
+    x.levels[r] = reinterpret_cast<const int8_t*>(base);
+    x.scales[r] = reinterpret_cast<const float*>(base + px.scales_at);
+    x.offsets[r] = reinterpret_cast<const float*>(base + px.offsets_at);
+  }
+  __m256 acc[kW][kRows];
+  for (int f = 0; f < kW; ++f)
+    for (int r = 0; r < kRows; ++r) acc[f][r] = _mm256_setzero_ps();
+  for (int64_t u = 0; u < w.k / Format::kValues; ++u)
+    Unit<Format, kRows, kW>(rows, x, u * Format::kValues, u * Format::kBytes, acc);
+  for (int f = 0; f < kW && j0 + f < a.n_end; ++f) {
+    const float bias = a.bias != nullptr ? a.bias[j0 + f] : 0.0f;
+    for (int r = 0; r < kRows; ++r) a.y[(r0 + r) * a.ldy + j0 + f] = Sum(acc[f][r]) + bias;
+  }
+}
+
+template <class Format, int kRows>
+void Rows(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
+  constexpr int kW = kRows <= 2 ? 2 : 1;  // 16 ymm registers: accumulators first
+  for (int64_t j0 = a.n_begin; j0 < a.n_end; j0 += kW) Pass<Format, kRows, kW>(w, a, px, r0, j0);
+}
+
+template <class Format>
+void Run(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px) {
+  for (int64_t r0 = 0; r0 < a.m; r0 += kInt8FusedRows) {
+    switch (std::min<int64_t>(kInt8FusedRows, a.m - r0)) {
+      case 1: Rows<Format, 1>(w, a, px, r0); break;
+      case 2: Rows<Format, 2>(w, a, px, r0); break;
+      case 3: Rows<Format, 3>(w, a, px, r0); break;
+      case 4: Rows<Format, 4>(w, a, px, r0); break;
+      case 5: Rows<Format, 5>(w, a, px, r0); break;
+      case 6: Rows<Format, 6>(w, a, px, r0); break;
+      case 7: Rows<Format, 7>(w, a, px, r0); break;
+      default: Rows<Format, 8>(w, a, px, r0); break;
+    }
+  }
+}
+
+}  // namespace
+
+bool Avx2Int8Fused(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& x) {
+  switch (w.dtype) {
+    case DType::kQ8_0: Run<Q8_0Format>(w, a, x); return true;
+    case DType::kQ4_0: Run<Q4_0Format>(w, a, x); return true;
+    case DType::kQ4_K: Run<KFormat<false>>(w, a, x); return true;
+    case DType::kQ5_K: Run<KFormat<true>>(w, a, x); return true;
+    case DType::kQ6_K: Run<Q6KFormat>(w, a, x); return true;
+    default: return false;
+  }
+}
+
+}  // namespace tandem::isa

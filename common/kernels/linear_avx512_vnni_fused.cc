@@ -1,0 +1,370 @@
+// The fused int8_dot decode GEMV with AVX512-VNNI (linear_isa.h,
+// Avx512VnniInt8Fused): W blocks are unpacked in registers and fed straight
+// to vpdpbusd, so no decoded row is written to memory and read back (the
+// tile path's round trip, which kept decode compute-bound). Compiled with
+// AVX-512 F/BW/VL/DQ + VNNI flags; includes linear_isa.h and the plain block
+// layouts of block_formats.h (structs and constants, no inline functions).
+//
+// One step is 64 values: a zmm of W levels (uint8) against a zmm of x levels
+// (int8), 16 int32 lanes of 4 values each. A lane never spans two scale
+// groups (16 or 32 values), so it is scaled by its W group scale times its
+// x block scale in f32 and accumulated per (W row, x row).
+//   - Q8_0 and Q4_0: a step is two blocks in x's plain order; their constant
+//     shift (+128 to make Q8_0 unsigned, Q4_0's -8) is vpdpbusd's start
+//     value, -shift * the lane's sum of x levels, so each int32 lane is the
+//     exact signed dot product; one conversion and FMA per step.
+//   - K-quants: x is group-major (lane l of every step of a block is in
+//     group l), so a block's 4 steps sum in one int32 vector and take one
+//     conversion and FMA per block; the mins (Q4_K, Q5_K) and Q6_K's -32
+//     times the group scale come in as the 16 group offsets times x's
+//     prepared offsets (its scale times its sum of levels per group).
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
+
+#include "common/kernels/linear_isa.h"
+#include "common/quant/block_formats.h"
+
+namespace tandem::isa {
+namespace {
+
+constexpr int64_t kStep = 64;  // values per vpdpbusd step
+
+inline float HalfAt(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, sizeof(h));
+  return _cvtsh_ss(h);
+}
+
+// As the tile path's decoders: a software prefetch 1 KB ahead keeps more
+// lines in flight than the hardware prefetcher alone at one row.
+constexpr int64_t kPrefetchBytes = 1024;
+inline void PrefetchAhead(const uint8_t* p, int64_t bytes) {
+  for (int64_t at = 0; at < bytes; at += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + at, _MM_HINT_T0);
+}
+
+// Lanes 0..7 `lo`, lanes 8..15 `hi` (the two 32-value halves of a step).
+inline __m512 Halves(float lo, float hi) {
+  return _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(lo), _mm512_set1_ps(hi));
+}
+
+// 32 bytes in both halves of a zmm.
+inline __m512i Both(const uint8_t* p) {
+  return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// The 8 6-bit scales (bytes 0..7) and mins (8..15) of a Q4_K/Q5_K block's
+// scales[12] (ggml's bit layout), in vector registers: built in a stack
+// array, the 16-byte load after four 4-byte stores missed store forwarding
+// and cost more than the rest of the block. Dwords u0 u1 u2 of the field:
+// scales 0-3 = u0 & 63, 4-7 = (u2 & 15) | (u0 >> 6) << 4; mins 0-3 = u1 & 63,
+// 4-7 = (u2 >> 4) | (u1 >> 6) << 4, bytewise.
+inline __m128i UnpackKScalesMins(const uint8_t* scales) {
+  uint32_t u2;
+  std::memcpy(&u2, scales + 8, sizeof(u2));
+  const __m128i v =
+      _mm_insert_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales)), static_cast<int>(u2), 2);
+  const __m128i low =
+      _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4)),
+                    _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  const __m128i high =
+      _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)), _mm_setr_epi32(0, 6, 0, 6)),
+                    _mm_setr_epi32(0, 0x03030303, 0, 0x03030303));
+  return _mm_or_si128(low, _mm_slli_epi32(high, 4));
+}
+
+// ---- Formats: how one unit (64 values of a 32-value type, one 256-value
+// K-quant block) gives its steps' levels and lane scales ----
+
+// Q8_0 and Q4_0: a unit is two blocks; a row whose K is an odd number of
+// blocks ends in a half unit (upper lanes zero, the second block unread).
+struct Q8_0Format {
+  static constexpr int64_t kValues = 64, kBytes = 2 * sizeof(BlockQ8_0);
+  static constexpr int kSteps = 1;
+  static constexpr int kShift = 128;  // levels stored +128 for vpdpbusd's unsigned side
+  static constexpr bool kGroupMajor = false;
+  struct State {
+    __m512 scales;
+  };
+  static State Begin(const uint8_t* unit, bool half) {
+    const float d1 = half ? 0.0f : HalfAt(unit + sizeof(BlockQ8_0) + offsetof(BlockQ8_0, d));
+    return {Halves(HalfAt(unit + offsetof(BlockQ8_0, d)), d1)};
+  }
+  static __m512i Levels(const uint8_t* unit, int, bool half) {
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + offsetof(BlockQ8_0, qs)));
+    const __m256i hi =
+        half ? _mm256_set1_epi8(static_cast<char>(0x80))
+             : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs)));
+    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
+                            _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
+  static __m512 Scales(const State& s, int) { return s.scales; }
+};
+
+struct Q4_0Format {
+  static constexpr int64_t kValues = 64, kBytes = 2 * sizeof(BlockQ4_0);
+  static constexpr int kSteps = 1;
+  static constexpr int kShift = 8;
+  static constexpr bool kGroupMajor = false;
+  using State = Q8_0Format::State;
+  static State Begin(const uint8_t* unit, bool half) {
+    const float d1 = half ? 0.0f : HalfAt(unit + sizeof(BlockQ4_0) + offsetof(BlockQ4_0, d));
+    return {Halves(HalfAt(unit + offsetof(BlockQ4_0, d)), d1)};
+  }
+  // A block's 16 bytes hold values 0..15 in low nibbles, 16..31 in high
+  // ones: each block's bytes go to two 128-bit lanes, the second shifted.
+  static __m512i Levels(const uint8_t* unit, int, bool half) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + offsetof(BlockQ4_0, qs)));
+    const __m128i b =
+        half ? _mm_setzero_si128()
+             : _mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + sizeof(BlockQ4_0) + offsetof(BlockQ4_0, qs)));
+    const __m512i ab = _mm512_castsi256_si512(_mm256_set_m128i(b, a));
+    const __m512i spread = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), ab);
+    const __m512i shifted = _mm512_srlv_epi16(spread, _mm512_setr_epi64(0, 0, 0x0004000400040004, 0x0004000400040004, 0,
+                                                                        0, 0x0004000400040004, 0x0004000400040004));
+    return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
+  }
+  static __m512 Scales(const State& s, int) { return s.scales; }
+};
+
+// K-quants read x group-major (linear_isa.h): lane l of step s holds
+// values 16l + 4s .. 16l + 4s + 3 of the 256-value block, so every lane of
+// every step of a block belongs to one 16-value group, the lane's. The int32
+// lanes of a block's 4 steps then share their scales and are summed by
+// vpdpbusd itself: one conversion and one FMA per block instead of per step.
+// Decode gives the 4 steps' levels in that order, each group's scale and
+// offset. `Dwords(base, s)`: lane l's source dword for step s is
+// base[l] + s.
+inline __m512i Dwords(const int (&base)[16], int s) {
+  return _mm512_add_epi32(
+      _mm512_setr_epi32(base[0], base[1], base[2], base[3], base[4], base[5], base[6], base[7], base[8], base[9],
+                        base[10], base[11], base[12], base[13], base[14], base[15]),
+      _mm512_set1_epi32(s));
+}
+
+// Q4_K and Q5_K: group l is half l % 2 of sub-block l / 2, whose levels are
+// the low (sub-block even) or high nibbles of 64-value chunk l / 4's 32
+// bytes; Q5_K adds bit l / 2 of the value's qh byte as 16.
+template <bool kFifthBit>
+struct KFormat {
+  using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
+  static constexpr int64_t kBytes = sizeof(Block);
+  static constexpr bool kGroupMajor = true;
+  static void Decode(const uint8_t* block, __m512i (&levels)[4], __m512* scales, __m512* offsets) {
+    // (maskz forms: GCC 12 warns about the undefined source of the plain
+    // ones here, its bug 105593.)
+    const __m512 sm = _mm512_maskz_cvtepi32_ps(
+        0xffff, _mm512_maskz_cvtepu8_epi32(0xffff, UnpackKScalesMins(block + offsetof(Block, scales))));
+    // Lanes 0..7: d * scale of each sub-block; 8..15: -dmin * min.
+    const __m512 scaled =
+        _mm512_mul_ps(sm, Halves(HalfAt(block + offsetof(Block, d)), -HalfAt(block + offsetof(Block, dmin))));
+    *scales =
+        _mm512_maskz_permutexvar_ps(0xffff, _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), scaled);
+    *offsets = _mm512_maskz_permutexvar_ps(
+        0xffff, _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), scaled);
+    static constexpr int kQs[16] = {0, 4, 0, 4, 8, 12, 8, 12, 16, 20, 16, 20, 24, 28, 24, 28};
+    const __m512i nibble = _mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4);
+    const __m512i q0 = _mm512_loadu_si512(block + offsetof(Block, qs));
+    const __m512i q1 = _mm512_loadu_si512(block + offsetof(Block, qs) + 64);
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    for (int s = 0; s < 4; ++s)
+      levels[s] = _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutex2var_epi32(q0, Dwords(kQs, s), q1), nibble), low4);
+    if constexpr (kFifthBit) {
+      static constexpr int kQh[16] = {0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4};
+      const __m512i bit = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+      const __m512i qh =
+          _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + offsetof(Block, qh))));
+      for (int s = 0; s < 4; ++s) {
+        const __m512i h =
+            _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(Dwords(kQh, s), qh), bit), _mm512_set1_epi8(1));
+        levels[s] = _mm512_or_si512(levels[s], _mm512_slli_epi32(h, 4));
+      }
+    }
+  }
+};
+
+// Q6_K: group l is quarter (l % 8) / 2 of 128-value half l / 8, second
+// 16 values when l is odd; its 4 low bits are ql's low (quarters 0, 1) or
+// high nibbles (2, 3), its 2 high bits qh's bits 2q, 2q + 1. Group scales
+// are the int8 scales[l] times d, offsets -32 times those.
+struct Q6KFormat {
+  static constexpr int64_t kBytes = sizeof(BlockQ6_K);
+  static constexpr bool kGroupMajor = true;
+  static void Decode(const uint8_t* block, __m512i (&levels)[4], __m512* scales, __m512* offsets) {
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + offsetof(BlockQ6_K, scales)));
+    *scales = _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(0xffff, _mm512_maskz_cvtepi8_epi32(0xffff, sc)),
+                            _mm512_set1_ps(HalfAt(block + offsetof(BlockQ6_K, d))));
+    *offsets = _mm512_mul_ps(*scales, _mm512_set1_ps(-32.0f));
+    static constexpr int kQl[16] = {0, 4, 8, 12, 0, 4, 8, 12, 16, 20, 24, 28, 16, 20, 24, 28};
+    static constexpr int kQh[16] = {0, 4, 0, 4, 0, 4, 0, 4, 8, 12, 8, 12, 8, 12, 8, 12};
+    const __m512i nibble = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
+    // Rotating qh's dword left by 4 - 2q brings bits 2q, 2q + 1 of every byte to its bits 4, 5.
+    const __m512i rotate = _mm512_setr_epi32(4, 4, 2, 2, 0, 0, 30, 30, 4, 4, 2, 2, 0, 0, 30, 30);
+    const __m512i ql0 = _mm512_loadu_si512(block + offsetof(BlockQ6_K, ql));
+    const __m512i ql1 = _mm512_loadu_si512(block + offsetof(BlockQ6_K, ql) + 64);
+    const __m512i qh = _mm512_loadu_si512(block + offsetof(BlockQ6_K, qh));
+    for (int s = 0; s < 4; ++s) {
+      const __m512i low = _mm512_srlv_epi32(_mm512_permutex2var_epi32(ql0, Dwords(kQl, s), ql1), nibble);
+      const __m512i high = _mm512_rolv_epi32(_mm512_permutexvar_epi32(Dwords(kQh, s), qh), rotate);
+      // Bits 0-3 from `low`, 4-5 from `high` (0xca: mask ? low : high), then 6 bits.
+      levels[s] =
+          _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0f), low, high, 0xca), _mm512_set1_epi8(0x3f));
+    }
+  }
+};
+
+// ---- The driver: kW W rows against kRows x rows, all of K in registers ----
+
+// (Not _mm512_reduce_add_ps: GCC 12 warns about the undefined vector inside it.)
+inline float Sum(__m512 v) {
+  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+  return _mm_cvtss_f32(s4);
+}
+
+// The x rows of one pass, each section's start.
+template <int kRows>
+struct XRows {
+  const int8_t* levels[kRows];
+  const float* scales[kRows];
+  const float* offsets[kRows];
+};
+
+// One unit of a 32-value type (at value `i`, byte `at` of each W row) into
+// the accumulators.
+template <class Format, int kRows, int kW>
+inline void Unit(const uint8_t* const (&w)[kW], const XRows<kRows>& x, int64_t i, int64_t at, bool half,
+                 __m512 (&acc)[kW][kRows]) {
+  typename Format::State state[kW];
+  for (int f = 0; f < kW; ++f) {
+    PrefetchAhead(w[f] + at, Format::kBytes);
+    state[f] = Format::Begin(w[f] + at, half);
+  }
+  for (int s = 0; s < Format::kSteps; ++s) {
+    const int64_t v = i + kStep * s;
+    __m512i wv[kW];
+    __m512 ws[kW];
+    for (int f = 0; f < kW; ++f) {
+      wv[f] = Format::Levels(w[f] + at, s, half);
+      ws[f] = Format::Scales(state[f], s);
+    }
+    for (int r = 0; r < kRows; ++r) {
+      const __m512i xv =
+          half ? _mm512_maskz_loadu_epi8(0xffffffffULL, x.levels[r] + v) : _mm512_loadu_si512(x.levels[r] + v);
+      // x's two 32-value block scales (a half step reads only the first).
+      const float* xsp = x.scales[r] + v / 16;
+      const __m512 xs = half ? _mm512_set1_ps(xsp[0]) : Halves(xsp[0], xsp[2]);
+      __m512i start = _mm512_setzero_si512();
+      if constexpr (Format::kShift != 0) {
+        // -shift * (sum of the lane's 4 x levels); |x level| <= 127, so negating is exact.
+        start = _mm512_dpbusd_epi32(start, _mm512_set1_epi8(static_cast<char>(Format::kShift)),
+                                    _mm512_sub_epi8(_mm512_setzero_si512(), xv));
+      }
+      for (int f = 0; f < kW; ++f) {
+        const __m512i dot = _mm512_dpbusd_epi32(start, wv[f], xv);
+        acc[f][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(ws[f], xs), acc[f][r]);
+      }
+    }
+  }
+}
+
+// One K-quant block (at value `i`, byte `at` of each W row): per (W row, x
+// row) 4 vpdpbusd into one int32 vector, then its groups' scales and offsets.
+template <class Format, int kRows, int kW>
+inline void Block(const uint8_t* const (&w)[kW], const XRows<kRows>& x, int64_t i, int64_t at,
+                  __m512 (&acc)[kW][kRows]) {
+  __m512i levels[kW][4];
+  __m512 scales[kW], offsets[kW];
+  for (int f = 0; f < kW; ++f) {
+    PrefetchAhead(w[f] + at, Format::kBytes);
+    Format::Decode(w[f] + at, levels[f], &scales[f], &offsets[f]);
+  }
+  for (int r = 0; r < kRows; ++r) {
+    const __m512 xs = _mm512_loadu_ps(x.scales[r] + i / 16);
+    const __m512 xo = _mm512_loadu_ps(x.offsets[r] + i / 16);
+    for (int f = 0; f < kW; ++f) {
+      __m512i dot = _mm512_setzero_si512();
+      for (int s = 0; s < 4; ++s)
+        dot = _mm512_dpbusd_epi32(dot, levels[f][s], _mm512_loadu_si512(x.levels[r] + i + kStep * s));
+      acc[f][r] = _mm512_fmadd_ps(offsets[f], xo, acc[f][r]);
+      acc[f][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(scales[f], xs), acc[f][r]);
+    }
+  }
+}
+
+template <class Format, int kRows, int kW>
+void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0, int64_t j0) {
+  const int64_t row_bytes = w.row_bytes();
+  const uint8_t* rows[kW];
+  for (int f = 0; f < kW; ++f)  // a tail pass repeats the last row (its sums are dropped)
+    rows[f] = static_cast<const uint8_t*>(w.data) + (j0 + (j0 + f < a.n_end ? f : a.n_end - 1 - j0)) * row_bytes;
+  XRows<kRows> x;
+  for (int r = 0; r < kRows; ++r) {
+    const uint8_t* base = static_cast<const uint8_t*>(px.base) + (r0 + r) * px.stride;
+    x.levels[r] = reinterpret_cast<const int8_t*>(base);
+    x.scales[r] = reinterpret_cast<const float*>(base + px.scales_at);
+    x.offsets[r] = reinterpret_cast<const float*>(base + px.offsets_at);
+  }
+  __m512 acc[kW][kRows];
+  for (int f = 0; f < kW; ++f)
+    for (int r = 0; r < kRows; ++r) acc[f][r] = _mm512_setzero_ps();
+  if constexpr (Format::kGroupMajor) {
+    for (int64_t b = 0; b < w.k / kKBlockSize; ++b)
+      Block<Format, kRows, kW>(rows, x, b * kKBlockSize, b * Format::kBytes, acc);
+  } else {
+    const int64_t units = w.k / Format::kValues;
+    for (int64_t u = 0; u < units; ++u)
+      Unit<Format, kRows, kW>(rows, x, u * Format::kValues, u * Format::kBytes, false, acc);
+    if (w.k % Format::kValues != 0)
+      Unit<Format, kRows, kW>(rows, x, units * Format::kValues, units * Format::kBytes, true, acc);
+  }
+  for (int f = 0; f < kW && j0 + f < a.n_end; ++f) {
+    const float bias = a.bias != nullptr ? a.bias[j0 + f] : 0.0f;
+    for (int r = 0; r < kRows; ++r) a.y[(r0 + r) * a.ldy + j0 + f] = Sum(acc[f][r]) + bias;
+  }
+}
+
+// All of the slice's W rows against kRows x rows from r0.
+template <class Format, int kRows>
+void Rows(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
+  // Fewer x rows leave registers for more W rows (more loads in flight); a
+  // K-quant block holds 4 level vectors per W row.
+  constexpr int kW = Format::kGroupMajor ? (kRows == 1 ? 4 : 2) : (kRows <= 2 ? 4 : 2);
+  for (int64_t j0 = a.n_begin; j0 < a.n_end; j0 += kW) Pass<Format, kRows, kW>(w, a, px, r0, j0);
+}
+
+template <class Format>
+void Run(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px) {
+  for (int64_t r0 = 0; r0 < a.m; r0 += kInt8FusedRows) {
+    switch (a.m - r0 < kInt8FusedRows ? a.m - r0 : kInt8FusedRows) {
+      case 1: Rows<Format, 1>(w, a, px, r0); break;
+      case 2: Rows<Format, 2>(w, a, px, r0); break;
+      case 3: Rows<Format, 3>(w, a, px, r0); break;
+      case 4: Rows<Format, 4>(w, a, px, r0); break;
+      case 5: Rows<Format, 5>(w, a, px, r0); break;
+      case 6: Rows<Format, 6>(w, a, px, r0); break;
+      case 7: Rows<Format, 7>(w, a, px, r0); break;
+      default: Rows<Format, 8>(w, a, px, r0); break;
+    }
+  }
+}
+
+}  // namespace
+
+bool Avx512VnniInt8Fused(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& x) {
+  switch (w.dtype) {
+    case DType::kQ8_0: Run<Q8_0Format>(w, a, x); return true;
+    case DType::kQ4_0: Run<Q4_0Format>(w, a, x); return true;
+    case DType::kQ4_K: Run<KFormat<false>>(w, a, x); return true;
+    case DType::kQ5_K: Run<KFormat<true>>(w, a, x); return true;
+    case DType::kQ6_K: Run<Q6KFormat>(w, a, x); return true;
+    default: return false;
+  }
+}
+
+}  // namespace tandem::isa
