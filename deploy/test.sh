@@ -29,7 +29,7 @@ phase_done "ctest"
 
 if [ "${TANDEM_TEST_FUZZ:-1}" = 1 ]; then
   cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-    -DTANDEM_FUZZ=ON -DTANDEM_FUZZ_SECONDS="${TANDEM_FUZZ_SECONDS:-20}" -DTANDEM_ENABLE_CUDA=OFF \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DTANDEM_FUZZ=ON -DTANDEM_FUZZ_SECONDS="${TANDEM_FUZZ_SECONDS:-20}" -DTANDEM_ENABLE_CUDA=OFF \
     -DTANDEM_BUILD_TESTS=OFF -DTANDEM_BUILD_BENCH=OFF
   cmake --build build-fuzz -j"$jobs" --target tandem_fuzzers
   ctest --test-dir build-fuzz --output-on-failure -j"$jobs" -L fuzz
@@ -37,8 +37,8 @@ if [ "${TANDEM_TEST_FUZZ:-1}" = 1 ]; then
 fi
 
 if [ "${TANDEM_TEST_ASAN:-1}" = 1 ]; then
-  # -O1 -g1: what ASan's authors recommend, and line tables are all a report's
-  # stack needs; full -O2 -g debug info costs build time CI does not have.
+  # -O1 -g1 (as build-fuzz): what ASan's authors recommend, and line tables
+  # are all a report's stack needs; -O2 -g costs build time CI does not have.
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DTANDEM_SANITIZE=ON -DTANDEM_ENABLE_CUDA=OFF
   cmake --build build-asan -j"$jobs" --target tandem_tests
