@@ -34,6 +34,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/json_lines.h"
 #include "common/base/flags_usage.h"
@@ -41,6 +42,7 @@
 #include "common/base/status_macros.h"
 #include "common/kernels/compute_peak.h"
 #include "common/kernels/linear.h"
+#include "common/model/gguf_tensor_source.h"
 #include "common/platform/hardware_probe.h"
 #include "coordinator/cpu_backend.h"
 #include "runtime/kernel_flags.h"
@@ -48,7 +50,10 @@
 
 ABSL_FLAG(std::string, presets, "tiny,demo,mixtral-8x7b:2",
           "synthetic models generated in memory, preset[:layers], comma-separated");
-ABSL_FLAG(std::string, model_dir, "", "benchmark this model folder instead of presets");
+ABSL_FLAG(std::string, model_dir, "", "benchmark this model folder (or GGUF file) instead of presets");
+ABSL_FLAG(std::string, gguf_weights, "quantized",
+          "with a GGUF --model_dir: every matrix kept in its blocks (quantized), only the experts' (experts), "
+          "only the dense ones' (dense), or all dequantized to BF16 at load (bf16)");
 ABSL_FLAG(int32_t, prompt_tokens, 128, "prefill length of the generate run");
 ABSL_FLAG(int32_t, decode_tokens, 32, "decode steps timed");
 ABSL_FLAG(int32_t, reps, 3, "repetitions; the best is reported");
@@ -328,7 +333,16 @@ absl::Status Main() {
     }
   };
   if (!absl::GetFlag(FLAGS_model_dir).empty()) {
-    auto model = LoadModel(absl::GetFlag(FLAGS_model_dir));
+    const std::string weights = absl::GetFlag(FLAGS_gguf_weights);
+    if (weights != "quantized" && weights != "experts" && weights != "dense" && weights != "bf16") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gguf_weights \"", weights, "\": expected quantized, experts, dense or bf16"));
+    }
+    ModelLoadOptions load{.num_threads = threads};
+    load.quantized = QuantizedWeightsFor(weights == "quantized" || weights == "experts",
+                                         weights == "quantized" || weights == "dense");
+    SetBenchStamp("gguf_weights", weights);
+    auto model = LoadModel(absl::GetFlag(FLAGS_model_dir), load);
     if (!model.ok()) return model.status();
     return BenchModel(std::move(*model), absl::GetFlag(FLAGS_model_dir), machine);
   }

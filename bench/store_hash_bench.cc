@@ -25,6 +25,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "bench/json_lines.h"
+#include "common/base/flags_usage.h"
 #include "common/base/thread_pool.h"
 #include "common/model/expert_content.h"
 
@@ -124,6 +125,7 @@ int Run() {
 }  // namespace tandem
 
 int main(int argc, char** argv) {
+  tandem::SetProgramUsage("The expert content hash's speed against a copy of the same bytes (docs/BENCHMARKS.md).");
   absl::ParseCommandLine(argc, argv);
   return tandem::Run();
 }

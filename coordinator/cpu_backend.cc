@@ -4,7 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/model/gguf_tensor_source.h"
 #include "common/model/routing.h"
+#include "common/quant/quantize.h"
 
 namespace tandem {
 
@@ -16,12 +18,21 @@ CpuBackend::CpuBackend(const ModelWeights* weights, ThreadPool* pool)
 absl::Status CpuBackend::Embed(std::span<const int32_t> tokens, float* hidden) {
   const int64_t d = config_.hidden_size;
   const TensorView& table = weights_->embed_tokens;  // [V, D]
-  TANDEM_RETURN_IF_ERROR(RequireFloatDType(table.dtype, table.name, "the CPU backend"));
   for (size_t t = 0; t < tokens.size(); ++t) {
     const int32_t id = tokens[t];
     if (id < 0 || id >= config_.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat("token id ", id, " at position ", t,
                                                      " is outside the vocabulary [0, ", config_.vocab_size, ")"));
+    }
+    if (IsQuantized(table.dtype)) {
+      // A GGUF table kept in its blocks (as llama.cpp does): one row's blocks
+      // decoded per token, so the table costs its file size, not 2-4x that.
+      const size_t row_bytes = static_cast<size_t>(DTypeRowBytes(table.dtype, d));
+      const absl::Status decoded =
+          DequantizeRow(GgmlFromDType(table.dtype), {static_cast<const uint8_t*>(table.data) + static_cast<size_t>(id) * row_bytes, row_bytes},
+                        absl::MakeSpan(hidden + static_cast<int64_t>(t) * d, static_cast<size_t>(d)));
+      if (!decoded.ok()) return absl::InternalError(absl::StrCat(table.name, ": ", decoded.message()));
+      continue;
     }
     const size_t base = static_cast<size_t>(id) * static_cast<size_t>(d);
     for (int64_t i = 0; i < d; ++i)

@@ -67,10 +67,11 @@ ABSL_FLAG(std::string, model, "", "model directory (config.json + *.safetensors)
 ABSL_FLAG(std::string, synthetic, "",
           "instead of --model: a synthetic preset generated in memory, PRESET[:layers] (as tandem-make-model)");
 ABSL_FLAG(uint64_t, synthetic_seed, 0, "seed of the --synthetic weights (as tandem-make-model --seed)");
-ABSL_FLAG(std::string, gguf_experts, "bf16",
-          "GGUF files: store the experts dequantized to BF16 (bf16, the default) or in their quantized blocks, "
-          "computed by the quantized CPU kernels (quantized, or auto: this worker computes them on its CPU). Must "
-          "agree with the coordinator's --gguf_experts: it refuses a worker whose expert types differ");
+ABSL_FLAG(std::string, gguf_experts, "auto",
+          "GGUF files: store the experts in their quantized blocks, computed by the quantized CPU kernels "
+          "(quantized, or auto, the default: this worker computes them on its CPU), or dequantized to BF16 "
+          "(bf16). Must agree with the coordinator's --gguf_experts: it refuses a worker whose expert types "
+          "differ");
 ABSL_FLAG(std::string, socket, "", "unix socket path to serve on");
 ABSL_FLAG(int32_t, worker_index, 0, "this worker's index in [0, num_workers)");
 ABSL_FLAG(int32_t, num_workers, 1, "how many workers share the experts");
@@ -339,14 +340,16 @@ absl::StatusOr<ModelConfig> LoadConfigOnly(const WorkerConfig& c) {
 // A GGUF's quantized experts are kept as views of their blocks
 // (--gguf_experts quantized: the store copies this worker's blocks), or
 // dequantized to BF16 at load: only the experts this worker holds a slice of.
+// The dense matrices, which a worker never reads, stay views either way
+// (mapped pages never touched take no memory).
 absl::StatusOr<std::unique_ptr<Model>> LoadWorkerModel(const WorkerConfig& c, int num_threads) {
   if (!c.model.synthetic && IsGgufPath(c.model.model_dir) && c.quantized_experts) {
     return LoadModel(c.model.model_dir,
-                     ModelLoadOptions{.num_threads = num_threads, .quantized = QuantizedWeights::kKeepExperts});
+                     ModelLoadOptions{.num_threads = num_threads, .quantized = QuantizedWeights::kKeep});
   }
   if (!c.model.synthetic && IsGgufPath(c.model.model_dir)) {
     TANDEM_ASSIGN_OR_RETURN(const ModelConfig config, LoadModelConfigAt(c.model.model_dir));
-    ModelLoadOptions load{.num_threads = num_threads};
+    ModelLoadOptions load{.num_threads = num_threads, .quantized = QuantizedWeights::kKeepDense};
     load.experts.mode = SyntheticExperts::Mode::kSlices;
     TANDEM_ASSIGN_OR_RETURN(load.experts.slices, PartitionExperts(config, c.division, c.worker_index, c.num_workers));
     return LoadModel(c.model.model_dir, load);

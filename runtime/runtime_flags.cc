@@ -24,13 +24,17 @@ ABSL_FLAG(std::string, synthetic, "",
           "instead of --model: a synthetic model generated in memory (weights as tandem-make-model writes them, "
           "tokenizer trained in memory), PRESET[:layers], e.g. tiny:2 or mixtral-8x7b");
 ABSL_FLAG(uint64_t, synthetic_seed, 0, "seed of the --synthetic weights (as tandem-make-model --seed)");
-ABSL_FLAG(std::string, gguf_experts, "bf16",
-          "GGUF files: dequantize the experts to BF16 at load (bf16, the default), or keep them as their "
-          "quantized blocks (quantized: 2-4x less memory) in this process, in the CPU workers (which need the "
-          "same --gguf_experts) and in the expert pool's slots (--execution_policy: fewer bytes per migration, "
-          "more experts per --gpu_memory_mb); computed by the quantized CPU kernels, or the CUDA pool's "
-          "(docs/gpu.md); auto = quantized unless --expert_pool cuda. Other quantized matrices are dequantized "
-          "to BF16 either way");
+ABSL_FLAG(std::string, gguf_experts, "auto",
+          "GGUF files: keep the experts as their quantized blocks (quantized: 2-4x less memory and fewer bytes "
+          "per token) in this process, in the CPU workers (which need the same --gguf_experts) and in the expert "
+          "pool's slots (--execution_policy: fewer bytes per migration, more experts per --gpu_memory_mb), "
+          "computed by the quantized CPU kernels or the CUDA pool's (docs/gpu.md); or dequantize them to BF16 "
+          "at load (bf16); auto (the default) = quantized unless --expert_pool cuda. --gguf_dense does the same "
+          "for the other matrices");
+ABSL_FLAG(std::string, gguf_dense, "auto",
+          "GGUF files: the dense matrices (embedding, attention projections, lm_head) kept as their quantized "
+          "blocks, run by the quantized CPU kernels (quantized), or dequantized to BF16 at load (bf16); "
+          "auto = quantized with --backend cpu, bf16 with --backend cuda (its dense code is float only)");
 ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all available cores");
 ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(2),
           "how often a long load (generating, reading, dequantizing weights) logs its progress, e.g. 2s, 500ms");
@@ -92,7 +96,7 @@ absl::StatusOr<std::pair<std::unique_ptr<Model>, std::unique_ptr<RemoteExpertExe
   settings.synthetic = source.synthetic;
   // A GGUF whose experts were not loaded here (dequantized on the workers):
   // their hashes come from the file's blocks.
-  if (!source.synthetic && IsGgufPath(source.model_dir) && load.quantized != QuantizedWeights::kKeepExperts) {
+  if (!source.synthetic && IsGgufPath(source.model_dir) && !ExpertsKeptQuantized(load.quantized)) {
     settings.gguf_path = source.model_dir;
   }
   settings.num_threads = load.num_threads;
@@ -173,15 +177,24 @@ absl::Status PrecalcFlags(PrecalcOptions* o) {
 // with its own; a type either cannot compute is refused when the pool is
 // created, naming it). `auto` keeps them quantized except with the CUDA
 // pool, whose quantized kernels have not yet run on a GPU (docs/gpu.md).
-absl::StatusOr<QuantizedWeights> GgufExpertsFromFlags(const LocalRuntimeOptions& options) {
-  const std::string mode = absl::GetFlag(FLAGS_gguf_experts);
-  if (mode == "quantized") return QuantizedWeights::kKeepExperts;
-  if (mode == "bf16") return QuantizedWeights::kDequantizeToBf16;
-  if (mode == "auto") {
-    const bool cuda_pool = options.orchestrator.enabled && options.orchestrator.pool == ExpertPoolKind::kCuda;
-    return cuda_pool ? QuantizedWeights::kDequantizeToBf16 : QuantizedWeights::kKeepExperts;
+// --gguf_dense: the dense matrices likewise; the CUDA backend computes
+// only float weights, so `auto` dequantizes them for it.
+absl::StatusOr<QuantizedWeights> GgufWeightsFromFlags(const LocalRuntimeOptions& options) {
+  const std::string experts = absl::GetFlag(FLAGS_gguf_experts), dense = absl::GetFlag(FLAGS_gguf_dense);
+  for (const auto& [flag, mode] : {std::pair{"--gguf_experts", experts}, std::pair{"--gguf_dense", dense}}) {
+    if (mode != "auto" && mode != "quantized" && mode != "bf16") {
+      return absl::InvalidArgumentError(absl::StrCat(flag, " \"", mode, "\": expected auto, quantized or bf16"));
+    }
   }
-  return absl::InvalidArgumentError(absl::StrCat("--gguf_experts \"", mode, "\": expected auto, quantized or bf16"));
+  const bool cuda_pool = options.orchestrator.enabled && options.orchestrator.pool == ExpertPoolKind::kCuda;
+  const bool cuda_dense = options.backend == BackendKind::kCuda;
+  if (dense == "quantized" && cuda_dense) {
+    return absl::InvalidArgumentError(
+        "--gguf_dense quantized: --backend cuda computes only float dense weights; use --gguf_dense bf16 (or auto)");
+  }
+  const bool experts_quantized = experts == "quantized" || (experts == "auto" && !cuda_pool);
+  const bool dense_quantized = dense == "quantized" || (dense == "auto" && !cuda_dense);
+  return QuantizedWeightsFor(experts_quantized, dense_quantized);
 }
 
 }  // namespace
@@ -236,7 +249,7 @@ absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions option
   }
   ModelLoadOptions load;
   load.num_threads = options.num_threads > 0 ? options.num_threads : AvailableCores();
-  TANDEM_ASSIGN_OR_RETURN(load.quantized, GgufExpertsFromFlags(options));
+  TANDEM_ASSIGN_OR_RETURN(load.quantized, GgufWeightsFromFlags(options));
   RuntimeFromFlags out;
   if (absl::GetFlag(FLAGS_workers).empty()) {
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModelFrom(source, load));

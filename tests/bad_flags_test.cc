@@ -124,5 +124,17 @@ TEST_F(BadFlagsTest, FlagsBeyondWhatTheMachineCanHoldAreRefusedNamingTheFlag) {
                 "--threads 100000");
 }
 
+TEST_F(BadFlagsTest, GgufWeightModesAreCheckedNamingTheFlag) {
+  const std::string model = (dir_->path() / "model").string();
+  ExpectRefused({kBin + "tandem-generate", "--model", model, "--prompt_ids", "1", "-n", "1", "--gguf_dense", "int4"},
+                "--gguf_dense \"int4\": expected auto, quantized or bf16");
+  ExpectRefused({kBin + "tandem-generate", "--model", model, "--prompt_ids", "1", "-n", "1", "--gguf_experts", "q4"},
+                "--gguf_experts \"q4\": expected auto, quantized or bf16");
+  // The CUDA backend's dense code computes float weights only.
+  ExpectRefused({kBin + "tandem-generate", "--model", model, "--prompt_ids", "1", "-n", "1", "--backend", "cuda",
+                 "--gguf_dense", "quantized"},
+                "--backend cuda computes only float dense weights");
+}
+
 }  // namespace
 }  // namespace tandem

@@ -518,7 +518,7 @@ TEST(HttpServerFlagsTest, NoChatTemplateIsAClearErrorRemoteHostsNeedAFlagAndHelp
   EXPECT_TRUE(absl::StrContains(bad->err, "--http_listen")) << bad->err;
 
   // --help lists the flags (absl's default usage config matched none).
-  for (const char* program : {"tandem-server", "tandem-cpu-worker", "tandem", "tandem-generate"}) {
+  for (const char* program : {"tandem-server", "tandem-cpu-worker", "tandem", "tandem-generate", "tandem-quantize"}) {
     absl::StatusOr<ProcessResult> help =
         RunProcess({absl::StrCat(TANDEM_BINARY_DIR, "/bin/", program), "--help"}, {}, dir.path(), absl::Seconds(30));
     ASSERT_OK(help);

@@ -6,7 +6,7 @@
 #   tools/accuracy_tiny_moe.sh build/tiny-moe bench/results/accuracy-tiny-moe.jsonl
 # Environment: BIN (default build/bin), CONTEXT (128: the training length),
 # STRIDE (64), THREADS (2), TYPES (q8_0 q6_k q5_k_m q4_k_m q4_0),
-# MODES (the --gguf_experts values to run: quantized bf16).
+# MODES (the --gguf_experts and --gguf_dense values to run: quantized bf16).
 # The GGUF files go to MODEL_DIR-gguf/. Prints the Markdown table of
 # docs/BENCHMARKS.md from OUT.jsonl at the end (also alone: --table OUT.jsonl).
 set -euo pipefail
@@ -69,7 +69,7 @@ for type in $types; do
   file=$gguf_dir/$type.gguf
   "$bin/tandem-quantize" --model "$model" --type "$type" --out "$file" --threads "$threads" >&2
   for mode in $modes; do
-    measure "$type" "$mode" "$file" "$file" --gguf_experts "$mode"
+    measure "$type" "$mode" "$file" "$file" --gguf_experts "$mode" --gguf_dense "$mode"
   done
 done
 echo "wrote $out" >&2

@@ -112,10 +112,20 @@ std::string_view QuantizedWeightsName(QuantizedWeights mode) {
   switch (mode) {
     case QuantizedWeights::kKeep: return "kept quantized";
     case QuantizedWeights::kKeepExperts: return "experts kept quantized, the rest dequantized to BF16 at load";
+    case QuantizedWeights::kKeepDense: return "dense matrices kept quantized, the experts dequantized to BF16 at load";
     case QuantizedWeights::kDequantizeToBf16: return "dequantized to BF16 at load";
     case QuantizedWeights::kDequantizeToF32: return "dequantized to F32 at load";
   }
   return "?";
+}
+
+bool ExpertsKeptQuantized(QuantizedWeights mode) {
+  return mode == QuantizedWeights::kKeep || mode == QuantizedWeights::kKeepExperts;
+}
+
+QuantizedWeights QuantizedWeightsFor(bool experts_quantized, bool dense_quantized) {
+  if (experts_quantized) return dense_quantized ? QuantizedWeights::kKeep : QuantizedWeights::kKeepExperts;
+  return dense_quantized ? QuantizedWeights::kKeepDense : QuantizedWeights::kDequantizeToBf16;
 }
 
 absl::StatusOr<DType> DTypeFromGgml(GgmlType type) {
@@ -173,6 +183,7 @@ bool Dequantized(QuantizedWeights mode, WeightRole role) {
   switch (mode) {
     case QuantizedWeights::kKeep: return false;
     case QuantizedWeights::kKeepExperts: return !IsExpertRole(role);
+    case QuantizedWeights::kKeepDense: return IsExpertRole(role);
     case QuantizedWeights::kDequantizeToBf16:
     case QuantizedWeights::kDequantizeToF32: return true;
   }
@@ -200,6 +211,7 @@ absl::Status GgufTensorSource::Bind(const ModelConfig& c, const GgufSourceOption
           absl::StrCat(checkpoint_->Describe(), ": tensor ", loc.info->name, " is ", stored.status().message()));
     }
     gguf_names_[w.name] = loc.info->name;
+    if (w.shape.size() == 2) stored_dtypes_[w.name] = *stored;
     const bool permute = GgufPermutesRows(c.architecture, w.role);
     const int64_t rows = w.shape.size() == 2 ? w.shape[0] : 1;
     const int64_t row_length = w.shape.back();
@@ -247,6 +259,11 @@ absl::StatusOr<TensorView> GgufTensorSource::Get(const std::string& name) const 
                                             "model's config implies)"));
   }
   return it->second;
+}
+
+absl::StatusOr<DType> GgufTensorSource::StoredDType(const std::string& name) const {
+  if (auto it = stored_dtypes_.find(name); it != stored_dtypes_.end()) return it->second;
+  return TensorSource::StoredDType(name);
 }
 
 std::vector<std::string> GgufTensorSource::Names() const {

@@ -14,12 +14,13 @@
 //     layout everywhere (CPU and CUDA);
 //   - vectors (norms, biases) are handed out as F32;
 //   - quantized matrices stay views of their blocks (kKeep; the CPU linear
-//     kernels run them, common/kernels/linear_quantized.h), or only the
+//     kernels run them, common/kernels/linear_quantized.h, and the CPU
+//     backend's embedding decodes a row's blocks per token), or only the
 //     experts' do and the other matrices are dequantized to BF16 at load
-//     (kKeepExperts: the attention, embedding and output code is float
-//     only), or all are dequantized (kDequantizeTo*: what the GPU pool and
-//     the CPU workers' stores need today), only for the experts the process
-//     needs. A consumer that cannot compute a quantized matrix refuses it by
+//     (kKeepExperts: for the CUDA backend, whose dense code is float only),
+//     or only the dense ones do (kKeepDense: the experts in BF16 for the
+//     CUDA pool), or all are dequantized (kDequantizeTo*), only for the
+//     experts the process needs. A consumer that cannot compute a quantized matrix refuses it by
 //     name (RequireFloatDType).
 //
 // Errors name the file and the GGUF tensor: a missing tensor (NotFound), a
@@ -46,10 +47,15 @@ namespace tandem {
 enum class QuantizedWeights {
   kKeep,              // views of the stored blocks
   kKeepExperts,       // the experts' blocks kept (the quantized CPU kernels run them), the rest to BF16
+  kKeepDense,         // the dense matrices' blocks kept (embedding, attention, lm_head), the experts to BF16
   kDequantizeToBf16,  // the fallback until quantized kernels exist (logged)
   kDequantizeToF32,   // the same, exactly (tests compare against references)
 };
 std::string_view QuantizedWeightsName(QuantizedWeights mode);
+// Whether `mode` leaves the experts in their blocks (kKeep, kKeepExperts).
+bool ExpertsKeptQuantized(QuantizedWeights mode);
+// The mode for the experts' and the dense matrices' choices (true = blocks kept).
+QuantizedWeights QuantizedWeightsFor(bool experts_quantized, bool dense_quantized);
 
 struct GgufSourceOptions {
   QuantizedWeights quantized = QuantizedWeights::kDequantizeToBf16;
@@ -72,6 +78,8 @@ class GgufTensorSource : public TensorSource {
                                                                   const GgufSourceOptions& options);
 
   absl::StatusOr<TensorView> Get(const std::string& name) const override;
+  // The file's type, whatever --gguf_experts / --gguf_dense made of it.
+  absl::StatusOr<DType> StoredDType(const std::string& name) const override;
   std::vector<std::string> Names() const override;
   std::string Describe() const override { return checkpoint_->Describe(); }
 
@@ -95,6 +103,7 @@ class GgufTensorSource : public TensorSource {
   std::unique_ptr<GgufCheckpoint> checkpoint_;
   std::map<std::string, TensorView> views_;
   std::map<std::string, std::string> gguf_names_;
+  std::map<std::string, DType> stored_dtypes_;  // matrices only; vectors are F32 views
   std::vector<std::unique_ptr<uint8_t[]>> buffers_;
   int64_t dequantized_tensors_ = 0;
   int64_t dequantized_bytes_ = 0;

@@ -94,7 +94,8 @@ absl::StatusOr<ModelFingerprint> FingerprintModel(const ModelConfig& config, con
   Fnv1a64 h;
   for (const WeightSpec& spec : ExpectedWeights(config)) {
     TANDEM_ASSIGN_OR_RETURN(TensorView view, source.Get(spec.name));
-    AddTensor(h, spec.name, view.dtype, view.shape);
+    TANDEM_ASSIGN_OR_RETURN(const DType stored, source.StoredDType(spec.name));
+    AddTensor(h, spec.name, stored, view.shape);
   }
   f.tensors_hash = h.value();
   return f;

@@ -2,7 +2,10 @@
 // weights never agree to work together: a hash of the config fields that change
 // the forward pass (architecture, sizes, RoPE, norms, router, biases, special
 // ids) and a hash of every tensor's name, dtype and shape (the architecture's
-// ExpectedWeights, with the dtype and shape each stored tensor actually has).
+// ExpectedWeights, with the dtype and shape each stored tensor actually has:
+// its type in the file, so processes that load a GGUF's blocks differently,
+// e.g. a worker that never reads the dense matrices, still agree; the
+// experts' in-memory types are compared separately at connect).
 // Weight values are not hashed here (the same shapes with other values is
 // not caught): the expert workers' bytes are checked by their content hash
 // (common/model/expert_content.h).

@@ -9,10 +9,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/base/flags_usage.h"
 #include "common/base/thread_pool.h"
 #include "common/model/gguf_quantize.h"
 
@@ -23,7 +23,9 @@ ABSL_FLAG(int32_t, threads, 0, "quantization threads; 0 = all available cores");
 ABSL_FLAG(int32_t, chunk_mb, 64, "f32 rows converted at a time, in MB (bounds memory)");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("Write a GGUF file (llama.cpp's layout) from a Hugging Face model folder.");
+  tandem::SetProgramUsage(
+      "Write a GGUF file (llama.cpp's layout) from a Hugging Face model folder.\n"
+      "  tandem-quantize --model DIR --type q4_k_m --out FILE.gguf");
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_model).empty() || absl::GetFlag(FLAGS_out).empty()) {
     std::fprintf(stderr, "tandem-quantize: --model DIR and --out FILE.gguf are required\n");

@@ -65,6 +65,13 @@ class TensorSource {
   virtual ~TensorSource() = default;
   // NotFound (naming the tensor and the source) when absent.
   virtual absl::StatusOr<TensorView> Get(const std::string& name) const = 0;
+  // The type the tensor has in the file, which Get's view may not keep (a
+  // GGUF block type dequantized at load): what a model's identity hashes.
+  virtual absl::StatusOr<DType> StoredDType(const std::string& name) const {
+    absl::StatusOr<TensorView> view = Get(name);
+    if (!view.ok()) return view.status();
+    return view->dtype;
+  }
   virtual std::vector<std::string> Names() const = 0;
   // Human-readable origin for error messages, e.g. the model directory.
   virtual std::string Describe() const = 0;
