@@ -1,0 +1,18 @@
+#!/bin/bash
+# Builds mixtral_ggml against a ggml source tree, the way llama.cpp builds
+# ggml for a CPU by default (native ISA, OpenMP threads, llamafile sgemm):
+#   bench/ggml_reference/build.sh GGML_SOURCE_DIR [BUILD_DIR]
+# ggml is not a dependency of tandem and is not in Debian; a checkout of
+# github.com/ggml-org/ggml is enough (the figures in docs/BENCHMARKS.md were
+# taken with commit d99724f2b141, 2026-08-21). Writes BUILD_DIR/mixtral_ggml.
+set -eu
+src=${1:?usage: build.sh GGML_SOURCE_DIR [BUILD_DIR]}
+out=${2:-build-ggml}
+here=$(cd "$(dirname "$0")" && pwd)
+cmake -S "$src" -B "$out/ggml" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_LLAMAFILE=ON -DGGML_OPENMP=ON \
+  -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF > "$out/ggml-cmake.log"
+cmake --build "$out/ggml" -j"$(nproc)" > "$out/ggml-build.log"
+libs=$(find "$out/ggml/src" -name 'libggml*.a' | sort -r)  # ggml, ggml-cpu, ggml-base: users first
+g++ -std=c++20 -O2 -march=native -fopenmp -I"$src/include" "$here/mixtral_ggml.cc" \
+  -Wl,--start-group $libs -Wl,--end-group -lpthread -lm -o "$out/mixtral_ggml"
+echo "built $out/mixtral_ggml"
