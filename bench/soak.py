@@ -11,8 +11,8 @@ greedy generation or beam search that succeeded with other ids than the
 reference run taken before the load), which must both be 0; peak and final
 RSS of the server and of each worker (sampled every second); the faults done.
 
-    bench/soak.sh --duration_s 1800 --clients 32          # the intended run (issue 15)
-    bench/soak.sh --duration_s 180 --clients 16           # a short one
+    bench/soak.sh --duration_s 1800 --clients 16          # the 30-minute run in docs/BENCHMARKS.md
+    bench/soak.sh --duration_s 180 --clients 16           # a short one (--clients up to 256)
 
 Needs the build's programs (--bin) and its Python SDK on PYTHONPATH
 (build/python); soak.sh sets both.

@@ -5,8 +5,9 @@
 # (requests done, failed by status code, lost and wrong — both must be 0 —,
 # peak and final RSS). Exit status 1 when a request was lost or wrong.
 #
-#   bench/soak.sh --duration_s 1800 --clients 32        # the intended run: 30 minutes
-#   bench/soak.sh --duration_s 180 --clients 16 --out bench/results/soak-zen5-2core.jsonl
+#   nice -n 10 bench/soak.sh --duration_s 1800 --clients 16 --out bench/results/soak-zen5-2core.jsonl
+#                                                        # the 30-minute run in docs/BENCHMARKS.md (16-64 clients)
+#   bench/soak.sh --duration_s 180 --clients 16          # a short one
 #
 # Options are bench/soak.py's (--help). Needs a build with tandem-server,
 # tandem-cpu-worker and the Python SDK: cmake --build build --target
