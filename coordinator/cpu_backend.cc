@@ -28,9 +28,9 @@ absl::Status CpuBackend::Embed(std::span<const int32_t> tokens, float* hidden) {
       // A GGUF table kept in its blocks (as llama.cpp does): one row's blocks
       // decoded per token, so the table costs its file size, not 2-4x that.
       const size_t row_bytes = static_cast<size_t>(DTypeRowBytes(table.dtype, d));
-      const absl::Status decoded =
-          DequantizeRow(GgmlFromDType(table.dtype), {static_cast<const uint8_t*>(table.data) + static_cast<size_t>(id) * row_bytes, row_bytes},
-                        absl::MakeSpan(hidden + static_cast<int64_t>(t) * d, static_cast<size_t>(d)));
+      const uint8_t* row = static_cast<const uint8_t*>(table.data) + static_cast<size_t>(id) * row_bytes;
+      const absl::Status decoded = DequantizeRow(GgmlFromDType(table.dtype), {row, row_bytes},
+                                                 absl::MakeSpan(hidden + static_cast<int64_t>(t) * d, static_cast<size_t>(d)));
       if (!decoded.ok()) return absl::InternalError(absl::StrCat(table.name, ": ", decoded.message()));
       continue;
     }

@@ -405,10 +405,10 @@ TEST_P(GgufQuantizedTest, KeptBlocksAreViewsTheKernelsRun) {
 }
 
 // Every matrix kept in its blocks (as --gguf_experts/--gguf_dense auto on
-// the CPU): the quantized embedding table is decoded row by row and the
+// the CPU): the quantized embedding table gives the dequantized rows, the
 // attention projections and lm_head run the quantized kernels, and the
 // logits are those of the file fully dequantized to F32.
-TEST_P(GgufQuantizedTest, AllBlocksKeptGiveTheDequantizedLogits) {
+TEST_P(GgufQuantizedTest, AllBlocksKeptGiveTheDequantizedEmbeddingRowsAndLogits) {
   const QuantCase& c = GetParam();
   auto kept = LoadModel(Gguf(c.arch, c.type), {.quantized = QuantizedWeights::kKeep});
   auto exact = LoadModel(Gguf(c.arch, c.type), {.quantized = QuantizedWeights::kDequantizeToF32});
@@ -418,33 +418,26 @@ TEST_P(GgufQuantizedTest, AllBlocksKeptGiveTheDequantizedLogits) {
   EXPECT_TRUE(IsQuantized((*kept)->weights->lm_head.dtype));
   EXPECT_TRUE(IsQuantized((*kept)->weights->embed_tokens.dtype));
   EXPECT_THAT((*kept)->summary, Not(HasSubstr("dequantized at load")));
-  const std::vector<int32_t> tokens = Prompt((*exact)->config);
+  const ModelConfig& config = (*exact)->config;
+  {
+    const std::vector<int32_t> ids = {0, 1, static_cast<int32_t>(config.vocab_size / 2),
+                                      static_cast<int32_t>(config.vocab_size - 1)};
+    std::vector<float> a(ids.size() * static_cast<size_t>(config.hidden_size)), b(a.size());
+    ThreadPool pool(ThreadPoolOptions{.num_threads = 1});
+    CpuBackend kept_backend((*kept)->weights.get(), &pool), exact_backend((*exact)->weights.get(), &pool);
+    ASSERT_OK(kept_backend.Embed(ids, a.data()));
+    ASSERT_OK(exact_backend.Embed(ids, b.data()));
+    EXPECT_EQ(a, b);
+    const std::vector<int32_t> outside = {static_cast<int32_t>(config.vocab_size)};
+    EXPECT_THAT(std::string(kept_backend.Embed(outside, a.data()).message()), HasSubstr("outside the vocabulary"));
+  }
+  const std::vector<int32_t> tokens = Prompt(config);
   const double nmse = LogitsNmse(Logits(std::move(*kept), tokens), Logits(std::move(*exact), tokens));
   std::cout << "[ nmse     ] " << c.arch << " " << c.type << ": every matrix quantized vs exact dequantization "
             << nmse << "\n";
   // This binary runs the exact plan (f32 inputs, exact_kernels_testlib.h):
   // the same values summed in another order; measured ~2e-13.
   EXPECT_LT(nmse, 1e-9);
-}
-
-// The embedding lookup of a quantized table gives the dequantized rows.
-TEST_P(GgufQuantizedTest, QuantizedEmbeddingRowsAreTheDequantizedRows) {
-  const QuantCase& c = GetParam();
-  auto kept = LoadModel(Gguf(c.arch, c.type), {.quantized = QuantizedWeights::kKeep});
-  auto exact = LoadModel(Gguf(c.arch, c.type), {.quantized = QuantizedWeights::kDequantizeToF32});
-  ASSERT_OK(kept);
-  ASSERT_OK(exact);
-  const ModelConfig& config = (*exact)->config;
-  const std::vector<int32_t> tokens = {0, 1, static_cast<int32_t>(config.vocab_size / 2),
-                                       static_cast<int32_t>(config.vocab_size - 1)};
-  std::vector<float> a(tokens.size() * static_cast<size_t>(config.hidden_size)), b(a.size());
-  ThreadPool pool(ThreadPoolOptions{.num_threads = 1});
-  CpuBackend kept_backend((*kept)->weights.get(), &pool), exact_backend((*exact)->weights.get(), &pool);
-  ASSERT_OK(kept_backend.Embed(tokens, a.data()));
-  ASSERT_OK(exact_backend.Embed(tokens, b.data()));
-  EXPECT_EQ(a, b);
-  const std::vector<int32_t> outside = {static_cast<int32_t>(config.vocab_size)};
-  EXPECT_THAT(std::string(kept_backend.Embed(outside, a.data()).message()), HasSubstr("outside the vocabulary"));
 }
 
 // The experts kept quantized (the rest dequantized to F32 here) give the

@@ -113,7 +113,7 @@ struct Layer {
 
 struct Model {
   Hparams hp;
-  ggml_context* weights = nullptr;  // every tensor of the file, read into memory
+  ggml_context* weights = nullptr;  // every tensor of the file, mapped (--mmap 1) or read into memory
   ggml_context* cache = nullptr;    // the f16 KV cache
   ggml_tensor *tok_embd = nullptr, *output_norm = nullptr, *output = nullptr;
   std::vector<Layer> layers;

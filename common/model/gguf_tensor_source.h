@@ -20,8 +20,8 @@
 //     (kKeepExperts: for the CUDA backend, whose dense code is float only),
 //     or only the dense ones do (kKeepDense: the experts in BF16 for the
 //     CUDA pool), or all are dequantized (kDequantizeTo*), only for the
-//     experts the process needs. A consumer that cannot compute a quantized matrix refuses it by
-//     name (RequireFloatDType).
+//     experts the process needs. A consumer that cannot compute a quantized
+//     matrix refuses it by name (RequireFloatDType).
 //
 // Errors name the file and the GGUF tensor: a missing tensor (NotFound), a
 // shape the config does not imply, a row that is not whole blocks, or a type
