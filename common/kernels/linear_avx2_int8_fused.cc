@@ -30,10 +30,10 @@ inline float HalfAt(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-constexpr int64_t kPrefetchBytes = 1024;  // as the VNNI kernel and the tile path's decoders
-inline void PrefetchAhead(const uint8_t* p, int64_t bytes) {
-  for (int64_t at = 0; at < bytes; at += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + at, _MM_HINT_T0);
+// Each step prefetches its share of the next pass's rows, one pass ahead in
+// one sequential sweep (why: linear_avx512_vnni_fused.cc, PrefetchLines).
+inline void PrefetchLines(const uint8_t* p, int64_t bytes) {
+  for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + at, _MM_HINT_T1);
 }
 
 inline __m256i Load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
@@ -182,13 +182,11 @@ struct XRows {
 };
 
 template <class Format, int kRows, int kW>
-inline void Unit(const uint8_t* const (&w)[kW], const XRows<kRows>& x, int64_t i, int64_t at,
+inline void Unit(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows<kRows>& x, int64_t i, int64_t at,
                  __m256 (&acc)[kW][kRows]) {
+  PrefetchLines(next + kW * at, kW * Format::kBytes);
   typename Format::State state[kW];
-  for (int f = 0; f < kW; ++f) {
-    PrefetchAhead(w[f] + at, Format::kBytes);
-    state[f] = Format::Begin(w[f] + at);
-  }
+  for (int f = 0; f < kW; ++f) state[f] = Format::Begin(w[f] + at);
   if constexpr (Format::kOffsets) {
     for (int f = 0; f < kW; ++f) {
       __m256 offsets[2];
@@ -228,6 +226,7 @@ void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& 
   const uint8_t* rows[kW];
   for (int f = 0; f < kW; ++f)  // a tail pass repeats the last row (its sums are dropped)
     rows[f] = static_cast<const uint8_t*>(w.data) + (j0 + std::min<int64_t>(f, a.n_end - 1 - j0)) * row_bytes;
+  const uint8_t* next = static_cast<const uint8_t*>(w.data) + (j0 + kW) * row_bytes;  // the next pass's rows
   XRows<kRows> x;
   for (int r = 0; r < kRows; ++r) {
     const uint8_t* base = static_cast<const uint8_t*>(px.base) + (r0 + r) * px.stride;
@@ -239,7 +238,7 @@ void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& 
   for (int f = 0; f < kW; ++f)
     for (int r = 0; r < kRows; ++r) acc[f][r] = _mm256_setzero_ps();
   for (int64_t u = 0; u < w.k / Format::kValues; ++u)
-    Unit<Format, kRows, kW>(rows, x, u * Format::kValues, u * Format::kBytes, acc);
+    Unit<Format, kRows, kW>(rows, next, x, u * Format::kValues, u * Format::kBytes, acc);
   for (int f = 0; f < kW && j0 + f < a.n_end; ++f) {
     const float bias = a.bias != nullptr ? a.bias[j0 + f] : 0.0f;
     for (int r = 0; r < kRows; ++r) a.y[(r0 + r) * a.ldy + j0 + f] = Sum(acc[f][r]) + bias;
