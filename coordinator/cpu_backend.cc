@@ -76,6 +76,20 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
     }
   }
 
+  // Every cached position's key and value row, looked up once per layer:
+  // the lookup (block table, an out-of-line pool call, a division) cost more
+  // than the dot product it fed when every head repeated it for every key
+  // (mixtral-8x7b:2 decode at ~560 keys: attention 3.9-4.2 -> 3.5 ms/token).
+  std::vector<size_t> rows_at(slices.size());
+  kv_rows_.clear();
+  for (size_t i = 0; i < slices.size(); ++i) {
+    const SequenceSlice& s = slices[i];
+    rows_at[i] = kv_rows_.size();
+    const int64_t end = s.start_position + s.num_tokens;
+    for (int64_t j = 0; j < end; ++j) kv_rows_.push_back(s.kv->KeyRow(layer, j));
+    for (int64_t j = 0; j < end; ++j) kv_rows_.push_back(s.kv->ValueRow(layer, j));
+  }
+
   // Each row attends to its own sequence's keys up to its position (causal),
   // within the sliding window when the config sets one. Tasks are (block of
   // up to kBlockRows consecutive rows of one sequence, query head): a block
@@ -105,12 +119,13 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
       first[r] = config_.sliding_window ? std::max<int64_t>(0, position - *config_.sliding_window + 1) : 0;
       count[r] = position - first[r] + 1;
     }
-    SequenceKv* kv = b.slice->kv;
+    const float* const* keys = kv_rows_.data() + rows_at[static_cast<size_t>(b.slice - slices.data())];
+    const float* const* values = keys + b.slice->start_position + b.slice->num_tokens;
     const int64_t row0 = b.slice->row_offset + b.begin;
     AttendRowsOneHead(
         q_.data() + row0 * q_dim + h * hd, q_dim, b.count, hd, first, count,
-        [&](int64_t j) -> const float* { return kv->KeyRow(layer, j) + kv_offset; },
-        [&](int64_t j) -> const float* { return kv->ValueRow(layer, j) + kv_offset; },
+        [&](int64_t j) -> const float* { return keys[j] + kv_offset; },
+        [&](int64_t j) -> const float* { return values[j] + kv_offset; },
         scores_[static_cast<size_t>(thread)].data(), attn_.data() + row0 * q_dim + h * hd, q_dim);
   };
   const int64_t tasks = static_cast<int64_t>(blocks.size()) * heads;

@@ -43,6 +43,7 @@ class CpuBackend final : public ComputeBackend {
   // Run state, reused across steps.
   std::vector<float> normed_, q_, k_, v_, attn_, o_;
   std::vector<std::vector<float>> scores_;  // per thread
+  std::vector<const float*> kv_rows_;       // one layer's key, then value rows, per slice
   double projection_us_ = 0, projection_flops_ = 0;
 };
 

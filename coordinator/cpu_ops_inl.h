@@ -37,6 +37,16 @@ inline void Axpy(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
+// One head's key (value) rows sit kv_dim floats apart in the cache, a new
+// 4 KB page per row at Mixtral's width, which the hardware prefetcher does
+// not follow, so rows this far ahead are prefetched. Microbench (Zen 5, one
+// thread, 32 heads x 600 keys from a cold cache): 0.70 -> 0.63 ms per
+// layer; 8 or 16 rows ahead gave 0.67.
+inline constexpr int64_t kRowsAhead = 4;
+inline void PrefetchRow(const float* row, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(row + i), _MM_HINT_T0);
+}
+
 }  // namespace attention_detail
 
 template <typename KeyFn, typename ValueFn>
@@ -77,6 +87,8 @@ void AttendRowsOneHead(const float* q, int64_t q_stride, int64_t rows, int64_t h
     hi = std::max(hi, first_key[r] + num_keys[r]);
   }
   for (int64_t j = lo; j < hi; ++j) {
+    if (j + attention_detail::kRowsAhead < hi)
+      attention_detail::PrefetchRow(key_row(j + attention_detail::kRowsAhead), head_dim);
     const float* k = key_row(j);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t at = j - first_key[r];
@@ -99,6 +111,8 @@ void AttendRowsOneHead(const float* q, int64_t q_stride, int64_t rows, int64_t h
     for (int64_t i = 0; i < head_dim; ++i) o[i] = 0.0f;
   }
   for (int64_t j = lo; j < hi; ++j) {
+    if (j + attention_detail::kRowsAhead < hi)
+      attention_detail::PrefetchRow(value_row(j + attention_detail::kRowsAhead), head_dim);
     const float* v = value_row(j);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t at = j - first_key[r];

@@ -1,19 +1,35 @@
 #include "coordinator/kv_cache.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
-#include <new>
 
 #include "absl/strings/str_cat.h"
 
 namespace tandem {
 
+void HostKvBlockStorage::Free::operator()(float* p) const { std::free(p); }
+
+// Chunks sit on 2 MiB boundaries and ask for transparent huge pages (where
+// THP is "madvise", the common default, nothing else gets them): one head's
+// key rows are kv_dim floats apart, a new 4 KiB page per row at Mixtral's
+// width, and with the weights streaming through the TLB between layers every
+// row read cost a page walk. Measured on mixtral-8x7b:2 Q4_K_M decode after
+// a 512-token prompt (Zen 5, 2 threads): attention 4.16-4.24 -> 3.61-3.77 ms
+// per token (both layers, projections included).
 absl::StatusOr<float*> HostKvBlockStorage::AllocateChunk(int64_t bytes) {
-  const size_t floats = static_cast<size_t>(bytes) / sizeof(float);
-  std::unique_ptr<float[]> chunk(new (std::nothrow) float[floats]());
-  if (chunk == nullptr) {
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t size = (static_cast<size_t>(bytes) + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = nullptr;
+  if (posix_memalign(&p, kHugePage, size) != 0 || p == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("KV cache: cannot allocate ", bytes, " bytes of host memory"));
   }
+  std::unique_ptr<float, Free> chunk(static_cast<float*>(p));
+  madvise(p, size, MADV_HUGEPAGE);  // a hint: without THP the chunk simply keeps 4 KiB pages
+  std::memset(p, 0, size);
   chunks_.push_back(std::move(chunk));
   return chunks_.back().get();
 }

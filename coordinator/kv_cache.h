@@ -43,7 +43,8 @@ class KvBlockStorage {
   virtual bool host_accessible() const = 0;
 };
 
-// The default storage: host memory (value-initialised float arrays).
+// The default storage: host memory, zero-filled, on huge pages where the
+// kernel grants them.
 class HostKvBlockStorage final : public KvBlockStorage {
  public:
   absl::StatusOr<float*> AllocateChunk(int64_t bytes) override;
@@ -51,7 +52,10 @@ class HostKvBlockStorage final : public KvBlockStorage {
   bool host_accessible() const override { return true; }
 
  private:
-  std::vector<std::unique_ptr<float[]>> chunks_;
+  struct Free {
+    void operator()(float* p) const;
+  };
+  std::vector<std::unique_ptr<float, Free>> chunks_;
 };
 
 // Positions per block at most: one block holds every layer's K and V for
