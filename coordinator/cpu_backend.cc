@@ -76,20 +76,6 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
     }
   }
 
-  // Every cached position's key and value row, looked up once per layer:
-  // the lookup (block table, an out-of-line pool call, a division) cost more
-  // than the dot product it fed when every head repeated it for every key
-  // (mixtral-8x7b:2 decode at ~560 keys: attention 3.9-4.2 -> 3.5 ms/token).
-  std::vector<size_t> rows_at(slices.size());
-  kv_rows_.clear();
-  for (size_t i = 0; i < slices.size(); ++i) {
-    const SequenceSlice& s = slices[i];
-    rows_at[i] = kv_rows_.size();
-    const int64_t end = s.start_position + s.num_tokens;
-    for (int64_t j = 0; j < end; ++j) kv_rows_.push_back(s.kv->KeyRow(layer, j));
-    for (int64_t j = 0; j < end; ++j) kv_rows_.push_back(s.kv->ValueRow(layer, j));
-  }
-
   // Each row attends to its own sequence's keys up to its position (causal),
   // within the sliding window when the config sets one. Tasks are (block of
   // up to kBlockRows consecutive rows of one sequence, query head): a block
@@ -97,16 +83,28 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
   // single rows still spread over the threads by head. Scratch per thread:
   // kBlockRows x keys scores, linear in the sequence length.
   constexpr int64_t kBlockRows = 32;
+  //
+  // Every cached position's key and value row is looked up once per layer
+  // into kv_rows_ (the slice's keys from `keys_at`, then its values): the
+  // lookup (block table, an out-of-line pool call, a division) cost more
+  // than the dot product it fed when every head repeated it for every key
+  // (mixtral-8x7b:2 decode at ~560 keys: attention 3.9-4.2 -> 3.5 ms/token).
   struct Block {
     const SequenceSlice* slice;
     int64_t begin, count;
+    size_t keys_at;
   };
   std::vector<Block> blocks;
   int64_t max_keys = 0;
+  kv_rows_.clear();
   for (const SequenceSlice& s : slices) {
+    const size_t keys_at = kv_rows_.size();
+    const int64_t end = s.start_position + s.num_tokens;
+    for (int64_t j = 0; j < end; ++j) kv_rows_.push_back(s.kv->KeyRow(layer, j));
+    for (int64_t j = 0; j < end; ++j) kv_rows_.push_back(s.kv->ValueRow(layer, j));
     for (int64_t i = 0; i < s.num_tokens; i += kBlockRows)
-      blocks.push_back({&s, i, std::min(kBlockRows, s.num_tokens - i)});
-    max_keys = std::max(max_keys, s.start_position + s.num_tokens);
+      blocks.push_back({&s, i, std::min(kBlockRows, s.num_tokens - i), keys_at});
+    max_keys = std::max(max_keys, end);
   }
   for (auto& scratch : scores_) Grow(scratch, kBlockRows * max_keys);
   const int64_t group = heads / kv_heads;
@@ -119,7 +117,7 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
       first[r] = config_.sliding_window ? std::max<int64_t>(0, position - *config_.sliding_window + 1) : 0;
       count[r] = position - first[r] + 1;
     }
-    const float* const* keys = kv_rows_.data() + rows_at[static_cast<size_t>(b.slice - slices.data())];
+    const float* const* keys = kv_rows_.data() + b.keys_at;
     const float* const* values = keys + b.slice->start_position + b.slice->num_tokens;
     const int64_t row0 = b.slice->row_offset + b.begin;
     AttendRowsOneHead(

@@ -13,7 +13,8 @@ namespace tandem {
 
 void HostKvBlockStorage::Free::operator()(float* p) const { std::free(p); }
 
-// Chunks sit on 2 MiB boundaries and ask for transparent huge pages (where
+// Chunks of a huge page or more sit on 2 MiB boundaries, rounded up to
+// whole huge pages, and ask for transparent huge pages (where
 // THP is "madvise", the common default, nothing else gets them): one head's
 // key rows are kv_dim floats apart, a new 4 KiB page per row at Mixtral's
 // width, and with the weights streaming through the TLB between layers every
@@ -22,13 +23,16 @@ void HostKvBlockStorage::Free::operator()(float* p) const { std::free(p); }
 // per token (both layers, projections included).
 absl::StatusOr<float*> HostKvBlockStorage::AllocateChunk(int64_t bytes) {
   constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t size = (static_cast<size_t>(bytes) + kHugePage - 1) / kHugePage * kHugePage;
+  // A smaller chunk (small models) could not fill a huge page: rounding it
+  // up would only waste memory.
+  const bool huge = static_cast<size_t>(bytes) >= kHugePage;
+  const size_t size = huge ? (static_cast<size_t>(bytes) + kHugePage - 1) / kHugePage * kHugePage : bytes;
   void* p = nullptr;
-  if (posix_memalign(&p, kHugePage, size) != 0 || p == nullptr) {
+  if (posix_memalign(&p, huge ? kHugePage : 64, size) != 0 || p == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("KV cache: cannot allocate ", bytes, " bytes of host memory"));
   }
   std::unique_ptr<float, Free> chunk(static_cast<float*>(p));
-  madvise(p, size, MADV_HUGEPAGE);  // a hint: without THP the chunk simply keeps 4 KiB pages
+  if (huge) madvise(p, size, MADV_HUGEPAGE);  // a hint: without THP the chunk keeps 4 KiB pages
   std::memset(p, 0, size);
   chunks_.push_back(std::move(chunk));
   return chunks_.back().get();
