@@ -101,7 +101,12 @@ absl::Status ValidateLinear(const float* x, int64_t m, const LinearWeight& w, co
 }
 
 // Stream path: ~256 KB of weights per task keeps the hardware prefetcher on
-// long runs and makes the atomic task counter noise. Packed paths: up to
+// long runs and makes the atomic task counter noise. int8_dot (quantized
+// decode): ~1 MB, because its kernel prefetches one pass ahead within its
+// slice, so each task starts cold and its last pass prefetches rows that
+// are not its own; one Q4_K/Q6_K expert at 1 row, 2 threads, Zen 5, task
+// sizes alternating call by call: 256 KB 2947/4606 us, 1 MB 2738/4270 us
+// (-7%), 2 and 4 MB no faster and less even. Packed paths: up to
 // 128 features whose f32 panels fit 4 MB. bf16_dot: 120 features (ten
 // 12-feature register tiles), whose K block of W (120 x 512 B) and f32
 // accumulators stay in L2. oneDNN: a W tile of 256 rows. All shrink so every
@@ -114,6 +119,7 @@ int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, co
   constexpr int64_t kPackedSliceBytes = 4 << 20;
   constexpr int64_t kDotTile = 12;
   constexpr int64_t kDotTaskFeatures = 120;
+  constexpr int64_t kInt8TaskBytes = 1 << 20;
   constexpr int64_t kInt8Tile = 4;
   const int64_t threads = std::max(num_threads, 1);
   const int64_t per_thread = 4 * threads;
@@ -134,8 +140,8 @@ int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, co
       features = kDotTaskFeatures;
       if (threads > 1) features = std::min(features, RoundUp(CeilDiv(w.n, per_thread), kDotTile));
       break;
-    case KernelPath::kInt8Dot:  // as stream, in whole 4-feature tiles
-      features = RoundUp(CeilDiv(kStreamTaskBytes, w.row_bytes()), kInt8Tile);
+    case KernelPath::kInt8Dot:  // as stream, in whole 4-feature tiles of ~1 MB
+      features = RoundUp(CeilDiv(kInt8TaskBytes, w.row_bytes()), kInt8Tile);
       if (threads > 1) features = std::min(features, RoundUp(CeilDiv(w.n, per_thread), kInt8Tile));
       break;
     case KernelPath::kOneDnn:

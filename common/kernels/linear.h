@@ -71,9 +71,10 @@ const LinearKernel& ChooseLinearKernel(int64_t m, DType dtype, const LinearOptio
 absl::Status ValidateLinear(const float* x, int64_t m, const LinearWeight& w, const float* y,
                             const LinearOptions& options = {});
 
-// How many output features one parallel task should own: the stream path
-// aims at a few hundred KB of weights per task (enough to amortise the task
-// counter, small enough to balance), the GEMM paths at one cache-sized tile
+// How many output features one parallel task should own: the stream paths
+// aim at a few hundred KB (bf16) to ~1 MB (quantized) of weights per task
+// (enough to amortise the task counter and each task's cold start, small
+// enough to balance), the GEMM paths at one cache-sized tile
 // of W. Always in [1, w.n].
 int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, const LinearKernel& kernel);
 
