@@ -83,7 +83,7 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
   // single rows still spread over the threads by head. Scratch per thread:
   // kBlockRows x keys scores, linear in the sequence length.
   constexpr int64_t kBlockRows = 32;
-  //
+
   // Every cached position's key and value row is looked up once per layer
   // into kv_rows_ (the slice's keys from `keys_at`, then its values): the
   // lookup (block table, an out-of-line pool call, a division) cost more
