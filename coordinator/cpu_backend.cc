@@ -57,9 +57,12 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
   ApplyNorm(config_, lw.input_norm, hidden, num_rows, normed_.data());
   auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
   auto start = std::chrono::steady_clock::now();
-  TANDEM_RETURN_IF_ERROR(Linear(normed_.data(), num_rows, lw.q_proj, bias(lw.q_bias), q_.data(), pool_));
-  TANDEM_RETURN_IF_ERROR(Linear(normed_.data(), num_rows, lw.k_proj, bias(lw.k_bias), k_.data(), pool_));
-  TANDEM_RETURN_IF_ERROR(Linear(normed_.data(), num_rows, lw.v_proj, bias(lw.v_bias), v_.data(), pool_));
+  // One dispatch for q, k and v: k and v are a quarter of q each (GQA), too
+  // few tasks on their own to keep every thread busy to the end.
+  const LinearProduct qkv[] = {{.w = &lw.q_proj, .bias = bias(lw.q_bias), .y = q_.data()},
+                               {.w = &lw.k_proj, .bias = bias(lw.k_bias), .y = k_.data()},
+                               {.w = &lw.v_proj, .bias = bias(lw.v_bias), .y = v_.data()}};
+  TANDEM_RETURN_IF_ERROR(LinearShared(normed_.data(), num_rows, qkv, pool_));
   projection_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   projection_flops_ += 2.0 * static_cast<double>(num_rows) * static_cast<double>(d) *
                        static_cast<double>(q_dim + 2 * kv_dim + q_dim);  // q, k, v, and o below

@@ -198,6 +198,66 @@ TEST(QuantizedLinear, Int8DotRowResultIndependentOfRowCountAndThreads) {
   }
 }
 
+// LinearShared (attention's q, k and v in one dispatch) gives each W what a
+// Linear of its own gives, bit for bit: every feature is still computed by
+// one task of the same kernel over all of K, whatever the split. Mixed types
+// as in a Q4_K_M file (q, k Q4_K; v Q6_K), and bf16 with K = 1024, whose
+// rows 4 KB apart take the padded copy of x; decode and prefill row counts.
+TEST(QuantizedLinear, SharedDispatchMatchesOneLinearPerWeight) {
+  struct Set {
+    DType q, k, v;
+    int64_t cols;
+  };
+  ThreadPool pool(ThreadPoolOptions{.num_threads = 2, .name = "q-linear-test"});
+  for (const Set& set :
+       {Set{DType::kQ4_K, DType::kQ4_K, DType::kQ6_K, 512}, Set{DType::kBF16, DType::kBF16, DType::kBF16, 1024}}) {
+    const QuantizedMatrix q(set.q, 40, set.cols, 21), k(set.k, 9, set.cols, 22), v(set.v, 12, set.cols, 23);
+    const QuantizedMatrix* weights[] = {&q, &k, &v};
+    const std::vector<float> bias = Random(40, 32);
+    for (int64_t m : {int64_t{1}, int64_t{3}, int64_t{13}, int64_t{40}}) {
+      const std::vector<float> x = Random(m * set.cols, 31);
+      std::vector<std::vector<float>> shared, alone;
+      std::vector<LinearProduct> products;
+      for (const QuantizedMatrix* w : weights) {
+        shared.emplace_back(static_cast<size_t>(m * w->weight.n));
+        alone.emplace_back(static_cast<size_t>(m * w->weight.n));
+      }
+      for (size_t i = 0; i < 3; ++i)
+        products.push_back({.w = &weights[i]->weight, .bias = i == 1 ? bias.data() : nullptr, .y = shared[i].data()});
+      ASSERT_OK(LinearShared(x.data(), m, products, &pool));
+      for (size_t i = 0; i < 3; ++i) {
+        ASSERT_OK(Linear(x.data(), m, weights[i]->weight, products[i].bias, alone[i].data(), &pool));
+        for (size_t j = 0; j < alone[i].size(); ++j)
+          ASSERT_EQ(shared[i][j], alone[i][j])
+              << DTypeName(weights[i]->weight.dtype) << " weight " << i << " M " << m << " element " << j;
+      }
+    }
+  }
+}
+
+TEST(QuantizedLinear, SharedDispatchRefusesWhatCannotShareOneX) {
+  const QuantizedMatrix a(DType::kQ8_0, 4, 64, 1), b(DType::kQ8_0, 4, 96, 2);
+  std::vector<float> x(96), y(4), z(4);
+  const LinearProduct mixed[] = {{.w = &a.weight, .y = y.data()}, {.w = &b.weight, .y = z.data()}};
+  absl::Status status = LinearShared(x.data(), 1, mixed, nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("weight 1 has K = 96"));
+  status = LinearShared(x.data(), 1, {}, nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("0 weights"));
+  const LinearProduct many[] = {{.w = &a.weight, .y = y.data()},
+                                {.w = &a.weight, .y = y.data()},
+                                {.w = &a.weight, .y = y.data()},
+                                {.w = &a.weight, .y = y.data()},
+                                {.w = &a.weight, .y = y.data()}};
+  status = LinearShared(x.data(), 1, many, nullptr);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("5 weights"));
+  const LinearProduct null_weight[] = {{.w = nullptr, .y = y.data()}};
+  status = LinearShared(x.data(), 1, null_weight, nullptr);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("weight 0 is null"));
+}
+
 TEST(QuantizedLinear, RowsThatAreNotWholeBlocksAreRefused) {
   std::vector<uint8_t> blocks(1024);
   const LinearWeight w{blocks.data(), DType::kQ4_K, 2, 100};

@@ -4,6 +4,7 @@
 #include "common/kernels/linear.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -221,36 +222,96 @@ std::string KernelStartupSummary(DType dtype) {
 
 absl::Status Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias, float* y, ThreadPool* pool,
                     const LinearOptions& options) {
-  TANDEM_RETURN_IF_ERROR(ValidateLinear(x, m, w, y, options));
-  if (m == 0) return absl::OkStatus();
-  const LinearKernel& kernel = ChooseLinearKernel(m, w.dtype, options);
-  LinearSliceArgs args{.x = x, .ldx = w.k, .m = m, .bias = bias, .y = y, .ldy = w.n};
-  thread_local PreparedInput prepared;
-  thread_local std::vector<float> padded_x;
-  if (kernel.prepare != nullptr) {
-    TANDEM_RETURN_IF_ERROR(prepared.Prepare(kernel, x, w.k, m, w.k, pool));
-    args.prepared = prepared.data();
-  } else if (m > 1 && kernel.path != KernelPath::kOneDnn && ActivationRowStride(w.k) != w.k) {
-    // Rows of x a multiple of 4 KB apart share L1 sets with each other and
-    // with the W rows; the stream and packed kernels keep several rows of x
-    // in flight, so they read a copy whose rows are one line apart in set terms.
-    const int64_t ldx = ActivationRowStride(w.k);
-    try {
-      padded_x.resize(static_cast<size_t>(m * ldx));
-    } catch (const std::bad_alloc&) {
-      return absl::ResourceExhaustedError(absl::StrCat("no memory for a copy of x [", m, ", ", w.k, "]"));
-    }
-    for (int64_t r = 0; r < m; ++r) std::memcpy(&padded_x[r * ldx], x + r * w.k, w.k * sizeof(float));
-    args.x = padded_x.data();
-    args.ldx = ldx;
+  const LinearProduct product{.w = &w, .bias = bias, .y = y};
+  return LinearShared(x, m, std::span<const LinearProduct>(&product, 1), pool, options);
+}
+
+namespace {
+
+absl::Status ValidateShared(const float* x, int64_t m, std::span<const LinearProduct> products,
+                            const LinearOptions& options) {
+  if (products.empty() || products.size() > kMaxSharedProducts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LinearShared: ", products.size(), " weights; 1 to ", kMaxSharedProducts, " share one x"));
   }
+  for (size_t i = 0; i < products.size(); ++i) {
+    if (products[i].w == nullptr)
+      return absl::InvalidArgumentError(absl::StrCat("LinearShared: weight ", i, " is null"));
+    TANDEM_RETURN_IF_ERROR(ValidateLinear(x, m, *products[i].w, products[i].y, options));
+    if (products[i].w->k != products[0].w->k) {
+      return absl::InvalidArgumentError(absl::StrCat("LinearShared: weight ", i, " has K = ", products[i].w->k,
+                                                     ", weight 0 K = ", products[0].w->k, "; they must read one x"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// x [m, k] copied with rows ActivationRowStride(k) apart into `padded`.
+absl::Status PadRows(const float* x, int64_t m, int64_t k, std::vector<float>& padded) {
+  const int64_t ldx = ActivationRowStride(k);
+  try {
+    padded.resize(static_cast<size_t>(m * ldx));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat("no memory for a copy of x [", m, ", ", k, "]"));
+  }
+  for (int64_t r = 0; r < m; ++r) std::memcpy(&padded[r * ldx], x + r * k, k * sizeof(float));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LinearShared(const float* x, int64_t m, std::span<const LinearProduct> products, ThreadPool* pool,
+                          const LinearOptions& options) {
+  TANDEM_RETURN_IF_ERROR(ValidateShared(x, m, products, options));
+  if (m == 0) return absl::OkStatus();
+  const int64_t k = products[0].w->k;
   const int threads = pool == nullptr ? 1 : pool->num_threads();
-  const int64_t features = LinearTaskFeatures(m, w, threads, kernel);
-  return ParallelTasks(pool, CeilDiv(w.n, features), [&](int64_t task) {
-    LinearSliceArgs task_args = args;
-    task_args.n_begin = task * features;
-    task_args.n_end = std::min(task_args.n_begin + features, w.n);
-    return LinearSlice(kernel, w, task_args);
+  // Per W: its kernel, its x, how many features a task owns, its first task.
+  struct Part {
+    const LinearKernel* kernel;
+    LinearSliceArgs args;
+    int64_t features, first_task;
+  };
+  std::array<Part, kMaxSharedProducts> parts;
+  thread_local std::array<PreparedInput, kMaxSharedProducts> prepared;
+  thread_local std::vector<float> padded_x;
+  bool padded = false;
+  int64_t tasks = 0, total_bytes = 0;
+  for (const LinearProduct& p : products) total_bytes += p.w->bytes();
+  for (size_t i = 0; i < products.size(); ++i) {
+    const LinearWeight& w = *products[i].w;
+    const LinearKernel& kernel = ChooseLinearKernel(m, w.dtype, options);
+    LinearSliceArgs args{.x = x, .ldx = k, .m = m, .bias = products[i].bias, .y = products[i].y, .ldy = w.n};
+    if (kernel.prepare != nullptr) {
+      // A layout an earlier W's kernel made is the same bytes: reuse it.
+      for (size_t j = 0; j < i && args.prepared == nullptr; ++j)
+        if (parts[j].kernel->prepare == kernel.prepare) args.prepared = parts[j].args.prepared;
+      if (args.prepared == nullptr) {
+        TANDEM_RETURN_IF_ERROR(prepared[i].Prepare(kernel, x, k, m, k, pool));
+        args.prepared = prepared[i].data();
+      }
+    } else if (m > 1 && kernel.path != KernelPath::kOneDnn && ActivationRowStride(k) != k) {
+      // Rows of x a multiple of 4 KB apart share L1 sets with each other and
+      // with the W rows; the stream and packed kernels keep several rows of x
+      // in flight, so they read a copy whose rows are one line apart in set terms.
+      if (!padded) TANDEM_RETURN_IF_ERROR(PadRows(x, m, k, padded_x));
+      padded = true;
+      args.x = padded_x.data();
+      args.ldx = ActivationRowStride(k);
+    }
+    // Each W is split for its share of the threads: the tasks of all of
+    // them balance the threads together.
+    const int share = static_cast<int>(std::max<int64_t>(1, threads * w.bytes() / total_bytes));
+    parts[i] = {&kernel, args, LinearTaskFeatures(m, w, share, kernel), tasks};
+    tasks += CeilDiv(w.n, parts[i].features);
+  }
+  return ParallelTasks(pool, tasks, [&](int64_t task) {
+    size_t i = products.size() - 1;
+    while (task < parts[i].first_task) --i;
+    LinearSliceArgs args = parts[i].args;
+    args.n_begin = (task - parts[i].first_task) * parts[i].features;
+    args.n_end = std::min(args.n_begin + parts[i].features, products[i].w->n);
+    return LinearSlice(*parts[i].kernel, *products[i].w, args);
   });
 }
 

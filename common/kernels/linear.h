@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -59,6 +60,23 @@ struct LinearOptions {
 // Thread-safe for distinct outputs; uses `pool` (may be null: single thread).
 absl::Status Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias, float* y, ThreadPool* pool,
                     const LinearOptions& options = {});
+
+// One W of a LinearShared call: y [m, w.n] = x W^T + bias.
+struct LinearProduct {
+  const LinearWeight* w = nullptr;
+  const float* bias = nullptr;  // [w.n] or null
+  float* y = nullptr;           // [m, w.n]
+};
+
+// Several W that read the same x [m, K] (attention's q, k and v) in one
+// dispatch: x is put in each kernel's layout once, and the tasks of every W
+// share one ParallelTasks, so the pool is waited on once, not once per W,
+// and a small W's few tasks do not end in an idle tail of their own. At most
+// kMaxSharedProducts, all with the same K. Linear is the one-W case.
+// Thread-safe for distinct outputs; uses `pool` (may be null).
+inline constexpr size_t kMaxSharedProducts = 4;
+absl::Status LinearShared(const float* x, int64_t m, std::span<const LinearProduct> products, ThreadPool* pool,
+                          const LinearOptions& options = {});
 
 // ---- Building blocks for fused callers (the expert FFN) and benchmarks ----
 
