@@ -54,6 +54,9 @@ ABSL_FLAG(std::string, model_dir, "", "benchmark this model folder (or GGUF file
 ABSL_FLAG(std::string, gguf_weights, "quantized",
           "with a GGUF --model_dir: every matrix kept in its blocks (quantized), only the experts' (experts), "
           "only the dense ones' (dense), or all dequantized to BF16 at load (bf16)");
+ABSL_FLAG(std::string, load_weights, "copy",
+          "with a GGUF --model_dir: copy the weights into anonymous 2 MiB pages (as tandem-generate and "
+          "tandem-server do) or map (read them from the file's mapping)");
 ABSL_FLAG(int32_t, prompt_tokens, 128, "prefill length of the generate run");
 ABSL_FLAG(int32_t, decode_tokens, 32, "decode steps timed");
 ABSL_FLAG(int32_t, reps, 3, "repetitions; the best is reported");
@@ -338,7 +341,12 @@ absl::Status Main() {
       return absl::InvalidArgumentError(
           absl::StrCat("--gguf_weights \"", weights, "\": expected quantized, experts, dense or bf16"));
     }
-    ModelLoadOptions load{.num_threads = threads};
+    const std::string load_weights = absl::GetFlag(FLAGS_load_weights);
+    if (load_weights != "copy" && load_weights != "map") {
+      return absl::InvalidArgumentError(absl::StrCat("--load_weights \"", load_weights, "\": expected copy or map"));
+    }
+    ModelLoadOptions load{.num_threads = threads, .copy_weights_to_memory = load_weights == "copy"};
+    SetBenchStamp("load_weights", load_weights);
     load.quantized = QuantizedWeightsFor(weights == "quantized" || weights == "experts",
                                          weights == "quantized" || weights == "dense");
     SetBenchStamp("gguf_weights", weights);

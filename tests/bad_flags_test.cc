@@ -130,6 +130,8 @@ TEST_F(BadFlagsTest, GgufWeightModesAreCheckedNamingTheFlag) {
                 "--gguf_dense \"int4\": expected auto, quantized or bf16");
   ExpectRefused({kBin + "tandem-generate", "--model", model, "--prompt_ids", "1", "-n", "1", "--gguf_experts", "q4"},
                 "--gguf_experts \"q4\": expected auto, quantized or bf16");
+  ExpectRefused({kBin + "tandem-generate", "--model", model, "--prompt_ids", "1", "-n", "1", "--load_weights", "mmap"},
+                "--load_weights \"mmap\": expected copy or map");
   // The CUDA backend's dense code computes float weights only.
   ExpectRefused({kBin + "tandem-generate", "--model", model, "--prompt_ids", "1", "-n", "1", "--backend", "cuda",
                  "--gguf_dense", "quantized"},

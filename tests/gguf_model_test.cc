@@ -404,6 +404,46 @@ TEST_P(GgufQuantizedTest, KeptBlocksAreViewsTheKernelsRun) {
   EXPECT_OK(Linear(x.data(), 1, w1, nullptr, y.data(), nullptr));
 }
 
+// --load_weights copy: every matrix the process uses comes out of the file's
+// mapping into the arena's anonymous memory, the same bytes, so the logits
+// are those of the views; a budget too small for them leaves them views.
+TEST_P(GgufQuantizedTest, CopiedWeightsAreTheMappedBytesOutsideTheMapping) {
+  const QuantCase& c = GetParam();
+  auto mapped = LoadModel(Gguf(c.arch, c.type), {.quantized = QuantizedWeights::kKeep});
+  auto copied = LoadModel(Gguf(c.arch, c.type), {.quantized = QuantizedWeights::kKeep, .copy_weights_to_memory = true});
+  ASSERT_OK(mapped);
+  ASSERT_OK(copied);
+  const auto& source = dynamic_cast<const GgufTensorSource&>(*(*copied)->weights->source);
+  const absl::Span<const uint8_t> file = source.checkpoint().files().front()->bytes();
+  EXPECT_GT(source.copied_bytes(), 0);
+  EXPECT_EQ(source.left_mapped_bytes(), 0);
+  EXPECT_GE(source.arena().mapped_bytes(), static_cast<size_t>(source.copied_bytes()));
+  const LayerWeights& a = (*mapped)->weights->layers[0];
+  const LayerWeights& b = (*copied)->weights->layers[0];
+  using Pair = std::pair<const LinearWeight*, const LinearWeight*>;
+  for (const auto& [m, n] : {Pair{&a.experts[1].w1, &b.experts[1].w1}, Pair{&a.o_proj, &b.o_proj},
+                             Pair{&(*mapped)->weights->lm_head, &(*copied)->weights->lm_head}}) {
+    const auto* data = static_cast<const uint8_t*>(n->data);
+    EXPECT_TRUE(data < file.data() || data >= file.data() + file.size()) << "still a view of the file";
+    ASSERT_EQ(m->bytes(), n->bytes());
+    EXPECT_EQ(std::memcmp(m->data, n->data, static_cast<size_t>(m->bytes())), 0);
+  }
+  const std::vector<int32_t> tokens = Prompt((*mapped)->config);
+  EXPECT_EQ(LogitsNmse(Logits(std::move(*mapped), tokens), Logits(std::move(*copied), tokens)), 0.0);
+
+  // No budget: nothing copied, every matrix left a view and counted.
+  auto checkpoint = GgufCheckpoint::Open(Gguf(c.arch, c.type));
+  ASSERT_OK(checkpoint);
+  auto config = ModelConfigFromGguf(**checkpoint);
+  ASSERT_OK(config);
+  auto unbudgeted = GgufTensorSource::Create(
+      *std::move(checkpoint), *config,
+      {.quantized = QuantizedWeights::kKeep, .copy_to_memory = true, .copy_budget_bytes = 0});
+  ASSERT_OK(unbudgeted);
+  EXPECT_EQ((*unbudgeted)->copied_bytes(), 0);
+  EXPECT_GT((*unbudgeted)->left_mapped_bytes(), 0);
+}
+
 // Every matrix kept in its blocks (as --gguf_experts/--gguf_dense auto on
 // the CPU): the quantized embedding table gives the dequantized rows, the
 // attention projections and lm_head run the quantized kernels, and the

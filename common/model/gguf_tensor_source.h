@@ -41,6 +41,7 @@
 #include "common/model/model_config.h"
 #include "common/model/safetensors.h"
 #include "common/model/synthetic_model.h"
+#include "common/platform/huge_page_arena.h"
 
 namespace tandem {
 
@@ -64,6 +65,14 @@ struct GgufSourceOptions {
   // Kept (views) experts ignore it: mapped pages never read take no memory.
   SyntheticExperts experts;
   int num_threads = 1;  // for the fallback's dequantization
+  // Copy the tensors it serves from the file's mapping into anonymous memory
+  // advised for 2 MiB pages (HugePageArena), as long as the copies fit in
+  // `copy_budget_bytes`; the rest stay views of the mapping. Experts the
+  // process does not need (`experts`) are never copied. For processes whose
+  // kernels stream the weights (in-process CPU experts and attention);
+  // leaves the page cache shared by nothing but costs the load a copy.
+  bool copy_to_memory = false;
+  int64_t copy_budget_bytes = 0;
 };
 
 // The ggml type stored as this DType, and back (InvalidArgument naming the
@@ -93,6 +102,11 @@ class GgufTensorSource : public TensorSource {
   int64_t dequantized_tensors() const { return dequantized_tensors_; }
   int64_t dequantized_bytes() const { return dequantized_bytes_; }
   bool per_expert_layout() const { return per_expert_layout_; }
+  // Bytes copied out of the mapping (copy_to_memory), and bytes left mapped
+  // because the budget ran out; with the arena's size, for the load log.
+  int64_t copied_bytes() const { return copied_bytes_; }
+  int64_t left_mapped_bytes() const { return left_mapped_bytes_; }
+  const HugePageArena& arena() const { return arena_; }
 
  private:
   GgufTensorSource() = default;
@@ -104,9 +118,12 @@ class GgufTensorSource : public TensorSource {
   std::map<std::string, TensorView> views_;
   std::map<std::string, std::string> gguf_names_;
   std::map<std::string, DType> stored_dtypes_;  // matrices only; vectors are F32 views
-  std::vector<std::unique_ptr<uint8_t[]>> buffers_;
+  HugePageArena arena_;                                // what it owns, in huge pages where it can
+  std::vector<std::unique_ptr<uint8_t[]>> buffers_;  // what the arena could not map
   int64_t dequantized_tensors_ = 0;
   int64_t dequantized_bytes_ = 0;
+  int64_t copied_bytes_ = 0;
+  int64_t left_mapped_bytes_ = 0;
   bool per_expert_layout_ = false;
 };
 

@@ -42,6 +42,16 @@ void ParallelChunks(ThreadPool* pool, int64_t count, int64_t chunk, const Fn& fn
 
 }  // namespace
 
+int64_t AvailableMemoryBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return -1;
+}
+
 int64_t LastLevelCacheBytes() {
   // sysfs says what this CPU's L3 slice is; glibc's sysconf on AMD may report
   // the whole package's L3 (256 MB on the test VM vs the 32 MB lscpu shows).

@@ -42,4 +42,8 @@ absl::StatusOr<MemoryBandwidth> MeasureMemoryBandwidth(ThreadPool* pool, const M
 // Last-level cache size in bytes (sysfs, else sysconf), 0 when unknown.
 int64_t LastLevelCacheBytes();
 
+// Memory the kernel could give this process without swapping (MemAvailable
+// of /proc/meminfo, page cache it can drop included), -1 when unknown.
+int64_t AvailableMemoryBytes();
+
 }  // namespace tandem
