@@ -436,9 +436,9 @@ TEST_P(GgufQuantizedTest, CopiedWeightsAreTheMappedBytesOutsideTheMapping) {
   ASSERT_OK(checkpoint);
   auto config = ModelConfigFromGguf(**checkpoint);
   ASSERT_OK(config);
-  auto unbudgeted = GgufTensorSource::Create(
-      *std::move(checkpoint), *config,
-      {.quantized = QuantizedWeights::kKeep, .copy_to_memory = true, .copy_budget_bytes = 0});
+  auto unbudgeted =
+      GgufTensorSource::Create(*std::move(checkpoint), *config,
+                               {.quantized = QuantizedWeights::kKeep, .copy_to_memory = true, .copy_budget_bytes = 0});
   ASSERT_OK(unbudgeted);
   EXPECT_EQ((*unbudgeted)->copied_bytes(), 0);
   EXPECT_GT((*unbudgeted)->left_mapped_bytes(), 0);

@@ -117,8 +117,8 @@ class GgufTensorSource : public TensorSource {
   std::unique_ptr<GgufCheckpoint> checkpoint_;
   std::map<std::string, TensorView> views_;
   std::map<std::string, std::string> gguf_names_;
-  std::map<std::string, DType> stored_dtypes_;  // matrices only; vectors are F32 views
-  HugePageArena arena_;                                // what it owns, in huge pages where it can
+  std::map<std::string, DType> stored_dtypes_;       // matrices only; vectors are F32 views
+  HugePageArena arena_;                              // what it owns, in huge pages where it can
   std::vector<std::unique_ptr<uint8_t[]>> buffers_;  // what the arena could not map
   int64_t dequantized_tensors_ = 0;
   int64_t dequantized_bytes_ = 0;

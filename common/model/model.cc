@@ -64,12 +64,15 @@ std::string ModelSummary(const Model& model, std::string_view weights) {
 // (1.96 GB mapped); 0.00 GB left in the file's mapping (over the budget)".
 std::string DescribeCopy(const GgufTensorSource& source, std::chrono::steady_clock::time_point start) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::string text = absl::StrFormat(
-      "weights copied into memory: %.2f GB in %.1f s, 2 MiB pages advised (%.2f GB mapped)",
-      static_cast<double>(source.copied_bytes()) / 1e9, seconds, static_cast<double>(source.arena().mapped_bytes()) / 1e9);
+  std::string text =
+      absl::StrFormat("weights copied into memory: %.2f GB in %.1f s, 2 MiB pages advised (%.2f GB mapped)",
+                      static_cast<double>(source.copied_bytes()) / 1e9, seconds,
+                      static_cast<double>(source.arena().mapped_bytes()) / 1e9);
   if (source.left_mapped_bytes() > 0) {
-    absl::StrAppendFormat(&text, "; %.2f GB left in the file's mapping (more than available memory less 1 GiB)",
-                          static_cast<double>(source.left_mapped_bytes()) / 1e9);
+    absl::StrAppendFormat(
+        &text,
+        "; %.2f GB left in the file's mapping (over the copy budget: MemAvailable less 1 GiB, none when unknown)",
+        static_cast<double>(source.left_mapped_bytes()) / 1e9);
   }
   return text;
 }
