@@ -342,10 +342,8 @@ absl::Status Main() {
           absl::StrCat("--gguf_weights \"", weights, "\": expected quantized, experts, dense or bf16"));
     }
     const std::string load_weights = absl::GetFlag(FLAGS_load_weights);
-    if (load_weights != "copy" && load_weights != "map") {
-      return absl::InvalidArgumentError(absl::StrCat("--load_weights \"", load_weights, "\": expected copy or map"));
-    }
-    ModelLoadOptions load{.num_threads = threads, .copy_weights_to_memory = load_weights == "copy"};
+    TANDEM_ASSIGN_OR_RETURN(const bool copy, CopyWeightsFromFlag(load_weights));
+    ModelLoadOptions load{.num_threads = threads, .copy_weights_to_memory = copy};
     SetBenchStamp("load_weights", load_weights);
     load.quantized = QuantizedWeightsFor(weights == "quantized" || weights == "experts",
                                          weights == "quantized" || weights == "dense");

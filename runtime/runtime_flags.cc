@@ -3,8 +3,6 @@
 #include <malloc.h>
 
 #include <filesystem>
-#include <string>
-#include <string_view>
 #include <utility>
 
 #include "absl/flags/flag.h"
@@ -256,15 +254,7 @@ absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions option
   ModelLoadOptions load;
   load.num_threads = options.num_threads > 0 ? options.num_threads : AvailableCores();
   TANDEM_ASSIGN_OR_RETURN(load.quantized, GgufWeightsFromFlags(options));
-  // Compared as a string_view: a new out-of-line std::string::compare(const
-  // char*) here made the ASan link pull this file (and its flags) into
-  // tandem-scenario-bench, whose own flags of the same names then clashed.
-  const std::string flag_value = absl::GetFlag(FLAGS_load_weights);
-  const std::string_view load_weights = flag_value;
-  if (load_weights != "copy" && load_weights != "map") {
-    return absl::InvalidArgumentError(absl::StrCat("--load_weights \"", flag_value, "\": expected copy or map"));
-  }
-  load.copy_weights_to_memory = load_weights == "copy";
+  TANDEM_ASSIGN_OR_RETURN(load.copy_weights_to_memory, CopyWeightsFromFlag(absl::GetFlag(FLAGS_load_weights)));
   RuntimeFromFlags out;
   if (absl::GetFlag(FLAGS_workers).empty()) {
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModelFrom(source, load));

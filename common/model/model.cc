@@ -81,6 +81,17 @@ std::string DescribeCopy(const GgufTensorSource& source, std::chrono::steady_clo
 
 bool IsGgufPath(const std::filesystem::path& path) { return path.extension() == ".gguf"; }
 
+absl::StatusOr<bool> CopyWeightsFromFlag(std::string_view value) {
+  // string_view comparisons: an out-of-line std::string::compare(const char*)
+  // in a file with flags once let the ASan link of tandem-scenario-bench pull
+  // that file (and its clashing flags) in to resolve libprotobuf's reference.
+  if (value != "copy" && value != "map") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--load_weights \"", std::string(value), "\": expected copy or map"));
+  }
+  return value == "copy";
+}
+
 absl::StatusOr<ModelConfig> LoadModelConfigAt(const std::filesystem::path& path) {
   if (!IsGgufPath(path)) return LoadModelConfig(path / "config.json");
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<GgufCheckpoint> checkpoint, GgufCheckpoint::Open(path));

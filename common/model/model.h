@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -103,6 +104,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::filesystem::path
                                                      const ModelLoadOptions& options = {});
 // Whether `path` names a GGUF file (by its .gguf extension).
 bool IsGgufPath(const std::filesystem::path& path);
+
+// The value of a --load_weights flag: "copy" -> true
+// (ModelLoadOptions::copy_weights_to_memory), "map" -> false, anything else
+// InvalidArgument naming the flag and the value.
+absl::StatusOr<bool> CopyWeightsFromFlag(std::string_view value);
 // Only the config of what LoadModel(path) would load: <dir>/config.json, or
 // the GGUF's metadata (its header is parsed, no weights are touched).
 absl::StatusOr<ModelConfig> LoadModelConfigAt(const std::filesystem::path& path);
