@@ -11,8 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/base/clock.h"
 
 namespace tandem {
@@ -43,12 +46,24 @@ void ParallelChunks(ThreadPool* pool, int64_t count, int64_t chunk, const Fn& fn
 }  // namespace
 
 int64_t AvailableMemoryBytes() {
+  // Line by line: some /proc/meminfo lines (HugePages_Total) have no unit,
+  // and a token stream would misread every key after them.
   std::ifstream meminfo("/proc/meminfo");
-  std::string key, unit;
-  int64_t kib = 0;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    // absl::string_view: Debian's abseil has its own, not std's.
+    constexpr absl::string_view kKey = "MemAvailable:";
+    if (!absl::StartsWith(line, kKey)) continue;
+    absl::string_view value = absl::StripAsciiWhitespace(absl::string_view(line).substr(kKey.size()));
+    if (absl::ConsumeSuffix(&value, "kB")) value = absl::StripTrailingAsciiWhitespace(value);
+    int64_t kib = 0;
+    if (absl::SimpleAtoi(value, &kib) && kib >= 0) return kib * 1024;
   }
+  // No MemAvailable (kernels before 3.14, some containers): free pages only,
+  // which leaves out the page cache the kernel could drop, so it errs low.
+  const long free_pages = sysconf(_SC_AVPHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (free_pages > 0 && page_size > 0) return static_cast<int64_t>(free_pages) * page_size;
   return -1;
 }
 

@@ -43,7 +43,8 @@ absl::StatusOr<MemoryBandwidth> MeasureMemoryBandwidth(ThreadPool* pool, const M
 int64_t LastLevelCacheBytes();
 
 // Memory the kernel could give this process without swapping (MemAvailable
-// of /proc/meminfo, page cache it can drop included), -1 when unknown.
+// of /proc/meminfo, page cache it can drop included; without that line the
+// free pages sysconf reports), -1 when neither is known.
 int64_t AvailableMemoryBytes();
 
 }  // namespace tandem
