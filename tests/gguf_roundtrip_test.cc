@@ -205,6 +205,42 @@ TEST_F(GgufRoundTripTest, TensorsStreamInChunksAndReadBackExactly) {
   EXPECT_EQ(gguf.data_offset(), header.size());
 }
 
+// ReadInto (the weight copy at load) gives the mapping's bytes, refuses a
+// range outside the file, and names the file and offset when the file
+// shrank under it (pread, not the mapping, so no SIGBUS).
+TEST_F(GgufRoundTripTest, ReadIntoCopiesTensorBytesAndReportsAFileThatShrank) {
+  GgufMetadata metadata;
+  metadata.Set("general.architecture", "llama");
+  const std::vector<GgufTensorSpec> tensors = {{"blk.0.attn_q.weight", {64, 40}, GgmlType::kQ8_0}};
+  const fs::path path = dir_ / "read.gguf";
+  auto writer = GgufWriter::Create(path, metadata, tensors);
+  ASSERT_OK(writer);
+  const std::vector<uint8_t> data = Pattern((*writer)->tensors()[0].size_bytes, 7);
+  ASSERT_OK((*writer)->Write(tensors[0].name, data));
+  ASSERT_OK((*writer)->Finish());
+
+  auto file = GgufMappedFile::Open(path);
+  ASSERT_OK(file);
+  const absl::Span<const uint8_t> tensor = (*file)->TensorData((*file)->gguf().tensors()[0]);
+  std::vector<uint8_t> out(tensor.size());
+  ASSERT_OK((*file)->ReadInto(tensor, out.data()));
+  EXPECT_EQ(out, data);
+  std::vector<uint8_t> part(100);
+  ASSERT_OK((*file)->ReadInto(tensor.subspan(33, 100), part.data()));
+  EXPECT_EQ(part, std::vector<uint8_t>(data.begin() + 33, data.begin() + 133));
+
+  const std::vector<uint8_t> elsewhere(16);
+  const absl::Status outside = (*file)->ReadInto(absl::MakeConstSpan(elsewhere), out.data());
+  EXPECT_EQ(outside.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(outside.message(), HasSubstr("outside the file"));
+
+  fs::resize_file(path, fs::file_size(path) - 50);
+  const absl::Status shrank = (*file)->ReadInto(tensor, out.data());
+  EXPECT_EQ(shrank.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(shrank.message(), HasSubstr("read.gguf ends at byte"));
+  EXPECT_THAT(shrank.message(), HasSubstr("shrink"));
+}
+
 TEST_F(GgufRoundTripTest, QuantizedRowsDecodeAfterTheTrip) {
   std::vector<float> x(512);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * i) * 0.05f;

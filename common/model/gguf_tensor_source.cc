@@ -1,11 +1,9 @@
 #include "common/model/gguf_tensor_source.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -25,7 +23,8 @@ std::string DimsString(const std::vector<int64_t>& dims) { return absl::StrCat("
 // Where one Hugging Face tensor lives in the checkpoint.
 struct Located {
   const GgufTensorInfo* info = nullptr;
-  const uint8_t* data = nullptr;  // the first byte of this HF tensor
+  const GgufMappedFile* file = nullptr;  // the file of a split set holding it
+  const uint8_t* data = nullptr;         // the first byte of this HF tensor
   int64_t bytes = 0;
 };
 
@@ -56,7 +55,7 @@ absl::StatusOr<Located> Locate(const GgufCheckpoint& checkpoint, const ModelConf
                                                    DimsString(t->info->dims), ", the model's hyperparameters imply ",
                                                    DimsString(dims), " (", w.name, " ", ShapeString(w.shape), ")"));
   }
-  Located loc{t->info, t->data.data(), static_cast<int64_t>(t->data.size())};
+  Located loc{t->info, t->file, t->data.data(), static_cast<int64_t>(t->data.size())};
   if (stacked) {
     loc.bytes /= c.num_local_experts;
     loc.data += loc.bytes * w.expert;
@@ -195,25 +194,36 @@ bool Dequantized(QuantizedWeights mode, WeightRole role) {
   return true;
 }
 
-// Copies `bytes` of the file's mapping to `out`: its pages populated in one
-// call first (one fault per 4 KiB page cost several times the copy), and
-// unmapped after, so the process is not charged for the weights twice (the
-// page cache keeps them for the next process).
-void CopyOutOfMapping(const uint8_t* src, size_t bytes, uint8_t* out) {
-  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(src) / page * page;
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(src) + bytes + page - 1) / page * page;
-  void* range = reinterpret_cast<void*>(begin);
-  ::madvise(range, end - begin, MADV_POPULATE_READ);  // a hint: Linux 5.14+; else the copy faults them in
-  std::memcpy(out, src, bytes);
-  ::madvise(range, end - begin, MADV_DONTNEED);
+// Reads `loc`'s bytes from its file into `out` with pread (never through
+// the mapping: no page table entries to fill and drop, and the page cache
+// keeps the file for the next process), in 16 MiB pieces over the load pool:
+// one thread copying out of the page cache ran at 1-2 GB/s on the test VM,
+// two at 2-8 GB/s.
+absl::Status CopyFromFile(const Located& loc, uint8_t* out, ThreadPool* pool) {
+  constexpr int64_t kPiece = int64_t{16} << 20;
+  const int64_t pieces = (loc.bytes + kPiece - 1) / kPiece;
+  std::vector<absl::Status> errors(static_cast<size_t>(pool ? pool->num_threads() : 1));
+  auto read_piece = [&](int64_t piece, int thread) {
+    const int64_t at = piece * kPiece, bytes = std::min(kPiece, loc.bytes - at);
+    absl::Status s = loc.file->ReadInto({loc.data + at, static_cast<size_t>(bytes)}, out + at);
+    if (!s.ok()) errors[static_cast<size_t>(thread)] = std::move(s);
+  };
+  if (pool != nullptr) {
+    pool->ParallelFor(pieces, read_piece);
+  } else {
+    for (int64_t p = 0; p < pieces; ++p) read_piece(p, 0);
+  }
+  for (absl::Status& s : errors) {
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("tensor ", loc.info->name, ": ", s.message()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::Status GgufTensorSource::Bind(const ModelConfig& c, const GgufSourceOptions& options) {
   std::unique_ptr<ThreadPool> pool;
-  if (options.num_threads > 1 && options.quantized != QuantizedWeights::kKeep) {
+  if (options.num_threads > 1 && (options.quantized != QuantizedWeights::kKeep || options.copy_to_memory)) {
     pool = std::make_unique<ThreadPool>(ThreadPoolOptions{.num_threads = options.num_threads, .name = "gguf-load"});
   }
   const DType fallback = options.quantized == QuantizedWeights::kDequantizeToF32 ? DType::kF32 : DType::kBF16;
@@ -269,7 +279,7 @@ absl::Status GgufTensorSource::Bind(const ModelConfig& c, const GgufSourceOption
         (!IsExpertRole(w.role) || ExpertNeeded(options.experts, w.layer, w.expert))) {
       if (copied_bytes_ + loc.bytes <= options.copy_budget_bytes) {
         uint8_t* out = Own(static_cast<size_t>(loc.bytes));
-        CopyOutOfMapping(loc.data, static_cast<size_t>(loc.bytes), out);
+        TANDEM_RETURN_IF_ERROR(CopyFromFile(loc, out, pool.get()));
         view.data = out;
         copied_bytes_ += loc.bytes;
       } else {

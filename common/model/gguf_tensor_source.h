@@ -64,13 +64,13 @@ struct GgufSourceOptions {
   // name, dtype and shape with data == nullptr (as SyntheticTensorSource's).
   // Kept (views) experts ignore it: mapped pages never read take no memory.
   SyntheticExperts experts;
-  int num_threads = 1;  // for the fallback's dequantization
-  // Copy the tensors it serves from the file's mapping into anonymous memory
-  // advised for 2 MiB pages (HugePageArena), as long as the copies fit in
-  // `copy_budget_bytes`; the rest stay views of the mapping. Experts the
-  // process does not need (`experts`) are never copied. For processes whose
-  // kernels stream the weights (in-process CPU experts and attention);
-  // leaves the page cache shared by nothing but costs the load a copy.
+  int num_threads = 1;  // for the fallback's dequantization and the copy
+  // Copy the tensors it serves from the file (pread, num_threads at once)
+  // into anonymous memory advised for 2 MiB pages (HugePageArena), as long
+  // as the copies fit in `copy_budget_bytes`; the rest stay views of the
+  // mapping. Experts the process does not need (`experts`) are never
+  // copied. For processes whose kernels stream the weights (in-process CPU
+  // experts and attention); costs the load a copy, not the page cache.
   bool copy_to_memory = false;
   int64_t copy_budget_bytes = 0;
 };
