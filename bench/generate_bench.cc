@@ -55,8 +55,8 @@ ABSL_FLAG(std::string, gguf_weights, "quantized",
           "with a GGUF --model_dir: every matrix kept in its blocks (quantized), only the experts' (experts), "
           "only the dense ones' (dense), or all dequantized to BF16 at load (bf16)");
 ABSL_FLAG(std::string, load_weights, "copy",
-          "with a GGUF --model_dir: copy the weights into anonymous 2 MiB pages (as tandem-generate and "
-          "tandem-server do) or map (read them from the file's mapping)");
+          "with --model_dir (GGUF or safetensors): copy the weights into anonymous 2 MiB pages (as "
+          "tandem-generate and tandem-server do) or map (read them from the files' mappings)");
 ABSL_FLAG(int32_t, prompt_tokens, 128, "prefill length of the generate run");
 ABSL_FLAG(int32_t, decode_tokens, 32, "decode steps timed");
 ABSL_FLAG(int32_t, reps, 3, "repetitions; the best is reported");

@@ -36,9 +36,9 @@ ABSL_FLAG(std::string, gguf_dense, "auto",
           "blocks, run by the quantized CPU kernels (quantized), or dequantized to BF16 at load (bf16); "
           "auto = quantized with --backend cpu, bf16 with --backend cuda (its dense code is float only)");
 ABSL_FLAG(std::string, load_weights, "copy",
-          "GGUF: copy (the weights this process computes with, out of the file's mapping into anonymous 2 MiB "
-          "pages while they fit in available memory less 1 GiB: faster decode and prefill) | map (read them from "
-          "the file's mapping, 4 KiB page-cache pages)");
+          "copy (the weights this process computes with, read from the GGUF or safetensors files into anonymous "
+          "2 MiB pages while they fit in available memory less 1 GiB: faster decode) | map (read them from the "
+          "files' mappings, 4 KiB page-cache pages)");
 ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all available cores");
 ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(2),
           "how often a long load (generating, reading, dequantizing weights) logs its progress, e.g. 2s, 500ms");

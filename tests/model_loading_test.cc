@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -49,6 +50,41 @@ TEST_P(ModelLoadingTest, WrittenModelLoadsWithTheSameBytesAsInMemory) {
   ExpectSameBytes(*(*from_disk)->weights, *(*in_memory)->weights);
   EXPECT_EQ((*from_disk)->tokenizer, nullptr);
   EXPECT_EQ(std::filesystem::exists(dir.path() / "model.safetensors.index.json"), GetParam() > 1);
+}
+
+// --load_weights copy on a safetensors folder: the same bytes, none of them
+// left in a file's mapping; experts a process does not compute stay mapped.
+TEST_P(ModelLoadingTest, CopiedWeightsAreTheSameBytesOutsideTheFiles) {
+  ScopedTempDir dir;
+  ASSERT_OK(WriteSyntheticModel(kTiny, dir.path(), {.num_shards = GetParam(), .with_tokenizer = false}));
+  auto copied = LoadModel(dir.path(), {.num_threads = 2, .copy_weights_to_memory = true});
+  ASSERT_OK(copied);
+  auto in_memory = LoadSyntheticModel(kTiny);
+  ASSERT_OK(in_memory);
+  ExpectSameBytes(*(*copied)->weights, *(*in_memory)->weights);
+  const auto& checkpoint = dynamic_cast<const SafetensorsCheckpoint&>(*(*copied)->weights->source);
+  EXPECT_EQ(checkpoint.copied_bytes(), (*copied)->weights->total_bytes);
+  EXPECT_EQ(checkpoint.left_mapped_bytes(), 0);
+  auto in_a_file = [&](const void* p) {
+    for (const auto& file : checkpoint.files())
+      if (file->Holds(p)) return true;
+    return false;
+  };
+  const ModelWeights& w = *(*copied)->weights;
+  EXPECT_FALSE(in_a_file(w.embed_tokens.data));
+  EXPECT_FALSE(in_a_file(w.layers[0].q_proj.data));
+  EXPECT_FALSE(in_a_file(w.layers[0].experts[1].w2.data));
+
+  ModelLoadOptions no_experts{.copy_weights_to_memory = true};
+  no_experts.experts.mode = SyntheticExperts::Mode::kNone;
+  auto coordinator = LoadModel(dir.path(), no_experts);
+  ASSERT_OK(coordinator);
+  const auto& dense_only = dynamic_cast<const SafetensorsCheckpoint&>(*(*coordinator)->weights->source);
+  EXPECT_GT(dense_only.copied_bytes(), 0);
+  EXPECT_LT(dense_only.copied_bytes(), checkpoint.copied_bytes());
+  const void* expert = (*coordinator)->weights->layers[0].experts[1].w2.data;
+  EXPECT_TRUE(std::any_of(dense_only.files().begin(), dense_only.files().end(),
+                          [&](const auto& file) { return file->Holds(expert); }));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shards, ModelLoadingTest, ::testing::Values(1, 3));

@@ -129,6 +129,45 @@ TEST_F(SafetensorsTest, ShardedCheckpointRoundTrips) {
   }
 }
 
+// The load-time copy into huge pages: the named tensors (over shards, in
+// order, until the budget is spent) come back byte for byte from outside
+// every file's mapping; the rest, and names it does not hold, stay as they
+// were; a shard that shrinks under it is an error naming the tensor.
+TEST_F(SafetensorsTest, CopyToMemoryServesTheSameBytesFromOutsideTheMappings) {
+  std::vector<TensorToWrite> tensors;
+  for (int i = 0; i < 6; ++i) tensors.push_back(MakeTensor(absl::StrCat("layer.", i), DType::kBF16, {16, 8 * (i + 1)}));
+  ASSERT_OK(WriteSafetensorsCheckpoint(dir_, Pointers(tensors), 3));
+  auto checkpoint = SafetensorsCheckpoint::Open(dir_);
+  ASSERT_OK(checkpoint);
+  auto mapped = [&](const void* p) {
+    for (const auto& file : (*checkpoint)->files())
+      if (file->Holds(p)) return true;
+    return false;
+  };
+  // layer.0..3 are 256, 512, 768 and 1024 bytes: a 1500-byte budget takes
+  // layer.0 and layer.2, and then neither layer.3 nor layer.1 fits.
+  ThreadPool pool(ThreadPoolOptions{.num_threads = 2, .name = "copy-test"});
+  ASSERT_OK((*checkpoint)->CopyToMemory({"layer.0", "absent", "layer.2", "layer.3", "layer.1"}, 1500, &pool));
+  EXPECT_EQ((*checkpoint)->copied_bytes(), 256 + 768);
+  EXPECT_EQ((*checkpoint)->left_mapped_bytes(), 1024 + 512);
+  for (const TensorToWrite& t : tensors) {
+    auto view = (*checkpoint)->Get(t.name);
+    ASSERT_OK(view);
+    ExpectSameTensor(t, *view);
+    EXPECT_EQ(mapped(view->data), t.name != "layer.0" && t.name != "layer.2") << t.name;
+  }
+  // A second call copies only what is still mapped.
+  ASSERT_OK((*checkpoint)->CopyToMemory({"layer.0", "layer.4"}, int64_t{1} << 30, nullptr));
+  EXPECT_EQ((*checkpoint)->copied_bytes(), 256 + 768 + 1280);
+  EXPECT_FALSE(mapped((*(*checkpoint)->Get("layer.4")).data));
+
+  const fs::path last = dir_ / "model-00003-of-00003.safetensors";
+  fs::resize_file(last, fs::file_size(last) - 10);
+  const absl::Status shrank = (*checkpoint)->CopyToMemory({"layer.5"}, int64_t{1} << 30, nullptr);
+  EXPECT_EQ(shrank.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(shrank.message(), AllOf(HasSubstr("tensor layer.5"), HasSubstr("model-00003-of-00003.safetensors ends")));
+}
+
 TEST_F(SafetensorsTest, CheckpointWithoutIndexReadsEveryFile) {
   const std::vector<TensorToWrite> a = {MakeTensor("a", DType::kF32, {4})};
   const std::vector<TensorToWrite> b = {MakeTensor("b", DType::kF16, {4})};

@@ -8,6 +8,7 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/mapped_range_read.h"
 #include "common/base/scoped_fd.h"
 #include "common/gguf/gguf_parser.h"
 
@@ -43,30 +44,8 @@ absl::Span<const uint8_t> GgufMappedFile::TensorData(const GgufTensorInfo& tenso
   return bytes().subspan(gguf_->data_offset() + tensor.offset, tensor.size_bytes);
 }
 
-absl::Status GgufMappedFile::ReadInto(absl::Span<const uint8_t> range, uint8_t* out) const {
-  const uint8_t* base = static_cast<const uint8_t*>(mapping_);
-  if (range.empty()) return absl::OkStatus();
-  if (base == nullptr || range.data() < base || range.data() + range.size() > base + mapping_bytes_) {
-    return absl::InvalidArgumentError(absl::StrCat(path_.string(), ": a read of ", range.size(),
-                                                   " bytes outside the file's ", mapping_bytes_, " bytes"));
-  }
-  const off_t offset = static_cast<off_t>(range.data() - base);
-  size_t done = 0;
-  while (done < range.size()) {
-    const ssize_t n = ::pread(fd_.get(), out + done, range.size() - done, offset + static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      return absl::ErrnoToStatus(
-          errno, absl::StrCat("cannot read ", path_.string(), " at byte ", offset + static_cast<off_t>(done)));
-    }
-    if (n == 0) {
-      return absl::DataLossError(absl::StrCat(path_.string(), " ends at byte ", offset + static_cast<off_t>(done),
-                                              ", before the ", range.size(), " bytes read from byte ", offset,
-                                              " (did it shrink since it was opened?)"));
-    }
-    done += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
+absl::Status GgufMappedFile::ReadInto(absl::Span<const uint8_t> range, uint8_t* out, ThreadPool* pool) const {
+  return ReadMappedRange(fd_.get(), path_.string(), bytes(), range, out, pool);
 }
 
 }  // namespace tandem

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/base/scoped_fd.h"
+#include "common/base/thread_pool.h"
 #include "common/gguf/gguf_file.h"
 
 namespace tandem {
@@ -30,14 +31,10 @@ class GgufMappedFile {
   // The bytes of `tensor`, one of gguf().tensors() (the parser checked they
   // lie inside the file).
   absl::Span<const uint8_t> TensorData(const GgufTensorInfo& tensor) const;
-  // Copies `range`, a span of bytes(), from the file into `out` with pread:
-  // the copy never maps the file's pages into this process (no 4 KiB page
-  // table entries to fill and drop again, twice as fast as populate + memcpy
-  // + MADV_DONTNEED on the test VM). InvalidArgument for a range outside the
-  // mapping; the errno status, or DataLoss when the file ends early (it
-  // shrank since it was opened), naming the path and the offset. Any thread,
-  // several at once (pread keeps no file position).
-  absl::Status ReadInto(absl::Span<const uint8_t> range, uint8_t* out) const;
+  // Copies `range`, a span of bytes(), from the file into `out` with pread
+  // over `pool` (ReadMappedRange: never through the mapping; errors name the
+  // path and offset). Any thread.
+  absl::Status ReadInto(absl::Span<const uint8_t> range, uint8_t* out, ThreadPool* pool = nullptr) const;
 
  private:
   GgufMappedFile() = default;

@@ -63,17 +63,6 @@ absl::StatusOr<Located> Locate(const GgufCheckpoint& checkpoint, const ModelConf
   return loc;
 }
 
-bool ExpertNeeded(const SyntheticExperts& experts, int layer, int expert) {
-  switch (experts.mode) {
-    case SyntheticExperts::Mode::kAll: return true;
-    case SyntheticExperts::Mode::kNone: return false;
-    case SyntheticExperts::Mode::kSlices:
-      return std::any_of(experts.slices.begin(), experts.slices.end(),
-                         [&](const ExpertSlice& s) { return s.layer == layer && s.expert == expert; });
-  }
-  return true;
-}
-
 // Decodes `rows` rows of `row_length` values of ggml `type` (row r at
 // src + r * row_bytes, in the order `src_row(r)` gives) into `out` as `to`.
 absl::Status DecodeRows(GgmlType type, const uint8_t* src, int64_t rows, int64_t row_length, bool permute,
@@ -194,31 +183,6 @@ bool Dequantized(QuantizedWeights mode, WeightRole role) {
   return true;
 }
 
-// Reads `loc`'s bytes from its file into `out` with pread (never through
-// the mapping: no page table entries to fill and drop, and the page cache
-// keeps the file for the next process), in 16 MiB pieces over the load pool:
-// one thread copying out of the page cache ran at 1-2 GB/s on the test VM,
-// two at 2-8 GB/s.
-absl::Status CopyFromFile(const Located& loc, uint8_t* out, ThreadPool* pool) {
-  constexpr int64_t kPiece = int64_t{16} << 20;
-  const int64_t pieces = (loc.bytes + kPiece - 1) / kPiece;
-  std::vector<absl::Status> errors(static_cast<size_t>(pool ? pool->num_threads() : 1));
-  auto read_piece = [&](int64_t piece, int thread) {
-    const int64_t at = piece * kPiece, bytes = std::min(kPiece, loc.bytes - at);
-    absl::Status s = loc.file->ReadInto({loc.data + at, static_cast<size_t>(bytes)}, out + at);
-    if (!s.ok()) errors[static_cast<size_t>(thread)] = std::move(s);
-  };
-  if (pool != nullptr) {
-    pool->ParallelFor(pieces, read_piece);
-  } else {
-    for (int64_t p = 0; p < pieces; ++p) read_piece(p, 0);
-  }
-  for (absl::Status& s : errors) {
-    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("tensor ", loc.info->name, ": ", s.message()));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status GgufTensorSource::Bind(const ModelConfig& c, const GgufSourceOptions& options) {
@@ -257,7 +221,7 @@ absl::Status GgufTensorSource::Bind(const ModelConfig& c, const GgufSourceOption
     } else if (IsQuantized(*stored) && Dequantized(options.quantized, w.role)) {
       const size_t bytes = static_cast<size_t>(rows * row_length) * DTypeSize(fallback);
       view = TensorView{w.name, fallback, w.shape, nullptr, 0};
-      if (!IsExpertRole(w.role) || ExpertNeeded(options.experts, w.layer, w.expert)) {
+      if (!IsExpertRole(w.role) || options.experts.Includes(w.layer, w.expert)) {
         uint8_t* out = Own(bytes);
         TANDEM_RETURN_IF_ERROR(
             DecodeRows(loc.info->type, loc.data, rows, row_length, permute, c.head_dim, fallback, out, pool.get()));
@@ -276,10 +240,13 @@ absl::Status GgufTensorSource::Bind(const ModelConfig& c, const GgufSourceOption
       view.data = out;
     }
     if (options.copy_to_memory && view.data == loc.data && loc.bytes > 0 &&
-        (!IsExpertRole(w.role) || ExpertNeeded(options.experts, w.layer, w.expert))) {
+        (!IsExpertRole(w.role) || options.experts.Includes(w.layer, w.expert))) {
       if (copied_bytes_ + loc.bytes <= options.copy_budget_bytes) {
         uint8_t* out = Own(static_cast<size_t>(loc.bytes));
-        TANDEM_RETURN_IF_ERROR(CopyFromFile(loc, out, pool.get()));
+        if (absl::Status read = loc.file->ReadInto({loc.data, static_cast<size_t>(loc.bytes)}, out, pool.get());
+            !read.ok()) {
+          return absl::Status(read.code(), absl::StrCat("tensor ", loc.info->name, ": ", read.message()));
+        }
         view.data = out;
         copied_bytes_ += loc.bytes;
       } else {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,9 +15,14 @@
 #include "absl/time/time.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
+#include "common/base/thread_pool.h"
 #include "common/model/gguf_model_config.h"
+#include "common/model/gguf_names.h"
 #include "common/model/gguf_tokenizer.h"
+#include "common/model/safetensors.h"
+#include "common/model/tensor_names.h"
 #include "common/platform/hardware_probe.h"
+#include "common/platform/huge_page_arena.h"
 
 namespace tandem {
 
@@ -60,21 +66,47 @@ std::string ModelSummary(const Model& model, std::string_view weights) {
                       std::string(weights));
 }
 
+// The copy's budget: what the kernel says is available, less room for the
+// KV cache, activations and the rest.
+int64_t CopyBudgetBytes() {
+  constexpr int64_t kHeadroomBytes = int64_t{1} << 30;
+  return AvailableMemoryBytes() - kHeadroomBytes;
+}
+
 // "weights copied into memory: 1.95 GB in 1.2 s, 2 MiB pages advised
 // (1.96 GB mapped); 0.00 GB left in the file's mapping (over the budget)".
-std::string DescribeCopy(const GgufTensorSource& source, std::chrono::steady_clock::time_point start) {
+std::string DescribeCopy(int64_t copied_bytes, int64_t left_mapped_bytes, const HugePageArena& arena,
+                         std::chrono::steady_clock::time_point start) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::string text =
-      absl::StrFormat("weights copied into memory: %.2f GB in %.1f s, 2 MiB pages advised (%.2f GB mapped)",
-                      static_cast<double>(source.copied_bytes()) / 1e9, seconds,
-                      static_cast<double>(source.arena().mapped_bytes()) / 1e9);
-  if (source.left_mapped_bytes() > 0) {
+  std::string text = absl::StrFormat(
+      "weights copied into memory: %.2f GB in %.1f s, 2 MiB pages advised (%.2f GB mapped)",
+      static_cast<double>(copied_bytes) / 1e9, seconds, static_cast<double>(arena.mapped_bytes()) / 1e9);
+  if (left_mapped_bytes > 0) {
     absl::StrAppendFormat(
         &text,
         "; %.2f GB left in the file's mapping (over the copy budget: MemAvailable less 1 GiB, none when unknown)",
-        static_cast<double>(source.left_mapped_bytes()) / 1e9);
+        static_cast<double>(left_mapped_bytes) / 1e9);
   }
   return text;
+}
+
+// The safetensors weights this process computes with (experts only where
+// options.experts includes them) copied into huge pages, as GGUF's are.
+absl::Status CopyCheckpointToMemory(SafetensorsCheckpoint& checkpoint, const ModelConfig& config,
+                                    const ModelLoadOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> names;
+  for (const WeightSpec& w : ExpectedWeights(config)) {
+    if (!IsExpertRole(w.role) || options.experts.Includes(w.layer, w.expert)) names.push_back(w.name);
+  }
+  std::unique_ptr<ThreadPool> pool;
+  if (options.num_threads > 1) {
+    pool = std::make_unique<ThreadPool>(ThreadPoolOptions{.num_threads = options.num_threads, .name = "load-copy"});
+  }
+  TANDEM_RETURN_IF_ERROR(checkpoint.CopyToMemory(names, CopyBudgetBytes(), pool.get()));
+  LOG_INFO(checkpoint.Describe(), ": ",
+           DescribeCopy(checkpoint.copied_bytes(), checkpoint.left_mapped_bytes(), checkpoint.arena(), start));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -117,17 +149,17 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::filesystem::path
     model->no_tokenizer_reason = std::string(tokenizer.status().message());
     LOG_WARNING(model->no_tokenizer_reason);
   }
-  constexpr int64_t kHeadroomBytes = int64_t{1} << 30;  // for KV cache, activations and the rest
   const GgufSourceOptions source_options{.quantized = options.quantized,
                                          .experts = options.experts,
                                          .num_threads = options.num_threads,
                                          .copy_to_memory = options.copy_weights_to_memory,
-                                         .copy_budget_bytes = AvailableMemoryBytes() - kHeadroomBytes};
+                                         .copy_budget_bytes = CopyBudgetBytes()};
   const auto load_start = std::chrono::steady_clock::now();
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<GgufTensorSource> source,
                           GgufTensorSource::Create(std::move(checkpoint), model->config, source_options));
   if (options.copy_weights_to_memory) {
-    LOG_INFO(model->origin, ": ", DescribeCopy(*source, load_start));
+    LOG_INFO(model->origin, ": ",
+             DescribeCopy(source->copied_bytes(), source->left_mapped_bytes(), source->arena(), load_start));
   }
   std::string weights = source->StoredTypesSummary();
   if (source->dequantized_tensors() > 0) {
@@ -163,6 +195,9 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::filesystem::path& di
   model->origin = dir.string();
   TANDEM_ASSIGN_OR_RETURN(model->config, LoadModelConfig(dir / "config.json"));
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsCheckpoint> checkpoint, SafetensorsCheckpoint::Open(dir));
+  if (options.copy_weights_to_memory) {
+    TANDEM_RETURN_IF_ERROR(CopyCheckpointToMemory(*checkpoint, model->config, options));
+  }
   TANDEM_ASSIGN_OR_RETURN(model->weights, LoadModelWeights(model->config, std::move(checkpoint)));
   if (std::filesystem::exists(dir / "tokenizer.model", ec)) {
     TANDEM_ASSIGN_OR_RETURN(model->tokenizer, Tokenizer::Load(dir / "tokenizer.model"));

@@ -83,10 +83,11 @@ struct ModelLoadOptions {
   // the quantized CPU kernels (runtime_flags.cc picks it for in-process
   // CPU experts). Logged and named in Model::summary.
   QuantizedWeights quantized = QuantizedWeights::kDequantizeToBf16;
-  // GGUF: copy the weights this process uses out of the file's mapping into
-  // anonymous 2 MiB pages (GgufSourceOptions::copy_to_memory), up to what
-  // /proc/meminfo says is available less 1 GiB; logged with how much was
-  // copied. The in-process runtimes ask for it (--load_weights copy).
+  // GGUF and safetensors: copy the weights this process uses out of the
+  // files into anonymous 2 MiB pages (GgufSourceOptions::copy_to_memory,
+  // SafetensorsCheckpoint::CopyToMemory), up to what /proc/meminfo says is
+  // available less 1 GiB; logged with how much was copied. The in-process
+  // runtimes ask for it (--load_weights copy).
   bool copy_weights_to_memory = false;
 };
 

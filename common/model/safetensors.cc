@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/mapped_range_read.h"
 #include "common/base/scoped_fd.h"
 #include "common/base/status_macros.h"
 
@@ -270,7 +271,7 @@ absl::Status WriteFileAtomically(const fs::path& path, const std::vector<std::st
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const fs::path& path) {
   // O_NONBLOCK: a fifo planted under a shard's name must not hang the open
   // (it is refused below as not a regular file).
-  const ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path.string()));
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot stat ", path.string()));
@@ -316,6 +317,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const fs:
     file->tensors_.emplace(name, std::move(view));
   }
   TANDEM_RETURN_IF_ERROR(CheckNoOverlap(path, file->tensors_));
+  file->fd_ = std::move(fd);
   return file;
 }
 
@@ -327,6 +329,17 @@ absl::StatusOr<TensorView> SafetensorsFile::Get(const std::string& name) const {
   const auto it = tensors_.find(name);
   if (it == tensors_.end()) return absl::NotFoundError(absl::StrCat(Where(path_, name), ": not found"));
   return it->second;
+}
+
+bool SafetensorsFile::Holds(const void* p) const {
+  const auto* base = static_cast<const uint8_t*>(mapping_);
+  const auto* at = static_cast<const uint8_t*>(p);
+  return base != nullptr && at >= base && at < base + mapping_bytes_;
+}
+
+absl::Status SafetensorsFile::ReadInto(absl::Span<const uint8_t> range, uint8_t* out, ThreadPool* pool) const {
+  return ReadMappedRange(fd_.get(), path_.string(), {static_cast<const uint8_t*>(mapping_), mapping_bytes_}, range, out,
+                         pool);
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsCheckpoint>> SafetensorsCheckpoint::Open(const fs::path& model_dir) {
@@ -398,6 +411,30 @@ absl::StatusOr<TensorView> SafetensorsCheckpoint::Get(const std::string& name) c
     return absl::NotFoundError(absl::StrCat("tensor \"", name, "\" not found in checkpoint ", dir_.string()));
   }
   return it->second;
+}
+
+absl::Status SafetensorsCheckpoint::CopyToMemory(const std::vector<std::string>& names, int64_t budget_bytes,
+                                                 ThreadPool* pool) {
+  for (const std::string& name : names) {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end() || it->second.size_bytes == 0) continue;
+    TensorView& view = it->second;
+    const auto file = std::find_if(files_.begin(), files_.end(), [&](const auto& f) { return f->Holds(view.data); });
+    if (file == files_.end()) continue;  // copied already
+    const int64_t bytes = static_cast<int64_t>(view.size_bytes);
+    uint8_t* out = copied_bytes_ + bytes <= budget_bytes ? arena_.Allocate(view.size_bytes) : nullptr;
+    if (out == nullptr) {  // over the budget, or no memory to map
+      left_mapped_bytes_ += bytes;
+      continue;
+    }
+    if (absl::Status read = (*file)->ReadInto({static_cast<const uint8_t*>(view.data), view.size_bytes}, out, pool);
+        !read.ok()) {
+      return absl::Status(read.code(), absl::StrCat("tensor ", name, ": ", read.message()));
+    }
+    view.data = out;
+    copied_bytes_ += bytes;
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::string> SafetensorsCheckpoint::Names() const {

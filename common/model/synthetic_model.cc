@@ -401,6 +401,17 @@ struct Chunk {
 
 }  // namespace
 
+bool SyntheticExperts::Includes(int layer, int expert) const {
+  switch (mode) {
+    case Mode::kAll: return true;
+    case Mode::kNone: return false;
+    case Mode::kSlices:
+      return std::any_of(slices.begin(), slices.end(),
+                         [&](const ExpertSlice& s) { return s.layer == layer && s.expert == expert; });
+  }
+  return true;
+}
+
 absl::StatusOr<std::unique_ptr<SyntheticTensorSource>> SyntheticTensorSource::Create(
     const SyntheticModelSpec& spec, const SyntheticSourceOptions& options) {
   auto source = std::unique_ptr<SyntheticTensorSource>(new SyntheticTensorSource());

@@ -81,6 +81,9 @@ struct SyntheticExperts {
   };
   Mode mode = Mode::kAll;
   std::vector<ExpertSlice> slices;  // kSlices: e.g. PartitionExperts(config, division, worker, workers)
+
+  // Whether expert `expert` of `layer` (or a slice of it) is among these.
+  bool Includes(int layer, int expert) const;
 };
 
 struct SyntheticSourceOptions {
