@@ -110,30 +110,49 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
     max_keys = std::max(max_keys, end);
   }
   for (auto& scratch : scores_) Grow(scratch, kBlockRows * max_keys);
+  // A task attends one query head of a block, or, for a block of one row
+  // (decode), the `group` query heads that share a kv head: as `group` rows
+  // of AttendRowsOneHead, so each key and value row is loaded once for all
+  // of them rather than once per head (mixtral-8x7b:2 decode at ~560 keys,
+  // alternating: 1.1-1.5 -> 0.84-0.91 ms per token). Same bits either way.
   const int64_t group = heads / kv_heads;
-  auto attend = [&](int64_t task, int thread) {
-    const Block& b = blocks[static_cast<size_t>(task / heads)];
-    const int64_t h = task % heads, kv_offset = (h / group) * hd;
+  const bool by_kv_head = group > 1 && group <= kBlockRows;
+  struct Task {
+    int32_t block, head, heads;  // query heads [head, head + heads)
+  };
+  std::vector<Task> tasks;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const int64_t step = by_kv_head && blocks[i].count == 1 ? group : 1;
+    for (int64_t h = 0; h < heads; h += step)
+      tasks.push_back({static_cast<int32_t>(i), static_cast<int32_t>(h), static_cast<int32_t>(step)});
+  }
+  auto attend = [&](int64_t index, int thread) {
+    const Task& task = tasks[static_cast<size_t>(index)];
+    const Block& b = blocks[static_cast<size_t>(task.block)];
+    const int64_t kv_offset = (task.head / group) * hd;
     int64_t first[kBlockRows], count[kBlockRows];
     for (int64_t r = 0; r < b.count; ++r) {
       const int64_t position = b.slice->start_position + b.begin + r;
       first[r] = config_.sliding_window ? std::max<int64_t>(0, position - *config_.sliding_window + 1) : 0;
       count[r] = position - first[r] + 1;
     }
+    // A block's rows are q_dim apart; a group's heads (one row) hd apart.
+    const int64_t rows = b.count * task.heads, stride = task.heads > 1 ? hd : q_dim;
+    for (int64_t r = b.count; r < rows; ++r) first[r] = first[0], count[r] = count[0];
     const float* const* keys = kv_rows_.data() + b.keys_at;
     const float* const* values = keys + b.slice->start_position + b.slice->num_tokens;
     const int64_t row0 = b.slice->row_offset + b.begin;
     AttendRowsOneHead(
-        q_.data() + row0 * q_dim + h * hd, q_dim, b.count, hd, first, count,
+        q_.data() + row0 * q_dim + task.head * hd, stride, rows, hd, first, count,
         [&](int64_t j) -> const float* { return keys[j] + kv_offset; },
         [&](int64_t j) -> const float* { return values[j] + kv_offset; },
-        scores_[static_cast<size_t>(thread)].data(), attn_.data() + row0 * q_dim + h * hd, q_dim);
+        scores_[static_cast<size_t>(thread)].data(), attn_.data() + row0 * q_dim + task.head * hd, stride);
   };
-  const int64_t tasks = static_cast<int64_t>(blocks.size()) * heads;
+  const auto num_tasks = static_cast<int64_t>(tasks.size());
   if (pool_) {
-    pool_->ParallelFor(tasks, attend);
+    pool_->ParallelFor(num_tasks, attend);
   } else {
-    for (int64_t t = 0; t < tasks; ++t) attend(t, 0);
+    for (int64_t t = 0; t < num_tasks; ++t) attend(t, 0);
   }
 
   start = std::chrono::steady_clock::now();
