@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/base/progress.h"
+#include "common/base/parallel_status.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "common/model/gguf_names.h"
@@ -68,18 +69,13 @@ absl::StatusOr<Located> Locate(const GgufCheckpoint& checkpoint, const ModelConf
 absl::Status DecodeRows(GgmlType type, const uint8_t* src, int64_t rows, int64_t row_length, bool permute,
                         int64_t head_dim, DType to, void* out, ThreadPool* pool) {
   const int64_t row_bytes = static_cast<int64_t>(*GgmlRowBytes(type, row_length));
-  std::vector<absl::Status> errors(static_cast<size_t>(pool ? pool->num_threads() : 1));
   constexpr int64_t kRowsPerTask = 64;
-  auto task = [&](int64_t t, int thread) {
+  return ParallelTasks(pool, (rows + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t t) -> absl::Status {
     std::vector<float> row(static_cast<size_t>(row_length));
     for (int64_t r = t * kRowsPerTask; r < std::min(rows, (t + 1) * kRowsPerTask); ++r) {
       const int64_t from = permute ? GgufRowOfHfRow(r, head_dim) : r;
-      absl::Status s =
-          DequantizeRow(type, {src + from * row_bytes, static_cast<size_t>(row_bytes)}, absl::MakeSpan(row));
-      if (!s.ok()) {
-        errors[static_cast<size_t>(thread)] = s;
-        return;
-      }
+      TANDEM_RETURN_IF_ERROR(
+          DequantizeRow(type, {src + from * row_bytes, static_cast<size_t>(row_bytes)}, absl::MakeSpan(row)));
       if (to == DType::kF32) {
         std::copy(row.begin(), row.end(), static_cast<float*>(out) + r * row_length);
       } else {
@@ -87,15 +83,8 @@ absl::Status DecodeRows(GgmlType type, const uint8_t* src, int64_t rows, int64_t
         for (int64_t i = 0; i < row_length; ++i) dst[i] = F32ToBf16(row[static_cast<size_t>(i)]);
       }
     }
-  };
-  const int64_t tasks = (rows + kRowsPerTask - 1) / kRowsPerTask;
-  if (pool != nullptr) {
-    pool->ParallelFor(tasks, task);
-  } else {
-    for (int64_t t = 0; t < tasks; ++t) task(t, 0);
-  }
-  for (const absl::Status& s : errors) TANDEM_RETURN_IF_ERROR(s);
-  return absl::OkStatus();
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace
