@@ -1,9 +1,12 @@
 #include "coordinator/cpu_backend.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/kernels/attention_block.h"
 #include "common/model/gguf_tensor_source.h"
 #include "common/model/routing.h"
 #include "common/quant/quantize.h"
@@ -109,12 +112,22 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
       blocks.push_back({&s, i, std::min(kBlockRows, s.num_tokens - i), keys_at});
     max_keys = std::max(max_keys, end);
   }
-  for (auto& scratch : scores_) Grow(scratch, kBlockRows * max_keys);
+  static_assert(kBlockRows <= kAttentionBlockMaxRows);
+  for (auto& scratch : scores_)
+    Grow(scratch, std::max(kBlockRows * max_keys, AttentionBlockScratchFloats(max_keys, hd)));
   // A task attends one query head of a block, or, for a block of one row
   // (decode), the `group` query heads that share a kv head: as `group` rows
   // of AttendRowsOneHead, so each key and value row is loaded once for all
   // of them rather than once per head (mixtral-8x7b:2 decode at ~560 keys,
   // alternating: 1.1-1.5 -> 0.84-0.91 ms per token). Same bits either way.
+  // Blocks of at least kBlockKernelMinRows rows (prefill) run the
+  // GEMM-shaped kernel (attention_block.h); fewer rows leave most of its
+  // vector lanes idle, so decode keeps the per-key dot products.
+  // tandem-attention-bench, Zen 5, one thread, head_dim 128, 512 / 4096
+  // keys: 32 rows 28-32 -> 126-130 GFLOP/s (AVX-512; AVX2 51-56); 4 rows
+  // 28-32 -> 40-46 (AVX2 33-42); 1 row 13-20 -> 7-11.
+  constexpr int64_t kBlockKernelMinRows = 4;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t group = heads / kv_heads;
   const bool by_kv_head = group > 1 && group <= kBlockRows;
   struct Task {
@@ -142,6 +155,14 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
     const float* const* keys = kv_rows_.data() + b.keys_at;
     const float* const* values = keys + b.slice->start_position + b.slice->num_tokens;
     const int64_t row0 = b.slice->row_offset + b.begin;
+    if (task.heads == 1 && b.count >= kBlockKernelMinRows) {
+      AttendBlock({.q = q_.data() + row0 * q_dim + task.head * hd, .q_stride = q_dim, .rows = b.count,
+                   .head_dim = hd, .first_key = first, .num_keys = count, .keys = keys, .values = values,
+                   .kv_offset = kv_offset, .scale = scale, .out = attn_.data() + row0 * q_dim + task.head * hd,
+                   .out_stride = q_dim},
+                  scores_[static_cast<size_t>(thread)].data());
+      return;
+    }
     AttendRowsOneHead(
         q_.data() + row0 * q_dim + task.head * hd, stride, rows, hd, first, count,
         [&](int64_t j) -> const float* { return keys[j] + kv_offset; },

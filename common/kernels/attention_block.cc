@@ -1,0 +1,39 @@
+#include "common/kernels/attention_block.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace tandem {
+
+int64_t AttentionBlockScratchFloats(int64_t max_keys, int64_t head_dim) {
+  // Qt [head_dim][32], first/end/inv_sum [32] each, O [32][head_dim
+  // rounded up to 16], St [max_keys][32], and rounding (attention_block_body.h, MakePlan).
+  return (head_dim + 3 + (head_dim + 15) / 16 * 16 + max_keys) * kAttentionBlockMaxRows + 16;
+}
+
+void AttendBlock(const AttentionBlockArgs& a, float* scratch) {
+  if (ActiveIsa() >= IsaLevel::kAvx512) {
+    isa::AttendBlockAvx512(a, scratch);
+  } else {
+    isa::AttendBlockAvx2(a, scratch);
+  }
+}
+
+absl::Status AttendBlockWithIsa(IsaLevel isa, const AttentionBlockArgs& a, float* scratch) {
+  if (a.rows < 1 || a.rows > kAttentionBlockMaxRows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention block: rows must be 1..", kAttentionBlockMaxRows, ", got ", a.rows));
+  }
+  if (const std::string why = IsaUnavailableReason(isa); !why.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("attention block: ", why));
+  }
+  if (isa >= IsaLevel::kAvx512) {
+    isa::AttendBlockAvx512(a, scratch);
+  } else {
+    isa::AttendBlockAvx2(a, scratch);
+  }
+  return absl::OkStatus();
+}
+
+const char* AttentionBlockKernelName() { return ActiveIsa() >= IsaLevel::kAvx512 ? "avx512" : "avx2"; }
+
+}  // namespace tandem

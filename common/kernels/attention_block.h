@@ -1,0 +1,37 @@
+// Attention of a block of query rows (prefill) as small GEMMs: Q.K^T with
+// the queries transposed, the softmax across rows in vectors, P.V in
+// register tiles (attention_block_body.h). The coordinator's CPU backend
+// runs it for prefill blocks; decode's few rows per head keep the per-key
+// dot products of AttendRowsOneHead (coordinator/cpu_ops.h), which read each
+// key once without the transposition this kernel amortises over many rows.
+//
+// Thread-safety: stateless; each call uses only its arguments and scratch,
+// so threads call it concurrently with scratch of their own.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "common/base/cpu_features.h"
+#include "common/kernels/attention_block_types.h"
+
+namespace tandem {
+
+// Floats of scratch one call needs for blocks of up to
+// kAttentionBlockMaxRows rows whose keys span at most `max_keys`.
+int64_t AttentionBlockScratchFloats(int64_t max_keys, int64_t head_dim);
+
+// Runs the kernel of the highest level ActiveIsa() allows (AVX-512F, else
+// AVX2). `scratch`: AttentionBlockScratchFloats floats. Arguments are the
+// caller's to bound (rows 1..kAttentionBlockMaxRows, num_keys >= 1).
+void AttendBlock(const AttentionBlockArgs& a, float* scratch);
+
+// The same with `isa`'s kernel (tests and benches run every path the host
+// has): FailedPrecondition naming the reason when ActiveIsa() does not
+// allow it; InvalidArgument for rows outside 1..kAttentionBlockMaxRows.
+absl::Status AttendBlockWithIsa(IsaLevel isa, const AttentionBlockArgs& a, float* scratch);
+
+// "avx512" or "avx2": the kernel AttendBlock runs now.
+const char* AttentionBlockKernelName();
+
+}  // namespace tandem

@@ -1,0 +1,218 @@
+// The body of the GEMM-shaped attention kernel, written once over a vector
+// type and included by each ISA translation unit (attention_block_avx2.cc,
+// attention_block_avx512.cc) inside its own namespace, after it defines
+// `Vec` (kLanes f32 lanes, kRegisters vector registers, Zero/Load/LoadN/
+// Store/StoreN/Set1/Fma/Mul/Max/Sub/Add/Masked/Exp/ReduceMax-free ops). No
+// #include here: the including unit has <immintrin.h>, <cmath> (INFINITY),
+// <cstdint> and attention_block_types.h, and no <algorithm> (a std::min
+// instantiated under this unit's flags could be the one the linker keeps).
+//
+// Why this shape: the per-(row, key) dot product of AttendRowsOneHead needs
+// a horizontal sum per 128-element product and a scalar exp per score, ~8
+// GFLOP/s on 2 Zen 5 cores. Here the block's query rows are transposed once
+// (Qt [head_dim][R], R rows padded to whole vectors), so the scores of one
+// key for all rows are FMAs of a broadcast key element against Qt columns,
+// with no horizontal sum; scores stay transposed (St [keys][R]), so the
+// softmax runs across rows in vectors (max, exp, sum), and P.V accumulates
+// vectors of V rows against broadcast probabilities, a register tile of
+// rows x columns at a time over L1-sized tiles of keys.
+//
+// Arithmetic order: a score is a fixed sequential FMA chain over head_dim; a
+// row's output sums its keys in order, masked keys adding exact zeros. So a
+// row's result does not depend on which rows share its block.
+
+using VT = typename Vec::T;
+constexpr int64_t kL = Vec::kLanes;
+
+inline int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
+inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t Max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// Where the block's keys and scratch sections are.
+struct Plan {
+  int64_t lo = 0, hi = 0, width = 0;  // keys [lo, hi) cover every row
+  int64_t rpad = 0;                   // rows padded to whole vectors
+  float* qt = nullptr;                // [head_dim][rpad]
+  float* st = nullptr;                // [width][rpad] scores, then probabilities
+  float* first = nullptr;             // [rpad] each row's first key (as float)
+  float* end = nullptr;               // [rpad] one past its last key
+  float* inv_sum = nullptr;           // [rpad]
+  float* o = nullptr;                 // [rpad][opad] P.V accumulators
+  int64_t opad = 0;                   // head_dim padded to whole vectors
+};
+
+inline Plan MakePlan(const AttentionBlockArgs& a, float* scratch) {
+  Plan p;
+  p.lo = a.first_key[0];
+  for (int64_t r = 0; r < a.rows; ++r) {
+    p.lo = Min(p.lo, a.first_key[r]);
+    p.hi = Max(p.hi, a.first_key[r] + a.num_keys[r]);
+  }
+  p.width = p.hi - p.lo;
+  p.rpad = RoundUp(a.rows, kL);
+  p.qt = scratch;
+  p.first = p.qt + RoundUp(a.head_dim * p.rpad, 16);
+  p.end = p.first + kAttentionBlockMaxRows;
+  p.inv_sum = p.end + kAttentionBlockMaxRows;
+  p.opad = RoundUp(a.head_dim, 16);
+  p.o = p.inv_sum + kAttentionBlockMaxRows;
+  p.st = p.o + p.rpad * p.opad;
+  // Padded rows attend every key: finite scores, results never written.
+  for (int64_t r = 0; r < p.rpad; ++r) {
+    const bool real = r < a.rows;
+    p.first[r] = static_cast<float>(real ? a.first_key[r] - p.lo : 0);
+    p.end[r] = static_cast<float>(real ? a.first_key[r] + a.num_keys[r] - p.lo : p.width);
+  }
+  return p;
+}
+
+// Qt: column r is query row r (zeros past the block's rows).
+inline void TransposeQueries(const AttentionBlockArgs& a, const Plan& p) {
+  for (int64_t d = 0; d < a.head_dim; ++d) {
+    float* column = p.qt + d * p.rpad;
+    for (int64_t r = 0; r < a.rows; ++r) column[r] = a.q[r * a.q_stride + d];
+    for (int64_t r = a.rows; r < p.rpad; ++r) column[r] = 0.0f;
+  }
+}
+
+// One key's row a few keys ahead, into L1: a head's key rows are a cache
+// row apart (4 KB at Mixtral's width), a stride the prefetcher skips.
+inline void PrefetchRow(const float* row, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(row + i), _MM_HINT_T0);
+}
+inline constexpr int64_t kKeysAhead = 8;
+
+// Scores of kKeys keys from relative key j for all rpad rows (kChunks
+// vectors): Qt columns against broadcast key elements, then scaled, with
+// keys outside a row's range set to -inf.
+template <int kChunks, int kKeys>
+inline void ScoreKeys(const AttentionBlockArgs& a, const Plan& p, int64_t j) {
+  const float* key[kKeys];
+  for (int g = 0; g < kKeys; ++g) key[g] = a.keys[p.lo + j + g] + a.kv_offset;
+  for (int g = 0; g < kKeys; ++g)
+    if (j + g + kKeysAhead < p.width) PrefetchRow(a.keys[p.lo + j + g + kKeysAhead] + a.kv_offset, a.head_dim);
+  VT acc[kKeys][kChunks];
+  for (int g = 0; g < kKeys; ++g)
+    for (int c = 0; c < kChunks; ++c) acc[g][c] = Vec::Zero();
+  for (int64_t d = 0; d < a.head_dim; ++d) {
+    VT q[kChunks];
+    for (int c = 0; c < kChunks; ++c) q[c] = Vec::Load(p.qt + d * p.rpad + c * kL);
+    for (int g = 0; g < kKeys; ++g) {
+      const VT k = Vec::Set1(key[g][d]);
+      for (int c = 0; c < kChunks; ++c) acc[g][c] = Vec::Fma(q[c], k, acc[g][c]);
+    }
+  }
+  const VT scale = Vec::Set1(a.scale);
+  for (int g = 0; g < kKeys; ++g) {
+    const VT at = Vec::Set1(static_cast<float>(j + g));
+    for (int c = 0; c < kChunks; ++c) {
+      const VT s = Vec::Mul(acc[g][c], scale);
+      Vec::Store(p.st + (j + g) * p.rpad + c * kL,
+                 Vec::Masked(s, at, Vec::Load(p.first + c * kL), Vec::Load(p.end + c * kL)));
+    }
+  }
+}
+
+template <int kChunks>
+inline void Scores(const AttentionBlockArgs& a, const Plan& p) {
+  // Accumulators plus the Qt vectors and one broadcast in registers.
+  constexpr int kFit = (Vec::kRegisters - kChunks - 1) / kChunks;
+  constexpr int kKeys = kFit < 1 ? 1 : (kFit > 8 ? 8 : kFit);
+  int64_t j = 0;
+  for (; j + kKeys <= p.width; j += kKeys) ScoreKeys<kChunks, kKeys>(a, p, j);
+  for (; j < p.width; ++j) ScoreKeys<kChunks, 1>(a, p, j);
+}
+
+// Softmax across keys, for all rows at once: St becomes exp(s - max) (masked
+// keys exactly 0) and inv_sum 1 / their sum; the division waits for P.V.
+inline void Softmax(const Plan& p) {
+  for (int64_t c = 0; c < p.rpad; c += kL) {
+    VT max = Vec::Set1(-INFINITY);
+    for (int64_t j = 0; j < p.width; ++j) max = Vec::Max(max, Vec::Load(p.st + j * p.rpad + c));
+    VT sum = Vec::Zero();
+    for (int64_t j = 0; j < p.width; ++j) {
+      float* s = p.st + j * p.rpad + c;
+      const VT e = Vec::Exp(Vec::Sub(Vec::Load(s), max));
+      Vec::Store(s, e);
+      sum = Vec::Add(sum, e);
+    }
+    Vec::Store(p.inv_sum + c, Vec::Div(Vec::Set1(1.0f), sum));
+  }
+}
+
+// Rows [r0, r0 + kRows) x columns [d0, d0 + kChunks * kL) of the output
+// accumulators O (the last chunk `tail` columns when kPartial) over keys
+// [begin, end): probabilities times value rows. Keys go tile by tile
+// (AttentionValues), so the tile's value rows stay in L1 for every row
+// group and column pass: one sweep of all keys per (rows, columns) tile ran
+// AVX2's 32-row blocks at 33 GFLOP/s at 4096 keys, every sweep touching a
+// new 4 KB page per key.
+template <int kRows, int kChunks, bool kPartial>
+inline void ValueTile(const AttentionBlockArgs& a, const Plan& p, int64_t r0, int64_t d0, int64_t tail,
+                      int64_t begin, int64_t end) {
+  int64_t from = end, to = begin;
+  for (int64_t r = r0; r < r0 + kRows; ++r) {
+    from = Min(from, Max(begin, static_cast<int64_t>(p.first[r])));
+    to = Max(to, Min(end, static_cast<int64_t>(p.end[r])));
+  }
+  if (from >= to) return;
+  float* o = p.o + r0 * p.opad + d0;
+  VT acc[kRows][kChunks];
+  for (int g = 0; g < kRows; ++g)
+    for (int c = 0; c < kChunks; ++c) acc[g][c] = Vec::Load(o + g * p.opad + c * kL);
+  for (int64_t j = from; j < to; ++j) {
+    const float* v = a.values[p.lo + j] + a.kv_offset + d0;
+    VT value[kChunks];
+    for (int c = 0; c < kChunks; ++c)
+      value[c] = kPartial && c == kChunks - 1 ? Vec::LoadN(v + c * kL, tail) : Vec::Load(v + c * kL);
+    const float* prob = p.st + j * p.rpad + r0;
+    for (int g = 0; g < kRows; ++g) {
+      const VT w = Vec::Set1(prob[g]);
+      for (int c = 0; c < kChunks; ++c) acc[g][c] = Vec::Fma(w, value[c], acc[g][c]);
+    }
+  }
+  for (int g = 0; g < kRows; ++g)
+    for (int c = 0; c < kChunks; ++c) Vec::Store(o + g * p.opad + c * kL, acc[g][c]);
+}
+
+inline constexpr int64_t kValueTileKeys = 64;  // 64 x 512 B value rows: 32 KB, in L1
+
+// O = P.V over key tiles, then each real row's O times its 1 / sum into out.
+inline void Values(const AttentionBlockArgs& a, const Plan& p) {
+  // kRows divides kL, so a tile never runs past the padded rows.
+  constexpr int kRows = 4, kChunks = Vec::kValueChunks;
+  const int64_t full = a.head_dim / kL, tail = a.head_dim % kL;
+  for (int64_t i = 0; i < p.rpad * p.opad; i += kL) Vec::Store(p.o + i, Vec::Zero());
+  for (int64_t begin = 0; begin < p.width; begin += kValueTileKeys) {
+    const int64_t end = Min(p.width, begin + kValueTileKeys);
+    for (int64_t j = begin; j < end; ++j) PrefetchRow(a.values[p.lo + j] + a.kv_offset, a.head_dim);
+    for (int64_t r0 = 0; r0 < a.rows; r0 += kRows) {
+      int64_t chunk = 0;
+      for (; chunk + kChunks <= full; chunk += kChunks)
+        ValueTile<kRows, kChunks, false>(a, p, r0, chunk * kL, 0, begin, end);
+      for (; chunk < full; ++chunk) ValueTile<kRows, 1, false>(a, p, r0, chunk * kL, 0, begin, end);
+      if (tail != 0) ValueTile<kRows, 1, true>(a, p, r0, full * kL, tail, begin, end);
+    }
+  }
+  for (int64_t r = 0; r < a.rows; ++r) {
+    const VT inv = Vec::Set1(p.inv_sum[r]);
+    const float* o = p.o + r * p.opad;
+    float* y = a.out + r * a.out_stride;
+    int64_t d = 0;
+    for (; d + kL <= a.head_dim; d += kL) Vec::Store(y + d, Vec::Mul(Vec::Load(o + d), inv));
+    if (d < a.head_dim) Vec::StoreN(y + d, Vec::Mul(Vec::Load(o + d), inv), a.head_dim - d);
+  }
+}
+
+inline void AttendBlockBody(const AttentionBlockArgs& a, float* scratch) {
+  const Plan p = MakePlan(a, scratch);
+  TransposeQueries(a, p);
+  switch (p.rpad / kL) {
+    case 1: Scores<1>(a, p); break;
+    case 2: Scores<2>(a, p); break;
+    case 3: Scores<3>(a, p); break;
+    default: Scores<kAttentionBlockMaxRows / kL>(a, p); break;
+  }
+  Softmax(p);
+  Values(a, p);
+}

@@ -1,0 +1,41 @@
+// The plain data of the GEMM-shaped attention kernel (attention_block.h) and
+// its per-ISA entry points. Included by the ISA translation units, which are
+// compiled with their own instruction-set flags: so this header holds no
+// inline function (common/CMakeLists.txt explains why).
+#pragma once
+
+#include <cstdint>
+
+namespace tandem {
+
+// A block of query rows of one sequence and one query head against the key
+// and value rows of its kv head (prefill). Shapes: head_dim floats per row;
+// q row r at q + r * q_stride; key j at keys[j] + kv_offset (j absolute, as
+// the cache numbers positions), value j at values[j] + kv_offset; output
+// row r at out + r * out_stride. Row r attends keys
+// [first_key[r], first_key[r] + num_keys[r]), num_keys[r] >= 1 (causal,
+// sliding window).
+struct AttentionBlockArgs {
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  int64_t rows = 0;  // 1 .. kAttentionBlockMaxRows
+  int64_t head_dim = 0;
+  const int64_t* first_key = nullptr;
+  const int64_t* num_keys = nullptr;
+  const float* const* keys = nullptr;
+  const float* const* values = nullptr;
+  int64_t kv_offset = 0;
+  float scale = 1.0f;  // applied to q.k before the softmax
+  float* out = nullptr;
+  int64_t out_stride = 0;
+};
+
+inline constexpr int64_t kAttentionBlockMaxRows = 32;
+
+namespace isa {
+// Scratch: AttentionBlockScratchFloats (attention_block.h) floats, 64-byte aligned.
+void AttendBlockAvx2(const AttentionBlockArgs& a, float* scratch);
+void AttendBlockAvx512(const AttentionBlockArgs& a, float* scratch);
+}  // namespace isa
+
+}  // namespace tandem
