@@ -63,23 +63,31 @@ inline __m512i Both(const uint8_t* p) {
 }
 
 // The 8 6-bit scales (bytes 0..7) and mins (8..15) of a Q4_K/Q5_K block's
-// scales[12] (ggml's bit layout), in vector registers: built in a stack
-// array, the 16-byte load after four 4-byte stores missed store forwarding
-// and cost more than the rest of the block. Dwords u0 u1 u2 of the field:
-// scales 0-3 = u0 & 63, 4-7 = (u2 & 15) | (u0 >> 6) << 4; mins 0-3 = u1 & 63,
-// 4-7 = (u2 >> 4) | (u1 >> 6) << 4, bytewise.
-inline __m128i UnpackKScalesMins(const uint8_t* scales) {
-  uint32_t u2;
-  std::memcpy(&u2, scales + 8, sizeof(u2));
-  const __m128i v =
-      _mm_insert_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales)), static_cast<int>(u2), 2);
-  const __m128i low =
-      _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4)),
-                    _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-  const __m128i high =
-      _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)), _mm_setr_epi32(0, 6, 0, 6)),
-                    _mm_setr_epi32(0, 0x03030303, 0, 0x03030303));
-  return _mm_or_si128(low, _mm_slli_epi32(high, 4));
+// scales[12] (ggml's bit layout), for the blocks whose fields sit in the
+// 128-bit lanes of `v` (bytes 12..15 of a lane ignored): one pass of
+// in-lane shuffles, shifts and masks serves up to 4 W rows' blocks at once
+// (a 4-row pass decoded them one xmm at a time, ~11 instructions per row
+// and block, a quarter of the block's work). Dwords u0 u1 u2 of a field:
+// scales 0-3 = u0 & 63, 4-7 = (u2 & 15) | (u0 >> 6) << 4; mins 0-3 = u1 &
+// 63, 4-7 = (u2 >> 4) | (u1 >> 6) << 4, bytewise.
+inline __m512i UnpackKScalesMins(__m512i v) {
+  const __m512i low = _mm512_and_si512(
+      _mm512_srlv_epi32(_mm512_shuffle_epi32(v, _MM_PERM_CBCA), _mm512_set4_epi32(4, 0, 0, 0)),
+      _mm512_set4_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f));
+  const __m512i high = _mm512_and_si512(
+      _mm512_srlv_epi32(_mm512_shuffle_epi32(v, _MM_PERM_BBAA), _mm512_set4_epi32(6, 0, 6, 0)),
+      _mm512_set4_epi32(0x03030303, 0, 0x03030303, 0));
+  return _mm512_or_si512(low, _mm512_slli_epi32(high, 4));
+}
+
+// 128-bit lane f of v (f a constant once the caller's loop is unrolled).
+inline __m128i Lane(__m512i v, int f) {
+  switch (f) {
+    case 0: return _mm512_castsi512_si128(v);
+    case 1: return _mm512_extracti32x4_epi32(v, 1);
+    case 2: return _mm512_extracti32x4_epi32(v, 2);
+    default: return _mm512_extracti32x4_epi32(v, 3);
+  }
 }
 
 // ---- Formats: how one unit (64 values of a 32-value type, one 256-value
@@ -159,18 +167,31 @@ struct KFormat {
   using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
   static constexpr int64_t kBytes = sizeof(Block);
   static constexpr bool kGroupMajor = true;
-  static void Decode(const uint8_t* block, __m512i (&levels)[4], __m512* scales, __m512* offsets) {
-    // (maskz forms: GCC 12 warns about the undefined source of the plain
-    // ones here, its bug 105593.)
-    const __m512 sm = _mm512_maskz_cvtepi32_ps(
-        0xffff, _mm512_maskz_cvtepu8_epi32(0xffff, UnpackKScalesMins(block + offsetof(Block, scales))));
-    // Lanes 0..7: d * scale of each sub-block; 8..15: -dmin * min.
-    const __m512 scaled =
-        _mm512_mul_ps(sm, Halves(HalfAt(block + offsetof(Block, d)), -HalfAt(block + offsetof(Block, dmin))));
-    *scales =
-        _mm512_maskz_permutexvar_ps(0xffff, _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7), scaled);
-    *offsets = _mm512_maskz_permutexvar_ps(
-        0xffff, _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), scaled);
+  // The scale fields of kW blocks (one per W row), unpacked in one pass.
+  template <int kW>
+  static void DecodeScales(const uint8_t* const (&blocks)[kW], __m512 (&scales)[kW], __m512 (&offsets)[kW]) {
+    // 16 bytes from each field (its 12 and the first 4 of qs, ignored).
+    __m512i v = _mm512_setzero_si512();
+    for (int f = 0; f < kW; ++f) {
+      const __m128i field = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[f] + offsetof(Block, scales)));
+      v = _mm512_mask_broadcast_i32x4(v, static_cast<__mmask16>(0xf << (4 * f)), field);
+    }
+    const __m512i unpacked = UnpackKScalesMins(v);
+    for (int f = 0; f < kW; ++f) {
+      // (maskz forms: GCC 12 warns about the undefined source of the plain
+      // ones here, its bug 105593.)
+      const __m512 sm = _mm512_maskz_cvtepi32_ps(
+          0xffff, _mm512_maskz_cvtepu8_epi32(0xffff, Lane(unpacked, f)));
+      // Lanes 0..7: d * scale of each sub-block; 8..15: -dmin * min.
+      const __m512 scaled = _mm512_mul_ps(
+          sm, Halves(HalfAt(blocks[f] + offsetof(Block, d)), -HalfAt(blocks[f] + offsetof(Block, dmin))));
+      scales[f] = _mm512_maskz_permutexvar_ps(0xffff, _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
+                                              scaled);
+      offsets[f] = _mm512_maskz_permutexvar_ps(
+          0xffff, _mm512_setr_epi32(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15), scaled);
+    }
+  }
+  static void DecodeLevels(const uint8_t* block, __m512i (&levels)[4]) {
     static constexpr int kQs[16] = {0, 4, 0, 4, 8, 12, 8, 12, 16, 20, 16, 20, 24, 28, 24, 28};
     const __m512i nibble = _mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4);
     const __m512i q0 = _mm512_loadu_si512(block + offsetof(Block, qs));
@@ -199,11 +220,16 @@ struct KFormat {
 struct Q6KFormat {
   static constexpr int64_t kBytes = sizeof(BlockQ6_K);
   static constexpr bool kGroupMajor = true;
-  static void Decode(const uint8_t* block, __m512i (&levels)[4], __m512* scales, __m512* offsets) {
-    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + offsetof(BlockQ6_K, scales)));
-    *scales = _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(0xffff, _mm512_maskz_cvtepi8_epi32(0xffff, sc)),
-                            _mm512_set1_ps(HalfAt(block + offsetof(BlockQ6_K, d))));
-    *offsets = _mm512_mul_ps(*scales, _mm512_set1_ps(-32.0f));
+  template <int kW>
+  static void DecodeScales(const uint8_t* const (&blocks)[kW], __m512 (&scales)[kW], __m512 (&offsets)[kW]) {
+    for (int f = 0; f < kW; ++f) {
+      const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[f] + offsetof(BlockQ6_K, scales)));
+      scales[f] = _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(0xffff, _mm512_maskz_cvtepi8_epi32(0xffff, sc)),
+                                _mm512_set1_ps(HalfAt(blocks[f] + offsetof(BlockQ6_K, d))));
+      offsets[f] = _mm512_mul_ps(scales[f], _mm512_set1_ps(-32.0f));
+    }
+  }
+  static void DecodeLevels(const uint8_t* block, __m512i (&levels)[4]) {
     static constexpr int kQl[16] = {0, 4, 8, 12, 0, 4, 8, 12, 16, 20, 24, 28, 16, 20, 24, 28};
     static constexpr int kQh[16] = {0, 4, 0, 4, 0, 4, 0, 4, 8, 12, 8, 12, 8, 12, 8, 12};
     const __m512i nibble = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
@@ -283,9 +309,12 @@ template <class Format, int kRows, int kW>
 inline void Block(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows<kRows>& x, int64_t i, int64_t at,
                   __m512 (&acc)[kW][kRows]) {
   PrefetchLines(next + kW * at, kW * Format::kBytes);
+  const uint8_t* blocks[kW];
+  for (int f = 0; f < kW; ++f) blocks[f] = w[f] + at;
   __m512i levels[kW][4];
   __m512 scales[kW], offsets[kW];
-  for (int f = 0; f < kW; ++f) Format::Decode(w[f] + at, levels[f], &scales[f], &offsets[f]);
+  Format::template DecodeScales<kW>(blocks, scales, offsets);
+  for (int f = 0; f < kW; ++f) Format::DecodeLevels(blocks[f], levels[f]);
   for (int r = 0; r < kRows; ++r) {
     const __m512 xs = _mm512_loadu_ps(x.scales[r] + i / 16);
     const __m512 xo = _mm512_loadu_ps(x.offsets[r] + i / 16);
