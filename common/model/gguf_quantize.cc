@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/parallel_status.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "common/gguf/gguf_writer.h"
@@ -198,26 +199,18 @@ class TensorWriter {
     // Reused across tensors, never zeroed: every byte is written before it is read.
     float* values = Grow(values_, values_size_, static_cast<size_t>(chunk_rows * row_length));
     uint8_t* out = Grow(out_, out_size_, static_cast<size_t>(chunk_rows * out_row_bytes));
-    std::vector<absl::Status> errors(static_cast<size_t>(pool_ ? pool_->num_threads() : 1));
     for (int64_t first = 0; first < rows; first += chunk_rows) {
       const int64_t n = std::min(chunk_rows, rows - first);
-      auto convert = [&](int64_t i, int thread) {
+      TANDEM_RETURN_IF_ERROR(ParallelTasks(pool_, n, [&](int64_t i) -> absl::Status {
         float* row = values + i * row_length;
         FillRow(plan, first + i, rows_per_source, row_length, row);
         absl::Status s = QuantizeRow(spec.type, {row, static_cast<size_t>(row_length)},
                                      {out + i * out_row_bytes, static_cast<size_t>(out_row_bytes)});
-        if (!s.ok()) {
-          errors[static_cast<size_t>(thread)] = absl::InvalidArgumentError(
-              absl::StrCat(options_.model_dir.string(), ": tensor ", SourceName(plan, first + i, rows_per_source),
-                           " (GGUF ", spec.name, " row ", first + i, "): ", s.message()));
-        }
-      };
-      if (pool_ != nullptr && n > 1) {
-        pool_->ParallelFor(n, convert);
-      } else {
-        for (int64_t i = 0; i < n; ++i) convert(i, 0);
-      }
-      for (const absl::Status& s : errors) TANDEM_RETURN_IF_ERROR(s);
+        if (s.ok()) return s;
+        return absl::InvalidArgumentError(absl::StrCat(options_.model_dir.string(), ": tensor ",
+                                                       SourceName(plan, first + i, rows_per_source), " (GGUF ",
+                                                       spec.name, " row ", first + i, "): ", s.message()));
+      }));
       TANDEM_RETURN_IF_ERROR(writer_.Write(spec.name, {out, static_cast<size_t>(n * out_row_bytes)}));
       // Sources whose last row is written are done.
       for (size_t s = 0; s < sources_.size(); ++s) {
