@@ -10,28 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/parallel_status.h"
 #include "common/base/status_macros.h"
+#include "common/kernels/vector_exp.h"
 
 namespace tandem {
 namespace {
-
-// exp(x) for the SiLU: Cephes' expf polynomial (about 1 ulp on the clamped
-// range). The clamp keeps 2^n a normal float; silu saturates long before.
-inline __m256 Exp8(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i exponent = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(exponent));
-}
 
 // gate[j] = silu(gate[j]) * up[j] = gate * up / (1 + exp(-gate)), in place.
 void SiluMul(float* gate, const float* up, int64_t count) {
@@ -39,7 +21,7 @@ void SiluMul(float* gate, const float* up, int64_t count) {
   const __m256 one = _mm256_set1_ps(1.0f);
   for (; j + 8 <= count; j += 8) {
     const __m256 g = _mm256_loadu_ps(gate + j);
-    const __m256 e = Exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    const __m256 e = ExpAvx2(_mm256_sub_ps(_mm256_setzero_ps(), g));
     const __m256 h = _mm256_div_ps(_mm256_mul_ps(g, _mm256_loadu_ps(up + j)), _mm256_add_ps(one, e));
     _mm256_storeu_ps(gate + j, h);
   }

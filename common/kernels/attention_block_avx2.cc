@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/kernels/attention_block_types.h"
+#include "common/kernels/vector_exp.h"
 
 namespace tandem::isa {
 namespace attention_avx2 {
@@ -35,24 +36,10 @@ struct Vec {
     const T outside = _mm256_or_ps(_mm256_cmp_ps(at, first, _CMP_LT_OQ), _mm256_cmp_ps(at, end, _CMP_GE_OQ));
     return _mm256_blendv_ps(s, _mm256_set1_ps(-INFINITY), outside);
   }
-  // e^x for x <= 0 (Cephes' expf: 2^n times a degree-6 polynomial of the
-  // remainder, ~1 ulp); 0 below -87.3 (e^x under FLT_MIN), -inf included.
+  // e^x (vector_exp.h), exactly 0 below -87.3 (-inf included: masked keys).
   static T Exp(T x) {
     const T tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f), _CMP_LT_OQ);
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.33654f));
-    const T n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    T r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    T y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    const __m256i pow2 = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(tiny, _mm256_mul_ps(y, _mm256_castsi256_ps(pow2)));
+    return _mm256_andnot_ps(tiny, ExpAvx2(x));
   }
 };
 

@@ -35,8 +35,9 @@ struct Vec {
         _mm512_cmp_ps_mask(at, first, _CMP_LT_OQ) | _mm512_cmp_ps_mask(at, end, _CMP_GE_OQ);
     return _mm512_mask_mov_ps(s, outside, _mm512_set1_ps(-INFINITY));
   }
-  // e^x for x <= 0: the AVX2 unit's polynomial (attention_block_avx2.cc),
-  // the same bits lane for lane; 0 below -87.3, -inf included.
+  // e^x for x <= 0: vector_exp.h's polynomial on 16 lanes (this unit may
+  // not include that baseline inline function), the same bits lane for
+  // lane; exactly 0 below -87.3, -inf included.
   static T Exp(T x) {
     const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_LT_OQ);
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
