@@ -40,6 +40,7 @@
 #include "common/base/flags_usage.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
+#include "common/kernels/attention_block.h"
 #include "common/kernels/compute_peak.h"
 #include "common/kernels/linear.h"
 #include "common/model/gguf_tensor_source.h"
@@ -199,7 +200,8 @@ absl::Status BenchModel(std::unique_ptr<Model> model, const std::string& name, c
   if (max_prompt + decode_tokens > c.max_position_embeddings)
     return absl::InvalidArgumentError("prompt plus decode tokens exceed the model's context");
   const DType dtype = rt.model().weights->layers.front().q_proj.dtype;
-  SetBenchStamp("kernels", absl::StrCat(std::string(DTypeName(dtype)), " weights: ", DescribeKernelChoice(dtype)));
+  SetBenchStamp("kernels", absl::StrCat(std::string(DTypeName(dtype)), " weights: ", DescribeKernelChoice(dtype), "; ",
+                                        DescribeAttentionKernels()));
 
   // The first token comes from prefill; decode_tokens steps follow.
   const GenerationRequest request = Request(c, prompt_tokens, decode_tokens + 1);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/cpu_features.h"
 #include "common/base/dtype.h"
+#include "common/kernels/attention_block.h"
 #include "common/kernels/linear.h"
 #include "common/model/model_fingerprint.h"
 #include "coordinator/sampling_defaults.h"
@@ -312,7 +313,8 @@ grpc::Status InferenceService::GetStats(grpc::ServerContext*, const v1::GetStats
   const KernelPlan& plan = ProcessKernelPlan();
   out->set_kernel_plan(absl::StrCat(plan.Spec(), " (", plan.source(), ")"));
   const DType dtype = model_->weights->layers.empty() ? DType::kBF16 : model_->weights->layers.front().q_proj.dtype;
-  out->set_kernels(absl::StrCat(std::string(DTypeName(dtype)), " weights: ", DescribeKernelChoice(dtype)));
+  out->set_kernels(absl::StrCat(std::string(DTypeName(dtype)), " weights: ", DescribeKernelChoice(dtype), "; ",
+                                DescribeAttentionKernels()));
   return grpc::Status::OK;
 }
 

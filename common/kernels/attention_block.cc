@@ -36,4 +36,9 @@ absl::Status AttendBlockWithIsa(IsaLevel isa, const AttentionBlockArgs& a, float
 
 const char* AttentionBlockKernelName() { return ActiveIsa() >= IsaLevel::kAvx512 ? "avx512" : "avx2"; }
 
+std::string DescribeAttentionKernels() {
+  return absl::StrCat("attention: prefill blocks of ", kAttentionBlockMinRows, "+ rows attention_block_",
+                      AttentionBlockKernelName(), ", fewer rows (decode) per-key dots");
+}
+
 }  // namespace tandem

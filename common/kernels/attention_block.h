@@ -10,12 +10,18 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "common/base/cpu_features.h"
 #include "common/kernels/attention_block_types.h"
 
 namespace tandem {
+
+// Callers run blocks of fewer rows through per-key dot products: below 4
+// rows most of this kernel's vector lanes idle (tandem-attention-bench:
+// 1 row 8-11 GFLOP/s against 16-22; 4 rows 35-43 against 28).
+inline constexpr int64_t kAttentionBlockMinRows = 4;
 
 // Floats of scratch one call needs for blocks of up to
 // kAttentionBlockMaxRows rows whose keys span at most `max_keys`.
@@ -33,5 +39,8 @@ absl::Status AttendBlockWithIsa(IsaLevel isa, const AttentionBlockArgs& a, float
 
 // "avx512" or "avx2": the kernel AttendBlock runs now.
 const char* AttentionBlockKernelName();
+// For start-up logs, stats and bench stamps: "attention: prefill blocks of
+// 4+ rows attention_block_avx512, fewer rows (decode) per-key dots".
+std::string DescribeAttentionKernels();
 
 }  // namespace tandem

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/parallel_status.h"
 #include "common/base/status_macros.h"
+#include "common/kernels/attention_block.h"
 
 namespace tandem {
 namespace {
@@ -217,7 +218,8 @@ std::string KernelStartupSummary(DType dtype) {
   const KernelPlan& plan = ProcessKernelPlan();
   return absl::StrCat("cpu ", HostCpu().Description(), " [", HostCpu().Flags(), "]; kernels at ",
                       ActiveIsaDescription(), "; plan ", plan.Spec(), " (", plan.source(),
-                      "): ", std::string(DTypeName(dtype)), " weights ", DescribeKernelChoice(dtype));
+                      "): ", std::string(DTypeName(dtype)), " weights ", DescribeKernelChoice(dtype), "; ",
+                      DescribeAttentionKernels());
 }
 
 absl::Status Linear(const float* x, int64_t m, const LinearWeight& w, const float* bias, float* y, ThreadPool* pool,
