@@ -116,16 +116,17 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
   for (auto& scratch : scores_)
     Grow(scratch, std::max(kBlockRows * max_keys, AttentionBlockScratchFloats(max_keys, hd)));
   // A task attends one query head of a block, or, for a block of one row
-  // (decode), the `group` query heads that share a kv head: as `group` rows
-  // of AttendRowsOneHead, so each key and value row is loaded once for all
-  // of them rather than once per head (mixtral-8x7b:2 decode at ~560 keys,
-  // alternating: 1.1-1.5 -> 0.84-0.91 ms per token). Same bits either way.
-  // Blocks of at least kAttentionBlockMinRows rows (prefill) run the
-  // GEMM-shaped kernel (attention_block.h); fewer rows leave most of its
-  // vector lanes idle, so decode keeps the per-key dot products.
-  // tandem-attention-bench, Zen 5, one thread, head_dim 128, 512 / 4096
-  // keys: 32 rows 28-32 -> 126-130 GFLOP/s (AVX-512; AVX2 51-56); 4 rows
-  // 28-32 -> 40-46 (AVX2 33-42); 1 row 13-20 -> 7-11.
+  // (decode), the `group` query heads that share a kv head, as `group` rows
+  // hd apart, so each key and value row is loaded once for all of them
+  // rather than once per head (mixtral-8x7b:2 decode at ~560 keys,
+  // alternating: 1.1-1.5 -> 0.84-0.91 ms per token, per-key dots).
+  // Tasks of at least kAttentionBlockMinRows rows (a prefill block, or a
+  // decode row's group of 4 query heads, rows hd apart) run the GEMM-shaped
+  // kernel (attention_block.h); fewer rows leave most of its vector lanes
+  // idle and keep the per-key dot products. tandem-attention-bench, Zen 5,
+  // one thread, head_dim 128: 32 rows at 512 / 4096 keys 28-32 -> 126-130
+  // GFLOP/s (AVX-512; AVX2 51-56); 4 rows at 64-4096 keys 28-29 -> 40-51
+  // (AVX2 35-42); 1 row 13-20 -> 7-11.
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t group = heads / kv_heads;
   const bool by_kv_head = group > 1 && group <= kBlockRows;
@@ -154,11 +155,11 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
     const float* const* keys = kv_rows_.data() + b.keys_at;
     const float* const* values = keys + b.slice->start_position + b.slice->num_tokens;
     const int64_t row0 = b.slice->row_offset + b.begin;
-    if (task.heads == 1 && b.count >= kAttentionBlockMinRows) {
-      AttendBlock({.q = q_.data() + row0 * q_dim + task.head * hd, .q_stride = q_dim, .rows = b.count,
+    if (rows >= kAttentionBlockMinRows) {
+      AttendBlock({.q = q_.data() + row0 * q_dim + task.head * hd, .q_stride = stride, .rows = rows,
                    .head_dim = hd, .first_key = first, .num_keys = count, .keys = keys, .values = values,
                    .kv_offset = kv_offset, .scale = scale, .out = attn_.data() + row0 * q_dim + task.head * hd,
-                   .out_stride = q_dim},
+                   .out_stride = stride},
                   scores_[static_cast<size_t>(thread)].data());
       return;
     }

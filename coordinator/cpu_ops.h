@@ -48,9 +48,9 @@ template <typename KeyFn, typename ValueFn>
 void AttendOneRow(const float* q, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t first_key,
                   int64_t num_keys, KeyFn key_row, ValueFn value_row, float* scores, float* out);
 
-// The same for `rows` query rows of one head at once (decode's query heads
-// that share a kv head; prefill blocks of 4 rows or more run the GEMM-shaped
-// common/kernels/attention_block.h instead): row r is q + r * q_stride, attends keys
+// The same for `rows` query rows of one head at once (fewer than 4: blocks
+// of 4 rows or more, prefill's or a decode row's GQA group, run the
+// GEMM-shaped common/kernels/attention_block.h instead): row r is q + r * q_stride, attends keys
 // [first_key[r], first_key[r] + num_keys[r]) and writes out + r *
 // out_stride. Each key and value row is read once for the whole block
 // instead of once per row (at 4096 tokens the per-row loop re-read 32 MB of

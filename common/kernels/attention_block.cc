@@ -37,8 +37,9 @@ absl::Status AttendBlockWithIsa(IsaLevel isa, const AttentionBlockArgs& a, float
 const char* AttentionBlockKernelName() { return ActiveIsa() >= IsaLevel::kAvx512 ? "avx512" : "avx2"; }
 
 std::string DescribeAttentionKernels() {
-  return absl::StrCat("attention: prefill blocks of ", kAttentionBlockMinRows, "+ rows attention_block_",
-                      AttentionBlockKernelName(), ", fewer rows (decode) per-key dots");
+  return absl::StrCat("attention: blocks of ", kAttentionBlockMinRows,
+                      "+ rows (prefill, a decode row's GQA group) attention_block_", AttentionBlockKernelName(),
+                      ", fewer rows per-key dots");
 }
 
 }  // namespace tandem
