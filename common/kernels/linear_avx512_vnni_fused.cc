@@ -177,16 +177,17 @@ struct KFormat {
     // conversion for all kW rows' pairs rather than two scalar ones a row
     // (in cache, one Mixtral expert, 1 row: see BENCHMARKS).
     __m512i v = _mm512_setzero_si512();
-    __m128i pairs = _mm_setzero_si128();
+    int32_t pairs[4] = {0, 0, 0, 0};
     for (int f = 0; f < kW; ++f) {
       const __m128i field = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[f] + offsetof(Block, scales)));
       v = _mm512_mask_broadcast_i32x4(v, static_cast<__mmask16>(0xf << (4 * f)), field);
-      int32_t pair;
-      std::memcpy(&pair, blocks[f] + offsetof(Block, d), sizeof(pair));
-      pairs = _mm_insert_epi32(pairs, pair, f);
+      std::memcpy(&pairs[f], blocks[f] + offsetof(Block, d), sizeof(pairs[f]));
     }
     const __m512i unpacked = UnpackKScalesMins(v);
-    const __m512 d_dmin = _mm512_zextps256_ps512(_mm256_cvtph_ps(pairs));  // d0 dmin0 d1 dmin1 ...
+    // d0 dmin0 d1 dmin1 ... (_mm_setr_epi32, not _mm_insert_epi32: clang
+    // wants the insert's lane as a literal even in an unrolled loop).
+    const __m512 d_dmin =
+        _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_setr_epi32(pairs[0], pairs[1], pairs[2], pairs[3])));
     for (int f = 0; f < kW; ++f) {
       // (maskz forms: GCC 12 warns about the undefined source of the plain
       // ones here, its bug 105593.)
