@@ -195,9 +195,8 @@ struct KFormat {
           0xffff, _mm512_maskz_cvtepu8_epi32(0xffff, Lane(unpacked, f)));
       // Lanes 0..7: d * scale of each sub-block; 8..15: dmin * min.
       const __m512 scaled = _mm512_mul_ps(
-          sm, _mm512_permutexvar_ps(_mm512_set_epi32(2 * f + 1, 2 * f + 1, 2 * f + 1, 2 * f + 1, 2 * f + 1, 2 * f + 1,
-                                                     2 * f + 1, 2 * f + 1, 2 * f, 2 * f, 2 * f, 2 * f, 2 * f, 2 * f,
-                                                     2 * f, 2 * f),
+          sm, _mm512_permutexvar_ps(_mm512_add_epi32(_mm512_set1_epi32(2 * f),  // row f's d, then its dmin
+                                                     _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)),
                                     d_dmin));
       scales[f] = _mm512_maskz_permutexvar_ps(0xffff, _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
                                               scaled);
