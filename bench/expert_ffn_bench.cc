@@ -43,6 +43,7 @@
 #include "common/kernels/linear.h"
 #include "common/model/gguf_tensor_source.h"
 #include "common/platform/hardware_probe.h"
+#include "common/platform/huge_page_arena.h"
 #include "common/quant/quantize.h"
 #include "cpu_worker/expert_ffn.h"
 #include "dnnl.hpp"
@@ -62,6 +63,9 @@ ABSL_FLAG(std::string, kernel_plan, "builtin",
           "kernel path per row count for the expert_ffn lines: builtin (for this CPU's ISA) or ROWS:PATH,... "
           "(e.g. 1:stream,16:bf16_dot; paths stream, packed, bf16_dot, onednn, int8_dot)");
 ABSL_FLAG(bool, probe, true, "measure bandwidth and compute peaks first");
+ABSL_FLAG(bool, huge_pages, true,
+          "weights in 2 MiB-aligned memory advised for transparent huge pages, as the model loads them "
+          "(HugePageArena); false: ordinary 4 KiB-page heap memory");
 
 namespace tandem {
 namespace {
@@ -70,11 +74,18 @@ using Json = nlohmann::json;
 
 // Stored weights [rows, cols], uniform in [-scale, scale], deterministic;
 // a quantized dtype gets each row of those values quantized (ggml's blocks).
+// From `arena` when given (where the model keeps its weights), else from
+// the heap: the pages matter as much as the kernel (docs/BENCHMARKS.md).
 class WeightBuffer {
  public:
-  WeightBuffer(DType dtype, int64_t rows, int64_t cols, uint64_t seed, float scale, ThreadPool* pool)
+  WeightBuffer(DType dtype, int64_t rows, int64_t cols, uint64_t seed, float scale, HugePageArena* arena,
+               ThreadPool* pool)
       : bytes_(static_cast<size_t>(rows * DTypeRowBytes(dtype, cols))) {
-    data_.resize((bytes_ + 63) / 64);
+    if (arena != nullptr) data_ = arena->Allocate(bytes_);
+    if (data_ == nullptr) {
+      heap_.resize((bytes_ + 63) / 64);
+      data_ = heap_.data();
+    }
     const int64_t row_bytes = DTypeRowBytes(dtype, cols);
     const int64_t rows_per_task = std::max<int64_t>(1, (int64_t{1} << 20) / cols);
     const int64_t tasks = (rows + rows_per_task - 1) / rows_per_task;
@@ -100,7 +111,7 @@ class WeightBuffer {
       }
     });
   }
-  void* data() { return data_.data(); }
+  void* data() { return data_; }
   size_t bytes() const { return bytes_; }
 
  private:
@@ -108,7 +119,8 @@ class WeightBuffer {
     char bytes[64];
   };
   size_t bytes_;
-  std::vector<Line> data_;
+  void* data_ = nullptr;
+  std::vector<Line> heap_;
 };
 
 struct Timing {
@@ -235,13 +247,15 @@ absl::Status Main() {
   // Hugging Face init and trained Mixtral experts are ~N(0, 0.02^2): uniform
   // of the same spread keeps activations in a realistic range.
   const float scale = 0.02f * std::sqrt(3.0f);
+  HugePageArena arena;
+  HugePageArena* weight_arena = absl::GetFlag(FLAGS_huge_pages) ? &arena : nullptr;
   std::vector<WeightBuffer> buffers;
   std::vector<ExpertFfnWeights> experts;
   buffers.reserve(3 * static_cast<size_t>(num_experts));
   for (int e = 0; e < num_experts; ++e) {
-    buffers.emplace_back(dtype, intermediate, hidden, 3 * e + 1, scale, &pool);
-    buffers.emplace_back(dtype, intermediate, hidden, 3 * e + 2, scale, &pool);
-    buffers.emplace_back(dtype, hidden, intermediate, 3 * e + 3, scale, &pool);
+    buffers.emplace_back(dtype, intermediate, hidden, 3 * e + 1, scale, weight_arena, &pool);
+    buffers.emplace_back(dtype, intermediate, hidden, 3 * e + 2, scale, weight_arena, &pool);
+    buffers.emplace_back(dtype, hidden, intermediate, 3 * e + 3, scale, weight_arena, &pool);
     ExpertFfnWeights weights;
     weights.w1 = {buffers[3 * e].data(), dtype, intermediate, hidden};
     weights.w3 = {buffers[3 * e + 1].data(), dtype, intermediate, hidden};
@@ -258,6 +272,7 @@ absl::Status Main() {
                 {"hidden", hidden},
                 {"intermediate", intermediate},
                 {"experts_rotated", num_experts},
+                {"huge_pages", absl::GetFlag(FLAGS_huge_pages)},
                 {"weight_bytes_per_expert", weight_bytes},
                 {"weight_bytes_total", weight_bytes * num_experts},
                 {"threads", threads},
