@@ -112,15 +112,19 @@ struct PartSums {
 
 // GEMM figures of one prefill: the experts' (2 x 3 x D x I flops per routed
 // row) and the attention projections', against the peak of the instruction
-// the kernel at that row count uses.
+// the kernel at that row count uses for the weights' dtype (a Q4_K_M
+// file's experts run int8 or bf16 dot products, not its bf16 kernels).
+struct GemmDTypes {
+  DType experts, projections;
+};
 void AddGemmFigures(const ModelConfig& c, int64_t prompt_tokens, double experts_us, double projection_us,
-                    double projection_flops, const Machine& machine, json* line) {
+                    double projection_flops, const GemmDTypes& dtypes, const Machine& machine, json* line) {
   const double routed_rows = static_cast<double>(prompt_tokens * c.num_experts_per_tok);
   const double expert_flops = 2.0 * 3.0 * static_cast<double>(c.hidden_size) *
                               static_cast<double>(c.intermediate_size) * routed_rows * c.num_hidden_layers;
   const int64_t rows_per_expert = std::max<int64_t>(1, prompt_tokens * c.num_experts_per_tok / c.num_local_experts);
-  const LinearKernel& expert_kernel = ChooseLinearKernel(rows_per_expert, DType::kBF16, LinearOptions{});
-  const LinearKernel& projection_kernel = ChooseLinearKernel(prompt_tokens, DType::kBF16, LinearOptions{});
+  const LinearKernel& expert_kernel = ChooseLinearKernel(rows_per_expert, dtypes.experts, LinearOptions{});
+  const LinearKernel& projection_kernel = ChooseLinearKernel(prompt_tokens, dtypes.projections, LinearOptions{});
   const double expert_gflops = expert_flops / (experts_us * 1e3);
   const double projection_gflops = projection_flops / (projection_us * 1e3);
   (*line)["experts_ms"] = Ms(experts_us);
@@ -199,7 +203,9 @@ absl::Status BenchModel(std::unique_ptr<Model> model, const std::string& name, c
   const ModelConfig& c = rt.model().config;
   if (max_prompt + decode_tokens > c.max_position_embeddings)
     return absl::InvalidArgumentError("prompt plus decode tokens exceed the model's context");
-  const DType dtype = rt.model().weights->layers.front().q_proj.dtype;
+  const LayerWeights& first_layer = rt.model().weights->layers.front();
+  const DType dtype = first_layer.q_proj.dtype;
+  const GemmDTypes gemm_dtypes{first_layer.experts.empty() ? dtype : first_layer.experts.front().w1.dtype, dtype};
   SetBenchStamp("kernels", absl::StrCat(std::string(DTypeName(dtype)), " weights: ", DescribeKernelChoice(dtype), "; ",
                                         DescribeAttentionKernels()));
 
@@ -277,8 +283,8 @@ absl::Status BenchModel(std::unique_ptr<Model> model, const std::string& name, c
                  {"combine_ms", Ms(p.combine_us)},
                  {"lm_head_ms", Ms(p.logits_us)},
                  {"thread_wait_ms", Ms(p.wait_us)}};
-    AddGemmFigures(c, prompt_tokens, p.experts_us, p.projection_us, best_prefill_run.prefill_projection_flops, machine,
-                   &line);
+    AddGemmFigures(c, prompt_tokens, p.experts_us, p.projection_us, best_prefill_run.prefill_projection_flops,
+                   gemm_dtypes, machine, &line);
     EmitJsonLine(line);
   }
 
@@ -304,7 +310,8 @@ absl::Status BenchModel(std::unique_ptr<Model> model, const std::string& name, c
                  {"attention_core_ms", Ms(t.attention_us - t.projection_us)},
                  {"thread_wait_ms", Ms(t.wait_us)},
                  {"peak_rss_growth_mb", PeakRssMb() - rss_before}};
-    AddGemmFigures(c, length, t.experts_us, t.projection_us, fastest.prefill_projection_flops, machine, &line);
+    AddGemmFigures(c, length, t.experts_us, t.projection_us, fastest.prefill_projection_flops, gemm_dtypes, machine,
+                   &line);
     EmitJsonLine(line);
   }
   return absl::OkStatus();
