@@ -151,15 +151,25 @@ INSTANTIATE_TEST_SUITE_P(Types, QuantizedLinearTest, ::testing::ValuesIn(AllCase
                          [](const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); });
 
 // The built-in plan runs int8_dot at decode and, where the CPU has bf16 dot
-// products, the bf16 GEMM on dequantized rows at prefill (int8_dot below
-// avx512_bf16); the exact plan keeps x in f32 (stream, then packed), and so
-// does a layer that asks for f32 activations.
+// products, the bf16 GEMM on dequantized rows at prefill; below
+// avx512_bf16 quantized weights keep int8_dot at prefill (faster there than
+// q_packed's f32 FMAs at every row count) while float weights get packed.
+// The exact plan keeps x in f32 (stream, then packed), and so does a layer
+// that asks for f32 activations.
 TEST(QuantizedLinear, PlanRunsInt8DotAtDecodeAndExactPlanKeepsF32) {
   const KernelPlan built_in = KernelPlan::BuiltIn(ActiveIsa());
   const LinearOptions options{.plan = &built_in};
+  const bool bf16_dot = ActiveIsa() >= IsaLevel::kAvx512Bf16;
   EXPECT_EQ(ChooseLinearKernel(1, DType::kQ4_K, options).path, KernelPath::kInt8Dot);
-  EXPECT_EQ(ChooseLinearKernel(512, DType::kQ8_0, options).path,
-            ActiveIsa() >= IsaLevel::kAvx512Bf16 ? KernelPath::kBf16Dot : KernelPath::kPacked);
+  for (int64_t m : {12, 32, 512}) {
+    // At plain avx512 (no VNNI) packed's zmm FMAs win again from 128 rows.
+    const KernelPath quantized = bf16_dot                                       ? KernelPath::kBf16Dot
+                                 : ActiveIsa() == IsaLevel::kAvx512 && m >= 128 ? KernelPath::kPacked
+                                                                                : KernelPath::kInt8Dot;
+    EXPECT_EQ(ChooseLinearKernel(m, DType::kQ8_0, options).path, quantized) << m;
+    EXPECT_EQ(ChooseLinearKernel(m, DType::kBF16, options).path, bf16_dot ? KernelPath::kBf16Dot : KernelPath::kPacked)
+        << m;
+  }
   EXPECT_EQ(ChooseLinearKernel(1, DType::kBF16, options).path, KernelPath::kStream);  // int8_dot: quantized only
   const KernelPlan exact = KernelPlan::Exact(ActiveIsa());
   for (int64_t m : {1, 8, 512}) {

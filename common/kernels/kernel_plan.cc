@@ -51,17 +51,20 @@ KernelPlan KernelPlan::BuiltIn(IsaLevel isa) {
   // avx512_bf16_dot between 8 (stream 53 ms, bf16_dot 64) and 12 (95 vs 66).
   // bf16_dot costs the same from 1 to 16 rows (16 rows share a vector).
   // Quantized weights: int8_dot at decode (float weights read it as
-  // stream), and at 12+ rows avx512_bf16_q_dot, or below avx512_bf16 the
-  // packed path (q_packed: 3.7 s against int8_dot's 4.5 s for a q4_K expert
-  // at 512 rows): docs/BENCHMARKS.md "Quantized experts".
-  constexpr int64_t kPackedFrom = 12;
+  // stream), and at 12+ rows bf16_dot: avx512_bf16_q_dot where the CPU has
+  // bf16 dot products; below that, ResolveKernel turns bf16_dot into packed
+  // for float weights and into int8_dot for quantized ones, whose int8 dot
+  // products beat q_packed's f32 FMAs (one Mixtral expert, 2 threads, Zen 5,
+  // median ms): at AVX2 at every row count (q4_K 58 vs 141 at 32 rows, 910
+  // vs 1008 at 512; q6_K 77 vs 237, 1172 vs 1160), at avx512_vnni, Ice
+  // Lake's level, by more (q4_K 14 vs 91 at 16 rows, 399 vs 673 at 512).
+  // At plain avx512 (no VNNI) the AVX2 int8 pass ties avx512_q_packed at
+  // 128 rows and loses at 512 (q4_K 905 vs 638), so packed returns there.
+  // docs/BENCHMARKS.md, "At AVX2 (Zen 3's path)".
   constexpr int64_t kBf16DotFrom = 12;
-  std::vector<KernelPlanStep> steps = {{1, KernelPath::kInt8Dot}};
-  if (isa >= IsaLevel::kAvx512Bf16) {
-    steps.push_back({kBf16DotFrom, KernelPath::kBf16Dot});
-  } else {
-    steps.push_back({kPackedFrom, KernelPath::kPacked});
-  }
+  constexpr int64_t kAvx512PackedFrom = 128;
+  std::vector<KernelPlanStep> steps = {{1, KernelPath::kInt8Dot}, {kBf16DotFrom, KernelPath::kBf16Dot}};
+  if (isa == IsaLevel::kAvx512) steps.push_back({kAvx512PackedFrom, KernelPath::kPacked});
   return KernelPlan(std::move(steps), absl::StrCat("built-in for ", IsaLevelName(isa)));
 }
 

@@ -200,16 +200,25 @@ std::string DescribeKernelChoice(DType dtype, const LinearOptions& options) {
     return absl::StrCat("none (", std::string(DTypeName(dtype)), " weights have no CPU kernel)");
   }
   const KernelPlan& plan = options.plan != nullptr ? *options.plan : ProcessKernelPlan();
-  const std::vector<KernelPlanStep>& steps = plan.steps();
+  // The kernel at each step's first row count; steps that resolve to the
+  // same kernel for this dtype (packed and bf16_dot for Q4_K below
+  // avx512_bf16 are both int8_dot) read as one range.
+  struct Range {
+    int64_t first;
+    const LinearKernel* kernel;
+  };
+  std::vector<Range> ranges;
+  for (const KernelPlanStep& step : plan.steps()) {
+    const LinearKernel* kernel = &ChooseLinearKernel(step.min_rows, dtype, options);
+    if (ranges.empty() || ranges.back().kernel != kernel) ranges.push_back({step.min_rows, kernel});
+  }
   std::vector<std::string> parts;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const LinearKernel& kernel = ChooseLinearKernel(steps[i].min_rows, dtype, options);
-    const std::string range = i + 1 < steps.size()
-                                  ? (steps[i + 1].min_rows - 1 == steps[i].min_rows
-                                         ? absl::StrCat(steps[i].min_rows)
-                                         : absl::StrCat(steps[i].min_rows, "-", steps[i + 1].min_rows - 1))
-                                  : absl::StrCat(steps[i].min_rows, "+");
-    parts.push_back(absl::StrCat(range, " rows ", kernel.name));
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const int64_t first = ranges[i].first;
+    const std::string range = i + 1 == ranges.size()             ? absl::StrCat(first, "+")
+                              : ranges[i + 1].first - 1 == first ? absl::StrCat(first)
+                                                                 : absl::StrCat(first, "-", ranges[i + 1].first - 1);
+    parts.push_back(absl::StrCat(range, " rows ", ranges[i].kernel->name));
   }
   return absl::StrJoin(parts, ", ");
 }
