@@ -24,8 +24,11 @@ packages=(
 # Optional (--with-optional): node and npm for the openai client test and
 # the web page test (tests/node/), chromium for the web page test
 # (headless, driven by puppeteer-core). Those tests skip without them.
+# A nodejs that bundles its own npm (NodeSource's) conflicts with Debian's
+# npm package, so npm is asked for only where no npm is on PATH.
 if [ "${1:-}" = "--with-optional" ]; then
-  packages+=(nodejs npm chromium)
+  packages+=(nodejs chromium)
+  if ! command -v npm > /dev/null; then packages+=(npm); fi
 fi
 
 missing=()
