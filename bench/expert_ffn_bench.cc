@@ -113,6 +113,7 @@ class WeightBuffer {
   }
   void* data() { return data_; }
   size_t bytes() const { return bytes_; }
+  bool in_heap() const { return !heap_.empty(); }  // the arena was not asked, or could not map it
 
  private:
   struct alignas(64) Line {
@@ -267,12 +268,15 @@ absl::Status Main() {
   for (int64_t r : compare_rows) max_rows = std::max(max_rows, r);
   std::vector<float> x(static_cast<size_t>(max_rows * hidden)), y(static_cast<size_t>(max_rows * hidden));
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+  // Where the weights ended up, not only what was asked for.
+  const bool weights_in_arena =
+      std::none_of(buffers.begin(), buffers.end(), [](const WeightBuffer& b) { return b.in_heap(); });
   EmitJsonLine({{"kind", "config"},
                 {"dtype", dtype_flag},
                 {"hidden", hidden},
                 {"intermediate", intermediate},
                 {"experts_rotated", num_experts},
-                {"huge_pages", absl::GetFlag(FLAGS_huge_pages)},
+                {"huge_pages", weights_in_arena},
                 {"weight_bytes_per_expert", weight_bytes},
                 {"weight_bytes_total", weight_bytes * num_experts},
                 {"threads", threads},
