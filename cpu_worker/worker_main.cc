@@ -96,8 +96,8 @@ ABSL_FLAG(std::string, kernel_plan, "builtin",
           "CPU linear-layer kernel path per row count: builtin | exact (f32 inputs throughout) | measure (time every "
           "path on this worker's experts "
           "at start-up) | ROWS:PATH,... e.g. 1:int8_dot,8:bf16_dot (paths stream, packed, bf16_dot, onednn, "
-          "int8_dot); give the coordinator's plan for outputs equal to "
-          "a single process's bit for bit");
+          "int8_dot), optionally ;quantized=ROWS:PATH,... and ;TYPE=ROWS:PATH,... for quantized types; give "
+          "the coordinator's plan for outputs equal to a single process's bit for bit");
 ABSL_FLAG(bool, echo, false, "benchmarks only: output = input, no weights (the model's config is still read)");
 ABSL_FLAG(bool, reclaim, false,
           "instead of serving: remove what a killed worker on --socket left behind (the shm regions its lock file "

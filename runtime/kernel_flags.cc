@@ -16,7 +16,9 @@ ABSL_FLAG(std::string, kernel_plan, "builtin",
           "throughout, as the float64 parity tests run) | measure (time every path on this model at start-up; cached "
           "in --calibration_profile with --execution_policy) | "
           "ROWS:PATH,... e.g. 1:stream,8:bf16_dot (paths stream, packed, bf16_dot, onednn, int8_dot: the "
-          "last for quantized weights; CPU workers need the same plan for bit-identical results)");
+          "last for quantized weights), optionally followed by lists for quantized types, all or one: "
+          "...;quantized=1:int8_dot,128:bf16_dot;q8_0=1:int8_dot,32:bf16_dot. CPU workers need the same plan "
+          "for bit-identical results");
 
 namespace tandem {
 

@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/thread_pool.h"
+#include "common/kernels/kernel_calibration.h"
+#include "common/kernels/kernel_plan.h"
 #include "common/kernels/linear.h"
 #include "common/model/gguf_tensor_source.h"
 #include "common/quant/quantize.h"
@@ -143,6 +145,14 @@ std::vector<Case> AllCases() {
     // 64-value VNNI step.
     for (int64_t m = 1; m <= 9; ++m)
       for (int threads : {1, 2}) cases.push_back({dtype, 13, 3 * block, m, threads});
+    // Longer rows of the 32-value types: 34 blocks, and 65 (a half unit
+    // after 32 whole ones).
+    if (block == 32) {
+      for (int64_t m : {1, 4}) {
+        cases.push_back({dtype, 9, 34 * block, m, 2});
+        cases.push_back({dtype, 9, 65 * block, m, 1});
+      }
+    }
   }
   return cases;
 }
@@ -150,10 +160,12 @@ std::vector<Case> AllCases() {
 INSTANTIATE_TEST_SUITE_P(Types, QuantizedLinearTest, ::testing::ValuesIn(AllCases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); });
 
-// The built-in plan runs int8_dot at decode and, where the CPU has bf16 dot
-// products, the bf16 GEMM on dequantized rows at prefill; below
-// avx512_bf16 quantized weights keep int8_dot at prefill (faster there than
-// q_packed's f32 FMAs at every row count) while float weights get packed.
+// The built-in plan runs int8_dot at decode and on small batches and, where
+// the CPU has bf16 dot products, the bf16 GEMM on dequantized rows from 32
+// (32-value types) or 128 rows (K-quants); float weights take bf16_dot from
+// 12. Below avx512_bf16 quantized weights keep int8_dot at prefill (faster
+// there than q_packed's f32 FMAs at every row count) while float weights
+// get packed.
 // The exact plan keeps x in f32 (stream, then packed), and so does a layer
 // that asks for f32 activations.
 TEST(QuantizedLinear, PlanRunsInt8DotAtDecodeAndExactPlanKeepsF32) {
@@ -161,12 +173,16 @@ TEST(QuantizedLinear, PlanRunsInt8DotAtDecodeAndExactPlanKeepsF32) {
   const LinearOptions options{.plan = &built_in};
   const bool bf16_dot = ActiveIsa() >= IsaLevel::kAvx512Bf16;
   EXPECT_EQ(ChooseLinearKernel(1, DType::kQ4_K, options).path, KernelPath::kInt8Dot);
-  for (int64_t m : {12, 32, 512}) {
+  for (int64_t m : {12, 31, 32, 127, 128, 512}) {
     // At plain avx512 (no VNNI) packed's zmm FMAs win again from 128 rows.
-    const KernelPath quantized = bf16_dot                                       ? KernelPath::kBf16Dot
-                                 : ActiveIsa() == IsaLevel::kAvx512 && m >= 128 ? KernelPath::kPacked
-                                                                                : KernelPath::kInt8Dot;
-    EXPECT_EQ(ChooseLinearKernel(m, DType::kQ8_0, options).path, quantized) << m;
+    auto quantized = [&](int64_t bf16_from) {
+      return bf16_dot && m >= bf16_from                        ? KernelPath::kBf16Dot
+             : ActiveIsa() == IsaLevel::kAvx512 && m >= 128 ? KernelPath::kPacked
+                                                            : KernelPath::kInt8Dot;
+    };
+    EXPECT_EQ(ChooseLinearKernel(m, DType::kQ8_0, options).path, quantized(32)) << m;
+    EXPECT_EQ(ChooseLinearKernel(m, DType::kQ4_K, options).path, quantized(128)) << m;
+    EXPECT_EQ(ChooseLinearKernel(m, DType::kQ6_K, options).path, quantized(128)) << m;
     EXPECT_EQ(ChooseLinearKernel(m, DType::kBF16, options).path, bf16_dot ? KernelPath::kBf16Dot : KernelPath::kPacked)
         << m;
   }
@@ -177,6 +193,36 @@ TEST(QuantizedLinear, PlanRunsInt8DotAtDecodeAndExactPlanKeepsF32) {
     EXPECT_FALSE(ChooseLinearKernel(m, DType::kQ6_K, LinearOptions{.plan = &built_in, .f32_activations = true})
                      .rounds_activations)
         << m;
+  }
+}
+
+// Timed on Q8_0 weights, a measured plan's steps serve Q8_0 alone; float
+// weights and the other quantized types keep the built-in steps (their
+// crossovers differ: docs/BENCHMARKS.md, "One plan per weight type").
+TEST(QuantizedLinear, MeasuredPlanServesTheKindOfWeightsTimed) {
+  const QuantizedMatrix a(DType::kQ8_0, 64, 256, 1), b(DType::kQ8_0, 256, 64, 2);
+  const std::vector<std::vector<LinearWeight>> groups = {{a.weight, b.weight}};
+  ThreadPool pool(ThreadPoolOptions{.num_threads = 2, .name = "calib-test"});
+  KernelCalibrationOptions options;
+  options.rows = {1, 8, 40};
+  options.reps = 1;
+  ASSERT_OK_AND_ASSIGN(const KernelCalibration measured, MeasureKernelPlan(groups, &pool, options));
+  auto spec = [](const std::vector<KernelPlanStep>& steps) { return KernelPlan::Create(steps, "t")->Spec(); };
+  const KernelPlan built_in = KernelPlan::BuiltIn(ActiveIsa());
+  // Float weights and the types not timed keep the built-in steps.
+  for (DType dtype : {DType::kBF16, DType::kQ4_K, DType::kQ6_K})
+    EXPECT_EQ(spec(measured.plan.StepsFor(dtype)), spec(built_in.StepsFor(dtype))) << DTypeName(dtype);
+  EXPECT_THAT(measured.plan.source(), ::testing::HasSubstr("for Q8_0 weights"));
+  // Each of Q8_0's steps takes a path that was timed at some count.
+  for (const KernelPlanStep& step : measured.plan.StepsFor(DType::kQ8_0)) {
+    const bool timed = std::any_of(measured.timings.begin(), measured.timings.end(),
+                                   [&](const KernelTiming& t) { return t.path == step.path; });
+    EXPECT_TRUE(timed) << KernelPathName(step.path) << " in " << measured.plan.Spec();
+  }
+  // The timings name Q8_0's kernels (e.g. int8_dot's, never a float stream).
+  for (const KernelTiming& t : measured.timings) {
+    const KernelPlan only = *KernelPlan::Create({{1, t.path}}, "t");
+    EXPECT_EQ(t.kernel, ChooseLinearKernel(t.rows, DType::kQ8_0, LinearOptions{.plan = &only}).name);
   }
 }
 

@@ -255,22 +255,76 @@ TEST(LinearKernelChoice, ForcedKernelAboveTheCpuFails) {
 TEST(KernelPlanTest, ParsesPrintsAndRejects) {
   ASSERT_OK_AND_ASSIGN(const KernelPlan plan, KernelPlan::Parse("1:stream, 12:packed,16:packed,64:bf16_dot", "t"));
   EXPECT_EQ(plan.Spec(), "1:stream,12:packed,64:bf16_dot");  // equal neighbours merge
-  EXPECT_EQ(plan.PathFor(1), KernelPath::kStream);
-  EXPECT_EQ(plan.PathFor(11), KernelPath::kStream);
-  EXPECT_EQ(plan.PathFor(63), KernelPath::kPacked);
-  EXPECT_EQ(plan.PathFor(1 << 20), KernelPath::kBf16Dot);
+  for (DType dtype : {DType::kBF16, DType::kQ4_K}) {  // one list serves both kinds of weights
+    EXPECT_EQ(plan.PathFor(1, dtype), KernelPath::kStream);
+    EXPECT_EQ(plan.PathFor(11, dtype), KernelPath::kStream);
+    EXPECT_EQ(plan.PathFor(63, dtype), KernelPath::kPacked);
+    EXPECT_EQ(plan.PathFor(1 << 20, dtype), KernelPath::kBf16Dot);
+  }
   EXPECT_EQ(plan.source(), "t");
-  for (const char* bad : {"", "2:stream", "1:stream,1:packed", "1:stream,8:fast", "stream", "1:stream,x:packed"}) {
-    EXPECT_EQ(KernelPlan::Parse(bad, "t").status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  for (const char* bad : {"", "2:stream", "1:stream,1:packed", "1:stream,8:fast", "stream", "1:stream,x:packed",
+                          "1:stream;", "1:stream;2:int8_dot", "1:stream;quantized=", "1:stream;quantized=4:int8_dot",
+                          "1:stream;quantized=1:int8_dot;quantized=1:packed", "1:stream;floats=1:int8_dot",
+                          "1:stream;f16=1:packed", "1:stream;q8_0=1:int8_dot;Q8_0=1:packed", "1:stream;q4_K=1:fast"}) {
+    const absl::Status status = KernelPlan::Parse(bad, "t").status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(status.message().find(bad), std::string::npos) << status;
   }
   for (IsaLevel isa : kAllIsaLevels) {
     const KernelPlan built_in = KernelPlan::BuiltIn(isa);
-    EXPECT_EQ(built_in.steps().front().min_rows, 1);
-    EXPECT_EQ(built_in.PathFor(1), KernelPath::kInt8Dot);  // quantized weights; float ones read it as stream
+    for (DType dtype : {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
+      EXPECT_EQ(built_in.StepsFor(dtype).front().min_rows, 1);
+    EXPECT_EQ(built_in.PathFor(1, DType::kQ4_K), KernelPath::kInt8Dot);
     EXPECT_EQ(ChooseLinearKernel(1, DType::kBF16, LinearOptions{.plan = &built_in}).path, KernelPath::kStream);
     ASSERT_OK_AND_ASSIGN(const KernelPlan round_trip, KernelPlan::Parse(built_in.Spec(), "t"));
     EXPECT_EQ(round_trip.Spec(), built_in.Spec());
   }
+}
+
+// Float and quantized weights, and one quantized type and another, may
+// take different crossovers: ";quantized=" serves every quantized type,
+// ";TYPE=" one of them, and float weights keep the common list.
+TEST(KernelPlanTest, QuantizedTypesTakeTheirOwnSteps) {
+  ASSERT_OK_AND_ASSIGN(const KernelPlan plan,
+                       KernelPlan::Parse("1:stream,12:bf16_dot; q8_0 = 1:int8_dot,32:bf16_dot;quantized=1:int8_dot,"
+                                         "48:bf16_dot",
+                                         "t"));
+  EXPECT_EQ(plan.Spec(), "1:stream,12:bf16_dot;quantized=1:int8_dot,48:bf16_dot;Q8_0=1:int8_dot,32:bf16_dot");
+  EXPECT_EQ(plan.PathFor(12, DType::kBF16), KernelPath::kBf16Dot);
+  EXPECT_EQ(plan.PathFor(12, DType::kF32), KernelPath::kBf16Dot);
+  EXPECT_EQ(plan.PathFor(12, DType::kQ4_K), KernelPath::kInt8Dot);
+  EXPECT_EQ(plan.PathFor(47, DType::kQ6_K), KernelPath::kInt8Dot);
+  EXPECT_EQ(plan.PathFor(48, DType::kQ6_K), KernelPath::kBf16Dot);
+  EXPECT_EQ(plan.PathFor(31, DType::kQ8_0), KernelPath::kInt8Dot);
+  EXPECT_EQ(plan.PathFor(32, DType::kQ8_0), KernelPath::kBf16Dot);
+  EXPECT_EQ(plan.StepsFor(DType::kQ5_0).size(), 2u);
+  ASSERT_OK_AND_ASSIGN(const KernelPlan again, KernelPlan::Parse(plan.Spec(), "t"));
+  EXPECT_EQ(again.Spec(), plan.Spec());
+  // Lists equal to the one they would inherit print as nothing.
+  ASSERT_OK_AND_ASSIGN(const KernelPlan same,
+                       KernelPlan::Parse("1:stream,8:packed;quantized=1:stream,8:packed;q6_K=1:stream,8:packed", "t"));
+  EXPECT_EQ(same.Spec(), "1:stream,8:packed");
+  // A list for one type alone.
+  ASSERT_OK_AND_ASSIGN(const KernelPlan one, KernelPlan::Parse("1:stream;Q4_K=1:int8_dot", "t"));
+  EXPECT_EQ(one.Spec(), "1:stream;Q4_K=1:int8_dot");
+  EXPECT_EQ(one.PathFor(1, DType::kQ5_K), KernelPath::kStream);
+  EXPECT_EQ(one.PathFor(1, DType::kQ4_K), KernelPath::kInt8Dot);
+  // Create refuses a float type's list and a type given twice.
+  EXPECT_FALSE(KernelPlan::Create({{1, KernelPath::kStream}}, "t", {{DType::kBF16, {{1, KernelPath::kPacked}}}}).ok());
+  EXPECT_FALSE(KernelPlan::Create({{1, KernelPath::kStream}}, "t",
+                                  {{DType::kQ8_0, {{1, KernelPath::kPacked}}}, {DType::kQ8_0, {{1, KernelPath::kPacked}}}})
+                   .ok());
+  // The start-up line describes each type by its own list.
+  const LinearOptions options{.plan = &plan};
+  EXPECT_EQ(ChooseLinearKernel(20, DType::kQ4_K, options).path, KernelPath::kInt8Dot);
+  if (ActiveIsa() >= IsaLevel::kAvx512Bf16) {  // below it bf16_dot is int8_dot for Q4_K: one range
+    EXPECT_NE(DescribeKernelChoice(DType::kQ4_K, options).find("1-47 rows"), std::string::npos)
+        << DescribeKernelChoice(DType::kQ4_K, options);
+    EXPECT_NE(DescribeKernelChoice(DType::kQ8_0, options).find("1-31 rows"), std::string::npos)
+        << DescribeKernelChoice(DType::kQ8_0, options);
+  }
+  EXPECT_NE(DescribeKernelChoice(DType::kBF16, options).find("1-11 rows"), std::string::npos)
+      << DescribeKernelChoice(DType::kBF16, options);
 }
 
 TEST(KernelCalibrationTest, MeasuresEveryRunnablePathAndMakesAPlan) {
@@ -281,7 +335,7 @@ TEST(KernelCalibrationTest, MeasuresEveryRunnablePathAndMakesAPlan) {
   options.rows = {1, 8, 40};
   options.reps = 1;
   ASSERT_OK_AND_ASSIGN(const KernelCalibration measured, MeasureKernelPlan(groups, &pool, options));
-  EXPECT_EQ(measured.plan.steps().front().min_rows, 1);
+  EXPECT_EQ(measured.plan.StepsFor(DType::kBF16).front().min_rows, 1);
   ASSERT_OK_AND_ASSIGN(const KernelPlan again, KernelPlan::Parse(measured.plan.Spec(), "t"));
   EXPECT_EQ(again.Spec(), measured.plan.Spec());
   // Every path this CPU runs for bf16 was timed at the first count, and
@@ -298,6 +352,13 @@ TEST(KernelCalibrationTest, MeasuresEveryRunnablePathAndMakesAPlan) {
     }
   }
   EXPECT_FALSE(measured.plan.source().empty());
+  // Timed on bf16 weights: quantized weights keep the built-in steps.
+  const KernelPlan built_in = KernelPlan::BuiltIn(ActiveIsa());
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    EXPECT_EQ(KernelPlan::Create(measured.plan.StepsFor(dtype), "t")->Spec(),
+              KernelPlan::Create(built_in.StepsFor(dtype), "t")->Spec());
+  }
+  EXPECT_NE(measured.plan.source().find("for float weights"), std::string::npos) << measured.plan.source();
   options.rows = {4, 2};
   EXPECT_EQ(MeasureKernelPlan(groups, &pool, options).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(MeasureKernelPlan({}, &pool).status().code(), absl::StatusCode::kInvalidArgument);

@@ -22,6 +22,7 @@ namespace tandem {
 // The float types come first and keep their numbers (shared-memory headers
 // and protos store them); the quantized ones follow, in no ggml order.
 enum class DType : uint8_t { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ4_K, kQ5_K, kQ6_K };
+inline constexpr size_t kNumDTypes = static_cast<size_t>(DType::kQ6_K) + 1;  // a new last type updates this
 
 inline bool IsQuantized(DType dtype) { return dtype >= DType::kQ8_0; }
 // Bytes of one element of a float type; 0 for a quantized type, which has

@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/kernels/linear.h"
 
@@ -101,10 +103,28 @@ absl::StatusOr<KernelCalibration> MeasureKernelPlan(std::span<const std::vector<
     candidates = kept;
   }
   result.seconds = elapsed_s();
+  // The steps serve the types timed (float weights, or each quantized type
+  // in the groups: a Q4_K_M expert's Q4_K and Q6_K); every other type keeps
+  // its built-in steps, since crossovers differ by type.
+  const KernelPlan built_in = KernelPlan::BuiltIn(ActiveIsa());
+  std::set<DType> timed;
+  for (const std::vector<LinearWeight>& group : groups)
+    for (const LinearWeight& w : group) timed.insert(w.dtype);
+  const bool quantized = IsQuantized(groups.front().front().dtype);
+  std::vector<std::string> timed_names;
+  for (DType dtype : timed) timed_names.emplace_back(DTypeName(dtype));
+  std::vector<KernelPlanOverride> overrides;
+  for (size_t d = static_cast<size_t>(DType::kQ8_0); d < kNumDTypes; ++d) {
+    const DType dtype = static_cast<DType>(d);
+    overrides.push_back({dtype, quantized && timed.count(dtype) != 0 ? steps : built_in.StepsFor(dtype)});
+  }
   TANDEM_ASSIGN_OR_RETURN(
       result.plan,
-      KernelPlan::Create(std::move(steps), absl::StrFormat("measured on %s at %s (%.1f s)", HostCpu().brand,
-                                                           IsaLevelName(ActiveIsa()), result.seconds)));
+      KernelPlan::Create(quantized ? built_in.StepsFor(DType::kBF16) : steps,
+                         absl::StrFormat("measured on %s at %s (%.1f s) for %s weights", HostCpu().brand,
+                                         IsaLevelName(ActiveIsa()), result.seconds,
+                                         quantized ? absl::StrJoin(timed_names, ", ") : "float"),
+                         std::move(overrides)));
   return result;
 }
 

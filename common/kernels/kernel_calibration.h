@@ -22,7 +22,7 @@
 namespace tandem {
 
 struct KernelCalibrationOptions {
-  std::vector<int64_t> rows = {1, 2, 4, 8, 12, 16, 32, 64, 128, 256, 512};  // ascending
+  std::vector<int64_t> rows = {1, 2, 4, 8, 12, 16, 32, 48, 64, 128, 256, 512};  // ascending
   int reps = 3;  // timed calls per (path, rows) after one warm-up; the median counts
   // A path that takes more than this times the fastest at some row count
   // is not timed at larger counts (the stream kernel at 512 rows).

@@ -1,14 +1,18 @@
 #include "common/kernels/kernel_plan.h"
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <mutex>
+#include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/base/status_macros.h"
 
 namespace tandem {
 namespace {
@@ -24,63 +28,38 @@ PlanState& State() {
   return *state;
 }
 
-}  // namespace
+constexpr absl::string_view kQuantizedKey = "quantized";
+constexpr DType kQuantizedTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                                     DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+static_assert(std::size(kQuantizedTypes) == kNumDTypes - static_cast<size_t>(DType::kQ8_0));
 
-absl::StatusOr<KernelPlan> KernelPlan::Create(std::vector<KernelPlanStep> steps, std::string source) {
-  if (steps.empty()) return absl::InvalidArgumentError("kernel plan: no steps");
+// Checks one list (`what` names it in errors) and merges adjacent steps with
+// one path.
+absl::StatusOr<KernelPlanSteps> CheckedSteps(KernelPlanSteps steps, absl::string_view what) {
+  if (steps.empty()) return absl::InvalidArgumentError(absl::StrCat("kernel plan: ", what, " has no steps"));
   if (steps.front().min_rows != 1)
     return absl::InvalidArgumentError(
-        absl::StrCat("kernel plan: the first step must start at 1 row, not ", steps.front().min_rows));
+        absl::StrCat("kernel plan: ", what, ": the first step must start at 1 row, not ", steps.front().min_rows));
   for (size_t i = 1; i < steps.size(); ++i) {
     if (steps[i].min_rows <= steps[i - 1].min_rows)
-      return absl::InvalidArgumentError(absl::StrCat("kernel plan: step ", i, " starts at ", steps[i].min_rows,
-                                                     " rows, not after step ", i - 1, " (", steps[i - 1].min_rows,
-                                                     ")"));
+      return absl::InvalidArgumentError(absl::StrCat("kernel plan: ", what, ": step ", i, " starts at ",
+                                                     steps[i].min_rows, " rows, not after step ", i - 1, " (",
+                                                     steps[i - 1].min_rows, ")"));
   }
-  // Adjacent steps with one path are one step.
-  std::vector<KernelPlanStep> merged;
+  KernelPlanSteps merged;
   for (const KernelPlanStep& step : steps)
     if (merged.empty() || merged.back().path != step.path) merged.push_back(step);
-  return KernelPlan(std::move(merged), std::move(source));
+  return merged;
 }
 
-KernelPlan KernelPlan::BuiltIn(IsaLevel isa) {
-  // Crossovers measured with tandem-expert-ffn-bench at Mixtral width, bf16
-  // (docs/BENCHMARKS.md): AVX2-only Zen 3, stream to packed between 8 and 12
-  // rows; Zen 5, stream to avx512_packed at 12 (a tie) and stream to
-  // avx512_bf16_dot between 8 (stream 53 ms, bf16_dot 64) and 12 (95 vs 66).
-  // bf16_dot costs the same from 1 to 16 rows (16 rows share a vector).
-  // Quantized weights: int8_dot at decode (float weights read it as
-  // stream), and at 12+ rows bf16_dot: avx512_bf16_q_dot where the CPU has
-  // bf16 dot products; below that, ResolveKernel turns bf16_dot into packed
-  // for float weights and into int8_dot for quantized ones, whose int8 dot
-  // products beat q_packed's f32 FMAs (one Mixtral expert, 2 threads, Zen 5,
-  // median ms): at AVX2 at every row count (q4_K 58 vs 141 at 32 rows, 910
-  // vs 1008 at 512; q6_K 77 vs 237, 1172 vs 1160), at avx512_vnni, Ice
-  // Lake's level, by more (q4_K 14 vs 91 at 16 rows, 399 vs 673 at 512).
-  // At plain avx512 (no VNNI) the AVX2 int8 pass ties avx512_q_packed at
-  // 128 rows and loses at 512 (q4_K 905 vs 638), so packed returns there.
-  // docs/BENCHMARKS.md, "At AVX2 (Zen 3's path)".
-  constexpr int64_t kBf16DotFrom = 12;
-  constexpr int64_t kAvx512PackedFrom = 128;
-  std::vector<KernelPlanStep> steps = {{1, KernelPath::kInt8Dot}, {kBf16DotFrom, KernelPath::kBf16Dot}};
-  if (isa == IsaLevel::kAvx512) steps.push_back({kAvx512PackedFrom, KernelPath::kPacked});
-  return KernelPlan(std::move(steps), absl::StrCat("built-in for ", IsaLevelName(isa)));
-}
-
-KernelPlan KernelPlan::Exact(IsaLevel isa) {
-  constexpr int64_t kPackedFrom = 12;
-  return KernelPlan({{1, KernelPath::kStream}, {kPackedFrom, KernelPath::kPacked}},
-                    absl::StrCat("exact (f32 inputs) for ", IsaLevelName(isa)));
-}
-
-absl::StatusOr<KernelPlan> KernelPlan::Parse(const std::string& spec, std::string source) {
-  std::vector<KernelPlanStep> steps;
-  for (absl::string_view item : absl::StrSplit(spec, ',', absl::SkipWhitespace())) {
+// "1:stream,12:packed" -> steps, unchecked; InvalidArgument naming the item.
+absl::StatusOr<KernelPlanSteps> ParseSteps(absl::string_view list, const std::string& spec) {
+  KernelPlanSteps steps;
+  for (absl::string_view item : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
     item = absl::StripAsciiWhitespace(item);
     const size_t colon = item.find(':');
     int64_t rows = 0;
-    if (colon == std::string_view::npos || !absl::SimpleAtoi(item.substr(0, colon), &rows) || rows < 1) {
+    if (colon == absl::string_view::npos || !absl::SimpleAtoi(item.substr(0, colon), &rows) || rows < 1) {
       return absl::InvalidArgumentError(absl::StrCat("kernel plan \"", spec, "\": step \"", std::string(item),
                                                      "\" is not ROWS:PATH (e.g. 1:stream,12:packed)"));
     }
@@ -89,14 +68,145 @@ absl::StatusOr<KernelPlan> KernelPlan::Parse(const std::string& spec, std::strin
       return absl::InvalidArgumentError(absl::StrCat("kernel plan \"", spec, "\": ", path.status().message()));
     steps.push_back({rows, *path});
   }
-  absl::StatusOr<KernelPlan> plan = Create(std::move(steps), std::move(source));
+  return steps;
+}
+
+std::string StepsSpec(const KernelPlanSteps& steps) {
+  std::vector<std::string> parts;
+  for (const KernelPlanStep& step : steps)
+    parts.push_back(absl::StrCat(step.min_rows, ":", KernelPathName(step.path)));
+  return absl::StrJoin(parts, ",");
+}
+
+bool SameSteps(const KernelPlanSteps& a, const KernelPlanSteps& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const KernelPlanStep& x, const KernelPlanStep& y) {
+    return x.min_rows == y.min_rows && x.path == y.path;
+  });
+}
+
+// A key of the spec: "quantized" (nullopt) or a quantized type's name,
+// case-insensitive ("q8_0", "Q4_K"); InvalidArgument otherwise.
+absl::StatusOr<std::optional<DType>> ParseKey(absl::string_view key, const std::string& spec) {
+  if (absl::EqualsIgnoreCase(key, kQuantizedKey)) return std::optional<DType>();
+  for (DType dtype : kQuantizedTypes)
+    if (absl::EqualsIgnoreCase(key, std::string(DTypeName(dtype)))) return std::optional<DType>(dtype);
+  return absl::InvalidArgumentError(absl::StrCat("kernel plan \"", spec, "\": \"", std::string(key),
+                                                 "\" is not \"quantized\" or a quantized type (q8_0, q4_0, q4_1, "
+                                                 "q5_0, q4_K, q5_K, q6_K)"));
+}
+
+}  // namespace
+
+absl::StatusOr<KernelPlan> KernelPlan::Create(KernelPlanSteps steps, std::string source,
+                                              std::vector<KernelPlanOverride> overrides) {
+  KernelPlan plan;
+  TANDEM_ASSIGN_OR_RETURN(const KernelPlanSteps common, CheckedSteps(std::move(steps), "the common list"));
+  plan.steps_.fill(common);
+  std::array<bool, kNumDTypes> overridden{};
+  for (KernelPlanOverride& o : overrides) {
+    const std::string name(DTypeName(o.dtype));
+    if (!IsQuantized(o.dtype))
+      return absl::InvalidArgumentError(absl::StrCat("kernel plan: ", name, " is not a quantized type"));
+    if (overridden[static_cast<size_t>(o.dtype)])
+      return absl::InvalidArgumentError(absl::StrCat("kernel plan: ", name, " has two lists"));
+    overridden[static_cast<size_t>(o.dtype)] = true;
+    TANDEM_ASSIGN_OR_RETURN(plan.steps_[static_cast<size_t>(o.dtype)], CheckedSteps(std::move(o.steps), name));
+  }
+  plan.source_ = std::move(source);
+  return plan;
+}
+
+KernelPlan KernelPlan::BuiltIn(IsaLevel isa) {
+  // Float weights, crossovers measured with tandem-expert-ffn-bench at
+  // Mixtral width, bf16 (docs/BENCHMARKS.md): AVX2-only Zen 3, stream to
+  // packed between 8 and 12 rows; Zen 5, stream to avx512_packed at 12 (a
+  // tie) and stream to avx512_bf16_dot between 8 (stream 53 ms, bf16_dot
+  // 64) and 12 (95 vs 66). bf16_dot costs the same from 1 to 16 rows (16
+  // rows share a vector). Float weights read int8_dot as stream.
+  //
+  // Quantized weights: int8_dot at decode and below avx512_bf16 at every
+  // row count (ResolveKernel turns bf16_dot into int8_dot there), whose int8
+  // dot products beat q_packed's f32 FMAs (one Mixtral expert, 2 threads,
+  // Zen 5, median ms): at AVX2 (q4_K 58 vs 141 at 32 rows, 910 vs 1008 at
+  // 512; q6_K 77 vs 237, 1172 vs 1160), at avx512_vnni, Ice Lake's level, by
+  // more (q4_K 14 vs 91 at 16 rows, 399 vs 673 at 512). At plain avx512 (no
+  // VNNI) the AVX2 int8 pass ties avx512_q_packed at 128 rows and loses at
+  // 512 (q4_K 905 vs 638), so packed returns there.
+  //
+  // Where the CPU has bf16 dot products, the bf16 GEMM on dequantized rows
+  // (avx512_bf16_q_dot) takes over from int8_dot at a row count that
+  // depends on the type and the CPU (docs/BENCHMARKS.md, "One plan per
+  // weight type"; one expert, 2 threads, median ms). K-quants: on Zen 5
+  // they tie at 64 (q4_K 50.2 vs 47.7) and bf16 wins at 512 (306 vs 393);
+  // on Zen 4 int8_dot wins to 512 (q4_K 476 vs 584, q6_K 521 vs 540, q5_K
+  // a tie), so 128 costs either machine at most ~10-20% over a short
+  // range. The 32-value types pay a scale conversion and FMA per 32 values
+  // in int8_dot (Q5_0 and Q4_1 also decode a tile) and cross at ~32 on Zen
+  // 4 (q8_0 39.2 vs 49.6 at 24 rows, 142 vs 212 at 128; q4_0 a tie at 32).
+  constexpr int64_t kBf16DotFrom = 12;
+  constexpr int64_t kKQuantBf16DotFrom = 128;
+  constexpr int64_t kBlock32Bf16DotFrom = 32;
+  constexpr int64_t kAvx512PackedFrom = 128;
+  KernelPlanSteps steps = {{1, KernelPath::kInt8Dot}, {kBf16DotFrom, KernelPath::kBf16Dot}};
+  std::vector<KernelPlanOverride> overrides;
+  if (isa == IsaLevel::kAvx512) {
+    steps.push_back({kAvx512PackedFrom, KernelPath::kPacked});
+  } else if (isa >= IsaLevel::kAvx512Bf16) {
+    // (Below avx512_bf16 the common list already resolves to int8_dot.)
+    for (DType dtype : kQuantizedTypes) {
+      const int64_t from = DTypeBlockSize(dtype) == 32 ? kBlock32Bf16DotFrom : kKQuantBf16DotFrom;
+      overrides.push_back({dtype, {{1, KernelPath::kInt8Dot}, {from, KernelPath::kBf16Dot}}});
+    }
+  }
+  return *Create(std::move(steps), absl::StrCat("built-in for ", IsaLevelName(isa)), std::move(overrides));
+}
+
+KernelPlan KernelPlan::Exact(IsaLevel isa) {
+  constexpr int64_t kPackedFrom = 12;
+  return *Create({{1, KernelPath::kStream}, {kPackedFrom, KernelPath::kPacked}},
+                 absl::StrCat("exact (f32 inputs) for ", IsaLevelName(isa)));
+}
+
+absl::StatusOr<KernelPlan> KernelPlan::Parse(const std::string& spec, std::string source) {
+  const std::vector<absl::string_view> lists = absl::StrSplit(spec, ';');
+  TANDEM_ASSIGN_OR_RETURN(KernelPlanSteps common, ParseSteps(lists[0], spec));
+  std::optional<KernelPlanSteps> quantized;
+  std::vector<KernelPlanOverride> overrides;
+  for (size_t i = 1; i < lists.size(); ++i) {
+    const absl::string_view list = absl::StripAsciiWhitespace(lists[i]);
+    const size_t equals = list.find('=');
+    if (equals == absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("kernel plan \"", spec, "\": \"", std::string(list),
+                                                     "\" is not KEY=STEPS (e.g. quantized=1:int8_dot,64:bf16_dot)"));
+    }
+    TANDEM_ASSIGN_OR_RETURN(const std::optional<DType> key,
+                            ParseKey(absl::StripAsciiWhitespace(list.substr(0, equals)), spec));
+    TANDEM_ASSIGN_OR_RETURN(KernelPlanSteps steps, ParseSteps(list.substr(equals + 1), spec));
+    if (key.has_value()) {
+      overrides.push_back({*key, std::move(steps)});
+    } else if (quantized.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("kernel plan \"", spec, "\": \"quantized\" given twice"));
+    } else {
+      quantized = std::move(steps);
+    }
+  }
+  // "quantized" serves every quantized type a list of its own does not.
+  if (quantized.has_value()) {
+    for (DType dtype : kQuantizedTypes) {
+      const bool own = std::any_of(overrides.begin(), overrides.end(),
+                                   [&](const KernelPlanOverride& o) { return o.dtype == dtype; });
+      if (!own) overrides.push_back({dtype, *quantized});
+    }
+  }
+  absl::StatusOr<KernelPlan> plan = Create(std::move(common), std::move(source), std::move(overrides));
   if (!plan.ok()) return absl::InvalidArgumentError(absl::StrCat("\"", spec, "\": ", plan.status().message()));
   return plan;
 }
 
-KernelPath KernelPlan::PathFor(int64_t rows) const {
-  KernelPath path = steps_.front().path;
-  for (const KernelPlanStep& step : steps_) {
+KernelPath KernelPlan::PathFor(int64_t rows, DType dtype) const {
+  const KernelPlanSteps& steps = StepsFor(dtype);
+  KernelPath path = steps.front().path;
+  for (const KernelPlanStep& step : steps) {
     if (step.min_rows > rows) break;
     path = step.path;
   }
@@ -104,10 +214,23 @@ KernelPath KernelPlan::PathFor(int64_t rows) const {
 }
 
 std::string KernelPlan::Spec() const {
-  std::vector<std::string> parts;
-  for (const KernelPlanStep& step : steps_)
-    parts.push_back(absl::StrCat(step.min_rows, ":", KernelPathName(step.path)));
-  return absl::StrJoin(parts, ",");
+  const KernelPlanSteps& common = StepsFor(DType::kF32);
+  // "quantized=" is the list most quantized types take (the first such on a
+  // tie); the types that differ from it follow by name.
+  const KernelPlanSteps* quantized = &common;
+  size_t best = 0;
+  for (DType candidate : kQuantizedTypes) {
+    const size_t count = std::count_if(std::begin(kQuantizedTypes), std::end(kQuantizedTypes),
+                                       [&](DType d) { return SameSteps(StepsFor(d), StepsFor(candidate)); });
+    if (count > best) best = count, quantized = &StepsFor(candidate);
+  }
+  std::string spec = StepsSpec(common);
+  if (!SameSteps(*quantized, common)) absl::StrAppend(&spec, ";", kQuantizedKey, "=", StepsSpec(*quantized));
+  for (DType dtype : kQuantizedTypes) {
+    if (!SameSteps(StepsFor(dtype), *quantized))
+      absl::StrAppend(&spec, ";", std::string(DTypeName(dtype)), "=", StepsSpec(StepsFor(dtype)));
+  }
+  return spec;
 }
 
 const KernelPlan& ProcessKernelPlan() {

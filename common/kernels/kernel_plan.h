@@ -1,12 +1,19 @@
 // Which kernel path a linear layer takes at each row count: a short list of
-// steps "from M rows on, path P" (e.g. 1:stream,16:bf16_dot). The process
-// holds one plan, used by every Linear and expert FFN call that does not
-// pass its own: the built-in one for the active ISA until start-up installs
-// a measured one (coordinator/calibration, tandem-cpu-worker --kernel_plan,
+// steps "from M rows on, path P" (e.g. 1:stream,16:bf16_dot). Float weights
+// (f32, f16, bf16) share one list; a quantized type may have its own, since
+// the crossovers differ by type and by CPU: the bf16 GEMM beats the
+// streaming GEMV from ~12 rows on bf16 weights, but on quantized weights it
+// must first dequantize each row, and int8 dot products on the blocks stay
+// faster to ~64 rows on a Zen 5 and to 512 (K-quants) on a Zen 4
+// (docs/BENCHMARKS.md, "One plan per weight type"). The process holds one
+// plan, used by every Linear and expert FFN call that does not pass its own:
+// the built-in one for the active ISA until start-up installs a measured one
+// (coordinator/calibration, tandem-cpu-worker --kernel_plan,
 // kernel_calibration.h). Processes that must agree bit for bit (a
 // coordinator and its CPU workers) must use the same plan.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -14,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/base/cpu_features.h"
+#include "common/base/dtype.h"
 #include "common/kernels/linear_kernels.h"
 
 namespace tandem {
@@ -22,12 +30,22 @@ struct KernelPlanStep {
   int64_t min_rows = 1;  // this path from this many rows on
   KernelPath path = KernelPath::kStream;
 };
+using KernelPlanSteps = std::vector<KernelPlanStep>;
+
+// The steps one quantized type takes instead of the plan's common ones.
+struct KernelPlanOverride {
+  DType dtype = DType::kQ8_0;  // a quantized type
+  KernelPlanSteps steps;
+};
 
 // Immutable; copyable.
 class KernelPlan {
  public:
-  // steps: min_rows strictly ascending, the first 1. InvalidArgument otherwise.
-  static absl::StatusOr<KernelPlan> Create(std::vector<KernelPlanStep> steps, std::string source);
+  // `steps` serve every dtype except those `overrides` names, at most once
+  // each and quantized only. Each list: min_rows strictly ascending, the
+  // first 1. InvalidArgument naming the list otherwise.
+  static absl::StatusOr<KernelPlan> Create(KernelPlanSteps steps, std::string source,
+                                           std::vector<KernelPlanOverride> overrides = {});
   // The built-in plan for a CPU at `isa`, from the crossovers measured on the
   // machines tandem was developed on (docs/BENCHMARKS.md): bf16_dot for
   // GEMMs where the CPU has it (x rounded to bf16, see linear.h).
@@ -36,20 +54,23 @@ class KernelPlan {
   // (f32 FMA). What tests holding the engine to a float64 reference at f32
   // precision run, and --kernel_plan exact.
   static KernelPlan Exact(IsaLevel isa);
-  // "1:stream,16:bf16_dot" (what Spec() prints); InvalidArgument naming the
-  // step otherwise.
+  // As Spec() prints: "1:stream,16:bf16_dot" for every dtype, optionally
+  // followed by ";quantized=STEPS" (every quantized type) and ";TYPE=STEPS"
+  // (one type, e.g. q8_0=1:int8_dot,32:bf16_dot, overriding "quantized"),
+  // each key at most once. InvalidArgument naming the step or key otherwise.
   static absl::StatusOr<KernelPlan> Parse(const std::string& spec, std::string source);
 
-  KernelPath PathFor(int64_t rows) const;
+  // The path for `rows` rows of `dtype` weights.
+  KernelPath PathFor(int64_t rows, DType dtype) const;
+  // The steps of `dtype` (float weights all share one list).
+  const KernelPlanSteps& StepsFor(DType dtype) const { return steps_[static_cast<size_t>(dtype)]; }
   std::string Spec() const;
-  const std::vector<KernelPlanStep>& steps() const { return steps_; }
   // Where it came from: "built-in for avx512_bf16", "measured ...", "--kernel_plan".
   const std::string& source() const { return source_; }
 
  private:
-  KernelPlan(std::vector<KernelPlanStep> steps, std::string source)
-      : steps_(std::move(steps)), source_(std::move(source)) {}
-  std::vector<KernelPlanStep> steps_;
+  KernelPlan() = default;
+  std::array<KernelPlanSteps, kNumDTypes> steps_;  // by DType
   std::string source_;
 };
 

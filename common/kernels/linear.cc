@@ -75,7 +75,7 @@ const LinearKernel& ChooseLinearKernel(int64_t m, DType dtype, const LinearOptio
     return *options.kernel;
   }
   const KernelPlan& plan = options.plan != nullptr ? *options.plan : ProcessKernelPlan();
-  return ResolveKernel(plan.PathFor(m), dtype, UsableIsa(options), options.f32_activations);
+  return ResolveKernel(plan.PathFor(m, dtype), dtype, UsableIsa(options), options.f32_activations);
 }
 
 absl::Status ValidateLinear(const float* x, int64_t m, const LinearWeight& w, const float* y,
@@ -208,7 +208,7 @@ std::string DescribeKernelChoice(DType dtype, const LinearOptions& options) {
     const LinearKernel* kernel;
   };
   std::vector<Range> ranges;
-  for (const KernelPlanStep& step : plan.steps()) {
+  for (const KernelPlanStep& step : plan.StepsFor(dtype)) {
     const LinearKernel* kernel = &ChooseLinearKernel(step.min_rows, dtype, options);
     if (ranges.empty() || ranges.back().kernel != kernel) ranges.push_back({step.min_rows, kernel});
   }
