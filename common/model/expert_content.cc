@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/parallel_status.h"
 #include "common/base/status_macros.h"
 #include "common/model/gguf_tensor_source.h"
 #include "common/quant/quantize.h"
@@ -207,7 +208,7 @@ absl::StatusOr<std::vector<uint64_t>> HashDequantizedExpertSlices(const ModelWei
   const size_t longest = static_cast<size_t>(std::max(hidden, intermediate));
   std::vector<std::vector<float>> values(static_cast<size_t>(threads), std::vector<float>(longest));
   std::vector<std::vector<uint8_t>> stored(static_cast<size_t>(threads), std::vector<uint8_t>(longest * 4));
-  std::vector<absl::Status> errors(static_cast<size_t>(threads));
+  FirstError error;  // a row that fails to dequantize (its hash is then dropped)
   // The bytes a store of `to` holds for row `row`, columns [col0, col0 + n).
   auto stored_row = [&](const LinearWeight& m, int64_t row, int64_t col0, int64_t n, int thread) -> const uint8_t* {
     const auto* src = static_cast<const uint8_t*>(m.data) + row * m.row_bytes();
@@ -215,7 +216,7 @@ absl::StatusOr<std::vector<uint64_t>> HashDequantizedExpertSlices(const ModelWei
     std::vector<float>& f = values[static_cast<size_t>(thread)];
     absl::Status s = DequantizeRow(GgmlFromDType(m.dtype), {src, static_cast<size_t>(m.row_bytes())},
                                    absl::MakeSpan(f.data(), static_cast<size_t>(m.k)));
-    if (!s.ok()) errors[static_cast<size_t>(thread)] = s;
+    if (!s.ok()) error.Record(std::move(s));
     uint8_t* out = stored[static_cast<size_t>(thread)].data();
     for (int64_t i = 0; i < n; ++i) StoreAsDType(out, to, static_cast<size_t>(i), f[static_cast<size_t>(col0 + i)]);
     return out;
@@ -239,10 +240,8 @@ absl::StatusOr<std::vector<uint64_t>> HashDequantizedExpertSlices(const ModelWei
     }
     return sum;
   });
-  for (const absl::Status& s : errors) {
-    if (!s.ok())
-      return absl::InvalidArgumentError(absl::StrCat("dequantizing an expert row to hash it: ", s.message()));
-  }
+  if (const absl::Status s = error.status(); !s.ok())
+    return absl::InvalidArgumentError(absl::StrCat("dequantizing an expert row to hash it: ", s.message()));
   return sums;
 }
 
