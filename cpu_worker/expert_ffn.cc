@@ -79,7 +79,7 @@ absl::Status ExpertFfn::Run(const ExpertFfnWeights& weights, const float* x, int
         absl::StrCat("ExpertFfn: no memory for [", rows, ", ", intermediate, "] activations"));
   }
   const float* xs = x;
-  if (ldx != hidden && (gate_kernel.prepare == nullptr || up_kernel.prepare == nullptr)) {
+  if (ldx != hidden && (ReadsF32Rows(gate_kernel, rows, hidden) || ReadsF32Rows(up_kernel, rows, hidden))) {
     for (int64_t r = 0; r < rows; ++r) std::memcpy(&x_[r * ldx], x + r * hidden, hidden * sizeof(float));
     xs = x_.data();
   }

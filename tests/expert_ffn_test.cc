@@ -129,7 +129,7 @@ void ExpectFfnMatchesNaive(const Case& c, const LinearOptions& options, const st
     const LinearKernel& kernel = ChooseLinearKernel(rows, c.dtype, options);
     std::vector<double> ref, tolerance;
     NaiveExpertFfn(expert.weights, x.data(), rows, ref, tolerance,
-                   kernel.rounds_activations ? std::ldexp(1.0, -8) : 0.0);
+                   kernel.x_relative_error);
     for (int64_t i = 0; i < rows * c.hidden; ++i) {
       ASSERT_NEAR(y[i], ref[i], tolerance[i])
           << DTypeName(c.dtype) << " D=" << c.hidden << " I=" << c.intermediate << " threads=" << c.threads << " "

@@ -163,8 +163,10 @@ KernelPlan KernelPlan::BuiltIn(IsaLevel isa) {
 
 KernelPlan KernelPlan::Exact(IsaLevel isa) {
   constexpr int64_t kPackedFrom = 12;
-  return *Create({{1, KernelPath::kStream}, {kPackedFrom, KernelPath::kPacked}},
-                 absl::StrCat("exact (f32 inputs) for ", IsaLevelName(isa)));
+  KernelPlan plan = *Create({{1, KernelPath::kStream}, {kPackedFrom, KernelPath::kPacked}},
+                            absl::StrCat("exact (f32 inputs) for ", IsaLevelName(isa)));
+  plan.f32_inputs_ = true;
+  return plan;
 }
 
 absl::StatusOr<KernelPlan> KernelPlan::Parse(const std::string& spec, std::string source) {

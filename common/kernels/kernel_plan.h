@@ -51,8 +51,9 @@ class KernelPlan {
   // GEMMs where the CPU has it (x rounded to bf16, see linear.h).
   static KernelPlan BuiltIn(IsaLevel isa);
   // The same without any kernel that rounds its input: stream, then packed
-  // (f32 FMA). What tests holding the engine to a float64 reference at f32
-  // precision run, and --kernel_plan exact.
+  // (f32 FMA), every layer as if LinearOptions::f32_activations (so the
+  // stream is never the bf16 one). What tests holding the engine to a
+  // float64 reference at f32 precision run, and --kernel_plan exact.
   static KernelPlan Exact(IsaLevel isa);
   // As Spec() prints: "1:stream,16:bf16_dot" for every dtype, optionally
   // followed by ";quantized=STEPS" (every quantized type) and ";TYPE=STEPS"
@@ -67,11 +68,14 @@ class KernelPlan {
   std::string Spec() const;
   // Where it came from: "built-in for avx512_bf16", "measured ...", "--kernel_plan".
   const std::string& source() const { return source_; }
+  // Exact(): no kernel may round x, whatever its path.
+  bool f32_inputs() const { return f32_inputs_; }
 
  private:
   KernelPlan() = default;
   std::array<KernelPlanSteps, kNumDTypes> steps_;  // by DType
   std::string source_;
+  bool f32_inputs_ = false;
 };
 
 // The process's plan: KernelPlan::BuiltIn(ActiveIsa()) until set.

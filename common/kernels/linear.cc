@@ -50,15 +50,21 @@ void* ThreadScratch(int64_t bytes) {
 IsaLevel UsableIsa(const LinearOptions& options) { return std::min(ActiveIsa(), options.max_isa); }
 
 // The kernel for `path` at `isa`, or the nearest path that has one
-// (linear_kernels.h): with f32 activations bf16_dot becomes packed and
-// int8_dot stream, as int8_dot does for float weights; a rounding path a
+// (linear_kernels.h): with f32 activations bf16_dot becomes packed,
+// int8_dot stream (as int8_dot does for float weights) and the bf16 stream
+// the AVX-512 one; a rounding path a
 // quantized dtype lacks here (bf16_dot below avx512_bf16, onednn) becomes
 // int8_dot, which rounds too; anything else missing (bf16_dot for f32
 // weights or below avx512_bf16) becomes packed, which every dtype has at avx2.
 const LinearKernel& ResolveKernel(KernelPath path, DType dtype, IsaLevel isa, bool f32_activations) {
   if (path == KernelPath::kBf16Dot && f32_activations) path = KernelPath::kPacked;
   if (path == KernelPath::kInt8Dot && (f32_activations || !IsQuantized(dtype))) path = KernelPath::kStream;
-  if (const LinearKernel* kernel = FindLinearKernel(dtype, path, isa)) return *kernel;
+  const LinearKernel* kernel = FindLinearKernel(dtype, path, isa);
+  // A path's variant that rounds x (the bf16 stream's hi + lo halves) gives
+  // way to the level below it when x must stay f32.
+  while (kernel != nullptr && f32_activations && kernel->rounds_activations && kernel->isa > IsaLevel::kAvx2)
+    kernel = FindLinearKernel(dtype, path, static_cast<IsaLevel>(static_cast<int>(kernel->isa) - 1));
+  if (kernel != nullptr) return *kernel;
   if (IsQuantized(dtype) && !f32_activations && (path == KernelPath::kBf16Dot || path == KernelPath::kOneDnn))
     return *FindLinearKernel(dtype, KernelPath::kInt8Dot, isa);
   return *FindLinearKernel(dtype, KernelPath::kPacked, isa);
@@ -75,7 +81,8 @@ const LinearKernel& ChooseLinearKernel(int64_t m, DType dtype, const LinearOptio
     return *options.kernel;
   }
   const KernelPlan& plan = options.plan != nullptr ? *options.plan : ProcessKernelPlan();
-  return ResolveKernel(plan.PathFor(m, dtype), dtype, UsableIsa(options), options.f32_activations);
+  return ResolveKernel(plan.PathFor(m, dtype), dtype, UsableIsa(options),
+                       options.f32_activations || plan.f32_inputs());
 }
 
 absl::Status ValidateLinear(const float* x, int64_t m, const LinearWeight& w, const float* y,
@@ -160,6 +167,7 @@ absl::Status PreparedInput::Prepare(const LinearKernel& kernel, const float* x, 
                                     ThreadPool* pool) {
   if (kernel.prepare == nullptr || m == 0) return absl::OkStatus();
   const int64_t bytes = kernel.prepared_bytes(m, k);
+  if (bytes == 0) return absl::OkStatus();
   if (bytes > capacity_) {
     void* grown = AlignedAlloc(bytes);
     if (grown == nullptr)
@@ -293,7 +301,7 @@ absl::Status LinearShared(const float* x, int64_t m, std::span<const LinearProdu
     const LinearWeight& w = *products[i].w;
     const LinearKernel& kernel = ChooseLinearKernel(m, w.dtype, options);
     LinearSliceArgs args{.x = x, .ldx = k, .m = m, .bias = products[i].bias, .y = products[i].y, .ldy = w.n};
-    if (kernel.prepare != nullptr) {
+    if (!ReadsF32Rows(kernel, m, k)) {
       // A layout an earlier W's kernel made is the same bytes: reuse it.
       for (size_t j = 0; j < i && args.prepared == nullptr; ++j)
         if (parts[j].kernel->prepare == kernel.prepare) args.prepared = parts[j].args.prepared;

@@ -17,15 +17,18 @@
 // Numerics. stream, packed, onednn: products and sums in f32, weights
 // widened exactly: |y - y_exact| <= (K + 2) 2^-24 sum_k |x_k w_k|. bf16_dot
 // rounds x to bf16 (8 significant bits) first, as llama.cpp and GPU bf16
-// GEMMs do: add 2^-8 sum_k |x_k w_k| to that bound. LinearOptions::
-// f32_activations keeps a layer off it (the router: ARCHITECTURE.md,
+// GEMMs do: add 2^-8 sum_k |x_k w_k| to that bound; the bf16 stream
+// (avx512_bf16_stream) splits x into bf16 hi + lo: add 2^-16. LinearOptions::
+// f32_activations keeps a layer off both (the router: ARCHITECTURE.md,
 // "Precision"). Quantized weights (linear_int8_dot.h): int8_dot rounds x to
 // int8 per 32-value block (add sum_i |w_i| max_block|x| / 254), their
 // bf16_dot rounds x and W to bf16 (add 2^-8 sum_k |x_k w_k|); stream and
 // packed (the exact plan) compute with the dequantized W and f32 x.
 // Each output's arithmetic depends only on its x row, its W row and the
 // kernel (not on M, the split or the thread count), for every kernel but
-// onednn, which picks its own kernels by M.
+// onednn, which picks its own kernels by M, and the bf16 stream, whose
+// one-row calls take vdpbf16ps and others the f32 stream
+// (LinearKernel::same_at_every_m); neither depends on the split.
 #pragma once
 
 #include <cstdint>

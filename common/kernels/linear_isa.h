@@ -6,8 +6,9 @@
 // Every slice function computes one LinearSliceArgs on the calling thread,
 // with `scratch` of at least its *ScratchBytes (64-byte aligned). Each
 // output element's arithmetic depends only on its x row and W row (never on
-// M, the slice bounds or the thread count), so a result is the same however
-// the work is split.
+// the slice bounds or the thread count, and never on M but in the bf16
+// stream, whose one-row calls differ), so a result is the same however the
+// work is split.
 #pragma once
 
 #include <cstdint>
@@ -58,6 +59,17 @@ int64_t Bf16DotScratchBytes(int64_t m, int64_t features);
 // bf16 weights only: vdpbf16ps over the stored weights, f32 accumulation.
 void Bf16DotBf16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
 void Bf16DotLoop(int64_t iterations);
+
+// ---- AVX512-BF16 stream (linear_avx512_bf16_stream.cc) ----
+// Decode GEMV on bf16 weights. x is prepared once per call, one block per
+// row: hi then lo halves of each value in bf16 (x = hi + lo to 2^-16), K
+// rounded up to 32 and zero-padded, plus a cache line; rows [row_begin,
+// row_end) are written.
+int64_t Bf16StreamPreparedBytes(int64_t m, int64_t k);
+int64_t Bf16StreamRowBlocks(int64_t m);
+void Bf16StreamPrepare(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t row_begin, int64_t row_end,
+                       void* prepared);
+void Bf16StreamBf16(const LinearWeight& w, const LinearSliceArgs& a);
 inline constexpr int64_t kBf16DotLoopFlops = 24 * 32 * 2;
 
 // ---- int8 dot products on quantized activations (linear_int8_dot.cc) ----

@@ -40,7 +40,8 @@ int64_t Bf16DotBytes(const LinearWeight&, int64_t m, int64_t features) { return 
 
 constexpr LinearKernel Plain(KernelPath path, IsaLevel isa, DType dtype, const char* name, ScratchFn scratch,
                              SliceFn slice) {
-  return LinearKernel{path, isa, dtype, name, false, nullptr, nullptr, nullptr, scratch, slice};
+  return LinearKernel{path,    isa,     dtype,   name,  false, nullptr,
+                      nullptr, nullptr, scratch, slice, 0.0,   path != KernelPath::kOneDnn};
 }
 
 std::vector<LinearKernel> FloatEntries() {
@@ -54,6 +55,9 @@ std::vector<LinearKernel> FloatEntries() {
       Plain(P::kStream, I::kAvx512, D::kF32, "avx512_stream", NoScratchBytes, NoScratch<isa::Avx512StreamF32>),
       Plain(P::kStream, I::kAvx512, D::kF16, "avx512_stream", NoScratchBytes, NoScratch<isa::Avx512StreamF16>),
       Plain(P::kStream, I::kAvx512, D::kBF16, "avx512_stream", NoScratchBytes, NoScratch<isa::Avx512StreamBf16>),
+      LinearKernel{P::kStream, I::kAvx512Bf16, D::kBF16, "avx512_bf16_stream", true, isa::Bf16StreamPreparedBytes,
+                   isa::Bf16StreamRowBlocks, isa::Bf16StreamPrepare, NoScratchBytes, NoScratch<isa::Bf16StreamBf16>,
+                   0x1p-16, false},
       Plain(P::kPacked, I::kAvx2, D::kF32, "avx2_packed", Avx2PackedBytes, WithScratch<isa::Avx2PackedF32>),
       Plain(P::kPacked, I::kAvx2, D::kF16, "avx2_packed", Avx2PackedBytes, WithScratch<isa::Avx2PackedF16>),
       Plain(P::kPacked, I::kAvx2, D::kBF16, "avx2_packed", Avx2PackedBytes, WithScratch<isa::Avx2PackedBf16>),
@@ -61,7 +65,7 @@ std::vector<LinearKernel> FloatEntries() {
       Plain(P::kPacked, I::kAvx512, D::kF16, "avx512_packed", Avx512PackedBytes, WithScratch<isa::Avx512PackedF16>),
       Plain(P::kPacked, I::kAvx512, D::kBF16, "avx512_packed", Avx512PackedBytes, WithScratch<isa::Avx512PackedBf16>),
       LinearKernel{P::kBf16Dot, I::kAvx512Bf16, D::kBF16, "avx512_bf16_dot", true, isa::Bf16DotPreparedBytes,
-                   isa::Bf16DotRowBlocks, isa::Bf16DotPrepare, Bf16DotBytes, WithScratch<isa::Bf16DotBf16>},
+                   isa::Bf16DotRowBlocks, isa::Bf16DotPrepare, Bf16DotBytes, WithScratch<isa::Bf16DotBf16>, 0x1p-8},
       Plain(P::kOneDnn, I::kAvx2, D::kF32, "onednn", NoScratchBytes, OneDnn),
       Plain(P::kOneDnn, I::kAvx2, D::kF16, "onednn", NoScratchBytes, OneDnn),
       Plain(P::kOneDnn, I::kAvx2, D::kBF16, "onednn", NoScratchBytes, OneDnn),
@@ -100,7 +104,7 @@ std::vector<LinearKernel> QuantizedEntries() {
                                    Avx512VnniInt8TileSlice});
     entries.push_back(LinearKernel{KernelPath::kBf16Dot, IsaLevel::kAvx512Bf16, dtype, "avx512_bf16_q_dot", true,
                                    isa::Bf16DotPreparedBytes, isa::Bf16DotRowBlocks, isa::Bf16DotPrepare,
-                                   QuantizedBf16DotScratchBytes, QuantizedBf16DotSlice});
+                                   QuantizedBf16DotScratchBytes, QuantizedBf16DotSlice, 0x1p-8});
   }
   return entries;
 }

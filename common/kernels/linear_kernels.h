@@ -4,6 +4,8 @@
 //   path       ISA           dtypes          name              what
 //   stream     avx2          f32 f16 bf16    avx2_stream       decode GEMV, f32 FMA
 //   stream     avx512        f32 f16 bf16    avx512_stream     same, 16 lanes
+//   stream     avx512_bf16   bf16            avx512_bf16_stream  vdpbf16ps one W row at a time, x split
+//                                                              into bf16 hi + lo (f32-grade products)
 //   packed     avx2          f32 f16 bf16    avx2_packed       W widened to f32 panels, 6x16 FMA tile
 //   packed     avx512        f32 f16 bf16    avx512_packed     W widened to f32 panels, 14x32 FMA tile
 //   bf16_dot   avx512_bf16   bf16            avx512_bf16_dot   vdpbf16ps on the stored weights, x in bf16
@@ -62,9 +64,12 @@ struct LinearKernel {
   IsaLevel isa;             // the instruction-set level it needs
   DType dtype;              // the weight dtype it reads
   const char* name;         // static
-  bool rounds_activations;  // x is rounded (to bf16, or to int8 blocks) before the products
+  // x is rounded (to bf16, split into bf16 halves, or to int8 blocks)
+  // before the products: never with LinearOptions::f32_activations.
+  bool rounds_activations;
   // Kernels that read x in a layout of their own prepare it once per call,
   // split into row blocks; all three null otherwise (x read as f32 rows).
+  // prepared_bytes 0: at this shape the kernel reads x as f32 rows too.
   int64_t (*prepared_bytes)(int64_t m, int64_t k);
   int64_t (*prepare_blocks)(int64_t m);
   void (*prepare)(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t block_begin, int64_t block_end,
@@ -74,7 +79,22 @@ struct LinearKernel {
   // Computes one slice (args.prepared set when the kernel prepares x);
   // `scratch` holds scratch_bytes, 64-byte aligned.
   absl::Status (*slice)(const LinearWeight& w, const LinearSliceArgs& args, void* scratch);
+  // For float weights: the most each x value changes, relative to itself,
+  // before its products (0: x used as f32; 2^-16: bf16 hi + lo; 2^-8:
+  // rounded to bf16). The int8_dot kernels' rounding is per block
+  // (linear_int8_dot.h), not a relative bound, and is not counted here.
+  double x_relative_error = 0.0;
+  // Each output's arithmetic the same at every M (linear.h): false for
+  // onednn (it picks its own kernels by M) and the bf16 stream (one row
+  // differs from several).
+  bool same_at_every_m = true;
 };
+
+// Whether the kernel reads x as f32 rows (a.x, a.ldx) for [m, k]: no layout
+// of its own, or none at this shape.
+inline bool ReadsF32Rows(const LinearKernel& kernel, int64_t m, int64_t k) {
+  return kernel.prepare == nullptr || kernel.prepared_bytes(m, k) == 0;
+}
 
 // Every entry, in the order of the table above.
 std::span<const LinearKernel> AllLinearKernels();

@@ -1,0 +1,116 @@
+// AVX512-BF16 stream path for bf16 weights (decode): vdpbf16ps straight
+// from the stored weights, one W row at a time, with x split into two bf16
+// halves so the products keep nearly the f32 stream's precision.
+//
+// Why not the f32 stream (linear_avx512.cc) here. Widening bf16 to f32
+// costs a zero-extend and a shift per 16 weights ahead of each FMA; one
+// vdpbf16ps takes 32 weights as stored. With fewer instructions per byte,
+// the core keeps more of a W row's cache misses in flight, and one W row
+// read front to back is a single stream the hardware prefetcher follows
+// (8 rows walked together are 8 streams). Zen 4, 2 threads, a 4096-wide
+// 117 MB matrix from DRAM, alternating trial by trial: this pattern read
+// 1.24-1.7x the GB/s of the f32 stream's 8-row pass with its software
+// prefetch (docs/BENCHMARKS.md, "bf16 decode on Zen 4").
+//
+// Numerics: x = hi + lo, hi = x with its low 16 bits cleared (truncation:
+// never rounds a finite x to infinity), lo = bf16(x - hi) (nearest even).
+// x - hi - lo is at most 2^-16 |x|: the error bound is the f32 stream's
+// (K + 2) 2^-24 sum |x w| plus 2^-16 sum |x w| (linear.h), the first term
+// 16 times the second at K = 4096.
+// Products of bf16 pairs are exact in f32; vdpbf16ps accumulates in f32,
+// flushing denormals (as the bf16 GEMM does). A NaN in x stays NaN through
+// lo; an infinite x gives NaN (inf - inf), non-finite either way.
+//
+// x is prepared once per call: hi then lo bf16, each K rounded up to 32
+// (zero past K) and one cache line of pad apart. One row of x only, K up to
+// 4096 (below); other calls run the AVX-512 f32 stream.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "common/kernels/linear_isa.h"
+
+namespace tandem::isa {
+namespace {
+
+inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t PaddedK(int64_t k) { return (k + 31) & ~int64_t{31}; }
+// hi to lo, in bf16 values: one cache line more than K, so the two x lines
+// a step loads fall in different L1 sets (at K = 4096 they would be 8 KB
+// apart, in one set, beside the W line).
+inline int64_t HalfStride(int64_t k) { return PaddedK(k) + 32; }
+
+// One row of x, its two halves in L1 (16 KB at K = 4096) while W rows
+// stream past. Beyond that every W line pulls two x lines from L2 and one W
+// row at a time loses to the f32 stream's 8 rows sharing each x load (a
+// 14336-wide Mixtral down projection, Zen 4, 2 threads: 0.78-0.95x of it);
+// so do two rows of x (2 rows at K = 4096, one expert: 1.4x slower than the
+// f32 stream). Those calls run the f32 stream, with x unprepared.
+constexpr int64_t kMaxK = 4096;
+bool Streams(int64_t m, int64_t k) { return m == 1 && k <= kMaxK; }
+
+// x . W_row over the row's k weights; hi at xh, lo at xh + half (bf16).
+inline float DotRow(const uint16_t* xh, int64_t half, const uint16_t* w, int64_t k) {
+  // Accumulator c takes the c-th 32 weights of each 64-value step, hi and lo
+  // in turn.
+  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  auto step = [&](int c, const __m512i wv, int64_t kk) {
+    acc[c] = _mm512_dpbf16_ps(acc[c], (__m512bh)_mm512_loadu_si512(xh + kk), (__m512bh)wv);
+    acc[c] = _mm512_dpbf16_ps(acc[c], (__m512bh)_mm512_loadu_si512(xh + half + kk), (__m512bh)wv);
+  };
+  int64_t kk = 0;
+  for (; kk + 64 <= k; kk += 64) {
+    step(0, _mm512_loadu_si512(w + kk), kk);
+    step(1, _mm512_loadu_si512(w + kk + 32), kk + 32);
+  }
+  for (; kk < k; kk += 32) {
+    // Masked: lanes past K read nothing (no fault past the row's end) and
+    // meet zeros in the prepared x.
+    const int64_t valid = Min(32, k - kk);
+    const __mmask32 mask = valid == 32 ? ~__mmask32{0} : (__mmask32{1} << valid) - 1;
+    step(0, _mm512_maskz_loadu_epi16(mask, w + kk), kk);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+}
+
+}  // namespace
+
+int64_t Bf16StreamPreparedBytes(int64_t m, int64_t k) {
+  if (!Streams(m, k)) return 0;
+  return 2 * HalfStride(k) * static_cast<int64_t>(sizeof(uint16_t));
+}
+
+int64_t Bf16StreamRowBlocks(int64_t m) { return m; }
+
+void Bf16StreamPrepare(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t row_begin, int64_t row_end,
+                       void* prepared) {
+  if (!Streams(m, k)) return;
+  const int64_t kp = PaddedK(k), half = HalfStride(k);
+  const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    auto* hi = static_cast<uint16_t*>(prepared) + r * 2 * half;
+    uint16_t* lo = hi + half;
+    for (int64_t kk = 0; kk < kp; kk += 16) {
+      const int64_t valid = Min(16, k - kk);
+      const __mmask16 mask = valid >= 16 ? __mmask16{0xffff}
+                             : valid <= 0 ? __mmask16{0}
+                                          : static_cast<__mmask16>((1u << valid) - 1);
+      const __m512 v = _mm512_maskz_loadu_ps(mask, x + r * ldx + kk);
+      const __m512i top = _mm512_and_si512(_mm512_castps_si512(v), high_half);
+      const __m512 rest = _mm512_sub_ps(v, _mm512_castsi512_ps(top));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi + kk), _mm512_cvtepi32_epi16(_mm512_srli_epi32(top, 16)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo + kk), (__m256i)_mm512_cvtneps_pbh(rest));
+    }
+  }
+}
+
+void Bf16StreamBf16(const LinearWeight& w, const LinearSliceArgs& a) {
+  if (!Streams(a.m, w.k)) return Avx512StreamBf16(w, a);
+  const int64_t k = w.k, half = HalfStride(k);
+  const auto* xh = static_cast<const uint16_t*>(a.prepared);
+  const auto* weights = static_cast<const uint16_t*>(w.data);
+  for (int64_t j = a.n_begin; j < a.n_end; ++j)
+    a.y[j] = DotRow(xh, half, weights + j * k, k) + (a.bias != nullptr ? a.bias[j] : 0.0f);
+}
+
+}  // namespace tandem::isa
