@@ -8,9 +8,11 @@
 // the core keeps more of a W row's cache misses in flight, and one W row
 // read front to back is a single stream the hardware prefetcher follows
 // (8 rows walked together are 8 streams). Zen 4, 2 threads, a 4096-wide
-// 117 MB matrix from DRAM, alternating trial by trial: this pattern read
-// 1.24-1.7x the GB/s of the f32 stream's 8-row pass with its software
-// prefetch (docs/BENCHMARKS.md, "bf16 decode on Zen 4").
+// 117 MB matrix from DRAM, alternating trial by trial in a throwaway
+// microbenchmark: this pattern read 1.24-1.7x the GB/s of the f32 stream's
+// 8-row pass. In the engine the gain is smaller: one Mixtral expert at 1
+// row 0.92-1.25x (median 1.06x), whole-model decode 0.97-1.09x
+// (docs/BENCHMARKS.md, "BF16 decode: one W row at a time").
 //
 // Numerics: x = hi + lo, hi = x with its low 16 bits cleared (truncation:
 // never rounds a finite x to infinity), lo = bf16(x - hi) (nearest even).
