@@ -328,15 +328,11 @@ absl::Status Main() {
       if (kernel.dtype != dtype || kernel.isa > ActiveIsa()) continue;
       // Only the variants of each path at its best ISA level (the one a plan
       // would run and its same-level references: the int8_dot tile beside
-      // the fused kernel) and, where that one rounds x on a path that need
-      // not, the level below it that f32-activation layers run (the
+      // the fused kernel) and the one f32-activation layers run on it (the
       // AVX-512 stream beside the bf16 stream).
-      const LinearKernel* best = FindLinearKernel(dtype, kernel.path, ActiveIsa());
-      const bool exact_below = best->rounds_activations && !kernel.rounds_activations &&
-                               kernel.path == KernelPath::kStream && best->isa > IsaLevel::kAvx2 &&
-                               FindLinearKernel(dtype, kernel.path,
-                                                static_cast<IsaLevel>(static_cast<int>(best->isa) - 1)) == &kernel;
-      if (best->isa != kernel.isa && !exact_below) continue;
+      if (FindLinearKernel(dtype, kernel.path, ActiveIsa())->isa != kernel.isa &&
+          FindExactLinearKernel(dtype, kernel.path, ActiveIsa()) != &kernel)
+        continue;
       LinearOptions kernel_options{.kernel = &kernel};
       ExpertFfn kernel_ffn(&pool, kernel_options);
       auto timing = TimeFfn(kernel_ffn, experts, x.data(), rows, y.data(), reps, next_expert);

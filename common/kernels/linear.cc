@@ -59,11 +59,8 @@ IsaLevel UsableIsa(const LinearOptions& options) { return std::min(ActiveIsa(), 
 const LinearKernel& ResolveKernel(KernelPath path, DType dtype, IsaLevel isa, bool f32_activations) {
   if (path == KernelPath::kBf16Dot && f32_activations) path = KernelPath::kPacked;
   if (path == KernelPath::kInt8Dot && (f32_activations || !IsQuantized(dtype))) path = KernelPath::kStream;
-  const LinearKernel* kernel = FindLinearKernel(dtype, path, isa);
-  // A path's variant that rounds x (the bf16 stream's hi + lo halves) gives
-  // way to the level below it when x must stay f32.
-  while (kernel != nullptr && f32_activations && kernel->rounds_activations && kernel->isa > IsaLevel::kAvx2)
-    kernel = FindLinearKernel(dtype, path, static_cast<IsaLevel>(static_cast<int>(kernel->isa) - 1));
+  const LinearKernel* kernel =
+      f32_activations ? FindExactLinearKernel(dtype, path, isa) : FindLinearKernel(dtype, path, isa);
   if (kernel != nullptr) return *kernel;
   if (IsQuantized(dtype) && !f32_activations && (path == KernelPath::kBf16Dot || path == KernelPath::kOneDnn))
     return *FindLinearKernel(dtype, KernelPath::kInt8Dot, isa);

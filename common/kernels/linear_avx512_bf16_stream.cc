@@ -28,8 +28,6 @@
 // 4096 (below); other calls run the AVX-512 f32 stream.
 #include <immintrin.h>
 
-#include <cstring>
-
 #include "common/kernels/linear_isa.h"
 
 namespace tandem::isa {

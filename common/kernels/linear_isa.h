@@ -59,18 +59,18 @@ int64_t Bf16DotScratchBytes(int64_t m, int64_t features);
 // bf16 weights only: vdpbf16ps over the stored weights, f32 accumulation.
 void Bf16DotBf16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
 void Bf16DotLoop(int64_t iterations);
+inline constexpr int64_t kBf16DotLoopFlops = 24 * 32 * 2;
 
 // ---- AVX512-BF16 stream (linear_avx512_bf16_stream.cc) ----
-// Decode GEMV on bf16 weights. x is prepared once per call, one block per
-// row: hi then lo halves of each value in bf16 (x = hi + lo to 2^-16), K
-// rounded up to 32 and zero-padded, plus a cache line; rows [row_begin,
-// row_end) are written.
+// Decode GEMV on bf16 weights, one row of x with K <= 4096 (other calls
+// run Avx512StreamBf16, x unprepared: PreparedBytes 0). x is prepared once
+// per call: hi then lo halves of each value in bf16 (x = hi + lo to
+// 2^-16), K rounded up to 32 and zero-padded, plus a cache line.
 int64_t Bf16StreamPreparedBytes(int64_t m, int64_t k);
 int64_t Bf16StreamRowBlocks(int64_t m);
 void Bf16StreamPrepare(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t row_begin, int64_t row_end,
                        void* prepared);
 void Bf16StreamBf16(const LinearWeight& w, const LinearSliceArgs& a);
-inline constexpr int64_t kBf16DotLoopFlops = 24 * 32 * 2;
 
 // ---- int8 dot products on quantized activations (linear_int8_dot.cc) ----
 // Both sides in one layout, per row of K values: levels [K] 8-bit, then

@@ -143,13 +143,26 @@ absl::StatusOr<KernelPath> ParseKernelPath(std::string_view name) {
 
 std::span<const LinearKernel> AllLinearKernels() { return Table(); }
 
-const LinearKernel* FindLinearKernel(DType dtype, KernelPath path, IsaLevel max_isa) {
+namespace {
+
+const LinearKernel* FindBest(DType dtype, KernelPath path, IsaLevel max_isa, bool exact) {
   const LinearKernel* best = nullptr;
   for (const LinearKernel& kernel : Table()) {
     if (kernel.dtype != dtype || kernel.path != path || kernel.isa > max_isa) continue;
+    if (exact && kernel.rounds_activations) continue;
     if (best == nullptr || kernel.isa > best->isa) best = &kernel;
   }
   return best;
+}
+
+}  // namespace
+
+const LinearKernel* FindLinearKernel(DType dtype, KernelPath path, IsaLevel max_isa) {
+  return FindBest(dtype, path, max_isa, /*exact=*/false);
+}
+
+const LinearKernel* FindExactLinearKernel(DType dtype, KernelPath path, IsaLevel max_isa) {
+  return FindBest(dtype, path, max_isa, /*exact=*/true);
 }
 
 const LinearKernel* FindLinearKernelByName(std::string_view name, DType dtype) {

@@ -5,7 +5,7 @@
 //   stream     avx2          f32 f16 bf16    avx2_stream       decode GEMV, f32 FMA
 //   stream     avx512        f32 f16 bf16    avx512_stream     same, 16 lanes
 //   stream     avx512_bf16   bf16            avx512_bf16_stream  vdpbf16ps one W row at a time, x split
-//                                                              into bf16 hi + lo (f32-grade products)
+//                                                              into bf16 hi + lo (x to 2^-16), 1 row
 //   packed     avx2          f32 f16 bf16    avx2_packed       W widened to f32 panels, 6x16 FMA tile
 //   packed     avx512        f32 f16 bf16    avx512_packed     W widened to f32 panels, 14x32 FMA tile
 //   bf16_dot   avx512_bf16   bf16            avx512_bf16_dot   vdpbf16ps on the stored weights, x in bf16
@@ -102,6 +102,10 @@ std::span<const LinearKernel> AllLinearKernels();
 // first in table order among entries of that level); null
 // when there is none (bf16_dot for f32 weights, or below avx512_bf16).
 const LinearKernel* FindLinearKernel(DType dtype, KernelPath path, IsaLevel max_isa);
+// The same among the entries that keep x f32 (not rounds_activations): what
+// layers with f32 activations run on that path (the AVX-512 stream where
+// the bf16 stream is best); null when every entry rounds.
+const LinearKernel* FindExactLinearKernel(DType dtype, KernelPath path, IsaLevel max_isa);
 // The entry with this name and dtype; null when there is none.
 const LinearKernel* FindLinearKernelByName(std::string_view name, DType dtype);
 
