@@ -53,15 +53,6 @@ inline void PrefetchLines(const uint8_t* p, int64_t bytes) {
   for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + at, _MM_HINT_T1);
 }
 
-// Lanes 0..7 `lo`, lanes 8..15 `hi` (the two 32-value halves of a step).
-inline __m512 Halves(float lo, float hi) {
-  return _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(lo), _mm512_set1_ps(hi));
-}
-
-// 32 bytes in both halves of a zmm.
-inline __m512i Both(const uint8_t* p) {
-  return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
 
 // The 8 6-bit scales (bytes 0..7) and mins (8..15) of a Q4_K/Q5_K block's
 // scales[12] (ggml's bit layout), for the blocks whose fields sit in the
@@ -96,19 +87,13 @@ inline __m128i Lane(__m512i v, int f) {
 
 // Q8_0 and Q4_0: a unit is two blocks; a row whose K is an odd number of
 // blocks ends in a half unit (upper lanes zero, the second block unread).
+// kScaleAt: where a block's f16 scale sits (UnitScales reads it).
 struct Q8_0Format {
-  static constexpr int64_t kValues = 64, kBytes = 2 * sizeof(BlockQ8_0);
-  static constexpr int kSteps = 1;
+  static constexpr int64_t kValues = 64, kBlockBytes = sizeof(BlockQ8_0), kBytes = 2 * kBlockBytes;
+  static constexpr int64_t kScaleAt = offsetof(BlockQ8_0, d);
   static constexpr int kShift = 128;  // levels stored +128 for vpdpbusd's unsigned side
   static constexpr bool kGroupMajor = false;
-  struct State {
-    __m512 scales;
-  };
-  static State Begin(const uint8_t* unit, bool half) {
-    const float d1 = half ? 0.0f : HalfAt(unit + sizeof(BlockQ8_0) + offsetof(BlockQ8_0, d));
-    return {Halves(HalfAt(unit + offsetof(BlockQ8_0, d)), d1)};
-  }
-  static __m512i Levels(const uint8_t* unit, int, bool half) {
+  static __m512i Levels(const uint8_t* unit, bool half) {
     const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + offsetof(BlockQ8_0, qs)));
     const __m256i hi =
         half ? _mm256_set1_epi8(static_cast<char>(0x80))
@@ -116,22 +101,16 @@ struct Q8_0Format {
     return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
                             _mm512_set1_epi8(static_cast<char>(0x80)));
   }
-  static __m512 Scales(const State& s, int) { return s.scales; }
 };
 
 struct Q4_0Format {
-  static constexpr int64_t kValues = 64, kBytes = 2 * sizeof(BlockQ4_0);
-  static constexpr int kSteps = 1;
+  static constexpr int64_t kValues = 64, kBlockBytes = sizeof(BlockQ4_0), kBytes = 2 * kBlockBytes;
+  static constexpr int64_t kScaleAt = offsetof(BlockQ4_0, d);
   static constexpr int kShift = 8;
   static constexpr bool kGroupMajor = false;
-  using State = Q8_0Format::State;
-  static State Begin(const uint8_t* unit, bool half) {
-    const float d1 = half ? 0.0f : HalfAt(unit + sizeof(BlockQ4_0) + offsetof(BlockQ4_0, d));
-    return {Halves(HalfAt(unit + offsetof(BlockQ4_0, d)), d1)};
-  }
   // A block's 16 bytes hold values 0..15 in low nibbles, 16..31 in high
   // ones: each block's bytes go to two 128-bit lanes, the second shifted.
-  static __m512i Levels(const uint8_t* unit, int, bool half) {
+  static __m512i Levels(const uint8_t* unit, bool half) {
     const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + offsetof(BlockQ4_0, qs)));
     const __m128i b =
         half ? _mm_setzero_si128()
@@ -142,8 +121,35 @@ struct Q4_0Format {
                                                                         0, 0x0004000400040004, 0x0004000400040004));
     return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
   }
-  static __m512 Scales(const State& s, int) { return s.scales; }
 };
+
+// The f16 scales of a unit's two blocks in kW <= 4 W rows, converted in
+// one instruction: row f's block b at lane 4 (f / 2) + 2 b + f % 2, so that
+// x's two block scales as stored ([s0 s0 s1 s1], one per 16 values)
+// broadcast to both 128-bit halves line up with them. Packed in general
+// registers, off the vector pipes: two conversions, two broadcasts and a
+// blend per W row were half of a Q8_0 pass's vector instructions, and Q8_0
+// decode on Zen 4 computed little faster than DRAM streams it.
+template <class Format, int kW>
+inline __m256 UnitScales(const uint8_t* const (&w)[kW], int64_t at, bool half) {
+  static_assert(kW <= 4);
+  uint64_t packed[2] = {0, 0};
+  for (int f = 0; f < kW; ++f) {
+    for (int b = 0; b < (half ? 1 : 2); ++b) {
+      uint16_t h;
+      std::memcpy(&h, w[f] + at + b * Format::kBlockBytes + Format::kScaleAt, sizeof(h));
+      packed[f / 2] |= uint64_t{h} << (16 * (2 * b + f % 2));
+    }
+  }
+  return _mm256_cvtph_ps(_mm_set_epi64x(static_cast<int64_t>(packed[1]), static_cast<int64_t>(packed[0])));
+}
+
+// Row f's lanes of UnitScales: its first block's in lanes 0..7, its
+// second's in 8..15 (the two 32-value halves of a step).
+inline __m512i UnitScaleLanes(int f) {
+  const int first = 4 * (f / 2) + f % 2;
+  return _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32(first), _mm512_set1_epi32(first + 2));
+}
 
 // K-quants read x group-major (linear_isa.h): lane l of step s holds
 // values 16l + 4s .. 16l + 4s + 3 of the 256-value block, so every lane of
@@ -286,32 +292,26 @@ template <class Format, int kRows, int kW>
 inline void Unit(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows<kRows>& x, int64_t i, int64_t at,
                  bool half, __m512 (&acc)[kW][kRows]) {
   PrefetchLines(next + kW * at, kW * Format::kBytes);
-  typename Format::State state[kW];
-  for (int f = 0; f < kW; ++f) state[f] = Format::Begin(w[f] + at, half);
-  for (int s = 0; s < Format::kSteps; ++s) {
-    const int64_t v = i + kStep * s;
-    __m512i wv[kW];
-    __m512 ws[kW];
-    for (int f = 0; f < kW; ++f) {
-      wv[f] = Format::Levels(w[f] + at, s, half);
-      ws[f] = Format::Scales(state[f], s);
+  const __m256 w_scales = UnitScales<Format, kW>(w, at, half);
+  __m512i wv[kW];
+  for (int f = 0; f < kW; ++f) wv[f] = Format::Levels(w[f] + at, half);
+  for (int r = 0; r < kRows; ++r) {
+    const __m512i xv =
+        half ? _mm512_maskz_loadu_epi8(0xffffffffULL, x.levels[r] + i) : _mm512_loadu_si512(x.levels[r] + i);
+    // x's two 32-value block scales as stored (a half step reads only the first's).
+    const float* xsp = x.scales[r] + i / 16;
+    const __m128 xs = half ? _mm_maskz_loadu_ps(0x3, xsp) : _mm_loadu_ps(xsp);
+    const __m512 scales = _mm512_zextps256_ps512(_mm256_mul_ps(w_scales, _mm256_set_m128(xs, xs)));
+    __m512i start = _mm512_setzero_si512();
+    if constexpr (Format::kShift != 0) {
+      // -shift * (sum of the lane's 4 x levels); |x level| <= 127, so negating is exact.
+      start = _mm512_dpbusd_epi32(start, _mm512_set1_epi8(static_cast<char>(Format::kShift)),
+                                  _mm512_sub_epi8(_mm512_setzero_si512(), xv));
     }
-    for (int r = 0; r < kRows; ++r) {
-      const __m512i xv =
-          half ? _mm512_maskz_loadu_epi8(0xffffffffULL, x.levels[r] + v) : _mm512_loadu_si512(x.levels[r] + v);
-      // x's two 32-value block scales (a half step reads only the first).
-      const float* xsp = x.scales[r] + v / 16;
-      const __m512 xs = half ? _mm512_set1_ps(xsp[0]) : Halves(xsp[0], xsp[2]);
-      __m512i start = _mm512_setzero_si512();
-      if constexpr (Format::kShift != 0) {
-        // -shift * (sum of the lane's 4 x levels); |x level| <= 127, so negating is exact.
-        start = _mm512_dpbusd_epi32(start, _mm512_set1_epi8(static_cast<char>(Format::kShift)),
-                                    _mm512_sub_epi8(_mm512_setzero_si512(), xv));
-      }
-      for (int f = 0; f < kW; ++f) {
-        const __m512i dot = _mm512_dpbusd_epi32(start, wv[f], xv);
-        acc[f][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(ws[f], xs), acc[f][r]);
-      }
+    for (int f = 0; f < kW; ++f) {
+      const __m512i dot = _mm512_dpbusd_epi32(start, wv[f], xv);
+      acc[f][r] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(UnitScaleLanes(f), scales), acc[f][r]);
     }
   }
 }
