@@ -53,7 +53,6 @@ inline void PrefetchLines(const uint8_t* p, int64_t bytes) {
   for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + at, _MM_HINT_T1);
 }
 
-
 // The 8 6-bit scales (bytes 0..7) and mins (8..15) of a Q4_K/Q5_K block's
 // scales[12] (ggml's bit layout), for the blocks whose fields sit in the
 // 128-bit lanes of `v` (bytes 12..15 of a lane ignored): one pass of
