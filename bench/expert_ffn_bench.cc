@@ -232,6 +232,8 @@ absl::Status Main() {
                   {"triad_gb_s", bandwidth->triad_gb_s},
                   {"triad_with_write_allocate_gb_s", bandwidth->triad_with_write_allocate_gb_s},
                   {"read_only_gb_s", bandwidth->read_gb_s},
+                  {"read_one_stream_gb_s", bandwidth->read_one_stream_gb_s},
+                  {"read_four_streams_gb_s", bandwidth->read_four_streams_gb_s},
                   {"triad_array_bytes", bandwidth->array_bytes},
                   {"llc_bytes", bandwidth->llc_bytes},
                   {"peak_gflops", peak_json},

@@ -16,7 +16,7 @@ struct MemoryBandwidthOptions {
   // Bytes of each of the three arrays; 0 = max(4 x LLC, 256 MB) as STREAM
   // asks (each array >= 4x the last-level cache, so nothing is served from it).
   int64_t array_bytes = 0;
-  int reps = 5;  // the best rep is reported, as STREAM does
+  int reps = 5;  // the best rep (of each read pattern) is reported, as STREAM does
 };
 
 struct MemoryBandwidth {
@@ -26,9 +26,11 @@ struct MemoryBandwidth {
   // a[] makes it 4 x sizeof(float) x n. Read-only streams (a GEMV) can
   // therefore go above triad_gb_s.
   double triad_with_write_allocate_gb_s = 0;
-  // Read-only stream (a sum over one array), the roofline of a GEMV, which
-  // only reads its weights. Not a STREAM kernel; reported beside it.
+  // Read-only (a sum over one array), the roofline of a GEMV, which only
+  // reads its weights: the faster of one stream per thread and four side
+  // by side per thread. Not a STREAM kernel; reported beside it.
   double read_gb_s = 0;
+  double read_one_stream_gb_s = 0, read_four_streams_gb_s = 0;
   int threads = 0;
   int64_t array_bytes = 0;
   int64_t llc_bytes = 0;  // last-level cache as the kernel reports it (sysfs)
