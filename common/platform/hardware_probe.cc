@@ -127,7 +127,7 @@ absl::StatusOr<MemoryBandwidth> MeasureMemoryBandwidth(ThreadPool* pool, const M
   // to hide the add latency (partial sums land in `sums` so the loads
   // cannot be optimised away): each thread's chunk front to back, and the
   // chunk as four quarters read side by side. One stream per core left a
-  // shared Zen 4 host's DRAM ~25% idle (24-38 GB/s against 26-47 for four
+  // shared Zen 4 host's DRAM ~20% idle (21-38 GB/s against 26-47 for four
   // streams, alternating in one run), and the engines' decode read above
   // that figure; four streams per core is what the faster of them sees.
   std::vector<float> sums(static_cast<size_t>((n + kChunk - 1) / kChunk));
