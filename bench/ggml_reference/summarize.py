@@ -29,7 +29,9 @@ def load(path):
 
 
 def rounds(lines):
-    """(file, round) -> {'ggml': obj, 'probe': GB/s, weights: {'generate': obj}}."""
+    """(file, round) -> {'ggml': ggml's line, 'ggml_probes': [GB/s around it],
+    'probes': [GB/s of tandem's start-up machine lines],
+    'tandem': {gguf_weights: {'generate' | 'prefill' | 'decode_breakdown': line}}}."""
     by = defaultdict(lambda: {"tandem": defaultdict(dict), "probes": [], "ggml_probes": []})
     for d in lines:
         key = (d.get("file"), d.get("round"))
