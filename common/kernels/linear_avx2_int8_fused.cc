@@ -14,8 +14,8 @@
 // step is vpmaddubsw, vpmaddwd, a conversion and an FMA with x's scale per
 // (W row, x row), not five operations with a float product of the two
 // scales (in cache, one expert, 1 thread: 10-15% faster; see BENCHMARKS).
-// Q6_K keeps the float product: the same fold made it ~20% slower (its two
-// 16-group scale vectors held through the block crowd the 16 registers).
+// Q6_K folds its 8-bit group scales the same way (shifted into the high
+// byte of each int16, see Q6KFormat).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -138,19 +138,28 @@ struct KFormat {
 };
 
 // Q6_K: step s is quarter s % 4 of 128-value half s / 4 (see the VNNI
-// kernel); lanes 0..3 are group 2s, 4..7 group 2s + 1.
+// kernel); lanes 0..3 are group 2s, 4..7 group 2s + 1. Its signed 8-bit
+// group scales fold into vpmaddwd as KFormat's do: each int16 lane takes
+// its scale in the high byte (pshufb cannot sign-extend), so the products
+// carry a factor 256 that the block scale takes back (|pair| <= 2 * 63 *
+// 127, times 128 * 256, twice: below 2^31).
 struct Q6KFormat {
   static constexpr int64_t kValues = kKBlockSize, kBytes = sizeof(BlockQ6_K);
   static constexpr int kSteps = kKBlockSize / kStep;
-  static constexpr bool kSigned = false, kOffsets = true, kIntScales = false;
+  static constexpr bool kSigned = false, kOffsets = true, kIntScales = true;
   struct State {
-    __m256 scales[2];  // d * scale of groups 0..7, 8..15
+    __m256i scales;  // the 16 group scales in each 128-bit lane
+    __m256 d;        // d / 256
+    __m256 offsets[2];  // -32 * d * scale of groups 0..7, 8..15
   };
   static State Begin(const uint8_t* block) {
     const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + offsetof(BlockQ6_K, scales)));
-    const __m256 d = _mm256_set1_ps(HalfAt(block + offsetof(BlockQ6_K, d)));
-    return {{_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), d),
-             _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))), d)}};
+    const float d = HalfAt(block + offsetof(BlockQ6_K, d));
+    const __m256 minus32d = _mm256_set1_ps(-32.0f * d);
+    return {_mm256_broadcastsi128_si256(sc),
+            _mm256_set1_ps(d * (1.0f / 256.0f)),
+            {_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), minus32d),
+             _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))), minus32d)}};
   }
   static __m256i Levels(const uint8_t* block, int step) {
     const int half = step / 4, quarter = step % 4;
@@ -166,13 +175,17 @@ struct Q6KFormat {
     }
     return _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(0x30)));
   }
-  static __m256 Scales(const State& s, int step) {
-    const int g = 2 * (step % 4);
-    return _mm256_permutevar8x32_ps(s.scales[step / 4], _mm256_setr_epi32(g, g, g, g, g + 1, g + 1, g + 1, g + 1));
+  // Group 2s's scale * 256 in the low lane's int16s, group 2s + 1's in the high lane's.
+  static __m256i StepScales(const State& s, int step) {
+    const auto lo = static_cast<int16_t>(static_cast<uint16_t>(0x0080 | (2 * step) << 8));
+    const auto hi = static_cast<int16_t>(static_cast<uint16_t>(0x0080 | (2 * step + 1) << 8));
+    return _mm256_shuffle_epi8(s.scales, _mm256_setr_epi16(lo, lo, lo, lo, lo, lo, lo, lo, hi, hi, hi, hi, hi, hi,
+                                                           hi, hi));
   }
+  static __m256 BlockScale(const State& s) { return s.d; }
   static void Offsets(const State& s, __m256 (&out)[2]) {
-    out[0] = _mm256_mul_ps(s.scales[0], _mm256_set1_ps(-32.0f));
-    out[1] = _mm256_mul_ps(s.scales[1], _mm256_set1_ps(-32.0f));
+    out[0] = s.offsets[0];
+    out[1] = s.offsets[1];
   }
 };
 
