@@ -81,15 +81,16 @@ Rounding RoundingOf(const LinearKernel& kernel) {
   return kernel.path == KernelPath::kBf16Dot ? Rounding::kBf16 : Rounding::kInt8;
 }
 
-double Bound(const float* x, const float* w, int64_t k, double bias, Rounding rounding) {
+// x_block: the values that share one int8 scale (LinearKernel::x_block;
+// the offsets' bound stays per 32 W values).
+double Bound(const float* x, const float* w, int64_t k, double bias, Rounding rounding, int64_t x_block = 32) {
   const bool int8 = rounding == Rounding::kInt8;
   double magnitude = std::abs(bias), moved = 0, products = 0;
   for (int64_t b = 0; b < k; b += 32) {
     double max_x = 0, max_w = 0;
-    for (int64_t i = b; i < b + 32; ++i) {
-      max_x = std::max(max_x, std::abs(static_cast<double>(x[i])));
-      max_w = std::max(max_w, std::abs(static_cast<double>(w[i])));
-    }
+    const int64_t xb = b / x_block * x_block;
+    for (int64_t i = xb; i < std::min(k, xb + x_block); ++i) max_x = std::max(max_x, std::abs(static_cast<double>(x[i])));
+    for (int64_t i = b; i < b + 32; ++i) max_w = std::max(max_w, std::abs(static_cast<double>(w[i])));
     const double step = max_x / 127 * 0.5 * (1 + std::ldexp(1.0, -10));
     for (int64_t i = b; i < b + 32; ++i) {
       const double abs_w = std::abs(static_cast<double>(w[i]));
@@ -123,7 +124,7 @@ TEST_P(QuantizedLinearTest, EveryKernelMatchesTheDequantizedReference) {
       for (int64_t j = 0; j < c.n; ++j) {
         double exact = bias[j];
         for (int64_t i = 0; i < c.k; ++i) exact += static_cast<double>(x[r * c.k + i]) * w.values[j * c.k + i];
-        const double bound = Bound(&x[r * c.k], &w.values[j * c.k], c.k, bias[j], RoundingOf(kernel));
+        const double bound = Bound(&x[r * c.k], &w.values[j * c.k], c.k, bias[j], RoundingOf(kernel), kernel.x_block);
         ASSERT_LE(std::abs(y[r * c.n + j] - exact), bound)
             << kernel.name << " row " << r << " feature " << j << " got " << y[r * c.n + j] << " exact " << exact;
       }

@@ -103,7 +103,7 @@ struct KFormat {
   using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
   static constexpr int64_t kValues = kKBlockSize, kBytes = sizeof(Block);
   static constexpr int kSteps = kKBlockSize / kStep;
-  static constexpr bool kOffsets = true, kIntScales = true;
+  static constexpr bool kOffsets = true, kIntScales = true, kXPerBlock = true;
   struct State {
     __m256i scales;  // the 8 6-bit sub-block scales (bytes 0..7 of each 128-bit lane)
     __m256 d;
@@ -146,7 +146,7 @@ struct KFormat {
 struct Q6KFormat {
   static constexpr int64_t kValues = kKBlockSize, kBytes = sizeof(BlockQ6_K);
   static constexpr int kSteps = kKBlockSize / kStep;
-  static constexpr bool kSigned = false, kOffsets = true, kIntScales = true;
+  static constexpr bool kSigned = false, kOffsets = true, kIntScales = true, kXPerBlock = false;
   struct State {
     __m256i scales;  // the 16 group scales in each 128-bit lane
     __m256 d;        // d / 256
@@ -205,20 +205,35 @@ struct XRows {
   const float* offsets[kRows];
 };
 
-// A Q4_K/Q5_K block's steps for x rows [kFirst, kFirst + kCount): vpmaddwd
-// multiplies by the sub-block's 6-bit scale (|pair| <= 2 * 31 * 127, times
-// 63: no int32 overflows), x's f32 scale per step accumulates
-// into a block sum per (W row, x row), and the block's `d` scales that sum
-// once. At most 4 sums at a time fit the 16 ymm registers beside the rest,
-// so more x rows take the steps again in a second group (the block is in
-// L1 by then): every row's arithmetic is the same whatever the row count.
+// A block sum per (W row, x row): int32 lanes when x has one scale per
+// block, else f32.
+template <bool kInt32>
+struct BlockSum {
+  using Type = __m256;
+};
+template <>
+struct BlockSum<true> {
+  using Type = __m256i;
+};
+
+// A K-quant block's steps for x rows [kFirst, kFirst + kCount): vpmaddwd
+// multiplies by the group scale (folded in, see the formats). Q4_K and
+// Q5_K's x has one scale per 256 values (Int8DotPrepareSuperBlocks), so the
+// block's steps sum in int32 (|pair| <= 2 * 31 * 127, times 2 * 63 per
+// step, 8 steps: < 2^23) and take one conversion and FMA by `d` times x's
+// scale per block, as llama.cpp's q8_K activations. Q6_K's x has a scale
+// per 32 values: each step converts and takes it into an f32 block sum.
+// At most 4 sums at a time fit the 16 ymm registers beside the rest, so
+// more x rows take the steps again in a second group (the block is in L1
+// by then): every row's arithmetic is the same whatever the row count.
 template <class Format, int kRows, int kW, int kFirst, int kCount>
 inline void IntScaledSteps(const uint8_t* const (&w)[kW], const XRows<kRows>& x, int64_t i, int64_t at,
                            const typename Format::State (&state)[kW], __m256 (&acc)[kW][kRows]) {
   static_assert(kCount * kW <= 4 && kFirst + kCount <= kRows);
-  __m256 sums[kW][kCount];
+  using Sum = typename BlockSum<Format::kXPerBlock>::Type;
+  Sum sums[kW][kCount];
   for (int f = 0; f < kW; ++f)
-    for (int r = 0; r < kCount; ++r) sums[f][r] = _mm256_setzero_ps();
+    for (int r = 0; r < kCount; ++r) sums[f][r] = Sum{};
 #pragma GCC unroll 8
   for (int s = 0; s < Format::kSteps; ++s) {
     const int64_t v = i + kStep * s;
@@ -229,16 +244,28 @@ inline void IntScaledSteps(const uint8_t* const (&w)[kW], const XRows<kRows>& x,
     }
     for (int r = 0; r < kCount; ++r) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.levels[kFirst + r] + v));
-      const __m256 xs = _mm256_broadcast_ss(x.scales[kFirst + r] + v / 16);
       for (int f = 0; f < kW; ++f) {
-        const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(wv[f], xv), scales[f]));
-        sums[f][r] = _mm256_fmadd_ps(dot, xs, sums[f][r]);
+        const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(wv[f], xv), scales[f]);
+        if constexpr (Format::kXPerBlock) {
+          sums[f][r] = _mm256_add_epi32(sums[f][r], dot);
+        } else {
+          const __m256 xs = _mm256_broadcast_ss(x.scales[kFirst + r] + v / 16);
+          sums[f][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), xs, sums[f][r]);
+        }
       }
     }
   }
-  for (int f = 0; f < kW; ++f)
-    for (int r = 0; r < kCount; ++r)
-      acc[f][kFirst + r] = _mm256_fmadd_ps(sums[f][r], Format::BlockScale(state[f]), acc[f][kFirst + r]);
+  for (int r = 0; r < kCount; ++r) {
+    for (int f = 0; f < kW; ++f) {
+      if constexpr (Format::kXPerBlock) {
+        const __m256 xs = _mm256_broadcast_ss(x.scales[kFirst + r] + i / 16);  // the block's one x scale
+        acc[f][kFirst + r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[f][r]),
+                                             _mm256_mul_ps(Format::BlockScale(state[f]), xs), acc[f][kFirst + r]);
+      } else {
+        acc[f][kFirst + r] = _mm256_fmadd_ps(sums[f][r], Format::BlockScale(state[f]), acc[f][kFirst + r]);
+      }
+    }
+  }
 }
 
 template <class Format, int kRows, int kW>

@@ -280,8 +280,9 @@ float MaxAbs(const float* x) {
 }
 
 // 32 values of x into int8 q, the two 16-value groups' scales and offsets.
-void QuantizeBlock(const float* x, int8_t* q, float* scales, float* offsets) {
-  const float amax = MaxAbs(x);
+// One 32-value block with the scale of `amax` (its own, or its 256-value
+// super-block's).
+void QuantizeBlock(const float* x, float amax, int8_t* q, float* scales, float* offsets) {
   const float d = amax / 127.0f;
   const __m256 inv = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
   __m256i i32[4];
@@ -448,7 +449,27 @@ void Int8DotPrepare(const float* x, int64_t ldx, int64_t, int64_t k, int64_t blo
     float* scales = reinterpret_cast<float*>(row + layout.scales_at);
     float* offsets = reinterpret_cast<float*>(row + layout.offsets_at);
     for (int64_t b = 0; b < k / 32; ++b)
-      QuantizeBlock(x + r * ldx + 32 * b, q + 32 * b, scales + 2 * b, offsets + 2 * b);
+      QuantizeBlock(x + r * ldx + 32 * b, MaxAbs(x + r * ldx + 32 * b), q + 32 * b, scales + 2 * b, offsets + 2 * b);
+  }
+}
+
+void Int8DotPrepareSuperBlocks(const float* x, int64_t ldx, int64_t, int64_t k, int64_t block_begin,
+                               int64_t block_end, void* prepared) {
+  const RowLayout layout(k);
+  constexpr int64_t kSuper = 256, kBlock = 32;
+  for (int64_t r = block_begin; r < block_end; ++r) {
+    uint8_t* row = static_cast<uint8_t*>(prepared) + r * layout.stride;
+    int8_t* q = reinterpret_cast<int8_t*>(row);
+    float* scales = reinterpret_cast<float*>(row + layout.scales_at);
+    float* offsets = reinterpret_cast<float*>(row + layout.offsets_at);
+    const float* xr = x + r * ldx;
+    for (int64_t s = 0; s < k; s += kSuper) {
+      const int64_t end = std::min(k, s + kSuper);  // K is a multiple of 32; a last super-block may be short
+      float amax = 0.0f;
+      for (int64_t b = s; b < end; b += kBlock) amax = std::max(amax, MaxAbs(xr + b));
+      for (int64_t b = s; b < end; b += kBlock)
+        QuantizeBlock(xr + b, amax, q + b, scales + b / 16, offsets + b / 16);
+    }
   }
 }
 

@@ -84,9 +84,14 @@ std::vector<LinearKernel> QuantizedEntries() {
                             QuantizedAvx2PackedScratchBytes, QuantizedAvx2PackedSlice));
     entries.push_back(Plain(KernelPath::kPacked, IsaLevel::kAvx512, dtype, "avx512_q_packed",
                             QuantizedAvx512PackedScratchBytes, QuantizedAvx512PackedSlice));
-    entries.push_back(LinearKernel{KernelPath::kInt8Dot, IsaLevel::kAvx2, dtype, "avx2_int8_dot", true,
-                                   Int8DotPreparedBytes, Int8DotPrepareBlocks, Int8DotPrepare, Int8DotScratchBytes,
-                                   Avx2Int8DotSlice});
+    // The AVX2 Q4_K/Q5_K pass sums a block in int32: one x scale per block.
+    const bool super_blocks = dtype == DType::kQ4_K || dtype == DType::kQ5_K;
+    LinearKernel avx2{KernelPath::kInt8Dot, IsaLevel::kAvx2, dtype, "avx2_int8_dot", true,
+                      Int8DotPreparedBytes, Int8DotPrepareBlocks,
+                      super_blocks ? Int8DotPrepareSuperBlocks : Int8DotPrepare, Int8DotScratchBytes,
+                      Avx2Int8DotSlice};
+    avx2.x_block = super_blocks ? 256 : 32;
+    entries.push_back(avx2);
     // The fused VNNI kernel reads K-quants' x group-major (linear_isa.h).
     const bool group_major = dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K;
     entries.push_back(LinearKernel{KernelPath::kInt8Dot, IsaLevel::kAvx512Vnni, dtype, "avx512_vnni_int8_dot", true,

@@ -52,7 +52,7 @@ enum class KernelPath : uint8_t {
   kPacked,   // compute-bound f32 FMA GEMM on f32 panels of W
   kBf16Dot,  // compute-bound bf16 dot products; rounds x to bf16
   kOneDnn,   // oneDNN's f32 matmul on widened W tiles
-  kInt8Dot,  // quantized weights: int8 dot products; rounds x to int8 per 32 values
+  kInt8Dot,  // quantized weights: int8 dot products; rounds x to int8 per 32 (or 256) values
 };
 inline constexpr KernelPath kAllKernelPaths[] = {KernelPath::kStream, KernelPath::kPacked, KernelPath::kBf16Dot,
                                                  KernelPath::kOneDnn, KernelPath::kInt8Dot};
@@ -88,6 +88,9 @@ struct LinearKernel {
   // onednn (it picks its own kernels by M) and the bf16 stream (one row
   // differs from several).
   bool same_at_every_m = true;
+  // int8_dot: how many x values share one int8 scale (linear_int8_dot.h):
+  // 32, or 256 for the AVX2 Q4_K/Q5_K pass.
+  int x_block = 32;
 };
 
 // Whether the kernel reads x as f32 rows (a.x, a.ldx) for [m, k]: no layout
