@@ -9,13 +9,13 @@
 // -32 come in once per block through x's prepared offsets, as in the VNNI
 // kernel); Q8_0's and Q4_0's (q - 8) are signed, so they multiply |W| by x
 // with W's sign (|W| <= 128, |x| <= 127: no int16 pair saturates).
-// Q4_K and Q5_K fold their 6-bit sub-block scales into vpmaddwd, which
-// then costs nothing extra, and leave the f16 `d` for once per block: a
-// step is vpmaddubsw, vpmaddwd, a conversion and an FMA with x's scale per
-// (W row, x row), not five operations with a float product of the two
-// scales (in cache, one expert, 1 thread: 10-15% faster; see BENCHMARKS).
-// Q6_K folds its 8-bit group scales the same way (shifted into the high
-// byte of each int16, see Q6KFormat).
+// The K-quants (Q4_K, Q5_K, Q6_K) fold their sub-block scales into
+// vpmaddwd, which then costs nothing extra, and their x has one scale per
+// 256-value block (as llama.cpp's q8_K): a step is vpmaddubsw, vpmaddwd and
+// vpaddd per (W row, x row), and the block's int32 sum takes one conversion
+// and one FMA by `d` times x's scale (see BENCHMARKS, "After the AVX2
+// pass's four changes"). Q8_0 and Q4_0 scale every 32 values: a
+// conversion and an FMA by the product of the two scales per step.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -103,7 +103,7 @@ struct KFormat {
   using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
   static constexpr int64_t kValues = kKBlockSize, kBytes = sizeof(Block);
   static constexpr int kSteps = kKBlockSize / kStep;
-  static constexpr bool kOffsets = true, kIntScales = true, kXPerBlock = true;
+  static constexpr bool kOffsets = true, kIntScales = true;
   struct State {
     __m256i scales;  // the 8 6-bit sub-block scales (bytes 0..7 of each 128-bit lane)
     __m256 d;
@@ -139,17 +139,17 @@ struct KFormat {
 
 // Q6_K: step s is quarter s % 4 of 128-value half s / 4 (see the VNNI
 // kernel); lanes 0..3 are group 2s, 4..7 group 2s + 1. Its signed 8-bit
-// group scales fold into vpmaddwd as KFormat's do: each int16 lane takes
-// its scale in the high byte (pshufb cannot sign-extend), so the products
-// carry a factor 256 that the block scale takes back (|pair| <= 2 * 63 *
-// 127, times 128 * 256, twice: below 2^31).
+// group scales fold into vpmaddwd as KFormat's do (pshufb cannot
+// sign-extend: it puts each scale in its int16's high byte and an
+// arithmetic shift brings it down), and x has one scale per block as for
+// Q4_K (|pair| <= 2 * 63 * 127, times 2 * 128 per step, 8 steps: < 2^26).
 struct Q6KFormat {
   static constexpr int64_t kValues = kKBlockSize, kBytes = sizeof(BlockQ6_K);
   static constexpr int kSteps = kKBlockSize / kStep;
-  static constexpr bool kSigned = false, kOffsets = true, kIntScales = true, kXPerBlock = false;
+  static constexpr bool kSigned = false, kOffsets = true, kIntScales = true;
   struct State {
     __m256i scales;  // the 16 group scales in each 128-bit lane
-    __m256 d;        // d / 256
+    __m256 d;
     __m256 offsets[2];  // -32 * d * scale of groups 0..7, 8..15
   };
   static State Begin(const uint8_t* block) {
@@ -157,7 +157,7 @@ struct Q6KFormat {
     const float d = HalfAt(block + offsetof(BlockQ6_K, d));
     const __m256 minus32d = _mm256_set1_ps(-32.0f * d);
     return {_mm256_broadcastsi128_si256(sc),
-            _mm256_set1_ps(d * (1.0f / 256.0f)),
+            _mm256_set1_ps(d),
             {_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), minus32d),
              _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))), minus32d)}};
   }
@@ -175,12 +175,13 @@ struct Q6KFormat {
     }
     return _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(0x30)));
   }
-  // Group 2s's scale * 256 in the low lane's int16s, group 2s + 1's in the high lane's.
+  // Group 2s's scale in the low lane's int16s, group 2s + 1's in the high lane's.
   static __m256i StepScales(const State& s, int step) {
     const auto lo = static_cast<int16_t>(static_cast<uint16_t>(0x0080 | (2 * step) << 8));
     const auto hi = static_cast<int16_t>(static_cast<uint16_t>(0x0080 | (2 * step + 1) << 8));
-    return _mm256_shuffle_epi8(s.scales, _mm256_setr_epi16(lo, lo, lo, lo, lo, lo, lo, lo, hi, hi, hi, hi, hi, hi,
-                                                           hi, hi));
+    return _mm256_srai_epi16(_mm256_shuffle_epi8(s.scales, _mm256_setr_epi16(lo, lo, lo, lo, lo, lo, lo, lo, hi, hi,
+                                                                             hi, hi, hi, hi, hi, hi)),
+                             8);
   }
   static __m256 BlockScale(const State& s) { return s.d; }
   static void Offsets(const State& s, __m256 (&out)[2]) {
@@ -205,35 +206,21 @@ struct XRows {
   const float* offsets[kRows];
 };
 
-// A block sum per (W row, x row): int32 lanes when x has one scale per
-// block, else f32.
-template <bool kInt32>
-struct BlockSum {
-  using Type = __m256;
-};
-template <>
-struct BlockSum<true> {
-  using Type = __m256i;
-};
-
 // A K-quant block's steps for x rows [kFirst, kFirst + kCount): vpmaddwd
-// multiplies by the group scale (folded in, see the formats). Q4_K and
-// Q5_K's x has one scale per 256 values (Int8DotPrepareSuperBlocks), so the
-// block's steps sum in int32 (|pair| <= 2 * 31 * 127, times 2 * 63 per
-// step, 8 steps: < 2^23) and take one conversion and FMA by `d` times x's
-// scale per block, as llama.cpp's q8_K activations. Q6_K's x has a scale
-// per 32 values: each step converts and takes it into an f32 block sum.
-// At most 4 sums at a time fit the 16 ymm registers beside the rest, so
-// more x rows take the steps again in a second group (the block is in L1
-// by then): every row's arithmetic is the same whatever the row count.
+// multiplies by the group scale (folded in, see the formats), x has one
+// scale per 256 values (Int8DotPrepareSuperBlocks), so the block's steps
+// sum in int32 and take one conversion and FMA by `d` times x's scale per
+// block, as llama.cpp's q8_K activations. At most 4 sums at a time fit the
+// 16 ymm registers beside the rest, so more x rows take the steps again in
+// a second group (the block is in L1 by then): every row's arithmetic is
+// the same whatever the row count.
 template <class Format, int kRows, int kW, int kFirst, int kCount>
 inline void IntScaledSteps(const uint8_t* const (&w)[kW], const XRows<kRows>& x, int64_t i, int64_t at,
                            const typename Format::State (&state)[kW], __m256 (&acc)[kW][kRows]) {
   static_assert(kCount * kW <= 4 && kFirst + kCount <= kRows);
-  using Sum = typename BlockSum<Format::kXPerBlock>::Type;
-  Sum sums[kW][kCount];
+  __m256i sums[kW][kCount];
   for (int f = 0; f < kW; ++f)
-    for (int r = 0; r < kCount; ++r) sums[f][r] = Sum{};
+    for (int r = 0; r < kCount; ++r) sums[f][r] = _mm256_setzero_si256();
 #pragma GCC unroll 8
   for (int s = 0; s < Format::kSteps; ++s) {
     const int64_t v = i + kStep * s;
@@ -244,27 +231,15 @@ inline void IntScaledSteps(const uint8_t* const (&w)[kW], const XRows<kRows>& x,
     }
     for (int r = 0; r < kCount; ++r) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.levels[kFirst + r] + v));
-      for (int f = 0; f < kW; ++f) {
-        const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(wv[f], xv), scales[f]);
-        if constexpr (Format::kXPerBlock) {
-          sums[f][r] = _mm256_add_epi32(sums[f][r], dot);
-        } else {
-          const __m256 xs = _mm256_broadcast_ss(x.scales[kFirst + r] + v / 16);
-          sums[f][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), xs, sums[f][r]);
-        }
-      }
+      for (int f = 0; f < kW; ++f)
+        sums[f][r] = _mm256_add_epi32(sums[f][r], _mm256_madd_epi16(_mm256_maddubs_epi16(wv[f], xv), scales[f]));
     }
   }
   for (int r = 0; r < kCount; ++r) {
-    for (int f = 0; f < kW; ++f) {
-      if constexpr (Format::kXPerBlock) {
-        const __m256 xs = _mm256_broadcast_ss(x.scales[kFirst + r] + i / 16);  // the block's one x scale
-        acc[f][kFirst + r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[f][r]),
-                                             _mm256_mul_ps(Format::BlockScale(state[f]), xs), acc[f][kFirst + r]);
-      } else {
-        acc[f][kFirst + r] = _mm256_fmadd_ps(sums[f][r], Format::BlockScale(state[f]), acc[f][kFirst + r]);
-      }
-    }
+    const __m256 xs = _mm256_broadcast_ss(x.scales[kFirst + r] + i / 16);  // the block's one x scale
+    for (int f = 0; f < kW; ++f)
+      acc[f][kFirst + r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[f][r]),
+                                           _mm256_mul_ps(Format::BlockScale(state[f]), xs), acc[f][kFirst + r]);
   }
 }
 

@@ -52,7 +52,7 @@ void Int8DotPrepare(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t b
                     void* prepared);
 
 // The same with one scale per 256 values (x's max over them / 127; K-quant
-// blocks are 256 wide): what the AVX2 pass reads for Q4_K and Q5_K, which
+// blocks are 256 wide): what the AVX2 pass reads for Q4_K, Q5_K and Q6_K, which
 // then sums a block's steps in int32 and converts once per block (as
 // llama.cpp's q8_K activations). x moves by up to max|x| of its 256 values
 // / 254 rather than of its 32.

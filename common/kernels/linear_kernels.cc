@@ -84,8 +84,8 @@ std::vector<LinearKernel> QuantizedEntries() {
                             QuantizedAvx2PackedScratchBytes, QuantizedAvx2PackedSlice));
     entries.push_back(Plain(KernelPath::kPacked, IsaLevel::kAvx512, dtype, "avx512_q_packed",
                             QuantizedAvx512PackedScratchBytes, QuantizedAvx512PackedSlice));
-    // The AVX2 Q4_K/Q5_K pass sums a block in int32: one x scale per block.
-    const bool super_blocks = dtype == DType::kQ4_K || dtype == DType::kQ5_K;
+    // The AVX2 K-quant pass sums a block in int32: one x scale per block.
+    const bool super_blocks = dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K;
     LinearKernel avx2{KernelPath::kInt8Dot, IsaLevel::kAvx2, dtype, "avx2_int8_dot", true,
                       Int8DotPreparedBytes, Int8DotPrepareBlocks,
                       super_blocks ? Int8DotPrepareSuperBlocks : Int8DotPrepare, Int8DotScratchBytes,

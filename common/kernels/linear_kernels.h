@@ -89,7 +89,7 @@ struct LinearKernel {
   // differs from several).
   bool same_at_every_m = true;
   // int8_dot: how many x values share one int8 scale (linear_int8_dot.h):
-  // 32, or 256 for the AVX2 Q4_K/Q5_K pass.
+  // 32, or 256 for the AVX2 K-quant pass.
   int x_block = 32;
 };
 
