@@ -440,37 +440,34 @@ isa::Int8PreparedX PreparedX(int64_t k, const void* prepared) {
 int64_t Int8DotPreparedBytes(int64_t m, int64_t k) { return m * RowLayout(k).stride; }
 int64_t Int8DotPrepareBlocks(int64_t m) { return m; }
 
-void Int8DotPrepare(const float* x, int64_t ldx, int64_t, int64_t k, int64_t block_begin, int64_t block_end,
-                    void* prepared) {
+// x rows [row_begin, row_end) into the layout, one int8 scale per
+// `x_block` values (a multiple of 32; the last run of a row may be short).
+void PrepareRows(const float* x, int64_t ldx, int64_t k, int64_t row_begin, int64_t row_end, int64_t x_block,
+                 void* prepared) {
   const RowLayout layout(k);
-  for (int64_t r = block_begin; r < block_end; ++r) {
-    uint8_t* row = static_cast<uint8_t*>(prepared) + r * layout.stride;
-    int8_t* q = reinterpret_cast<int8_t*>(row);
-    float* scales = reinterpret_cast<float*>(row + layout.scales_at);
-    float* offsets = reinterpret_cast<float*>(row + layout.offsets_at);
-    for (int64_t b = 0; b < k / 32; ++b)
-      QuantizeBlock(x + r * ldx + 32 * b, MaxAbs(x + r * ldx + 32 * b), q + 32 * b, scales + 2 * b, offsets + 2 * b);
-  }
-}
-
-void Int8DotPrepareSuperBlocks(const float* x, int64_t ldx, int64_t, int64_t k, int64_t block_begin,
-                               int64_t block_end, void* prepared) {
-  const RowLayout layout(k);
-  constexpr int64_t kSuper = 256, kBlock = 32;
-  for (int64_t r = block_begin; r < block_end; ++r) {
+  for (int64_t r = row_begin; r < row_end; ++r) {
     uint8_t* row = static_cast<uint8_t*>(prepared) + r * layout.stride;
     int8_t* q = reinterpret_cast<int8_t*>(row);
     float* scales = reinterpret_cast<float*>(row + layout.scales_at);
     float* offsets = reinterpret_cast<float*>(row + layout.offsets_at);
     const float* xr = x + r * ldx;
-    for (int64_t s = 0; s < k; s += kSuper) {
-      const int64_t end = std::min(k, s + kSuper);  // K is a multiple of 32; a last super-block may be short
+    for (int64_t s = 0; s < k; s += x_block) {
+      const int64_t end = std::min(k, s + x_block);
       float amax = 0.0f;
-      for (int64_t b = s; b < end; b += kBlock) amax = std::max(amax, MaxAbs(xr + b));
-      for (int64_t b = s; b < end; b += kBlock)
-        QuantizeBlock(xr + b, amax, q + b, scales + b / 16, offsets + b / 16);
+      for (int64_t b = s; b < end; b += 32) amax = std::max(amax, MaxAbs(xr + b));
+      for (int64_t b = s; b < end; b += 32) QuantizeBlock(xr + b, amax, q + b, scales + b / 16, offsets + b / 16);
     }
   }
+}
+
+void Int8DotPrepare(const float* x, int64_t ldx, int64_t, int64_t k, int64_t block_begin, int64_t block_end,
+                    void* prepared) {
+  PrepareRows(x, ldx, k, block_begin, block_end, 32, prepared);
+}
+
+void Int8DotPrepareSuperBlocks(const float* x, int64_t ldx, int64_t, int64_t k, int64_t block_begin,
+                               int64_t block_end, void* prepared) {
+  PrepareRows(x, ldx, k, block_begin, block_end, 256, prepared);
 }
 
 void Int8DotPrepareGroupMajor(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t block_begin, int64_t block_end,

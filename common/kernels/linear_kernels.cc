@@ -84,19 +84,18 @@ std::vector<LinearKernel> QuantizedEntries() {
                             QuantizedAvx2PackedScratchBytes, QuantizedAvx2PackedSlice));
     entries.push_back(Plain(KernelPath::kPacked, IsaLevel::kAvx512, dtype, "avx512_q_packed",
                             QuantizedAvx512PackedScratchBytes, QuantizedAvx512PackedSlice));
-    // The AVX2 K-quant pass sums a block in int32: one x scale per block.
-    const bool super_blocks = dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K;
+    // The K-quants' x: for the AVX2 pass one scale per 256-value block (it
+    // sums a block in int32), for the fused VNNI pass group-major (linear_isa.h).
+    const bool k_quant = dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K;
     LinearKernel avx2{KernelPath::kInt8Dot, IsaLevel::kAvx2, dtype, "avx2_int8_dot", true,
                       Int8DotPreparedBytes, Int8DotPrepareBlocks,
-                      super_blocks ? Int8DotPrepareSuperBlocks : Int8DotPrepare, Int8DotScratchBytes,
+                      k_quant ? Int8DotPrepareSuperBlocks : Int8DotPrepare, Int8DotScratchBytes,
                       Avx2Int8DotSlice};
-    avx2.x_block = super_blocks ? 256 : 32;
+    avx2.x_block = k_quant ? 256 : 32;
     entries.push_back(avx2);
-    // The fused VNNI kernel reads K-quants' x group-major (linear_isa.h).
-    const bool group_major = dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K;
     entries.push_back(LinearKernel{KernelPath::kInt8Dot, IsaLevel::kAvx512Vnni, dtype, "avx512_vnni_int8_dot", true,
                                    Int8DotPreparedBytes, Int8DotPrepareBlocks,
-                                   group_major ? Int8DotPrepareGroupMajor : Int8DotPrepare, Int8DotScratchBytes,
+                                   k_quant ? Int8DotPrepareGroupMajor : Int8DotPrepare, Int8DotScratchBytes,
                                    Avx512VnniInt8DotSlice});
     // The tile path alone, after the fused entries of the same level so a
     // plan never picks it; tests and tandem-expert-ffn-bench's compare pass
