@@ -199,28 +199,50 @@ inline float Sum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-template <int kRows>
-struct XRows {
-  const int8_t* levels[kRows];
-  const float* scales[kRows];
-  const float* offsets[kRows];
+// The f32 sums of kW W rows by kRows x rows, one ymm each. Formats that
+// scale every step keep them in registers; the K-quants touch them once a
+// block, so they wait in memory and leave the 16 registers to the block's
+// int32 sums: all 8 x rows' in one sweep of the steps, not two sweeps of 4
+// beside 8 register accumulators (one Q4_K expert at 8 rows, AVX2, Zen 5,
+// in cache: +10%; with the running sums of IntScaledSteps, +29%).
+template <int kW, int kRows>
+struct RegisterSums {
+  __m256 v[kW][kRows];
+  __m256 Get(int f, int r) const { return v[f][r]; }
+  void Set(int f, int r, __m256 x) { v[f][r] = x; }
+};
+template <int kW, int kRows>
+struct MemorySums {
+  alignas(32) float v[kW][kRows][8];
+  __m256 Get(int f, int r) const { return _mm256_load_ps(v[f][r]); }
+  void Set(int f, int r, __m256 x) { _mm256_store_ps(v[f][r], x); }
 };
 
-// A K-quant block's steps for x rows [kFirst, kFirst + kCount): vpmaddwd
-// multiplies by the group scale (folded in, see the formats), x has one
-// scale per 256 values (Int8DotPrepareSuperBlocks), so the block's steps
-// sum in int32 and take one conversion and FMA by `d` times x's scale per
-// block, as llama.cpp's q8_K activations. At most 4 sums at a time fit the
-// 16 ymm registers beside the rest, so more x rows take the steps again in
-// a second group (the block is in L1 by then): every row's arithmetic is
-// the same whatever the row count.
-template <class Format, int kRows, int kW, int kFirst, int kCount>
+// The x rows of one pass: the first row and the stride, so a pass of 8
+// rows keeps two general registers, not 24 row pointers.
+template <int kRows>
+struct XRows {
+  const uint8_t* base;
+  int64_t stride, scales_at, offsets_at;
+  const int8_t* levels(int r) const { return reinterpret_cast<const int8_t*>(base + r * stride); }
+  const float* scales(int r) const { return reinterpret_cast<const float*>(base + r * stride + scales_at); }
+  const float* offsets(int r) const { return reinterpret_cast<const float*>(base + r * stride + offsets_at); }
+};
+
+// A K-quant block's steps: vpmaddwd multiplies by the group scale (folded
+// in, see the formats), x has one scale per 256 values
+// (Int8DotPrepareSuperBlocks), so the block's steps sum in int32 and take
+// one conversion and FMA by `d` times x's scale per block, as llama.cpp's
+// q8_K activations. Up to 8 int32 sums (kW x kRows) stay in registers
+// beside a step's levels, scales and x; the f32 sums are in memory
+// (MemorySums).
+template <class Format, int kRows, int kW, class Acc>
 inline void IntScaledSteps(const uint8_t* const (&w)[kW], const XRows<kRows>& x, int64_t i, int64_t at,
-                           const typename Format::State (&state)[kW], __m256 (&acc)[kW][kRows]) {
-  static_assert(kCount * kW <= 4 && kFirst + kCount <= kRows);
-  __m256i sums[kW][kCount];
+                           const typename Format::State (&state)[kW], Acc& acc) {
+  static_assert(kRows * kW <= 8);
+  __m256i sums[kW][kRows];
   for (int f = 0; f < kW; ++f)
-    for (int r = 0; r < kCount; ++r) sums[f][r] = _mm256_setzero_si256();
+    for (int r = 0; r < kRows; ++r) sums[f][r] = _mm256_setzero_si256();
 #pragma GCC unroll 8
   for (int s = 0; s < Format::kSteps; ++s) {
     const int64_t v = i + kStep * s;
@@ -229,23 +251,28 @@ inline void IntScaledSteps(const uint8_t* const (&w)[kW], const XRows<kRows>& x,
       wv[f] = Format::Levels(w[f] + at, s);
       scales[f] = Format::StepScales(state[f], s);
     }
-    for (int r = 0; r < kCount; ++r) {
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.levels[kFirst + r] + v));
-      for (int f = 0; f < kW; ++f)
+    for (int r = 0; r < kRows; ++r) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.levels(r) + v));
+      for (int f = 0; f < kW; ++f) {
         sums[f][r] = _mm256_add_epi32(sums[f][r], _mm256_madd_epi16(_mm256_maddubs_epi16(wv[f], xv), scales[f]));
+        // An empty asm that "changes" the sum keeps it a running sum: GCC
+        // otherwise reassociates the integer adds and keeps every step's
+        // product of the 8 rows on the stack to sum at the block's end.
+        __asm__("" : "+x"(sums[f][r]));
+      }
     }
   }
-  for (int r = 0; r < kCount; ++r) {
-    const __m256 xs = _mm256_broadcast_ss(x.scales[kFirst + r] + i / 16);  // the block's one x scale
+  for (int r = 0; r < kRows; ++r) {
+    const __m256 xs = _mm256_broadcast_ss(x.scales(r) + i / 16);  // the block's one x scale
     for (int f = 0; f < kW; ++f)
-      acc[f][kFirst + r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[f][r]),
-                                           _mm256_mul_ps(Format::BlockScale(state[f]), xs), acc[f][kFirst + r]);
+      acc.Set(f, r, _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums[f][r]), _mm256_mul_ps(Format::BlockScale(state[f]), xs),
+                                    acc.Get(f, r)));
   }
 }
 
-template <class Format, int kRows, int kW>
+template <class Format, int kRows, int kW, class Acc>
 inline void Unit(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows<kRows>& x, int64_t i, int64_t at,
-                 __m256 (&acc)[kW][kRows]) {
+                 Acc& acc) {
   PrefetchLines(next + kW * at, kW * Format::kBytes);
   typename Format::State state[kW];
   for (int f = 0; f < kW; ++f) state[f] = Format::Begin(w[f] + at);
@@ -254,15 +281,13 @@ inline void Unit(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows
       __m256 offsets[2];
       Format::Offsets(state[f], offsets);
       for (int r = 0; r < kRows; ++r) {
-        acc[f][r] = _mm256_fmadd_ps(offsets[0], _mm256_loadu_ps(x.offsets[r] + i / 16), acc[f][r]);
-        acc[f][r] = _mm256_fmadd_ps(offsets[1], _mm256_loadu_ps(x.offsets[r] + i / 16 + 8), acc[f][r]);
+        const __m256 sum = _mm256_fmadd_ps(offsets[0], _mm256_loadu_ps(x.offsets(r) + i / 16), acc.Get(f, r));
+        acc.Set(f, r, _mm256_fmadd_ps(offsets[1], _mm256_loadu_ps(x.offsets(r) + i / 16 + 8), sum));
       }
     }
   }
   if constexpr (Format::kIntScales) {
-    static_assert(kRows <= 8 && (kW == 1 || kRows <= 2));
-    IntScaledSteps<Format, kRows, kW, 0, (kRows < 4 ? kRows : 4)>(w, x, i, at, state, acc);
-    if constexpr (kRows > 4) IntScaledSteps<Format, kRows, kW, 4, kRows - 4>(w, x, i, at, state, acc);
+    IntScaledSteps<Format, kRows, kW>(w, x, i, at, state, acc);
   } else {
     const __m256i ones = _mm256_set1_epi16(1);
     for (int s = 0; s < Format::kSteps; ++s) {
@@ -274,12 +299,12 @@ inline void Unit(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows
         ws[f] = Format::Scales(state[f], s);
       }
       for (int r = 0; r < kRows; ++r) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.levels[r] + v));
-        const __m256 xs = _mm256_broadcast_ss(x.scales[r] + v / 16);
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.levels(r) + v));
+        const __m256 xs = _mm256_broadcast_ss(x.scales(r) + v / 16);
         for (int f = 0; f < kW; ++f) {
           const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(wv[f], wv[f]), _mm256_sign_epi8(xv, wv[f]));
           const __m256i dot = _mm256_madd_epi16(pairs, ones);
-          acc[f][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws[f], xs), acc[f][r]);
+          acc.Set(f, r, _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws[f], xs), acc.Get(f, r)));
         }
       }
     }
@@ -293,21 +318,16 @@ void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& 
   for (int f = 0; f < kW; ++f)  // a tail pass repeats the last row (its sums are dropped)
     rows[f] = static_cast<const uint8_t*>(w.data) + (j0 + std::min<int64_t>(f, a.n_end - 1 - j0)) * row_bytes;
   const uint8_t* next = static_cast<const uint8_t*>(w.data) + (j0 + kW) * row_bytes;  // the next pass's rows
-  XRows<kRows> x;
-  for (int r = 0; r < kRows; ++r) {
-    const uint8_t* base = static_cast<const uint8_t*>(px.base) + (r0 + r) * px.stride;
-    x.levels[r] = reinterpret_cast<const int8_t*>(base);
-    x.scales[r] = reinterpret_cast<const float*>(base + px.scales_at);
-    x.offsets[r] = reinterpret_cast<const float*>(base + px.offsets_at);
-  }
-  __m256 acc[kW][kRows];
+  const XRows<kRows> x{static_cast<const uint8_t*>(px.base) + r0 * px.stride, px.stride, px.scales_at,
+                       px.offsets_at};
+  std::conditional_t<Format::kIntScales, MemorySums<kW, kRows>, RegisterSums<kW, kRows>> acc;
   for (int f = 0; f < kW; ++f)
-    for (int r = 0; r < kRows; ++r) acc[f][r] = _mm256_setzero_ps();
+    for (int r = 0; r < kRows; ++r) acc.Set(f, r, _mm256_setzero_ps());
   for (int64_t u = 0; u < w.k / Format::kValues; ++u)
     Unit<Format, kRows, kW>(rows, next, x, u * Format::kValues, u * Format::kBytes, acc);
   for (int f = 0; f < kW && j0 + f < a.n_end; ++f) {
     const float bias = a.bias != nullptr ? a.bias[j0 + f] : 0.0f;
-    for (int r = 0; r < kRows; ++r) a.y[(r0 + r) * a.ldy + j0 + f] = Sum(acc[f][r]) + bias;
+    for (int r = 0; r < kRows; ++r) a.y[(r0 + r) * a.ldy + j0 + f] = Sum(acc.Get(f, r)) + bias;
   }
 }
 
