@@ -333,7 +333,9 @@ void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& 
 
 template <class Format, int kRows>
 void Rows(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
-  constexpr int kW = kRows <= 2 ? 2 : 1;  // 16 ymm registers: accumulators first
+  // 16 ymm registers: the kW x kRows f32 sums (per-32 formats) or int32
+  // sums (K-quants) come first.
+  constexpr int kW = kRows <= 2 ? 2 : 1;
   for (int64_t j0 = a.n_begin; j0 < a.n_end; j0 += kW) Pass<Format, kRows, kW>(w, a, px, r0, j0);
 }
 
