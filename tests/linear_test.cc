@@ -226,6 +226,19 @@ TEST(LinearWideRowsTest, EveryBf16KernelMatchesNaiveAtDecodeRows) {
   }
 }
 
+// Prefill's row counts: the bf16_dot GEMM sweeps x in super-blocks of 512
+// rows (32 row blocks) per W tile, so row counts on both sides of one and
+// two super-blocks, odd K (its pair tail) and N tails, with bias.
+TEST(LinearWideRowsTest, EveryBf16KernelMatchesNaiveAcrossRowSuperBlocks) {
+  for (const LinearKernel& kernel : AllLinearKernels()) {
+    if (kernel.dtype != DType::kBF16 || kernel.isa > ActiveIsa()) continue;
+    LinearOptions options;
+    options.kernel = &kernel;
+    ExpectMatchesNaive(Case{DType::kBF16, 29, 515, true, 2}, {496, 511, 512, 513, 530, 1024, 1041}, options,
+                       std::string(kernel.name));
+  }
+}
+
 TEST(LinearKernelTable, EveryPathHasABaselineVariantExceptBf16Dot) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (KernelPath path : {KernelPath::kStream, KernelPath::kPacked, KernelPath::kOneDnn}) {
