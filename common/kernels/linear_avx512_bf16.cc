@@ -201,8 +201,8 @@ void Bf16DotBf16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch)
     // A W tile (12 rows x 512 B) stays in L1 across the row blocks of a
     // super-block, whose x (256 KB at most) stays in L2: W is read from
     // memory once per 512 rows. (Row blocks outermost, x in L1 across the
-    // features, read W once per 32 rows: 2 threads, 128 rows, W from DRAM,
-    // 683-694 -> 698-721 GFLOP/s; BENCHMARKS.)
+    // features, read W once per 32 rows: one Mixtral expert, W from DRAM, 2
+    // threads, 128 rows 689 -> 729 GFLOP/s; BENCHMARKS "Zen 5, 2026-11-29".)
     for (int64_t super = 0; super < blocks; super += kSuperBlocks) {
       const int64_t super_end = Min(blocks, super + kSuperBlocks);
       for (int64_t j0 = n_begin; j0 < n_end; j0 += kTileFeatures) {
