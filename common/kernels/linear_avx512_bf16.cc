@@ -188,6 +188,7 @@ void Bf16DotBf16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch)
   const int64_t blocks = Bf16DotRowBlocks(m), pairs = CeilDiv(k, 2), full_pairs = k / 2;
   const bool odd = (k & 1) != 0;
   const int64_t block_stride = pairs * kRowBlock;  // dwords between row blocks
+  const int64_t ldw = k * static_cast<int64_t>(sizeof(uint16_t));  // bytes between W rows
   const auto* xp = static_cast<const uint32_t*>(a.prepared);
   const auto* weights = static_cast<const uint16_t*>(w.data);
   // yt: [features][blocks * 16] f32, the accumulators between K passes.
@@ -207,12 +208,11 @@ void Bf16DotBf16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch)
       const int64_t super_end = Min(blocks, super + kSuperBlocks);
       for (int64_t j0 = n_begin; j0 < n_end; j0 += kTileFeatures) {
         const int nr = static_cast<int>(Min(kTileFeatures, n_end - j0));
+        const uint16_t* w_at = weights + j0 * k + 2 * p0;  // the tile, fixed across the row blocks
         for (int64_t b = super; b < super_end; b += 2) {
           const bool two = b + 1 < super_end;
-          const uint16_t* w_at = weights + j0 * k + 2 * p0;
           const uint32_t* x_at = xp + b * block_stride + p0 * kRowBlock;
           float* y_at = yt + (j0 - n_begin) * ldyt + b * kRowBlock;
-          const int64_t ldw = k * static_cast<int64_t>(sizeof(uint16_t));
           if (two) {
             DotTileN<2>(nr, x_at, block_stride, w_at, ldw, p1 - p0, last && odd, y_at, ldyt, pass == 0);
           } else {
