@@ -49,12 +49,12 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
   const int64_t d = config_.hidden_size, hd = config_.head_dim;
   const int64_t heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads;
   const int64_t q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
-  Grow(normed_, num_rows * d);
-  Grow(q_, num_rows * q_dim);
-  Grow(k_, num_rows * kv_dim);
-  Grow(v_, num_rows * kv_dim);
-  Grow(attn_, num_rows * q_dim);
-  Grow(o_, num_rows * d);
+  TANDEM_RETURN_IF_ERROR(normed_.Grow(num_rows * d, "attention's normed input"));
+  TANDEM_RETURN_IF_ERROR(q_.Grow(num_rows * q_dim, "the queries"));
+  TANDEM_RETURN_IF_ERROR(k_.Grow(num_rows * kv_dim, "the new keys"));
+  TANDEM_RETURN_IF_ERROR(v_.Grow(num_rows * kv_dim, "the new values"));
+  TANDEM_RETURN_IF_ERROR(attn_.Grow(num_rows * q_dim, "the attention output"));
+  TANDEM_RETURN_IF_ERROR(o_.Grow(num_rows * d, "the output projection"));
 
   // [T, D] → q [T, Hq], k/v [T, Hkv]
   ApplyNorm(config_, lw.input_norm, hidden, num_rows, normed_.data());
@@ -114,7 +114,8 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
   }
   static_assert(kBlockRows <= kAttentionBlockMaxRows);
   for (auto& scratch : scores_)
-    Grow(scratch, std::max(kBlockRows * max_keys, AttentionBlockScratchFloats(max_keys, hd)));
+    TANDEM_RETURN_IF_ERROR(
+        scratch.Grow(std::max(kBlockRows * max_keys, AttentionBlockScratchFloats(max_keys, hd)), "attention scores"));
   // A task attends one query head of a block, or, for a block of one row
   // (decode), the `group` query heads that share a kv head, as `group` rows
   // hd apart, so each key and value row is loaded once for all of them
@@ -210,7 +211,7 @@ absl::Status CpuBackend::Combine(int64_t num_rows, const float* weights, const f
 
 absl::Status CpuBackend::Logits(std::span<const int64_t> rows, const float* hidden, float* logits) {
   const int64_t d = config_.hidden_size, n = static_cast<int64_t>(rows.size());
-  Grow(normed_, n * d);
+  TANDEM_RETURN_IF_ERROR(normed_.Grow(n * d, "the final norm's output"));
   for (int64_t i = 0; i < n; ++i) {
     ApplyNorm(config_, weights_->final_norm, hidden + rows[static_cast<size_t>(i)] * d, 1, normed_.data() + i * d);
   }

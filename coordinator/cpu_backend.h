@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/base/scratch_memory.h"
 #include "common/base/thread_pool.h"
 #include "common/model/model_weights.h"
 #include "coordinator/compute_backend.h"
@@ -32,17 +33,13 @@ class CpuBackend final : public ComputeBackend {
   double projection_flops() const { return projection_flops_; }
 
  private:
-  void Grow(std::vector<float>& buffer, int64_t size) {
-    if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(static_cast<size_t>(size));
-  }
-
   const ModelWeights* weights_;
   const ModelConfig& config_;
   ThreadPool* pool_;
   RotaryEmbedding rope_;
   // Run state, reused across steps.
-  std::vector<float> normed_, q_, k_, v_, attn_, o_;
-  std::vector<std::vector<float>> scores_;  // per thread
+  ScratchArray<float> normed_, q_, k_, v_, attn_, o_;
+  std::vector<ScratchArray<float>> scores_;  // per thread
   std::vector<const float*> kv_rows_;       // one layer's key, then value rows, per slice
   double projection_us_ = 0, projection_flops_ = 0;
 };

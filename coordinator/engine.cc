@@ -7,15 +7,6 @@
 #include "common/base/status_macros.h"
 
 namespace tandem {
-namespace {
-
-template <typename T>
-void Grow(std::vector<T>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-}
-
-}  // namespace
-
 Engine::Engine(const ModelConfig& config, ComputeBackend* backend, ExpertExecutor* experts, EngineOptions options)
     : config_(config), backend_(backend), experts_(experts), options_(std::move(options)) {}
 
@@ -66,7 +57,7 @@ absl::Status Engine::ForwardLayers(std::span<const ForwardInput> inputs, std::ve
   TANDEM_RETURN_IF_ERROR(LayOutBatch(inputs, &slices, &logit_rows));
   const int64_t rows = static_cast<int64_t>(tokens_.size());
   timing_.rows = rows;
-  GrowRunState(rows);
+  TANDEM_RETURN_IF_ERROR(GrowRunState(rows));
   if (!options_.observers.empty() || options_.layer_hook != nullptr) {
     DescribeStep(slices);
     step_begun_ = true;
@@ -121,13 +112,13 @@ absl::Status Engine::LayOutBatch(std::span<const ForwardInput> inputs, std::vect
   return absl::OkStatus();
 }
 
-void Engine::GrowRunState(int64_t rows) {
+absl::Status Engine::GrowRunState(int64_t rows) {
   const int64_t d = config_.hidden_size, e = config_.num_local_experts, k = config_.num_experts_per_tok;
-  Grow(hidden_, rows * d);
-  Grow(moe_input_, rows * d);
-  Grow(router_logits_, rows * e);
-  Grow(routing_weights_, rows * k);
-  Grow(routing_experts_, rows * k);
+  TANDEM_RETURN_IF_ERROR(hidden_.Grow(rows * d, "the hidden states"));
+  TANDEM_RETURN_IF_ERROR(moe_input_.Grow(rows * d, "the MoE input"));
+  TANDEM_RETURN_IF_ERROR(router_logits_.Grow(rows * e, "the router logits"));
+  TANDEM_RETURN_IF_ERROR(routing_weights_.Grow(rows * k, "the routing weights"));
+  return routing_experts_.Grow(rows * k, "the routed experts");
 }
 
 void Engine::Dump(std::string_view name, int layer, const float* data, int64_t n, int64_t cols) const {
@@ -161,8 +152,8 @@ absl::Status Engine::ForwardLayer(int layer, std::span<const SequenceSlice> slic
   t = std::chrono::steady_clock::now();
   if (options_.dump) {
     // The weighted expert sum alone, for parity checks: combine into zeros.
-    Grow(moe_out_, rows * d);
-    std::fill_n(moe_out_.begin(), rows * d, 0.0f);
+    TANDEM_RETURN_IF_ERROR(moe_out_.Grow(rows * d, "the MoE output dump"));
+    std::fill_n(moe_out_.data(), rows * d, 0.0f);
     TANDEM_RETURN_IF_ERROR(backend_->Combine(rows, routing_weights_.data(), expert_out_.data(), moe_out_.data()));
     Dump("moe_out", layer, moe_out_.data(), rows, d);
   }
@@ -201,10 +192,10 @@ absl::Status Engine::RunExperts(int layer, int64_t rows) {
   std::vector<int64_t> offsets(static_cast<size_t>(e + 1), 0);
   for (int64_t i = 0; i < rows * k; ++i) ++offsets[static_cast<size_t>(routing_experts_[i] + 1)];
   for (int64_t x = 0; x < e; ++x) offsets[x + 1] += offsets[x];
-  Grow(slot_of_row_, rows * k);
-  Grow(expert_in_, rows * k * d);
-  Grow(expert_res_, rows * k * d);
-  Grow(expert_out_, rows * k * d);
+  TANDEM_RETURN_IF_ERROR(slot_of_row_.Grow(rows * k, "the routed rows' slots"));
+  TANDEM_RETURN_IF_ERROR(expert_in_.Grow(rows * k * d, "the experts' inputs"));
+  TANDEM_RETURN_IF_ERROR(expert_res_.Grow(rows * k * d, "the experts' outputs"));
+  TANDEM_RETURN_IF_ERROR(expert_out_.Grow(rows * k * d, "the routed rows' expert outputs"));
   std::vector<int64_t> fill(offsets.begin(), offsets.end() - 1);
   for (int64_t i = 0; i < rows * k; ++i) {
     const int64_t slot = fill[static_cast<size_t>(routing_experts_[i])]++;

@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "common/base/expert_executor.h"
+#include "common/base/scratch_memory.h"
 #include "common/model/model_config.h"
 #include "coordinator/compute_backend.h"
 #include "coordinator/forward_observer.h"
@@ -77,7 +78,7 @@ class Engine {
   // ForwardLayers' steps.
   absl::Status LayOutBatch(std::span<const ForwardInput> inputs, std::vector<SequenceSlice>* slices,
                            std::vector<int64_t>* logit_rows);
-  void GrowRunState(int64_t rows);
+  absl::Status GrowRunState(int64_t rows);
   absl::Status ForwardLayer(int layer, std::span<const SequenceSlice> slices, int64_t rows);
   absl::Status AnnounceRouting(int layer, int64_t rows);
   absl::Status RunExperts(int layer, int64_t rows);
@@ -94,10 +95,11 @@ class Engine {
   // Run state: [T, D] hidden and moe_input, [T, E] router logits, [T, K]
   // routing, [T·K, D] expert inputs/outputs grouped by expert.
   std::vector<int32_t> tokens_;
-  std::vector<float> hidden_, moe_input_, router_logits_, routing_weights_;
-  std::vector<int32_t> routing_experts_;
-  std::vector<float> expert_in_, expert_res_, expert_out_, moe_out_;
-  std::vector<int64_t> slot_of_row_;  // grouped position of each (t, k)
+  // (ScratchArray: grown without zero-filling or copying, in huge pages.)
+  ScratchArray<float> hidden_, moe_input_, router_logits_, routing_weights_;
+  ScratchArray<int32_t> routing_experts_;
+  ScratchArray<float> expert_in_, expert_res_, expert_out_, moe_out_;
+  ScratchArray<int64_t> slot_of_row_;  // grouped position of each (t, k)
 
   // For the observers (only when there are some).
   ForwardStep step_;

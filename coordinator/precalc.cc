@@ -15,11 +15,6 @@
 namespace tandem {
 namespace {
 
-template <typename T>
-void Grow(std::vector<T>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-}
-
 bool Contains(const int32_t* set, int64_t k, int32_t e) { return std::find(set, set + k, e) != set + k; }
 
 // Sets of distinct experts, order ignored.
@@ -132,9 +127,9 @@ absl::Status DaopPrecalc::Predict(ComputeBackend* backend, const RoutedLayer& ro
   const int64_t t_rows = routed.rows, d = config_.hidden_size, e_count = config_.num_local_experts,
                 k = config_.num_experts_per_tok;
   const int layer = routed.layer + 1;
-  Grow(normed_, t_rows * d);
-  Grow(logits_, t_rows * e_count);
-  Grow(route_weights_, t_rows * k);
+  TANDEM_RETURN_IF_ERROR(normed_.Grow(t_rows * d, "the predicted layer's normed input"));
+  TANDEM_RETURN_IF_ERROR(logits_.Grow(t_rows * e_count, "the predicted router logits"));
+  TANDEM_RETURN_IF_ERROR(route_weights_.Grow(t_rows * k, "the predicted routing weights"));
   Prediction& p = next_;
   p.rows = t_rows;
   p.raw_experts.resize(static_cast<size_t>(t_rows * k));
@@ -181,8 +176,8 @@ absl::Status DaopPrecalc::Predict(ComputeBackend* backend, const RoutedLayer& ro
   const int64_t total = p.offsets[static_cast<size_t>(e_count)];
   p.layer = layer;
   if (total == 0) return absl::OkStatus();
-  Grow(gathered_in_, total * d);
-  Grow(p.outputs, total * d);
+  TANDEM_RETURN_IF_ERROR(gathered_in_.Grow(total * d, "the pre-calculated experts' inputs"));
+  TANDEM_RETURN_IF_ERROR(p.outputs.Grow(total * d, "the pre-calculated experts' outputs"));
   std::vector<int64_t> fill(p.offsets.begin(), p.offsets.end() - 1);
   for (int64_t i = 0; i < t_rows * k; ++i) {
     const int32_t e = p.used_experts[static_cast<size_t>(i)];
@@ -211,7 +206,7 @@ absl::Status DaopPrecalc::Predict(ComputeBackend* backend, const RoutedLayer& ro
 
 void DaopPrecalc::ApplyPrediction(const RoutedLayer& routed, PrecalcStats* delta) {
   const int64_t e_count = config_.num_local_experts, k = config_.num_experts_per_tok;
-  Grow(masked_logits_, e_count);
+  if (static_cast<int64_t>(masked_logits_.size()) < e_count) masked_logits_.resize(static_cast<size_t>(e_count));
   for (int64_t t = 0; t < routed.rows; ++t) {
     int32_t* experts = routed.experts + t * k;
     const int32_t* raw = current_.raw_experts.data() + t * k;

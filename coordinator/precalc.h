@@ -44,6 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/base/expert_executor.h"
+#include "common/base/scratch_memory.h"
 #include "common/model/model_config.h"
 #include "coordinator/layer_hook.h"
 #include "coordinator/planner/residency.h"
@@ -129,14 +130,13 @@ class DaopPrecalc final : public LayerHook, public ExpertExecutor {
     int64_t rows = 0;
     std::vector<int32_t> raw_experts, used_experts;
     std::vector<int64_t> offsets;  // [E + 1]
-    std::vector<float> outputs;    // [Σ rows, D]
+    ScratchArray<float> outputs;   // [Σ rows, D]
   };
   // current_: the layer being run (served by Serve); next_: the one after.
   Prediction current_, next_;
   // Scratch.
-  std::vector<float> normed_, logits_, gathered_in_, masked_logits_;
-  std::vector<int32_t> route_experts_;
-  std::vector<float> route_weights_;
+  ScratchArray<float> normed_, logits_, gathered_in_, route_weights_;
+  std::vector<float> masked_logits_;  // [E]
   std::vector<ExpertWork> work_;
   std::vector<ExpertWork> rest_;
 

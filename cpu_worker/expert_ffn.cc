@@ -70,17 +70,12 @@ absl::Status ExpertFfn::Run(const ExpertFfnWeights& weights, const float* x, int
   // intermediates.
   const int64_t ldx = rows > 1 ? ActivationRowStride(hidden) : hidden;
   const int64_t ldh = rows > 1 ? ActivationRowStride(intermediate) : intermediate;
-  try {
-    if (ldx != hidden && x_.size() < static_cast<size_t>(rows * ldx)) x_.resize(static_cast<size_t>(rows * ldx));
-    if (gate_.size() < static_cast<size_t>(rows * ldh)) gate_.resize(static_cast<size_t>(rows * ldh));
-    if (up_.size() < static_cast<size_t>(rows * ldh)) up_.resize(static_cast<size_t>(rows * ldh));
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("ExpertFfn: no memory for [", rows, ", ", intermediate, "] activations"));
-  }
+  if (ldx != hidden) TANDEM_RETURN_IF_ERROR(x_.Grow(rows * ldx, "ExpertFfn's strided copy of x"));
+  TANDEM_RETURN_IF_ERROR(gate_.Grow(rows * ldh, "ExpertFfn's gate activations"));
+  TANDEM_RETURN_IF_ERROR(up_.Grow(rows * ldh, "ExpertFfn's up activations"));
   const float* xs = x;
   if (ldx != hidden && (ReadsF32Rows(gate_kernel, rows, hidden) || ReadsF32Rows(up_kernel, rows, hidden))) {
-    for (int64_t r = 0; r < rows; ++r) std::memcpy(&x_[r * ldx], x + r * hidden, hidden * sizeof(float));
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(x_.data() + r * ldx, x + r * hidden, hidden * sizeof(float));
     xs = x_.data();
   }
   // Kernels with a layout of their own get x prepared once, for all tasks.

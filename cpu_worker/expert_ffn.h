@@ -9,9 +9,8 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
-
 #include "absl/status/status.h"
+#include "common/base/scratch_memory.h"
 #include "common/base/thread_pool.h"
 #include "common/kernels/linear.h"
 #include "common/model/model_weights.h"
@@ -32,9 +31,9 @@ class ExpertFfn {
  private:
   ThreadPool* pool_;
   LinearOptions options_;
-  std::vector<float> x_;                                 // [R, ldx] copy of x with an L1-friendly row stride
-  std::vector<float> gate_;                              // [R, ldh], ldh = ActivationRowStride(I)
-  std::vector<float> up_;                                // [R, ldh]
+  ScratchArray<float> x_;                                // [R, ldx] copy of x with an L1-friendly row stride
+  ScratchArray<float> gate_;                             // [R, ldh], ldh = ActivationRowStride(I)
+  ScratchArray<float> up_;                               // [R, ldh]
   PreparedInput x_prepared_, up_prepared_, h_prepared_;  // x (and h) in a kernel's layout
 };
 

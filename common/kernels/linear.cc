@@ -22,29 +22,11 @@ namespace {
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
 
-constexpr size_t kAlignment = 64;
-
-void* AlignedAlloc(int64_t bytes) {
-  const size_t size = (static_cast<size_t>(bytes) + kAlignment - 1) / kAlignment * kAlignment;
-  return std::aligned_alloc(kAlignment, size);
-}
-
 // Each thread's scratch for the slices it computes, grown on demand; null
 // when it cannot grow.
 void* ThreadScratch(int64_t bytes) {
-  struct Buffer {
-    void* data = nullptr;
-    int64_t capacity = 0;
-    ~Buffer() { std::free(data); }
-  };
-  thread_local Buffer buffer;
-  if (bytes <= buffer.capacity) return buffer.data;
-  void* grown = AlignedAlloc(bytes);
-  if (grown == nullptr) return nullptr;
-  std::free(buffer.data);
-  buffer.data = grown;
-  buffer.capacity = bytes;
-  return grown;
+  thread_local ScratchMemory memory;
+  return memory.Reserve(static_cast<size_t>(bytes));
 }
 
 IsaLevel UsableIsa(const LinearOptions& options) { return std::min(ActiveIsa(), options.max_isa); }
@@ -158,23 +140,16 @@ int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, co
   return std::clamp<int64_t>(features, 1, std::max<int64_t>(w.n, 1));
 }
 
-void PreparedInput::Free::operator()(void* p) const { std::free(p); }
-
 absl::Status PreparedInput::Prepare(const LinearKernel& kernel, const float* x, int64_t ldx, int64_t m, int64_t k,
                                     ThreadPool* pool) {
   if (kernel.prepare == nullptr || m == 0) return absl::OkStatus();
   const int64_t bytes = kernel.prepared_bytes(m, k);
   if (bytes == 0) return absl::OkStatus();
-  if (bytes > capacity_) {
-    void* grown = AlignedAlloc(bytes);
-    if (grown == nullptr)
-      return absl::ResourceExhaustedError(
-          absl::StrCat("no memory for x [", m, ", ", k, "] in ", kernel.name, "'s layout (", bytes, " bytes)"));
-    bytes_.reset(static_cast<uint8_t*>(grown));
-    capacity_ = bytes;
-  }
+  if (bytes_.Reserve(static_cast<size_t>(bytes)) == nullptr)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no memory for x [", m, ", ", k, "] in ", kernel.name, "'s layout (", bytes, " bytes)"));
   const int64_t blocks = kernel.prepare_blocks(m);
-  void* out = bytes_.get();
+  void* out = bytes_.data();
   auto prepare = [&](int64_t block) {
     kernel.prepare(x, ldx, m, k, block, block + 1, out);
     return absl::OkStatus();

@@ -40,6 +40,7 @@
 #include "absl/status/status.h"
 #include "common/base/cpu_features.h"
 #include "common/base/dtype.h"
+#include "common/base/scratch_memory.h"
 #include "common/base/thread_pool.h"
 #include "common/kernels/kernel_plan.h"
 #include "common/kernels/linear_kernels.h"
@@ -103,18 +104,14 @@ int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, co
 // reused across calls. Not thread-safe.
 class PreparedInput {
  public:
-  const void* data() const { return bytes_.get(); }
+  const void* data() const { return bytes_.data(); }
   // Prepares x [m, k] (row stride ldx) for `kernel`, split over `pool`; a
   // kernel without a prepare step leaves it empty. ResourceExhausted when
   // the buffer cannot grow.
   absl::Status Prepare(const LinearKernel& kernel, const float* x, int64_t ldx, int64_t m, int64_t k, ThreadPool* pool);
 
  private:
-  struct Free {
-    void operator()(void* p) const;
-  };
-  std::unique_ptr<uint8_t[], Free> bytes_;
-  int64_t capacity_ = 0;
+  ScratchMemory bytes_;
 };
 
 // Computes one slice on the calling thread with `kernel` (args.prepared set

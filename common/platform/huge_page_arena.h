@@ -13,13 +13,15 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/base/huge_pages.h"
+
 namespace tandem {
 
 class HugePageArena {
  public:
   // Chunks are at least this big, so that few huge pages are left part-used.
   static constexpr size_t kMinChunkBytes = size_t{64} << 20;
-  static constexpr size_t kHugePageBytes = size_t{2} << 20;
+  static constexpr size_t kHugePageBytes = tandem::kHugePageBytes;
 
   HugePageArena() = default;
   ~HugePageArena();
