@@ -1,9 +1,6 @@
 #include "coordinator/kv_cache.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -11,31 +8,24 @@
 
 namespace tandem {
 
-void HostKvBlockStorage::Free::operator()(float* p) const { std::free(p); }
-
-// Chunks of a huge page or more sit on 2 MiB boundaries, rounded up to
-// whole huge pages, and ask for transparent huge pages (where
-// THP is "madvise", the common default, nothing else gets them): one head's
-// key rows are kv_dim floats apart, a new 4 KiB page per row at Mixtral's
-// width, and with the weights streaming through the TLB between layers every
-// row read cost a page walk. Measured on mixtral-8x7b:2 Q4_K_M decode after
-// a 512-token prompt (Zen 5, 2 threads): attention 4.16-4.24 -> 3.61-3.77 ms
+// Chunks of 1 MiB or more are ScratchMemory's huge-page mappings (2 MiB
+// boundaries, advised for transparent huge pages, which where THP is
+// "madvise", the common default, nothing else gets): one head's key rows
+// are kv_dim floats apart, a new 4 KiB page per row at Mixtral's width, and
+// with the weights streaming through the TLB between layers every row read
+// cost a page walk. Measured on mixtral-8x7b:2 Q4_K_M decode after a
+// 512-token prompt (Zen 5, 2 threads): attention 4.16-4.24 -> 3.61-3.77 ms
 // per token (both layers, projections included).
 absl::StatusOr<float*> HostKvBlockStorage::AllocateChunk(int64_t bytes) {
-  constexpr size_t kHugePage = size_t{2} << 20;
-  // A smaller chunk (small models) could not fill a huge page: rounding it
-  // up would only waste memory.
-  const bool huge = static_cast<size_t>(bytes) >= kHugePage;
-  const size_t size = huge ? (static_cast<size_t>(bytes) + kHugePage - 1) / kHugePage * kHugePage : bytes;
-  void* p = nullptr;
-  if (posix_memalign(&p, huge ? kHugePage : 64, size) != 0 || p == nullptr) {
+  if (bytes <= 0) return absl::InvalidArgumentError(absl::StrCat("KV cache: a chunk of ", bytes, " bytes"));
+  ScratchMemory chunk;
+  void* p = chunk.Reserve(static_cast<size_t>(bytes));
+  if (p == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("KV cache: cannot allocate ", bytes, " bytes of host memory"));
   }
-  std::unique_ptr<float, Free> chunk(static_cast<float*>(p));
-  if (huge) madvise(p, size, MADV_HUGEPAGE);  // a hint: without THP the chunk keeps 4 KiB pages
-  std::memset(p, 0, size);
+  std::memset(p, 0, static_cast<size_t>(bytes));  // the storage's contract: zero-filled
   chunks_.push_back(std::move(chunk));
-  return chunks_.back().get();
+  return static_cast<float*>(p);
 }
 
 absl::Status HostKvBlockStorage::CopyBlock(const float* src, float* dst, int64_t bytes) {

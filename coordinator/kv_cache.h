@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/base/scratch_memory.h"
 
 namespace tandem {
 
@@ -52,10 +53,7 @@ class HostKvBlockStorage final : public KvBlockStorage {
   bool host_accessible() const override { return true; }
 
  private:
-  struct Free {
-    void operator()(float* p) const;
-  };
-  std::vector<std::unique_ptr<float, Free>> chunks_;
+  std::vector<ScratchMemory> chunks_;
 };
 
 // Positions per block at most: one block holds every layer's K and V for

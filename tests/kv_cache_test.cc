@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
+
 namespace tandem {
 namespace {
 
@@ -24,6 +27,25 @@ void Fill(SequenceKv& kv, int64_t from, int64_t to, float base) {
       }
     }
   }
+}
+
+// The storage's contract: every chunk zero-filled, whatever its size, and
+// chunks of 1 MiB or more on 2 MiB boundaries (where transparent huge pages
+// can back them); a non-positive size is refused.
+TEST(HostKvBlockStorageTest, ChunksAreZeroFilledAndLargeOnesHugePageAligned) {
+  HostKvBlockStorage storage;
+  for (const int64_t bytes : {int64_t{256}, int64_t{3} << 20}) {
+    absl::StatusOr<float*> chunk = storage.AllocateChunk(bytes);
+    ASSERT_OK(chunk);
+    const float* data = *chunk;
+    for (int64_t i = 0; i < bytes / static_cast<int64_t>(sizeof(float)); ++i)
+      ASSERT_EQ(data[i], 0.0f) << bytes << " @ " << i;
+    if (bytes >= (int64_t{1} << 20)) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % (uintptr_t{2} << 20), 0u);
+    }
+    std::fill_n(*chunk, bytes / static_cast<int64_t>(sizeof(float)), 7.0f);  // the next chunk must not see this
+  }
+  EXPECT_EQ(storage.AllocateChunk(0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(KvCacheTest, RejectsNonPositiveOptions) {

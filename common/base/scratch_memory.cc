@@ -65,10 +65,12 @@ void ScratchMemory::Release() {
 }
 
 absl::Status ScratchGrowError(std::string_view what, int64_t count, size_t element_bytes) {
-  if (count < 0) return absl::InvalidArgumentError(absl::StrCat("negative size for ", std::string(what), ": ", count));
-  return absl::ResourceExhaustedError(absl::StrCat("no memory for ", std::string(what), ": ", count, " elements of ", element_bytes,
-                                                   " bytes (", static_cast<double>(count) * element_bytes / 1e6,
-                                                   " MB)"));
+  if (count < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("negative size for ", std::string(what), ": ", count));
+  }
+  const double mb = static_cast<double>(count) * static_cast<double>(element_bytes) / 1e6;
+  return absl::ResourceExhaustedError(absl::StrCat("no memory for ", std::string(what), ": ", count, " elements of ",
+                                                   element_bytes, " bytes (", mb, " MB)"));
 }
 
 }  // namespace tandem

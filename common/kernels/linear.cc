@@ -7,7 +7,6 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
-#include <new>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -238,14 +237,10 @@ absl::Status ValidateShared(const float* x, int64_t m, std::span<const LinearPro
 }
 
 // x [m, k] copied with rows ActivationRowStride(k) apart into `padded`.
-absl::Status PadRows(const float* x, int64_t m, int64_t k, std::vector<float>& padded) {
+absl::Status PadRows(const float* x, int64_t m, int64_t k, ScratchArray<float>& padded) {
   const int64_t ldx = ActivationRowStride(k);
-  try {
-    padded.resize(static_cast<size_t>(m * ldx));
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError(absl::StrCat("no memory for a copy of x [", m, ", ", k, "]"));
-  }
-  for (int64_t r = 0; r < m; ++r) std::memcpy(&padded[r * ldx], x + r * k, k * sizeof(float));
+  TANDEM_RETURN_IF_ERROR(padded.Grow(m * ldx, absl::StrCat("a copy of x [", m, ", ", k, "] with padded rows")));
+  for (int64_t r = 0; r < m; ++r) std::memcpy(padded.data() + r * ldx, x + r * k, k * sizeof(float));
   return absl::OkStatus();
 }
 
@@ -265,7 +260,7 @@ absl::Status LinearShared(const float* x, int64_t m, std::span<const LinearProdu
   };
   std::array<Part, kMaxSharedProducts> parts;
   thread_local std::array<PreparedInput, kMaxSharedProducts> prepared;
-  thread_local std::vector<float> padded_x;
+  thread_local ScratchArray<float> padded_x;
   bool padded = false;
   int64_t tasks = 0, total_bytes = 0;
   for (const LinearProduct& p : products) total_bytes += p.w->bytes();

@@ -19,7 +19,7 @@ uint8_t* HugePageArena::Allocate(size_t bytes) {
   constexpr size_t kAlign = 64;
   bytes = RoundUp(std::max<size_t>(bytes, 1), kAlign);
   if (bytes >= kMinChunkBytes) {  // a chunk of its own; the current one stays current
-    const size_t chunk_bytes = RoundUp(bytes, kHugePageBytes);
+    const size_t chunk_bytes = RoundUpToHugePages(bytes);
     uint8_t* base = MapHugePageAligned(chunk_bytes);
     if (base == nullptr) return nullptr;
     chunks_.push_back({base, chunk_bytes});
