@@ -1,7 +1,6 @@
 // The plain types every linear-layer kernel shares, kept free of anything
 // but <cstdint> and the dtype enum: the per-ISA translation units include
-// this and nothing else of ours (block_formats.h is plain structs and
-// constants too), so no inline function of a shared header is
+// this and nothing else of ours, so no inline function of a shared header is
 // ever compiled there with instructions the baseline CPU may lack (the
 // linker could otherwise keep that copy for every caller).
 //
@@ -11,7 +10,6 @@
 #include <cstdint>
 
 #include "common/base/dtype.h"
-#include "common/quant/block_formats.h"
 
 namespace tandem {
 
@@ -21,10 +19,6 @@ struct LinearWeight {
   DType dtype = DType::kBF16;  // a quantized type packs each row in blocks (dtype.h)
   int64_t n = 0;               // output features
   int64_t k = 0;               // input features
-  // Q4_K and Q6_K blocks may be in the VNNI decode GEMV's own order
-  // (block_order.h); only the AVX512-VNNI int8_dot kernel reads that order,
-  // the others refuse such a W (FailedPrecondition) rather than misread it.
-  BlockOrder order = BlockOrder::kGgml;
 
   // Bytes of one row (a quantized row packs K in blocks) and of all of W.
   // Defined in linear.cc, out of line: this header is compiled in the

@@ -27,12 +27,6 @@ inline constexpr int kQ8_0BlockSize = 32;
 inline constexpr int kKBlockSize = 256;  // every K-quant (ggml's QK_K)
 inline constexpr int kKScaleBytes = 12;  // packed 6-bit scales and mins of Q4_K/Q5_K
 
-// The order of a K-quant block's level bits (block_order.h converts).
-enum class BlockOrder : uint8_t {
-  kGgml,        // as ggml and GGUF files lay them out
-  kGroupMajor,  // the AVX512-VNNI decode GEMV's order (Q4_K, Q6_K only)
-};
-
 struct BlockQ4_0 {
   uint16_t d;
   uint8_t qs[kQ4_0BlockSize / 2];
