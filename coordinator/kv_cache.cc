@@ -8,9 +8,9 @@
 
 namespace tandem {
 
-// Chunks of 1 MiB or more are ScratchMemory's huge-page mappings (2 MiB
-// boundaries, advised for transparent huge pages, which where THP is
-// "madvise", the common default, nothing else gets): one head's key rows
+// Chunks of 1 MiB or more are ScratchMemory's huge-page mappings: on 2 MiB
+// boundaries and advised for transparent huge pages, which nothing else gets
+// where THP is "madvise", the common default. One head's key rows
 // are kv_dim floats apart, a new 4 KiB page per row at Mixtral's width, and
 // with the weights streaming through the TLB between layers every row read
 // cost a page walk. Measured on mixtral-8x7b:2 Q4_K_M decode after a

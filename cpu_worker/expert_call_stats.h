@@ -31,6 +31,12 @@ class ExpertCallRecorder {
   absl::Status RunAndRecord(int layer, std::span<const ExpertWork> work,
                             const std::function<absl::Status(const ExpertWork&)>& run_one);
 
+  // Runs every entry of `work` in one `run_all` (a batch over the pool; it
+  // skips entries without rows), its error prefixed with the layer, and
+  // records the call as RunAndRecord does.
+  absl::Status RunBatchAndRecord(int layer, std::span<const ExpertWork> work,
+                                 const std::function<absl::Status(std::span<const ExpertWork>)>& run_all);
+
   ExpertCallStats totals() const;
   ExpertCallStats last_call() const;
   void Reset();
@@ -39,6 +45,8 @@ class ExpertCallRecorder {
   mutable std::mutex mutex_;
   ExpertCallStats totals_ ABSL_GUARDED_BY(mutex_);
   ExpertCallStats last_call_ ABSL_GUARDED_BY(mutex_);
+
+  void Record(const ExpertCallStats& call);
 };
 
 }  // namespace tandem

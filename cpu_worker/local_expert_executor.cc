@@ -105,10 +105,20 @@ absl::Status LocalExpertExecutor::RunExperts(int layer, std::span<const ExpertWo
     }
   }
 
-  return recorder_.RunAndRecord(layer, work, [&](const ExpertWork& entry) {
-    const ExpertFfnWeights& weights = layer_experts[static_cast<size_t>(entry.expert)];
-    return split_ways_ == 1 ? ffn_.Run(weights, entry.input, entry.num_rows, entry.output)
-                            : RunSplit(weights, entry.input, entry.num_rows, entry.output);
+  if (split_ways_ != 1) {
+    return recorder_.RunAndRecord(layer, work, [&](const ExpertWork& entry) {
+      return RunSplit(layer_experts[static_cast<size_t>(entry.expert)], entry.input, entry.num_rows, entry.output);
+    });
+  }
+  return recorder_.RunBatchAndRecord(layer, work, [&](std::span<const ExpertWork> entries) {
+    calls_.clear();
+    for (const ExpertWork& entry : entries)
+      calls_.push_back({.weights = &layer_experts[static_cast<size_t>(entry.expert)],
+                        .x = entry.input,
+                        .rows = entry.num_rows,
+                        .y = entry.output,
+                        .expert = entry.expert});
+    return ffn_.Run(calls_);
   });
 }
 

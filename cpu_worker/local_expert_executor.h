@@ -45,7 +45,8 @@ class LocalExpertExecutor final : public ExpertExecutor {
 
   // InvalidArgument naming the layer/expert for an index out of range, a
   // negative row count or null input/output; otherwise ExpertFfn's status.
-  // Entries are run one after the other, each parallel over the pool.
+  // The entries run as one ExpertFfn batch (two parallel passes over the
+  // pool for all of them); with split_ways > 1, one after the other.
   absl::Status RunExperts(int layer, std::span<const ExpertWork> work) override;
 
   ExpertCallStats stats() const { return recorder_.totals(); }  // since construction or ResetStats
@@ -62,11 +63,12 @@ class LocalExpertExecutor final : public ExpertExecutor {
   std::vector<std::vector<ExpertFfnWeights>> experts_;  // [layer][expert]
   ThreadPool* pool_;
   int split_ways_;
-  int64_t split_block_ = 1;       // a split cuts W2 into whole blocks of this many values
-  ExpertFfn ffn_;                 // owns the [R, I] scratch, reused across calls
-  std::vector<uint8_t> w2_part_;  // [D, S] one W2 column slice, contiguous (split_ways > 1)
-  std::vector<float> partial_;    // [R, D] p_w for w > 0 (split_ways > 1)
-  std::vector<float> sum_;        // [R, D] p_0 + p_1 + ... (split_ways > 1)
+  int64_t split_block_ = 1;           // a split cuts W2 into whole blocks of this many values
+  ExpertFfn ffn_;                     // owns the [R, I] scratch, reused across calls
+  std::vector<ExpertFfnCall> calls_;  // the batch of the running call
+  std::vector<uint8_t> w2_part_;      // [D, S] one W2 column slice, contiguous (split_ways > 1)
+  std::vector<float> partial_;        // [R, D] p_w for w > 0 (split_ways > 1)
+  std::vector<float> sum_;            // [R, D] p_0 + p_1 + ... (split_ways > 1)
 
   ExpertCallRecorder recorder_;
 };

@@ -29,8 +29,15 @@ absl::Status StoreExpertExecutor::RunExperts(int layer, std::span<const ExpertWo
                                                      " has null input or output for ", entry.num_rows, " rows"));
   }
 
-  return recorder_.RunAndRecord(layer, work, [&](const ExpertWork& entry) {
-    return ffn_.Run(*store_->Find(layer, entry.expert), entry.input, entry.num_rows, entry.output);
+  return recorder_.RunBatchAndRecord(layer, work, [&](std::span<const ExpertWork> entries) {
+    calls_.clear();
+    for (const ExpertWork& entry : entries)
+      calls_.push_back({.weights = store_->Find(layer, entry.expert),
+                        .x = entry.input,
+                        .rows = entry.num_rows,
+                        .y = entry.output,
+                        .expert = entry.expert});
+    return ffn_.Run(calls_);
   });
 }
 

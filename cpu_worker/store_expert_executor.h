@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/base/expert_executor.h"
@@ -34,8 +35,8 @@ class StoreExpertExecutor final : public ExpertExecutor {
   // InvalidArgument naming the layer/expert, before anything is computed,
   // for a layer or expert out of range, one this worker holds no part of
   // (a shard held elsewhere), a negative row count, or null input/output;
-  // otherwise ExpertFfn's status. Entries run one after the other, each
-  // parallel over the pool.
+  // otherwise ExpertFfn's status. The entries run as one ExpertFfn batch
+  // (two parallel passes over the pool for all of them).
   absl::Status RunExperts(int layer, std::span<const ExpertWork> work) override;
 
   ExpertCallStats stats() const { return recorder_.totals(); }  // since construction or ResetStats
@@ -46,7 +47,8 @@ class StoreExpertExecutor final : public ExpertExecutor {
 
  private:
   const ExpertStore* store_;
-  ExpertFfn ffn_;  // owns the [R, S] scratch, reused across calls
+  ExpertFfn ffn_;                     // owns the [R, S] scratch, reused across calls
+  std::vector<ExpertFfnCall> calls_;  // the batch of the running call
 
   ExpertCallRecorder recorder_;
 };

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/model/gguf_tensor_source.h"
+#include "common/quant/quantize.h"
 #include "cpu_worker/local_expert_executor.h"
 #include "gtest/gtest.h"
 #include "tests/kernel_cases_testlib.h"
@@ -25,12 +27,19 @@ constexpr double kU = 5.9604644775390625e-8;  // 2^-24, unit roundoff of f32
 // A weight matrix [N, K] stored in `dtype`, values uniform in [-scale, scale].
 struct StoredWeight {
   StoredWeight(DType dtype, int64_t n, int64_t k, uint32_t seed, float scale)
-      : bytes(static_cast<size_t>(n * k) * DTypeSize(dtype)) {
+      : bytes(static_cast<size_t>(n * DTypeRowBytes(dtype, k))) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> dist(-scale, scale);
-    for (int64_t i = 0; i < n * k; ++i) {
-      const float v = dist(rng);
-      StoreAsDType(bytes.data(), dtype, static_cast<size_t>(i), v);
+    std::vector<float> row(static_cast<size_t>(k));
+    for (int64_t j = 0; j < n; ++j) {
+      for (float& v : row) v = dist(rng);
+      if (IsQuantized(dtype)) {  // ggml blocks, k a whole number of them
+        EXPECT_OK(QuantizeRow(
+            GgmlFromDType(dtype), row,
+            absl::MakeSpan(bytes.data() + j * DTypeRowBytes(dtype, k), static_cast<size_t>(DTypeRowBytes(dtype, k)))));
+        continue;
+      }
+      for (int64_t i = 0; i < k; ++i) StoreAsDType(bytes.data(), dtype, static_cast<size_t>(j * k + i), row[i]);
     }
     view = {bytes.data(), dtype, n, k};
   }
@@ -128,8 +137,7 @@ void ExpectFfnMatchesNaive(const Case& c, const LinearOptions& options, const st
     ASSERT_OK(ffn.Run(expert.weights, x.data(), rows, y.data()));
     const LinearKernel& kernel = ChooseLinearKernel(rows, c.dtype, options);
     std::vector<double> ref, tolerance;
-    NaiveExpertFfn(expert.weights, x.data(), rows, ref, tolerance,
-                   kernel.x_relative_error);
+    NaiveExpertFfn(expert.weights, x.data(), rows, ref, tolerance, kernel.x_relative_error);
     for (int64_t i = 0; i < rows * c.hidden; ++i) {
       ASSERT_NEAR(y[i], ref[i], tolerance[i])
           << DTypeName(c.dtype) << " D=" << c.hidden << " I=" << c.intermediate << " threads=" << c.threads << " "
@@ -197,6 +205,83 @@ TEST(ExpertFfnErrors, ZeroRowsChangesNothing) {
   std::vector<float> y(16, 5.0f);
   EXPECT_OK(ffn.Run(expert.weights, nullptr, 0, y.data()));
   for (float v : y) EXPECT_EQ(v, 5.0f);
+}
+
+// ---- Batches: several experts in two passes over the pool ----
+
+// Every call of a batch gives the bits of running it alone: 1 and 2
+// threads, row counts from 0 to past the GEMM kernels' thresholds, float
+// and block-quantized weights, and two expert widths in one batch (their
+// buffers sit side by side in the shared scratch).
+TEST(ExpertFfnBatch, EachCallGivesTheBitsOfRunningItAlone) {
+  for (DType dtype : {DType::kBF16, DType::kF32, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    const int64_t hidden = 256;
+    std::vector<std::unique_ptr<StoredExpert>> experts;
+    for (uint32_t e = 0; e < 5; ++e)
+      experts.push_back(std::make_unique<StoredExpert>(dtype, hidden, e == 3 ? 512 : 768, 40 + 10 * e));
+    const int64_t rows[] = {1, 0, 7, 130, 2};
+    for (int threads : {1, 2}) {
+      ThreadPool pool(ThreadPoolOptions{.num_threads = threads, .name = "batch-test"});
+      ExpertFfn batch(&pool), alone(&pool);
+      std::vector<std::vector<float>> x, y;
+      std::vector<ExpertFfnCall> calls;
+      for (size_t e = 0; e < experts.size(); ++e) {
+        x.push_back(RandomVector(rows[e] * hidden, 7 + static_cast<uint32_t>(e)));
+        y.emplace_back(static_cast<size_t>(rows[e] * hidden), std::numeric_limits<float>::quiet_NaN());
+      }
+      for (size_t e = 0; e < experts.size(); ++e)
+        calls.push_back({.weights = &experts[e]->weights,
+                         .x = x[e].data(),
+                         .rows = rows[e],
+                         .y = y[e].data(),
+                         .expert = static_cast<int>(e)});
+      for (int rep = 0; rep < 2; ++rep) {  // the second reuses the grown scratch
+        ASSERT_OK(batch.Run(calls));
+        for (size_t e = 0; e < experts.size(); ++e) {
+          std::vector<float> want(y[e].size());
+          ASSERT_OK(alone.Run(experts[e]->weights, x[e].data(), rows[e], want.data()));
+          ASSERT_EQ(y[e], want) << DTypeName(dtype) << " threads " << threads << " expert " << e << " rows " << rows[e]
+                                << " rep " << rep;
+        }
+      }
+    }
+  }
+}
+
+// One call's output may be another's input: every x is read before any y
+// is written.
+TEST(ExpertFfnBatch, OutputMayBeAnotherCallsInput) {
+  const int64_t hidden = 64;
+  const StoredExpert a(DType::kBF16, hidden, 96, 1), b(DType::kBF16, hidden, 96, 2);
+  ThreadPool pool(ThreadPoolOptions{.num_threads = 2, .name = "batch-test"});
+  ExpertFfn ffn(&pool);
+  const std::vector<float> x = RandomVector(3 * hidden, 5);
+  std::vector<float> want_a(x.size()), want_b(x.size());
+  ASSERT_OK(ffn.Run(a.weights, x.data(), 3, want_a.data()));
+  ASSERT_OK(ffn.Run(b.weights, x.data(), 3, want_b.data()));
+  std::vector<float> shared = x, out_b(x.size());
+  const ExpertFfnCall calls[] = {{.weights = &a.weights, .x = shared.data(), .rows = 3, .y = shared.data()},
+                                 {.weights = &b.weights, .x = shared.data(), .rows = 3, .y = out_b.data()}};
+  ASSERT_OK(ffn.Run(calls));
+  EXPECT_EQ(shared, want_a);
+  EXPECT_EQ(out_b, want_b);
+}
+
+TEST(ExpertFfnBatch, ABadCallIsNamedAndNothingRuns) {
+  const StoredExpert good(DType::kBF16, 16, 24, 3);
+  ExpertFfnWeights bad = good.weights;
+  bad.w2.k = 23;
+  ExpertFfn ffn(nullptr);
+  const std::vector<float> x(32, 1.0f);
+  std::vector<float> y0(32, 9.0f), y1(32, 9.0f);
+  const ExpertFfnCall calls[] = {{.weights = &good.weights, .x = x.data(), .rows = 2, .y = y0.data(), .expert = 4},
+                                 {.weights = &bad, .x = x.data(), .rows = 2, .y = y1.data(), .expert = 6}};
+  const absl::Status status = ffn.Run(calls);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("expert 6: ExpertFfn: down_proj"), std::string::npos) << status;
+  for (float v : y0) EXPECT_EQ(v, 9.0f);
+  const ExpertFfnCall no_weights[] = {{.x = x.data(), .rows = 2, .y = y0.data(), .expert = 2}};
+  EXPECT_NE(ffn.Run(no_weights).message().find("expert 2: ExpertFfn: no weights"), std::string::npos);
 }
 
 // ---- LocalExpertExecutor ----

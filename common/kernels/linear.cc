@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -59,8 +58,7 @@ const LinearKernel& ChooseLinearKernel(int64_t m, DType dtype, const LinearOptio
     return *options.kernel;
   }
   const KernelPlan& plan = options.plan != nullptr ? *options.plan : ProcessKernelPlan();
-  return ResolveKernel(plan.PathFor(m, dtype), dtype, UsableIsa(options),
-                       options.f32_activations || plan.f32_inputs());
+  return ResolveKernel(plan.PathFor(m, dtype), dtype, UsableIsa(options), options.f32_activations || plan.f32_inputs());
 }
 
 absl::Status ValidateLinear(const float* x, int64_t m, const LinearWeight& w, const float* y,
@@ -139,21 +137,28 @@ int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, co
   return std::clamp<int64_t>(features, 1, std::max<int64_t>(w.n, 1));
 }
 
-absl::Status PreparedInput::Prepare(const LinearKernel& kernel, const float* x, int64_t ldx, int64_t m, int64_t k,
-                                    ThreadPool* pool) {
-  if (kernel.prepare == nullptr || m == 0) return absl::OkStatus();
-  const int64_t bytes = kernel.prepared_bytes(m, k);
-  if (bytes == 0) return absl::OkStatus();
-  if (bytes_.Reserve(static_cast<size_t>(bytes)) == nullptr)
-    return absl::ResourceExhaustedError(
-        absl::StrCat("no memory for x [", m, ", ", k, "] in ", kernel.name, "'s layout (", bytes, " bytes)"));
-  const int64_t blocks = kernel.prepare_blocks(m);
-  void* out = bytes_.data();
+int64_t PreparedInputBytes(const LinearKernel& kernel, int64_t m, int64_t k) {
+  return kernel.prepare == nullptr || m == 0 ? 0 : kernel.prepared_bytes(m, k);
+}
+
+absl::Status PrepareInputInto(const LinearKernel& kernel, const float* x, int64_t ldx, int64_t m, int64_t k,
+                              ThreadPool* pool, void* out) {
+  if (PreparedInputBytes(kernel, m, k) == 0) return absl::OkStatus();
   auto prepare = [&](int64_t block) {
     kernel.prepare(x, ldx, m, k, block, block + 1, out);
     return absl::OkStatus();
   };
-  return ParallelTasks(pool, blocks, prepare);
+  return ParallelTasks(pool, kernel.prepare_blocks(m), prepare);
+}
+
+absl::Status PreparedInput::Prepare(const LinearKernel& kernel, const float* x, int64_t ldx, int64_t m, int64_t k,
+                                    ThreadPool* pool) {
+  const int64_t bytes = PreparedInputBytes(kernel, m, k);
+  if (bytes == 0) return absl::OkStatus();
+  if (bytes_.Reserve(static_cast<size_t>(bytes)) == nullptr)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no memory for x [", m, ", ", k, "] in ", kernel.name, "'s layout (", bytes, " bytes)"));
+  return PrepareInputInto(kernel, x, ldx, m, k, pool, bytes_.data());
 }
 
 absl::Status LinearSlice(const LinearKernel& kernel, const LinearWeight& w, const LinearSliceArgs& args) {

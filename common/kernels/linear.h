@@ -100,6 +100,16 @@ absl::Status ValidateLinear(const float* x, int64_t m, const LinearWeight& w, co
 // of W. Always in [1, w.n].
 int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, const LinearKernel& kernel);
 
+// Bytes x [m, k] takes in `kernel`'s own layout: 0 when the kernel reads x
+// as f32 rows (no prepare step, or none at this shape).
+int64_t PreparedInputBytes(const LinearKernel& kernel, int64_t m, int64_t k);
+// Puts x [m, k] (row stride ldx) in `kernel`'s layout at `out` (at least
+// PreparedInputBytes, 64-byte aligned), split over `pool`; nothing when the
+// kernel needs no preparation. For callers that keep several prepared
+// inputs in one buffer of their own (ExpertFfn's batches).
+absl::Status PrepareInputInto(const LinearKernel& kernel, const float* x, int64_t ldx, int64_t m, int64_t k,
+                              ThreadPool* pool, void* out);
+
 // x in a kernel's own layout (kernels with a prepare step); owns its bytes,
 // reused across calls. Not thread-safe.
 class PreparedInput {

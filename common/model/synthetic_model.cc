@@ -116,6 +116,13 @@ absl::StatusOr<Preset> FindPreset(const std::string& name) {
     c.num_local_experts = 8, c.max_position_embeddings = 4096;
     return Preset{c, 2000};
   }
+  if (name == "small-mixtral") {  // issue 13's "small model": per-layer overheads, not bytes, bound its decode
+    ModelConfig c = MixtralBase();
+    c.vocab_size = 32000, c.hidden_size = 1024, c.intermediate_size = 3584, c.num_hidden_layers = 8;
+    c.num_attention_heads = 16, c.num_key_value_heads = 4, c.head_dim = 64;
+    c.num_local_experts = 8, c.max_position_embeddings = 32768;
+    return Preset{c, 32000};
+  }
   if (name == "mixtral-8x7b") {  // mistralai/Mixtral-8x7B-v0.1 config.json
     ModelConfig c = MixtralBase();
     c.vocab_size = 32000, c.hidden_size = 4096, c.intermediate_size = 14336, c.num_hidden_layers = 32;
@@ -165,7 +172,9 @@ void Store(void* out, DType dtype, size_t i, float v) {
 
 }  // namespace
 
-std::vector<std::string> SyntheticPresets() { return {"tiny", "tiny-phimoe", "demo", "mixtral-8x7b", "phi-3.5-moe"}; }
+std::vector<std::string> SyntheticPresets() {
+  return {"tiny", "tiny-phimoe", "demo", "small-mixtral", "mixtral-8x7b", "phi-3.5-moe"};
+}
 
 absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& spec) {
   TANDEM_ASSIGN_OR_RETURN(Preset preset, FindPreset(spec.preset));

@@ -28,7 +28,8 @@ namespace tandem {
 
 struct SyntheticModelSpec {
   // "tiny" (Mixtral-shaped, tests), "tiny-phimoe" (PhiMoE-shaped, tests),
-  // "demo" (quick start), "mixtral-8x7b", "phi-3.5-moe" (full width).
+  // "demo" (quick start), "small-mixtral" (D = 1024, 8 layers: benchmarks
+  // of per-layer overheads), "mixtral-8x7b", "phi-3.5-moe" (full width).
   std::string preset = "tiny";
   int64_t num_layers = 0;  // 0: the preset's default
   uint64_t seed = 0;
