@@ -32,8 +32,9 @@ absl::Status CpuBackend::Embed(std::span<const int32_t> tokens, float* hidden) {
       // decoded per token, so the table costs its file size, not 2-4x that.
       const size_t row_bytes = static_cast<size_t>(DTypeRowBytes(table.dtype, d));
       const uint8_t* row = static_cast<const uint8_t*>(table.data) + static_cast<size_t>(id) * row_bytes;
-      const absl::Status decoded = DequantizeRow(GgmlFromDType(table.dtype), {row, row_bytes},
-                                                 absl::MakeSpan(hidden + static_cast<int64_t>(t) * d, static_cast<size_t>(d)));
+      const absl::Status decoded =
+          DequantizeRow(GgmlFromDType(table.dtype), {row, row_bytes},
+                        absl::MakeSpan(hidden + static_cast<int64_t>(t) * d, static_cast<size_t>(d)));
       if (!decoded.ok()) return absl::InternalError(absl::StrCat(table.name, ": ", decoded.message()));
       continue;
     }
@@ -91,8 +92,9 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
   constexpr int64_t kBlockRows = 32;
 
   // Every cached position's key and value row is looked up once per layer
-  // into kv_rows_ (the slice's keys from `keys_at`, then its values): the
-  // lookup (block table, an out-of-line pool call, a division) cost more
+  // into kv_rows_ (the slice's keys from `keys_at`, then its values), with
+  // one block-table lookup per block of positions: the lookup (block
+  // table, an out-of-line pool call, a division) cost more
   // than the dot product it fed when every head repeated it for every key
   // (mixtral-8x7b:2 decode at ~560 keys: attention 3.9-4.2 -> 3.5 ms/token).
   struct Block {
@@ -106,8 +108,8 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
   for (const SequenceSlice& s : slices) {
     const size_t keys_at = kv_rows_.size();
     const int64_t end = s.start_position + s.num_tokens;
-    for (int64_t j = 0; j < end; ++j) kv_rows_.push_back(s.kv->KeyRow(layer, j));
-    for (int64_t j = 0; j < end; ++j) kv_rows_.push_back(s.kv->ValueRow(layer, j));
+    s.kv->AppendKeyRows(layer, end, kv_rows_);
+    s.kv->AppendValueRows(layer, end, kv_rows_);
     for (int64_t i = 0; i < s.num_tokens; i += kBlockRows)
       blocks.push_back({&s, i, std::min(kBlockRows, s.num_tokens - i), keys_at});
     max_keys = std::max(max_keys, end);
@@ -157,9 +159,17 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
     const float* const* values = keys + b.slice->start_position + b.slice->num_tokens;
     const int64_t row0 = b.slice->row_offset + b.begin;
     if (rows >= kAttentionBlockMinRows) {
-      AttendBlock({.q = q_.data() + row0 * q_dim + task.head * hd, .q_stride = stride, .rows = rows,
-                   .head_dim = hd, .first_key = first, .num_keys = count, .keys = keys, .values = values,
-                   .kv_offset = kv_offset, .scale = scale, .out = attn_.data() + row0 * q_dim + task.head * hd,
+      AttendBlock({.q = q_.data() + row0 * q_dim + task.head * hd,
+                   .q_stride = stride,
+                   .rows = rows,
+                   .head_dim = hd,
+                   .first_key = first,
+                   .num_keys = count,
+                   .keys = keys,
+                   .values = values,
+                   .kv_offset = kv_offset,
+                   .scale = scale,
+                   .out = attn_.data() + row0 * q_dim + task.head * hd,
                    .out_stride = stride},
                   scores_[static_cast<size_t>(thread)].data());
       return;
@@ -167,8 +177,8 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
     AttendRowsOneHead(
         q_.data() + row0 * q_dim + task.head * hd, stride, rows, hd, first, count,
         [&](int64_t j) -> const float* { return keys[j] + kv_offset; },
-        [&](int64_t j) -> const float* { return values[j] + kv_offset; },
-        scores_[static_cast<size_t>(thread)].data(), attn_.data() + row0 * q_dim + task.head * hd, stride);
+        [&](int64_t j) -> const float* { return values[j] + kv_offset; }, scores_[static_cast<size_t>(thread)].data(),
+        attn_.data() + row0 * q_dim + task.head * hd, stride);
   };
   const auto num_tasks = static_cast<int64_t>(tasks.size());
   if (pool_) {

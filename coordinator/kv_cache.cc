@@ -116,6 +116,15 @@ float* KvBlockPool::Values(int32_t block, int64_t layer) {
   return BlockBase(block) + (options_.num_layers + layer) * options_.block_size * options_.kv_dim;
 }
 
+void SequenceKv::AppendRows(int64_t layer, int64_t end, bool values, std::vector<const float*>& rows) const {
+  const int64_t block = block_size(), kv_dim = pool_->options().kv_dim;
+  for (int64_t first = 0; first < end; first += block) {
+    const int32_t id = blocks_[static_cast<size_t>(first / block)];
+    const float* base = values ? pool_->Values(id, layer) : pool_->Keys(id, layer);
+    for (int64_t row = 0; row < std::min(block, end - first); ++row) rows.push_back(base + row * kv_dim);
+  }
+}
+
 SequenceKv::~SequenceKv() {
   for (int32_t block : blocks_) pool_->Release(block);
 }

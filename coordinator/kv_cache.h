@@ -138,9 +138,20 @@ class SequenceKv {
   float* ValueRow(int64_t layer, int64_t position) {
     return pool_->Values(blocks_[position / block_size()], layer) + (position % block_size()) * pool_->options().kv_dim;
   }
+  // Appends the key (then, with values, the value) rows of positions [0,
+  // end) of `layer` to `rows`, as KeyRow/ValueRow give them: one block-table
+  // lookup per block rather than per position (a decode step's attention
+  // looked up every cached position of every layer).
+  void AppendKeyRows(int64_t layer, int64_t end, std::vector<const float*>& rows) const {
+    AppendRows(layer, end, /*values=*/false, rows);
+  }
+  void AppendValueRows(int64_t layer, int64_t end, std::vector<const float*>& rows) const {
+    AppendRows(layer, end, /*values=*/true, rows);
+  }
 
  private:
   int64_t block_size() const { return pool_->options().block_size; }
+  void AppendRows(int64_t layer, int64_t end, bool values, std::vector<const float*>& rows) const;
   KvBlockPool* pool_;
   std::vector<int32_t> blocks_;
   int64_t length_ = 0;

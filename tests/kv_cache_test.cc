@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace tandem {
 namespace {
@@ -95,6 +96,35 @@ TEST(KvCacheTest, ForkSharesBlocksAndCopiesOnlyTheWrittenBlock) {
     EXPECT_EQ(child.KeyRow(0, 0), parent.KeyRow(0, 0)) << "block 0 is shared by reference";
   }
   EXPECT_EQ(pool->blocks_in_use(), 0) << "every reference released";
+}
+
+// The row lists attention reads are KeyRow/ValueRow position by position:
+// across block boundaries, at a partial last block, and through a fork's
+// shared and copied blocks.
+TEST(KvCacheTest, AppendedRowsAreTheRowsOfEveryPosition) {
+  auto pool = MakePool(16);
+  SequenceKv parent(pool.get());
+  ASSERT_OK(parent.Reserve(11));
+  Fill(parent, 0, 11, 100);
+  parent.set_length(11);
+  SequenceKv child(pool.get());
+  child.ForkFrom(parent);
+  ASSERT_OK(child.Reserve(14));  // copies the shared, partial block 2
+  for (SequenceKv* kv : {&parent, &child}) {
+    for (int64_t layer = 0; layer < 2; ++layer) {
+      for (int64_t end : {0, 1, 4, 5, 11}) {
+        std::vector<const float*> rows = {nullptr};  // appended after what is there
+        kv->AppendKeyRows(layer, end, rows);
+        kv->AppendValueRows(layer, end, rows);
+        ASSERT_EQ(rows.size(), static_cast<size_t>(1 + 2 * end));
+        for (int64_t p = 0; p < end; ++p) {
+          EXPECT_EQ(rows[1 + p], kv->KeyRow(layer, p)) << "layer " << layer << " position " << p;
+          EXPECT_EQ(rows[1 + end + p], kv->ValueRow(layer, p)) << "layer " << layer << " position " << p;
+        }
+      }
+    }
+  }
+  EXPECT_NE(child.KeyRow(0, 8), parent.KeyRow(0, 8)) << "block 2 was copied for the child";
 }
 
 TEST(KvCacheTest, ForkOfABlockAlignedSequenceCopiesNothing) {
