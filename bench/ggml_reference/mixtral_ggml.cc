@@ -9,7 +9,8 @@
 // writes it: "llama" with expert_count, stacked ffn_*_exps, q/k rows in the
 // interleaved RoPE order, so RoPE mode 0), with llama.cpp's defaults where a
 // choice changes speed: f16 KV cache, flash attention, logits of the last
-// prompt token only, one persistent scratch buffer.
+// prompt token only, one persistent scratch buffer, prompts prefilled in
+// micro-batches of at most --ubatch tokens (512, llama.cpp's n_ubatch).
 //
 //   mixtral_ggml --model F.gguf --prompt_ids 1,2,3 -n 32 --threads 2
 //   mixtral_ggml --model F.gguf --prompt_tokens 512 -n 32 --reps 2
@@ -49,6 +50,7 @@ struct Options {
   int decode_tokens = 32;
   int threads = 2;
   int reps = 1;
+  int ubatch = 512;  // prompt tokens per forward pass
   bool mmap = true;  // llama.cpp's default: weights read from the page cache
 };
 
@@ -76,13 +78,15 @@ Options ParseOptions(int argc, char** argv) {
       options.mmap = value != "0";
     } else if (flag == "--reps") {
       options.reps = std::atoi(value.c_str());
+    } else if (flag == "--ubatch") {
+      options.ubatch = std::atoi(value.c_str());
     } else {
       Die("unknown flag " + flag);
     }
   }
   if (options.model.empty()) Die("--model F.gguf is required");
-  if (options.threads < 1 || options.reps < 1 || options.decode_tokens < 0) {
-    Die("--threads, --reps must be >= 1 and -n >= 0");
+  if (options.threads < 1 || options.reps < 1 || options.ubatch < 1 || options.decode_tokens < 0) {
+    Die("--threads, --reps, --ubatch must be >= 1 and -n >= 0");
   }
   return options;
 }
@@ -330,7 +334,12 @@ int main(int argc, char** argv) {
   for (int rep = 0; rep < options.reps; ++rep) {
     std::vector<Pick> rep_picks;
     auto start = std::chrono::steady_clock::now();
-    rep_picks.push_back(Greedy(runner.Forward(options.prompt_ids, 0)));
+    std::vector<float> logits;
+    for (size_t at = 0; at < options.prompt_ids.size(); at += options.ubatch) {
+      const size_t end = std::min(options.prompt_ids.size(), at + options.ubatch);
+      logits = runner.Forward({options.prompt_ids.begin() + at, options.prompt_ids.begin() + end}, static_cast<int>(at));
+    }
+    rep_picks.push_back(Greedy(logits));
     const double prefill_s = Seconds(start);
     start = std::chrono::steady_clock::now();
     int n_past = static_cast<int>(options.prompt_ids.size());
