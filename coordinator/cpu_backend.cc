@@ -116,20 +116,14 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
   }
   static_assert(kBlockRows <= kAttentionBlockMaxRows);
   for (auto& scratch : scores_)
-    TANDEM_RETURN_IF_ERROR(
-        scratch.Grow(std::max(kBlockRows * max_keys, AttentionBlockScratchFloats(max_keys, hd)), "attention scores"));
+    TANDEM_RETURN_IF_ERROR(scratch.Grow(AttentionBlockScratchFloats(max_keys, hd), "attention scores"));
   // A task attends one query head of a block, or, for a block of one row
   // (decode), the `group` query heads that share a kv head, as `group` rows
   // hd apart, so each key and value row is loaded once for all of them
   // rather than once per head (mixtral-8x7b:2 decode at ~560 keys,
-  // alternating: 1.1-1.5 -> 0.84-0.91 ms per token, per-key dots).
-  // Tasks of at least kAttentionBlockMinRows rows (a prefill block, or a
-  // decode row's group of 4 query heads, rows hd apart) run the GEMM-shaped
-  // kernel (attention_block.h); fewer rows leave most of its vector lanes
-  // idle and keep the per-key dot products. tandem-attention-bench, Zen 5,
-  // one thread, head_dim 128: 32 rows at 512 / 4096 keys 28-32 -> 126-130
-  // GFLOP/s (AVX-512; AVX2 51-56); 4 rows at 64-4096 keys 28-29 -> 40-51
-  // (AVX2 35-42); 1 row 13-20 -> 7-11.
+  // alternating: 1.1-1.5 -> 0.84-0.91 ms per token). The kernel lays a few
+  // rows' keys in vector lanes and a prefill block's queries
+  // (attention_block.h); either way a row's result is the same bits.
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t group = heads / kv_heads;
   const bool by_kv_head = group > 1 && group <= kBlockRows;
@@ -158,27 +152,19 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
     const float* const* keys = kv_rows_.data() + b.keys_at;
     const float* const* values = keys + b.slice->start_position + b.slice->num_tokens;
     const int64_t row0 = b.slice->row_offset + b.begin;
-    if (rows >= kAttentionBlockMinRows) {
-      AttendBlock({.q = q_.data() + row0 * q_dim + task.head * hd,
-                   .q_stride = stride,
-                   .rows = rows,
-                   .head_dim = hd,
-                   .first_key = first,
-                   .num_keys = count,
-                   .keys = keys,
-                   .values = values,
-                   .kv_offset = kv_offset,
-                   .scale = scale,
-                   .out = attn_.data() + row0 * q_dim + task.head * hd,
-                   .out_stride = stride},
-                  scores_[static_cast<size_t>(thread)].data());
-      return;
-    }
-    AttendRowsOneHead(
-        q_.data() + row0 * q_dim + task.head * hd, stride, rows, hd, first, count,
-        [&](int64_t j) -> const float* { return keys[j] + kv_offset; },
-        [&](int64_t j) -> const float* { return values[j] + kv_offset; }, scores_[static_cast<size_t>(thread)].data(),
-        attn_.data() + row0 * q_dim + task.head * hd, stride);
+    AttendBlock({.q = q_.data() + row0 * q_dim + task.head * hd,
+                 .q_stride = stride,
+                 .rows = rows,
+                 .head_dim = hd,
+                 .first_key = first,
+                 .num_keys = count,
+                 .keys = keys,
+                 .values = values,
+                 .kv_offset = kv_offset,
+                 .scale = scale,
+                 .out = attn_.data() + row0 * q_dim + task.head * hd,
+                 .out_stride = stride},
+                scores_[static_cast<size_t>(thread)].data());
   };
   const auto num_tasks = static_cast<int64_t>(tasks.size());
   if (pool_) {

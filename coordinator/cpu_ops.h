@@ -48,20 +48,6 @@ template <typename KeyFn, typename ValueFn>
 void AttendOneRow(const float* q, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t first_key,
                   int64_t num_keys, KeyFn key_row, ValueFn value_row, float* scores, float* out);
 
-// The same for `rows` query rows of one head at once (fewer than 4: blocks
-// of 4 rows or more, prefill's or a decode row's GQA group, run the
-// GEMM-shaped common/kernels/attention_block.h instead): row r is q + r * q_stride, attends keys
-// [first_key[r], first_key[r] + num_keys[r]) and writes out + r *
-// out_stride. Each key and value row is read once for the whole block
-// instead of once per row (at 4096 tokens the per-row loop re-read 32 MB of
-// K/V per query row from L3). Per row the arithmetic is AttendOneRow's, in
-// the same order: the results are the same bits. `scores`: rows x
-// max(num_keys) scratch.
-template <typename KeyFn, typename ValueFn>
-void AttendRowsOneHead(const float* q, int64_t q_stride, int64_t rows, int64_t head_dim, const int64_t* first_key,
-                       const int64_t* num_keys, KeyFn key_row, ValueFn value_row, float* scores, float* out,
-                       int64_t out_stride);
-
 // out[t] += x[t] (residual add), and hidden += Σ_k w[t,k] · expert_out[t,k].
 void AddInPlace(float* y, const float* x, int64_t n);
 

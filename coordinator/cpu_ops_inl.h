@@ -37,16 +37,6 @@ inline void Axpy(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
-// One head's key (value) rows sit kv_dim floats apart in the cache, a new
-// 4 KB page per row at Mixtral's width, which the hardware prefetcher does
-// not follow, so rows this far ahead are prefetched. Microbench (Zen 5, one
-// thread, 32 heads x 600 keys from a cold cache): 0.70 -> 0.63 ms per
-// layer; 8 or 16 rows ahead gave 0.67.
-inline constexpr int64_t kRowsAhead = 4;
-inline void PrefetchRow(const float* row, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(row + i), _MM_HINT_T0);
-}
-
 }  // namespace attention_detail
 
 template <typename KeyFn, typename ValueFn>
@@ -72,53 +62,6 @@ void AttendOneRow(const float* q, int64_t heads, int64_t kv_heads, int64_t head_
     for (int64_t i = 0; i < head_dim; ++i) oh[i] = 0.0f;
     for (int64_t j = 0; j < num_keys; ++j)
       attention_detail::Axpy(scores[j] * inv_sum, value_row(first_key + j) + kvh * head_dim, oh, head_dim);
-  }
-}
-
-template <typename KeyFn, typename ValueFn>
-void AttendRowsOneHead(const float* q, int64_t q_stride, int64_t rows, int64_t head_dim, const int64_t* first_key,
-                       const int64_t* num_keys, KeyFn key_row, ValueFn value_row, float* scores, float* out,
-                       int64_t out_stride) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  int64_t width = 0, lo = first_key[0], hi = 0;  // keys [lo, hi) cover every row
-  for (int64_t r = 0; r < rows; ++r) {
-    width = std::max(width, num_keys[r]);
-    lo = std::min(lo, first_key[r]);
-    hi = std::max(hi, first_key[r] + num_keys[r]);
-  }
-  for (int64_t j = lo; j < hi; ++j) {
-    if (j + attention_detail::kRowsAhead < hi)
-      attention_detail::PrefetchRow(key_row(j + attention_detail::kRowsAhead), head_dim);
-    const float* k = key_row(j);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t at = j - first_key[r];
-      if (at >= 0 && at < num_keys[r])
-        scores[r * width + at] = attention_detail::Dot(q + r * q_stride, k, head_dim) * scale;
-    }
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    float* s = scores + r * width;
-    float max_score = -INFINITY;
-    for (int64_t j = 0; j < num_keys[r]; ++j) max_score = std::max(max_score, s[j]);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < num_keys[r]; ++j) {
-      s[j] = std::exp(s[j] - max_score);
-      sum += s[j];
-    }
-    const float inv_sum = 1.0f / sum;
-    for (int64_t j = 0; j < num_keys[r]; ++j) s[j] *= inv_sum;
-    float* o = out + r * out_stride;
-    for (int64_t i = 0; i < head_dim; ++i) o[i] = 0.0f;
-  }
-  for (int64_t j = lo; j < hi; ++j) {
-    if (j + attention_detail::kRowsAhead < hi)
-      attention_detail::PrefetchRow(value_row(j + attention_detail::kRowsAhead), head_dim);
-    const float* v = value_row(j);
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t at = j - first_key[r];
-      if (at >= 0 && at < num_keys[r])
-        attention_detail::Axpy(scores[r * width + at], v, out + r * out_stride, head_dim);
-    }
   }
 }
 

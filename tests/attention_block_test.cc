@@ -1,10 +1,12 @@
-// The GEMM-shaped prefill attention kernel (common/kernels/attention_block.h)
-// against a float64 reference, on every ISA path the host has.
+// The attention kernel (common/kernels/attention_block.h) against a float64
+// reference, on every ISA path the host has and in both its shapes (queries
+// in lanes, keys in lanes), which must give the same bits.
 #include "common/kernels/attention_block.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
@@ -78,10 +80,11 @@ TEST_P(AttentionBlockTest, MatchesFloat64Reference) {
   if (const std::string why = IsaUnavailableReason(isa); !why.empty()) GTEST_SKIP() << why;
   // Rows below, at and past a vector; head_dim with and without a partial
   // vector (6, 72) and Mixtral's 128; windows narrower than the block.
-  const Case cases[] = {{1, 128, 0, std::nullopt},  {5, 16, 3, std::nullopt}, {8, 64, 40, std::nullopt},
+  const Case cases[] = {{1, 128, 0, std::nullopt},  {5, 16, 3, std::nullopt},  {8, 64, 40, std::nullopt},
                         {17, 72, 9, std::nullopt},  {32, 128, 0, std::nullopt}, {32, 128, 200, std::nullopt},
                         {32, 6, 11, std::nullopt},  {24, 128, 100, 48},         {32, 64, 60, 7},
-                        {3, 128, 500, 600},         {31, 130, 33, std::nullopt}};
+                        {3, 128, 500, 600},         {31, 130, 33, std::nullopt}, {4, 64, 2047, std::nullopt},
+                        {2, 72, 30, 20},            {7, 8, 13, std::nullopt},    {12, 24, 5, 9}};
   const int64_t kv_heads = 2, kvh = 1;
   for (const Case& c : cases) {
     const int64_t positions = c.start + c.rows;
@@ -107,6 +110,15 @@ TEST_P(AttentionBlockTest, MatchesFloat64Reference) {
                                   .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)), .out = out.data(),
                                   .out_stride = out_stride};
     ASSERT_TRUE(AttendBlockWithIsa(isa, args, scratch.data()).ok()) << Name(c);
+    // Each shape forced gives kAuto's bits, whichever kAuto picked.
+    for (const AttentionBlockShape shape : {AttentionBlockShape::kQueriesInLanes, AttentionBlockShape::kKeysInLanes}) {
+      std::vector<float> forced(out.size(), -7.0f);
+      AttentionBlockArgs with_shape = args;
+      with_shape.out = forced.data();
+      ASSERT_TRUE(AttendBlockWithIsa(isa, with_shape, scratch.data(), shape).ok()) << Name(c);
+      EXPECT_EQ(std::memcmp(forced.data(), out.data(), out.size() * sizeof(float)), 0)
+          << Name(c) << ", shape " << static_cast<int>(shape);
+    }
     const std::vector<double> ref = Reference(c, q, q_stride, cache, kvh, first, count);
     double err = 0, norm = 0;
     for (int64_t r = 0; r < c.rows; ++r) {
@@ -135,27 +147,59 @@ TEST_P(AttentionBlockTest, MatchesFloat64Reference) {
 }
 
 // Every path computes the same bits (same operations in the same order per
-// lane), so what a machine computes does not depend on its vector width.
+// lane), so what a machine computes does not depend on its vector width:
+// 29 rows (queries in lanes on both), 4 (a decode row's GQA group: keys in
+// lanes on both), 6 (keys in lanes on AVX-512, queries in lanes on AVX2).
 TEST(AttentionBlockPathsTest, Avx512AndAvx2GiveTheSameBits) {
   if (const std::string why = IsaUnavailableReason(IsaLevel::kAvx512); !why.empty()) GTEST_SKIP() << why;
-  const int64_t rows = 29, head_dim = 128, start = 70, positions = start + rows;
-  const Cache cache(positions, 1, head_dim, 3);
-  std::vector<float> q(static_cast<size_t>(rows * head_dim));
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
-  for (float& x : q) x = dist(rng);
-  std::vector<int64_t> first(static_cast<size_t>(rows), 0), count(first.size());
-  for (int64_t r = 0; r < rows; ++r) count[r] = start + r + 1;
-  std::vector<float> scratch(static_cast<size_t>(AttentionBlockScratchFloats(positions, head_dim)));
-  std::vector<float> wide(q.size()), narrow(q.size());
-  AttentionBlockArgs args{.q = q.data(), .q_stride = head_dim, .rows = rows, .head_dim = head_dim,
-                          .first_key = first.data(), .num_keys = count.data(), .keys = cache.key_rows.data(),
-                          .values = cache.value_rows.data(), .kv_offset = 0, .scale = 0.088f,
-                          .out = wide.data(), .out_stride = head_dim};
-  ASSERT_TRUE(AttendBlockWithIsa(IsaLevel::kAvx512, args, scratch.data()).ok());
-  args.out = narrow.data();
-  ASSERT_TRUE(AttendBlockWithIsa(IsaLevel::kAvx2, args, scratch.data()).ok());
-  EXPECT_EQ(std::memcmp(wide.data(), narrow.data(), wide.size() * sizeof(float)), 0);
+  for (const int64_t rows : {29, 4, 6}) {
+    const int64_t head_dim = 128, start = 70, positions = start + rows;
+    const Cache cache(positions, 1, head_dim, 3);
+    std::vector<float> q(static_cast<size_t>(rows * head_dim));
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    for (float& x : q) x = dist(rng);
+    std::vector<int64_t> first(static_cast<size_t>(rows), 0), count(first.size());
+    for (int64_t r = 0; r < rows; ++r) count[r] = start + r + 1;
+    std::vector<float> scratch(static_cast<size_t>(AttentionBlockScratchFloats(positions, head_dim)));
+    std::vector<float> wide(q.size()), narrow(q.size());
+    AttentionBlockArgs args{.q = q.data(), .q_stride = head_dim, .rows = rows, .head_dim = head_dim,
+                            .first_key = first.data(), .num_keys = count.data(), .keys = cache.key_rows.data(),
+                            .values = cache.value_rows.data(), .kv_offset = 0, .scale = 0.088f,
+                            .out = wide.data(), .out_stride = head_dim};
+    ASSERT_TRUE(AttendBlockWithIsa(IsaLevel::kAvx512, args, scratch.data()).ok());
+    args.out = narrow.data();
+    ASSERT_TRUE(AttendBlockWithIsa(IsaLevel::kAvx2, args, scratch.data()).ok());
+    EXPECT_EQ(std::memcmp(wide.data(), narrow.data(), wide.size() * sizeof(float)), 0) << rows << " rows";
+  }
+}
+
+// A NaN query (a poisoned weight upstream) must come out NaN in every
+// shape and path, so the logits fail the request instead of a finite,
+// wrong row being sampled: the exp's clamp once turned NaN into e^-87.
+TEST_P(AttentionBlockTest, ANaNQueryGivesANaNRow) {
+  const IsaLevel isa = GetParam();
+  if (const std::string why = IsaUnavailableReason(isa); !why.empty()) GTEST_SKIP() << why;
+  for (const int64_t rows : {1, 4, 32}) {
+    const int64_t head_dim = 64, positions = 40;
+    const Cache cache(positions, 1, head_dim, 9);
+    std::vector<float> q(static_cast<size_t>(rows * head_dim), 0.5f);
+    q[3] = std::numeric_limits<float>::quiet_NaN();  // row 0 only
+    std::vector<int64_t> first(static_cast<size_t>(rows), 0), count(first.size(), positions);
+    std::vector<float> scratch(static_cast<size_t>(AttentionBlockScratchFloats(positions, head_dim)));
+    for (const AttentionBlockShape shape : {AttentionBlockShape::kQueriesInLanes, AttentionBlockShape::kKeysInLanes}) {
+      std::vector<float> out(q.size());
+      const AttentionBlockArgs args{.q = q.data(), .q_stride = head_dim, .rows = rows, .head_dim = head_dim,
+                                    .first_key = first.data(), .num_keys = count.data(),
+                                    .keys = cache.key_rows.data(), .values = cache.value_rows.data(),
+                                    .kv_offset = 0, .scale = 0.125f, .out = out.data(), .out_stride = head_dim};
+      ASSERT_TRUE(AttendBlockWithIsa(isa, args, scratch.data(), shape).ok());
+      for (int64_t d = 0; d < head_dim; ++d)
+        ASSERT_TRUE(std::isnan(out[d])) << rows << " rows, shape " << static_cast<int>(shape) << ", column " << d;
+      for (int64_t i = head_dim; i < rows * head_dim; ++i)
+        ASSERT_TRUE(std::isfinite(out[i])) << rows << " rows, shape " << static_cast<int>(shape) << ", at " << i;
+    }
+  }
 }
 
 TEST(AttentionBlockArgsTest, RowsOutsideTheBlockSizeAreRefused) {

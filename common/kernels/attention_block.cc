@@ -6,19 +6,20 @@ namespace tandem {
 
 int64_t AttentionBlockScratchFloats(int64_t max_keys, int64_t head_dim) {
   // Qt [head_dim][32], first/end/inv_sum [32] each, O [32][head_dim
-  // rounded up to 16], St [max_keys][32], and rounding (attention_block_body.h, MakePlan).
-  return (head_dim + 3 + (head_dim + 15) / 16 * 16 + max_keys) * kAttentionBlockMaxRows + 16;
+  // rounded up to 16], St [max_keys][32] or S [32][max_keys rounded up to
+  // 16], and rounding (attention_block_body.h, MakePlan).
+  return (head_dim + 3 + (head_dim + 15) / 16 * 16 + max_keys + 16) * kAttentionBlockMaxRows + 16;
 }
 
 void AttendBlock(const AttentionBlockArgs& a, float* scratch) {
   if (ActiveIsa() >= IsaLevel::kAvx512) {
-    isa::AttendBlockAvx512(a, scratch);
+    isa::AttendBlockAvx512(a, AttentionBlockShape::kAuto, scratch);
   } else {
-    isa::AttendBlockAvx2(a, scratch);
+    isa::AttendBlockAvx2(a, AttentionBlockShape::kAuto, scratch);
   }
 }
 
-absl::Status AttendBlockWithIsa(IsaLevel isa, const AttentionBlockArgs& a, float* scratch) {
+absl::Status AttendBlockWithIsa(IsaLevel isa, const AttentionBlockArgs& a, float* scratch, AttentionBlockShape shape) {
   if (a.rows < 1 || a.rows > kAttentionBlockMaxRows) {
     return absl::InvalidArgumentError(
         absl::StrCat("attention block: rows must be 1..", kAttentionBlockMaxRows, ", got ", a.rows));
@@ -27,9 +28,9 @@ absl::Status AttendBlockWithIsa(IsaLevel isa, const AttentionBlockArgs& a, float
     return absl::FailedPreconditionError(absl::StrCat("attention block: ", why));
   }
   if (isa >= IsaLevel::kAvx512) {
-    isa::AttendBlockAvx512(a, scratch);
+    isa::AttendBlockAvx512(a, shape, scratch);
   } else {
-    isa::AttendBlockAvx2(a, scratch);
+    isa::AttendBlockAvx2(a, shape, scratch);
   }
   return absl::OkStatus();
 }
@@ -37,9 +38,9 @@ absl::Status AttendBlockWithIsa(IsaLevel isa, const AttentionBlockArgs& a, float
 const char* AttentionBlockKernelName() { return ActiveIsa() >= IsaLevel::kAvx512 ? "avx512" : "avx2"; }
 
 std::string DescribeAttentionKernels() {
-  return absl::StrCat("attention: blocks of ", kAttentionBlockMinRows,
-                      "+ rows (prefill, a decode row's GQA group) attention_block_", AttentionBlockKernelName(),
-                      ", fewer rows per-key dots");
+  return absl::StrCat("attention: attention_block_", AttentionBlockKernelName(), ", keys in lanes up to ",
+                      ActiveIsa() >= IsaLevel::kAvx512 ? kKeysInLanesMaxRowsAvx512 : kKeysInLanesMaxRowsAvx2,
+                      " rows (a decode row's GQA group), queries in lanes above");
 }
 
 }  // namespace tandem

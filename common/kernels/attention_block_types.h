@@ -1,4 +1,4 @@
-// The plain data of the GEMM-shaped attention kernel (attention_block.h) and
+// The plain data of the attention kernel (attention_block.h) and
 // its per-ISA entry points. Included by the ISA translation units, which are
 // compiled with their own instruction-set flags: so this header holds no
 // inline function (common/CMakeLists.txt explains why).
@@ -32,10 +32,20 @@ struct AttentionBlockArgs {
 
 inline constexpr int64_t kAttentionBlockMaxRows = 32;
 
+// Which way the kernel lays its vectors (attention_block_body.h): query
+// rows in lanes (prefill blocks) or keys in lanes (few rows: a decode row's
+// GQA group). Both give the same bits; kAuto picks by the block's rows.
+enum class AttentionBlockShape { kAuto, kQueriesInLanes, kKeysInLanes };
+
+// kAuto's keys in lanes up to this many rows, per vector width
+// (tandem-attention-bench: see attention_block.h).
+inline constexpr int64_t kKeysInLanesMaxRowsAvx512 = 8;
+inline constexpr int64_t kKeysInLanesMaxRowsAvx2 = 4;
+
 namespace isa {
 // Scratch: AttentionBlockScratchFloats (attention_block.h) floats, 64-byte aligned.
-void AttendBlockAvx2(const AttentionBlockArgs& a, float* scratch);
-void AttendBlockAvx512(const AttentionBlockArgs& a, float* scratch);
+void AttendBlockAvx2(const AttentionBlockArgs& a, AttentionBlockShape shape, float* scratch);
+void AttendBlockAvx512(const AttentionBlockArgs& a, AttentionBlockShape shape, float* scratch);
 }  // namespace isa
 
 }  // namespace tandem

@@ -12,9 +12,11 @@ namespace tandem {
 // Cephes' expf: 2^n times a degree-6 polynomial of the remainder, about 1
 // ulp. x is clamped to [-87.33654, 88], where 2^n stays a normal float:
 // below, the result is e^-87.34 (1.2e-38), not 0; callers that need exact
-// zeros (masked attention scores) mask them.
+// zeros (masked attention scores) mask them. NaN gives NaN.
 inline __m256 ExpAvx2(__m256 x) {
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.0f));
+  // x second: max/min return their second operand when either is NaN, so
+  // a NaN stays NaN (a silent finite result would hide a poisoned model).
+  x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.33654f), x));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
