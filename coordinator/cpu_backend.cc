@@ -47,76 +47,92 @@ absl::Status CpuBackend::Embed(std::span<const int32_t> tokens, float* hidden) {
 
 absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> slices, int64_t num_rows, float* hidden) {
   const LayerWeights& lw = weights_->layers[static_cast<size_t>(layer)];
-  const int64_t d = config_.hidden_size, hd = config_.head_dim;
-  const int64_t heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads;
-  const int64_t q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  TANDEM_RETURN_IF_ERROR(GrowAttentionBuffers(num_rows));
+  TANDEM_RETURN_IF_ERROR(ProjectQkv(lw, num_rows, hidden));
+  RopeAndCache(layer, slices);
+  TANDEM_RETURN_IF_ERROR(PlanAttention(layer, slices));
+  const auto num_tasks = static_cast<int64_t>(tasks_.size());
+  if (pool_) {
+    pool_->ParallelFor(num_tasks, [&](int64_t t, int thread) { AttendTask(tasks_[static_cast<size_t>(t)], thread); });
+  } else {
+    for (int64_t t = 0; t < num_tasks; ++t) AttendTask(tasks_[static_cast<size_t>(t)], 0);
+  }
+  return ProjectOutput(lw, num_rows, hidden);
+}
+
+absl::Status CpuBackend::GrowAttentionBuffers(int64_t num_rows) {
+  const int64_t d = config_.hidden_size, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
   TANDEM_RETURN_IF_ERROR(normed_.Grow(num_rows * d, "attention's normed input"));
   TANDEM_RETURN_IF_ERROR(q_.Grow(num_rows * q_dim, "the queries"));
   TANDEM_RETURN_IF_ERROR(k_.Grow(num_rows * kv_dim, "the new keys"));
   TANDEM_RETURN_IF_ERROR(v_.Grow(num_rows * kv_dim, "the new values"));
   TANDEM_RETURN_IF_ERROR(attn_.Grow(num_rows * q_dim, "the attention output"));
-  TANDEM_RETURN_IF_ERROR(o_.Grow(num_rows * d, "the output projection"));
+  return o_.Grow(num_rows * d, "the output projection");
+}
 
-  // [T, D] → q [T, Hq], k/v [T, Hkv]
+namespace {
+const float* BiasOrNull(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
+}  // namespace
+
+// [T, D] → q [T, Hq], k/v [T, Hkv].
+absl::Status CpuBackend::ProjectQkv(const LayerWeights& lw, int64_t num_rows, const float* hidden) {
+  const int64_t d = config_.hidden_size, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
   ApplyNorm(config_, lw.input_norm, hidden, num_rows, normed_.data());
-  auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
-  auto start = std::chrono::steady_clock::now();
+  const auto start = std::chrono::steady_clock::now();
   // One dispatch for q, k and v: k and v are a quarter of q each (GQA), too
   // few tasks on their own to keep every thread busy to the end.
-  const LinearProduct qkv[] = {{.w = &lw.q_proj, .bias = bias(lw.q_bias), .y = q_.data()},
-                               {.w = &lw.k_proj, .bias = bias(lw.k_bias), .y = k_.data()},
-                               {.w = &lw.v_proj, .bias = bias(lw.v_bias), .y = v_.data()}};
+  const LinearProduct qkv[] = {{.w = &lw.q_proj, .bias = BiasOrNull(lw.q_bias), .y = q_.data()},
+                               {.w = &lw.k_proj, .bias = BiasOrNull(lw.k_bias), .y = k_.data()},
+                               {.w = &lw.v_proj, .bias = BiasOrNull(lw.v_bias), .y = v_.data()}};
   TANDEM_RETURN_IF_ERROR(LinearShared(normed_.data(), num_rows, qkv, pool_));
   projection_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   projection_flops_ += 2.0 * static_cast<double>(num_rows) * static_cast<double>(d) *
-                       static_cast<double>(q_dim + 2 * kv_dim + q_dim);  // q, k, v, and o below
+                       static_cast<double>(q_dim + 2 * kv_dim + q_dim);  // q, k, v, and o (ProjectOutput)
+  return absl::OkStatus();
+}
 
-  // RoPE on q and k, then the new keys/values join each sequence's cache.
+// RoPE on q and k, then the new keys/values join each sequence's cache.
+void CpuBackend::RopeAndCache(int layer, std::span<const SequenceSlice> slices) {
+  const int64_t q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
   for (const SequenceSlice& s : slices) {
     const bool long_factors = rope_.UseLongFactors(s.start_position + s.num_tokens - 1);
     for (int64_t i = 0; i < s.num_tokens; ++i) {
       const int64_t row = s.row_offset + i, position = s.start_position + i;
-      rope_.Apply(q_.data() + row * q_dim, heads, position, long_factors);
-      rope_.Apply(k_.data() + row * kv_dim, kv_heads, position, long_factors);
+      rope_.Apply(q_.data() + row * q_dim, config_.num_attention_heads, position, long_factors);
+      rope_.Apply(k_.data() + row * kv_dim, config_.num_key_value_heads, position, long_factors);
       std::copy_n(k_.data() + row * kv_dim, kv_dim, s.kv->KeyRow(layer, position));
       std::copy_n(v_.data() + row * kv_dim, kv_dim, s.kv->ValueRow(layer, position));
     }
   }
+}
 
-  // Each row attends to its own sequence's keys up to its position (causal),
-  // within the sliding window when the config sets one. Tasks are (block of
-  // up to kBlockRows consecutive rows of one sequence, query head): a block
-  // reads each key and value once for all its rows (prefill), and decode's
-  // single rows still spread over the threads by head. Scratch per thread:
-  // kBlockRows x keys scores, linear in the sequence length.
-  constexpr int64_t kBlockRows = 32;
-
+// Each row attends to its own sequence's keys up to its position (causal),
+// within the sliding window when the config sets one. Tasks are (block of
+// up to kAttentionRows consecutive rows of one sequence, query head): a
+// block reads each key and value once for all its rows (prefill), and
+// decode's single rows still spread over the threads by head. Scratch per
+// thread: about kAttentionRows x keys floats, linear in the sequence length.
+absl::Status CpuBackend::PlanAttention(int layer, std::span<const SequenceSlice> slices) {
   // Every cached position's key and value row is looked up once per layer
   // into kv_rows_ (the slice's keys from `keys_at`, then its values), with
   // one block-table lookup per block of positions: the lookup (block
-  // table, an out-of-line pool call, a division) cost more
-  // than the dot product it fed when every head repeated it for every key
+  // table, an out-of-line pool call, a division) cost more than the dot
+  // product it fed when every head repeated it for every key
   // (mixtral-8x7b:2 decode at ~560 keys: attention 3.9-4.2 -> 3.5 ms/token).
-  struct Block {
-    const SequenceSlice* slice;
-    int64_t begin, count;
-    size_t keys_at;
-  };
-  std::vector<Block> blocks;
-  int64_t max_keys = 0;
+  blocks_.clear();
   kv_rows_.clear();
+  int64_t max_keys = 0;
   for (const SequenceSlice& s : slices) {
     const size_t keys_at = kv_rows_.size();
     const int64_t end = s.start_position + s.num_tokens;
     s.kv->AppendKeyRows(layer, end, kv_rows_);
     s.kv->AppendValueRows(layer, end, kv_rows_);
-    for (int64_t i = 0; i < s.num_tokens; i += kBlockRows)
-      blocks.push_back({&s, i, std::min(kBlockRows, s.num_tokens - i), keys_at});
+    for (int64_t i = 0; i < s.num_tokens; i += kAttentionRows)
+      blocks_.push_back({&s, i, std::min(kAttentionRows, s.num_tokens - i), keys_at});
     max_keys = std::max(max_keys, end);
   }
-  static_assert(kBlockRows <= kAttentionBlockMaxRows);
   for (auto& scratch : scores_)
-    TANDEM_RETURN_IF_ERROR(scratch.Grow(AttentionBlockScratchFloats(max_keys, hd), "attention scores"));
+    TANDEM_RETURN_IF_ERROR(scratch.Grow(AttentionBlockScratchFloats(max_keys, config_.head_dim), "attention scores"));
   // A task attends one query head of a block, or, for a block of one row
   // (decode), the `group` query heads that share a kv head, as `group` rows
   // hd apart, so each key and value row is loaded once for all of them
@@ -124,59 +140,52 @@ absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> sli
   // alternating: 1.1-1.5 -> 0.84-0.91 ms per token). The kernel lays a few
   // rows' keys in vector lanes and a prefill block's queries
   // (attention_block.h); either way a row's result is the same bits.
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t group = heads / kv_heads;
-  const bool by_kv_head = group > 1 && group <= kBlockRows;
-  struct Task {
-    int32_t block, head, heads;  // query heads [head, head + heads)
-  };
-  std::vector<Task> tasks;
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    const int64_t step = by_kv_head && blocks[i].count == 1 ? group : 1;
+  const int64_t heads = config_.num_attention_heads, group = heads / config_.num_key_value_heads;
+  const bool by_kv_head = group > 1 && group <= kAttentionRows;
+  tasks_.clear();
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const int64_t step = by_kv_head && blocks_[i].count == 1 ? group : 1;
     for (int64_t h = 0; h < heads; h += step)
-      tasks.push_back({static_cast<int32_t>(i), static_cast<int32_t>(h), static_cast<int32_t>(step)});
+      tasks_.push_back({static_cast<int32_t>(i), static_cast<int32_t>(h), static_cast<int32_t>(step)});
   }
-  auto attend = [&](int64_t index, int thread) {
-    const Task& task = tasks[static_cast<size_t>(index)];
-    const Block& b = blocks[static_cast<size_t>(task.block)];
-    const int64_t kv_offset = (task.head / group) * hd;
-    int64_t first[kBlockRows], count[kBlockRows];
-    for (int64_t r = 0; r < b.count; ++r) {
-      const int64_t position = b.slice->start_position + b.begin + r;
-      first[r] = config_.sliding_window ? std::max<int64_t>(0, position - *config_.sliding_window + 1) : 0;
-      count[r] = position - first[r] + 1;
-    }
-    // A block's rows are q_dim apart; a group's heads (one row) hd apart.
-    const int64_t rows = b.count * task.heads, stride = task.heads > 1 ? hd : q_dim;
-    for (int64_t r = b.count; r < rows; ++r) first[r] = first[0], count[r] = count[0];
-    const float* const* keys = kv_rows_.data() + b.keys_at;
-    const float* const* values = keys + b.slice->start_position + b.slice->num_tokens;
-    const int64_t row0 = b.slice->row_offset + b.begin;
-    AttendBlock({.q = q_.data() + row0 * q_dim + task.head * hd,
-                 .q_stride = stride,
-                 .rows = rows,
-                 .head_dim = hd,
-                 .first_key = first,
-                 .num_keys = count,
-                 .keys = keys,
-                 .values = values,
-                 .kv_offset = kv_offset,
-                 .scale = scale,
-                 .out = attn_.data() + row0 * q_dim + task.head * hd,
-                 .out_stride = stride},
-                scores_[static_cast<size_t>(thread)].data());
-  };
-  const auto num_tasks = static_cast<int64_t>(tasks.size());
-  if (pool_) {
-    pool_->ParallelFor(num_tasks, attend);
-  } else {
-    for (int64_t t = 0; t < num_tasks; ++t) attend(t, 0);
-  }
+  return absl::OkStatus();
+}
 
-  start = std::chrono::steady_clock::now();
-  TANDEM_RETURN_IF_ERROR(Linear(attn_.data(), num_rows, lw.o_proj, bias(lw.o_bias), o_.data(), pool_));
+void CpuBackend::AttendTask(const AttentionTask& task, int thread) {
+  const AttentionRowBlock& b = blocks_[static_cast<size_t>(task.block)];
+  const int64_t hd = config_.head_dim, q_dim = config_.q_dim();
+  const int64_t group = config_.num_attention_heads / config_.num_key_value_heads;
+  int64_t first[kAttentionRows], count[kAttentionRows];
+  for (int64_t r = 0; r < b.count; ++r) {
+    const int64_t position = b.slice->start_position + b.begin + r;
+    first[r] = config_.sliding_window ? std::max<int64_t>(0, position - *config_.sliding_window + 1) : 0;
+    count[r] = position - first[r] + 1;
+  }
+  // A block's rows are q_dim apart; a group's heads (one row) hd apart.
+  const int64_t rows = b.count * task.heads, stride = task.heads > 1 ? hd : q_dim;
+  for (int64_t r = b.count; r < rows; ++r) first[r] = first[0], count[r] = count[0];
+  const float* const* keys = kv_rows_.data() + b.keys_at;
+  const int64_t row0 = b.slice->row_offset + b.begin;
+  AttendBlock({.q = q_.data() + row0 * q_dim + task.head * hd,
+               .q_stride = stride,
+               .rows = rows,
+               .head_dim = hd,
+               .first_key = first,
+               .num_keys = count,
+               .keys = keys,
+               .values = keys + b.slice->start_position + b.slice->num_tokens,
+               .kv_offset = (task.head / group) * hd,
+               .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
+               .out = attn_.data() + row0 * q_dim + task.head * hd,
+               .out_stride = stride},
+              scores_[static_cast<size_t>(thread)].data());
+}
+
+absl::Status CpuBackend::ProjectOutput(const LayerWeights& lw, int64_t num_rows, float* hidden) {
+  const auto start = std::chrono::steady_clock::now();
+  TANDEM_RETURN_IF_ERROR(Linear(attn_.data(), num_rows, lw.o_proj, BiasOrNull(lw.o_bias), o_.data(), pool_));
   projection_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-  AddInPlace(hidden, o_.data(), num_rows * d);
+  AddInPlace(hidden, o_.data(), num_rows * config_.hidden_size);
   return absl::OkStatus();
 }
 
