@@ -11,12 +11,19 @@ int64_t AttentionBlockScratchFloats(int64_t max_keys, int64_t head_dim) {
   return (head_dim + 3 + (head_dim + 15) / 16 * 16 + max_keys + 16) * kAttentionBlockMaxRows + 16;
 }
 
-void AttendBlock(const AttentionBlockArgs& a, float* scratch) {
-  if (ActiveIsa() >= IsaLevel::kAvx512) {
-    isa::AttendBlockAvx512(a, AttentionBlockShape::kAuto, scratch);
+namespace {
+// The kernel compiled for `isa`'s vector width (AVX-512F, else AVX2).
+void RunFor(IsaLevel isa, const AttentionBlockArgs& a, AttentionBlockShape shape, float* scratch) {
+  if (isa >= IsaLevel::kAvx512) {
+    isa::AttendBlockAvx512(a, shape, scratch);
   } else {
-    isa::AttendBlockAvx2(a, AttentionBlockShape::kAuto, scratch);
+    isa::AttendBlockAvx2(a, shape, scratch);
   }
+}
+}  // namespace
+
+void AttendBlock(const AttentionBlockArgs& a, float* scratch) {
+  RunFor(ActiveIsa(), a, AttentionBlockShape::kAuto, scratch);
 }
 
 absl::Status AttendBlockWithIsa(IsaLevel isa, const AttentionBlockArgs& a, float* scratch, AttentionBlockShape shape) {
@@ -27,11 +34,7 @@ absl::Status AttendBlockWithIsa(IsaLevel isa, const AttentionBlockArgs& a, float
   if (const std::string why = IsaUnavailableReason(isa); !why.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("attention block: ", why));
   }
-  if (isa >= IsaLevel::kAvx512) {
-    isa::AttendBlockAvx512(a, shape, scratch);
-  } else {
-    isa::AttendBlockAvx2(a, shape, scratch);
-  }
+  RunFor(isa, a, shape, scratch);
   return absl::OkStatus();
 }
 

@@ -96,14 +96,13 @@ inline void TransposeQueries(const AttentionBlockArgs& a, const Plan& p) {
 
 // One key's row a few keys ahead, into L1: a head's key rows are a cache
 // row apart (4 KB at Mixtral's width), a stride the prefetcher skips.
+// kHint _MM_HINT_T1 (L2) for rows wanted a whole L1-sized tile later.
+// (decltype: GCC's hints are an enum, clang's plain ints.)
+template <decltype(_MM_HINT_T0) kHint = _MM_HINT_T0>
 inline void PrefetchRow(const float* row, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(row + i), _MM_HINT_T0);
+  for (int64_t i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(row + i), kHint);
 }
 inline constexpr int64_t kKeysAhead = 8;
-// The same into L2, for rows wanted a whole L1-sized tile later.
-inline void PrefetchRowL2(const float* row, int64_t n) {
-  for (int64_t i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(row + i), _MM_HINT_T1);
-}
 
 // Scores of kKeys keys from relative key j for all rpad rows (kChunks
 // vectors): Qt columns against broadcast key elements, then scaled, with
@@ -316,7 +315,7 @@ inline void Values(const AttentionBlockArgs& a, const Plan& p) {
   for (int64_t begin = 0; begin < p.width; begin += kValueTileKeys) {
     const int64_t end = Min(p.width, begin + kValueTileKeys);
     for (int64_t j = end; j < Min(p.width, end + kValueTileKeys); ++j)
-      PrefetchRowL2(a.values[p.lo + j] + a.kv_offset, a.head_dim);
+      PrefetchRow<_MM_HINT_T1>(a.values[p.lo + j] + a.kv_offset, a.head_dim);
     int64_t r0 = 0;
     for (; r0 < p.value_rows; r0 += 4) ValueRows<4>(a, p, r0, begin, end);
     for (; r0 < a.rows; ++r0) ValueRows<1>(a, p, r0, begin, end);
