@@ -146,6 +146,9 @@ std::vector<Case> AllCases() {
     // 64-value VNNI step.
     for (int64_t m = 1; m <= 9; ++m)
       for (int threads : {1, 2}) cases.push_back({dtype, 13, 3 * block, m, threads});
+    // One x row read one W row at a time (9 blocks) and the first K past
+    // that path's bound (4096, kInt8OneRowMaxK in common/kernels/linear_isa.h).
+    for (int64_t k : {9 * block, (4096 / block + 1) * block}) cases.push_back({dtype, 7, k, 1, 2});
     // Longer rows of the 32-value types: 34 blocks, and 65 (a half unit
     // after 32 whole ones).
     if (block == 32) {
@@ -227,30 +230,39 @@ TEST(QuantizedLinear, MeasuredPlanServesTheTypesTimed) {
   }
 }
 
+// Each int8_dot kernel's result for every row of a call of `rows` rows
+// (one thread) against the same row alone (two threads), bit for bit.
+void ExpectRowResultsIndependentOfRowCountAndThreads(DType dtype, int64_t rows, int64_t n, int64_t k) {
+  const QuantizedMatrix w(dtype, n, k, 11);
+  const std::vector<float> x = Random(rows * k, 7), bias = Random(n, 8);
+  for (const LinearKernel& kernel : AllLinearKernels()) {
+    if (kernel.dtype != dtype || kernel.path != KernelPath::kInt8Dot || kernel.isa > ActiveIsa()) continue;
+    const LinearOptions options{.kernel = &kernel};
+    ThreadPool one_thread(ThreadPoolOptions{.num_threads = 1, .name = "q-linear-test"});
+    std::vector<float> all(static_cast<size_t>(rows * n));
+    ASSERT_OK(Linear(x.data(), rows, w.weight, bias.data(), all.data(), &one_thread, options));
+    ThreadPool two_threads(ThreadPoolOptions{.num_threads = 2, .name = "q-linear-test"});
+    for (int64_t r : {int64_t{0}, int64_t{7}, int64_t{8}, rows - 1}) {
+      std::vector<float> one(static_cast<size_t>(n));
+      ASSERT_OK(Linear(&x[r * k], 1, w.weight, bias.data(), one.data(), &two_threads, options));
+      for (int64_t j = 0; j < n; ++j)
+        ASSERT_EQ(one[j], all[r * n + j]) << kernel.name << " " << DTypeName(dtype) << " row " << r << " feature " << j;
+    }
+  }
+}
+
 // The int8_dot kernels compute each output from its x row and W row alone:
 // a row's result is bit for bit the same in a call of 1 row and of 11 (the
 // fused kernels' passes of 8 x rows and 3, the tile's register tiles of 4),
-// with 1 or 2 threads.
+// with 1 or 2 threads. K of 3 and 9 blocks and the first K past 4096
+// (kInt8OneRowMaxK, common/kernels/linear_isa.h): one x row reads one W
+// row at a time up to it, and several W rows a pass beyond.
 TEST(QuantizedLinear, Int8DotRowResultIndependentOfRowCountAndThreads) {
-  constexpr int64_t kRows = 11, kN = 13;
   for (DType dtype : kQuantized) {
-    const int64_t k = 3 * DTypeBlockSize(dtype);
-    const QuantizedMatrix w(dtype, kN, k, 11);
-    const std::vector<float> x = Random(kRows * k, 7), bias = Random(kN, 8);
-    for (const LinearKernel& kernel : AllLinearKernels()) {
-      if (kernel.dtype != dtype || kernel.path != KernelPath::kInt8Dot || kernel.isa > ActiveIsa()) continue;
-      const LinearOptions options{.kernel = &kernel};
-      ThreadPool one_thread(ThreadPoolOptions{.num_threads = 1, .name = "q-linear-test"});
-      std::vector<float> all(static_cast<size_t>(kRows * kN));
-      ASSERT_OK(Linear(x.data(), kRows, w.weight, bias.data(), all.data(), &one_thread, options));
-      ThreadPool two_threads(ThreadPoolOptions{.num_threads = 2, .name = "q-linear-test"});
-      for (int64_t r : {int64_t{0}, int64_t{7}, int64_t{8}, kRows - 1}) {
-        std::vector<float> one(static_cast<size_t>(kN));
-        ASSERT_OK(Linear(&x[r * k], 1, w.weight, bias.data(), one.data(), &two_threads, options));
-        for (int64_t j = 0; j < kN; ++j)
-          ASSERT_EQ(one[j], all[r * kN + j])
-              << kernel.name << " " << DTypeName(dtype) << " row " << r << " feature " << j;
-      }
+    const int64_t block = DTypeBlockSize(dtype);
+    for (const int64_t k : {3 * block, 9 * block, (4096 / block + 1) * block}) {
+      SCOPED_TRACE(absl::StrCat(std::string(DTypeName(dtype)), " K = ", k));
+      ExpectRowResultsIndependentOfRowCountAndThreads(dtype, 11, 13, k);
     }
   }
 }

@@ -273,7 +273,7 @@ inline void IntScaledSteps(const uint8_t* const (&w)[kW], const XRows<kRows>& x,
 template <class Format, int kRows, int kW, class Acc>
 inline void Unit(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows<kRows>& x, int64_t i, int64_t at,
                  Acc& acc) {
-  PrefetchLines(next + kW * at, kW * Format::kBytes);
+  if constexpr (kRows > 1 || kW > 1) PrefetchLines(next + kW * at, kW * Format::kBytes);  // (Rows: one stream)
   typename Format::State state[kW];
   for (int f = 0; f < kW; ++f) state[f] = Format::Begin(w[f] + at);
   if constexpr (Format::kOffsets) {
@@ -331,12 +331,23 @@ void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& 
   }
 }
 
+template <class Format, int kRows, int kW>
+void RowsBy(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
+  for (int64_t j0 = a.n_begin; j0 < a.n_end; j0 += kW) Pass<Format, kRows, kW>(w, a, px, r0, j0);
+}
+
 template <class Format, int kRows>
 void Rows(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
+  // One x row at K <= kInt8OneRowMaxK reads one W row at a time with no
+  // software prefetch: one sequential stream for the hardware prefetcher
+  // (why, and the K bound: linear_avx512_vnni_fused.cc, Rows).
+  if constexpr (kRows == 1) {
+    if (w.k <= kInt8OneRowMaxK) return RowsBy<Format, 1, 1>(w, a, px, r0);
+  }
   // 16 ymm registers: the kW x kRows f32 sums (per-32 formats) or int32
   // sums (K-quants) come first.
   constexpr int kW = kRows <= 2 ? 2 : 1;
-  for (int64_t j0 = a.n_begin; j0 < a.n_end; j0 += kW) Pass<Format, kRows, kW>(w, a, px, r0, j0);
+  RowsBy<Format, kRows, kW>(w, a, px, r0);
 }
 
 template <class Format>

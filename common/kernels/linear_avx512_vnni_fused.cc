@@ -48,7 +48,8 @@ inline float HalfAt(const uint8_t* p) {
 // size). Microbench on Zen 5, Q4_K, K = 4096 from DRAM: 1 thread 7.7 GB/s
 // (1 KB ahead in each row, to L1) -> 18 GB/s, as fast as the same blocks
 // interleaved row by row; 2 threads 14 -> 29-31 GB/s (L2 hint; 23-24 with
-// the L1 hint).
+// the L1 hint). One x row against one W row at a time is one stream
+// already (Rows): it prefetches nothing.
 inline void PrefetchLines(const uint8_t* p, int64_t bytes) {
   for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + at, _MM_HINT_T1);
 }
@@ -290,7 +291,7 @@ struct XRows {
 template <class Format, int kRows, int kW>
 inline void Unit(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows<kRows>& x, int64_t i, int64_t at,
                  bool half, __m512 (&acc)[kW][kRows]) {
-  PrefetchLines(next + kW * at, kW * Format::kBytes);
+  if constexpr (kRows > 1 || kW > 1) PrefetchLines(next + kW * at, kW * Format::kBytes);  // (Rows: one stream)
   const __m256 w_scales = UnitScales<Format, kW>(w, at, half);
   __m512i wv[kW];
   for (int f = 0; f < kW; ++f) wv[f] = Format::Levels(w[f] + at, half);
@@ -320,7 +321,7 @@ inline void Unit(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows
 template <class Format, int kRows, int kW>
 inline void Block(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows<kRows>& x, int64_t i, int64_t at,
                   __m512 (&acc)[kW][kRows]) {
-  PrefetchLines(next + kW * at, kW * Format::kBytes);
+  if constexpr (kRows > 1 || kW > 1) PrefetchLines(next + kW * at, kW * Format::kBytes);  // (Rows: one stream)
   const uint8_t* blocks[kW];
   for (int f = 0; f < kW; ++f) blocks[f] = w[f] + at;
   __m512i levels[kW][4];
@@ -375,13 +376,28 @@ void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& 
   }
 }
 
-// All of the slice's W rows against kRows x rows from r0.
+// All of the slice's W rows against kRows x rows from r0, kW at a time.
+template <class Format, int kRows, int kW>
+void RowsBy(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
+  for (int64_t j0 = a.n_begin; j0 < a.n_end; j0 += kW) Pass<Format, kRows, kW>(w, a, px, r0, j0);
+}
+
 template <class Format, int kRows>
 void Rows(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
-  // Fewer x rows leave registers for more W rows (more loads in flight); a
+  // One x row (decode) at K <= kInt8OneRowMaxK reads one W row at a time, front
+  // to back: the slice is then one sequential stream the hardware
+  // prefetcher follows, with no software prefetch beside it
+  // (PrefetchLines). Zen 5, from DRAM, 2 threads, against 4 rows a pass
+  // (median of 6 alternating pairs): 14336 x 4096 Q4_K 0.98x, Q5_K 1.14x,
+  // Q6_K 1.08x, Q8_0 1.04x; small-mixtral's 3584 x 1024 1.04-1.27x
+  // (docs/BENCHMARKS.md, "Decode GEMV: one W row at a time"). Otherwise
+  // fewer x rows leave registers for more W rows (more loads in flight); a
   // K-quant block holds 4 level vectors per W row.
+  if constexpr (kRows == 1) {
+    if (w.k <= kInt8OneRowMaxK) return RowsBy<Format, 1, 1>(w, a, px, r0);
+  }
   constexpr int kW = Format::kGroupMajor ? (kRows == 1 ? 4 : 2) : (kRows <= 2 ? 4 : 2);
-  for (int64_t j0 = a.n_begin; j0 < a.n_end; j0 += kW) Pass<Format, kRows, kW>(w, a, px, r0, j0);
+  RowsBy<Format, kRows, kW>(w, a, px, r0);
 }
 
 template <class Format>

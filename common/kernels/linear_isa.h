@@ -112,6 +112,13 @@ struct Int8DotTile {
 // computing nothing, for a type they have no decoder for (Q4_1, Q5_0: the
 // tile path runs those). Each y[r, j] is the sum plus bias[j].
 inline constexpr int64_t kInt8FusedRows = 8;
+// One x row (decode) up to this K reads one W row at a time, front to back
+// (one stream for the hardware prefetcher, no software prefetch); past it x
+// (K bytes of levels, K / 2 of scales and offsets) no longer stays in L1
+// beside the W stream and every block reloads its x lines (a 4096 x 14336
+// Mixtral down projection, Zen 5, 2 threads: Q4_K 36-43 -> 24-32 GB/s one
+// row at a time), so W rows go several a pass, sharing each x load.
+inline constexpr int64_t kInt8OneRowMaxK = 4096;
 struct Int8PreparedX {
   const void* base = nullptr;  // row r at base + r * stride: levels, then scales, offsets
   int64_t stride = 0;
