@@ -147,8 +147,8 @@ std::vector<Case> AllCases() {
     for (int64_t m = 1; m <= 9; ++m)
       for (int threads : {1, 2}) cases.push_back({dtype, 13, 3 * block, m, threads});
     // One x row read one W row at a time (9 blocks) and the first K past
-    // that path's bound (4096, kInt8OneRowMaxK in common/kernels/linear_isa.h).
-    for (int64_t k : {9 * block, (4096 / block + 1) * block}) cases.push_back({dtype, 7, k, 1, 2});
+    // that path's bound (6400, kInt8OneRowMaxK in common/kernels/linear_isa.h).
+    for (int64_t k : {9 * block, (6400 / block + 1) * block}) cases.push_back({dtype, 7, k, 1, 2});
     // Longer rows of the 32-value types: 34 blocks, and 65 (a half unit
     // after 32 whole ones).
     if (block == 32) {
@@ -254,13 +254,13 @@ void ExpectRowResultsIndependentOfRowCountAndThreads(DType dtype, int64_t rows, 
 // The int8_dot kernels compute each output from its x row and W row alone:
 // a row's result is bit for bit the same in a call of 1 row and of 11 (the
 // fused kernels' passes of 8 x rows and 3, the tile's register tiles of 4),
-// with 1 or 2 threads. K of 3 and 9 blocks and the first K past 4096
+// with 1 or 2 threads. K of 3 and 9 blocks and the first K past 6400
 // (kInt8OneRowMaxK, common/kernels/linear_isa.h): one x row reads one W
 // row at a time up to it, and several W rows a pass beyond.
 TEST(QuantizedLinear, Int8DotRowResultIndependentOfRowCountAndThreads) {
   for (DType dtype : kQuantized) {
     const int64_t block = DTypeBlockSize(dtype);
-    for (const int64_t k : {3 * block, 9 * block, (4096 / block + 1) * block}) {
+    for (const int64_t k : {3 * block, 9 * block, (6400 / block + 1) * block}) {
       SCOPED_TRACE(absl::StrCat(std::string(DTypeName(dtype)), " K = ", k));
       ExpectRowResultsIndependentOfRowCountAndThreads(dtype, 11, 13, k);
     }

@@ -114,11 +114,13 @@ struct Int8DotTile {
 inline constexpr int64_t kInt8FusedRows = 8;
 // One x row (decode) up to this K reads one W row at a time, front to back
 // (one stream for the hardware prefetcher, no software prefetch); past it x
-// (K bytes of levels, K / 2 of scales and offsets) no longer stays in L1
-// beside the W stream and every block reloads its x lines (a 4096 x 14336
-// Mixtral down projection, Zen 5, 2 threads: Q4_K 36-43 -> 24-32 GB/s one
-// row at a time), so W rows go several a pass, sharing each x load.
-inline constexpr int64_t kInt8OneRowMaxK = 4096;
+// (K bytes of levels, up to K / 2 of scales and offsets) no longer stays in
+// L1 beside the W stream and every block reloads its x lines, so W rows go
+// several a pass, sharing each x load. Zen 5, 2 threads, one row at a time
+// against the pass (median of 6 alternating pairs): K = 6400 (Phi-3.5-MoE's
+// down projection) 1.06-1.09x but AVX2 Q6_K 0.98x, K = 8192 0.98-0.99x,
+// K = 14336 (Mixtral's) 0.64-0.85x.
+inline constexpr int64_t kInt8OneRowMaxK = 6400;
 struct Int8PreparedX {
   const void* base = nullptr;  // row r at base + r * stride: levels, then scales, offsets
   int64_t stride = 0;
