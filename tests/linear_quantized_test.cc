@@ -166,7 +166,7 @@ INSTANTIATE_TEST_SUITE_P(Types, QuantizedLinearTest, ::testing::ValuesIn(AllCase
 
 // The built-in plan runs int8_dot at decode and on small batches and, where
 // the CPU has bf16 dot products, the bf16 GEMM on dequantized rows from 32
-// (32-value types) or 128 rows (K-quants); float weights take bf16_dot from
+// rows (every type); float weights take bf16_dot from
 // 12. Below avx512_bf16 quantized weights keep int8_dot at prefill (faster
 // there than q_packed's f32 FMAs at every row count) while float weights
 // get packed.
@@ -185,8 +185,8 @@ TEST(QuantizedLinear, PlanRunsInt8DotAtDecodeAndExactPlanKeepsF32) {
                                                             : KernelPath::kInt8Dot;
     };
     EXPECT_EQ(ChooseLinearKernel(m, DType::kQ8_0, options).path, quantized(32)) << m;
-    EXPECT_EQ(ChooseLinearKernel(m, DType::kQ4_K, options).path, quantized(128)) << m;
-    EXPECT_EQ(ChooseLinearKernel(m, DType::kQ6_K, options).path, quantized(128)) << m;
+    EXPECT_EQ(ChooseLinearKernel(m, DType::kQ4_K, options).path, quantized(32)) << m;
+    EXPECT_EQ(ChooseLinearKernel(m, DType::kQ6_K, options).path, quantized(32)) << m;
     EXPECT_EQ(ChooseLinearKernel(m, DType::kBF16, options).path, bf16_dot ? KernelPath::kBf16Dot : KernelPath::kPacked)
         << m;
   }

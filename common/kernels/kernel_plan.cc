@@ -134,18 +134,18 @@ KernelPlan KernelPlan::BuiltIn(IsaLevel isa) {
   // 512 (q4_K 905 vs 638), so packed returns there.
   //
   // Where the CPU has bf16 dot products, the bf16 GEMM on dequantized rows
-  // (avx512_bf16_q_dot) takes over from int8_dot at a row count that
-  // depends on the type and the CPU (docs/BENCHMARKS.md, "One plan per
-  // weight type"; one expert, 2 threads, median ms). K-quants: on Zen 5
-  // they tie at 64 (q4_K 50.2 vs 47.7) and bf16 wins at 512 (306 vs 393);
-  // on Zen 4 int8_dot wins to 512 (q4_K 476 vs 584, q6_K 521 vs 540, q5_K
-  // a tie), so 128 costs either machine at most ~10-20% over a short
-  // range. The 32-value types pay a scale conversion and FMA per 32 values
-  // in int8_dot (Q5_0 and Q4_1 also decode a tile) and cross at ~32 on Zen
-  // 4 (q8_0 39.2 vs 49.6 at 24 rows, 142 vs 212 at 128; q4_0 a tie at 32).
+  // (avx512_bf16_q_dot) takes over from int8_dot at 32 rows, for every
+  // type (docs/BENCHMARKS.md, "Quantized prefill: bf16 rounding in one
+  // instruction"; one Mixtral expert, 2 threads, Zen 5, median ms, int8_dot
+  // vs bf16): q4_K 13.5 vs 15.8 at 16 rows, 25.5 vs 21.3 at 32, 48.8 vs
+  // 36.0 at 64, 94.5 vs 65.9 at 128; q6_K and q8_0 alike. The K-quants
+  // crossed at 128 until the dequantization rounded to bf16 in one
+  // instruction (it took 20-30% of the bf16 GEMM's time before). On Zen 4
+  // int8_dot had won to 512 rows with that older dequantization (q4_K 476
+  // vs 584 ms at 512; not measured since): there, `--kernel_plan measure`
+  // or the calibration's plan picks per machine.
   constexpr int64_t kBf16DotFrom = 12;
-  constexpr int64_t kKQuantBf16DotFrom = 128;
-  constexpr int64_t kBlock32Bf16DotFrom = 32;
+  constexpr int64_t kQuantizedBf16DotFrom = 32;
   constexpr int64_t kAvx512PackedFrom = 128;
   KernelPlanSteps steps = {{1, KernelPath::kInt8Dot}, {kBf16DotFrom, KernelPath::kBf16Dot}};
   std::vector<KernelPlanOverride> overrides;
@@ -153,10 +153,8 @@ KernelPlan KernelPlan::BuiltIn(IsaLevel isa) {
     steps.push_back({kAvx512PackedFrom, KernelPath::kPacked});
   } else if (isa >= IsaLevel::kAvx512Bf16) {
     // (Below avx512_bf16 the common list already resolves to int8_dot.)
-    for (DType dtype : kQuantizedTypes) {
-      const int64_t from = DTypeBlockSize(dtype) == 32 ? kBlock32Bf16DotFrom : kKQuantBf16DotFrom;
-      overrides.push_back({dtype, {{1, KernelPath::kInt8Dot}, {from, KernelPath::kBf16Dot}}});
-    }
+    for (DType dtype : kQuantizedTypes)
+      overrides.push_back({dtype, {{1, KernelPath::kInt8Dot}, {kQuantizedBf16DotFrom, KernelPath::kBf16Dot}}});
   }
   return *Create(std::move(steps), absl::StrCat("built-in for ", IsaLevelName(isa)), std::move(overrides));
 }

@@ -406,28 +406,6 @@ absl::Status Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void*
 
 // ---- Prefill: the slice dequantized to bf16 rows for the bf16 dot-product GEMM ----
 
-// bf16 of 8 f32 values, round to nearest even (finite values).
-inline __m128i ToBf16(__m256 v) {
-  const __m256i bits = _mm256_castps_si256(v);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  const __m256i rounded =
-      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7fff)), lsb), 16);
-  return _mm_packus_epi32(_mm256_castsi256_si128(rounded), _mm256_extracti128_si256(rounded, 1));
-}
-
-// One decoded row (signed levels) to bf16: W[i] = scale * level + offset.
-void DecodedToBf16(const DecodedRow& row, int64_t k, uint16_t* out) {
-  for (int64_t g = 0; g < k / 16; ++g) {
-    const __m128i levels = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row.levels + 16 * g));
-    const __m256 scale = _mm256_set1_ps(row.scales[g]), offset = _mm256_set1_ps(row.offsets[g]);
-    const __m256 lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(levels)), scale, offset);
-    const __m256 hi =
-        _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(levels, 8))), scale, offset);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * g), ToBf16(lo));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * g + 8), ToBf16(hi));
-  }
-}
-
 int64_t Bf16RowsBytes(int64_t k, int64_t features) { return RoundUp64(features * k * 2); }
 
 isa::Int8PreparedX PreparedX(int64_t k, const void* prepared) {
@@ -531,8 +509,12 @@ absl::Status QuantizedBf16DotSlice(const LinearWeight& w, const LinearSliceArgs&
   const DecodedRow row{decoded, reinterpret_cast<float*>(decoded + layout.scales_at),
                        reinterpret_cast<float*>(decoded + layout.offsets_at)};
   for (int64_t f = 0; f < features; ++f) {
+    if (w.dtype == DType::kQ8_0) {
+      isa::Bf16FromQ8_0(static_cast<const uint8_t*>(w.data) + (a.n_begin + f) * w.row_bytes(), k, bf16 + f * k);
+      continue;
+    }
     decode(static_cast<const uint8_t*>(w.data) + (a.n_begin + f) * w.row_bytes(), k, false, row);
-    DecodedToBf16(row, k, bf16 + f * k);
+    isa::Bf16FromLevels(reinterpret_cast<const int8_t*>(row.levels), row.scales, row.offsets, k, bf16 + f * k);
   }
   // The slice's rows as a bf16 matrix of their own: outputs and bias shift with it.
   const LinearWeight slice{bf16, DType::kBF16, features, k};

@@ -73,7 +73,8 @@ absl::Status Avx2Int8TileSlice(const LinearWeight& w, const LinearSliceArgs& a, 
 absl::Status Avx512VnniInt8TileSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
 
 // Prefill at AVX512-BF16: the slice's W rows dequantized (the same
-// decoders) to bf16, then the bf16 dot-product GEMM of bf16 weights
+// decoders, then isa::Bf16FromLevels; Q8_0 rows straight from their
+// blocks, isa::Bf16FromQ8_0) to bf16, then the bf16 dot-product GEMM of bf16 weights
 // (linear_isa.h; x prepared as Bf16DotPrepare). Rounds x to bf16 as
 // bf16_dot does, and W to bf16 too: |y - y_exact| grows by at most
 // (2^-8 + 2^-18) sum_i |x_i W_i| over the f32 bound.

@@ -60,6 +60,14 @@ int64_t Bf16DotScratchBytes(int64_t m, int64_t features);
 void Bf16DotBf16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
 void Bf16DotLoop(int64_t iterations);
 inline constexpr int64_t kBf16DotLoopFlops = 24 * 32 * 2;
+// One decoded row of quantized weights (signed 8-bit levels with an f32
+// scale and offset per 16 values; k a multiple of 32, as every block
+// type's rows are) to bf16: out[i] = bf16(scales[i/16] * levels[i] +
+// offsets[i/16]), the f32 value rounded to nearest even (vcvtne2ps2bf16;
+// dequantized blocks never hold f32 denormals, so its flush does not apply).
+void Bf16FromLevels(const int8_t* levels, const float* scales, const float* offsets, int64_t k, uint16_t* out);
+// A Q8_0 row (k / 32 blocks) straight to bf16: d * q rounded as above.
+void Bf16FromQ8_0(const uint8_t* row, int64_t k, uint16_t* out);
 
 // ---- AVX512-BF16 stream (linear_avx512_bf16_stream.cc) ----
 // Decode GEMV on bf16 weights, one row of x with K <= 4096 (other calls
