@@ -231,8 +231,8 @@ void Bf16DotBf16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch)
 // Two 16-value groups per step: widen, scale in f32, one rounding
 // instruction for the 32 results. (The AVX2 form before it rounded with
 // integer adds and shifts 8 values at a time, about four times the
-// instructions: one Q8_0 Mixtral expert at 128 rows, 2 threads, Zen 5,
-// 93-95 -> 69 ms; BENCHMARKS "Quantized prefill: bf16 rounding".)
+// instructions: one Q4_K Mixtral expert at 128 rows, 2 threads, Zen 5,
+// 73-78 -> 66-70 ms; BENCHMARKS "Quantized prefill: bf16 rounding".)
 void Bf16FromLevels(const int8_t* levels, const float* scales, const float* offsets, int64_t k, uint16_t* out) {
   for (int64_t g = 0; g < k / 16; g += 2) {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(levels + 16 * g));
@@ -244,12 +244,13 @@ void Bf16FromLevels(const int8_t* levels, const float* scales, const float* offs
   }
 }
 
-// Two blocks per step: no levels or scales stored in between.
+// One block per step, no levels or scales stored in between; prefetching
+// as far ahead as the block decoders of linear_int8_dot.cc do.
 void Bf16FromQ8_0(const uint8_t* row, int64_t k, uint16_t* out) {
-  constexpr int64_t kBlock = sizeof(BlockQ8_0);
+  constexpr int64_t kBlock = sizeof(BlockQ8_0), kPrefetchBytes = 1024;
   for (int64_t b = 0; b < k / kQ8_0BlockSize; ++b) {
     const uint8_t* block = row + b * kBlock;
-    _mm_prefetch(reinterpret_cast<const char*>(block) + 1024, _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(block) + kPrefetchBytes, _MM_HINT_T0);
     uint16_t d;
     std::memcpy(&d, block + offsetof(BlockQ8_0, d), sizeof(d));
     const __m512 scale = _mm512_set1_ps(_cvtsh_ss(d));

@@ -509,12 +509,13 @@ absl::Status QuantizedBf16DotSlice(const LinearWeight& w, const LinearSliceArgs&
   const DecodedRow row{decoded, reinterpret_cast<float*>(decoded + layout.scales_at),
                        reinterpret_cast<float*>(decoded + layout.offsets_at)};
   for (int64_t f = 0; f < features; ++f) {
+    const uint8_t* stored = static_cast<const uint8_t*>(w.data) + (a.n_begin + f) * w.row_bytes();
     if (w.dtype == DType::kQ8_0) {
-      isa::Bf16FromQ8_0(static_cast<const uint8_t*>(w.data) + (a.n_begin + f) * w.row_bytes(), k, bf16 + f * k);
-      continue;
+      isa::Bf16FromQ8_0(stored, k, bf16 + f * k);
+    } else {
+      decode(stored, k, false, row);
+      isa::Bf16FromLevels(reinterpret_cast<const int8_t*>(row.levels), row.scales, row.offsets, k, bf16 + f * k);
     }
-    decode(static_cast<const uint8_t*>(w.data) + (a.n_begin + f) * w.row_bytes(), k, false, row);
-    isa::Bf16FromLevels(reinterpret_cast<const int8_t*>(row.levels), row.scales, row.offsets, k, bf16 + f * k);
   }
   // The slice's rows as a bf16 matrix of their own: outputs and bias shift with it.
   const LinearWeight slice{bf16, DType::kBF16, features, k};
