@@ -252,17 +252,19 @@ void ExpectRowResultsIndependentOfRowCountAndThreads(DType dtype, int64_t rows, 
 }
 
 // The int8_dot kernels compute each output from its x row and W row alone:
-// a row's result is bit for bit the same in a call of 1 row and of 11 (the
-// fused kernels' passes of 8 x rows and 3, the tile's register tiles of 4),
-// with 1 or 2 threads. K of 3 and 9 blocks and the first K past 6400
-// (kInt8OneRowMaxK, common/kernels/linear_isa.h): one x row reads one W
-// row at a time up to it, and several W rows a pass beyond.
+// a row's result is bit for bit the same in a call of 1 row and of 11 or 10
+// (the fused kernels' passes of 8 x rows and 3 or 2, the tile's register
+// tiles of 4), with 1 or 2 threads; 13 W rows leave short parts of the
+// split streams. K of 3 and 9 blocks and the first K past 6400
+// (kInt8OneRowMaxK, common/kernels/linear_isa.h), where two x rows and
+// Q5_K's one change how their W rows are read.
 TEST(QuantizedLinear, Int8DotRowResultIndependentOfRowCountAndThreads) {
   for (DType dtype : kQuantized) {
     const int64_t block = DTypeBlockSize(dtype);
     for (const int64_t k : {3 * block, 9 * block, (6400 / block + 1) * block}) {
       SCOPED_TRACE(absl::StrCat(std::string(DTypeName(dtype)), " K = ", k));
       ExpectRowResultsIndependentOfRowCountAndThreads(dtype, 11, 13, k);
+      ExpectRowResultsIndependentOfRowCountAndThreads(dtype, 10, 13, k);
     }
   }
 }

@@ -93,6 +93,7 @@ struct Q8_0Format {
   static constexpr int64_t kScaleAt = offsetof(BlockQ8_0, d);
   static constexpr int kShift = 128;  // levels stored +128 for vpdpbusd's unsigned side
   static constexpr bool kGroupMajor = false;
+  static constexpr bool kFifthBit = false;
   static __m512i Levels(const uint8_t* unit, bool half) {
     const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(unit + offsetof(BlockQ8_0, qs)));
     const __m256i hi =
@@ -108,6 +109,7 @@ struct Q4_0Format {
   static constexpr int64_t kScaleAt = offsetof(BlockQ4_0, d);
   static constexpr int kShift = 8;
   static constexpr bool kGroupMajor = false;
+  static constexpr bool kFifthBit = false;
   // A block's 16 bytes hold values 0..15 in low nibbles, 16..31 in high
   // ones: each block's bytes go to two 128-bit lanes, the second shifted.
   static __m512i Levels(const uint8_t* unit, bool half) {
@@ -169,8 +171,9 @@ inline __m512i Dwords(const int (&base)[16], int s) {
 // Q4_K and Q5_K: group l is half l % 2 of sub-block l / 2, whose levels are
 // the low (sub-block even) or high nibbles of 64-value chunk l / 4's 32
 // bytes; Q5_K adds bit l / 2 of the value's qh byte as 16.
-template <bool kFifthBit>
+template <bool kWithFifthBit>
 struct KFormat {
+  static constexpr bool kFifthBit = kWithFifthBit;
   using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
   static constexpr int64_t kBytes = sizeof(Block);
   static constexpr bool kGroupMajor = true;
@@ -239,6 +242,7 @@ struct KFormat {
 struct Q6KFormat {
   static constexpr int64_t kBytes = sizeof(BlockQ6_K);
   static constexpr bool kGroupMajor = true;
+  static constexpr bool kFifthBit = false;
   template <int kW>
   static void DecodeScales(const uint8_t* const (&blocks)[kW], __m512 (&scales)[kW], __m512 (&offsets)[kW]) {
     for (int f = 0; f < kW; ++f) {
@@ -288,10 +292,10 @@ struct XRows {
 
 // One unit of a 32-value type (at value `i`, byte `at` of each W row) into
 // the accumulators.
-template <class Format, int kRows, int kW>
+template <class Format, int kRows, int kW, bool kPrefetchNext>
 inline void Unit(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows<kRows>& x, int64_t i, int64_t at,
                  bool half, __m512 (&acc)[kW][kRows]) {
-  if constexpr (kRows > 1 || kW > 1) PrefetchLines(next + kW * at, kW * Format::kBytes);  // (Rows: one stream)
+  if constexpr (kPrefetchNext) PrefetchLines(next + kW * at, kW * Format::kBytes);
   const __m256 w_scales = UnitScales<Format, kW>(w, at, half);
   __m512i wv[kW];
   for (int f = 0; f < kW; ++f) wv[f] = Format::Levels(w[f] + at, half);
@@ -318,10 +322,10 @@ inline void Unit(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows
 
 // One K-quant block (at value `i`, byte `at` of each W row): per (W row, x
 // row) 4 vpdpbusd into one int32 vector, then its groups' scales and offsets.
-template <class Format, int kRows, int kW>
+template <class Format, int kRows, int kW, bool kPrefetchNext>
 inline void Block(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows<kRows>& x, int64_t i, int64_t at,
                   __m512 (&acc)[kW][kRows]) {
-  if constexpr (kRows > 1 || kW > 1) PrefetchLines(next + kW * at, kW * Format::kBytes);  // (Rows: one stream)
+  if constexpr (kPrefetchNext) PrefetchLines(next + kW * at, kW * Format::kBytes);
   const uint8_t* blocks[kW];
   for (int f = 0; f < kW; ++f) blocks[f] = w[f] + at;
   __m512i levels[kW][4];
@@ -341,15 +345,19 @@ inline void Block(const uint8_t* const (&w)[kW], const uint8_t* next, const XRow
   }
 }
 
-template <class Format, int kRows, int kW>
-void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0, int64_t j0) {
+// kW W rows (the slice's rows `rows[f]`; a negative one repeats rows[0]
+// and its sums are dropped) against kRows x rows from r0, all of K.
+// kPrefetchNext: the rows are adjacent and the next pass's kW rows follow
+// them, prefetched a share per step (PrefetchLines).
+template <class Format, int kRows, int kW, bool kPrefetchNext>
+void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0,
+          const int64_t (&rows)[kW]) {
   const int64_t row_bytes = w.row_bytes();
-  const uint8_t* rows[kW];
-  for (int f = 0; f < kW; ++f)  // a tail pass repeats the last row (its sums are dropped)
-    rows[f] = static_cast<const uint8_t*>(w.data) + (j0 + (j0 + f < a.n_end ? f : a.n_end - 1 - j0)) * row_bytes;
-  // The next pass's rows, prefetched a 1/steps share per step (prefetches
-  // never fault, so past the slice or W's end they are only wasted).
-  const uint8_t* next = static_cast<const uint8_t*>(w.data) + (j0 + kW) * row_bytes;
+  const uint8_t* const data = static_cast<const uint8_t*>(w.data);
+  const uint8_t* wrows[kW];
+  for (int f = 0; f < kW; ++f) wrows[f] = data + (rows[f] >= 0 ? rows[f] : rows[0]) * row_bytes;
+  // Prefetches never fault, so past the slice or W's end they are only wasted.
+  const uint8_t* next = kPrefetchNext ? data + (rows[0] + kW) * row_bytes : nullptr;
   XRows<kRows> x;
   for (int r = 0; r < kRows; ++r) {
     const uint8_t* base = static_cast<const uint8_t*>(px.base) + (r0 + r) * px.stride;
@@ -362,41 +370,76 @@ void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& 
     for (int r = 0; r < kRows; ++r) acc[f][r] = _mm512_setzero_ps();
   if constexpr (Format::kGroupMajor) {
     for (int64_t b = 0; b < w.k / kKBlockSize; ++b)
-      Block<Format, kRows, kW>(rows, next, x, b * kKBlockSize, b * Format::kBytes, acc);
+      Block<Format, kRows, kW, kPrefetchNext>(wrows, next, x, b * kKBlockSize, b * Format::kBytes, acc);
   } else {
     const int64_t units = w.k / Format::kValues;
     for (int64_t u = 0; u < units; ++u)
-      Unit<Format, kRows, kW>(rows, next, x, u * Format::kValues, u * Format::kBytes, false, acc);
+      Unit<Format, kRows, kW, kPrefetchNext>(wrows, next, x, u * Format::kValues, u * Format::kBytes, false, acc);
     if (w.k % Format::kValues != 0)
-      Unit<Format, kRows, kW>(rows, next, x, units * Format::kValues, units * Format::kBytes, true, acc);
+      Unit<Format, kRows, kW, kPrefetchNext>(wrows, next, x, units * Format::kValues, units * Format::kBytes, true,
+                                             acc);
   }
-  for (int f = 0; f < kW && j0 + f < a.n_end; ++f) {
-    const float bias = a.bias != nullptr ? a.bias[j0 + f] : 0.0f;
-    for (int r = 0; r < kRows; ++r) a.y[(r0 + r) * a.ldy + j0 + f] = Sum(acc[f][r]) + bias;
+  for (int f = 0; f < kW; ++f) {
+    if (rows[f] < 0) continue;
+    const float bias = a.bias != nullptr ? a.bias[rows[f]] : 0.0f;
+    for (int r = 0; r < kRows; ++r) a.y[(r0 + r) * a.ldy + rows[f]] = Sum(acc[f][r]) + bias;
   }
 }
 
-// All of the slice's W rows against kRows x rows from r0, kW at a time.
+// The slice's W rows kW at a time, adjacent rows a pass.
 template <class Format, int kRows, int kW>
 void RowsBy(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
-  for (int64_t j0 = a.n_begin; j0 < a.n_end; j0 += kW) Pass<Format, kRows, kW>(w, a, px, r0, j0);
+  for (int64_t j0 = a.n_begin; j0 < a.n_end; j0 += kW) {
+    int64_t rows[kW];
+    for (int f = 0; f < kW; ++f) rows[f] = j0 + f < a.n_end ? j0 + f : -1;
+    Pass<Format, kRows, kW, /*kPrefetchNext=*/(kRows > 1 || kW > 1)>(w, a, px, r0, rows);
+  }
+}
+
+// The slice cut into kW contiguous parts, a pass taking the next row of
+// each: kW sequential streams the hardware prefetcher follows (no software
+// prefetch), and each x load serves kW W rows. One W row at a time (one
+// stream) re-read x, 1.5 B a value with its group scales and offsets (21 KB
+// at K = 14336), for every W row, and x lost its place in L1 to the stream:
+// Zen 5, 2 threads, Q4_K 4096 x 14336 from DRAM read 30-31 GB/s, and 45-47
+// with x's K cut to 16 blocks (results wrong, the same W stream). Adjacent
+// W rows a pass share x but are short streams the prefetcher loses (27-28
+// GB/s). Split, the GEMV bench from DRAM, builds alternating: 4096 x 14336
+// Q4_K 34-37 -> 44 GB/s, Q6_K 34-36 -> 48-49, Q8_0 29-41 -> 54-57; 14336 x
+// 4096 Q4_K 36-47 -> 42-52, Q6_K 43 -> 51-52, Q8_0 33-47 -> 55-56
+// (docs/BENCHMARKS.md, "Decode GEMV: split streams").
+template <class Format, int kRows, int kW>
+void SplitStreams(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
+  const int64_t part = (a.n_end - a.n_begin + kW - 1) / kW;
+  for (int64_t i = 0; i < part; ++i) {
+    int64_t rows[kW];
+    for (int f = 0; f < kW; ++f) {
+      const int64_t j = a.n_begin + f * part + i;
+      rows[f] = j < a.n_end ? j : -1;
+    }
+    Pass<Format, kRows, kW, /*kPrefetchNext=*/false>(w, a, px, r0, rows);
+  }
 }
 
 template <class Format, int kRows>
 void Rows(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
-  // One x row (decode) at K <= kInt8OneRowMaxK reads one W row at a time, front
-  // to back: the slice is then one sequential stream the hardware
-  // prefetcher follows, with no software prefetch beside it
-  // (PrefetchLines). Zen 5, from DRAM, 2 threads, against 4 rows a pass
-  // (median of 6 alternating pairs): 14336 x 4096 Q4_K 0.98x, Q5_K 1.14x,
-  // Q6_K 1.08x, Q8_0 1.04x; small-mixtral's 3584 x 1024 1.04-1.27x
-  // (docs/BENCHMARKS.md, "Decode GEMV: one W row at a time"). Otherwise
-  // fewer x rows leave registers for more W rows (more loads in flight); a
+  // Fewer x rows leave registers for more W rows (more loads in flight); a
   // K-quant block holds 4 level vectors per W row.
-  if constexpr (kRows == 1) {
-    if (w.k <= kInt8OneRowMaxK) return RowsBy<Format, 1, 1>(w, a, px, r0);
-  }
   constexpr int kW = Format::kGroupMajor ? (kRows == 1 ? 4 : 2) : (kRows <= 2 ? 4 : 2);
+  // One x row (decode) always reads split streams. Q5_K's 4-row pass spills
+  // its fifth bits' registers: at K <= kInt8OneRowMaxK, where x stays in L1
+  // anyway, 2 streams compute faster (14336 x 4096, in one process: 4
+  // streams 38-41 GB/s, 2 streams 51, one row at a time 47-49). Two x rows
+  // read split streams while both fit in L1 beside them (K <=
+  // kInt8OneRowMaxK: Q4_K 32 -> 45 GB/s, Q6_K 35 -> 43, Q8_0 37 -> 54; at K
+  // = 14336 Q4_K 34 -> 26); more rows are compute-bound, and adjacent rows
+  // with the next pass prefetched are faster there (8 rows: Q4_K 14 GB/s
+  // against 10.5).
+  if constexpr (kRows == 1) {
+    if (Format::kFifthBit && w.k <= kInt8OneRowMaxK) return SplitStreams<Format, 1, 2>(w, a, px, r0);
+    return SplitStreams<Format, 1, kW>(w, a, px, r0);
+  }
+  if (kRows == 2 && w.k <= kInt8OneRowMaxK) return SplitStreams<Format, kRows, kW>(w, a, px, r0);
   RowsBy<Format, kRows, kW>(w, a, px, r0);
 }
 

@@ -120,14 +120,16 @@ struct Int8DotTile {
 // computing nothing, for a type they have no decoder for (Q4_1, Q5_0: the
 // tile path runs those). Each y[r, j] is the sum plus bias[j].
 inline constexpr int64_t kInt8FusedRows = 8;
-// One x row (decode) up to this K reads one W row at a time, front to back
-// (one stream for the hardware prefetcher, no software prefetch); past it x
-// (K bytes of levels, up to K / 2 of scales and offsets) no longer stays in
-// L1 beside the W stream and every block reloads its x lines, so W rows go
-// several a pass, sharing each x load. Zen 5, 2 threads, one row at a time
-// against the pass (median of 6 alternating pairs): K = 6400 (Phi-3.5-MoE's
-// down projection) 1.06-1.09x but AVX2 Q6_K 0.98x, K = 8192 0.98-0.99x,
-// K = 14336 (Mixtral's) 0.64-0.85x.
+// Up to this K, x (K bytes of levels, up to K / 2 of scales and offsets)
+// stays in L1 beside the W stream. AVX2: one x row (decode) reads one W
+// row at a time, front to back (one stream for the hardware prefetcher, no
+// software prefetch); past it every block reloads its x lines, so W rows go
+// several a pass, sharing each x load (Zen 5, 2 threads, one row at a time
+// against the pass, median of 6 alternating pairs: K = 6400, Phi-3.5-MoE's
+// down projection, 1.09x but Q6_K 0.98x). AVX-512 VNNI reads split streams
+// (several W rows a pass, each from its own contiguous part of the slice)
+// for one x row at any K and for two up to this one (why there,
+// linear_avx512_vnni_fused.cc, Rows).
 inline constexpr int64_t kInt8OneRowMaxK = 6400;
 struct Int8PreparedX {
   const void* base = nullptr;  // row r at base + r * stride: levels, then scales, offsets
