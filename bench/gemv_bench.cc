@@ -1,4 +1,4 @@
-// One quantized Linear at a few x rows (decode's GEMV) from DRAM: the
+// One bf16 or quantized Linear at a few x rows (decode's GEMV) from DRAM: the
 // weight read rate of the kernel the plan picks, per shape.
 //
 // Prints one JSON line per (shape, rows): median and best microseconds of
@@ -8,9 +8,9 @@
 // and the load (bench/json_lines.h); TANDEM_MAX_ISA caps the kernels.
 //
 // Weights: --copies matrices of N x K, called in turn, so a call never finds
-// its weights in the LLC left warm by the previous one. Their rows are
-// quantized from a pool of 64 random rows, repeated: real blocks and scales
-// of the type, set up in seconds (the expert bench quantizes every row).
+// its weights in the LLC left warm by the previous one. Their rows repeat a
+// pool of 64 random rows (quantized: real blocks and scales of the type),
+// set up in seconds (the expert bench quantizes every row).
 // Compare two builds with bench/ab_builds.sh, e.g.
 //   bench/ab_builds.sh OLD NEW 3 out.jsonl --dtype q4_K --shapes 4096x14336
 #include <algorithm>
@@ -38,7 +38,7 @@
 #include "common/quant/ggml_type.h"
 #include "common/quant/quantize.h"
 
-ABSL_FLAG(std::string, dtype, "q4_K", "a ggml block type: q4_0, q8_0, q4_K, q5_K, q6_K");
+ABSL_FLAG(std::string, dtype, "q4_K", "bf16 or a ggml block type: q4_0, q8_0, q4_K, q5_K, q6_K");
 ABSL_FLAG(std::string, shapes, "14336x4096,4096x14336",
           "N x K of W, comma-separated (Mixtral's gate/up and down projections by default)");
 ABSL_FLAG(std::string, rows, "1", "x row counts to time, comma-separated");
@@ -82,8 +82,13 @@ absl::StatusOr<std::vector<std::vector<uint8_t>>> MakeWeights(DType dtype, Shape
       state ^= state << 17;
       v = static_cast<float>(state >> 40) * (2.0f / 16777216.0f) - 1.0f;
     }
-    TANDEM_RETURN_IF_ERROR(QuantizeRow(GgmlFromDType(dtype), row,
-                                       absl::MakeSpan(pool.data() + p * row_bytes, static_cast<size_t>(row_bytes))));
+    uint8_t* out = pool.data() + p * row_bytes;
+    if (dtype == DType::kBF16) {
+      for (int64_t i = 0; i < s.k; ++i) StoreAsDType(out, dtype, static_cast<size_t>(i), row[static_cast<size_t>(i)]);
+      continue;
+    }
+    TANDEM_RETURN_IF_ERROR(
+        QuantizeRow(GgmlFromDType(dtype), row, absl::MakeSpan(out, static_cast<size_t>(row_bytes))));
   }
   std::vector<std::vector<uint8_t>> weights(static_cast<size_t>(copies));
   for (int c = 0; c < copies; ++c) {
@@ -139,11 +144,14 @@ absl::Status RunShape(DType dtype, Shape s, const std::vector<int64_t>& row_coun
 }
 
 absl::Status Main() {
-  absl::StatusOr<GgmlType> type = GgmlTypeFromName(absl::GetFlag(FLAGS_dtype));
-  absl::StatusOr<DType> dtype = type.ok() ? DTypeFromGgml(*type) : absl::StatusOr<DType>(type.status());
-  if (!dtype.ok() || !IsQuantized(*dtype))
+  const std::string name = absl::GetFlag(FLAGS_dtype);
+  absl::StatusOr<GgmlType> type = GgmlTypeFromName(name);
+  absl::StatusOr<DType> dtype = name == "bf16" ? absl::StatusOr<DType>(DType::kBF16)
+                                : type.ok()    ? DTypeFromGgml(*type)
+                                               : absl::StatusOr<DType>(type.status());
+  if (!dtype.ok() || (*dtype != DType::kBF16 && !IsQuantized(*dtype)))
     return absl::InvalidArgumentError(
-        absl::StrCat("--dtype ", absl::GetFlag(FLAGS_dtype), ": expected a ggml block type (q8_0, q4_K, q6_K, ...)"));
+        absl::StrCat("--dtype ", name, ": expected bf16 or a ggml block type (q8_0, q4_K, q6_K, ...)"));
   TANDEM_ASSIGN_OR_RETURN(const std::vector<Shape> shapes, ParseShapes(absl::GetFlag(FLAGS_shapes)));
   const std::vector<int64_t> rows = ParsePositiveList<int64_t>(absl::GetFlag(FLAGS_rows));
   if (rows.empty()) return absl::InvalidArgumentError("--rows names no row count");

@@ -1,6 +1,7 @@
 // AVX512-BF16 stream path for bf16 weights (decode): vdpbf16ps straight
-// from the stored weights, one W row at a time, with x split into two bf16
-// halves so the products keep nearly the f32 stream's precision.
+// from the stored weights, W rows read front to back (4 side by side from 4
+// parts of the slice), with x split into two bf16 halves so the products
+// keep nearly the f32 stream's precision.
 //
 // Why not the f32 stream (linear_avx512.cc) here. Widening bf16 to f32
 // costs a zero-extend and a shift per 16 weights ahead of each FMA; one
@@ -41,7 +42,11 @@ inline int64_t PaddedK(int64_t k) { return (k + 31) & ~int64_t{31}; }
 inline int64_t HalfStride(int64_t k) { return PaddedK(k) + 32; }
 
 // One row of x, its two halves in L1 (16 KB at K = 4096) while W rows
-// stream past. Beyond that every W line pulls two x lines from L2 and one W
+// stream past, 4 at a time from 4 contiguous parts of the slice (split
+// streams: each x load serves 4 W rows; Zen 5, 2 threads, from DRAM,
+// against one W row at a time at like probes: 14336 x 4096 38 -> 46 GB/s,
+// 4096 x 4096 40 -> 45, 3584 x 1024 49 -> 55; docs/BENCHMARKS.md, "Decode
+// GEMV: split streams"). Beyond that every W line pulls two x lines from L2 and one W
 // row at a time loses to the f32 stream's 8 rows sharing each x load (a
 // 14336-wide Mixtral down projection, Zen 4, 2 threads: 0.78-0.95x of it);
 // so do two rows of x (2 rows at K = 4096, one expert: 1.4x slower than the
@@ -49,28 +54,34 @@ inline int64_t HalfStride(int64_t k) { return PaddedK(k) + 32; }
 constexpr int64_t kMaxK = 4096;
 bool Streams(int64_t m, int64_t k) { return m == 1 && k <= kMaxK; }
 
-// x . W_row over the row's k weights; hi at xh, lo at xh + half (bf16).
-inline float DotRow(const uint16_t* xh, int64_t half, const uint16_t* w, int64_t k) {
-  // Accumulator c takes the c-th 32 weights of each 64-value step, hi and lo
-  // in turn.
-  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  auto step = [&](int c, const __m512i wv, int64_t kk) {
-    acc[c] = _mm512_dpbf16_ps(acc[c], (__m512bh)_mm512_loadu_si512(xh + kk), (__m512bh)wv);
-    acc[c] = _mm512_dpbf16_ps(acc[c], (__m512bh)_mm512_loadu_si512(xh + half + kk), (__m512bh)wv);
+// x . W_row for kW W rows over their k weights; hi at xh, lo at xh + half
+// (bf16). Each row's sums take the same steps in the same order whatever
+// kW, so a row's result is the same bits in any pass.
+template <int kW>
+inline void DotRows(const uint16_t* xh, int64_t half, const uint16_t* const (&w)[kW], int64_t k, float (&out)[kW]) {
+  // Accumulator c of a row takes the c-th 32 weights of each 64-value step,
+  // hi and lo in turn.
+  __m512 acc[kW][2];
+  for (int f = 0; f < kW; ++f) acc[f][0] = acc[f][1] = _mm512_setzero_ps();
+  auto step = [&](int c, int64_t kk, __mmask32 mask) {
+    const __m512bh hi = (__m512bh)_mm512_loadu_si512(xh + kk), lo = (__m512bh)_mm512_loadu_si512(xh + half + kk);
+    for (int f = 0; f < kW; ++f) {
+      // Masked: lanes past K read nothing (no fault past the row's end) and
+      // meet zeros in the prepared x.
+      const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(mask, w[f] + kk);
+      acc[f][c] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[f][c], hi, wv), lo, wv);
+    }
   };
   int64_t kk = 0;
   for (; kk + 64 <= k; kk += 64) {
-    step(0, _mm512_loadu_si512(w + kk), kk);
-    step(1, _mm512_loadu_si512(w + kk + 32), kk + 32);
+    step(0, kk, ~__mmask32{0});
+    step(1, kk + 32, ~__mmask32{0});
   }
   for (; kk < k; kk += 32) {
-    // Masked: lanes past K read nothing (no fault past the row's end) and
-    // meet zeros in the prepared x.
     const int64_t valid = Min(32, k - kk);
-    const __mmask32 mask = valid == 32 ? ~__mmask32{0} : (__mmask32{1} << valid) - 1;
-    step(0, _mm512_maskz_loadu_epi16(mask, w + kk), kk);
+    step(0, kk, valid == 32 ? ~__mmask32{0} : (__mmask32{1} << valid) - 1);
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
+  for (int f = 0; f < kW; ++f) out[f] = _mm512_reduce_add_ps(_mm512_add_ps(acc[f][0], acc[f][1]));
 }
 
 }  // namespace
@@ -109,8 +120,25 @@ void Bf16StreamBf16(const LinearWeight& w, const LinearSliceArgs& a) {
   const int64_t k = w.k, half = HalfStride(k);
   const auto* xh = static_cast<const uint16_t*>(a.prepared);
   const auto* weights = static_cast<const uint16_t*>(w.data);
-  for (int64_t j = a.n_begin; j < a.n_end; ++j)
-    a.y[j] = DotRow(xh, half, weights + j * k, k) + (a.bias != nullptr ? a.bias[j] : 0.0f);
+  // Split streams (as the int8 pass, linear_avx512_vnni_fused.cc): the
+  // slice cut into kW contiguous parts, a pass taking the next W row of
+  // each, so each x load serves kW rows and every part is still read front
+  // to back.
+  constexpr int kW = 4;
+  const int64_t part = (a.n_end - a.n_begin + kW - 1) / kW;
+  for (int64_t i = 0; i < part; ++i) {
+    int64_t rows[kW];
+    const uint16_t* wrows[kW];
+    for (int f = 0; f < kW; ++f) {
+      const int64_t j = a.n_begin + f * part + i;
+      rows[f] = j < a.n_end ? j : -1;  // a row past the slice repeats the first and is dropped
+      wrows[f] = weights + (rows[f] >= 0 ? rows[f] : rows[0]) * k;
+    }
+    float dots[kW];
+    DotRows<kW>(xh, half, wrows, k, dots);
+    for (int f = 0; f < kW; ++f)
+      if (rows[f] >= 0) a.y[rows[f]] = dots[f] + (a.bias != nullptr ? a.bias[rows[f]] : 0.0f);
+  }
 }
 
 }  // namespace tandem::isa
