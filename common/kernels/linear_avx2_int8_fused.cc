@@ -340,7 +340,8 @@ template <class Format, int kRows>
 void Rows(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
   // One x row at K <= kInt8OneRowMaxK reads one W row at a time with no
   // software prefetch: one sequential stream for the hardware prefetcher
-  // (why, and the K bound: linear_avx512_vnni_fused.cc, Rows).
+  // (why, and the K bound: linear_isa.h, kInt8OneRowMaxK; the VNNI pass
+  // reads split streams instead, linear_avx512_vnni_fused.cc, SplitStreams).
   if constexpr (kRows == 1) {
     if (w.k <= kInt8OneRowMaxK) return RowsBy<Format, 1, 1>(w, a, px, r0);
   }

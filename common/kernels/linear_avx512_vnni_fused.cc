@@ -48,8 +48,9 @@ inline float HalfAt(const uint8_t* p) {
 // size). Microbench on Zen 5, Q4_K, K = 4096 from DRAM: 1 thread 7.7 GB/s
 // (1 KB ahead in each row, to L1) -> 18 GB/s, as fast as the same blocks
 // interleaved row by row; 2 threads 14 -> 29-31 GB/s (L2 hint; 23-24 with
-// the L1 hint). One x row against one W row at a time is one stream
-// already (Rows): it prefetches nothing.
+// the L1 hint). Passes over split streams (SplitStreams: each W row the
+// next of its own contiguous part) are sequential already and prefetch
+// nothing.
 inline void PrefetchLines(const uint8_t* p, int64_t bytes) {
   for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + at, _MM_HINT_T1);
 }
