@@ -31,6 +31,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_stats.h"
+#include "bench/dtype_flag.h"
 #include "bench/json_lines.h"
 #include "common/base/clock.h"
 #include "common/base/dtype.h"
@@ -183,19 +184,6 @@ absl::StatusOr<Json> MeasurePeaks(ThreadPool* pool, std::map<PeakInstruction, do
     out[PeakInstructionName(instruction)] = peak.gflops;
   }
   return out;
-}
-
-absl::StatusOr<DType> ParseDtypeFlag(const std::string& flag) {
-  if (flag == "bf16") return DType::kBF16;
-  if (flag == "f16") return DType::kF16;
-  if (flag == "f32") return DType::kF32;
-  absl::StatusOr<GgmlType> type = GgmlTypeFromName(flag);
-  if (type.ok()) {
-    absl::StatusOr<DType> dtype = DTypeFromGgml(*type);
-    if (dtype.ok() && IsQuantized(*dtype)) return *dtype;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--dtype ", flag, ": expected bf16, f16, f32 or a ggml block type (q8_0, q4_K, q6_K, ...)"));
 }
 
 absl::Status Main() {

@@ -1,4 +1,4 @@
-// One bf16 or quantized Linear at a few x rows (decode's GEMV) from DRAM: the
+// One float or quantized Linear at a few x rows (decode's GEMV) from DRAM: the
 // weight read rate of the kernel the plan picks, per shape.
 //
 // Prints one JSON line per (shape, rows): median and best microseconds of
@@ -27,18 +27,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_stats.h"
+#include "bench/dtype_flag.h"
 #include "bench/json_lines.h"
 #include "common/base/clock.h"
 #include "common/base/dtype.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "common/kernels/linear.h"
-#include "common/model/gguf_tensor_source.h"
+#include "common/model/gguf_tensor_source.h"  // GgmlFromDType
 #include "common/platform/hardware_probe.h"
-#include "common/quant/ggml_type.h"
 #include "common/quant/quantize.h"
 
-ABSL_FLAG(std::string, dtype, "q4_K", "bf16 or a ggml block type: q4_0, q8_0, q4_K, q5_K, q6_K");
+ABSL_FLAG(std::string, dtype, "q4_K", "bf16, f16, f32 or a ggml block type: q4_0, q8_0, q4_K, q5_K, q6_K");
 ABSL_FLAG(std::string, shapes, "14336x4096,4096x14336",
           "N x K of W, comma-separated (Mixtral's gate/up and down projections by default)");
 ABSL_FLAG(std::string, rows, "1", "x row counts to time, comma-separated");
@@ -83,7 +83,7 @@ absl::StatusOr<std::vector<std::vector<uint8_t>>> MakeWeights(DType dtype, Shape
       v = static_cast<float>(state >> 40) * (2.0f / 16777216.0f) - 1.0f;
     }
     uint8_t* out = pool.data() + p * row_bytes;
-    if (dtype == DType::kBF16) {
+    if (!IsQuantized(dtype)) {
       for (int64_t i = 0; i < s.k; ++i) StoreAsDType(out, dtype, static_cast<size_t>(i), row[static_cast<size_t>(i)]);
       continue;
     }
@@ -144,25 +144,18 @@ absl::Status RunShape(DType dtype, Shape s, const std::vector<int64_t>& row_coun
 }
 
 absl::Status Main() {
-  const std::string name = absl::GetFlag(FLAGS_dtype);
-  absl::StatusOr<GgmlType> type = GgmlTypeFromName(name);
-  absl::StatusOr<DType> dtype = name == "bf16" ? absl::StatusOr<DType>(DType::kBF16)
-                                : type.ok()    ? DTypeFromGgml(*type)
-                                               : absl::StatusOr<DType>(type.status());
-  if (!dtype.ok() || (*dtype != DType::kBF16 && !IsQuantized(*dtype)))
-    return absl::InvalidArgumentError(
-        absl::StrCat("--dtype ", name, ": expected bf16 or a ggml block type (q8_0, q4_K, q6_K, ...)"));
+  TANDEM_ASSIGN_OR_RETURN(const DType dtype, ParseDtypeFlag(absl::GetFlag(FLAGS_dtype)));
   TANDEM_ASSIGN_OR_RETURN(const std::vector<Shape> shapes, ParseShapes(absl::GetFlag(FLAGS_shapes)));
   const std::vector<int64_t> rows = ParsePositiveList<int64_t>(absl::GetFlag(FLAGS_rows));
   if (rows.empty()) return absl::InvalidArgumentError("--rows names no row count");
   for (const Shape& s : shapes)
-    if (s.k % DTypeBlockSize(*dtype) != 0)
+    if (s.k % DTypeBlockSize(dtype) != 0)
       return absl::InvalidArgumentError(absl::StrCat("--shapes: K = ", s.k, " is not whole ",
-                                                     DTypeBlockSize(*dtype), "-value blocks of ",
+                                                     DTypeBlockSize(dtype), "-value blocks of ",
                                                      absl::GetFlag(FLAGS_dtype)));
   const int threads = absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads) : AvailableCores();
   ThreadPool pool(ThreadPoolOptions{.num_threads = threads, .name = "gemv-bench"});
-  for (const Shape& s : shapes) TANDEM_RETURN_IF_ERROR(RunShape(*dtype, s, rows, pool));
+  for (const Shape& s : shapes) TANDEM_RETURN_IF_ERROR(RunShape(dtype, s, rows, pool));
   return absl::OkStatus();
 }
 

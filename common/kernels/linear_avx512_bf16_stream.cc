@@ -46,8 +46,8 @@ inline int64_t HalfStride(int64_t k) { return PaddedK(k) + 32; }
 // streams: each x load serves 4 W rows; Zen 5, 2 threads, from DRAM,
 // against one W row at a time at like probes: 14336 x 4096 38 -> 46 GB/s,
 // 4096 x 4096 40 -> 45, 3584 x 1024 49 -> 55; docs/BENCHMARKS.md, "Decode
-// GEMV: split streams"). Beyond that every W line pulls two x lines from L2 and one W
-// row at a time loses to the f32 stream's 8 rows sharing each x load (a
+// GEMV: split streams"). Beyond that every W line pulls two x lines from
+// L2 and one W row at a time loses to the f32 stream's 8 rows sharing each x load (a
 // 14336-wide Mixtral down projection, Zen 4, 2 threads: 0.78-0.95x of it);
 // so do two rows of x (2 rows at K = 4096, one expert: 1.4x slower than the
 // f32 stream). Those calls run the f32 stream, with x unprepared.

@@ -387,13 +387,14 @@ void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& 
   }
 }
 
-// The slice's W rows kW at a time, adjacent rows a pass.
+// The slice's W rows kW at a time, adjacent rows a pass, the next pass's
+// rows prefetched (several x rows: Rows).
 template <class Format, int kRows, int kW>
 void RowsBy(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
   for (int64_t j0 = a.n_begin; j0 < a.n_end; j0 += kW) {
     int64_t rows[kW];
     for (int f = 0; f < kW; ++f) rows[f] = j0 + f < a.n_end ? j0 + f : -1;
-    Pass<Format, kRows, kW, /*kPrefetchNext=*/(kRows > 1 || kW > 1)>(w, a, px, r0, rows);
+    Pass<Format, kRows, kW, /*kPrefetchNext=*/true>(w, a, px, r0, rows);
   }
 }
 
@@ -439,9 +440,12 @@ void Rows(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& 
   if constexpr (kRows == 1) {
     if (Format::kFifthBit && w.k <= kInt8OneRowMaxK) return SplitStreams<Format, 1, 2>(w, a, px, r0);
     return SplitStreams<Format, 1, kW>(w, a, px, r0);
+  } else {
+    if constexpr (kRows == 2) {
+      if (w.k <= kInt8OneRowMaxK) return SplitStreams<Format, 2, kW>(w, a, px, r0);
+    }
+    RowsBy<Format, kRows, kW>(w, a, px, r0);
   }
-  if (kRows == 2 && w.k <= kInt8OneRowMaxK) return SplitStreams<Format, kRows, kW>(w, a, px, r0);
-  RowsBy<Format, kRows, kW>(w, a, px, r0);
 }
 
 template <class Format>
