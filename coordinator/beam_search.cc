@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "common/kernels/logit_reductions.h"
 
 namespace tandem {
 
@@ -34,11 +35,7 @@ absl::Status BeamSearchParams::Validate(int64_t vocab_size) const {
 
 void LogSoftmax(std::span<const float> logits, std::vector<double>* out) {
   out->resize(logits.size());
-  double max = -INFINITY;
-  for (float x : logits) max = std::max(max, static_cast<double>(x));
-  double sum = 0;
-  for (float x : logits) sum += std::exp(static_cast<double>(x) - max);
-  const double log_z = max + std::log(sum);
+  const double log_z = LogSumExp(logits);
   for (size_t i = 0; i < logits.size(); ++i) (*out)[i] = static_cast<double>(logits[i]) - log_z;
 }
 

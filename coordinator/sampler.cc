@@ -2,24 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/kernels/logit_reductions.h"
 
 namespace tandem {
-namespace {
-
-double LogSumExp(std::span<const float> logits) {
-  const float max_logit = *std::max_element(logits.begin(), logits.end());
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - max_logit);
-  return max_logit + std::log(sum);
-}
-
-int32_t Argmax(std::span<const float> logits) {
-  return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
-}  // namespace
 
 absl::Status SamplingParams::Validate() const {
   if (!std::isfinite(temperature) || temperature < 0.0f) {
@@ -71,60 +59,117 @@ std::span<const float> Sampler::Penalized(std::span<const float> logits) {
 
 int32_t Sampler::Sample(std::span<const float> raw_logits) {
   const std::span<const float> logits = Penalized(raw_logits);
-  int32_t id = 0;
-  if (params_.temperature == 0.0f) {
-    id = Argmax(logits);
-  } else {
-    id = SampleFiltered(logits);
-  }
+  const int32_t id = params_.temperature == 0.0f ? FirstArgmax(logits) : SampleFiltered(logits);
   if (params_.has_penalties()) ++generated_counts_[id];
   return id;
 }
 
+// softmax(logits / T) cut to the top-k tokens (by logit, ties to the lower
+// id), then to the shortest prefix of them whose probability reaches top_p,
+// then to those within min_p of the most likely; one draw from what is left.
+// No cut draws every token by its weight in id order. The vocabulary is
+// never sorted (at 32K tokens a sort cost more than the model's decode
+// step): tokens are chosen by logit thresholds, and only a band of a few
+// dozen at the edge of the cut is ordered.
 int32_t Sampler::SampleFiltered(std::span<const float> logits) {
-  // Candidates sorted by logit, cut by top-k, then by top-p over the
-  // temperature-scaled probabilities.
-  candidates_.clear();
-  for (size_t i = 0; i < logits.size(); ++i) candidates_.emplace_back(logits[i], static_cast<int32_t>(i));
-  size_t keep = candidates_.size();
-  if (params_.top_k > 0) keep = std::min(keep, static_cast<size_t>(params_.top_k));
-  auto by_logit = [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<ptrdiff_t>(keep), candidates_.end(),
-                    by_logit);
-  candidates_.resize(keep);
-  const double max_logit = candidates_[0].first;
-  std::vector<double> probs(keep);
-  double sum = 0.0;
-  for (size_t i = 0; i < keep; ++i) {
-    probs[i] = std::exp((candidates_[i].first - max_logit) / params_.temperature);
-    sum += probs[i];
-  }
-  if (params_.top_p < 1.0f) {
-    double cumulative = 0.0;
-    size_t cut = keep;
-    for (size_t i = 0; i < keep; ++i) {
-      cumulative += probs[i] / sum;
-      if (cumulative >= params_.top_p) {
-        cut = i + 1;
-        break;
-      }
+  const size_t vocab = logits.size();
+  const float max_logit = MaxValue(logits);
+  weights_.resize(vocab);
+  const double total = ExpWeights(logits, max_logit, 1.0f / params_.temperature, weights_.data());
+  const bool top_k = params_.top_k > 0 && static_cast<size_t>(params_.top_k) < vocab;
+  if (!top_k && params_.top_p >= 1.0f) {
+    if (params_.min_p == 0.0f) {
+      std::uniform_real_distribution<double> uniform(0.0, total);
+      return static_cast<int32_t>(FirstCumulativeAbove(weights_, uniform(rng_)));
     }
-    probs.resize(cut);
+    IndicesAtLeast(weights_, params_.min_p, kept_ids_);  // min_p alone: the top weight is 1
+    return DrawFromKept();
   }
-  if (params_.min_p > 0.0f) {
-    // probs[0] is the most likely token's (sorted); the rest are cut below min_p of it.
-    const double floor = probs[0] * params_.min_p;
-    size_t cut = 1;
-    while (cut < probs.size() && probs[cut] >= floor) ++cut;
-    probs.resize(cut);
+  SelectPrefix(logits, max_logit, total, top_k ? static_cast<size_t>(params_.top_k) : vocab);
+  return DrawFromKept();
+}
+
+bool Sampler::ByLogit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
+
+// kept_ids_ = the top-k tokens, cut to their top_p prefix, in any order.
+void Sampler::SelectPrefix(std::span<const float> logits, float max_logit, double total, size_t k) {
+  const bool top_k = k < logits.size();
+  const double target = params_.top_p * total;
+  // enough(tau): the tokens with logit >= tau contain the prefix (k of
+  // them, or top_p of the mass). hi never is enough, lo is; the band of
+  // tokens between them shrinks to a few dozen (ties may stop it sooner).
+  auto enough = [&](const CountAndSum& at) { return top_k ? at.count >= k : at.sum >= target; };
+  float hi = std::nextafter(max_logit, std::numeric_limits<float>::infinity());
+  CountAndSum at_hi{}, at_lo{};
+  float step = 0.5f * params_.temperature, lo = max_logit - step;
+  for (;;) {
+    at_lo = CountAndSumAtLeast(logits, lo, weights_.data());
+    if (enough(at_lo) || lo == -std::numeric_limits<float>::infinity()) break;  // (-inf: all of them)
+    hi = lo, at_hi = at_lo;
+    step *= 2;
+    lo = max_logit - step;
   }
-  std::discrete_distribution<size_t> pick(probs.begin(), probs.end());
-  return candidates_[pick(rng_)].second;
+  for (int i = 0; i < 32 && at_lo.count - at_hi.count > 48; ++i) {
+    const float mid = lo + (hi - lo) / 2;
+    if (mid <= lo || mid >= hi) break;
+    const CountAndSum at_mid = CountAndSumAtLeast(logits, mid, weights_.data());
+    if (enough(at_mid)) {
+      lo = mid, at_lo = at_mid;
+    } else {
+      hi = mid, at_hi = at_mid;
+    }
+  }
+  // Every token at or above hi is in the prefix; the band [lo, hi) is
+  // ordered and walked to the cut.
+  IndicesAtLeast(logits, lo, ids_);
+  candidates_.clear();
+  for (int32_t id : ids_) candidates_.emplace_back(logits[static_cast<size_t>(id)], id);
+  const auto band = std::partition(candidates_.begin(), candidates_.end(), [&](const auto& c) { return c.first >= hi; });
+  std::sort(band, candidates_.end(), ByLogit);
+  size_t cut = static_cast<size_t>(band - candidates_.begin());
+  if (top_k) {
+    cut = k;
+    candidates_.resize(k);
+    if (params_.top_p < 1.0f) {
+      // top_p of the k tokens' own mass: order them all (k is small).
+      std::sort(candidates_.begin(), candidates_.end(), ByLogit);
+      double kept = 0.0, cumulative = 0.0;
+      for (const auto& c : candidates_) kept += weights_[static_cast<size_t>(c.second)];
+      for (cut = 0; cut < k && cumulative < params_.top_p * kept; ++cut)
+        cumulative += weights_[static_cast<size_t>(candidates_[cut].second)];
+    }
+  } else {
+    double cumulative = at_hi.sum;
+    while (cut < candidates_.size() && cumulative < target)
+      cumulative += weights_[static_cast<size_t>(candidates_[cut++].second)];
+  }
+  kept_ids_.clear();
+  for (size_t i = 0; i < cut; ++i) kept_ids_.push_back(candidates_[i].second);
+}
+
+// One draw among kept_ids_ (never empty: the top token is kept) by weight,
+// after min_p's floor (the top token's weight is 1, and it always passes).
+int32_t Sampler::DrawFromKept() {
+  size_t n = 0;
+  int32_t top = kept_ids_.empty() ? 0 : kept_ids_[0];
+  for (int32_t id : kept_ids_) {
+    const float w = weights_[static_cast<size_t>(id)];
+    if (w > weights_[static_cast<size_t>(top)]) top = id;
+    if (w >= params_.min_p) kept_ids_[n++] = id;
+  }
+  if (n == 0) return top;
+  kept_ids_.resize(n);
+  kept_.resize(n);
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) sum += kept_[i] = weights_[static_cast<size_t>(kept_ids_[i])];
+  std::uniform_real_distribution<double> uniform(0.0, sum);
+  return kept_ids_[std::min(FirstCumulativeAbove(kept_, uniform(rng_)), n - 1)];
 }
 
 absl::Status CheckFiniteLogits(std::span<const float> logits) {
+  if (AllFinite(logits)) return absl::OkStatus();
   size_t nan = 0, inf = 0, first = logits.size();
   for (size_t i = 0; i < logits.size(); ++i) {
     if (std::isfinite(logits[i])) continue;

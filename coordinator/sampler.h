@@ -52,10 +52,17 @@ class Sampler {
  private:
   std::span<const float> Penalized(std::span<const float> logits);
   int32_t SampleFiltered(std::span<const float> logits);
+  static bool ByLogit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b);
+  void SelectPrefix(std::span<const float> logits, float max_logit, double total, size_t k);
+  int32_t DrawFromKept();
 
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<float> weights_;  // e^((logit - max) / T) of every token
+  std::vector<int32_t> ids_;  // the tokens at or above a cut's lower logit bound
+  std::vector<std::pair<float, int32_t>> candidates_;  // (logit, id) of those
+  std::vector<int32_t> kept_ids_;  // the tokens a draw is among
+  std::vector<float> kept_;        // and their weights
   std::unordered_map<int32_t, int32_t> generated_counts_;
   std::unordered_set<int32_t> prompt_tokens_;
   std::vector<float> penalized_;

@@ -1,11 +1,17 @@
-// The sampler's filters and penalties on hand-made logits: min-p never picks
+// The sampler's filters and penalties on hand-made logits: draws follow
+// softmax(logits / T) unfiltered and renormalised under top-k and top-p
+// (frequencies over 40000 draws), at a real vocabulary's size the filters
+// keep exactly the prefix a full sort gives, min-p never picks
 // a token below its floor, presence/frequency penalties lower what was
 // generated (by once / by count), the repetition penalty divides positive
 // and multiplies negative logits of prompt and output tokens, and every
 // out-of-range parameter is refused naming its field.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -19,6 +25,99 @@ TEST(SamplerTest, GreedyWithoutPenaltiesRepeatsTheArgmax) {
   Sampler sampler({.temperature = 0});
   const std::vector<float> logits = {0.1f, 2.0f, 1.0f};
   for (int i = 0; i < 3; ++i) EXPECT_EQ(sampler.Sample(logits), 1);
+}
+
+// Frequencies of `draws` samples against `expected` probabilities (4 sigma
+// of a binomial, so a correct sampler fails about once in 16000 runs per token).
+void ExpectFrequencies(Sampler& sampler, const std::vector<float>& logits, const std::vector<double>& expected) {
+  constexpr int kDraws = 40000;
+  std::vector<int> counts(logits.size(), 0);
+  for (int i = 0; i < kDraws; ++i) ++counts[static_cast<size_t>(sampler.Sample(logits))];
+  for (size_t t = 0; t < logits.size(); ++t) {
+    const double p = expected[t], sigma = std::sqrt(p * (1 - p) / kDraws);
+    EXPECT_NEAR(counts[t] / static_cast<double>(kDraws), p, 4 * sigma + 1e-9) << "token " << t;
+  }
+}
+
+std::vector<double> Softmax(const std::vector<float>& logits, float temperature) {
+  std::vector<double> p(logits.size());
+  const double max = *std::max_element(logits.begin(), logits.end());
+  for (size_t i = 0; i < p.size(); ++i) p[i] = std::exp((logits[i] - max) / temperature);
+  const double sum = std::accumulate(p.begin(), p.end(), 0.0);
+  for (double& x : p) x /= sum;
+  return p;
+}
+
+TEST(SamplerTest, TemperatureDrawsFollowTheSoftmax) {
+  const std::vector<float> logits = {0.3f, 1.5f, -0.7f, 1.0f, 0.0f, -2.0f, 0.9f, 0.1f, 0.5f, -0.2f};
+  for (float temperature : {1.0f, 0.5f, 2.0f}) {
+    Sampler sampler({.temperature = temperature, .seed = 17});
+    ExpectFrequencies(sampler, logits, Softmax(logits, temperature));
+  }
+}
+
+TEST(SamplerTest, TopKAndTopPRenormaliseWhatTheyKeep) {
+  // Probabilities 0.50, 0.30, 0.15, 0.05.
+  const std::vector<float> logits = {std::log(0.30f), std::log(0.50f), std::log(0.05f), std::log(0.15f)};
+  Sampler top_k({.temperature = 1.0f, .top_k = 2, .seed = 5});
+  ExpectFrequencies(top_k, logits, {0.375, 0.625, 0.0, 0.0});
+  // Top-p 0.7: 0.50 then 0.80 reaches it; the two kept renormalised.
+  Sampler top_p({.temperature = 1.0f, .top_p = 0.7f, .seed = 5});
+  ExpectFrequencies(top_p, logits, {0.375, 0.625, 0.0, 0.0});
+  // Top-p 0.9 keeps three; top-k 3 with top-p 0.9 over the three's own
+  // mass (0.95) keeps the same three (0.50 / 0.95 + 0.30 / 0.95 < 0.9).
+  Sampler both({.temperature = 1.0f, .top_k = 3, .top_p = 0.9f, .seed = 5});
+  ExpectFrequencies(both, logits, {0.30 / 0.95, 0.50 / 0.95, 0.0, 0.15 / 0.95});
+}
+
+TEST(SamplerTest, TopKBreaksTiesTowardTheLowerId) {
+  const std::vector<float> logits = {1.0f, 2.0f, 2.0f, 2.0f, 0.0f};
+  Sampler sampler({.temperature = 1.0f, .top_k = 2, .seed = 1});
+  std::set<int32_t> seen;
+  for (int i = 0; i < 500; ++i) seen.insert(sampler.Sample(logits));
+  EXPECT_EQ(seen, (std::set<int32_t>{1, 2}));
+}
+
+// At 32000 tokens the filters keep what sorting the whole vocabulary keeps:
+// every draw lies in that prefix, and a draw reaches its last token.
+TEST(SamplerTest, FiltersAtVocabularySizeKeepTheSortedPrefix) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 2.5f);
+  std::vector<float> logits(32000);
+  for (float& l : logits) l = normal(rng);
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  const std::vector<double> p = Softmax(logits, 1.0f);
+  struct Case {
+    SamplingParams params;
+    size_t prefix;
+  };
+  std::vector<Case> cases;
+  cases.push_back({{.temperature = 1.0f, .top_k = 40, .seed = 2}, 40});
+  for (float top_p : {0.5f, 0.9f}) {
+    double cumulative = 0.0;
+    size_t prefix = 0;
+    while (cumulative < top_p) cumulative += p[static_cast<size_t>(order[prefix++])];
+    cases.push_back({{.temperature = 1.0f, .top_p = top_p, .seed = 2}, prefix});
+  }
+  const double top = p[static_cast<size_t>(order[0])];
+  size_t min_p_prefix = 0;
+  while (p[static_cast<size_t>(order[min_p_prefix])] >= 0.05 * top) ++min_p_prefix;
+  cases.push_back({{.temperature = 1.0f, .min_p = 0.05f, .seed = 2}, min_p_prefix});
+  for (const Case& c : cases) {
+    const std::set<int32_t> allowed(order.begin(), order.begin() + static_cast<ptrdiff_t>(c.prefix));
+    Sampler sampler(c.params);
+    std::set<int32_t> seen;
+    for (int i = 0; i < 4000; ++i) {
+      const int32_t id = sampler.Sample(logits);
+      ASSERT_TRUE(allowed.contains(id)) << "token " << id << " outside the prefix of " << c.prefix;
+      seen.insert(id);
+    }
+    EXPECT_GT(seen.size(), std::min<size_t>(c.prefix, 4000) / 4) << c.prefix;
+  }
 }
 
 TEST(SamplerTest, MinPNeverPicksATokenBelowItsFloor) {
