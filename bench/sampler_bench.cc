@@ -1,6 +1,6 @@
 // What choosing the next token costs per decode step, next to the model's
 // own step: the sampler (greedy, temperature, top-k, top-p, min-p and
-// llama.cpp's default mix) and the log probability a response reports, on
+// llama.cpp's default mix) and the log probabilities a response reports, on
 // one vocabulary row of random logits. --spread is the logits' standard
 // deviation: small is a flat distribution (thousands of tokens inside top-p),
 // large a peaked one.
@@ -31,7 +31,7 @@ namespace {
 struct Case {
   const char* name;
   SamplingParams params;
-  bool logprob = false;  // time LogProbability instead of Sample
+  int logprobs = 0;  // > 0: time LogProbability and TopLogprobs(k) instead of Sample
 };
 
 int Main() {
@@ -48,7 +48,8 @@ int Main() {
       {"min_p 0.05", {.temperature = 1.0f, .min_p = 0.05f, .seed = 1}},
       {"top_k 40, top_p 0.95, min_p 0.05, T 0.8", {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
                                                    .seed = 1}},
-      {"logprob", {}, true},
+      {"logprob", {}, 1},
+      {"logprob and top 20", {}, 20},
   };
   constexpr int kRows = 16;
   for (float spread : ParsePositiveList<int>(absl::GetFlag(FLAGS_spread))) {
@@ -64,7 +65,12 @@ int Main() {
       for (int i = 0; i < calls; ++i) {
         const std::vector<float>& row = rows[static_cast<size_t>(i % kRows)];
         const auto start = std::chrono::steady_clock::now();
-        sink += c.logprob ? LogProbability(row, i % vocab) : sampler.Sample(row);
+        if (c.logprobs == 0) {
+          sink += sampler.Sample(row);
+        } else {
+          sink += LogProbability(row, i % vocab);
+          if (c.logprobs > 1) sink += TopLogprobs(row, c.logprobs).front().second;
+        }
         us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
       }
       const Summary s = Summarise(us);

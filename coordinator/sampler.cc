@@ -188,13 +188,10 @@ double LogProbability(std::span<const float> logits, int32_t id) {
 
 std::vector<std::pair<int32_t, double>> TopLogprobs(std::span<const float> logits, int32_t k) {
   const double lse = LogSumExp(logits);
-  std::vector<int32_t> ids(logits.size());
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-  const size_t keep = std::min(ids.size(), static_cast<size_t>(std::max(k, 0)));
-  std::partial_sort(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(keep), ids.end(),
-                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  std::vector<int32_t> ids;
+  TopIndices(logits, static_cast<size_t>(std::max(k, 0)), ids);
   std::vector<std::pair<int32_t, double>> out;
-  for (size_t i = 0; i < keep; ++i) out.emplace_back(ids[i], logits[ids[i]] - lse);
+  for (int32_t id : ids) out.emplace_back(id, logits[static_cast<size_t>(id)] - lse);
   return out;
 }
 

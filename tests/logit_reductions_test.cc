@@ -2,11 +2,13 @@
 // from 1 to past two vectors (the tails) and at a real vocabulary's size:
 // max and its first index (ties, NaN skipped), the finite check (NaN and
 // Inf in the vector body and in the tail), log-sum-exp, the exp weights,
-// counts, sums and indices at a threshold, and the inverse-CDF search.
+// counts, sums and indices at a threshold, the top k, and the inverse-CDF
+// search.
 #include "common/kernels/logit_reductions.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -127,6 +129,26 @@ TEST(LogitReductionsTest, CountsSumsAndIndicesAtOrAboveAThreshold) {
       std::vector<int32_t> got_indices = {42};  // cleared first
       IndicesAtLeast(keys, threshold, got_indices);
       EXPECT_EQ(got_indices, indices) << n << " " << threshold;
+    }
+  }
+}
+
+TEST(LogitReductionsTest, TopIndicesMatchAFullSort) {
+  for (size_t n : Lengths()) {
+    for (float scale : {0.001f, 1.0f, 1000.0f}) {
+      std::vector<float> v = RandomLogits(n, static_cast<uint32_t>(n + 77), scale);
+      // Ties: a run of equal values, some of them among the largest.
+      for (size_t i = 0; i < n; i += 5) v[i] = v[0];
+      std::vector<int32_t> order(n);
+      for (size_t i = 0; i < n; ++i) order[i] = static_cast<int32_t>(i);
+      std::sort(order.begin(), order.end(),
+                [&](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); });
+      for (size_t k : {size_t{0}, size_t{1}, size_t{5}, size_t{20}, n, n + 3}) {
+        std::vector<int32_t> got = {-1};  // cleared first
+        TopIndices(v, k, got);
+        const std::vector<int32_t> expected(order.begin(), order.begin() + static_cast<ptrdiff_t>(std::min(k, n)));
+        EXPECT_EQ(got, expected) << n << " scale " << scale << " k " << k;
+      }
     }
   }
 }

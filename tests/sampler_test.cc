@@ -120,6 +120,22 @@ TEST(SamplerTest, FiltersAtVocabularySizeKeepTheSortedPrefix) {
   }
 }
 
+TEST(SamplerTest, TopLogprobsAreTheLargestLogSoftmaxEntriesTiesToTheLowerId) {
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, 0.5f};
+  double lse = 0.0;
+  for (float l : logits) lse += std::exp(static_cast<double>(l));
+  lse = std::log(lse);
+  const auto top = TopLogprobs(logits, 4);
+  ASSERT_EQ(top.size(), 4u);
+  const int32_t ids[] = {1, 3, 4, 0};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(top[i].first, ids[i]);
+    EXPECT_NEAR(top[i].second, logits[static_cast<size_t>(ids[i])] - lse, 1e-6);
+  }
+  EXPECT_EQ(TopLogprobs(logits, 10).size(), logits.size());
+  EXPECT_TRUE(TopLogprobs(logits, 0).empty());
+}
+
 TEST(SamplerTest, MinPNeverPicksATokenBelowItsFloor) {
   // Probabilities ~ 0.50, 0.30, 0.15, 0.05 at temperature 1.
   const std::vector<float> logits = {std::log(0.50f), std::log(0.30f), std::log(0.15f), std::log(0.05f)};

@@ -2,6 +2,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -156,6 +157,43 @@ void IndicesAtLeast(std::span<const float> values, float threshold, std::vector<
   }
   for (; i < n; ++i)
     if (v[i] >= threshold) out.push_back(static_cast<int32_t>(i));
+}
+
+void TopIndices(std::span<const float> values, size_t k, std::vector<int32_t>& out) {
+  out.clear();
+  if (k == 0 || values.empty()) return;
+  k = std::min(k, values.size());
+  // A threshold with >= k values at or above it, narrowed by bisection
+  // between the max (hi: fewer than k above it) and a value that has k.
+  const float max = MaxValue(values);
+  float hi = std::nextafter(max, std::numeric_limits<float>::infinity()), lo = max;
+  for (float step = 1.0f; CountAtLeast(values, lo) < k; step *= 2) {
+    hi = lo;
+    lo = max - step;
+    if (!std::isfinite(lo)) {
+      lo = -std::numeric_limits<float>::infinity();
+      break;
+    }
+  }
+  for (int i = 0; i < 32; ++i) {
+    const float mid = lo + (hi - lo) / 2;
+    if (!(mid > lo && mid < hi)) break;
+    const size_t count = CountAtLeast(values, mid);
+    if (count < k) {
+      hi = mid;
+    } else {
+      lo = mid;
+      if (count <= k + 32) break;
+    }
+  }
+  IndicesAtLeast(values, lo, out);
+  const float* v = values.data();
+  auto larger = [v](int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
+  if (out.size() > k) {
+    std::nth_element(out.begin(), out.begin() + static_cast<ptrdiff_t>(k), out.end(), larger);
+    out.resize(k);
+  }
+  std::sort(out.begin(), out.end(), larger);
 }
 
 size_t FirstCumulativeAbove(std::span<const float> weights, double target) {

@@ -48,6 +48,11 @@ CountAndSum CountAndSumAtLeast(std::span<const float> keys, float threshold, con
 size_t CountAtLeast(std::span<const float> values, float threshold);
 void IndicesAtLeast(std::span<const float> values, float threshold, std::vector<int32_t>& out);
 
+// The indices of the k largest values (all when k >= size), largest first,
+// ties to the lower index: by a threshold that holds them (a few counting
+// passes), never a sort of the whole row. Finite values.
+void TopIndices(std::span<const float> values, size_t k, std::vector<int32_t>& out);
+
 // The first index i whose running sum weights[0] + ... + weights[i] exceeds
 // `target` (inverse-CDF sampling with target uniform in [0, total)); when
 // rounding leaves the target at or past the total, the last positive
