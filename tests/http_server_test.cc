@@ -451,20 +451,33 @@ void StreamAndHangUp(int port, const std::string& body) {
   close(fd);
 }
 
+// The client reads the first text chunk and closes. The tiny model can
+// write all 240 tokens into the socket's buffer before a client the host
+// has descheduled gets to close (seen under a load of 3.5): that request
+// succeeded before anyone left, which tests nothing, so it is tried again.
 TEST_F(HttpServerTest, ClientDisconnectCancelsAndFreesTheCache) {
-  const int64_t cancelled_before = Metric("tandem_requests_total{outcome=\"cancelled\"}");
   const json body = {{"prompt", RandomTokens(8, 512, 11)},
                      {"max_tokens", 240},
                      {"temperature", 0},
                      {"ignore_eos", true},
                      {"stream", true}};
-  StreamAndHangUp(port(), body.dump());
   bool cancelled = false;
-  for (int i = 0; i < 500 && !cancelled; ++i) {
-    cancelled = Metric("tandem_requests_total{outcome=\"cancelled\"}") > cancelled_before;
-    if (!cancelled) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  int outran = 0;
+  for (int attempt = 0; attempt < 5 && !cancelled; ++attempt) {
+    const int64_t cancelled_before = Metric("tandem_requests_total{outcome=\"cancelled\"}");
+    const int64_t succeeded_before = Metric("tandem_requests_total{outcome=\"succeeded\"}");
+    StreamAndHangUp(port(), body.dump());
+    bool succeeded = false;
+    for (int i = 0; i < 500 && !cancelled && !succeeded; ++i) {
+      cancelled = Metric("tandem_requests_total{outcome=\"cancelled\"}") > cancelled_before;
+      succeeded = Metric("tandem_requests_total{outcome=\"succeeded\"}") > succeeded_before;
+      if (!cancelled && !succeeded) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (succeeded) ++outran;
+    else if (!cancelled) break;  // neither in 10 s: the request ran on after its client left
   }
-  EXPECT_TRUE(cancelled) << "the request ran on after its client left";
+  EXPECT_TRUE(cancelled) << "the request ran on after its client left (" << outran
+                         << " attempts finished before the hang-up)";
   ExpectAllBlocksFree();
 }
 
