@@ -69,8 +69,9 @@ int32_t Sampler::Sample(std::span<const float> raw_logits) {
 // then to those within min_p of the most likely; one draw from what is left.
 // No cut draws every token by its weight in id order. The vocabulary is
 // never sorted (at 32K tokens a sort cost more than the model's decode
-// step): tokens are chosen by logit thresholds, and only a band of a few
-// dozen at the edge of the cut is ordered.
+// step): top-k takes the k largest by a counting threshold (TopIndices),
+// top-p alone a logit threshold holding its mass, and only a band of a
+// few dozen at the edge of the cut is ordered.
 int32_t Sampler::SampleFiltered(std::span<const float> logits) {
   const size_t vocab = logits.size();
   const float max_logit = MaxValue(logits);
@@ -95,18 +96,29 @@ bool Sampler::ByLogit(const std::pair<float, int32_t>& a, const std::pair<float,
 
 // kept_ids_ = the top-k tokens, cut to their top_p prefix, in any order.
 void Sampler::SelectPrefix(std::span<const float> logits, float max_logit, double total, size_t k) {
-  const bool top_k = k < logits.size();
+  if (k < logits.size()) {
+    TopIndices(logits, k, kept_ids_);  // largest first, ties to the lower id
+    if (params_.top_p < 1.0f) {
+      // top_p of the k tokens' own mass.
+      double kept = 0.0, cumulative = 0.0;
+      for (int32_t id : kept_ids_) kept += weights_[static_cast<size_t>(id)];
+      size_t cut = 0;
+      while (cut < kept_ids_.size() && cumulative < params_.top_p * kept)
+        cumulative += weights_[static_cast<size_t>(kept_ids_[cut++])];
+      kept_ids_.resize(cut);
+    }
+    return;
+  }
+  // Top-p alone: a logit threshold whose tokens hold top_p of the mass. hi
+  // never does, lo does; the band of tokens between them shrinks to a few
+  // dozen (ties may stop it sooner).
   const double target = params_.top_p * total;
-  // enough(tau): the tokens with logit >= tau contain the prefix (k of
-  // them, or top_p of the mass). hi never is enough, lo is; the band of
-  // tokens between them shrinks to a few dozen (ties may stop it sooner).
-  auto enough = [&](const CountAndSum& at) { return top_k ? at.count >= k : at.sum >= target; };
   float hi = std::nextafter(max_logit, std::numeric_limits<float>::infinity());
   CountAndSum at_hi{}, at_lo{};
   float step = 0.5f * params_.temperature, lo = max_logit - step;
   for (;;) {
     at_lo = CountAndSumAtLeast(logits, lo, weights_.data());
-    if (enough(at_lo) || lo == -std::numeric_limits<float>::infinity()) break;  // (-inf: all of them)
+    if (at_lo.sum >= target || lo == -std::numeric_limits<float>::infinity()) break;  // (-inf: all of them)
     hi = lo, at_hi = at_lo;
     step *= 2;
     lo = max_logit - step;
@@ -115,7 +127,7 @@ void Sampler::SelectPrefix(std::span<const float> logits, float max_logit, doubl
     const float mid = lo + (hi - lo) / 2;
     if (mid <= lo || mid >= hi) break;
     const CountAndSum at_mid = CountAndSumAtLeast(logits, mid, weights_.data());
-    if (enough(at_mid)) {
+    if (at_mid.sum >= target) {
       lo = mid, at_lo = at_mid;
     } else {
       hi = mid, at_hi = at_mid;
@@ -129,22 +141,9 @@ void Sampler::SelectPrefix(std::span<const float> logits, float max_logit, doubl
   const auto band = std::partition(candidates_.begin(), candidates_.end(), [&](const auto& c) { return c.first >= hi; });
   std::sort(band, candidates_.end(), ByLogit);
   size_t cut = static_cast<size_t>(band - candidates_.begin());
-  if (top_k) {
-    cut = k;
-    candidates_.resize(k);
-    if (params_.top_p < 1.0f) {
-      // top_p of the k tokens' own mass: order them all (k is small).
-      std::sort(candidates_.begin(), candidates_.end(), ByLogit);
-      double kept = 0.0, cumulative = 0.0;
-      for (const auto& c : candidates_) kept += weights_[static_cast<size_t>(c.second)];
-      for (cut = 0; cut < k && cumulative < params_.top_p * kept; ++cut)
-        cumulative += weights_[static_cast<size_t>(candidates_[cut].second)];
-    }
-  } else {
-    double cumulative = at_hi.sum;
-    while (cut < candidates_.size() && cumulative < target)
-      cumulative += weights_[static_cast<size_t>(candidates_[cut++].second)];
-  }
+  double cumulative = at_hi.sum;
+  while (cut < candidates_.size() && cumulative < target)
+    cumulative += weights_[static_cast<size_t>(candidates_[cut++].second)];
   kept_ids_.clear();
   for (size_t i = 0; i < cut; ++i) kept_ids_.push_back(candidates_[i].second);
 }

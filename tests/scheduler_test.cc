@@ -317,19 +317,33 @@ TEST(SchedulerTest, SixteenConcurrentRequestsEqualTheirRunsAlone) {
   ExpectAllBlocksFree(*scheduler);
 }
 
+// The tiny model makes 240 tokens in ~20 ms, so a test thread the host
+// deschedules that long after the first token can cancel too late (seen
+// under a load of ~4): such a try says nothing about cancelling and is
+// made again.
 TEST(SchedulerTest, CancellationStopsTheWorkAndFreesItsBlocks) {
   auto rt = TinyRuntime();
   auto scheduler = MakeScheduler(*rt);
-  auto stream = scheduler->SubmitGenerate(Greedy(RandomTokens(8, 512, 4), 240));
-  ASSERT_OK(stream);
-  std::optional<StreamEvent> first = (*stream)->Next(absl::Seconds(30));
-  ASSERT_TRUE(first.has_value());
-  (*stream)->Cancel(absl::CancelledError("test cancels"));
-  Outcome out = Drain(**stream);
-  EXPECT_EQ(out.status.code(), absl::StatusCode::kCancelled);
-  EXPECT_LT(out.tokens.size(), 200u) << "stopped long before max_tokens";
-  EXPECT_EQ(scheduler->Stats().requests_cancelled, 1);
-  ExpectAllBlocksFree(*scheduler);
+  Outcome out;
+  int outran = 0;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    const int64_t cancelled_before = scheduler->Stats().requests_cancelled;
+    auto stream = scheduler->SubmitGenerate(Greedy(RandomTokens(8, 512, 4), 240));
+    ASSERT_OK(stream);
+    std::optional<StreamEvent> first = (*stream)->Next(absl::Seconds(30));
+    ASSERT_TRUE(first.has_value());
+    (*stream)->Cancel(absl::CancelledError("test cancels"));
+    out = Drain(**stream);
+    ExpectAllBlocksFree(*scheduler);
+    if (out.status.ok() || out.tokens.size() >= 200) {
+      ++outran;
+      continue;
+    }
+    EXPECT_EQ(scheduler->Stats().requests_cancelled, cancelled_before + 1);
+    break;
+  }
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kCancelled) << outran << " tries finished before the cancel";
+  EXPECT_LT(out.tokens.size(), 200u) << "stopped long before max_tokens (" << outran << " tries outran the cancel)";
   // And the scheduler serves the next request.
   auto next = scheduler->SubmitGenerate(Greedy(RandomTokens(3, 512, 5), 3));
   ASSERT_OK(next);
