@@ -8,7 +8,9 @@
 // and the load (bench/json_lines.h); TANDEM_MAX_ISA caps the kernels.
 //
 // Weights: --copies matrices of N x K, called in turn, so a call never finds
-// its weights in the LLC left warm by the previous one. Their rows repeat a
+// its weights in the LLC left warm by the previous one. They sit in 2 MiB
+// pages as the engine's loaded weights do (HugePageArena; --huge_pages=false
+// for 4 KiB ones). Their rows repeat a
 // pool of 64 random rows (quantized: real blocks and scales of the type),
 // set up in seconds (the expert bench quantizes every row).
 // Compare two builds with bench/ab_builds.sh, e.g.
@@ -36,6 +38,7 @@
 #include "common/kernels/linear.h"
 #include "common/model/gguf_tensor_source.h"  // GgmlFromDType
 #include "common/platform/hardware_probe.h"
+#include "common/platform/huge_page_arena.h"
 #include "common/quant/quantize.h"
 
 ABSL_FLAG(std::string, dtype, "q4_K", "bf16, f16, f32 or a ggml block type: q4_0, q8_0, q4_K, q5_K, q6_K");
@@ -45,6 +48,7 @@ ABSL_FLAG(std::string, rows, "1", "x row counts to time, comma-separated");
 ABSL_FLAG(int, copies, 6, "distinct matrices called in turn (their bytes together should exceed the LLC)");
 ABSL_FLAG(int, reps, 40, "timed calls per (shape, rows), after one warm-up; the median is reported");
 ABSL_FLAG(int, threads, 0, "compute threads including the caller; 0 = all available cores");
+ABSL_FLAG(bool, huge_pages, true, "weights in 2 MiB pages (HugePageArena), as the engine loads them");
 ABSL_FLAG(bool, probe, true, "measure the read-only bandwidth before each shape");
 
 namespace tandem {
@@ -68,8 +72,10 @@ absl::StatusOr<std::vector<Shape>> ParseShapes(const std::string& text) {
   return shapes;
 }
 
-// `copies` matrices of n x k, every row one of 64 quantized random rows.
-absl::StatusOr<std::vector<std::vector<uint8_t>>> MakeWeights(DType dtype, Shape s, int copies) {
+// `copies` matrices of n x k, every row one of 64 quantized random rows,
+// in `arena` (2 MiB pages) or, when it is null, in `plain` (4 KiB pages).
+absl::StatusOr<std::vector<const uint8_t*>> MakeWeights(DType dtype, Shape s, int copies, HugePageArena* arena,
+                                                        std::vector<std::vector<uint8_t>>& plain) {
   const int64_t row_bytes = DTypeRowBytes(dtype, s.k);
   constexpr int kPoolRows = 64;
   std::vector<uint8_t> pool(static_cast<size_t>(kPoolRows * row_bytes));
@@ -90,20 +96,24 @@ absl::StatusOr<std::vector<std::vector<uint8_t>>> MakeWeights(DType dtype, Shape
     TANDEM_RETURN_IF_ERROR(
         QuantizeRow(GgmlFromDType(dtype), row, absl::MakeSpan(out, static_cast<size_t>(row_bytes))));
   }
-  std::vector<std::vector<uint8_t>> weights(static_cast<size_t>(copies));
+  const auto bytes = static_cast<size_t>(s.n * row_bytes);
+  std::vector<const uint8_t*> weights;
   for (int c = 0; c < copies; ++c) {
-    std::vector<uint8_t>& w = weights[static_cast<size_t>(c)];
-    w.resize(static_cast<size_t>(s.n * row_bytes));
+    uint8_t* w = arena != nullptr ? arena->Allocate(bytes) : plain.emplace_back(bytes).data();
+    if (w == nullptr) return absl::ResourceExhaustedError(absl::StrCat("cannot map ", bytes, " bytes for copy ", c, " of W"));
     for (int64_t j = 0; j < s.n; ++j)
-      std::memcpy(w.data() + j * row_bytes, pool.data() + ((j + c) % kPoolRows) * row_bytes,
-                  static_cast<size_t>(row_bytes));
+      std::memcpy(w + j * row_bytes, pool.data() + ((j + c) % kPoolRows) * row_bytes, static_cast<size_t>(row_bytes));
+    weights.push_back(w);
   }
   return weights;
 }
 
 absl::Status RunShape(DType dtype, Shape s, const std::vector<int64_t>& row_counts, ThreadPool& pool) {
   const int copies = std::max(absl::GetFlag(FLAGS_copies), 1);
-  TANDEM_ASSIGN_OR_RETURN(const std::vector<std::vector<uint8_t>> weights, MakeWeights(dtype, s, copies));
+  HugePageArena arena;
+  std::vector<std::vector<uint8_t>> plain;
+  TANDEM_ASSIGN_OR_RETURN(const std::vector<const uint8_t*> weights,
+                          MakeWeights(dtype, s, copies, absl::GetFlag(FLAGS_huge_pages) ? &arena : nullptr, plain));
   double read_gb_s = 0;
   if (absl::GetFlag(FLAGS_probe)) {
     TANDEM_ASSIGN_OR_RETURN(const MemoryBandwidth bw, MeasureMemoryBandwidth(&pool, {.reps = 3}));
@@ -116,7 +126,7 @@ absl::Status RunShape(DType dtype, Shape s, const std::vector<int64_t>& row_coun
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int64_t>(i * 7919 % 2001) - 1000) / 1000;
     std::vector<double> us;
     for (int rep = -1; rep < std::max(absl::GetFlag(FLAGS_reps), 1); ++rep) {
-      const LinearWeight w{weights[next++ % weights.size()].data(), dtype, s.n, s.k};
+      const LinearWeight w{weights[next++ % weights.size()], dtype, s.n, s.k};
       const auto start = std::chrono::steady_clock::now();
       TANDEM_RETURN_IF_ERROR(Linear(x.data(), rows, w, nullptr, y.data(), &pool));
       if (rep >= 0) us.push_back(MicrosSince(start));
@@ -130,6 +140,7 @@ absl::Status RunShape(DType dtype, Shape s, const std::vector<int64_t>& row_coun
                            {"kernel", ChooseLinearKernel(rows, dtype, {}).name},
                            {"threads", pool.num_threads()},
                            {"copies", copies},
+                           {"huge_pages", absl::GetFlag(FLAGS_huge_pages)},
                            {"weight_bytes", bytes},
                            {"median_us", median},
                            {"best_us", *std::min_element(us.begin(), us.end())},

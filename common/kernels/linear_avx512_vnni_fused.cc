@@ -42,17 +42,45 @@ inline float HalfAt(const uint8_t* p) {
 // A pass reads kW rows side by side, kW streams that each start cold: the
 // hardware prefetcher learns a stream only after its first misses, and a
 // software prefetch a fixed distance ahead in each row runs off the row's
-// end into rows already read. So each step prefetches its share of the
-// *next* pass's rows (contiguous after this pass's), one pass ahead in one
-// sequential sweep, into L2 (a pass of K = 14336 Q6_K rows is 47 KB, L1's
-// size). Microbench on Zen 5, Q4_K, K = 4096 from DRAM: 1 thread 7.7 GB/s
-// (1 KB ahead in each row, to L1) -> 18 GB/s, as fast as the same blocks
-// interleaved row by row; 2 threads 14 -> 29-31 GB/s (L2 hint; 23-24 with
-// the L1 hint). Passes over split streams (SplitStreams: each W row the
-// next of its own contiguous part) are sequential already and prefetch
-// nothing.
+// end into rows already read. So each step of adjacent rows (RowsBy)
+// prefetches its share of the *next* pass's rows (contiguous after this
+// pass's), one pass ahead in one sequential sweep, into L2 (a pass of K =
+// 14336 Q6_K rows is 47 KB, L1's size). Microbench on Zen 5, Q4_K, K = 4096
+// from DRAM: 1 thread 7.7 GB/s (1 KB ahead in each row, to L1) -> 18 GB/s,
+// as fast as the same blocks interleaved row by row; 2 threads 14 -> 29-31
+// GB/s (L2 hint; 23-24 with the L1 hint).
+//
+// Passes over split streams (SplitStreams: each W row the next of its own
+// contiguous part) are sequential, and the hardware prefetcher follows
+// them, but not far enough ahead for a kernel that computes about as fast
+// as DRAM streams: the first touch of each block stalled (a third of the
+// Q4_K pass's samples in perf). Each step prefetches its own bytes
+// kAheadBytes on in each stream into L1. GEMV bench from 2 MiB pages, Zen
+// 5, 2 threads, alternating call by call in one process (1536 B against
+// none; 512 and 768 helped less, 3072 and 4096 less again): Q4_K 3584 x
+// 1024 51.7 -> 46.0 us, 4096 x 14336 744 -> 615, 14336 x 4096 635 -> 579;
+// Q6_K 1024 x 1024 23.2 -> 19.7, 4096 x 14336 923 -> 850; Q8_0 3584 x 1024
+// 68.5 -> 61.5, 14336 x 4096 1403 -> 1251 (docs/BENCHMARKS.md, "Decode
+// GEMV: prefetching split streams ahead").
+enum class Prefetch { kNextPass, kAhead };
+constexpr int64_t kAheadBytes = 1536;
+
 inline void PrefetchLines(const uint8_t* p, int64_t bytes) {
   for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + at, _MM_HINT_T1);
+}
+
+// One step's prefetches: its share of the next pass (kNextPass, `next` the
+// next pass's first row), or each stream's bytes kAheadBytes on (kAhead;
+// past a stream's end they fall in the next part or task, and never fault).
+template <Prefetch kPrefetch, int kW>
+inline void PrefetchStep(const uint8_t* const (&w)[kW], const uint8_t* next, int64_t at, int64_t bytes) {
+  if constexpr (kPrefetch == Prefetch::kNextPass) {
+    PrefetchLines(next + kW * at, kW * bytes);
+  } else {
+    for (int f = 0; f < kW; ++f)
+      for (int64_t o = 0; o < bytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(w[f] + at + kAheadBytes + o), _MM_HINT_T0);
+  }
 }
 
 // The 8 6-bit scales (bytes 0..7) and mins (8..15) of a Q4_K/Q5_K block's
@@ -293,10 +321,10 @@ struct XRows {
 
 // One unit of a 32-value type (at value `i`, byte `at` of each W row) into
 // the accumulators.
-template <class Format, int kRows, int kW, bool kPrefetchNext>
+template <class Format, int kRows, int kW, Prefetch kPrefetch>
 inline void Unit(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows<kRows>& x, int64_t i, int64_t at,
                  bool half, __m512 (&acc)[kW][kRows]) {
-  if constexpr (kPrefetchNext) PrefetchLines(next + kW * at, kW * Format::kBytes);
+  PrefetchStep<kPrefetch, kW>(w, next, at, Format::kBytes);
   const __m256 w_scales = UnitScales<Format, kW>(w, at, half);
   __m512i wv[kW];
   for (int f = 0; f < kW; ++f) wv[f] = Format::Levels(w[f] + at, half);
@@ -323,10 +351,10 @@ inline void Unit(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows
 
 // One K-quant block (at value `i`, byte `at` of each W row): per (W row, x
 // row) 4 vpdpbusd into one int32 vector, then its groups' scales and offsets.
-template <class Format, int kRows, int kW, bool kPrefetchNext>
+template <class Format, int kRows, int kW, Prefetch kPrefetch>
 inline void Block(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows<kRows>& x, int64_t i, int64_t at,
                   __m512 (&acc)[kW][kRows]) {
-  if constexpr (kPrefetchNext) PrefetchLines(next + kW * at, kW * Format::kBytes);
+  PrefetchStep<kPrefetch, kW>(w, next, at, Format::kBytes);
   const uint8_t* blocks[kW];
   for (int f = 0; f < kW; ++f) blocks[f] = w[f] + at;
   __m512i levels[kW][4];
@@ -348,9 +376,9 @@ inline void Block(const uint8_t* const (&w)[kW], const uint8_t* next, const XRow
 
 // kW W rows (the slice's rows `rows[f]`; a negative one repeats rows[0]
 // and its sums are dropped) against kRows x rows from r0, all of K.
-// kPrefetchNext: the rows are adjacent and the next pass's kW rows follow
-// them, prefetched a share per step (PrefetchLines).
-template <class Format, int kRows, int kW, bool kPrefetchNext>
+// kPrefetch: kNextPass when the rows are adjacent and the next pass's kW
+// rows follow them, kAhead when each is the next of its own stream.
+template <class Format, int kRows, int kW, Prefetch kPrefetch>
 void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0,
           const int64_t (&rows)[kW]) {
   const int64_t row_bytes = w.row_bytes();
@@ -358,7 +386,7 @@ void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& 
   const uint8_t* wrows[kW];
   for (int f = 0; f < kW; ++f) wrows[f] = data + (rows[f] >= 0 ? rows[f] : rows[0]) * row_bytes;
   // Prefetches never fault, so past the slice or W's end they are only wasted.
-  const uint8_t* next = kPrefetchNext ? data + (rows[0] + kW) * row_bytes : nullptr;
+  const uint8_t* next = kPrefetch == Prefetch::kNextPass ? data + (rows[0] + kW) * row_bytes : nullptr;
   XRows<kRows> x;
   for (int r = 0; r < kRows; ++r) {
     const uint8_t* base = static_cast<const uint8_t*>(px.base) + (r0 + r) * px.stride;
@@ -371,13 +399,13 @@ void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& 
     for (int r = 0; r < kRows; ++r) acc[f][r] = _mm512_setzero_ps();
   if constexpr (Format::kGroupMajor) {
     for (int64_t b = 0; b < w.k / kKBlockSize; ++b)
-      Block<Format, kRows, kW, kPrefetchNext>(wrows, next, x, b * kKBlockSize, b * Format::kBytes, acc);
+      Block<Format, kRows, kW, kPrefetch>(wrows, next, x, b * kKBlockSize, b * Format::kBytes, acc);
   } else {
     const int64_t units = w.k / Format::kValues;
     for (int64_t u = 0; u < units; ++u)
-      Unit<Format, kRows, kW, kPrefetchNext>(wrows, next, x, u * Format::kValues, u * Format::kBytes, false, acc);
+      Unit<Format, kRows, kW, kPrefetch>(wrows, next, x, u * Format::kValues, u * Format::kBytes, false, acc);
     if (w.k % Format::kValues != 0)
-      Unit<Format, kRows, kW, kPrefetchNext>(wrows, next, x, units * Format::kValues, units * Format::kBytes, true,
+      Unit<Format, kRows, kW, kPrefetch>(wrows, next, x, units * Format::kValues, units * Format::kBytes, true,
                                              acc);
   }
   for (int f = 0; f < kW; ++f) {
@@ -394,13 +422,13 @@ void RowsBy(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX
   for (int64_t j0 = a.n_begin; j0 < a.n_end; j0 += kW) {
     int64_t rows[kW];
     for (int f = 0; f < kW; ++f) rows[f] = j0 + f < a.n_end ? j0 + f : -1;
-    Pass<Format, kRows, kW, /*kPrefetchNext=*/true>(w, a, px, r0, rows);
+    Pass<Format, kRows, kW, Prefetch::kNextPass>(w, a, px, r0, rows);
   }
 }
 
 // The slice cut into kW contiguous parts, a pass taking the next row of
-// each: kW sequential streams the hardware prefetcher follows (no software
-// prefetch), and each x load serves kW W rows. One W row at a time (one
+// each: kW sequential streams, each prefetched kAheadBytes ahead
+// (Prefetch::kAhead), and each x load serves kW W rows. One W row at a time (one
 // stream) re-read x, 1.5 B a value with its group scales and offsets (21 KB
 // at K = 14336), for every W row, and x lost its place in L1 to the stream:
 // Zen 5, 2 threads, Q4_K 4096 x 14336 from DRAM read 30-31 GB/s, and 45-47
@@ -419,7 +447,7 @@ void SplitStreams(const LinearWeight& w, const LinearSliceArgs& a, const Int8Pre
       const int64_t j = a.n_begin + f * part + i;
       rows[f] = j < a.n_end ? j : -1;
     }
-    Pass<Format, kRows, kW, /*kPrefetchNext=*/false>(w, a, px, r0, rows);
+    Pass<Format, kRows, kW, Prefetch::kAhead>(w, a, px, r0, rows);
   }
 }
 
