@@ -10,9 +10,9 @@
 // Weights: --copies matrices of N x K, called in turn, so a call never finds
 // its weights in the LLC left warm by the previous one. They sit in 2 MiB
 // pages as the engine's loaded weights do (HugePageArena; --huge_pages=false
-// for 4 KiB ones). Their rows repeat a
-// pool of 64 random rows (quantized: real blocks and scales of the type),
-// set up in seconds (the expert bench quantizes every row).
+// for 4 KiB ones). Their rows repeat a pool of 64 random rows (quantized:
+// real blocks and scales of the type), set up in seconds (the expert bench
+// quantizes every row).
 // Compare two builds with bench/ab_builds.sh, e.g.
 //   bench/ab_builds.sh OLD NEW 3 out.jsonl --dtype q4_K --shapes 4096x14336
 #include <algorithm>
@@ -100,7 +100,8 @@ absl::StatusOr<std::vector<const uint8_t*>> MakeWeights(DType dtype, Shape s, in
   std::vector<const uint8_t*> weights;
   for (int c = 0; c < copies; ++c) {
     uint8_t* w = arena != nullptr ? arena->Allocate(bytes) : plain.emplace_back(bytes).data();
-    if (w == nullptr) return absl::ResourceExhaustedError(absl::StrCat("cannot map ", bytes, " bytes for copy ", c, " of W"));
+    if (w == nullptr)
+      return absl::ResourceExhaustedError(absl::StrCat("cannot map ", bytes, " bytes for copy ", c, " of W"));
     for (int64_t j = 0; j < s.n; ++j)
       std::memcpy(w + j * row_bytes, pool.data() + ((j + c) % kPoolRows) * row_bytes, static_cast<size_t>(row_bytes));
     weights.push_back(w);

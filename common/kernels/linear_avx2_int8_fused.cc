@@ -44,13 +44,11 @@ inline void PrefetchLines(const uint8_t* p, int64_t bytes) {
 }
 
 // One W row at a time (decode's one x row) is one sequential stream; each
-// step prefetches its own bytes this far on into L1, ahead of the hardware
-// prefetcher (why and how far: linear_avx512_vnni_fused.cc, kAheadBytes).
-// GEMV bench at TANDEM_MAX_ISA=avx2, Zen 5, 2 threads, builds alternating,
-// 4 rounds: Q4_K 3584 x 1024 75-81 -> 68-75 us, Q6_K 3584 x 1024 86-98 ->
-// 82-86, Q6_K 1024 x 1024 27-32 -> 26-27; 14336 x 4096 (K = 4096) and Q8_0
-// within the noise (+-4%).
-constexpr int64_t kAheadBytes = 1536;
+// step prefetches its own bytes kDecodePrefetchAheadBytes on into L1
+// (linear_isa.h). GEMV bench at TANDEM_MAX_ISA=avx2, Zen 5, 2 threads,
+// builds alternating, 4 rounds: Q4_K 3584 x 1024 75-81 -> 68-75 us, Q6_K
+// 3584 x 1024 86-98 -> 82-86, Q6_K 1024 x 1024 27-32 -> 26-27; 14336 x 4096
+// (K = 4096) and Q8_0 within the noise (+-4%).
 
 inline __m256i Load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
@@ -286,7 +284,7 @@ inline void Unit(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows
     PrefetchLines(next + kW * at, kW * Format::kBytes);
   } else {
     for (int64_t o = 0; o < Format::kBytes; o += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(w[0] + at + kAheadBytes + o), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w[0] + at + kDecodePrefetchAheadBytes + o), _MM_HINT_T0);
   }
   typename Format::State state[kW];
   for (int f = 0; f < kW; ++f) state[f] = Format::Begin(w[f] + at);
@@ -353,7 +351,7 @@ void RowsBy(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX
 template <class Format, int kRows>
 void Rows(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
   // One x row at K <= kInt8OneRowMaxK reads one W row at a time, one
-  // sequential stream, prefetched kAheadBytes ahead (Unit)
+  // sequential stream, prefetched kDecodePrefetchAheadBytes ahead (Unit)
   // (why, and the K bound: linear_isa.h, kInt8OneRowMaxK; the VNNI pass
   // reads split streams instead, linear_avx512_vnni_fused.cc, SplitStreams).
   if constexpr (kRows == 1) {

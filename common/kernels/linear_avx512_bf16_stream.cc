@@ -52,12 +52,6 @@ inline int64_t HalfStride(int64_t k) { return PaddedK(k) + 32; }
 // so do two rows of x (2 rows at K = 4096, one expert: 1.4x slower than the
 // f32 stream). Those calls run the f32 stream, with x unprepared.
 constexpr int64_t kMaxK = 4096;
-// Each step prefetches its W lines this far on in each stream into L1,
-// ahead of the hardware prefetcher (why: linear_avx512_vnni_fused.cc,
-// kAheadBytes). GEMV bench, Zen 5, 2 threads, 2 MiB pages, builds
-// alternating, 4 rounds: 14336 x 4096 2167-2512 -> 1984-2086 us, 3584 x
-// 1024 123-139 -> 115-133, 1024 x 1024 30-40 -> 30-36.
-constexpr int64_t kAheadBytes = 1536;
 bool Streams(int64_t m, int64_t k) { return m == 1 && k <= kMaxK; }
 
 // x . W_row for kW W rows over their k weights; hi at xh, lo at xh + half
@@ -75,7 +69,11 @@ inline void DotRows(const uint16_t* xh, int64_t half, const uint16_t* const (&w)
       // Masked: lanes past K read nothing (no fault past the row's end) and
       // meet zeros in the prepared x.
       const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(mask, w[f] + kk);
-      _mm_prefetch(reinterpret_cast<const char*>(w[f] + kk) + kAheadBytes, _MM_HINT_T0);
+      // kDecodePrefetchAheadBytes on in each stream (linear_isa.h). GEMV
+      // bench, Zen 5, 2 threads, 2 MiB pages, builds alternating, 4 rounds:
+      // 14336 x 4096 2167-2512 -> 1984-2086 us, 3584 x 1024 123-139 ->
+      // 115-133, 1024 x 1024 30-40 -> 30-36.
+      _mm_prefetch(reinterpret_cast<const char*>(w[f] + kk) + kDecodePrefetchAheadBytes, _MM_HINT_T0);
       acc[f][c] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[f][c], hi, wv), lo, wv);
     }
   };

@@ -55,7 +55,7 @@ inline float HalfAt(const uint8_t* p) {
 // them, but not far enough ahead for a kernel that computes about as fast
 // as DRAM streams: the first touch of each block stalled (a third of the
 // Q4_K pass's samples in perf). Each step prefetches its own bytes
-// kAheadBytes on in each stream into L1. GEMV bench from 2 MiB pages, Zen
+// kDecodePrefetchAheadBytes on in each stream into L1. GEMV bench from 2 MiB pages, Zen
 // 5, 2 threads, alternating call by call in one process (1536 B against
 // none; 512 and 768 helped less, 3072 and 4096 less again): Q4_K 3584 x
 // 1024 51.7 -> 46.0 us, 4096 x 14336 744 -> 615, 14336 x 4096 635 -> 579;
@@ -63,15 +63,15 @@ inline float HalfAt(const uint8_t* p) {
 // 68.5 -> 61.5, 14336 x 4096 1403 -> 1251 (docs/BENCHMARKS.md, "Decode
 // GEMV: prefetching split streams ahead").
 enum class Prefetch { kNextPass, kAhead };
-constexpr int64_t kAheadBytes = 1536;
 
 inline void PrefetchLines(const uint8_t* p, int64_t bytes) {
   for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + at, _MM_HINT_T1);
 }
 
 // One step's prefetches: its share of the next pass (kNextPass, `next` the
-// next pass's first row), or each stream's bytes kAheadBytes on (kAhead;
-// past a stream's end they fall in the next part or task, and never fault).
+// next pass's first row), or each stream's bytes kDecodePrefetchAheadBytes
+// on (kAhead; past a stream's end they fall in the next part or task, and
+// never fault).
 template <Prefetch kPrefetch, int kW>
 inline void PrefetchStep(const uint8_t* const (&w)[kW], const uint8_t* next, int64_t at, int64_t bytes) {
   if constexpr (kPrefetch == Prefetch::kNextPass) {
@@ -79,7 +79,7 @@ inline void PrefetchStep(const uint8_t* const (&w)[kW], const uint8_t* next, int
   } else {
     for (int f = 0; f < kW; ++f)
       for (int64_t o = 0; o < bytes; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(w[f] + at + kAheadBytes + o), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w[f] + at + kDecodePrefetchAheadBytes + o), _MM_HINT_T0);
   }
 }
 
@@ -406,7 +406,7 @@ void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& 
       Unit<Format, kRows, kW, kPrefetch>(wrows, next, x, u * Format::kValues, u * Format::kBytes, false, acc);
     if (w.k % Format::kValues != 0)
       Unit<Format, kRows, kW, kPrefetch>(wrows, next, x, units * Format::kValues, units * Format::kBytes, true,
-                                             acc);
+                                         acc);
   }
   for (int f = 0; f < kW; ++f) {
     if (rows[f] < 0) continue;
@@ -427,8 +427,8 @@ void RowsBy(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX
 }
 
 // The slice cut into kW contiguous parts, a pass taking the next row of
-// each: kW sequential streams, each prefetched kAheadBytes ahead
-// (Prefetch::kAhead), and each x load serves kW W rows. One W row at a time (one
+// each: kW sequential streams, each prefetched kDecodePrefetchAheadBytes
+// ahead (Prefetch::kAhead), and each x load serves kW W rows. One W row at a time (one
 // stream) re-read x, 1.5 B a value with its group scales and offsets (21 KB
 // at K = 14336), for every W row, and x lost its place in L1 to the stream:
 // Zen 5, 2 threads, Q4_K 4096 x 14336 from DRAM read 30-31 GB/s, and 45-47
