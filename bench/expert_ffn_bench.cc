@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <string>
@@ -29,6 +30,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_stats.h"
 #include "bench/dtype_flag.h"
@@ -45,6 +47,7 @@
 #include "common/model/gguf_tensor_source.h"
 #include "common/platform/hardware_probe.h"
 #include "common/platform/huge_page_arena.h"
+#include "common/quant/block_order.h"
 #include "common/quant/quantize.h"
 #include "cpu_worker/expert_ffn.h"
 #include "dnnl.hpp"
@@ -64,6 +67,10 @@ ABSL_FLAG(std::string, kernel_plan, "builtin",
           "kernel path per row count for the expert_ffn lines: builtin (for this CPU's ISA) or ROWS:PATH,... "
           "(e.g. 1:stream,16:bf16_dot; paths stream, packed, bf16_dot, onednn, int8_dot)");
 ABSL_FLAG(bool, probe, true, "measure bandwidth and compute peaks first");
+ABSL_FLAG(std::string, block_order, "ggml",
+          "Q4_K/Q6_K blocks: ggml (as GGUF files store them), group_major (the AVX512-VNNI decode GEMV's "
+          "order, common/quant/block_order.h) or both, comma-separated: each row count is then timed in each "
+          "order in turn (an A/B in one process; repeat a row count in --rows to alternate more)");
 ABSL_FLAG(bool, huge_pages, true,
           "weights in 2 MiB-aligned memory advised for transparent huge pages, as the model loads them "
           "(HugePageArena); false: ordinary 4 KiB-page heap memory");
@@ -111,6 +118,15 @@ class WeightBuffer {
         }
       }
     });
+  }
+  // A copy of `source`'s bytes, placed as the constructor above places them.
+  WeightBuffer(const WeightBuffer& source, HugePageArena* arena) : bytes_(source.bytes_) {
+    if (arena != nullptr) data_ = arena->Allocate(bytes_);
+    if (data_ == nullptr) {
+      heap_.resize((bytes_ + 63) / 64);
+      data_ = heap_.data();
+    }
+    std::memcpy(data_, source.data_, bytes_);
   }
   void* data() { return data_; }
   size_t bytes() const { return bytes_; }
@@ -238,21 +254,52 @@ absl::Status Main() {
   // Hugging Face init and trained Mixtral experts are ~N(0, 0.02^2): uniform
   // of the same spread keeps activations in a realistic range.
   const float scale = 0.02f * std::sqrt(3.0f);
+  const std::string block_order = absl::GetFlag(FLAGS_block_order);
+  std::vector<BlockOrder> orders;
+  for (absl::string_view name : absl::StrSplit(block_order, ',')) {
+    if (name != "ggml" && name != "group_major") {
+      return absl::InvalidArgumentError(absl::StrCat("--block_order ", name, ": ggml or group_major"));
+    }
+    orders.push_back(name == "ggml" ? BlockOrder::kGgml : BlockOrder::kGroupMajor);
+  }
+  const bool group_major = std::find(orders.begin(), orders.end(), BlockOrder::kGroupMajor) != orders.end();
+  if (group_major && !HasGroupMajorOrder(GgmlFromDType(dtype))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--block_order group_major: ", dtype_flag, " has no group-major order (q4_K and q6_K do)"));
+  }
   HugePageArena arena;
   HugePageArena* weight_arena = absl::GetFlag(FLAGS_huge_pages) ? &arena : nullptr;
+  // One set of experts per order: the group-major ones are converted copies.
   std::vector<WeightBuffer> buffers;
-  std::vector<ExpertFfnWeights> experts;
-  buffers.reserve(3 * static_cast<size_t>(num_experts));
+  std::vector<std::vector<ExpertFfnWeights>> experts_by_order(orders.size());
+  buffers.reserve(3 * static_cast<size_t>(num_experts) * orders.size());
   for (int e = 0; e < num_experts; ++e) {
+    const size_t first = buffers.size();
     buffers.emplace_back(dtype, intermediate, hidden, 3 * e + 1, scale, weight_arena, &pool);
     buffers.emplace_back(dtype, intermediate, hidden, 3 * e + 2, scale, weight_arena, &pool);
     buffers.emplace_back(dtype, hidden, intermediate, 3 * e + 3, scale, weight_arena, &pool);
-    ExpertFfnWeights weights;
-    weights.w1 = {buffers[3 * e].data(), dtype, intermediate, hidden};
-    weights.w3 = {buffers[3 * e + 1].data(), dtype, intermediate, hidden};
-    weights.w2 = {buffers[3 * e + 2].data(), dtype, hidden, intermediate};
-    experts.push_back(weights);
+    for (size_t o = 0; o < orders.size(); ++o) {
+      size_t at = first;
+      if (o > 0) {
+        at = buffers.size();
+        for (size_t m = 0; m < 3; ++m) buffers.emplace_back(buffers[first + m], weight_arena);
+      }
+      if (orders[o] == BlockOrder::kGroupMajor) {
+        for (size_t m = 0; m < 3; ++m) {
+          WeightBuffer& b = buffers[at + m];
+          TANDEM_RETURN_IF_ERROR(
+              ToGroupMajorOrder(GgmlFromDType(dtype), absl::MakeSpan(static_cast<uint8_t*>(b.data()), b.bytes())));
+        }
+      }
+      ExpertFfnWeights weights;
+      weights.w1 = {buffers[at].data(), dtype, intermediate, hidden};
+      weights.w3 = {buffers[at + 1].data(), dtype, intermediate, hidden};
+      weights.w2 = {buffers[at + 2].data(), dtype, hidden, intermediate};
+      weights.w1.order = weights.w2.order = weights.w3.order = orders[o];
+      experts_by_order[o].push_back(weights);
+    }
   }
+  const std::vector<ExpertFfnWeights>& experts = experts_by_order.front();
   int64_t max_rows = 1;
   for (int64_t r : row_counts) max_rows = std::max(max_rows, r);
   for (int64_t r : compare_rows) max_rows = std::max(max_rows, r);
@@ -267,6 +314,7 @@ absl::Status Main() {
                 {"intermediate", intermediate},
                 {"experts_rotated", num_experts},
                 {"huge_pages", weights_in_arena},
+                {"block_order", block_order},
                 {"weight_bytes_per_expert", weight_bytes},
                 {"weight_bytes_total", weight_bytes * num_experts},
                 {"threads", threads},
@@ -291,19 +339,19 @@ absl::Status Main() {
   ExpertFfn ffn(&pool, options);
   size_t next_expert = 0;
   for (int64_t rows : row_counts) {
-    auto timing = TimeFfn(ffn, experts, x.data(), rows, y.data(), reps, next_expert);
-    if (!timing.ok()) return timing.status();
-    const LinearKernel& kernel = ChooseLinearKernel(rows, dtype, options);
-    Json line = {{"kind", "expert_ffn"},
-                 {"rows", rows},
-                 {"dtype", dtype_flag},
-                 {"kernel", kernel.name},
-                 {"best_us", timing->best_us}};
-    // Medians are the headline; the best call is beside them because the
-    // machine may be shared (another tenant's burst only ever slows a call).
-    figures(kernel, rows, *timing, "", &line);
-    if (triad_gb_s > 0) line["triad_ratio"] = weight_bytes / (timing->median_us * 1e-6) / 1e9 / triad_gb_s;
-    EmitJsonLine(line);
+    for (size_t o = 0; o < orders.size(); ++o) {
+      auto timing = TimeFfn(ffn, experts_by_order[o], x.data(), rows, y.data(), reps, next_expert);
+      if (!timing.ok()) return timing.status();
+      const LinearKernel& kernel = ChooseLinearKernel(rows, dtype, options);
+      Json line = {{"kind", "expert_ffn"},  {"rows", rows},
+                   {"dtype", dtype_flag},   {"block_order", orders[o] == BlockOrder::kGgml ? "ggml" : "group_major"},
+                   {"kernel", kernel.name}, {"best_us", timing->best_us}};
+      // Medians are the headline; the best call is beside them because the
+      // machine may be shared (another tenant's burst only ever slows a call).
+      figures(kernel, rows, *timing, "", &line);
+      if (triad_gb_s > 0) line["triad_ratio"] = weight_bytes / (timing->median_us * 1e-6) / 1e9 / triad_gb_s;
+      EmitJsonLine(line);
+    }
   }
 
   // Every kernel at the same row counts, and the plan they make: at each

@@ -43,9 +43,19 @@ absl::StatusOr<std::unique_ptr<WorkerExpertSources>> WorkerExpertSources::Open(c
       const ExpertWeights* weights = view->Find(slice.layer, slice.expert);
       ExpertSource& source = out->sources_[static_cast<size_t>(slice.layer)][static_cast<size_t>(slice.expert)];
       const int64_t s = slice.size(), begin = slice.intermediate_begin;
+      // Two workers' pieces of one expert must agree on its blocks' order.
+      if (!source.w1.empty() && (source.w1_order != weights->w1.order || source.w2_order != weights->w2.order)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(regions[w], ": layer ", slice.layer, " expert ", slice.expert, " is stored in ",
+                         BlockOrderName(weights->w1.order), " block order, another worker's part of it in ",
+                         BlockOrderName(source.w1_order), ": start every worker with the same --block_order"));
+      }
       source.w1_dtype = weights->w1.dtype;
       source.w3_dtype = weights->w3.dtype;
       source.w2_dtype = weights->w2.dtype;
+      source.w1_order = weights->w1.order;
+      source.w3_order = weights->w3.order;
+      source.w2_order = weights->w2.order;
       // w1/w3 [S, D]: rows begin..end of [I, D]; w2 [D, S]: columns begin..end of [D, I]
       // (in values; a quantized w2's slices start and end on whole blocks).
       source.w1.push_back({.data = weights->w1.data, .row0 = begin, .col0 = 0, .rows = s, .cols = d, .pitch = d});

@@ -17,11 +17,14 @@
 #include "absl/strings/str_format.h"
 #include "common/base/clock.h"
 #include "common/base/log.h"
+#include "common/base/parallel_status.h"
 #include "common/base/progress.h"
 #include "common/base/status_macros.h"
 #include "common/model/expert_content.h"
+#include "common/model/gguf_tensor_source.h"
 #include "common/model/model_fingerprint.h"
 #include "common/platform/numa_topology.h"
+#include "common/quant/block_order.h"
 
 namespace tandem {
 namespace {
@@ -49,15 +52,20 @@ struct CopyTask {
   size_t slice = 0;
   WeightRole role = WeightRole::kExpertW1;
   int64_t first = 0;  // the first row's index in the stored matrix
+  // Q4_K/Q6_K rows put in group-major order after they are hashed.
+  bool to_group_major = false;
+  GgmlType type = GgmlType::kF32;
 };
 
 // Cuts a rows x row_bytes copy into tasks of about kCopyChunkBytes.
 void AddCopy(std::vector<CopyTask>& tasks, char* dst, const char* src, int64_t rows, int64_t row_bytes,
-             int64_t src_stride, int64_t dst_stride, size_t slice, WeightRole role) {
+             int64_t src_stride, int64_t dst_stride, size_t slice, WeightRole role, DType dtype, BlockOrder order) {
   const int64_t rows_per_task = std::max<int64_t>(1, kCopyChunkBytes / row_bytes);
+  const bool to_group_major = order == BlockOrder::kGroupMajor && HasGroupMajorOrder(dtype);
   for (int64_t r = 0; r < rows; r += rows_per_task) {
     tasks.push_back(CopyTask{dst + r * dst_stride, src + r * src_stride, std::min(rows_per_task, rows - r), row_bytes,
-                             src_stride, dst_stride, slice, role, r});
+                             src_stride, dst_stride, slice, role, r, to_group_major,
+                             to_group_major ? GgmlFromDType(dtype) : GgmlType::kF32});
   }
 }
 
@@ -68,13 +76,18 @@ uint64_t StoredRowSeed(const ExpertSlice& s, WeightRole role, int64_t row) {
 }
 
 // Copies the task's rows and hashes each right after it lands (still in
-// L1): the sum of the rows' hashes.
-uint64_t RunCopy(const CopyTask& task, const ExpertSlice& slice) {
+// L1), in the file's order, then reorders it if asked: the sum of the rows'
+// hashes.
+absl::StatusOr<uint64_t> RunCopy(const CopyTask& task, const ExpertSlice& slice) {
   uint64_t sum = 0;
   for (int64_t r = 0; r < task.rows; ++r) {
     char* dst = task.dst + r * task.dst_stride;
     std::memcpy(dst, task.src + r * task.src_stride, static_cast<size_t>(task.row_bytes));
     sum += HashExpertRow(dst, static_cast<size_t>(task.row_bytes), StoredRowSeed(slice, task.role, task.first + r));
+    if (task.to_group_major) {
+      TANDEM_RETURN_IF_ERROR(ToGroupMajorOrder(
+          task.type, absl::MakeSpan(reinterpret_cast<uint8_t*>(dst), static_cast<size_t>(task.row_bytes))));
+    }
   }
   return sum;
 }
@@ -116,6 +129,11 @@ absl::Status CheckMatrix(const LinearWeight& w, DType fill_dtype, int64_t n, int
   if (!generated && w.data == nullptr) return absl::InvalidArgumentError(absl::StrCat(where, " has no data"));
   if (w.n != n || w.k != k)
     return absl::InvalidArgumentError(absl::StrCat(where, " is [", w.n, ", ", w.k, "], expected [", n, ", ", k, "]"));
+  // Rows are hashed as they land, in the file's order (expert_content.h).
+  if (w.order != BlockOrder::kGgml)
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " is in ", BlockOrderName(w.order),
+                     " block order: the store copies ggml's (load with block_order ggml)"));
   if (k % DTypeBlockSize(w.dtype) != 0)
     return absl::InvalidArgumentError(absl::StrCat(where, " is ", std::string(DTypeName(w.dtype)), " with rows of ", k,
                                                    " values, not whole ", DTypeBlockSize(w.dtype), "-value blocks"));
@@ -244,8 +262,8 @@ absl::StatusOr<ShmRegion> CreateBoundRegion(const std::string& name, uint64_t re
 // a block type: whole blocks, CheckModel's partition starts and ends it on
 // block boundaries). Every stored row is hashed as it is written
 // (expert_content.h).
-void CopySlices(const ModelWeights& model, const StoreLayout& layout, ThreadPool* pool, char* base, SliceHashes& hashes,
-                ProgressReporter& progress) {
+absl::Status CopySlices(const ModelWeights& model, const StoreLayout& layout, BlockOrder order, ThreadPool* pool,
+                        char* base, SliceHashes& hashes, ProgressReporter& progress) {
   const int64_t hidden = layout.hidden;
   std::vector<CopyTask> tasks;
   for (size_t i = 0; i < layout.slices.size(); ++i) {
@@ -254,18 +272,20 @@ void CopySlices(const ModelWeights& model, const StoreLayout& layout, ThreadPool
     const ExpertWeights& w = model.layers[static_cast<size_t>(s.layer)].experts[static_cast<size_t>(s.expert)];
     const int64_t row1 = w.w1.row_bytes(), row3 = w.w3.row_bytes();  // a w1/w3 row
     AddCopy(tasks, base + entry.w1_offset, static_cast<const char*>(w.w1.data) + s.intermediate_begin * row1, s.size(),
-            row1, row1, row1, i, WeightRole::kExpertW1);
+            row1, row1, row1, i, WeightRole::kExpertW1, w.w1.dtype, order);
     AddCopy(tasks, base + entry.w3_offset, static_cast<const char*>(w.w3.data) + s.intermediate_begin * row3, s.size(),
-            row3, row3, row3, i, WeightRole::kExpertW3);
+            row3, row3, row3, i, WeightRole::kExpertW3, w.w3.dtype, order);
     const int64_t part = DTypeRowBytes(w.w2.dtype, s.size());  // a stored w2 row
     AddCopy(tasks, base + entry.w2_offset,
             static_cast<const char*>(w.w2.data) + DTypeRowBytes(w.w2.dtype, s.intermediate_begin), hidden, part,
-            w.w2.row_bytes(), part, i, WeightRole::kExpertW2);
+            w.w2.row_bytes(), part, i, WeightRole::kExpertW2, w.w2.dtype, order);
   }
-  RunTasks(pool, tasks.size(), [&](int64_t t) {
+  return ParallelTasks(pool, static_cast<int64_t>(tasks.size()), [&](int64_t t) -> absl::Status {
     const CopyTask& task = tasks[static_cast<size_t>(t)];
-    hashes.Add(task.slice, RunCopy(task, layout.slices[task.slice]));
+    TANDEM_ASSIGN_OR_RETURN(const uint64_t sum, RunCopy(task, layout.slices[task.slice]));
+    hashes.Add(task.slice, sum);
     progress.Add(task.rows * task.row_bytes);
+    return absl::OkStatus();
   });
 }
 
@@ -345,8 +365,20 @@ void WriteHeader(const StoreLayout& layout, const ModelFingerprint& fingerprint,
   header.division = static_cast<uint32_t>(options.division);
   header.worker_index = options.worker_index;
   header.num_workers = options.num_workers;
+  header.block_order = static_cast<uint32_t>(options.block_order);
   std::memcpy(base, &header, sizeof(header));
   __atomic_store_n(reinterpret_cast<uint64_t*>(base), kExpertStoreMagic, __ATOMIC_RELEASE);
+}
+
+// Whether the store holds Q4_K/Q6_K matrices in group-major order.
+bool ReordersBlocks(const StoreLayout& layout, const ExpertStoreOptions& options) {
+  if (options.block_order != BlockOrder::kGroupMajor) return false;
+  for (const std::array<DType, 3>& dtypes : layout.dtypes) {
+    for (DType dtype : dtypes) {
+      if (HasGroupMajorOrder(dtype)) return true;
+    }
+  }
+  return false;
 }
 
 void LogCreated(const std::string& name, const StoreLayout& layout, const ExpertStoreOptions& options, double seconds,
@@ -358,7 +390,8 @@ void LogCreated(const std::string& name, const StoreLayout& layout, const Expert
            options.fill ? ", generated in place by " : ", filled by ",
            options.pool != nullptr ? options.pool->num_threads() : 1, " thread(s) in ",
            absl::StrFormat("%.2f s (%.2f GB/s)", seconds, static_cast<double>(layout.region_bytes) / 1e9 / seconds),
-           ", content hash ", ContentHashString(content_hash));
+           ", content hash ", ContentHashString(content_hash),
+           ReordersBlocks(layout, options) ? "; Q4_K/Q6_K blocks in group-major order" : "");
 }
 
 }  // namespace
@@ -388,7 +421,7 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(const ModelWeig
     if (options.fill) {
       FillSlices(layout, options, base, hashes, progress);
     } else {
-      CopySlices(model, layout, options.pool, base, hashes, progress);
+      TANDEM_RETURN_IF_ERROR(CopySlices(model, layout, options.block_order, options.pool, base, hashes, progress));
     }
   }
   store->slice_hashes_ = hashes.Values();

@@ -43,6 +43,11 @@ struct ExpertStoreOptions {
   int num_workers = 1;
   int numa_node = -1;          // -1: no binding (single-node machine or unknown)
   ThreadPool* pool = nullptr;  // pinned compute threads: they first-touch the pages
+  // The order of the copied Q4_K/Q6_K matrices: kGroupMajor for a worker
+  // whose GEMV reads it (PreferredBlockOrder, linear.h); recorded in the
+  // header. Each row is hashed before it is reordered. The model's views
+  // must be in ggml's order.
+  BlockOrder block_order = BlockOrder::kGgml;
   // Set: the slices' bytes are written by this instead of copied from the
   // model's expert views (which may then be null): a synthetic model's
   // experts generated straight into the region, so the worker never holds

@@ -61,10 +61,10 @@ absl::Status LocalExpertExecutor::RunSplit(const ExpertFfnWeights& weights, cons
     }
     ExpertFfnWeights slice;
     slice.w1 = LinearWeight{static_cast<const char*>(weights.w1.data) + range.begin * weights.w1.row_bytes(),
-                            weights.w1.dtype, part, hidden};
+                            weights.w1.dtype, part, hidden, weights.w1.order};
     slice.w3 = LinearWeight{static_cast<const char*>(weights.w3.data) + range.begin * weights.w3.row_bytes(),
-                            weights.w3.dtype, part, hidden};
-    slice.w2 = LinearWeight{w2_part_.data(), w2_dtype, hidden, part};
+                            weights.w3.dtype, part, hidden, weights.w3.order};
+    slice.w2 = LinearWeight{w2_part_.data(), w2_dtype, hidden, part, weights.w2.order};
     // Worker order, as the coordinator sums: out = p_0; out += p_1; ...
     // Summed in scratch, not in `output`: every partial reads `input`, which
     // may be the same buffer.

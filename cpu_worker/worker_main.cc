@@ -82,6 +82,9 @@ ABSL_FLAG(std::string, cpus, "", "explicit cpu list for the compute threads, e.g
 ABSL_FLAG(std::string, transport, "shm", "inline | shm: shm adds the shared-memory arena and its doorbell to gRPC");
 ABSL_FLAG(std::string, region_prefix, "",
           "prefix of this worker's shm region names (\"/name\"); default derived from --socket");
+ABSL_FLAG(std::string, block_order, "auto",
+          "Q4_K/Q6_K experts in the store: auto (group-major where the AVX512-VNNI GEMV decodes one row: no "
+          "shuffles per call), ggml (as the file stores them) or group_major");
 ABSL_FLAG(int32_t, arena_slots, 2, "input (and output) slots in the arena");
 ABSL_FLAG(int64_t, arena_slot_mb, 64, "MiB per arena slot (one layer's rows for this worker must fit)");
 ABSL_FLAG(int32_t, spin_us, 50,
@@ -128,6 +131,7 @@ struct WorkerConfig {
   WorkerRpcMode rpc_mode = WorkerRpcMode::kAsync;
   bool echo = false;
   bool measure_kernel_plan = false;
+  BlockOrder block_order = BlockOrder::kGgml;  // --block_order, after the ISA cap and plan
   bool quantized_experts = false;  // --gguf_experts quantized|auto: a GGUF's expert blocks kept
 
   // Without the random suffix ShmRegion appends (ShmCreateOptions::unique_suffix).
@@ -187,6 +191,7 @@ absl::StatusOr<WorkerConfig> ConfigFromFlags() {
     if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--kernel_plan: ", parsed.status().message()));
     SetProcessKernelPlan(*std::move(parsed));
   }
+  TANDEM_ASSIGN_OR_RETURN(c.block_order, BlockOrderFromFlag(absl::GetFlag(FLAGS_block_order), "--block_order"));
   c.region_prefix = absl::GetFlag(FLAGS_region_prefix);
   if (c.region_prefix.empty()) {
     // Unique per socket path, stable across restarts of the same worker.
@@ -459,6 +464,7 @@ absl::StatusOr<WorkerCompute> StoreCompute(const WorkerConfig& c, const WorkerPl
               .num_workers = c.num_workers,
               .numa_node = p.numa_node,
               .pool = pool,
+              .block_order = c.block_order,
               .fill = c.model.synthetic ? SyntheticStoreFill(model->config, *c.model.synthetic) : nullptr}));
   model.reset();  // the store holds this worker's slices; drop the checkpoint (never a full copy per node)
   options->slices = compute.store->slices();

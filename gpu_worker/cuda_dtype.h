@@ -31,7 +31,9 @@ inline KernelDType ToKernelDType(DType dtype) {
 
 // A block type's format for the quantized kernels; only for types
 // GpuDecodesBlocks accepts (gpu_pool_types.h), which the pool checks first.
-inline KernelQuantType ToKernelQuantType(DType dtype) {
+inline KernelQuantType ToKernelQuantType(DType dtype, BlockOrder order) {
+  if (order == BlockOrder::kGroupMajor && dtype == DType::kQ4_K) return KernelQuantType::kQ4_KGroupMajor;
+  if (order == BlockOrder::kGroupMajor && dtype == DType::kQ6_K) return KernelQuantType::kQ6_KGroupMajor;
   switch (dtype) {
     case DType::kQ4_0: return KernelQuantType::kQ4_0;
     case DType::kQ4_1: return KernelQuantType::kQ4_1;

@@ -114,6 +114,7 @@ class CudaExpertPoolImpl final : public CudaExpertPool {
   // buffer it computes from.
   struct Run {
     const ExpertWork* entry;
+    const ExpertSource* source;  // its matrices' block orders
     int64_t row_offset;
     const uint8_t* data;
     cudaEvent_t ready;
@@ -577,7 +578,7 @@ absl::StatusOr<std::vector<CudaExpertPoolImpl::Run>> CudaExpertPoolImpl::IssuedR
     const int b = BufferAtLocked(position);
     TANDEM_RETURN_IF_ERROR(WaitIssuedLocked(lock, b, key));
     const Buffer& buffer = buffers_[static_cast<size_t>(b)];
-    runs.push_back({&entry, offset, buffer.data, buffer.ready.get(), IsStaging(position)});
+    runs.push_back({&entry, &source(key), offset, buffer.data, buffer.ready.get(), IsStaging(position)});
     offset += entry.num_rows;
   }
   return runs;
@@ -649,19 +650,21 @@ absl::Status CudaExpertPoolImpl::ComputeQuantized(const std::vector<Run>& runs, 
     const int rows = static_cast<int>(run.entry->num_rows);
     const int64_t at = run.row_offset;
     if (rows <= kQuantGemvMaxRows) {
-      TANDEM_CUDA_RETURN_IF_ERROR(LaunchQuantGemv(run.data + l.w1_offset, ToKernelQuantType(l.w1_dtype), i, d,
-                                                  x_f32 + at * d, KernelDType::kF32, d, rows, gate + at * i, i,
-                                                  stream));
-      TANDEM_CUDA_RETURN_IF_ERROR(LaunchQuantGemv(run.data + l.w3_offset, ToKernelQuantType(l.w3_dtype), i, d,
+      TANDEM_CUDA_RETURN_IF_ERROR(
+          LaunchQuantGemv(run.data + l.w1_offset, ToKernelQuantType(l.w1_dtype, run.source->w1_order), i, d,
+                          x_f32 + at * d, KernelDType::kF32, d, rows, gate + at * i, i, stream));
+      TANDEM_CUDA_RETURN_IF_ERROR(LaunchQuantGemv(run.data + l.w3_offset,
+                                                  ToKernelQuantType(l.w3_dtype, run.source->w3_order), i, d,
                                                   x_f32 + at * d, KernelDType::kF32, d, rows, up + at * i, i, stream));
       continue;
     }
     // w1 and w3 decoded next to each other: gate and up in one strided-batched GEMM.
-    TANDEM_CUDA_RETURN_IF_ERROR(LaunchDequantize(run.data + l.w1_offset, ToKernelQuantType(l.w1_dtype), i, d, deq_w1,
+    TANDEM_CUDA_RETURN_IF_ERROR(LaunchDequantize(run.data + l.w1_offset,
+                                                 ToKernelQuantType(l.w1_dtype, run.source->w1_order), i, d, deq_w1,
                                                  KernelDType::kBF16, stream));
-    TANDEM_CUDA_RETURN_IF_ERROR(LaunchDequantize(run.data + l.w3_offset, ToKernelQuantType(l.w3_dtype), i, d,
-                                                 deq_w1 + static_cast<size_t>(i * d) * bf16, KernelDType::kBF16,
-                                                 stream));
+    TANDEM_CUDA_RETURN_IF_ERROR(
+        LaunchDequantize(run.data + l.w3_offset, ToKernelQuantType(l.w3_dtype, run.source->w3_order), i, d,
+                         deq_w1 + static_cast<size_t>(i * d) * bf16, KernelDType::kBF16, stream));
     TANDEM_CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
         cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(i), rows, static_cast<int>(d), &one, deq_w1,
         CUDA_R_16BF, static_cast<int>(d), static_cast<long long>(i * d), x_bf16 + static_cast<size_t>(at * d) * bf16,
@@ -673,12 +676,13 @@ absl::Status CudaExpertPoolImpl::ComputeQuantized(const std::vector<Run>& runs, 
     const int rows = static_cast<int>(run.entry->num_rows);
     const int64_t at = run.row_offset;
     if (rows <= kQuantGemvMaxRows) {
-      TANDEM_CUDA_RETURN_IF_ERROR(LaunchQuantGemv(run.data + l.w2_offset, ToKernelQuantType(l.w2_dtype), d, i,
-                                                  h_bf16 + static_cast<size_t>(at * i) * bf16, KernelDType::kBF16, i,
-                                                  rows, y + at * d, d, stream));
+      TANDEM_CUDA_RETURN_IF_ERROR(LaunchQuantGemv(
+          run.data + l.w2_offset, ToKernelQuantType(l.w2_dtype, run.source->w2_order), d, i,
+          h_bf16 + static_cast<size_t>(at * i) * bf16, KernelDType::kBF16, i, rows, y + at * d, d, stream));
       continue;
     }
-    TANDEM_CUDA_RETURN_IF_ERROR(LaunchDequantize(run.data + l.w2_offset, ToKernelQuantType(l.w2_dtype), d, i, deq_w2,
+    TANDEM_CUDA_RETURN_IF_ERROR(LaunchDequantize(run.data + l.w2_offset,
+                                                 ToKernelQuantType(l.w2_dtype, run.source->w2_order), d, i, deq_w2,
                                                  KernelDType::kBF16, stream));
     TANDEM_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
         cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(d), rows, static_cast<int>(i), &one, deq_w2,

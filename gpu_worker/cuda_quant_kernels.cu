@@ -116,6 +116,34 @@ struct Q6_K {
   }
 };
 
+// The same blocks in group-major order (common/quant/block_order.h):
+// value i = 16l + 4s + j (group l, step s, j < 4) has its four low bits in
+// qs/ql byte 64(s / 2) + 4l + j, low nibble for even s; Q6_K's two high bits
+// are bits 2s, 2s + 1 of qh byte 4l + j. Scales, mins and d stay in place.
+struct Q4_KGroupMajor {
+  static constexpr int kValues = 256, kBytes = 144;
+  __device__ static float Value(const uint8_t* b, int i) {
+    const int l = i / 16, s = (i % 16) / 4, j = i % 4;
+    const uint8_t byte = b[16 + 64 * (s / 2) + 4 * l + j];
+    const int q = (s & 1) ? byte >> 4 : byte & 15;
+    int scale, min;
+    KScaleMin(b + 4, i / 32, &scale, &min);
+    return F16At(b, 0) * scale * q - F16At(b, 2) * min;
+  }
+};
+
+struct Q6_KGroupMajor {
+  static constexpr int kValues = 256, kBytes = 210;
+  __device__ static float Value(const uint8_t* b, int i) {
+    const int l = i / 16, s = (i % 16) / 4, j = i % 4;
+    const uint8_t low_byte = b[64 * (s / 2) + 4 * l + j];
+    const int low = (s & 1) ? low_byte >> 4 : low_byte & 15;
+    const int top = (b[128 + 4 * l + j] >> (2 * s)) & 3;
+    const int scale = static_cast<int8_t>(b[192 + i / 16]);
+    return F16At(b, 208) * scale * ((low | (top << 4)) - 32);
+  }
+};
+
 // Value c of row j of a [n, k] matrix of format F.
 template <typename F>
 __device__ __forceinline__ float MatrixValue(const uint8_t* w, int64_t row_bytes, int64_t j, int64_t c) {
@@ -210,6 +238,8 @@ cudaError_t LaunchQuantGemv(const void* w, KernelQuantType type, int64_t n, int6
     case KernelQuantType::kQ4_K: return TANDEM_GEMV_CALL(Q4_K);
     case KernelQuantType::kQ5_K: return TANDEM_GEMV_CALL(Q5_K);
     case KernelQuantType::kQ6_K: return TANDEM_GEMV_CALL(Q6_K);
+    case KernelQuantType::kQ4_KGroupMajor: return TANDEM_GEMV_CALL(Q4_KGroupMajor);
+    case KernelQuantType::kQ6_KGroupMajor: return TANDEM_GEMV_CALL(Q6_KGroupMajor);
   }
 #undef TANDEM_GEMV_CALL
   return cudaErrorInvalidValue;
@@ -227,6 +257,8 @@ cudaError_t LaunchDequantize(const void* w, KernelQuantType type, int64_t n, int
     case KernelQuantType::kQ4_K: return TANDEM_DEQUANTIZE_CALL(Q4_K);
     case KernelQuantType::kQ5_K: return TANDEM_DEQUANTIZE_CALL(Q5_K);
     case KernelQuantType::kQ6_K: return TANDEM_DEQUANTIZE_CALL(Q6_K);
+    case KernelQuantType::kQ4_KGroupMajor: return TANDEM_DEQUANTIZE_CALL(Q4_KGroupMajor);
+    case KernelQuantType::kQ6_KGroupMajor: return TANDEM_DEQUANTIZE_CALL(Q6_KGroupMajor);
   }
 #undef TANDEM_DEQUANTIZE_CALL
   return cudaErrorInvalidValue;

@@ -38,8 +38,20 @@
 namespace tandem {
 
 // Same order as common/dtype.h's quantized DTypes (kQ8_0 .. kQ6_K), which
-// nvcc does not include.
-enum class KernelQuantType : uint8_t { kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ4_K, kQ5_K, kQ6_K };
+// nvcc does not include; then Q4_K and Q6_K blocks in group-major order
+// (BlockOrder::kGroupMajor, common/quant/block_order.h), which a pool copies
+// from a CPU worker's store or a CPU process's own copy as they are.
+enum class KernelQuantType : uint8_t {
+  kQ8_0,
+  kQ4_0,
+  kQ4_1,
+  kQ5_0,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+  kQ4_KGroupMajor,
+  kQ6_KGroupMajor
+};
 
 // The decode GEMV serves up to this many rows per expert; more take the
 // dequantize + GEMM path. Eight keeps the accumulators in registers.

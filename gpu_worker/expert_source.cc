@@ -18,6 +18,9 @@ ExpertSource ExpertSource::Whole(const ExpertWeights& weights) {
   source.w1_dtype = weights.w1.dtype;
   source.w3_dtype = weights.w3.dtype;
   source.w2_dtype = weights.w2.dtype;
+  source.w1_order = weights.w1.order;
+  source.w3_order = weights.w3.order;
+  source.w2_order = weights.w2.order;
   if (weights.w1.data != nullptr) source.w1.push_back(WholePiece(weights.w1));
   if (weights.w3.data != nullptr) source.w3.push_back(WholePiece(weights.w3));
   if (weights.w2.data != nullptr) source.w2.push_back(WholePiece(weights.w2));

@@ -48,6 +48,13 @@ struct ExpertSource {
   DType w1_dtype = DType::kBF16;  // each matrix's stored type
   DType w3_dtype = DType::kBF16;
   DType w2_dtype = DType::kBF16;
+  // Each matrix's block order (dtype.h): a copy in a pool keeps its
+  // source's, and the pool's kernels read it so. It may differ between
+  // experts of a layer (a load whose copy budget ran out leaves the rest
+  // mapped, in ggml's order), never between the pieces of one matrix.
+  BlockOrder w1_order = BlockOrder::kGgml;
+  BlockOrder w3_order = BlockOrder::kGgml;
+  BlockOrder w2_order = BlockOrder::kGgml;
   std::vector<MatrixPiece> w1, w3, w2;  // each tiles its whole matrix
 
   // One piece per matrix (null data: no pieces, which CheckExpertSource refuses).

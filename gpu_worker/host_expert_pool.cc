@@ -74,13 +74,14 @@ void HostExpertPool::CopyExpert(ExpertKey key, uint8_t* dst) const {
   GatherMatrixPieces(src.w2, l.w2_dtype, l.intermediate_size, dst + l.w2_offset);
 }
 
-ExpertWeights HostExpertPool::BufferWeights(const uint8_t* data, int layer) const {
-  const ExpertLayout& l = layout(layer);
+ExpertWeights HostExpertPool::BufferWeights(const uint8_t* data, ExpertKey key) const {
+  const ExpertLayout& l = layout(key.layer);
+  const ExpertSource& src = source(key);  // the copy keeps its blocks' order
   const int64_t d = l.hidden_size, i = l.intermediate_size;
   ExpertWeights w;
-  w.w1 = LinearWeight{data + l.w1_offset, l.w1_dtype, i, d};
-  w.w3 = LinearWeight{data + l.w3_offset, l.w3_dtype, i, d};
-  w.w2 = LinearWeight{data + l.w2_offset, l.w2_dtype, d, i};
+  w.w1 = LinearWeight{data + l.w1_offset, l.w1_dtype, i, d, src.w1_order};
+  w.w3 = LinearWeight{data + l.w3_offset, l.w3_dtype, i, d, src.w3_order};
+  w.w2 = LinearWeight{data + l.w2_offset, l.w2_dtype, d, i, src.w2_order};
   return w;
 }
 
@@ -93,7 +94,7 @@ absl::StatusOr<ExpertWeights> HostExpertPool::HeldWeights(ExpertKey key) {
   TANDEM_RETURN_IF_ERROR(CheckKey(key, "held weights"));
   std::unique_lock<std::mutex> lock(mutex());
   TANDEM_ASSIGN_OR_RETURN(const int b, WaitHeldLocked(lock, key));
-  return BufferWeights(data_[static_cast<size_t>(b)].get(), key.layer);
+  return BufferWeights(data_[static_cast<size_t>(b)].get(), key);
 }
 
 absl::Status HostExpertPool::RunExperts(int layer, std::span<const ExpertWork> work, PoolRunTiming* timing) {
@@ -116,7 +117,7 @@ absl::Status HostExpertPool::RunExperts(int layer, std::span<const ExpertWork> w
     const auto compute_start = std::chrono::steady_clock::now();
     local.wait_us += MicrosBetween(wait_start, compute_start);
     // The buffer stays put: only this (the control) thread moves or frees it.
-    TANDEM_RETURN_IF_ERROR(kernel_(BufferWeights(data, layer), entry.input, entry.num_rows, entry.output));
+    TANDEM_RETURN_IF_ERROR(kernel_(BufferWeights(data, key), entry.input, entry.num_rows, entry.output));
     local.compute_us += MicrosSince(compute_start);
     ++(staging ? local.staging_runs : local.slot_runs);
   }

@@ -76,7 +76,7 @@ class HostExpertPool final : public SlotPool {
 
   absl::Status CopyNowLocked(int buffer, ExpertKey key) override;
   void CopyExpert(ExpertKey key, uint8_t* dst) const;                 // the bytes of one migration
-  ExpertWeights BufferWeights(const uint8_t* data, int layer) const;  // as layer `layer`'s layout
+  ExpertWeights BufferWeights(const uint8_t* data, ExpertKey key) const;  // `key`'s copy: its layer's layout
   void CopyLoop();
 
   const ExpertKernel kernel_;

@@ -13,6 +13,7 @@
 #include "common/base/progress.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
+#include "common/kernels/linear.h"
 #include "common/model/model.h"
 #include "coordinator/worker_connect.h"
 #include "gpu_worker/cuda_device.h"
@@ -39,6 +40,9 @@ ABSL_FLAG(std::string, load_weights, "copy",
           "copy (the weights this process computes with, read from the GGUF or safetensors files into anonymous "
           "2 MiB pages while they fit in available memory less 1 GiB: faster decode) | map (read them from the "
           "files' mappings, 4 KiB page-cache pages)");
+ABSL_FLAG(std::string, block_order, "auto",
+          "Q4_K/Q6_K blocks of the copied weights (--load_weights copy): auto (group-major where the AVX512-VNNI "
+          "GEMV decodes one row: no shuffles per call), ggml (as the file stores them) or group_major");
 ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all available cores");
 ABSL_FLAG(absl::Duration, progress_interval, absl::Seconds(2),
           "how often a long load (generating, reading, dequantizing weights) logs its progress, e.g. 2s, 500ms");
@@ -255,6 +259,7 @@ absl::StatusOr<RuntimeFromFlags> OpenRuntimeFromFlags(LocalRuntimeOptions option
   load.num_threads = options.num_threads > 0 ? options.num_threads : AvailableCores();
   TANDEM_ASSIGN_OR_RETURN(load.quantized, GgufWeightsFromFlags(options));
   TANDEM_ASSIGN_OR_RETURN(load.copy_weights_to_memory, CopyWeightsFromFlag(absl::GetFlag(FLAGS_load_weights)));
+  TANDEM_ASSIGN_OR_RETURN(load.block_order, BlockOrderFromFlag(absl::GetFlag(FLAGS_block_order), "--block_order"));
   RuntimeFromFlags out;
   if (absl::GetFlag(FLAGS_workers).empty()) {
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, LoadModelFrom(source, load));

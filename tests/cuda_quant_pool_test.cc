@@ -25,6 +25,7 @@
 #include "common/base/dtype.h"
 #include "common/model/gguf_tensor_source.h"
 #include "common/model/model_config.h"
+#include "common/quant/block_order.h"
 #include "common/quant/quantize.h"
 #include "gpu_worker/cuda_expert_pool.h"
 #include "gtest/gtest.h"
@@ -98,24 +99,33 @@ double Nmse(const std::vector<float>& got, const std::vector<double>& want) {
 
 class QuantKernelTest : public ::testing::TestWithParam<DType> {};
 
+// In ggml's order and, for Q4_K and Q6_K, in group-major order (the blocks
+// a pool copies from a VNNI worker's store): the same values.
 TEST_P(QuantKernelTest, DequantizeGivesTheReferenceDecodersValues) {
   SKIP_WITHOUT_CUDA_DEVICE();
 #if TANDEM_HAVE_CUDA
   const DType dtype = GetParam();
   const QuantMatrix m = MakeQuantMatrix(dtype, 24, 512, 1);
-  void* w = nullptr;
-  float* out = nullptr;
-  ASSERT_EQ(cudaMalloc(&w, m.blocks.size()), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), m.values.size() * sizeof(float)), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(w, m.blocks.data(), m.blocks.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(LaunchDequantize(w, ToKernelQuantType(dtype), m.n, m.k, out, KernelDType::kF32, nullptr), cudaSuccess);
-  std::vector<float> got(m.values.size());
-  ASSERT_EQ(cudaMemcpy(got.data(), out, got.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
-  cudaFree(w);
-  cudaFree(out);
-  for (size_t i = 0; i < got.size(); ++i) {
-    // The same f32 operations, possibly fused: within a few ulps of the value.
-    ASSERT_NEAR(got[i], m.values[i], 1e-6 + 4e-7 * std::fabs(m.values[i])) << DTypeName(dtype) << " value " << i;
+  for (BlockOrder order : {BlockOrder::kGgml, BlockOrder::kGroupMajor}) {
+    if (order == BlockOrder::kGroupMajor && !HasGroupMajorOrder(dtype)) continue;
+    std::vector<uint8_t> blocks = m.blocks;
+    if (order == BlockOrder::kGroupMajor) ASSERT_OK(ToGroupMajorOrder(GgmlFromDType(dtype), absl::MakeSpan(blocks)));
+    void* w = nullptr;
+    float* out = nullptr;
+    ASSERT_EQ(cudaMalloc(&w, blocks.size()), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), m.values.size() * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(w, blocks.data(), blocks.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(LaunchDequantize(w, ToKernelQuantType(dtype, order), m.n, m.k, out, KernelDType::kF32, nullptr),
+              cudaSuccess);
+    std::vector<float> got(m.values.size());
+    ASSERT_EQ(cudaMemcpy(got.data(), out, got.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    cudaFree(w);
+    cudaFree(out);
+    for (size_t i = 0; i < got.size(); ++i) {
+      // The same f32 operations, possibly fused: within a few ulps of the value.
+      ASSERT_NEAR(got[i], m.values[i], 1e-6 + 4e-7 * std::fabs(m.values[i]))
+          << DTypeName(dtype) << " " << BlockOrderName(order) << " value " << i;
+    }
   }
 #endif
 }
@@ -137,8 +147,8 @@ TEST_P(QuantKernelTest, DecodeGemvMatchesTheFloat64Product) {
   ASSERT_EQ(cudaMemcpy(w, m.blocks.data(), m.blocks.size(), cudaMemcpyHostToDevice), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(x_dev, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
   for (int rows = 1; rows <= max_rows; ++rows) {
-    ASSERT_EQ(LaunchQuantGemv(w, ToKernelQuantType(dtype), m.n, m.k, x_dev, KernelDType::kF32, m.k, rows, y_dev, m.n,
-                              nullptr),
+    ASSERT_EQ(LaunchQuantGemv(w, ToKernelQuantType(dtype, BlockOrder::kGgml), m.n, m.k, x_dev, KernelDType::kF32, m.k,
+                              rows, y_dev, m.n, nullptr),
               cudaSuccess);
     std::vector<float> got(static_cast<size_t>(rows * m.n));
     ASSERT_EQ(cudaMemcpy(got.data(), y_dev, got.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -154,8 +164,8 @@ TEST_P(QuantKernelTest, DecodeGemvMatchesTheFloat64Product) {
     EXPECT_LT(Nmse(got, want), 1e-10) << DTypeName(dtype) << " at " << rows << " rows";
   }
   // More rows than the GEMV serves is refused, not truncated.
-  EXPECT_EQ(LaunchQuantGemv(w, ToKernelQuantType(dtype), m.n, m.k, x_dev, KernelDType::kF32, m.k, max_rows + 1, y_dev,
-                            m.n, nullptr),
+  EXPECT_EQ(LaunchQuantGemv(w, ToKernelQuantType(dtype, BlockOrder::kGgml), m.n, m.k, x_dev, KernelDType::kF32, m.k,
+                            max_rows + 1, y_dev, m.n, nullptr),
             cudaErrorInvalidValue);
   (void)cudaGetLastError();
   cudaFree(w);

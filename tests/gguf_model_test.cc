@@ -43,6 +43,7 @@
 #include "common/model/model.h"
 #include "common/model/safetensors.h"
 #include "common/model/synthetic_model.h"
+#include "common/quant/block_order.h"
 #include "common/quant/quantize.h"
 #include "coordinator/cpu_backend.h"
 #include "runtime/local_runtime.h"
@@ -442,6 +443,56 @@ TEST_P(GgufQuantizedTest, CopiedWeightsAreTheMappedBytesOutsideTheMapping) {
   ASSERT_OK(unbudgeted);
   EXPECT_EQ((*unbudgeted)->copied_bytes(), 0);
   EXPECT_GT((*unbudgeted)->left_mapped_bytes(), 0);
+}
+
+// --block_order group_major: the Q4_K/Q6_K matrices the copy holds (not the
+// token embedding) are the file's blocks in the VNNI GEMV's order, their
+// views say so, and the logits are the file's (this binary's exact plan
+// decodes them back block by block: the same values in the same sums).
+TEST_P(GgufQuantizedTest, GroupMajorCopiesAreTheFileBlocksReordered) {
+  const QuantCase& c = GetParam();
+  auto mapped = LoadModel(Gguf(c.arch, c.type), {.quantized = QuantizedWeights::kKeep});
+  auto reordered = LoadModel(
+      Gguf(c.arch, c.type),
+      {.quantized = QuantizedWeights::kKeep, .copy_weights_to_memory = true, .block_order = BlockOrder::kGroupMajor});
+  ASSERT_OK(mapped);
+  ASSERT_OK(reordered);
+  const auto& source = dynamic_cast<const GgufTensorSource&>(*(*reordered)->weights->source);
+  const ModelWeights& a = *(*mapped)->weights;
+  const ModelWeights& b = *(*reordered)->weights;
+  int64_t group_major = 0;
+  std::vector<std::pair<const LinearWeight*, const LinearWeight*>> pairs = {{&a.lm_head, &b.lm_head}};
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    const LayerWeights &x = a.layers[l], &y = b.layers[l];
+    for (const auto& [m, n] : {std::pair{&x.q_proj, &y.q_proj}, std::pair{&x.k_proj, &y.k_proj},
+                               std::pair{&x.v_proj, &y.v_proj}, std::pair{&x.o_proj, &y.o_proj}})
+      pairs.emplace_back(m, n);
+    for (size_t e = 0; e < x.experts.size(); ++e) {
+      pairs.emplace_back(&x.experts[e].w1, &y.experts[e].w1);
+      pairs.emplace_back(&x.experts[e].w2, &y.experts[e].w2);
+      pairs.emplace_back(&x.experts[e].w3, &y.experts[e].w3);
+    }
+  }
+  for (const auto& [m, n] : pairs) {
+    ASSERT_EQ(m->dtype, n->dtype);
+    ASSERT_EQ(m->order, BlockOrder::kGgml);
+    ASSERT_EQ(n->order, HasGroupMajorOrder(n->dtype) ? BlockOrder::kGroupMajor : BlockOrder::kGgml)
+        << DTypeName(n->dtype);
+    std::vector<uint8_t> back(static_cast<const uint8_t*>(n->data), static_cast<const uint8_t*>(n->data) + n->bytes());
+    if (n->order == BlockOrder::kGroupMajor) {
+      ++group_major;
+      ASSERT_NE(std::memcmp(m->data, back.data(), back.size()), 0);
+      ASSERT_OK(ToGgmlOrder(GgmlFromDType(n->dtype), absl::MakeSpan(back)));
+    }
+    ASSERT_EQ(std::memcmp(m->data, back.data(), back.size()), 0) << DTypeName(n->dtype);
+  }
+  auto embed = source.Get(WeightName((*reordered)->config, WeightRole::kEmbedTokens));
+  ASSERT_OK(embed);
+  EXPECT_EQ(embed->order, BlockOrder::kGgml);  // read a row at a time by the embedding lookup
+  if (c.type == "q4_k_m" || c.type == "q6_k") EXPECT_GT(group_major, 0);
+  EXPECT_EQ(source.reordered_tensors() > 0, group_major > 0);
+  const std::vector<int32_t> tokens = Prompt((*mapped)->config);
+  EXPECT_EQ(LogitsNmse(Logits(std::move(*mapped), tokens), Logits(std::move(*reordered), tokens)), 0.0);
 }
 
 // Every matrix kept in its blocks (as --gguf_experts/--gguf_dense auto on

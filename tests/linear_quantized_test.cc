@@ -13,6 +13,7 @@
 #include "common/kernels/kernel_plan.h"
 #include "common/kernels/linear.h"
 #include "common/model/gguf_tensor_source.h"
+#include "common/quant/block_order.h"
 #include "common/quant/quantize.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -265,6 +266,56 @@ TEST(QuantizedLinear, Int8DotRowResultIndependentOfRowCountAndThreads) {
       SCOPED_TRACE(absl::StrCat(std::string(DTypeName(dtype)), " K = ", k));
       ExpectRowResultsIndependentOfRowCountAndThreads(dtype, 11, 13, k);
       ExpectRowResultsIndependentOfRowCountAndThreads(dtype, 10, 13, k);
+    }
+  }
+}
+
+// Q4_K and Q6_K blocks in group-major order (block_order.h) give every
+// kernel the very bits of the same blocks in ggml's order: the VNNI GEMV
+// reads the same levels into the same lanes, and the other kernels decode
+// the same values (fails when a decoder misplaces one value or group).
+TEST(QuantizedLinear, GroupMajorBlocksGiveTheSameBitsOnEveryKernel) {
+  for (DType dtype : {DType::kQ4_K, DType::kQ6_K}) {
+    for (const int64_t k : {int64_t{256}, int64_t{3 * 256}}) {
+      constexpr int64_t kN = 13;
+      const QuantizedMatrix w(dtype, kN, k, 17);
+      std::vector<uint8_t> group_major = w.blocks;
+      ASSERT_OK(ToGroupMajorOrder(GgmlFromDType(dtype), absl::MakeSpan(group_major)));
+      ASSERT_NE(group_major, w.blocks);
+      LinearWeight reordered = w.weight;
+      reordered.data = group_major.data();
+      reordered.order = BlockOrder::kGroupMajor;
+      for (const int64_t m : {1, 3, 8, 9, 37, 130}) {
+        const std::vector<float> x = Random(m * k, 19), bias = Random(kN, 20);
+        for (int threads : {1, 2}) {
+          ThreadPool pool(ThreadPoolOptions{.num_threads = threads, .name = "q-linear-test"});
+          for (const LinearKernel& kernel : AllLinearKernels()) {
+            if (kernel.dtype != dtype || kernel.isa > ActiveIsa()) continue;
+            const LinearOptions options{.kernel = &kernel};
+            std::vector<float> want(static_cast<size_t>(m * kN)), got(want.size());
+            ASSERT_OK(Linear(x.data(), m, w.weight, bias.data(), want.data(), &pool, options));
+            ASSERT_OK(Linear(x.data(), m, reordered, bias.data(), got.data(), &pool, options));
+            // The AVX2 fused GEMV leaves group-major blocks to its tile path,
+            // other arithmetic: there, the float64 reference's bound.
+            const bool same_route = !(kernel.isa == IsaLevel::kAvx2 && kernel.path == KernelPath::kInt8Dot);
+            for (int64_t r = 0; r < m; ++r) {
+              for (int64_t j = 0; j < kN; ++j) {
+                const size_t i = static_cast<size_t>(r * kN + j);
+                if (same_route) {
+                  ASSERT_EQ(got[i], want[i]) << kernel.name << " " << DTypeName(dtype) << " K " << k << " m " << m
+                                             << " threads " << threads << " row " << r << " feature " << j;
+                  continue;
+                }
+                double exact = bias[j];
+                for (int64_t v = 0; v < k; ++v) exact += static_cast<double>(x[r * k + v]) * w.values[j * k + v];
+                ASSERT_LE(std::abs(got[i] - exact),
+                          Bound(&x[r * k], &w.values[j * k], k, bias[j], RoundingOf(kernel), kernel.x_block))
+                    << kernel.name << " " << DTypeName(dtype) << " m " << m << " row " << r << " feature " << j;
+              }
+            }
+          }
+        }
+      }
     }
   }
 }

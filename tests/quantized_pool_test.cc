@@ -154,28 +154,39 @@ TEST_F(QuantizedPoolTest, SlotsAndCopiesAreSizedByTheStoredBlocks) {
   EXPECT_EQ(qpool->stats().bytes_copied, l0.copy_bytes + l1.copy_bytes);
 }
 
+// Also for experts copied in group-major order (a VNNI process's own copy):
+// the pool's copy keeps its source's order, so it computes the bits the
+// executor computes from the source (a copy read in ggml's order would not).
 TEST_F(QuantizedPoolTest, HostPoolComputesTheBlocksAsTheCpuExecutor) {
-  for (const char* type : {"q4_k_m", "q8_0"}) {
-    SCOPED_TRACE(type);
-    std::unique_ptr<Model> q = Load(type, QuantizedWeights::kKeepExperts);
-    ASSERT_NE(q, nullptr);
-    ExpertPoolOptions options;
-    options.num_slots = 2;
-    options.num_staging_buffers = 1;
-    std::unique_ptr<HostExpertPool> pool = MakePool(*q, options);
-    ASSERT_NE(pool, nullptr);
-    const int64_t d = q->config.hidden_size;
-    const int64_t rows = 5;
-    std::vector<float> x(static_cast<size_t>(rows * d));
-    for (size_t k = 0; k < x.size(); ++k) x[k] = static_cast<float>((k * 7919) % 97) / 97.0f - 0.5f;
-    for (ExpertKey key : {ExpertKey{0, 0}, ExpertKey{1, 3}}) {
-      ASSERT_OK(pool->Place(key));
-      std::vector<float> got(x.size()), want(x.size());
-      const ExpertWork work{key.expert, rows, x.data(), got.data()};
-      ASSERT_OK(pool->RunExperts(key.layer, std::span<const ExpertWork>(&work, 1), nullptr));
-      ASSERT_OK(ffn_.Run(q->weights->layers[static_cast<size_t>(key.layer)].experts[static_cast<size_t>(key.expert)],
-                         x.data(), rows, want.data()));
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << SlotPool::KeyName(key);
+  for (const BlockOrder order : {BlockOrder::kGgml, BlockOrder::kGroupMajor}) {
+    for (const char* type : {"q4_k_m", "q8_0"}) {
+      SCOPED_TRACE(absl::StrCat(type, " ", BlockOrderName(order)));
+      auto loaded = LoadModel(File(type), {.num_threads = 2,
+                                           .quantized = QuantizedWeights::kKeepExperts,
+                                           .copy_weights_to_memory = true,
+                                           .block_order = order});
+      ASSERT_OK(loaded);
+      std::unique_ptr<Model> q = std::move(*loaded);
+      const LinearWeight& w2 = q->weights->layers[0].experts[0].w2;
+      ASSERT_EQ(w2.order, HasGroupMajorOrder(w2.dtype) ? order : BlockOrder::kGgml);
+      ExpertPoolOptions options;
+      options.num_slots = 2;
+      options.num_staging_buffers = 1;
+      std::unique_ptr<HostExpertPool> pool = MakePool(*q, options);
+      ASSERT_NE(pool, nullptr);
+      const int64_t d = q->config.hidden_size;
+      const int64_t rows = 5;
+      std::vector<float> x(static_cast<size_t>(rows * d));
+      for (size_t k = 0; k < x.size(); ++k) x[k] = static_cast<float>((k * 7919) % 97) / 97.0f - 0.5f;
+      for (ExpertKey key : {ExpertKey{0, 0}, ExpertKey{1, 3}}) {
+        ASSERT_OK(pool->Place(key));
+        std::vector<float> got(x.size()), want(x.size());
+        const ExpertWork work{key.expert, rows, x.data(), got.data()};
+        ASSERT_OK(pool->RunExperts(key.layer, std::span<const ExpertWork>(&work, 1), nullptr));
+        ASSERT_OK(ffn_.Run(q->weights->layers[static_cast<size_t>(key.layer)].experts[static_cast<size_t>(key.expert)],
+                           x.data(), rows, want.data()));
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << SlotPool::KeyName(key);
+      }
     }
   }
 }

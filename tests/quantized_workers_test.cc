@@ -23,14 +23,18 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/kernels/linear.h"
 #include "common/model/expert_content.h"
 #include "common/model/expert_partition.h"
 #include "common/model/gguf_quantize.h"
+#include "common/model/gguf_tensor_source.h"
 #include "common/model/model.h"
 #include "common/model/synthetic_model.h"
+#include "common/quant/block_order.h"
 #include "coordinator/worker_connect.h"
 #include "cpu_worker/expert_store.h"
 #include "cpu_worker/local_expert_executor.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/local_runtime.h"
 #include "tests/status_testlib.h"
@@ -40,6 +44,8 @@
 
 namespace tandem {
 namespace {
+
+using ::testing::HasSubstr;
 
 namespace fs = std::filesystem;
 
@@ -186,6 +192,11 @@ TEST_P(QuantizedWorkersTest, SplitAndShardGiveTheInProcessQuantizedTokens) {
     // The stores hold blocks, and say which: the log names the types.
     const std::string logs = Logs();
     EXPECT_TRUE(absl::StrContains(logs, type == "q8_0" ? "slices of Q8_0" : "slices of Q4_K+Q6_K")) << logs;
+    // --block_order auto: K-quant stores in group-major order where this
+    // CPU's GEMV reads it (the tokens and logits above then also check that
+    // it computes the same bits from them).
+    const bool group_major = type == "q4_k_m" && PreferredBlockOrder() == BlockOrder::kGroupMajor;
+    EXPECT_EQ(absl::StrContains(logs, "blocks in group-major order"), group_major) << logs;
   }
 }
 
@@ -298,6 +309,55 @@ TEST_F(QuantizedWorkersRefusalTest, StoreHoldsTheQuantizedBytes) {
   auto hashes = HashExpertSlices(*model->weights, (*store)->slices(), nullptr);
   ASSERT_OK(hashes);
   EXPECT_EQ(*hashes, (*store)->slice_hashes());
+}
+
+// A store asked for group-major blocks holds each Q4_K/Q6_K row of the file
+// reordered (block_order.h), says so in its header and views, and hashes
+// the rows as the file has them: its content hash is the ggml store's.
+TEST_F(QuantizedWorkersRefusalTest, GroupMajorStoreHashesTheFileOrder) {
+  std::unique_ptr<Model> model = LoadQuantized("q4_k_m");
+  ASSERT_NE(model, nullptr);
+  const std::string prefix = UniqueRegionPrefix();
+  auto ggml =
+      ExpertStore::Create(*model->weights, ExpertStoreOptions{.region_name = prefix + "-ggml", .num_workers = 2});
+  auto reordered = ExpertStore::Create(
+      *model->weights,
+      ExpertStoreOptions{.region_name = prefix + "-gm", .num_workers = 2, .block_order = BlockOrder::kGroupMajor});
+  ASSERT_OK(ggml);
+  ASSERT_OK(reordered);
+  EXPECT_EQ((*reordered)->info().block_order, BlockOrder::kGroupMajor);
+  EXPECT_EQ((*ggml)->info().block_order, BlockOrder::kGgml);
+  EXPECT_EQ((*reordered)->slice_hashes(), (*ggml)->slice_hashes());
+  EXPECT_EQ((*reordered)->content_hash(), (*ggml)->content_hash());
+  int reordered_matrices = 0;
+  for (const ExpertSlice& s : (*reordered)->slices()) {
+    const ExpertWeights* a = (*ggml)->Find(s.layer, s.expert);
+    const ExpertWeights* b = (*reordered)->Find(s.layer, s.expert);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    for (const auto& [x, y] : {std::pair{&a->w1, &b->w1}, std::pair{&a->w3, &b->w3}, std::pair{&a->w2, &b->w2}}) {
+      ASSERT_EQ(y->order, HasGroupMajorOrder(y->dtype) ? BlockOrder::kGroupMajor : BlockOrder::kGgml);
+      std::vector<uint8_t> want(static_cast<const uint8_t*>(x->data),
+                                static_cast<const uint8_t*>(x->data) + x->bytes());
+      if (y->order == BlockOrder::kGroupMajor) {
+        ++reordered_matrices;
+        ASSERT_OK(ToGroupMajorOrder(GgmlFromDType(y->dtype), absl::MakeSpan(want)));
+      }
+      ASSERT_EQ(std::memcmp(y->data, want.data(), want.size()), 0) << "layer " << s.layer << " expert " << s.expert;
+    }
+  }
+  EXPECT_GT(reordered_matrices, 0);
+  // What a reader maps sees the same order.
+  auto view = ExpertStore::OpenReadOnly((*reordered)->region_name());
+  ASSERT_OK(view);
+  EXPECT_EQ(view->info().block_order, BlockOrder::kGroupMajor);
+  // A model whose views are already reordered is refused: rows are hashed
+  // as they are copied, in the file's order.
+  ModelWeights copy_of_views = *model->weights;
+  copy_of_views.layers[0].experts[0].w1.order = BlockOrder::kGroupMajor;
+  auto refused = ExpertStore::Create(copy_of_views, ExpertStoreOptions{.region_name = prefix + "-bad"});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("group_major block order"));
 }
 
 }  // namespace

@@ -25,6 +25,15 @@ enum class DType : uint8_t { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ4_
 inline constexpr size_t kNumDTypes = static_cast<size_t>(DType::kQ6_K) + 1;  // a new last type updates this
 
 inline bool IsQuantized(DType dtype) { return dtype >= DType::kQ8_0; }
+
+// The order of a block's level bits in memory: ggml's, as GGUF files store
+// them, or group-major, the AVX512-VNNI decode GEMV's own (Q4_K and Q6_K
+// only), into which a process whose kernels read that order converts the
+// copies it owns at load (common/quant/block_order.h says how and why).
+// Whoever reads a matrix's blocks reads its order with it.
+enum class BlockOrder : uint8_t { kGgml, kGroupMajor };
+inline bool HasGroupMajorOrder(DType dtype) { return dtype == DType::kQ4_K || dtype == DType::kQ6_K; }
+inline const char* BlockOrderName(BlockOrder order) { return order == BlockOrder::kGgml ? "ggml" : "group_major"; }
 // Bytes of one element of a float type; 0 for a quantized type, which has
 // none (use DTypeRowBytes).
 size_t DTypeSize(DType dtype);

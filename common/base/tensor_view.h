@@ -17,6 +17,9 @@ struct TensorView {
   std::vector<int64_t> shape;  // row-major, as stored
   const void* data = nullptr;
   size_t size_bytes = 0;
+  // A block type's level order (dtype.h): ggml's unless the source put a
+  // copy it owns in the VNNI GEMV's group-major order.
+  BlockOrder order = BlockOrder::kGgml;
 
   int64_t num_elements() const {
     int64_t n = 1;

@@ -61,6 +61,20 @@ const LinearKernel& ChooseLinearKernel(int64_t m, DType dtype, const LinearOptio
   return ResolveKernel(plan.PathFor(m, dtype), dtype, UsableIsa(options), options.f32_activations || plan.f32_inputs());
 }
 
+BlockOrder PreferredBlockOrder() {
+  const LinearKernel& one_row = ChooseLinearKernel(1, DType::kQ4_K, LinearOptions{});
+  return one_row.path == KernelPath::kInt8Dot && one_row.isa == IsaLevel::kAvx512Vnni ? BlockOrder::kGroupMajor
+                                                                                      : BlockOrder::kGgml;
+}
+
+absl::StatusOr<BlockOrder> BlockOrderFromFlag(std::string_view value, std::string_view flag) {
+  if (value == "auto") return PreferredBlockOrder();
+  if (value == "ggml") return BlockOrder::kGgml;
+  if (value == "group_major") return BlockOrder::kGroupMajor;
+  return absl::InvalidArgumentError(
+      absl::StrCat(std::string(flag), " \"", std::string(value), "\": expected auto, ggml or group_major"));
+}
+
 absl::Status ValidateLinear(const float* x, int64_t m, const LinearWeight& w, const float* y,
                             const LinearOptions& options) {
   const std::string shape = absl::StrCat("x [", m, ", ", w.k, "] . W [", w.n, ", ", w.k, "]^T");

@@ -38,6 +38,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "common/base/cpu_features.h"
 #include "common/base/dtype.h"
 #include "common/base/scratch_memory.h"
@@ -133,6 +134,17 @@ absl::Status LinearSlice(const LinearKernel& kernel, const LinearWeight& w, cons
 // e.g. "1-15 rows avx512_stream, 16+ avx512_bf16_dot" (for start-up logs,
 // stats and bench output).
 std::string DescribeKernelChoice(DType dtype, const LinearOptions& options = {});
+
+// The order a process should put the Q4_K/Q6_K blocks it copies in
+// (dtype.h, common/quant/block_order.h): group-major when its plan decodes
+// one row of Q4_K with the AVX512-VNNI int8_dot GEMV, which reads that
+// order without shuffles; ggml's otherwise (an AVX2 CPU, or a plan that
+// sends one row elsewhere), where group-major would only cost decoding.
+BlockOrder PreferredBlockOrder();
+// The value of a --block_order flag: "auto" (PreferredBlockOrder), "ggml"
+// or "group_major"; InvalidArgument naming `flag` otherwise. Call it after
+// the ISA cap and the kernel plan are set (auto asks the plan).
+absl::StatusOr<BlockOrder> BlockOrderFromFlag(std::string_view value, std::string_view flag);
 
 // One line for start-up logs and stats: the CPU, the level the kernels run
 // at, the plan and what it runs for `dtype` weights, e.g. "cpu Oxide ...;

@@ -382,6 +382,9 @@ void Run(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& p
 }  // namespace
 
 bool Avx2Int8Fused(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& x) {
+  // Group-major blocks are laid out for the VNNI kernel; the tile path
+  // decodes them (a W in that order meets this kernel only under an ISA cap).
+  if (w.order != BlockOrder::kGgml) return false;
   switch (w.dtype) {
     case DType::kQ8_0: Run<Q8_0Format>(w, a, x); return true;
     case DType::kQ4_0: Run<Q4_0Format>(w, a, x); return true;

@@ -199,8 +199,10 @@ inline __m512i Dwords(const int (&base)[16], int s) {
 
 // Q4_K and Q5_K: group l is half l % 2 of sub-block l / 2, whose levels are
 // the low (sub-block even) or high nibbles of 64-value chunk l / 4's 32
-// bytes; Q5_K adds bit l / 2 of the value's qh byte as 16.
-template <bool kWithFifthBit>
+// bytes; Q5_K adds bit l / 2 of the value's qh byte as 16. Q4_K blocks in
+// group-major order (block_order.h) hold step s's levels as they are used:
+// the low (s even) or high nibbles of qs' 64-byte half s / 2.
+template <bool kWithFifthBit, BlockOrder kOrder = BlockOrder::kGgml>
 struct KFormat {
   static constexpr bool kFifthBit = kWithFifthBit;
   using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
@@ -243,6 +245,16 @@ struct KFormat {
     }
   }
   static void DecodeLevels(const uint8_t* block, __m512i (&levels)[4]) {
+    if constexpr (kOrder == BlockOrder::kGroupMajor) {
+      static_assert(!kFifthBit, "Q5_K has no group-major order");
+      const __m512i low4 = _mm512_set1_epi8(0x0f);
+      for (int half = 0; half < 2; ++half) {
+        const __m512i q = _mm512_loadu_si512(block + offsetof(Block, qs) + 64 * half);
+        levels[2 * half] = _mm512_and_si512(q, low4);
+        levels[2 * half + 1] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
+      }
+      return;
+    }
     static constexpr int kQs[16] = {0, 4, 0, 4, 8, 12, 8, 12, 16, 20, 16, 20, 24, 28, 24, 28};
     const __m512i nibble = _mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4);
     const __m512i q0 = _mm512_loadu_si512(block + offsetof(Block, qs));
@@ -267,7 +279,12 @@ struct KFormat {
 // Q6_K: group l is quarter (l % 8) / 2 of 128-value half l / 8, second
 // 16 values when l is odd; its 4 low bits are ql's low (quarters 0, 1) or
 // high nibbles (2, 3), its 2 high bits qh's bits 2q, 2q + 1. Group scales
-// are the int8 scales[l] times d, offsets 32 times those (subtracted).
+// are the int8 scales[l] times d, offsets 32 times those (subtracted). In
+// group-major order (block_order.h) ql is laid out as group-major Q4_K's
+// qs and qh's byte 4l + j holds the two high bits of lane l's value j of
+// step s at bits 2s, 2s + 1: shifting them to bits 4-5 and one select
+// with the low bits replace the permutes.
+template <BlockOrder kOrder = BlockOrder::kGgml>
 struct Q6KFormat {
   static constexpr int64_t kBytes = sizeof(BlockQ6_K);
   static constexpr bool kGroupMajor = true;
@@ -282,6 +299,20 @@ struct Q6KFormat {
     }
   }
   static void DecodeLevels(const uint8_t* block, __m512i (&levels)[4]) {
+    if constexpr (kOrder == BlockOrder::kGroupMajor) {
+      const __m512i q0 = _mm512_loadu_si512(block + offsetof(BlockQ6_K, ql));
+      const __m512i q1 = _mm512_loadu_si512(block + offsetof(BlockQ6_K, ql) + 64);
+      const __m512i qh = _mm512_loadu_si512(block + offsetof(BlockQ6_K, qh));
+      const __m512i low4 = _mm512_set1_epi8(0x0f), six = _mm512_set1_epi8(0x3f);
+      // 16-bit shifts: a byte's bits 4-5 come from its own bits (the
+      // neighbour's that cross in land in bits 0-3 or 6-7, masked away).
+      const __m512i high[4] = {_mm512_slli_epi16(qh, 4), _mm512_slli_epi16(qh, 2), qh, _mm512_srli_epi16(qh, 2)};
+      const __m512i low[4] = {q0, _mm512_srli_epi16(q0, 4), q1, _mm512_srli_epi16(q1, 4)};
+      // (0xca: low4 ? low : high, bitwise), then six bits.
+      for (int s = 0; s < 4; ++s)
+        levels[s] = _mm512_and_si512(_mm512_ternarylogic_epi32(low4, low[s], high[s], 0xca), six);
+      return;
+    }
     static constexpr int kQl[16] = {0, 4, 8, 12, 0, 4, 8, 12, 16, 20, 24, 28, 16, 20, 24, 28};
     static constexpr int kQh[16] = {0, 4, 0, 4, 0, 4, 0, 4, 8, 12, 8, 12, 8, 12, 8, 12};
     const __m512i nibble = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
@@ -498,9 +529,19 @@ bool Avx512VnniInt8Fused(const LinearWeight& w, const LinearSliceArgs& a, const 
   switch (w.dtype) {
     case DType::kQ8_0: Run<Q8_0Format>(w, a, x); return true;
     case DType::kQ4_0: Run<Q4_0Format>(w, a, x); return true;
-    case DType::kQ4_K: Run<KFormat<false>>(w, a, x); return true;
+    case DType::kQ4_K:
+      if (w.order == BlockOrder::kGroupMajor)
+        Run<KFormat<false, BlockOrder::kGroupMajor>>(w, a, x);
+      else
+        Run<KFormat<false>>(w, a, x);
+      return true;
     case DType::kQ5_K: Run<KFormat<true>>(w, a, x); return true;
-    case DType::kQ6_K: Run<Q6KFormat>(w, a, x); return true;
+    case DType::kQ6_K:
+      if (w.order == BlockOrder::kGroupMajor)
+        Run<Q6KFormat<BlockOrder::kGroupMajor>>(w, a, x);
+      else
+        Run<Q6KFormat<>>(w, a, x);
+      return true;
     default: return false;
   }
 }

@@ -210,6 +210,22 @@ void DecodeQ5_K(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
   }
 }
 
+// Block b's group g has the int8 scale scales[g] (times d); its offset is
+// -32 times its scale. Both orders of Q6_K keep these fields in place.
+void StoreQ6KScales(const uint8_t* block, int64_t b, const DecodedRow& out) {
+  const float d = HalfAt(block, offsetof(BlockQ6_K, d));
+  const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + offsetof(BlockQ6_K, scales)));
+  float* group_scales = out.scales + b * kKBlockSize / 16;
+  float* group_offsets = out.offsets + b * kKBlockSize / 16;
+  const __m256 d8 = _mm256_set1_ps(d), minus32 = _mm256_set1_ps(-32.0f);
+  const __m256 s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), d8);
+  const __m256 s1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))), d8);
+  _mm256_storeu_ps(group_scales, s0);
+  _mm256_storeu_ps(group_scales + 8, s1);
+  _mm256_storeu_ps(group_offsets, _mm256_mul_ps(s0, minus32));
+  _mm256_storeu_ps(group_offsets + 8, _mm256_mul_ps(s1, minus32));
+}
+
 // Q6_K: halves of 128 values; value l of each 32 takes 4 bits from ql and 2
 // from qh; group g (16 values) of a half has the int8 scale sc[g].
 void DecodeQ6_K(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
@@ -217,9 +233,7 @@ void DecodeQ6_K(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
   for (int64_t b = 0; b < k / kKBlockSize; ++b) {
     const uint8_t* block = row + b * sizeof(BlockQ6_K);
     PrefetchAhead(block, sizeof(BlockQ6_K));
-    const float d = HalfAt(block, offsetof(BlockQ6_K, d));
     const uint8_t* ql = block + offsetof(BlockQ6_K, ql);
-    const int8_t* scales = reinterpret_cast<const int8_t*>(block + offsetof(BlockQ6_K, scales));
     for (int half = 0; half < kKBlockSize / 128; ++half) {
       const __m256i ql0 = Load32(ql + 64 * half);
       const __m256i ql1 = Load32(ql + 64 * half + 32);
@@ -238,23 +252,77 @@ void DecodeQ6_K(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels + 64), v2);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels + 96), v3);
     }
-    // Group g of the block has the int8 scale scales[g]; its offset is -32 times its scale.
-    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));
-    float* group_scales = out.scales + b * kKBlockSize / 16;
-    float* group_offsets = out.offsets + b * kKBlockSize / 16;
-    const __m256 d8 = _mm256_set1_ps(d), minus32 = _mm256_set1_ps(-32.0f);
-    const __m256 s0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), d8);
-    const __m256 s1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))), d8);
-    _mm256_storeu_ps(group_scales, s0);
-    _mm256_storeu_ps(group_scales + 8, s1);
-    _mm256_storeu_ps(group_offsets, _mm256_mul_ps(s0, minus32));
-    _mm256_storeu_ps(group_offsets + 8, _mm256_mul_ps(s1, minus32));
+    StoreQ6KScales(block, b, out);
+  }
+}
+
+// Group-major K-quant blocks (block_order.h): `steps[s]` holds step s's
+// levels for 8 groups (lane l = dword l: values 16l + 4s .. 16l + 4s + 3);
+// a 4 x 4 dword transpose per 128-bit half puts each group's 16 values in
+// order at levels[16 l].
+inline void StoreGroupMajorSteps(const __m256i (&steps)[4], uint8_t* levels) {
+  const __m256i ab_lo = _mm256_unpacklo_epi32(steps[0], steps[1]), ab_hi = _mm256_unpackhi_epi32(steps[0], steps[1]);
+  const __m256i cd_lo = _mm256_unpacklo_epi32(steps[2], steps[3]), cd_hi = _mm256_unpackhi_epi32(steps[2], steps[3]);
+  // Groups (0, 4), (1, 5), (2, 6), (3, 7): one per 128-bit half.
+  const __m256i groups[4] = {_mm256_unpacklo_epi64(ab_lo, cd_lo), _mm256_unpackhi_epi64(ab_lo, cd_lo),
+                             _mm256_unpacklo_epi64(ab_hi, cd_hi), _mm256_unpackhi_epi64(ab_hi, cd_hi)};
+  for (int g = 0; g < 4; ++g) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(levels + 16 * g), _mm256_castsi256_si128(groups[g]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(levels + 16 * (g + 4)), _mm256_extracti128_si256(groups[g], 1));
+  }
+}
+
+void DecodeQ4_KGroupMajor(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  for (int64_t b = 0; b < k / kKBlockSize; ++b) {
+    const uint8_t* block = row + b * sizeof(BlockQ4_K);
+    PrefetchAhead(block, sizeof(BlockQ4_K));
+    const __m128i scales_mins = UnpackKScalesMins(block + offsetof(BlockQ4_K, scales));
+    StoreGroups(scales_mins, false, HalfAt(block, offsetof(BlockQ4_K, d)), out.scales + b * kKBlockSize / 16);
+    StoreGroups(_mm_srli_si128(scales_mins, 8), false, -HalfAt(block, offsetof(BlockQ4_K, dmin)),
+                out.offsets + b * kKBlockSize / 16);
+    const uint8_t* qs = block + offsetof(BlockQ4_K, qs);
+    for (int eighth = 0; eighth < 2; ++eighth) {  // groups 8 * eighth .. 8 * eighth + 7
+      const __m256i q0 = Load32(qs + 32 * eighth), q1 = Load32(qs + 64 + 32 * eighth);
+      const __m256i steps[4] = {_mm256_and_si256(q0, mask), _mm256_and_si256(_mm256_srli_epi16(q0, 4), mask),
+                                _mm256_and_si256(q1, mask), _mm256_and_si256(_mm256_srli_epi16(q1, 4), mask)};
+      StoreGroupMajorSteps(steps, out.levels + b * kKBlockSize + 128 * eighth);
+    }
+  }
+}
+
+void DecodeQ6_KGroupMajor(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
+  const __m256i mask4 = _mm256_set1_epi8(0x0f), mask2 = _mm256_set1_epi8(0x30);
+  for (int64_t b = 0; b < k / kKBlockSize; ++b) {
+    const uint8_t* block = row + b * sizeof(BlockQ6_K);
+    PrefetchAhead(block, sizeof(BlockQ6_K));
+    const uint8_t* ql = block + offsetof(BlockQ6_K, ql);
+    for (int eighth = 0; eighth < 2; ++eighth) {
+      const __m256i q0 = Load32(ql + 32 * eighth), q1 = Load32(ql + 64 + 32 * eighth);
+      const __m256i qh = Load32(block + offsetof(BlockQ6_K, qh) + 32 * eighth);
+      const __m256i steps[4] = {
+          _mm256_or_si256(_mm256_and_si256(q0, mask4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), mask2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), mask4),
+                          _mm256_and_si256(_mm256_slli_epi16(qh, 2), mask2)),
+          _mm256_or_si256(_mm256_and_si256(q1, mask4), _mm256_and_si256(qh, mask2)),
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), mask4),
+                          _mm256_and_si256(_mm256_srli_epi16(qh, 2), mask2))};
+      StoreGroupMajorSteps(steps, out.levels + b * kKBlockSize + 128 * eighth);
+    }
+    StoreQ6KScales(block, b, out);
   }
 }
 
 using RowDecoder = void (*)(const uint8_t* row, int64_t k, bool to_unsigned, const DecodedRow& out);
 
-RowDecoder DecoderOf(DType dtype) {
+RowDecoder DecoderOf(DType dtype, BlockOrder order) {
+  if (order == BlockOrder::kGroupMajor) {
+    switch (dtype) {
+      case DType::kQ4_K: return DecodeQ4_KGroupMajor;
+      case DType::kQ6_K: return DecodeQ6_KGroupMajor;
+      default: return nullptr;
+    }
+  }
   switch (dtype) {
     case DType::kQ8_0: return DecodeQ8_0;
     case DType::kQ4_0: return DecodeQ4_0;
@@ -374,7 +442,7 @@ void DecodeTile(const LinearWeight& w, RowDecoder decode, bool to_unsigned, int6
 
 template <void (*kDot)(const isa::Int8DotTile&), bool kUnsigned>
 absl::Status Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
-  const RowDecoder decode = DecoderOf(w.dtype);
+  const RowDecoder decode = DecoderOf(w.dtype, w.order);
   if (decode == nullptr || a.prepared == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("int8_dot kernel: no block decoder or prepared input for ",
                                                    std::string(DTypeName(w.dtype)), " weights"));
@@ -497,7 +565,7 @@ int64_t QuantizedBf16DotScratchBytes(const LinearWeight& w, int64_t m, int64_t f
 }
 
 absl::Status QuantizedBf16DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
-  const RowDecoder decode = DecoderOf(w.dtype);
+  const RowDecoder decode = DecoderOf(w.dtype, w.order);
   if (decode == nullptr || a.prepared == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("bf16_dot kernel: no block decoder or prepared input for ",
                                                    std::string(DTypeName(w.dtype)), " weights"));

@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/kernels/linear_isa.h"
+#include "common/quant/block_formats.h"
+#include "common/quant/block_order.h"
 #include "common/quant/k_quants.h"
 #include "common/quant/legacy_quants.h"
 
@@ -17,8 +19,28 @@ constexpr int kStreamRows = 8;  // x rows per pass over a W row
 
 using BlockDecoder = void (*)(const uint8_t* block, float* y);
 
-// The reference decoder of one block of `dtype` (null for float types).
-BlockDecoder DecoderOf(DType dtype) {
+// The reference decoder of one block of `dtype` (null for float types). A
+// group-major block goes back to ggml's order first: slow (a scalar bit
+// shuffle per value), but these f32-activation paths are not the ones a
+// VNNI machine, which is where weights take that order, plans to run.
+BlockDecoder DecoderOf(DType dtype, BlockOrder order) {
+  if (order == BlockOrder::kGroupMajor) {
+    switch (dtype) {
+      case DType::kQ4_K:
+        return [](const uint8_t* block, float* y) {
+          uint8_t ggml[sizeof(BlockQ4_K)];
+          GroupMajorBlockToGgml(GgmlType::kQ4_K, block, ggml);
+          DequantizeBlockQ4_K(ggml, y);
+        };
+      case DType::kQ6_K:
+        return [](const uint8_t* block, float* y) {
+          uint8_t ggml[sizeof(BlockQ6_K)];
+          GroupMajorBlockToGgml(GgmlType::kQ6_K, block, ggml);
+          DequantizeBlockQ6_K(ggml, y);
+        };
+      default: return nullptr;
+    }
+  }
   switch (dtype) {
     case DType::kQ8_0: return DequantizeBlockQ8_0;
     case DType::kQ4_0: return DequantizeBlockQ4_0;
@@ -90,7 +112,7 @@ int64_t PackedScratchBytes(const LinearWeight& w, int64_t features, int64_t pane
 
 template <int64_t kPanel, void (*kMultiply)(const LinearSliceArgs&, int64_t, const float*)>
 absl::Status PackedSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
-  const BlockDecoder decode = DecoderOf(w.dtype);
+  const BlockDecoder decode = DecoderOf(w.dtype, w.order);
   if (decode == nullptr) return NoDecoder(w);
   float* packed = static_cast<float*>(scratch);
   const int64_t panels = (a.n_end - a.n_begin + kPanel - 1) / kPanel;
@@ -103,7 +125,7 @@ absl::Status PackedSlice(const LinearWeight& w, const LinearSliceArgs& a, void* 
 }  // namespace
 
 absl::Status QuantizedStreamSlice(const LinearWeight& w, const LinearSliceArgs& a, void*) {
-  const BlockDecoder decode = DecoderOf(w.dtype);
+  const BlockDecoder decode = DecoderOf(w.dtype, w.order);
   if (decode == nullptr) return NoDecoder(w);
   const int64_t block = DTypeBlockSize(w.dtype), block_bytes = DTypeBlockBytes(w.dtype);
   const int64_t row_bytes = w.row_bytes();

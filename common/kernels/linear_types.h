@@ -19,6 +19,11 @@ struct LinearWeight {
   DType dtype = DType::kBF16;  // a quantized type packs each row in blocks (dtype.h)
   int64_t n = 0;               // output features
   int64_t k = 0;               // input features
+  // Q4_K and Q6_K blocks may be in the VNNI decode GEMV's own order
+  // (dtype.h, block_order.h): that kernel reads it as it is, the prefill
+  // tile decoders have a decoder of their own for it, the f32 reference
+  // paths put each block back in ggml's order first (slow, correct).
+  BlockOrder order = BlockOrder::kGgml;
 
   // Bytes of one row (a quantized row packs K in blocks) and of all of W.
   // Defined in linear.cc, out of line: this header is compiled in the

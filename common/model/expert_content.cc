@@ -20,6 +20,7 @@
 #include "common/base/parallel_status.h"
 #include "common/base/status_macros.h"
 #include "common/model/gguf_tensor_source.h"
+#include "common/quant/block_order.h"
 #include "common/quant/quantize.h"
 
 namespace tandem {
@@ -71,6 +72,17 @@ std::vector<uint64_t> SumRuns(size_t num_slices, const std::vector<RowRun>& runs
   return out;
 }
 
+// `size` bytes of matrix `m`'s row at `bytes` in ggml's order, over which
+// hashes are defined: as they are, or put back into `scratch` when `m` is a
+// group-major copy. (A view has that order only for a type that has it,
+// and hashed rows are whole blocks, which ToGgmlOrder asks of them.)
+const uint8_t* InGgmlOrder(const LinearWeight& m, const uint8_t* bytes, size_t size, std::vector<uint8_t>& scratch) {
+  if (m.order == BlockOrder::kGgml) return bytes;
+  scratch.assign(bytes, bytes + size);
+  (void)ToGgmlOrder(GgmlFromDType(m.dtype), absl::MakeSpan(scratch));
+  return scratch.data();
+}
+
 }  // namespace
 
 uint64_t ExpertRowSeed(int layer, int expert, WeightRole role, int64_t row, int64_t column) {
@@ -114,21 +126,25 @@ absl::StatusOr<std::vector<uint64_t>> HashExpertSlices(const ModelWeights& weigh
   // Task sizes only: about a byte per value for the block types.
   const int64_t element = std::max<int64_t>(1, static_cast<int64_t>(DTypeSize(dtype)));
   const std::vector<RowRun> runs = RowRuns(slices, hidden, element);
-  return SumRuns(slices.size(), runs, pool, [&](const RowRun& r, int) {
+  std::vector<std::vector<uint8_t>> scratch(static_cast<size_t>(pool != nullptr ? pool->num_threads() : 1));
+  return SumRuns(slices.size(), runs, pool, [&](const RowRun& r, int thread) {
     const ExpertSlice& s = slices[r.slice];
     const ExpertWeights& w = weights.layers[static_cast<size_t>(s.layer)].experts[static_cast<size_t>(s.expert)];
+    std::vector<uint8_t>& row_scratch = scratch[static_cast<size_t>(thread)];
     uint64_t sum = 0;
     for (int64_t row = r.first; row < r.last; ++row) {
       if (r.role == WeightRole::kExpertW2) {
         const auto* bytes = static_cast<const uint8_t*>(w.w2.data) + row * w.w2.row_bytes() +
                             DTypeRowBytes(w.w2.dtype, s.intermediate_begin);
-        sum += HashExpertRow(bytes, static_cast<size_t>(DTypeRowBytes(w.w2.dtype, s.size())),
+        const size_t size = static_cast<size_t>(DTypeRowBytes(w.w2.dtype, s.size()));
+        sum += HashExpertRow(InGgmlOrder(w.w2, bytes, size, row_scratch), size,
                              ExpertRowSeed(s.layer, s.expert, r.role, row, s.intermediate_begin));
       } else {
         const LinearWeight& m = r.role == WeightRole::kExpertW1 ? w.w1 : w.w3;
         const int64_t full_row = s.intermediate_begin + row;
         const auto* bytes = static_cast<const uint8_t*>(m.data) + full_row * m.row_bytes();
-        sum += HashExpertRow(bytes, static_cast<size_t>(m.row_bytes()),
+        const size_t size = static_cast<size_t>(m.row_bytes());
+        sum += HashExpertRow(InGgmlOrder(m, bytes, size, row_scratch), size,
                              ExpertRowSeed(s.layer, s.expert, r.role, full_row, 0));
       }
     }
@@ -208,11 +224,13 @@ absl::StatusOr<std::vector<uint64_t>> HashDequantizedExpertSlices(const ModelWei
   const size_t longest = static_cast<size_t>(std::max(hidden, intermediate));
   std::vector<std::vector<float>> values(static_cast<size_t>(threads), std::vector<float>(longest));
   std::vector<std::vector<uint8_t>> stored(static_cast<size_t>(threads), std::vector<uint8_t>(longest * 4));
+  std::vector<std::vector<uint8_t>> reordered(static_cast<size_t>(threads));
   FirstError error;  // a row that fails to dequantize (its hash is then dropped)
   // The bytes a store of `to` holds for row `row`, columns [col0, col0 + n).
   auto stored_row = [&](const LinearWeight& m, int64_t row, int64_t col0, int64_t n, int thread) -> const uint8_t* {
     const auto* src = static_cast<const uint8_t*>(m.data) + row * m.row_bytes();
     if (!IsQuantized(m.dtype)) return src + col0 * static_cast<int64_t>(DTypeSize(m.dtype));
+    src = InGgmlOrder(m, src, static_cast<size_t>(m.row_bytes()), reordered[static_cast<size_t>(thread)]);
     std::vector<float>& f = values[static_cast<size_t>(thread)];
     absl::Status s = DequantizeRow(GgmlFromDType(m.dtype), {src, static_cast<size_t>(m.row_bytes())},
                                    absl::MakeSpan(f.data(), static_cast<size_t>(m.k)));

@@ -51,6 +51,9 @@ absl::StatusOr<const ExpertStoreHeader*> CheckHeader(const void* base, size_t by
                                              bytes, " bytes"));
   if (header->dtype > kLastDType)
     return Corrupt(region_name, absl::StrCat("dtype ", header->dtype, " is not a type tandem stores"));
+  if (header->block_order > static_cast<uint32_t>(BlockOrder::kGroupMajor))
+    return Corrupt(region_name,
+                   absl::StrCat("block_order ", header->block_order, " is not ggml (0) or group-major (1)"));
   if (header->division > static_cast<uint32_t>(ExpertDivision::kShard))
     return Corrupt(region_name, absl::StrCat("division ", header->division, " is not split or shard"));
   if (header->hidden_size < 1 || header->intermediate_size < 1 || header->hidden_size > static_cast<int64_t>(bytes) ||
@@ -88,6 +91,7 @@ ExpertStoreInfo InfoOf(const ExpertStoreHeader& header) {
                          .division = static_cast<ExpertDivision>(header.division),
                          .worker_index = header.worker_index,
                          .num_workers = header.num_workers,
+                         .block_order = static_cast<BlockOrder>(header.block_order),
                          .config_hash = header.config_hash,
                          .tensors_hash = header.tensors_hash};
 }
@@ -115,7 +119,8 @@ absl::StatusOr<LinearWeight> CheckMatrix(const void* base, size_t bytes, const s
     return Corrupt(region_name, absl::StrCat(where, " ", name, "_offset ", offset, " + ", matrix_bytes,
                                              " bytes is outside the data [", header.data_offset, ", ", bytes,
                                              ") or not ", kExpertStoreAlignment, "-aligned"));
-  return LinearWeight{static_cast<const char*>(base) + offset, dtype, rows, cols};
+  const BlockOrder order = HasGroupMajorOrder(dtype) ? static_cast<BlockOrder>(header.block_order) : BlockOrder::kGgml;
+  return LinearWeight{static_cast<const char*>(base) + offset, dtype, rows, cols, order};
 }
 
 // Table entry i, checked (in range, in (layer, expert) order after

@@ -5,6 +5,10 @@
 // (ARCHITECTURE.md, Processes). It lives in common/ because the coordinator
 // and gpu_worker/ never include cpu_worker/.
 //
+// A Q4_K or Q6_K matrix is in the header's block_order (dtype.h; the
+// worker converts its copy after hashing it, so content hashes are those
+// of ggml's order whatever the store holds).
+//
 // Region layout (offsets from the start of the region, little-endian, as the
 // writer's and readers' x86-64 hosts are):
 //   [0, 104)                ExpertStoreHeader
@@ -40,7 +44,8 @@ namespace tandem {
 
 inline constexpr uint64_t kExpertStoreMagic = 0x545058454D444E54ull;  // the bytes "TNDMEXPT", read little-endian
 // 2: per-matrix dtypes in the table, block-quantized matrices.
-inline constexpr uint32_t kExpertStoreVersion = 2;
+// 3: the header's block_order.
+inline constexpr uint32_t kExpertStoreVersion = 3;
 // Page size: matrices start on page boundaries, so binding, DMA registration
 // (cudaHostRegister) and the kernels' vector loads all see aligned memory.
 inline constexpr uint64_t kExpertStoreAlignment = 4096;
@@ -62,7 +67,9 @@ struct ExpertStoreHeader {
   uint32_t division = 0;  // ExpertDivision
   int32_t worker_index = 0;
   int32_t num_workers = 0;
-  uint32_t reserved = 0;
+  // BlockOrder of the region's Q4_K and Q6_K matrices (dtype.h): a worker
+  // whose GEMV reads group-major blocks stores them so; other types have one.
+  uint32_t block_order = 0;
 };
 static_assert(sizeof(ExpertStoreHeader) == 104);
 
@@ -91,6 +98,8 @@ struct ExpertStoreInfo {
   ExpertDivision division = ExpertDivision::kSplit;
   int worker_index = 0;
   int num_workers = 0;
+  // Of the Q4_K/Q6_K matrices (the weights' LinearWeight::order says it per matrix).
+  BlockOrder block_order = BlockOrder::kGgml;
   // The writer's ModelFingerprint config_hash / tensors_hash: a reader checks
   // them against its own model's before trusting the bytes.
   uint64_t config_hash = 0;

@@ -1,6 +1,7 @@
 #include "common/model/gguf_tensor_source.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -8,12 +9,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/base/progress.h"
 #include "common/base/parallel_status.h"
+#include "common/base/progress.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "common/model/gguf_names.h"
 #include "common/model/tensor_names.h"
+#include "common/quant/block_order.h"
 #include "common/quant/quantize.h"
 
 namespace tandem {
@@ -84,6 +86,18 @@ absl::Status DecodeRows(GgmlType type, const uint8_t* src, int64_t rows, int64_t
       }
     }
     return absl::OkStatus();
+  });
+}
+
+// Puts `bytes` of Q4_K/Q6_K blocks at `data` (whole rows of `row_bytes`)
+// into group-major order, in tasks of whole rows on `pool`.
+absl::Status ReorderRows(GgmlType type, uint8_t* data, int64_t bytes, int64_t row_bytes, ThreadPool* pool) {
+  const int64_t rows_per_task = std::max<int64_t>(1, (int64_t{1} << 20) / row_bytes);
+  const int64_t rows = bytes / row_bytes;
+  return ParallelTasks(pool, (rows + rows_per_task - 1) / rows_per_task, [&](int64_t t) -> absl::Status {
+    const int64_t first = t * rows_per_task, last = std::min(rows, first + rows_per_task);
+    return ToGroupMajorOrder(type,
+                             absl::MakeSpan(data + first * row_bytes, static_cast<size_t>((last - first) * row_bytes)));
   });
 }
 
@@ -198,6 +212,7 @@ absl::Status GgufTensorSource::Bind(const ModelConfig& c, const GgufSourceOption
     const int64_t rows = w.shape.size() == 2 ? w.shape[0] : 1;
     const int64_t row_length = w.shape.back();
     TensorView view{w.name, *stored, w.shape, loc.data, static_cast<size_t>(loc.bytes)};
+    uint8_t* owned = nullptr;  // this source's own copy of the stored blocks (permuted or copied)
     if (w.shape.size() == 1) {
       // A vector, read as one row; a permuted bias is permuted element by element.
       float* out = reinterpret_cast<float*>(Own(static_cast<size_t>(row_length) * sizeof(float)));
@@ -222,6 +237,7 @@ absl::Status GgufTensorSource::Bind(const ModelConfig& c, const GgufSourceOption
     } else if (permute) {
       const int64_t row_bytes = DTypeRowBytes(*stored, row_length);
       uint8_t* out = Own(static_cast<size_t>(loc.bytes));
+      owned = out;
       for (int64_t r = 0; r < rows; ++r) {
         std::memcpy(out + r * row_bytes, loc.data + GgufRowOfHfRow(r, c.head_dim) * row_bytes,
                     static_cast<size_t>(row_bytes));
@@ -237,10 +253,26 @@ absl::Status GgufTensorSource::Bind(const ModelConfig& c, const GgufSourceOption
           return absl::Status(read.code(), absl::StrCat("tensor ", loc.info->name, ": ", read.message()));
         }
         view.data = out;
+        owned = out;
         copied_bytes_ += loc.bytes;
       } else {
         left_mapped_bytes_ += loc.bytes;
       }
+    }
+    // The token embedding is read a row at a time by other code (the CPU
+    // backend's lookup), not by the GEMV: it keeps ggml's order.
+    if (owned != nullptr && options.block_order == BlockOrder::kGroupMajor && HasGroupMajorOrder(view.dtype) &&
+        w.role != WeightRole::kEmbedTokens) {
+      const auto start = std::chrono::steady_clock::now();
+      if (absl::Status reorder =
+              ReorderRows(loc.info->type, owned, loc.bytes, DTypeRowBytes(view.dtype, row_length), pool.get());
+          !reorder.ok()) {
+        return absl::Status(reorder.code(), absl::StrCat("tensor ", loc.info->name, ": ", reorder.message()));
+      }
+      view.order = BlockOrder::kGroupMajor;
+      ++reordered_tensors_;
+      reordered_bytes_ += loc.bytes;
+      reorder_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     views_[w.name] = std::move(view);
     progress.Add(loc.bytes);

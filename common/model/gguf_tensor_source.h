@@ -73,6 +73,12 @@ struct GgufSourceOptions {
   // experts and attention); costs the load a copy, not the page cache.
   bool copy_to_memory = false;
   int64_t copy_budget_bytes = 0;
+  // kGroupMajor: the Q4_K and Q6_K matrices this source holds copies of
+  // (copy_to_memory, or q/k rows put back in order) are put in the VNNI
+  // GEMV's order (block_order.h) and their views say so; the token
+  // embedding, and what stays mapped, keep ggml's. For a process whose
+  // kernels prefer it (PreferredBlockOrder, linear.h).
+  BlockOrder block_order = BlockOrder::kGgml;
 };
 
 // The ggml type stored as this DType, and back (InvalidArgument naming the
@@ -107,6 +113,11 @@ class GgufTensorSource : public TensorSource {
   int64_t copied_bytes() const { return copied_bytes_; }
   int64_t left_mapped_bytes() const { return left_mapped_bytes_; }
   const HugePageArena& arena() const { return arena_; }
+  // Matrices put in group-major order (GgufSourceOptions::block_order),
+  // their bytes and the seconds it took, for the load log.
+  int64_t reordered_tensors() const { return reordered_tensors_; }
+  int64_t reordered_bytes() const { return reordered_bytes_; }
+  double reorder_seconds() const { return reorder_seconds_; }
 
  private:
   GgufTensorSource() = default;
@@ -124,6 +135,9 @@ class GgufTensorSource : public TensorSource {
   int64_t dequantized_bytes_ = 0;
   int64_t copied_bytes_ = 0;
   int64_t left_mapped_bytes_ = 0;
+  int64_t reordered_tensors_ = 0;
+  int64_t reordered_bytes_ = 0;
+  double reorder_seconds_ = 0;
   bool per_expert_layout_ = false;
 };
 

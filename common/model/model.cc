@@ -153,13 +153,20 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::filesystem::path
                                          .experts = options.experts,
                                          .num_threads = options.num_threads,
                                          .copy_to_memory = options.copy_weights_to_memory,
-                                         .copy_budget_bytes = CopyBudgetBytes()};
+                                         .copy_budget_bytes = CopyBudgetBytes(),
+                                         .block_order = options.block_order};
   const auto load_start = std::chrono::steady_clock::now();
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<GgufTensorSource> source,
                           GgufTensorSource::Create(std::move(checkpoint), model->config, source_options));
   if (options.copy_weights_to_memory) {
     LOG_INFO(model->origin, ": ",
              DescribeCopy(source->copied_bytes(), source->left_mapped_bytes(), source->arena(), load_start));
+  }
+  if (source->reordered_tensors() > 0) {
+    LOG_INFO(model->origin, ": ", source->reordered_tensors(), " Q4_K/Q6_K matrices (",
+             absl::StrFormat("%.2f GB", static_cast<double>(source->reordered_bytes()) / 1e9),
+             ") put in group-major block order for the AVX512-VNNI GEMV in ",
+             absl::StrFormat("%.2f s", source->reorder_seconds()));
   }
   std::string weights = source->StoredTypesSummary();
   if (source->dequantized_tensors() > 0) {

@@ -89,6 +89,10 @@ struct ModelLoadOptions {
   // available less 1 GiB; logged with how much was copied. The in-process
   // runtimes ask for it (--load_weights copy).
   bool copy_weights_to_memory = false;
+  // GGUF with copy_weights_to_memory: the order of the Q4_K/Q6_K blocks in
+  // the copies (GgufSourceOptions::block_order); the runtimes pass
+  // PreferredBlockOrder() (linear.h): group-major on AVX512-VNNI CPUs.
+  BlockOrder block_order = BlockOrder::kGgml;
 };
 
 // LoadModel or LoadSyntheticModel, as `source` says.

@@ -28,7 +28,7 @@ class Binder {
 
   absl::StatusOr<LinearWeight> Linear(WeightRole role, int layer = -1, int expert = -1) {
     TANDEM_ASSIGN_OR_RETURN(TensorView view, View(role, layer, expert));
-    return LinearWeight{view.data, view.dtype, view.dim(0), view.dim(1)};
+    return LinearWeight{view.data, view.dtype, view.dim(0), view.dim(1), view.order};
   }
 
   absl::StatusOr<std::vector<float>> Vector(WeightRole role, int layer = -1) {
