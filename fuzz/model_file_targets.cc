@@ -12,7 +12,7 @@
 #include "common/model/model_config.h"
 #include "common/model/safetensors.h"
 #include "common/model/sentencepiece_proto.h"
-#include "common/model/tokenizer.h"
+#include "common/model/sentencepiece_tokenizer.h"
 #include "fuzz/fuzz_scratch.h"
 #include "fuzz/fuzz_targets.h"
 
@@ -88,7 +88,7 @@ absl::Status FuzzTokenizerModel(FuzzBytes bytes) {
   const std::string proto(AsText(bytes));
   TANDEM_RETURN_IF_ERROR(ParseSentencePiecePieces(proto, "fuzz tokenizer.model").status());
   TANDEM_ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tokenizer,
-                          Tokenizer::FromModelProto(proto, "fuzz tokenizer.model"));
+                          SentencePieceTokenizer::FromModelProto(proto, "fuzz tokenizer.model"));
   return ExerciseTokenizer(*tokenizer);
 }
 

@@ -591,7 +591,7 @@ TEST_F(GgufModelTest, SmallChunksWriteTheSameFileWithProgress) {
 
 TEST_F(GgufModelTest, GgufVocabularyTokenizesAsTheSentencePieceModel) {
   for (const std::string arch : {"mixtral", "phimoe"}) {
-    auto original = Tokenizer::Load(Folder(arch) / "tokenizer.model");
+    auto original = SentencePieceTokenizer::Load(Folder(arch) / "tokenizer.model");
     ASSERT_OK(original);
     auto model = LoadModel(Gguf(arch, "q8_0"));
     ASSERT_OK(model);

@@ -14,7 +14,7 @@
 #include "common/model/model_fingerprint.h"
 #include "common/model/synthetic_model.h"
 #include "common/model/tensor_names.h"
-#include "common/model/tokenizer.h"
+#include "common/model/sentencepiece_tokenizer.h"
 #include "cpu_worker/expert_store.h"
 #include "runtime/local_runtime.h"
 #include "tests/sdk_testlib.h"
@@ -110,8 +110,8 @@ TEST(SyntheticInMemoryTest, InMemoryTokenizerIsTheTrainedFileAndWritesNothing) {
   ASSERT_OK(proto);
   EXPECT_FALSE(wrote) << "in-memory training left files in the working directory";
   // The same tokenizer (the bytes differ only in the recorded model_prefix).
-  auto from_file = Tokenizer::Load(dir.path() / "tok.model");
-  auto in_memory = Tokenizer::FromModelProto(*proto, "in memory");
+  auto from_file = SentencePieceTokenizer::Load(dir.path() / "tok.model");
+  auto in_memory = SentencePieceTokenizer::FromModelProto(*proto, "in memory");
   ASSERT_OK(from_file);
   ASSERT_OK(in_memory);
   ASSERT_EQ((*from_file)->vocab_size(), (*in_memory)->vocab_size());
@@ -121,7 +121,7 @@ TEST(SyntheticInMemoryTest, InMemoryTokenizerIsTheTrainedFileAndWritesNothing) {
   const std::string text = "THE SOFTWARE IS PROVIDED \"AS IS\", WITHOUT WARRANTY; 1998 ünïcödé\n";
   EXPECT_EQ(*(*from_file)->Encode(text, true), *(*in_memory)->Encode(text, true));
 
-  auto bad = Tokenizer::FromModelProto("not a model", "synthetic:x tokenizer");
+  auto bad = SentencePieceTokenizer::FromModelProto("not a model", "synthetic:x tokenizer");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("synthetic:x tokenizer"));
 }

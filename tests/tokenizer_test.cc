@@ -1,4 +1,4 @@
-#include "common/model/tokenizer.h"
+#include "common/model/sentencepiece_tokenizer.h"
 
 #include <stdlib.h>
 
@@ -38,7 +38,7 @@ class TokenizerTest : public ::testing::Test {
     ASSERT_FALSE(DefaultTokenizerCorpus().empty()) << "no files in " << kDefaultTokenizerCorpusDir;
     const absl::Status trained = TrainTokenizer(Options(*dir_ / "tok"));
     ASSERT_OK(trained);
-    auto tokenizer = Tokenizer::Load(*dir_ / "tok.model");
+    auto tokenizer = SentencePieceTokenizer::Load(*dir_ / "tok.model");
     ASSERT_OK(tokenizer);
     tokenizer_ = tokenizer->release();
   }
@@ -106,7 +106,7 @@ TEST_F(TokenizerTest, TrainingIsDeterministic) {
 
 TEST_F(TokenizerTest, MissingModelNamesThePath) {
   const fs::path path = *dir_ / "absent.model";
-  const absl::Status status = Tokenizer::Load(path).status();
+  const absl::Status status = SentencePieceTokenizer::Load(path).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(status.message(), HasSubstr(path.string()));
 }
@@ -117,7 +117,7 @@ TEST(TokenizerModelTest, EmptyOrNulPieceIsRefusedNamingIt) {
   for (const std::string& bad : {std::string(), std::string("\0", 1), std::string("a\0b", 3)}) {
     SentencePieceBpeSpec spec;
     spec.pieces = {{"<unk>", 0, 2}, {"a", -1, 1}, {bad, -2, 1}};
-    const absl::Status status = Tokenizer::FromModelProto(SerializeSentencePieceBpe(spec), "bad.model").status();
+    const absl::Status status = SentencePieceTokenizer::FromModelProto(SerializeSentencePieceBpe(spec), "bad.model").status();
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
     EXPECT_THAT(status.message(), HasSubstr("bad.model"));
     EXPECT_THAT(status.message(), HasSubstr("piece 2"));

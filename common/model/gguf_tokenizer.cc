@@ -8,6 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/model/sentencepiece_proto.h"
+#include "common/tokenizer/gguf_pre_tokenizers.h"
+#include "common/tokenizer/tokenizer_json.h"
+#include "common/tokenizer/unicode_text.h"
 
 namespace tandem {
 namespace {
@@ -23,6 +26,10 @@ constexpr char kEosKey[] = "tokenizer.ggml.eos_token_id";
 constexpr char kUnkKey[] = "tokenizer.ggml.unknown_token_id";
 constexpr char kPadKey[] = "tokenizer.ggml.padding_token_id";
 constexpr char kAddSpacePrefixKey[] = "tokenizer.ggml.add_space_prefix";
+constexpr char kMergesKey[] = "tokenizer.ggml.merges";
+constexpr char kPreKey[] = "tokenizer.ggml.pre";
+constexpr char kAddBosKey[] = "tokenizer.ggml.add_bos_token";
+constexpr char kAddEosKey[] = "tokenizer.ggml.add_eos_token";
 
 // An optional token id key: -1 when absent; InvalidArgument outside [0, n).
 absl::StatusOr<int32_t> OptionalId(const GgufMetadata& m, const char* key, size_t n, const std::string& source) {
@@ -49,6 +56,13 @@ absl::StatusOr<std::vector<int32_t>> TokenTypes(const GgufMetadata& m, const std
       absl::StrCat(source, ": key ", kTypesKey, " is ", value->DebugString(), ", expected an array of int32"));
 }
 
+// Whether token `id` is one of the converter's fillers up to the model's
+// vocab_size: unused, or (older converters) user-defined "[PAD<id>]".
+bool IsPadding(const std::string& token, int32_t type, size_t id) {
+  return type == static_cast<int32_t>(PieceType::kUnused) ||
+         (type == static_cast<int32_t>(PieceType::kUserDefined) && token == absl::StrCat("[PAD", id, "]"));
+}
+
 }  // namespace
 
 bool GgufHasTokenizer(const GgufMetadata& metadata) { return metadata.Contains(kGgufTokenizerModelKey); }
@@ -73,10 +87,14 @@ absl::StatusOr<std::string> SentencePieceProtoFromGguf(const GgufMetadata& m, co
   SentencePieceBpeSpec spec;
   spec.unk_id = -1;
   size_t keep = tokens.size();  // drop the converter's trailing padding
-  while (keep > 1 && types[keep - 1] == static_cast<int32_t>(PieceType::kUnused) &&
-         tokens[keep - 1].rfind("[PAD", 0) == 0) {
+  while (keep > 1 &&
+         ((types[keep - 1] == static_cast<int32_t>(PieceType::kUnused) && tokens[keep - 1].rfind("[PAD", 0) == 0) ||
+          IsPadding(tokens[keep - 1], static_cast<int32_t>(PieceType::kUserDefined), keep - 1))) {
     --keep;
   }
+  // Older converters typed <unk> as a control token (and the padding as
+  // unknown): the unknown_token_id key then says which token it is.
+  TANDEM_ASSIGN_OR_RETURN(const int32_t unk, OptionalId(m, kUnkKey, keep, source));
   for (size_t i = 0; i < keep; ++i) {
     if (types[i] < static_cast<int32_t>(PieceType::kNormal) || types[i] > static_cast<int32_t>(PieceType::kByte)) {
       return absl::InvalidArgumentError(
@@ -86,6 +104,10 @@ absl::StatusOr<std::string> SentencePieceProtoFromGguf(const GgufMetadata& m, co
     if (types[i] == static_cast<int32_t>(PieceType::kByte)) spec.byte_fallback = true;
     spec.pieces.push_back({tokens[i], scores[i], types[i]});
   }
+  if (unk >= 0 && spec.unk_id < 0) {
+    spec.unk_id = unk;
+    spec.pieces[unk].type = static_cast<int32_t>(PieceType::kUnknown);
+  }
   if (spec.unk_id < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": key ", kTypesKey, " marks no token as unknown (type 2); SentencePiece needs one"));
@@ -93,7 +115,6 @@ absl::StatusOr<std::string> SentencePieceProtoFromGguf(const GgufMetadata& m, co
   TANDEM_ASSIGN_OR_RETURN(spec.bos_id, OptionalId(m, kBosKey, keep, source));
   TANDEM_ASSIGN_OR_RETURN(spec.eos_id, OptionalId(m, kEosKey, keep, source));
   TANDEM_ASSIGN_OR_RETURN(spec.pad_id, OptionalId(m, kPadKey, keep, source));
-  TANDEM_ASSIGN_OR_RETURN(const int32_t unk, OptionalId(m, kUnkKey, keep, source));
   if (unk >= 0 && unk != spec.unk_id) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": key ", kUnkKey, " is ", unk, " but token ", spec.unk_id,
                                                    " is the one of unknown type"));
@@ -104,9 +125,151 @@ absl::StatusOr<std::string> SentencePieceProtoFromGguf(const GgufMetadata& m, co
   return SerializeSentencePieceBpe(spec);
 }
 
+namespace {
+
+// Merges as ["a", "b"] pairs: each entry split at its first space after the
+// first byte (llama.cpp's rule).
+absl::StatusOr<Json> MergesFromGguf(const GgufMetadata& m, const std::string& source) {
+  TANDEM_ASSIGN_OR_RETURN(const GgufArray* array, m.GetArray(kMergesKey, GgufValueType::kString));
+  const std::vector<std::string>& merges = *array->As<std::string>();
+  Json pairs = Json::array();
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const size_t space = merges[i].empty() ? std::string::npos : merges[i].find(' ', 1);
+    if (space == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": key ", kMergesKey, "[", i, "] is \"", merges[i],
+                                                     "\", not two tokens split by a space"));
+    }
+    pairs.push_back(Json::array({merges[i].substr(0, space), merges[i].substr(space + 1)}));
+  }
+  return pairs;
+}
+
+// tokenizer.json's post_processor for add_bos_token / add_eos_token.
+absl::StatusOr<Json> BosEosTemplate(const GgufMetadata& m, const GgufPreTokenizer& pre, int32_t bos, int32_t eos,
+                                    const std::vector<std::string>& tokens, const std::string& source) {
+  bool add_bos = pre.add_bos && bos >= 0, add_eos = false;
+  if (m.Contains(kAddBosKey)) {
+    TANDEM_ASSIGN_OR_RETURN(add_bos, m.GetBool(kAddBosKey));
+  }
+  if (m.Contains(kAddEosKey)) {
+    TANDEM_ASSIGN_OR_RETURN(add_eos, m.GetBool(kAddEosKey));
+  }
+  if ((add_bos && bos < 0) || (add_eos && eos < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": key ", add_bos && bos < 0 ? kAddBosKey : kAddEosKey,
+                                                   " is true but the file names no ",
+                                                   add_bos && bos < 0 ? "BOS" : "EOS", " token id"));
+  }
+  Json single = Json::array(), special_tokens = Json::object();
+  auto add_special = [&](int32_t id) {
+    single.push_back({{"SpecialToken", {{"id", tokens[id]}, {"type_id", 0}}}});
+    special_tokens[tokens[id]] = {{"id", tokens[id]}, {"ids", {id}}, {"tokens", {tokens[id]}}};
+  };
+  if (add_bos) add_special(bos);
+  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  if (add_eos) add_special(eos);
+  return Json{
+      {"type", "TemplateProcessing"}, {"single", single}, {"pair", Json::array()}, {"special_tokens", special_tokens}};
+}
+
+}  // namespace
+
+absl::StatusOr<Json> TokenizerJsonFromGguf(const GgufMetadata& m, const std::string& source) {
+  TANDEM_ASSIGN_OR_RETURN(const std::string model, m.GetString(kGgufTokenizerModelKey));
+  if (model != "gpt2") {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": key ", kGgufTokenizerModelKey, " is \"", model,
+                                                   "\", not a \"gpt2\" (byte-level BPE) vocabulary"));
+  }
+  std::string pre_name;
+  if (m.Contains(kPreKey)) {
+    TANDEM_ASSIGN_OR_RETURN(pre_name, m.GetString(kPreKey));
+  }
+  absl::StatusOr<GgufPreTokenizer> pre = GgufPreTokenizerNamed(pre_name);
+  if (!pre.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": key ", kPreKey, ": ", pre.status().message(),
+                                                   "; tandem cannot tokenize this vocabulary as its model was trained, "
+                                                   "send token ids instead of text"));
+  }
+  TANDEM_ASSIGN_OR_RETURN(const GgufArray* tokens_array, m.GetArray(kTokensKey, GgufValueType::kString));
+  const std::vector<std::string>& tokens = *tokens_array->As<std::string>();
+  std::vector<int32_t> types(tokens.size(), static_cast<int32_t>(PieceType::kNormal));
+  if (m.Contains(kTypesKey)) {
+    TANDEM_ASSIGN_OR_RETURN(types, TokenTypes(m, source));
+  }
+  if (tokens.empty() || types.size() != tokens.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": ", kTokensKey, " and ", kTypesKey,
+                                                   " must have one entry per token, have ", tokens.size(), " and ",
+                                                   types.size()));
+  }
+  if (tokens.size() > static_cast<size_t>(kMaxTokenId)) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": key ", kTokensKey, " holds ", tokens.size(),
+                                                   " tokens, more than tandem reads (", kMaxTokenId, ")"));
+  }
+  Json vocab = Json::object(), added = Json::array();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const std::string where = absl::StrCat(source, ": key ", kTokensKey, "[", i, "]");
+    if (types[i] < static_cast<int32_t>(PieceType::kNormal) || types[i] > static_cast<int32_t>(PieceType::kByte)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": key ", kTypesKey, "[", i, "] is ", types[i], " (types are 1..6)"));
+    }
+    if (IsPadding(tokens[i], types[i], i)) continue;
+    if (tokens[i].empty()) return absl::InvalidArgumentError(absl::StrCat(where, " is empty"));
+    TANDEM_RETURN_IF_ERROR(CheckUtf8(tokens[i], where));
+    if (auto [it, inserted] = vocab.emplace(tokens[i], i); !inserted) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": \"", tokens[i], "\" is also token ", it->dump()));
+    }
+    const bool control = types[i] == static_cast<int32_t>(PieceType::kControl);
+    if (control || types[i] == static_cast<int32_t>(PieceType::kUserDefined)) {
+      added.push_back({{"id", i},
+                       {"content", tokens[i]},
+                       {"single_word", false},
+                       {"lstrip", false},
+                       {"rstrip", false},
+                       {"normalized", false},
+                       {"special", control}});
+    }
+  }
+  TANDEM_ASSIGN_OR_RETURN(Json merges, MergesFromGguf(m, source));
+  TANDEM_ASSIGN_OR_RETURN(const int32_t bos, OptionalId(m, kBosKey, tokens.size(), source));
+  TANDEM_ASSIGN_OR_RETURN(const int32_t eos, OptionalId(m, kEosKey, tokens.size(), source));
+  TANDEM_ASSIGN_OR_RETURN(Json post_processor, BosEosTemplate(m, *pre, bos, eos, tokens, source));
+  Json document = {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", std::move(added)},
+      {"normalizer", pre->normalizer},
+      {"pre_tokenizer", pre->pre_tokenizer},
+      {"post_processor", std::move(post_processor)},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}}};
+  document["model"] = {{"type", "BPE"},
+                       {"dropout", nullptr},
+                       {"unk_token", nullptr},
+                       {"continuing_subword_prefix", nullptr},
+                       {"end_of_word_suffix", nullptr},
+                       {"fuse_unk", false},
+                       {"byte_fallback", false},
+                       {"ignore_merges", pre->ignore_merges},
+                       {"vocab", std::move(vocab)},
+                       {"merges", std::move(merges)}};
+  return document;
+}
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGguf(const GgufMetadata& metadata, const std::string& source) {
+  TANDEM_ASSIGN_OR_RETURN(const std::string model, metadata.GetString(kGgufTokenizerModelKey));
+  const std::string name = absl::StrCat(source, " (tokenizer.ggml vocabulary)");
+  if (model == "gpt2") {
+    TANDEM_ASSIGN_OR_RETURN(const Json document, TokenizerJsonFromGguf(metadata, source));
+    TokenizerJsonOptions options{.source = name};
+    TANDEM_ASSIGN_OR_RETURN(const GgufArray* tokens, metadata.GetArray(kTokensKey, GgufValueType::kString));
+    TANDEM_ASSIGN_OR_RETURN(options.bos_id, OptionalId(metadata, kBosKey, tokens->size(), source));
+    TANDEM_ASSIGN_OR_RETURN(options.eos_id, OptionalId(metadata, kEosKey, tokens->size(), source));
+    TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<BpeTokenizer> tokenizer, TokenizerFromJson(document, options));
+    return std::unique_ptr<Tokenizer>(std::move(tokenizer));
+  }
   TANDEM_ASSIGN_OR_RETURN(const std::string proto, SentencePieceProtoFromGguf(metadata, source));
-  return Tokenizer::FromModelProto(proto, absl::StrCat(source, " (tokenizer.ggml vocabulary)"));
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<SentencePieceTokenizer> tokenizer,
+                          SentencePieceTokenizer::FromModelProto(proto, name));
+  return std::unique_ptr<Tokenizer>(std::move(tokenizer));
 }
 
 absl::StatusOr<std::string> ChatTemplateFromGguf(const GgufMetadata& metadata) {

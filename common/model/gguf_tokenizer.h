@@ -8,8 +8,18 @@
 //                               encoder then tokenizes exactly as the
 //                               original tokenizer.model, which llama.cpp's
 //                               converter read them from).
-//                               "gpt2" and the others: refused by name (their
-//                               pre-tokenizer regexes are not implemented).
+//                               "gpt2": a byte-level BPE vocabulary — tokens,
+//                               merges and token_type per id, special ids,
+//                               add_bos/add_eos, and tokenizer.ggml.pre
+//                               naming the original tokenizer.json's
+//                               pre-tokenizer (common/tokenizer/
+//                               gguf_pre_tokenizers.h; an unknown name is
+//                               refused naming it). Read by writing the
+//                               tokenizer.json it came from (control tokens
+//                               as special added tokens, user-defined ones
+//                               as added tokens, the converter's "[PAD<id>]"
+//                               fillers left out) and reading that.
+//                               Others: refused by name.
 //   tokenizer.chat_template     carried as a string (the template engine is
 //                               elsewhere).
 //
@@ -29,7 +39,9 @@
 #include "absl/status/statusor.h"
 #include "common/gguf/gguf_metadata.h"
 #include "common/model/model_config.h"
-#include "common/model/tokenizer.h"
+#include "common/model/sentencepiece_tokenizer.h"
+#include "common/tokenizer/json_fields.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace tandem {
 
@@ -46,7 +58,14 @@ bool GgufHasTokenizer(const GgufMetadata& metadata);
 // converter's padding to the model's vocab_size) are left out, so the
 // tokenizer has the pieces the original tokenizer.model had.
 absl::StatusOr<std::string> SentencePieceProtoFromGguf(const GgufMetadata& metadata, const std::string& source);
-// The same, loaded: Tokenizer::FromModelProto on it.
+// The tokenizer.json document a "gpt2" vocabulary stands for. InvalidArgument
+// naming `source` and the key for another tokenizer model, an unknown
+// tokenizer.ggml.pre, arrays of different lengths or wrong types, a token
+// that is empty, not UTF-8 or listed twice, a merge that is not two tokens,
+// special ids outside the vocabulary.
+absl::StatusOr<Json> TokenizerJsonFromGguf(const GgufMetadata& metadata, const std::string& source);
+// The tokenizer the metadata carries: SentencePieceTokenizer for "llama",
+// BpeTokenizer (through TokenizerJsonFromGguf) for "gpt2".
 absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGguf(const GgufMetadata& metadata, const std::string& source);
 // tokenizer.chat_template, or "" when absent (InvalidArgument if not a string).
 absl::StatusOr<std::string> ChatTemplateFromGguf(const GgufMetadata& metadata);

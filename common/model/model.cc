@@ -19,7 +19,9 @@
 #include "common/model/gguf_model_config.h"
 #include "common/model/gguf_names.h"
 #include "common/model/gguf_tokenizer.h"
+#include "common/model/model_tokenizer.h"
 #include "common/model/safetensors.h"
+#include "common/model/sentencepiece_tokenizer.h"
 #include "common/model/tensor_names.h"
 #include "common/platform/hardware_probe.h"
 #include "common/platform/huge_page_arena.h"
@@ -29,8 +31,8 @@ namespace tandem {
 absl::StatusOr<const Tokenizer*> Model::RequireTokenizer() const {
   if (tokenizer == nullptr) {
     if (!no_tokenizer_reason.empty()) return absl::FailedPreconditionError(no_tokenizer_reason);
-    return absl::FailedPreconditionError(
-        absl::StrCat("model ", origin, " has no tokenizer.model: send token ids instead of text"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model ", origin, " has no tokenizer (tokenizer.model or tokenizer.json): send token ids instead of text"));
   }
   return tokenizer.get();
 }
@@ -206,12 +208,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::filesystem::path& di
     TANDEM_RETURN_IF_ERROR(CopyCheckpointToMemory(*checkpoint, model->config, options));
   }
   TANDEM_ASSIGN_OR_RETURN(model->weights, LoadModelWeights(model->config, std::move(checkpoint)));
-  if (std::filesystem::exists(dir / "tokenizer.model", ec)) {
-    TANDEM_ASSIGN_OR_RETURN(model->tokenizer, Tokenizer::Load(dir / "tokenizer.model"));
-  } else {
-    LOG_WARNING(dir.string(), " has no tokenizer.model: only token-id requests will be served");
-  }
   TANDEM_ASSIGN_OR_RETURN(model->defaults, LoadModelDefaults(dir));
+  TANDEM_ASSIGN_OR_RETURN(model->tokenizer, LoadFolderTokenizer(dir, model->defaults, &model->config));
+  if (model->tokenizer == nullptr) {
+    LOG_WARNING(dir.string(), " has no tokenizer.model or tokenizer.json: only token-id requests will be served");
+  }
   TANDEM_RETURN_IF_ERROR(CheckStopIds(model->defaults, model->config, dir));
   if (absl::StatusOr<std::string> chat_template = HfChatTemplate(dir); chat_template.ok()) {
     model->chat_template = std::move(*chat_template);
@@ -255,7 +256,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadSyntheticModel(const SyntheticModelSp
     const absl::Time start = absl::Now();
     TANDEM_ASSIGN_OR_RETURN(std::string proto, SyntheticTokenizerModel(spec));
     TANDEM_ASSIGN_OR_RETURN(model->tokenizer,
-                            Tokenizer::FromModelProto(proto, absl::StrCat(model->origin, " tokenizer")));
+                            SentencePieceTokenizer::FromModelProto(proto, absl::StrCat(model->origin, " tokenizer")));
     LOG_INFO("trained the ", model->origin, " tokenizer (", model->tokenizer->vocab_size(), " pieces) in memory in ",
              absl::StrFormat("%.2f s", absl::ToDoubleSeconds(absl::Now() - start)));
   }

@@ -18,15 +18,16 @@
 #include "common/model/model_config.h"
 #include "common/model/model_weights.h"
 #include "common/model/synthetic_model.h"
-#include "common/model/tokenizer.h"
+#include "common/tokenizer/tokenizer.h"
 
 namespace tandem {
 
 struct Model {
   ModelConfig config;
   std::unique_ptr<ModelWeights> weights;
-  std::unique_ptr<Tokenizer> tokenizer;  // null when the folder has no tokenizer.model
-  std::string origin;                    // the folder or file, or "synthetic:PRESET:LAYERS seed N"
+  // SentencePiece or BPE (model_tokenizer.h); null when the source has none.
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::string origin;  // the folder or file, or "synthetic:PRESET:LAYERS seed N"
   // Why there is no tokenizer, for RequireTokenizer ("" : the default reason).
   std::string no_tokenizer_reason;
   // The Jinja chat template the source carries (GGUF tokenizer.chat_template,
@@ -99,9 +100,10 @@ struct ModelLoadOptions {
 absl::StatusOr<std::unique_ptr<Model>> LoadModelFrom(const ModelSource& source, const ModelLoadOptions& options);
 
 // A folder: reads <dir>/config.json, the safetensors (sharded or not) and,
-// if present, <dir>/tokenizer.model. A file ending in .gguf (or the first
-// file of a split set, NAME-00001-of-0000N.gguf): config, weights,
-// tokenizer and chat template from the GGUF (LoadGgufModel).
+// if present, the tokenizer (<dir>/tokenizer.model, else tokenizer.json:
+// model_tokenizer.h). A file ending in .gguf (or the first file of a split
+// set, NAME-00001-of-0000N.gguf): config, weights, tokenizer and chat
+// template from the GGUF (LoadGgufModel).
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::filesystem::path& path,
                                                  const ModelLoadOptions& options = {});
 // A GGUF file or split set; errors name the file and the key or tensor.

@@ -20,7 +20,7 @@
 #include "common/base/progress.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
-#include "common/model/tokenizer.h"
+#include "common/model/sentencepiece_tokenizer.h"
 
 namespace tandem {
 namespace {

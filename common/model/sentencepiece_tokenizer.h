@@ -1,6 +1,8 @@
 // Text <-> token ids with a SentencePiece model (the tokenizer.model of Llama,
-// Mistral, Mixtral and Phi-3.5), and training of small BPE tokenizers for
-// synthetic models from text every Debian machine has.
+// Mistral, Mixtral and Phi-3.5, or a GGUF "llama" vocabulary), one of the
+// two Tokenizer implementations (common/tokenizer/tokenizer.h), and training
+// of small BPE tokenizers for synthetic models from text every Debian
+// machine has.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/tokenizer/tokenizer.h"
 
 // Kept out of this header: sentencepiece's headers clash with Debian's abseil
 // (see tokenizer.cc).
@@ -24,39 +27,42 @@ namespace tandem {
 
 // A loaded SentencePiece model. Immutable after Load: any thread may call its
 // const methods. Errors name the model file.
-class Tokenizer {
+class SentencePieceTokenizer final : public Tokenizer {
  public:
   // NotFound or InvalidArgument naming `model_file` when it is missing or not
   // a SentencePiece model.
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::filesystem::path& model_file);
+  static absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> Load(const std::filesystem::path& model_file);
   // From the bytes of a .model file (a serialized model proto, e.g. from
   // TrainTokenizerInMemory); `name` stands for the file in errors.
   // InvalidArgument naming `name` when the bytes are no SentencePiece model.
-  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromModelProto(const std::string& model_proto,
-                                                                   const std::string& name);
-  ~Tokenizer();
-  Tokenizer(const Tokenizer&) = delete;
-  Tokenizer& operator=(const Tokenizer&) = delete;
+  static absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> FromModelProto(const std::string& model_proto,
+                                                                                const std::string& name);
+  ~SentencePieceTokenizer() override;
+  SentencePieceTokenizer(const SentencePieceTokenizer&) = delete;
+  SentencePieceTokenizer& operator=(const SentencePieceTokenizer&) = delete;
 
-  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_bos) const;
-  // Ids outside [0, vocab_size()) decode to nothing rather than fail: a
-  // model's embedding may be padded past the tokenizer (Phi-3.5: 32064 rows,
-  // 32000 pieces) and a sampler may pick a padding row.
-  absl::StatusOr<std::string> Decode(std::span<const int32_t> ids) const;
-  // The text one token adds when streamed: "▁" becomes a space, a byte piece
-  // (<0x0A>) its byte, a control piece (<s>, </s>) or an id outside the
-  // tokenizer nothing. Concatenating the pieces of a sequence gives Decode's
-  // text except that Decode drops the leading space of the first word (the
-  // dummy prefix SentencePiece adds when encoding).
-  std::string PieceText(int32_t id) const;
+  // add_bos adds the BOS piece (FailedPrecondition when the model has none).
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_bos) const override;
+  using Tokenizer::Decode;
+  // Control pieces (<s>, </s>) decode to nothing, or to their piece text
+  // without skip_special_tokens.
+  absl::StatusOr<std::string> Decode(std::span<const int32_t> ids, const DecodeOptions& options) const override;
+  // "▁" becomes a space, a byte piece (<0x0A>) its byte, a control piece
+  // (<s>, </s>) or an id outside the tokenizer nothing. Decode drops the
+  // leading space of the first word (the dummy prefix SentencePiece adds
+  // when encoding).
+  std::string PieceText(int32_t id) const override;
 
   // Pieces in the tokenizer, which may be fewer than the model's vocab.
-  int32_t vocab_size() const;
-  int32_t bos_id() const;  // -1 when the model has none
-  int32_t eos_id() const;  // -1 when the model has none
+  int32_t vocab_size() const override;
+  int32_t bos_id() const override;  // -1 when the model has none
+  int32_t eos_id() const override;  // -1 when the model has none
 
  private:
-  Tokenizer(std::filesystem::path path, std::unique_ptr<sentencepiece::SentencePieceProcessor> processor);
+  SentencePieceTokenizer(std::filesystem::path path, std::unique_ptr<sentencepiece::SentencePieceProcessor> processor);
+  // Decode of ids that are all known pieces, skipping control pieces.
+  absl::StatusOr<std::string> DecodeKnown(const std::vector<int>& ids) const;
+
   std::filesystem::path path_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
 };

@@ -1,4 +1,4 @@
-#include "common/model/tokenizer.h"
+#include "common/model/sentencepiece_tokenizer.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "common/model/sentencepiece_proto.h"
+#include "common/tokenizer/unicode_text.h"
 
 namespace tandem {
 namespace {
@@ -101,28 +102,30 @@ absl::StatusOr<std::string> ReadModelFile(const fs::path& path) {
 
 }  // namespace
 
-Tokenizer::Tokenizer(fs::path path, std::unique_ptr<sentencepiece::SentencePieceProcessor> processor)
+SentencePieceTokenizer::SentencePieceTokenizer(fs::path path,
+                                               std::unique_ptr<sentencepiece::SentencePieceProcessor> processor)
     : path_(std::move(path)), processor_(std::move(processor)) {}
 
-Tokenizer::~Tokenizer() = default;
+SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const fs::path& model_file) {
+absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Load(const fs::path& model_file) {
   absl::StatusOr<std::string> model_proto = ReadModelFile(model_file);
   if (!model_proto.ok()) return model_proto.status();
   return FromModelProto(*model_proto, model_file.string());
 }
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromModelProto(const std::string& model_proto,
-                                                                     const std::string& name) {
+absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::FromModelProto(
+    const std::string& model_proto, const std::string& name) {
   absl::StatusOr<std::unique_ptr<sentencepiece::SentencePieceProcessor>> processor = LoadProcessor(model_proto, name);
   if (!processor.ok()) return processor.status();
-  return std::unique_ptr<Tokenizer>(new Tokenizer(name, *std::move(processor)));
+  return std::unique_ptr<SentencePieceTokenizer>(new SentencePieceTokenizer(name, *std::move(processor)));
 }
 
-absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool add_bos) const {
+absl::StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(std::string_view text, bool add_bos) const {
   if (add_bos && bos_id() < 0) {
     return absl::FailedPreconditionError(absl::StrCat(path_.string(), ": tokenizer has no BOS piece"));
   }
+  if (absl::Status utf8 = CheckUtf8(text, absl::StrCat(path_.string(), ": text to encode")); !utf8.ok()) return utf8;
   std::vector<int32_t> ids;
   const absl::Status status = FromSentencePiece(processor_->Encode(text, &ids), "encoding with", path_);
   if (!status.ok()) return status;
@@ -130,18 +133,39 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bo
   return ids;
 }
 
-absl::StatusOr<std::string> Tokenizer::Decode(std::span<const int32_t> ids) const {
-  std::vector<int> known;
-  known.reserve(ids.size());
-  std::copy_if(ids.begin(), ids.end(), std::back_inserter(known),
-               [&](int32_t id) { return id >= 0 && id < vocab_size(); });
+absl::StatusOr<std::string> SentencePieceTokenizer::DecodeKnown(const std::vector<int>& ids) const {
   std::string text;
-  const absl::Status status = FromSentencePiece(processor_->Decode(known, &text), "decoding with", path_);
+  const absl::Status status = FromSentencePiece(processor_->Decode(ids, &text), "decoding with", path_);
   if (!status.ok()) return status;
   return text;
 }
 
-std::string Tokenizer::PieceText(int32_t id) const {
+absl::StatusOr<std::string> SentencePieceTokenizer::Decode(std::span<const int32_t> ids,
+                                                           const DecodeOptions& options) const {
+  std::vector<int> known;
+  known.reserve(ids.size());
+  std::copy_if(ids.begin(), ids.end(), std::back_inserter(known),
+               [&](int32_t id) { return id >= 0 && id < vocab_size(); });
+  if (options.skip_special_tokens) return DecodeKnown(known);
+  // SentencePiece always drops control pieces: decode the runs between them
+  // and put the control pieces' text back in place.
+  std::string text;
+  std::vector<int> run;
+  for (size_t i = 0; i <= known.size(); ++i) {
+    if (i < known.size() && !processor_->IsControl(known[i])) {
+      run.push_back(known[i]);
+      continue;
+    }
+    absl::StatusOr<std::string> decoded = DecodeKnown(run);
+    if (!decoded.ok()) return decoded.status();
+    text += *decoded;
+    run.clear();
+    if (i < known.size()) text += processor_->IdToPiece(known[i]);
+  }
+  return text;
+}
+
+std::string SentencePieceTokenizer::PieceText(int32_t id) const {
   if (id < 0 || id >= vocab_size() || processor_->IsControl(id)) return "";
   if (processor_->IsUnknown(id)) return kUnknownSurface;
   const std::string& piece = processor_->IdToPiece(id);
@@ -153,9 +177,9 @@ std::string Tokenizer::PieceText(int32_t id) const {
   return absl::StrReplaceAll(piece, {{"\xE2\x96\x81", " "}});  // U+2581 "▁" marks a space
 }
 
-int32_t Tokenizer::vocab_size() const { return processor_->GetPieceSize(); }
-int32_t Tokenizer::bos_id() const { return processor_->bos_id(); }
-int32_t Tokenizer::eos_id() const { return processor_->eos_id(); }
+int32_t SentencePieceTokenizer::vocab_size() const { return processor_->GetPieceSize(); }
+int32_t SentencePieceTokenizer::bos_id() const { return processor_->bos_id(); }
+int32_t SentencePieceTokenizer::eos_id() const { return processor_->eos_id(); }
 
 std::vector<fs::path> DefaultTokenizerCorpus() {
   std::vector<fs::path> files;
