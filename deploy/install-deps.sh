@@ -12,6 +12,9 @@ packages=(
   libdnnl-dev
   libhwloc-dev hwloc libnuma-dev
   libsentencepiece-dev sentencepiece
+  # the BPE tokenizers (common/tokenizer): Oniguruma runs the pre-tokenizer
+  # regexes as Hugging Face's tokenizers does, ICU normalizes Unicode
+  libonig-dev libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcpp-httplib-dev libxxhash-dev
   # the fuzzers (fuzz/, deploy/test.sh): clang with its libFuzzer and sanitizer runtimes
@@ -21,14 +24,17 @@ packages=(
   python3-venv python3-setuptools python3-wheel
 )
 
-# Optional (--with-optional): node and npm for the openai client test and
-# the web page test (tests/node/), chromium for the web page test
-# (headless, driven by puppeteer-core). Those tests skip without them.
+# node and npm run the tests' Node side (tests/node/): Hugging Face's
+# tokenizers as the tokenizer oracle, the openai client, puppeteer-core.
 # A nodejs that bundles its own npm (NodeSource's) conflicts with Debian's
 # npm package, so npm is asked for only where no npm is on PATH.
+packages+=(nodejs)
+if ! command -v npm > /dev/null; then packages+=(npm); fi
+
+# Optional (--with-optional): chromium for the web page test (headless,
+# driven by puppeteer-core), which skips without it.
 if [ "${1:-}" = "--with-optional" ]; then
-  packages+=(nodejs chromium)
-  if ! command -v npm > /dev/null; then packages+=(npm); fi
+  packages+=(chromium)
 fi
 
 missing=()

@@ -693,15 +693,58 @@ TEST_F(GgufModelTest, BadFilesAreRefusedNamingTheFileAndTheKeyOrTensor) {
   expect_error(absl::StatusCode::kInvalidArgument,
                {"blk.1.ffn_down_exps.weight", "iq2_xxs", "which tandem does not run"});
 
-  // Another tokenizer: the model still loads (token ids work); text is refused naming it.
+  // A tokenizer tandem does not read: the model still loads (token ids work); text is refused naming it.
   RewriteGguf(
-      good, bad, [](GgufMetadata& m) { m.Set("tokenizer.ggml.model", "gpt2"); }, keep);
+      good, bad, [](GgufMetadata& m) { m.Set("tokenizer.ggml.model", "rwkv"); }, keep);
   auto model = LoadModel(bad);
   ASSERT_OK(model);
   auto tokenizer = (*model)->RequireTokenizer();
   ASSERT_FALSE(tokenizer.ok());
-  EXPECT_THAT(std::string(tokenizer.status().message()), HasSubstr("\"gpt2\""));
+  EXPECT_THAT(std::string(tokenizer.status().message()), HasSubstr("\"rwkv\""));
   EXPECT_THAT(std::string(tokenizer.status().message()), HasSubstr("tokenizer.ggml.model"));
+}
+
+// A "gpt2" vocabulary (byte-level BPE, as Qwen, DeepSeek, GLM, GPT-OSS ship)
+// loads the BPE tokenizer, with the pre-tokenizer tokenizer.ggml.pre names.
+TEST_F(GgufModelTest, ByteLevelBpeVocabularyTokenizesText) {
+  const fs::path good = Gguf("mixtral", "q8_0");
+  const fs::path bpe = dir_->path() / "bpe-vocab.gguf";
+  RewriteGguf(
+      good, bpe,
+      [](GgufMetadata& m) {
+        std::vector<std::string> tokens;
+        int next = 256;
+        for (int b = 0; b < 256; ++b) {
+          // GPT-2's byte-level alphabet: printable bytes as themselves, the others from U+0100.
+          const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+          const int c = printable ? b : next++;
+          std::string utf8 = c < 0x80 ? std::string(1, static_cast<char>(c))
+                                      : std::string{static_cast<char>(0xC0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3F))};
+          tokens.push_back(utf8);
+        }
+        tokens.push_back("he");
+        m.Set("tokenizer.ggml.model", "gpt2");
+        m.Set("tokenizer.ggml.pre", "qwen2");
+        m.Set("tokenizer.ggml.tokens", GgufArray(tokens));
+        m.Set("tokenizer.ggml.token_type", GgufArray(std::vector<int32_t>(tokens.size(), 1)));
+        m.Set("tokenizer.ggml.merges", GgufArray(std::vector<std::string>{"h e"}));
+        m.Erase("tokenizer.ggml.scores");
+        m.Set("tokenizer.ggml.bos_token_id", uint32_t{256});
+        m.Set("tokenizer.ggml.eos_token_id", uint32_t{256});
+        m.Erase("tokenizer.ggml.unknown_token_id");
+        m.Erase("tokenizer.ggml.padding_token_id");
+      },
+      [](TensorEdit&) { return true; });
+  auto model = LoadModel(bpe);
+  ASSERT_OK(model);
+  auto tokenizer = (*model)->RequireTokenizer();
+  ASSERT_OK(tokenizer);
+  auto ids = (*tokenizer)->Encode("hehe", /*add_bos=*/false);
+  ASSERT_OK(ids);
+  EXPECT_EQ(*ids, (std::vector<int32_t>{256, 256}));
+  auto text = (*tokenizer)->Decode(*ids);
+  ASSERT_OK(text);
+  EXPECT_EQ(*text, "hehe");
 }
 
 TEST_F(GgufModelTest, OlderPerExpertLayoutLoadsTheSameWeights) {

@@ -98,6 +98,43 @@ TEST(ModelLoadingErrorsTest, TextNeedsTokenizerButIdsDoNot) {
   EXPECT_THAT(std::string(tokenizer.status().message()), HasSubstr("token ids"));
 }
 
+// A folder with tokenizer.json and no tokenizer.model (every current MoE
+// model) tokenizes text with the BPE tokenizer; tokenizer_config.json names
+// its BOS.
+TEST(ModelLoadingTest, TokenizerJsonWithoutTokenizerModelTokenizesText) {
+  ScopedTempDir dir;
+  ASSERT_OK(WriteSyntheticModel(kTiny, dir.path(), {.num_shards = 1, .with_tokenizer = false}));
+  // Bytes a..z as tokens 0..25, "ab" 26, the added "<s>" 27 (HF numbers
+  // added tokens on from the vocabulary's size); the byte-level pipeline.
+  std::string vocab = "{";
+  for (char c = 'a'; c <= 'z'; ++c) vocab += std::string("\"") + c + "\": " + std::to_string(c - 'a') + ", ";
+  vocab += "\"ab\": 26}";
+  std::ofstream(dir.path() / "tokenizer.json")
+      << R"({"version": "1.0", "added_tokens": [{"id": 27, "content": "<s>", "special": true}],)"
+      << R"("pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false},)"
+      << R"("decoder": {"type": "ByteLevel"},)"
+      << R"("model": {"type": "BPE", "merges": ["a b"], "vocab": )" << vocab << "}}";
+  std::ofstream(dir.path() / "tokenizer_config.json") << R"({"bos_token": "<s>"})";
+  auto model = LoadModel(dir.path());
+  ASSERT_OK(model);
+  auto tokenizer = (*model)->RequireTokenizer();
+  ASSERT_OK(tokenizer);
+  auto ids = (*tokenizer)->Encode("<s>abc", /*add_bos=*/false);
+  ASSERT_OK(ids);
+  EXPECT_EQ(*ids, (std::vector<int32_t>{27, 26, 2}));
+  EXPECT_EQ((*tokenizer)->bos_id(), 27);
+  auto text = (*tokenizer)->Decode(*ids);
+  ASSERT_OK(text);
+  EXPECT_EQ(*text, "abc");
+
+  // A malformed tokenizer.json fails the load, naming the file and field.
+  std::ofstream(dir.path() / "tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a zz"]}})";
+  auto broken = LoadModel(dir.path());
+  ASSERT_FALSE(broken.ok());
+  EXPECT_THAT(std::string(broken.status().message()),
+              AllOf(HasSubstr("tokenizer.json: model.merges[0]"), HasSubstr("\"zz\" is not in the vocabulary")));
+}
+
 // Writes the tiny model's tensors with one edited or dropped.
 void WriteEdited(const std::filesystem::path& dir, const std::string& victim, bool drop,
                  std::vector<int64_t> new_shape = {}) {

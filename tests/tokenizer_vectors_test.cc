@@ -118,7 +118,7 @@ TEST(TokenizerVectorsRefusalTest, BertVocabularyIsRefusedByName) {
   if (!fs::exists(gguf)) GTEST_SKIP() << gguf << " is not there";
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizerAt(gguf);
   ASSERT_FALSE(tokenizer.ok());
-  EXPECT_THAT(tokenizer.status().message(), ::testing::HasSubstr("\"bert\""));
+  EXPECT_THAT(std::string(tokenizer.status().message()), ::testing::HasSubstr("\"bert\""));
 }
 
 }  // namespace

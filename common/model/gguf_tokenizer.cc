@@ -266,6 +266,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGguf(const GgufMetadata&
     TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<BpeTokenizer> tokenizer, TokenizerFromJson(document, options));
     return std::unique_ptr<Tokenizer>(std::move(tokenizer));
   }
+  if (model != "llama") {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": key ", kGgufTokenizerModelKey, " is \"", model,
+                                                   "\"; tandem tokenizes \"llama\" (SentencePiece) and \"gpt2\" "
+                                                   "(byte-level BPE) vocabularies: send token ids instead of text"));
+  }
   TANDEM_ASSIGN_OR_RETURN(const std::string proto, SentencePieceProtoFromGguf(metadata, source));
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<SentencePieceTokenizer> tokenizer,
                           SentencePieceTokenizer::FromModelProto(proto, name));
