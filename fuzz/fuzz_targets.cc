@@ -14,6 +14,7 @@ constexpr FuzzTarget kTargets[] = {
     {"model_config", FuzzModelConfig},
     {"tokenizer_model", FuzzTokenizerModel},
     {"gguf_file", FuzzGgufFile},
+    {"tokenizer_json", FuzzTokenizerJson},
     {"worker_request", FuzzWorkerRequest},
     {"expert_store_region", FuzzExpertStoreRegion},
 };

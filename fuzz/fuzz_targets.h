@@ -33,12 +33,16 @@ std::vector<TensorToWrite> IndexFolderTensors();
 inline constexpr int kIndexFolderShards = 2;
 // config.json (ParseModelConfig, which validates).
 absl::Status FuzzModelConfig(FuzzBytes bytes);
-// tokenizer.model: ParseSentencePiecePieces, then Tokenizer::FromModelProto
+// tokenizer.model: ParseSentencePiecePieces, then SentencePieceTokenizer::FromModelProto
 // and an encode / decode round of a fixed text.
 absl::Status FuzzTokenizerModel(FuzzBytes bytes);
 // One .gguf file: GgufCheckpoint::Open (mapping + ParseGguf), then the
 // model config and the tokenizer read from its metadata.
 absl::Status FuzzGgufFile(FuzzBytes bytes);
+// tokenizer.json: ParseTokenizerJson (JSON, every component, the BPE model,
+// added tokens), then the encode / decode / PieceText round of
+// tokenizer_model and a decode keeping special tokens.
+absl::Status FuzzTokenizerJson(FuzzBytes bytes);
 // A serialized tandem.v1.RunExpertsRequest handed to WorkerService::Run of an
 // echo worker with a shm arena (so inline rows and arena descriptors are both
 // resolved); the session is set to the one holding the worker, and the

@@ -1,6 +1,7 @@
 // tandem-fuzz-seeds DIR: writes the seed corpus, DIR/<target>/<seed>, with
 // tandem's own writers (safetensors, config.json, SentencePiece proto, GGUF,
-// worker requests; the expert store region from its header structs), and
+// worker requests; the expert store region from its header structs;
+// tokenizer.json documents written here), and
 // checks that every seed passes its target's parse, so the fuzzers start
 // from inputs that reach the deepest checks. fuzz/corpus/ in the repository
 // is its output.
@@ -84,6 +85,85 @@ absl::StatusOr<std::vector<uint8_t>> GgufSeed() {
   TANDEM_RETURN_IF_ERROR(writer->Write(embedding.name, zeros));
   TANDEM_RETURN_IF_ERROR(writer->Finish());
   return ReadAll(path);
+}
+
+// The same model with a "gpt2" (byte-level BPE) vocabulary: the 256 byte
+// characters, two merges, a control and a user-defined token.
+absl::StatusOr<std::vector<uint8_t>> GgufGpt2Seed() {
+  TANDEM_ASSIGN_OR_RETURN(ModelConfig config, SyntheticConfig(SyntheticModelSpec{.preset = "tiny", .num_layers = 1}));
+  config.vocab_size = 260;  // the tokens below
+  GgufMetadata metadata;
+  TANDEM_RETURN_IF_ERROR(AddModelConfigToGguf(config, "fuzz-seed", &metadata));
+  std::vector<std::string> tokens;
+  int next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    const int c = printable ? b : next++;
+    tokens.push_back(c < 0x80 ? std::string(1, static_cast<char>(c))
+                              : std::string{static_cast<char>(0xC0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3F))});
+  }
+  for (const char* t : {"he", "hel", "<|endoftext|>", "<tool>"}) tokens.push_back(t);
+  std::vector<int32_t> types(tokens.size(), 1);
+  types[258] = 3;
+  types[259] = 4;
+  metadata.Set("tokenizer.ggml.model", "gpt2");
+  metadata.Set("tokenizer.ggml.pre", "qwen2");
+  metadata.Set("tokenizer.ggml.tokens", GgufArray(tokens));
+  metadata.Set("tokenizer.ggml.token_type", GgufArray(types));
+  metadata.Set("tokenizer.ggml.merges", GgufArray(std::vector<std::string>{"h e", "he l"}));
+  metadata.Set("tokenizer.ggml.bos_token_id", uint32_t{258});
+  metadata.Set("tokenizer.ggml.eos_token_id", uint32_t{258});
+  metadata.Set("tokenizer.ggml.add_bos_token", false);
+  const GgufTensorSpec embedding{
+      .name = "token_embd.weight", .dims = {config.hidden_size, config.vocab_size}, .type = GgmlType::kF16};
+  const fs::path path = FuzzScratchDir() / "seed-gpt2.gguf";
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<GgufWriter> writer, GgufWriter::Create(path, metadata, {&embedding, 1}));
+  const std::vector<uint8_t> zeros(static_cast<size_t>(config.hidden_size) * config.vocab_size * 2);
+  TANDEM_RETURN_IF_ERROR(writer->Write(embedding.name, zeros));
+  TANDEM_RETURN_IF_ERROR(writer->Finish());
+  return ReadAll(path);
+}
+
+// A byte-level tokenizer.json reaching every component kind of that
+// pipeline: NFC, a Split regex and ByteLevel, merges, added tokens with
+// flags, a BOS template, the ByteLevel decoder.
+std::string ByteLevelTokenizerJson() {
+  return R"({"version": "1.0", "truncation": null, "padding": null,
+  "added_tokens": [{"id": 9, "content": "<s>", "single_word": false, "lstrip": false, "rstrip": true, "normalized": false, "special": true},
+                   {"id": 10, "content": "[W]", "single_word": true, "lstrip": true, "rstrip": false, "normalized": true, "special": false}],
+  "normalizer": {"type": "NFC"},
+  "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": "(?i:'s|'t)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"}, "behavior": "Isolated", "invert": false},
+    {"type": "Digits", "individual_digits": true},
+    {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]},
+  "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+    "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [9], "tokens": ["<s>"]}}},
+  "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+  "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null, "end_of_word_suffix": null,
+    "fuse_unk": false, "byte_fallback": false, "ignore_merges": true,
+    "vocab": {"H": 0, "e": 1, "l": 2, "o": 3, "He": 4, "ll": 5, "Hell": 6, "Hello": 7, "Ġ": 8},
+    "merges": [["H", "e"], "l l", ["He", "ll"], ["Hell", "o"]]}})";
+}
+
+// A SentencePiece-style tokenizer.json: Prepend and Replace normalizers,
+// Metaspace, byte fallback with a fused unknown token, and the Replace /
+// ByteFallback / Fuse / Strip / Metaspace decoders.
+std::string SentencePieceTokenizerJson() {
+  return R"({"version": "1.0",
+  "added_tokens": [{"id": 0, "content": "<unk>", "special": true, "normalized": false},
+                   {"id": 1, "content": "<s>", "special": true, "normalized": false}],
+  "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"},
+                                                     {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+  "pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false},
+  "post_processor": {"type": "Sequence", "processors": [{"type": "ByteLevel"}, {"type": "TemplateProcessing",
+    "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+    "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}}]},
+  "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+    {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+    {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always"}]},
+  "model": {"type": "BPE", "unk_token": "<unk>", "fuse_unk": true, "byte_fallback": true,
+    "vocab": {"<unk>": 0, "<s>": 1, "▁": 2, "a": 3, "b": 4, "▁a": 5, "<0x0A>": 6, "<0xC3>": 7, "<0xB6>": 8},
+    "merges": ["▁ a"]}})";
 }
 
 // Requests for FuzzWorkerRequest's worker (tiny model, hidden 64, 4 experts).
@@ -181,6 +261,9 @@ absl::StatusOr<std::vector<Seed>> MakeSeeds() {
   if (!trained.ok()) return trained.status();
   seeds.push_back({"tokenizer_model", "tiny_trained.model", Bytes(*trained)});
   seeds.push_back({"gguf_file", "tiny_with_vocab.gguf", GgufSeed()});
+  seeds.push_back({"gguf_file", "tiny_with_gpt2_vocab.gguf", GgufGpt2Seed()});
+  seeds.push_back({"tokenizer_json", "byte_level.tokenizer.json", Bytes(ByteLevelTokenizerJson())});
+  seeds.push_back({"tokenizer_json", "sentencepiece_style.tokenizer.json", Bytes(SentencePieceTokenizerJson())});
   seeds.push_back({"worker_request", "inline.pb", InlineRequestSeed()});
   seeds.push_back({"worker_request", "shm_doorbell.pb", ShmRequestSeed()});
   seeds.push_back({"expert_store_region", "two_experts.region", ExpertStoreSeed()});

@@ -1,5 +1,5 @@
 // The fuzz entry points for model files a user downloads: safetensors
-// (file and index), config.json, tokenizer.model and GGUF.
+// (file and index), config.json, tokenizer.model, tokenizer.json and GGUF.
 #include <string>
 #include <vector>
 
@@ -13,6 +13,7 @@
 #include "common/model/safetensors.h"
 #include "common/model/sentencepiece_proto.h"
 #include "common/model/sentencepiece_tokenizer.h"
+#include "common/tokenizer/tokenizer_json.h"
 #include "fuzz/fuzz_scratch.h"
 #include "fuzz/fuzz_targets.h"
 
@@ -90,6 +91,14 @@ absl::Status FuzzTokenizerModel(FuzzBytes bytes) {
   TANDEM_ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tokenizer,
                           SentencePieceTokenizer::FromModelProto(proto, "fuzz tokenizer.model"));
   return ExerciseTokenizer(*tokenizer);
+}
+
+absl::Status FuzzTokenizerJson(FuzzBytes bytes) {
+  TANDEM_ASSIGN_OR_RETURN(const std::unique_ptr<BpeTokenizer> tokenizer,
+                          ParseTokenizerJson(AsText(bytes), {.source = "fuzz tokenizer.json"}));
+  TANDEM_RETURN_IF_ERROR(ExerciseTokenizer(*tokenizer));
+  TANDEM_ASSIGN_OR_RETURN(const std::vector<int32_t> ids, tokenizer->Encode("<s>a\xe2\x96\x81 b", /*add_bos=*/true));
+  return tokenizer->Decode(ids, {.skip_special_tokens = false}).status();
 }
 
 absl::Status FuzzGgufFile(FuzzBytes bytes) {

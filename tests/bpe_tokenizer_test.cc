@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/chat/special_tokens.h"
 #include "common/tokenizer/byte_level.h"
 #include "common/tokenizer/tokenizer_json.h"
 #include "common/tokenizer/unicode_text.h"
@@ -196,6 +197,27 @@ TEST(BpeTokenizerTest, ByteFallbackThenUnknownToken) {
             "b")
       << "a lone byte decodes to U+FFFD, as HF's ByteFallback";
   EXPECT_EQ(tokenizer->PieceText(5), "\xC3") << "streamed pieces stay raw";
+}
+
+// The chat path splits a rendered prompt at the special tokens first
+// (common/chat/special_tokens.h) and encodes the text between them; with a
+// BPE tokenizer that gives the ids the tokenizer's own added-token split does.
+TEST(BpeTokenizerTest, ChatSpecialTokenSplitAgreesWithTheTokenizer) {
+  auto tokenizer = Load(WithAddedTokens());
+  ASSERT_NE(tokenizer, nullptr);
+  std::vector<SpecialTokenPattern> patterns;
+  for (const AddedVocabulary::Token& token : tokenizer->added_vocabulary().tokens()) {
+    patterns.push_back({.content = token.content, .id = token.id, .lstrip = token.lstrip, .rstrip = token.rstrip});
+  }
+  ASSERT_OK_AND_ASSIGN(const SpecialTokenMatcher matcher, SpecialTokenMatcher::Create(patterns));
+  const std::string prompt = "<|im_start|>  user\nhello world<|im_end|>\n<|im_start|>assistant\n";
+  ASSERT_OK_AND_ASSIGN(const std::vector<int32_t> whole, tokenizer->Encode(prompt, false));
+  ASSERT_OK_AND_ASSIGN(const std::vector<int32_t> split,
+                       EncodeWithSpecialTokens(prompt, matcher, [&](std::string_view text) {
+                         return tokenizer->Encode(text, /*add_bos=*/false);
+                       }));
+  EXPECT_EQ(split, whole);
+  EXPECT_EQ(std::count(whole.begin(), whole.end(), tokenizer->vocab_size() - 3), 2);
 }
 
 TEST(BpeTokenizerTest, ManyThreadsEncodeTheSameAsOne) {

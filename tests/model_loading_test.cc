@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "common/model/model.h"
+#include "common/model/model_tokenizer.h"
 #include "common/model/safetensors.h"
 #include "common/model/synthetic_model.h"
 #include "common/model/tensor_names.h"
@@ -127,8 +128,26 @@ TEST(ModelLoadingTest, TokenizerJsonWithoutTokenizerModelTokenizesText) {
   ASSERT_OK(text);
   EXPECT_EQ(*text, "abc");
 
+  // transformers' Llama tokenizers put BOS around a text unless the config
+  // says add_bos_token false; other classes keep the file's post-processor.
+  std::ofstream(dir.path() / "tokenizer_config.json")
+      << R"({"bos_token": "<s>", "tokenizer_class": "LlamaTokenizerFast"})";
+  auto llama = LoadTokenizerAt(dir.path());
+  ASSERT_OK(llama);
+  auto with_bos = (*llama)->Encode("abc", /*add_bos=*/true);
+  ASSERT_OK(with_bos);
+  EXPECT_EQ(*with_bos, (std::vector<int32_t>{27, 26, 2}));
+  std::ofstream(dir.path() / "tokenizer_config.json")
+      << R"({"bos_token": "<s>", "tokenizer_class": "LlamaTokenizerFast", "add_bos_token": false})";
+  auto no_bos = LoadTokenizerAt(dir.path());
+  ASSERT_OK(no_bos);
+  auto without = (*no_bos)->Encode("abc", /*add_bos=*/true);
+  ASSERT_OK(without);
+  EXPECT_EQ(*without, (std::vector<int32_t>{26, 2}));
+
   // A malformed tokenizer.json fails the load, naming the file and field.
-  std::ofstream(dir.path() / "tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a zz"]}})";
+  std::ofstream(dir.path() / "tokenizer.json")
+      << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a zz"]}})";
   auto broken = LoadModel(dir.path());
   ASSERT_FALSE(broken.ok());
   EXPECT_THAT(std::string(broken.status().message()),

@@ -8,7 +8,8 @@
 // Vocabularies: the GGUF "gpt2" files of ../shared/tokenizer-vectors (tandem
 // loads the GGUF itself, HF the tokenizer.json it stands for); OpenAI's
 // o200k_base and cl100k_base from js-tiktoken (converted as transformers
-// converts tiktoken vocabularies), cl100k with added tokens of every flag;
+// converts tiktoken vocabularies), cl100k with added tokens of every flag,
+// cl100k with each GGUF pre-tokenizer that has no vocabulary file here;
 // and two SentencePiece-style tokenizer.json files built from a trained
 // SentencePiece model (Llama 2's legacy Prepend/Replace/ByteFallback/Strip
 // pipeline, and NFKC + Digits + Metaspace with flagged added tokens).
@@ -29,6 +30,7 @@
 #include "common/model/model_tokenizer.h"
 #include "common/model/sentencepiece_proto.h"
 #include "common/model/sentencepiece_tokenizer.h"
+#include "common/tokenizer/gguf_pre_tokenizers.h"
 #include "common/tokenizer/tokenizer_json.h"
 #include "common/tokenizer/unicode_text.h"
 #include "gtest/gtest.h"
@@ -305,7 +307,19 @@ void TokenizerOracleTest::SetUpTestSuite() {
     ASSERT_EQ(converted.exit_code, 0) << converted.err;
     ASSERT_OK_AND_ASSIGN(Json document, ParseJsonText(ReadFile(file), file.string()));
     add(encoding, document, nullptr);
-    if (std::string(encoding) == "cl100k_base") add("cl100k_added_tokens", WithFlaggedAddedTokens(document), nullptr);
+    if (std::string(encoding) != "cl100k_base") continue;
+    add("cl100k_added_tokens", WithFlaggedAddedTokens(document), nullptr);
+    // The GGUF pre-tokenizers with no vocabulary file here run on cl100k's
+    // vocabulary (Qwen2's is built on it): their normalizers and regexes
+    // (look-ahead, possessive quantifiers, \x{...}, CJK ranges) as HF runs them.
+    for (const char* pre : {"llama-bpe", "qwen2", "deepseek-v3", "gpt-4o", "tekken", "bailingmoe"}) {
+      ASSERT_OK_AND_ASSIGN(const GgufPreTokenizer pipeline, GgufPreTokenizerNamed(pre));
+      Json with_pre = document;
+      with_pre["normalizer"] = pipeline.normalizer;
+      with_pre["pre_tokenizer"] = pipeline.pre_tokenizer;
+      with_pre["model"]["ignore_merges"] = pipeline.ignore_merges;
+      add(absl::StrCat("cl100k+", pre), with_pre, nullptr);
+    }
   }
   // SentencePiece-style pipelines from a trained SentencePiece model.
   TokenizerTrainOptions train{.input_files = DefaultTokenizerCorpus(), .model_prefix = "oracle", .vocab_size = 2000};
@@ -382,10 +396,14 @@ TEST_P(TokenizerOracleTest, EncodesAndDecodesAsHuggingFace) {
 INSTANTIATE_TEST_SUITE_P(Vocabularies, TokenizerOracleTest,
                          ::testing::Values("gpt-2", "deepseek-llm", "deepseek-coder", "falcon", "mpt", "starcoder",
                                            "refact", "o200k_base", "cl100k_base", "cl100k_added_tokens",
-                                           "sentencepiece_legacy", "sentencepiece_metaspace"),
+                                           "cl100k+llama-bpe", "cl100k+qwen2", "cl100k+deepseek-v3", "cl100k+gpt-4o",
+                                           "cl100k+tekken", "cl100k+bailingmoe", "sentencepiece_legacy",
+                                           "sentencepiece_metaspace"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
+                           for (char& c : name) {
+                             if (c == '-' || c == '+') c = '_';
+                           }
                            return name;
                          });
 

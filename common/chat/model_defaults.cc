@@ -265,6 +265,11 @@ absl::StatusOr<TokenizerDefaults> ParseTokenizerConfig(std::string_view json_tex
   }
   TANDEM_ASSIGN_OR_RETURN(out.add_bos_token, OptionalBool(root, "add_bos_token", source));
   TANDEM_ASSIGN_OR_RETURN(out.add_eos_token, OptionalBool(root, "add_eos_token", source));
+  if (const json* v = Find(root, "tokenizer_class")) {
+    if (!v->is_string())
+      return FieldError(source, "tokenizer_class", absl::StrCat("must be a string, got ", v->dump()));
+    out.tokenizer_class = v->get<std::string>();
+  }
   return out;
 }
 

@@ -72,6 +72,9 @@ struct TokenizerDefaults {
   std::vector<AddedToken> added_tokens;  // sorted by id
   std::optional<bool> add_bos_token;
   std::optional<bool> add_eos_token;
+  // transformers' class for the tokenizer ("LlamaTokenizerFast", ...): some
+  // rebuild the post-processor from add_bos_token / add_eos_token.
+  std::optional<std::string> tokenizer_class;
 
   // The id of an added token with this content, or nullopt.
   std::optional<int32_t> IdOf(std::string_view content) const;

@@ -1,5 +1,9 @@
 #include "common/model/model_tokenizer.h"
 
+#include <algorithm>
+#include <iterator>
+#include <string_view>
+
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/gguf/gguf_checkpoint.h"
@@ -18,6 +22,17 @@ TokenizerJsonOptions JsonOptions(const fs::path& file, const ModelDefaults& defa
   TokenizerJsonOptions options{.source = file.string()};
   options.bos_token = defaults.tokenizer.bos_token;
   options.eos_token = defaults.tokenizer.eos_token;
+  // transformers' Llama and Gemma tokenizers rebuild the post-processor from
+  // the config's flags (BOS by default, no EOS); other classes keep the
+  // file's. The GGUF converter writes the same flags as add_bos_token.
+  static constexpr std::string_view kRebuilding[] = {"LlamaTokenizer",     "LlamaTokenizerFast",
+                                                     "CodeLlamaTokenizer", "CodeLlamaTokenizerFast",
+                                                     "GemmaTokenizer",     "GemmaTokenizerFast"};
+  const std::optional<std::string>& cls = defaults.tokenizer.tokenizer_class;
+  if (cls && std::find(std::begin(kRebuilding), std::end(kRebuilding), *cls) != std::end(kRebuilding)) {
+    options.add_bos_token = defaults.tokenizer.add_bos_token.value_or(true);
+    options.add_eos_token = defaults.tokenizer.add_eos_token.value_or(false);
+  }
   if (config != nullptr) {
     options.bos_id = config->bos_token_id;
     if (!config->eos_token_ids.empty()) options.eos_id = config->eos_token_ids.front();

@@ -3,7 +3,9 @@
 //   a Hugging Face folder   tokenizer.model (SentencePiece) when present,
 //                           else tokenizer.json (BPE), BOS and EOS named by
 //                           tokenizer_config.json (else, when loading a
-//                           model, config.json's ids);
+//                           model, config.json's ids), and for
+//                           transformers' Llama/Gemma tokenizer classes
+//                           its add_bos_token / add_eos_token;
 //   a tokenizer.json file   read with the tokenizer_config.json beside it;
 //   a tokenizer.model file  SentencePiece;
 //   a .gguf file            its tokenizer.ggml vocabulary (gguf_tokenizer.h),

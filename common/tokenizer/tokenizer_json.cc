@@ -204,6 +204,14 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> TokenizerFromJson(const Json& docu
   TANDEM_ASSIGN_OR_RETURN(parts.bos_id, SpecialId(options.bos_token, options.bos_id, parts, "BOS"));
   if (parts.bos_id < 0 && parts.post_processor != nullptr) parts.bos_id = parts.post_processor->LeadingId();
   TANDEM_ASSIGN_OR_RETURN(parts.eos_id, SpecialId(options.eos_token, options.eos_id, parts, "EOS"));
+  if (options.add_bos_token || options.add_eos_token) {
+    const bool add_bos = options.add_bos_token.value_or(false), add_eos = options.add_eos_token.value_or(false);
+    if ((add_bos && parts.bos_id < 0) || (add_eos && parts.eos_id < 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": add_", add_bos && parts.bos_id < 0 ? "bos" : "eos",
+                                                     "_token is true but the tokenizer names no such token"));
+    }
+    parts.post_processor = BosEosPostProcessor(add_bos ? parts.bos_id : -1, add_eos ? parts.eos_id : -1);
+  }
   TANDEM_RETURN_IF_ERROR(CheckSpecialId(parts.bos_id, id_limit, source, "BOS"));
   TANDEM_RETURN_IF_ERROR(CheckSpecialId(parts.eos_id, id_limit, source, "EOS"));
   return std::make_unique<BpeTokenizer>(std::move(parts));

@@ -41,6 +41,12 @@ struct TokenizerJsonOptions {
   std::optional<std::string> eos_token;
   int32_t bos_id = -1;
   int32_t eos_id = -1;
+  // When set, the special tokens put around a text are BOS (when
+  // add_bos_token) and EOS (when add_eos_token), replacing the file's
+  // post-processor: what transformers' Llama and Gemma tokenizer classes do
+  // with tokenizer_config.json's flags.
+  std::optional<bool> add_bos_token;
+  std::optional<bool> add_eos_token;
 };
 
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> TokenizerFromJson(const Json& document,
