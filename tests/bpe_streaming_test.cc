@@ -14,6 +14,7 @@
 
 #include "common/model/model_tokenizer.h"
 #include "common/model/synthetic_model.h"
+#include "common/tokenizer/json_fields.h"
 #include "common/tokenizer/unicode_text.h"
 #include "coordinator/utf8_stream.h"
 #include "tests/sdk_testlib.h"
