@@ -63,6 +63,7 @@ InferenceService::InferenceService(const Model* model, Scheduler* scheduler, Inf
       expert_bytes_ += lw->bytes();
     }
   }
+  max_token_bytes_ = MaxTokenTextBytes(*model_);
   absl::StatusOr<ModelFingerprint> fingerprint = FingerprintModel(model_->config, *w.source);
   fingerprint_ = fingerprint.ok() ? FingerprintString(*fingerprint) : fingerprint.status().ToString();
 }

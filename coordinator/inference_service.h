@@ -43,7 +43,8 @@ class InferenceService final : public v1::Inference::Service {
   absl::StatusOr<std::vector<int32_t>> PromptIds(const std::string& text,
                                                  const google::protobuf::RepeatedField<int32_t>& ids,
                                                  bool add_bos) const {
-    return tandem::PromptIds(*model_, text, std::span<const int32_t>(ids.data(), ids.size()), add_bos);
+    return tandem::PromptIds(*model_, text, std::span<const int32_t>(ids.data(), ids.size()), add_bos, "prompt",
+                             max_token_bytes_);
   }
   // Waits for the next event, cancelling the request when the call ends.
   std::optional<StreamEvent> NextEvent(grpc::ServerContext* context, RequestStream& stream);
@@ -61,6 +62,7 @@ class InferenceService final : public v1::Inference::Service {
   InferenceServiceOptions options_;
   int64_t parameters_ = 0;
   int64_t expert_bytes_ = 0;
+  int64_t max_token_bytes_ = 1;  // MaxTokenTextBytes: long prompt texts are refused by size first
   std::string fingerprint_;
   // Twice the scheduler's stall limit: a client that reads within one more
   // --max_stall_s after its request was stopped still gets the status.

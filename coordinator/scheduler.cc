@@ -214,7 +214,9 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::SubmitBeamSearch(BeamS
   if (absl::Status status = job.params.Validate(model_->config.vocab_size); !status.ok()) return reject(status);
   const int64_t width = job.params.beam_width;
   if (width > options_.max_sequences) {
-    return reject(absl::ResourceExhaustedError(
+    // Never admissible, however long it waits: InvalidArgument, not the
+    // ResourceExhausted a client would retry.
+    return reject(absl::InvalidArgumentError(
         absl::StrCat("beam_width ", width, " exceeds the server's max_sequences (", options_.max_sequences, ")")));
   }
   auto request = std::make_unique<Request>();
@@ -236,7 +238,9 @@ absl::StatusOr<std::shared_ptr<RequestStream>> Scheduler::Enqueue(std::unique_pt
     return status;
   };
   if (request->reserved_blocks > kv_pool_->max_blocks()) {
-    return reject(absl::ResourceExhaustedError(absl::StrCat(
+    // More than the whole cache: never admissible (InvalidArgument, not a
+    // retryable ResourceExhausted).
+    return reject(absl::InvalidArgumentError(absl::StrCat(
         "request needs ", request->reserved_blocks, " KV cache blocks of ", kv_pool_->options().block_size,
         " positions (prompt ", request->prompt().size(), " + max_tokens ", request->max_tokens(),
         request->sequences > 1 ? absl::StrCat(", ", request->sequences, " beams") : "", "); the cache holds ",

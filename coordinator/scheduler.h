@@ -149,8 +149,10 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // InvalidArgument naming the field, or ResourceExhausted, at once;
-  // otherwise the request is queued and its events arrive on the stream.
+  // At once: InvalidArgument naming the field, or for a request that can
+  // never be admitted (more KV cache than the pool, a beam wider than
+  // max_sequences); ResourceExhausted while the queue is full (retry).
+  // Otherwise the request is queued and its events arrive on the stream.
   absl::StatusOr<std::shared_ptr<RequestStream>> SubmitGenerate(GenerateParams params);
   absl::StatusOr<std::shared_ptr<RequestStream>> SubmitBeamSearch(BeamSearchJob job);
 

@@ -39,10 +39,25 @@ struct ServingOptions {
 // The prompt of a request: exactly one of `text` (tokenized with the model's
 // tokenizer, BOS first when `add_bos`) and `ids`. InvalidArgument naming
 // `field` when both or neither are given, the model has no tokenizer for a
-// text, or the text encodes to nothing.
+// text, the text encodes to nothing, or (with max_token_bytes > 0) the text
+// is too long for the context to hold (CheckPromptTextFits).
 absl::StatusOr<std::vector<int32_t>> PromptIds(const Model& model, const std::string& text,
                                                std::span<const int32_t> ids, bool add_bos,
-                                               const std::string& field = "prompt");
+                                               const std::string& field = "prompt", int64_t max_token_bytes = 0);
+
+// The most text one token stands for, in bytes (its longest piece); 1
+// without a tokenizer. Reads the whole vocabulary: compute once per model.
+int64_t MaxTokenTextBytes(const Model& model);
+
+// A prompt text is tokenized on the request's thread before its length is
+// known, so a text that cannot fit the context is refused by its size first:
+// B bytes are at least B / (max_token_bytes * kPromptTextSlack) tokens
+// (the slack covers normalization, which can shrink text, e.g. NFKC's
+// ligatures and compositions). InvalidArgument naming `field` when that
+// bound already exceeds `context` tokens.
+inline constexpr int64_t kPromptTextSlack = 4;
+absl::Status CheckPromptTextFits(size_t text_bytes, int64_t max_token_bytes, int64_t context,
+                                 const std::string& field);
 
 // A seed from the system's entropy, for requests that give none.
 uint64_t FreshSeed();

@@ -356,10 +356,10 @@ TEST(SchedulerTest, RefusesWhatCanNeverFitAndQueuesWhatFitsLater) {
   options.max_sequences = 4;
   auto scheduler = MakeScheduler(*rt, options);
   auto too_big = scheduler->SubmitGenerate(Greedy(RandomTokens(10, 512, 1), 100));
-  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(too_big.status().message().find("KV cache"), std::string::npos) << too_big.status();
   auto too_wide = scheduler->SubmitBeamSearch(Beam(RandomTokens(3, 512, 1), 8, 2));
-  EXPECT_EQ(too_wide.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(too_wide.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(too_wide.status().message().find("max_sequences"), std::string::npos) << too_wide.status();
 
   // Each needs 3 of the 4 blocks: the second waits for the first.

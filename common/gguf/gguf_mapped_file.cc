@@ -15,7 +15,9 @@
 namespace tandem {
 
 absl::StatusOr<std::unique_ptr<GgufMappedFile>> GgufMappedFile::Open(const std::filesystem::path& path) {
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO given as the model opens at once (and is refused
+  // below as not a regular file) instead of waiting for a writer forever.
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open GGUF file ", path.string()));
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot stat ", path.string()));
