@@ -16,7 +16,9 @@ packages=(
   # regexes as Hugging Face's tokenizers does, ICU normalizes Unicode
   libonig-dev libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcpp-httplib-dev libxxhash-dev
+  nlohmann-json3-dev libxxhash-dev
+  # the HTTP server (Boost.Asio and Boost.Beast, header-only); cpp-httplib is the tests' client
+  libboost1.81-dev libcpp-httplib-dev
   # the fuzzers (fuzz/, deploy/test.sh): clang with its libFuzzer and sanitizer runtimes
   clang libclang-rt-dev
   python3 python3-grpcio python3-protobuf python3-jinja2

@@ -17,6 +17,7 @@ constexpr FuzzTarget kTargets[] = {
     {"tokenizer_json", FuzzTokenizerJson},
     {"worker_request", FuzzWorkerRequest},
     {"expert_store_region", FuzzExpertStoreRegion},
+    {"http_request", FuzzHttpRequestBody},
 };
 
 }  // namespace

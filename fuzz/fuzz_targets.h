@@ -48,6 +48,10 @@ absl::Status FuzzTokenizerJson(FuzzBytes bytes);
 // resolved); the session is set to the one holding the worker, and the
 // request id's low bit picks the doorbell or the gRPC path.
 absl::Status FuzzWorkerRequest(FuzzBytes bytes);
+// A request body of the OpenAI HTTP API: parsed under the JSON limits, read
+// as a completions and a chat request, the chat's messages and tools
+// through a chat template (fuzz/http_targets.cc).
+absl::Status FuzzHttpRequestBody(FuzzBytes bytes);
 // An expert store region (IndexExpertStoreRegion) at a page-aligned address,
 // then every indexed matrix's first and last byte read.
 absl::Status FuzzExpertStoreRegion(FuzzBytes bytes);

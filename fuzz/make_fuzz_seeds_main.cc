@@ -267,6 +267,14 @@ absl::StatusOr<std::vector<Seed>> MakeSeeds() {
   seeds.push_back({"worker_request", "inline.pb", InlineRequestSeed()});
   seeds.push_back({"worker_request", "shm_doorbell.pb", ShmRequestSeed()});
   seeds.push_back({"expert_store_region", "two_experts.region", ExpertStoreSeed()});
+  seeds.push_back({"http_request", "chat.json",
+                   Bytes(R"({"model":"m","messages":[{"role":"system","content":"Be brief."},)"
+                         R"({"role":"user","content":[{"type":"text","text":"hi"}]}],"max_tokens":8,)"
+                         R"("temperature":0.7,"top_p":0.9,"stop":["\n"],"stream":true,)"
+                         R"("stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":2,)"
+                         R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]})")});
+  seeds.push_back({"http_request", "completion.json",
+                   Bytes(R"({"prompt":[1,17,33],"max_tokens":4,"n":2,"seed":7,"logprobs":1,"beam_width":0})")});
   return seeds;
 }
 

@@ -60,9 +60,30 @@ ABSL_FLAG(int64_t, kv_block_size, 16, "positions per KV cache block");
 ABSL_FLAG(std::string, http_listen, "",
           "also serve the OpenAI-compatible HTTP API (docs/http.md) on PORT (127.0.0.1) or HOST:PORT; off when empty");
 ABSL_FLAG(bool, http_allow_remote, false,
-          "let --http_listen bind a non-loopback host (the HTTP API has no authentication)");
-ABSL_FLAG(int32_t, http_max_connections, 64, "HTTP requests handled at once; further connections wait");
-ABSL_FLAG(int64_t, http_max_body_bytes, 8 << 20, "largest HTTP request body accepted (larger: 413)");
+          "let --http_listen bind a non-loopback host; needs --api_key or --api_key_file (or --insecure_no_auth)");
+ABSL_FLAG(bool, insecure_no_auth, false,
+          "with --http_allow_remote: serve the HTTP API to the network without an API key (anyone who can reach "
+          "the port can use it)");
+ABSL_FLAG(std::string, api_key, "",
+          "HTTP API key: every endpoint but /health and / needs \"Authorization: Bearer KEY\" (visible in ps: prefer "
+          "--api_key_file)");
+ABSL_FLAG(std::string, api_key_file, "", "a file (mode 600) holding the HTTP API key");
+ABSL_FLAG(std::vector<std::string>, cors_origins, {},
+          "comma-separated browser origins (https://app.example) allowed to call the HTTP API cross-site; * for any");
+ABSL_FLAG(std::vector<std::string>, http_allowed_hosts, {},
+          "comma-separated names the HTTP Host header may carry besides the listen address (and localhost for a "
+          "loopback one); * for any");
+ABSL_FLAG(int32_t, http_max_connections, 64, "HTTP requests handled at once; more wait in a queue");
+ABSL_FLAG(int32_t, http_max_queued, 256, "HTTP requests waiting for a handler; more are answered 503 (Retry-After)");
+ABSL_FLAG(int32_t, http_max_open_connections, 512,
+          "open HTTP connections; at the cap the one idle longest is closed for a new one");
+ABSL_FLAG(int64_t, http_max_body_bytes, 8 << 20, "largest HTTP request body accepted, chunked or not (larger: 413)");
+ABSL_FLAG(int64_t, http_max_request_memory_mb, 1024,
+          "MiB that HTTP requests in flight may hold together (bodies and parsed JSON); beyond it 503 (Retry-After)");
+ABSL_FLAG(double, http_header_timeout_s, 10, "seconds a client has to send a request header (or to start the next one)");
+ABSL_FLAG(double, http_body_timeout_s, 60, "seconds a client has to send a request body");
+ABSL_FLAG(double, shutdown_grace_s, 5,
+          "on SIGTERM/SIGINT, seconds requests in flight get to finish; then streams end with an error event");
 ABSL_FLAG(std::string, served_model_name, "",
           "the model's name in the HTTP API (/v1/models, responses); default: the model folder's name");
 ABSL_FLAG(std::string, chat_template, "",
@@ -318,22 +339,62 @@ void LogServing(tandem::LocalRuntime& runtime, const tandem::InferenceServiceOpt
   LOG_INFO("tandem-server: listening on ", absl::StrJoin(addresses, ","));
 }
 
+// The HTTP transport's limits from the --http_* flags, each checked.
+absl::Status HttpTransportFromFlags(tandem::HttpTransportOptions* t) {
+  auto positive = [](const char* flag, double value) {
+    return value > 0 ? absl::OkStatus()
+                     : absl::InvalidArgumentError(absl::StrCat("--", flag, " must be > 0, got ", value));
+  };
+  TANDEM_RETURN_IF_ERROR(positive("http_max_connections", absl::GetFlag(FLAGS_http_max_connections)));
+  TANDEM_RETURN_IF_ERROR(positive("http_max_open_connections", absl::GetFlag(FLAGS_http_max_open_connections)));
+  TANDEM_RETURN_IF_ERROR(positive("http_max_body_bytes", static_cast<double>(absl::GetFlag(FLAGS_http_max_body_bytes))));
+  TANDEM_RETURN_IF_ERROR(
+      positive("http_max_request_memory_mb", static_cast<double>(absl::GetFlag(FLAGS_http_max_request_memory_mb))));
+  TANDEM_RETURN_IF_ERROR(positive("http_header_timeout_s", absl::GetFlag(FLAGS_http_header_timeout_s)));
+  TANDEM_RETURN_IF_ERROR(positive("http_body_timeout_s", absl::GetFlag(FLAGS_http_body_timeout_s)));
+  if (absl::GetFlag(FLAGS_http_max_queued) < 0) return absl::InvalidArgumentError("--http_max_queued must be >= 0");
+  if (absl::GetFlag(FLAGS_http_max_connections) > 4096 || absl::GetFlag(FLAGS_http_max_open_connections) > 65536) {
+    return absl::InvalidArgumentError("--http_max_connections is at most 4096, --http_max_open_connections 65536");
+  }
+  t->max_request_threads = absl::GetFlag(FLAGS_http_max_connections);
+  t->max_queued_requests = absl::GetFlag(FLAGS_http_max_queued);
+  t->max_open_connections = absl::GetFlag(FLAGS_http_max_open_connections);
+  t->max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_http_max_body_bytes));
+  t->max_request_memory_bytes = absl::GetFlag(FLAGS_http_max_request_memory_mb) << 20;
+  if (t->max_request_memory_bytes < static_cast<int64_t>(t->max_body_bytes)) {
+    return absl::InvalidArgumentError("--http_max_request_memory_mb must hold at least one --http_max_body_bytes body");
+  }
+  t->header_timeout = absl::Seconds(absl::GetFlag(FLAGS_http_header_timeout_s));
+  t->body_timeout = absl::Seconds(absl::GetFlag(FLAGS_http_body_timeout_s));
+  // A blocked event-stream write is bounded by the same stall limit as an
+  // unread gRPC stream (--max_stall_s, checked with the scheduler's flags).
+  t->write_timeout = absl::Seconds(absl::GetFlag(FLAGS_max_stall_s)) + absl::Seconds(1);
+  return absl::OkStatus();
+}
+
 // The HTTP front end (--http_listen), listening before the model loads so
 // /health can say "loading"; null when not asked for.
 absl::StatusOr<std::unique_ptr<tandem::HttpServer>> StartHttp(const tandem::ModelSource& source) {
   const std::string http_listen = absl::GetFlag(FLAGS_http_listen);
   if (http_listen.empty()) return nullptr;
-  TANDEM_ASSIGN_OR_RETURN(auto address, tandem::ParseHttpListen(http_listen, absl::GetFlag(FLAGS_http_allow_remote)));
-  if (absl::GetFlag(FLAGS_http_max_body_bytes) < 1) {
-    return absl::InvalidArgumentError("--http_max_body_bytes must be >= 1");
-  }
+  const bool remote = absl::GetFlag(FLAGS_http_allow_remote);
+  TANDEM_ASSIGN_OR_RETURN(auto address, tandem::ParseHttpListen(http_listen, remote));
   tandem::HttpServerOptions options;
   options.listen = address;
-  options.max_connections = absl::GetFlag(FLAGS_http_max_connections);
-  options.max_body_bytes = static_cast<size_t>(absl::GetFlag(FLAGS_http_max_body_bytes));
-  // A blocked event-stream write is bounded by the same stall limit as an
-  // unread gRPC stream (--max_stall_s, checked with the scheduler's flags).
-  options.write_timeout = absl::Seconds(absl::GetFlag(FLAGS_max_stall_s)) + absl::Seconds(1);
+  TANDEM_ASSIGN_OR_RETURN(options.access.api_key,
+                          tandem::LoadApiKey(absl::GetFlag(FLAGS_api_key), absl::GetFlag(FLAGS_api_key_file)));
+  if (remote && options.access.api_key.empty()) {
+    if (!absl::GetFlag(FLAGS_insecure_no_auth)) {
+      return absl::InvalidArgumentError(
+          "--http_allow_remote: the HTTP API would be open to the network without authentication; give "
+          "--api_key_file FILE (or --api_key), or --insecure_no_auth if that is really meant");
+    }
+    LOG_WARNING("tandem-server: --insecure_no_auth: the HTTP API on ", http_listen,
+                " has NO AUTHENTICATION: anyone who can reach this port can run the model");
+  }
+  options.access.cors_origins = absl::GetFlag(FLAGS_cors_origins);
+  options.access.allowed_hosts = absl::GetFlag(FLAGS_http_allowed_hosts);
+  TANDEM_RETURN_IF_ERROR(HttpTransportFromFlags(&options.transport));
   options.served_model_name = absl::GetFlag(FLAGS_served_model_name);
   if (options.served_model_name.empty()) {
     std::filesystem::path folder = std::filesystem::path(source.model_dir).lexically_normal();
@@ -372,7 +433,10 @@ void ServeUntilSignal(const sigset_t& signals, Listening& listening, tandem::Htt
   LOG_INFO("tandem-server: signal ", signal_number, ", shutting down");
   if (monitor) monitor->Stop();
   listening.server->GetHealthCheckService()->SetServingStatus(false);
-  if (http != nullptr) http->Stop();  // cancels its streams while the scheduler still runs
+  // New HTTP requests get 503 from now; those in flight get the grace
+  // period, then their streams end with an error event, while the
+  // scheduler still runs.
+  if (http != nullptr) http->Stop(absl::Seconds(std::max(0.0, absl::GetFlag(FLAGS_shutdown_grace_s))));
   listening.listeners->Stop();        // no new connection; the socket files removed if still ours
   listening.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(3));
   listening.server.reset();

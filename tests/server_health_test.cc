@@ -3,7 +3,9 @@
 // grpc.health.v1 service says NOT_SERVING, HTTP /health answers 503 and
 // GetStats marks that worker unhealthy (requests would fail); once it is back
 // all three say so again, however many requests failed during the outage
-// (the worker's health is its state now, not failures <= reconnects).
+// (the worker's health is its state now, not failures <= reconnects). Over
+// HTTP every request failed by the outage is the same retryable 503, whether
+// the worker refused the connection (killed) or did not answer (stopped).
 #include <signal.h>
 
 #include <chrono>
@@ -122,6 +124,19 @@ class ServerHealthTest : public ::testing::Test {
     return reply.ok() ? reply->status : -1;
   }
 
+  // An HTTP completion's status and error code.
+  std::pair<int, std::string> HttpCompletion() {
+    absl::StatusOr<HttpReply> reply =
+        HttpPost(server_.port, "/v1/completions",
+                 nlohmann::json{{"prompt", {1, 17, 33, 71, 5, 9}}, {"max_tokens", 6}, {"temperature", 0}});
+    if (!reply.ok()) return {-1, reply.status().ToString()};
+    std::string code;
+    if (reply->json.is_object() && reply->json.contains("error") && reply->json["error"]["code"].is_string()) {
+      code = reply->json["error"]["code"];
+    }
+    return {reply->status, code};
+  }
+
   // A greedy generation: its ids, or the call's status.
   absl::StatusOr<std::vector<int32_t>> Generate() {
     grpc::ClientContext context;
@@ -165,6 +180,7 @@ TEST_F(ServerHealthTest, KilledWorkerIsNotServingUntilRestarted) {
     auto failed = Generate();
     ASSERT_FALSE(failed.ok());
     EXPECT_TRUE(absl::IsUnavailable(failed.status()) || absl::IsDeadlineExceeded(failed.status())) << failed.status();
+    EXPECT_EQ(HttpCompletion().first, 503);
   }
 
   ASSERT_OK(workers_[1]->Start()) << workers_[1]->LogTail();
@@ -184,6 +200,8 @@ TEST_F(ServerHealthTest, StoppedWorkerIsNotServingUntilResumed) {
   ASSERT_TRUE(AwaitHealth(kNotServing));
   EXPECT_EQ(HttpHealth(), 503);
   EXPECT_EQ(WorkersHealthy(), (std::vector<bool>{false, true}));
+  // A worker that does not answer: 503 as for one that is gone, not 504.
+  EXPECT_EQ(HttpCompletion(), (std::pair<int, std::string>{503, "worker_unavailable"}));
   workers_[0]->Kill(SIGCONT);
   ASSERT_TRUE(AwaitHealth(kServing));
   EXPECT_EQ(HttpHealth(), 200);

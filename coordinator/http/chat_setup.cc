@@ -27,6 +27,13 @@ absl::StatusOr<std::string> ReadTemplateFile(const std::string& path) {
   return text.str();
 }
 
+// "models/demo/" -> "demo": errors that reach clients name no server paths.
+std::string FolderName(const std::string& dir) {
+  std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> ChatSetup::Render(const nlohmann::ordered_json& messages,
@@ -73,10 +80,14 @@ absl::StatusOr<std::unique_ptr<ChatSetup>> LoadChatSetup(const Model& model, con
   if (!chat_template_file.empty()) {
     TANDEM_ASSIGN_OR_RETURN(std::string source, ReadTemplateFile(chat_template_file));
     ChatTemplateOptions options;
-    options.name = chat_template_file;
+    // Render errors reach HTTP clients: they name the file, not where it is.
+    options.name = std::filesystem::path(chat_template_file).filename().string();
     TANDEM_ASSIGN_OR_RETURN(setup->chat_template, ChatTemplate::Create(source, options));
   } else if (folder) {
-    absl::StatusOr<std::unique_ptr<ChatTemplate>> compiled = setup->defaults.CompileChatTemplate();
+    ChatTemplateOptions options;
+    options.name = absl::StrCat(
+        std::filesystem::path(setup->defaults.tokenizer.chat_template_source).filename().string(), " chat_template");
+    absl::StatusOr<std::unique_ptr<ChatTemplate>> compiled = setup->defaults.CompileChatTemplate("default", options);
     if (compiled.ok()) {
       setup->chat_template = std::move(*compiled);
     } else if (!absl::IsNotFound(compiled.status())) {
@@ -85,7 +96,8 @@ absl::StatusOr<std::unique_ptr<ChatSetup>> LoadChatSetup(const Model& model, con
   }
   if (setup->chat_template == nullptr) {
     setup->no_template_reason = absl::StrCat(
-        "this model has no chat template (none in ", folder ? model.origin : std::string("the synthetic model"),
+        "this model has no chat template (none in ",
+        folder ? FolderName(model.origin) : std::string("the synthetic model"),
         ": tokenizer_config.json chat_template, chat_template.jinja or chat_template.json); start tandem-server "
         "with --chat_template FILE, or send a plain prompt to /v1/completions");
   }

@@ -15,35 +15,31 @@
 // It listens from Create on, before the model is loaded: until Serve,
 // /health and /metrics say "loading", / serves the page, and everything
 // else answers 503.
-// A streaming client that goes away cancels its requests (the scheduler
-// frees their KV cache at its next step). Bounds: the request body
-// (max_body_bytes, else 413), the requests handled at once
-// (max_connections worker threads; further connections wait in the accept
-// queue), and per stream at most one event's chunk is buffered (the socket
-// write blocks until the client reads).
+// The transport (http_transport.h) bounds what any client can make the
+// server hold or wait for; access (http_access.h) decides from the header
+// who may call; request bodies are parsed under JSON limits
+// (bounded_json.h). A client that goes away, streaming or not, cancels its
+// requests (the scheduler frees their KV cache at its next step).
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/http/bounded_json.h"
 #include "coordinator/http/chat_setup.h"
+#include "coordinator/http/http_access.h"
+#include "coordinator/http/http_transport.h"
+#include "coordinator/http/large_text_turns.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/serving.h"
-
-namespace httplib {
-class Server;
-class Request;
-class Response;
-class DataSink;
-}  // namespace httplib
 
 namespace tandem {
 
@@ -60,23 +56,22 @@ absl::StatusOr<HttpListenAddress> ParseHttpListen(const std::string& flag, bool 
 struct HttpServerOptions {
   HttpListenAddress listen;
   std::string served_model_name = "tandem";  // /v1/models and every response's "model"
-  int max_connections = 64;                  // requests handled at once
-  size_t max_body_bytes = 8 << 20;
   int32_t default_max_tokens = 512;  // when neither the request nor generation_config says
-  // A client that takes none of a write for this long is dropped (its
-  // request stopped, its connection closed), so a client that never reads
-  // an event stream holds a connection thread no longer than that.
-  // tandem-server: --max_stall_s plus a second, so the scheduler's stall
-  // limit (RESOURCE_EXHAUSTED) decides first.
-  absl::Duration write_timeout = absl::Seconds(30);
+  // Connections, threads, timeouts and byte limits. Its write_timeout: a
+  // client that takes none of a write for this long is dropped (its
+  // request stopped); tandem-server sets --max_stall_s plus a second, so
+  // the scheduler's stall limit (RESOURCE_EXHAUSTED) decides first.
+  HttpTransportOptions transport;
+  HttpAccessOptions access;  // its listen_host is filled from `listen`
+  JsonLimits json;           // every request body
 };
 
-// Owns the HTTP server and its threads. Serve and Stop may be called from
-// any thread; the handlers run on the server's worker threads.
+// Owns the HTTP server and its threads. Serve, Drain and Stop may be called
+// from any thread; the handlers run on the transport's lane threads.
 class HttpServer {
  public:
   // Binds the address and starts answering (in the loading state).
-  // Unavailable when the address cannot be bound.
+  // Unavailable when the address cannot be bound (in use, say).
   static absl::StatusOr<std::unique_ptr<HttpServer>> Create(HttpServerOptions options);
   ~HttpServer();  // Stop()
   HttpServer(const HttpServer&) = delete;
@@ -84,45 +79,54 @@ class HttpServer {
 
   // Ready: borrows the model and scheduler until Stop.
   void Serve(const Model* model, Scheduler* scheduler, ServingOptions serving, std::unique_ptr<ChatSetup> chat);
-  // Cancels the streams in flight, closes the listening socket and joins
-  // the threads. Idempotent.
-  void Stop();
+  // Shutting down: new requests are answered 503 at once; requests in
+  // flight get up to `grace` to finish, then streams end with an error
+  // event and [DONE] and waiting requests with 503. Returns when every
+  // handler has returned and every connection is closed. Idempotent.
+  void Stop(absl::Duration grace = absl::ZeroDuration());
 
   std::string address() const;  // host:port as bound
   int port() const { return port_; }
+  HttpTransportStats TransportStats() const { return transport_->Stats(); }
 
   struct Ready;
   struct Job;
+  struct Call;
 
  private:
   explicit HttpServer(HttpServerOptions options);
   std::shared_ptr<const Ready> ready() const;
-  void Route();
+  std::optional<HttpResponse> Admit(const HttpRequest& head, HttpLane* lane);
+  void Handle(HttpRequest& request, HttpExchange& exchange);
 
-  void Completions(int endpoint, const httplib::Request& req, httplib::Response& res);
-  void Models(httplib::Response& res);
-  void Tokenize(const httplib::Request& req, httplib::Response& res);
-  void Detokenize(const httplib::Request& req, httplib::Response& res);
-  void ApplyTemplate(const httplib::Request& req, httplib::Response& res);
-  void Health(httplib::Response& res);
-  void Placement(httplib::Response& res);
-  void Metrics(httplib::Response& res);
+  void Completions(int endpoint, Call& call);
+  void Models(Call& call);
+  void Tokenize(Call& call);
+  void Detokenize(Call& call);
+  void ApplyTemplate(Call& call);
+  void Health(Call& call);
+  void Placement(Call& call);
+  void Metrics(Call& call);
+  void Page(Call& call);
 
-  bool RunStream(Job& job, httplib::DataSink& sink);
-  void Collect(Job& job);
+  absl::StatusOr<nlohmann::ordered_json> Body(Call& call);
+  void RunStream(Job& job, Call& call);
+  bool Collect(Job& job, Call& call);
   void CountResponse(const std::string& path, int status);
 
-  HttpServerOptions options_;
-  std::unique_ptr<httplib::Server> server_;
-  int port_ = 0;
+  const HttpServerOptions options_;
+  const HttpAccess access_;
   const int64_t created_unix_;
+  int port_ = 0;
   std::atomic<bool> stopping_{false};
+  std::atomic<int> jobs_in_flight_{0};
+  mutable LargeTextTurns large_texts_;  // prompts and /tokenize texts over 256 KiB take turns
 
-  mutable std::mutex mu_;
-  std::shared_ptr<const Ready> ready_;                        // guarded by mu_
-  std::map<std::pair<std::string, int>, int64_t> responses_;  // guarded by mu_
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const Ready> ready_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<std::string, int>, int64_t> responses_ ABSL_GUARDED_BY(mu_);
 
-  std::thread thread_;  // listen loop; last, starts once the rest exists
+  std::unique_ptr<HttpTransport> transport_;  // last: its threads call the members above
 };
 
 }  // namespace tandem

@@ -42,6 +42,30 @@ void AppendHttp(std::string* out, const HttpMetrics& http) {
     responses.Sample(static_cast<double>(count),
                      absl::StrCat(Label("path", key.first), ",", Label("code", absl::StrCat(key.second))));
   }
+  const HttpTransportStats& t = http.transport;
+  Family open(out, "tandem_http_open_connections", "gauge", "HTTP connections open now");
+  open.Sample(static_cast<double>(t.open_connections));
+  Family handling(out, "tandem_http_requests_in_handlers", "gauge", "HTTP requests being handled now");
+  handling.Sample(static_cast<double>(t.requests_in_handlers));
+  Family queued(out, "tandem_http_requests_queued", "gauge", "HTTP requests waiting for a handler thread");
+  queued.Sample(static_cast<double>(t.requests_queued));
+  Family memory(out, "tandem_http_request_memory_bytes", "gauge",
+                "bytes held by HTTP requests in flight: bodies and parsed JSON");
+  memory.Sample(static_cast<double>(t.memory_in_use_bytes));
+  Family limit(out, "tandem_http_request_memory_limit_bytes", "gauge",
+               "the most HTTP requests in flight may hold (--http_max_request_memory_mb)");
+  limit.Sample(static_cast<double>(t.memory_limit_bytes));
+  Family closed(out, "tandem_http_connections_closed_total", "counter",
+                "HTTP connections the server closed, by reason");
+  closed.Sample(static_cast<double>(t.header_timeouts), Label("reason", "header_timeout"));
+  closed.Sample(static_cast<double>(t.body_timeouts), Label("reason", "body_timeout"));
+  closed.Sample(static_cast<double>(t.idle_evictions), Label("reason", "idle_at_cap"));
+  Family refused(out, "tandem_http_overload_refusals_total", "counter",
+                 "HTTP requests answered 503 because the queue or the request memory was full");
+  refused.Sample(static_cast<double>(t.overload_refusals));
+  Family gone(out, "tandem_http_clients_gone_total", "counter",
+              "HTTP clients that closed their connection while their request was handled");
+  gone.Sample(static_cast<double>(t.clients_gone));
 }
 
 void AppendScheduler(std::string* out, const SchedulerStats& s) {

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "coordinator/http/http_transport.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/serving.h"
 
@@ -21,6 +22,7 @@ struct HttpMetrics {
   bool ready = false;  // the model is loaded and serving
   // (path, HTTP status) -> responses
   std::map<std::pair<std::string, int>, int64_t> responses;
+  HttpTransportStats transport;  // connections, request memory, refusals
 };
 
 // `orchestrator_json` is ServingOptions::orchestrator_json's text (or
