@@ -22,7 +22,7 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const Model& model, const std::st
   if (ids.empty()) {
     if (model.tokenizer == nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrCat(field, ": this model has no tokenizer.model; send ", field, "_ids instead"));
+          absl::StrCat(field, ": this model has no tokenizer; send ", field, "_ids instead"));
     }
     if (max_token_bytes > 0) {
       TANDEM_RETURN_IF_ERROR(

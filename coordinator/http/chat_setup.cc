@@ -57,7 +57,7 @@ absl::StatusOr<std::string> ChatSetup::Render(const nlohmann::ordered_json& mess
 absl::StatusOr<std::vector<int32_t>> ChatSetup::Encode(const Model& model, std::string_view prompt,
                                                        bool add_bos) const {
   if (model.tokenizer == nullptr) {
-    return absl::FailedPreconditionError("this model has no tokenizer.model: text cannot be tokenized");
+    return absl::FailedPreconditionError("this model has no tokenizer (tokenizer.json, tokenizer.model or a GGUF vocabulary): text cannot be tokenized");
   }
   const Tokenizer* tokenizer = model.tokenizer.get();
   auto encode = [tokenizer](std::string_view text) { return tokenizer->Encode(text, /*add_bos=*/false); };
