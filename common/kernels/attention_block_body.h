@@ -8,9 +8,10 @@
 // attention_block_types.h, and no <algorithm> (a std::min instantiated under
 // this unit's flags could be the one the linker keeps).
 //
-// Two shapes, one arithmetic. The per-(row, key) dot product with a
-// horizontal sum per product and a scalar exp per score ran ~8 GFLOP/s on 2
-// Zen 5 cores.
+// Two shapes, one arithmetic. Both replace the per-(row, key) dot product
+// with a horizontal sum per product and a scalar exp per score, which is
+// slower wherever a block has 4 rows or more, the more so the more rows
+// (docs/BENCHMARKS.md, Attention).
 //   - Queries in lanes (prefill blocks): the block's query rows are
 //     transposed once (Qt [head_dim][R], R rows padded to whole vectors), so
 //     the scores of one key for all rows are FMAs of a broadcast key element
@@ -259,9 +260,9 @@ inline void SoftmaxKeysInLanes(const AttentionBlockArgs& a, const Plan& p) {
 // accumulators O (the last chunk `tail` columns when kPartial) over keys
 // [begin, end): probabilities times value rows. Keys go tile by tile
 // (AttentionValues), so the tile's value rows stay in L1 for every row
-// group and column pass: one sweep of all keys per (rows, columns) tile ran
-// AVX2's 32-row blocks at 33 GFLOP/s at 4096 keys, every sweep touching a
-// new 4 KB page per key.
+// group and column pass: one sweep of all keys per (rows, columns) tile
+// ran AVX2's 32-row blocks far slower at long contexts, every sweep touching
+// a new 4 KB page per key.
 template <int kRows, int kChunks, bool kPartial>
 inline void ValueTile(const AttentionBlockArgs& a, const Plan& p, int64_t r0, int64_t d0, int64_t tail, int64_t begin,
                       int64_t end) {

@@ -117,33 +117,29 @@ absl::StatusOr<KernelPlan> KernelPlan::Create(KernelPlanSteps steps, std::string
 }
 
 KernelPlan KernelPlan::BuiltIn(IsaLevel isa) {
-  // Float weights, crossovers measured with tandem-expert-ffn-bench at
-  // Mixtral width, bf16 (docs/BENCHMARKS.md): AVX2-only Zen 3, stream to
-  // packed between 8 and 12 rows; Zen 5, stream to avx512_packed at 12 (a
-  // tie) and stream to avx512_bf16_dot between 8 (stream 53 ms, bf16_dot
-  // 64) and 12 (95 vs 66). bf16_dot costs the same from 1 to 16 rows (16
-  // rows share a vector). Float weights read int8_dot as stream.
+  // Float weights, crossovers measured with tandem-expert-ffn-bench on a
+  // Mixtral-width bf16 expert (docs/BENCHMARKS.md, Prefill GEMM and Other
+  // instruction sets): on an AVX2-only CPU stream gives way to packed
+  // between 8 and 12 rows; with AVX-512, stream to avx512_packed at 12 (a
+  // tie) and to avx512_bf16_dot between 8 and 12. bf16_dot costs the same
+  // from 1 to 16 rows (16 rows share a vector). Float weights read int8_dot
+  // as stream.
   //
   // Quantized weights: int8_dot at decode and below avx512_bf16 at every
   // row count (ResolveKernel turns bf16_dot into int8_dot there), whose int8
-  // dot products beat q_packed's f32 FMAs (one Mixtral expert, 2 threads,
-  // Zen 5, median ms): at AVX2 (q4_K 58 vs 141 at 32 rows, 910 vs 1008 at
-  // 512; q6_K 77 vs 237, 1172 vs 1160), at avx512_vnni, Ice Lake's level, by
-  // more (q4_K 14 vs 91 at 16 rows, 399 vs 673 at 512). At plain avx512 (no
-  // VNNI) the AVX2 int8 pass ties avx512_q_packed at 128 rows and loses at
-  // 512 (q4_K 905 vs 638), so packed returns there.
+  // dot products beat q_packed's f32 FMAs at AVX2 and, by more, at
+  // avx512_vnni (Ice Lake's level). At plain avx512 (no VNNI) the AVX2 int8
+  // pass ties avx512_q_packed at 128 rows and loses beyond, so packed
+  // returns there. (Measured on one Mixtral expert, 2026-11-25; raw lines
+  // not kept.)
   //
   // Where the CPU has bf16 dot products, the bf16 GEMM on dequantized rows
   // (avx512_bf16_q_dot) takes over from int8_dot at 32 rows, for every
-  // type (docs/BENCHMARKS.md, "Quantized prefill: bf16 rounding in one
-  // instruction"; one Mixtral expert, 2 threads, Zen 5, median ms, int8_dot
-  // vs bf16): q4_K 13.5 vs 15.8 at 16 rows, 25.5 vs 21.3 at 32, 48.8 vs
-  // 36.0 at 64, 94.5 vs 65.9 at 128; q6_K and q8_0 alike. The K-quants
-  // crossed at 128 until the dequantization rounded to bf16 in one
-  // instruction (it took 20-30% of the bf16 GEMM's time before). On Zen 4
-  // int8_dot had won to 512 rows with that older dequantization (q4_K 476
-  // vs 584 ms at 512; not measured since): there, `--kernel_plan measure`
-  // or the calibration's plan picks per machine.
+  // type: the crossover measured on one Mixtral expert with the
+  // dequantization rounding to bf16 in one instruction (docs/BENCHMARKS.md,
+  // Prefill GEMM). Where int8_dot computes relatively faster (a CPU that
+  // runs 512-bit operations in two halves), it can win to many more rows:
+  // `--kernel_plan measure` or the calibration's plan picks per machine.
   constexpr int64_t kBf16DotFrom = 12;
   constexpr int64_t kQuantizedBf16DotFrom = 32;
   constexpr int64_t kAvx512PackedFrom = 128;

@@ -4,8 +4,8 @@
 // the crossovers differ by type and by CPU: the bf16 GEMM beats the
 // streaming GEMV from ~12 rows on bf16 weights, but on quantized weights it
 // must first dequantize each row, and int8 dot products on the blocks stay
-// faster to ~64 rows on a Zen 5 and to 512 (K-quants) on a Zen 4
-// (docs/BENCHMARKS.md, "One plan per weight type"). The process holds one
+// faster to a few dozen rows, further on some CPUs (docs/BENCHMARKS.md,
+// Prefill GEMM and Other instruction sets). The process holds one
 // plan, used by every Linear and expert FFN call that does not pass its own:
 // the built-in one for the active ISA until start-up installs a measured one
 // (coordinator/calibration, tandem-cpu-worker --kernel_plan,
@@ -47,7 +47,7 @@ class KernelPlan {
   static absl::StatusOr<KernelPlan> Create(KernelPlanSteps steps, std::string source,
                                            std::vector<KernelPlanOverride> overrides = {});
   // The built-in plan for a CPU at `isa`, from the crossovers measured on the
-  // machines tandem was developed on (docs/BENCHMARKS.md): bf16_dot for
+  // machines tandem was developed on (docs/BENCHMARKS.md, Prefill GEMM): bf16_dot for
   // GEMMs where the CPU has it (x rounded to bf16, see linear.h).
   static KernelPlan BuiltIn(IsaLevel isa);
   // The same without any kernel that rounds its input: stream, then packed

@@ -103,9 +103,9 @@ absl::Status ValidateLinear(const float* x, int64_t m, const LinearWeight& w, co
 // long runs and makes the atomic task counter noise. int8_dot (quantized
 // decode): ~1 MB, because its kernel prefetches one pass ahead within its
 // slice, so each task starts cold and its last pass prefetches rows that
-// are not its own; one Q4_K/Q6_K expert at 1 row, 2 threads, Zen 5, task
-// sizes alternating call by call: 256 KB 2947/4606 us, 1 MB 2738/4270 us
-// (-7%), 2 and 4 MB no faster and less even. Packed paths: up to
+// are not its own (task sizes alternating call by call on one expert: 1 MB
+// faster than 256 KB, 2 and 4 MB no faster and less even;
+// docs/BENCHMARKS.md, Decode GEMV). Packed paths: up to
 // 128 features whose f32 panels fit 4 MB. bf16_dot: 120 features (ten
 // 12-feature register tiles), whose K block of W (120 x 512 B) and f32
 // accumulators stay in L2. oneDNN: a W tile of 256 rows. All shrink so every

@@ -13,8 +13,8 @@
 // vpmaddwd, which then costs nothing extra, and their x has one scale per
 // 256-value block (as llama.cpp's q8_K): a step is vpmaddubsw, vpmaddwd and
 // vpaddd per (W row, x row), and the block's int32 sum takes one conversion
-// and one FMA by `d` times x's scale (see BENCHMARKS, "After the AVX2
-// pass's four changes"). Q8_0 and Q4_0 scale every 32 values: a
+// and one FMA by `d` times x's scale (docs/BENCHMARKS.md, Other
+// instruction sets). Q8_0 and Q4_0 scale every 32 values: a
 // conversion and an FMA by the product of the two scales per step.
 #include <immintrin.h>
 
@@ -45,10 +45,9 @@ inline void PrefetchLines(const uint8_t* p, int64_t bytes) {
 
 // One W row at a time (decode's one x row) is one sequential stream; each
 // step prefetches its own bytes kDecodePrefetchAheadBytes on into L1
-// (linear_isa.h). GEMV bench at TANDEM_MAX_ISA=avx2, Zen 5, 2 threads,
-// builds alternating, 4 rounds: Q4_K 3584 x 1024 75-81 -> 68-75 us, Q6_K
-// 3584 x 1024 86-98 -> 82-86, Q6_K 1024 x 1024 27-32 -> 26-27; 14336 x 4096
-// (K = 4096) and Q8_0 within the noise (+-4%).
+// (linear_isa.h): faster on the small model's short rows, level elsewhere
+// (the GEMV bench capped at AVX2, builds alternating; docs/BENCHMARKS.md,
+// Decode GEMV).
 
 inline __m256i Load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
@@ -210,8 +209,9 @@ inline float Sum(__m256 v) {
 // scale every step keep them in registers; the K-quants touch them once a
 // block, so they wait in memory and leave the 16 registers to the block's
 // int32 sums: all 8 x rows' in one sweep of the steps, not two sweeps of 4
-// beside 8 register accumulators (one Q4_K expert at 8 rows, AVX2, Zen 5,
-// in cache: +10%; with the running sums of IntScaledSteps, +29%).
+// beside 8 register accumulators (faster on one Q4_K expert at 8 rows,
+// more so with the running sums of IntScaledSteps; docs/BENCHMARKS.md,
+// Other instruction sets).
 template <int kW, int kRows>
 struct RegisterSums {
   __m256 v[kW][kRows];

@@ -92,8 +92,7 @@ inline void StreamTile(const float* x, int64_t ldx, const void* const* rows, int
     if constexpr (kMR == 1) {
       // Decode: DRAM-bound. A software prefetch 512 B ahead in each of the
       // kNR rows, once per 64-byte line, keeps more misses in flight than the
-      // hardware prefetcher alone (quiet Zen 5, 2 threads, K = 4096: 44 ->
-      // 51 GB/s against a 47-55 GB/s read-only stream).
+      // hardware prefetcher alone (measured at K = 4096, 2 threads).
       if (((kk - k0) & (kLineElements<kDType> - 1)) == 0)
         for (int j = 0; j < kNR; ++j)
           _mm_prefetch(static_cast<const char*>(w[j]) + kk * kWeightBytes<kDType> + kPrefetchBytes, _MM_HINT_T0);

@@ -112,7 +112,7 @@ inline void DotTile(const uint32_t* xp, int64_t block_stride, const uint16_t* w,
 
 // y[r, j] = yt[j, r] (+ bias[j]) for rows r < m, j < features: 16 x 16
 // tiles transposed in registers. (A scalar copy read yt one cache line per
-// value, 5-8% of a 512-token prefill.)
+// value, a visible share of a prefill in perf.)
 inline void StoreTransposed(const float* yt, int64_t ldyt, int64_t features, int64_t m, const float* bias, float* y,
                             int64_t ldy) {
   for (int64_t j0 = 0; j0 < features; j0 += 16) {
@@ -204,8 +204,8 @@ void Bf16DotBf16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch)
     // A W tile (12 rows x 512 B) stays in L1 across the row blocks of a
     // super-block, whose x (256 KB at most) stays in L2: W is read from
     // memory once per 512 rows. (Row blocks outermost, x in L1 across the
-    // features, read W once per 32 rows: one Mixtral expert, W from DRAM, 2
-    // threads, 128 rows 689 -> 729 GFLOP/s; BENCHMARKS "Zen 5, 2026-11-29".)
+    // features, read W once per 32 rows, and were slower from DRAM at every
+    // row count measured; docs/BENCHMARKS.md, Prefill GEMM.)
     for (int64_t super = 0; super < blocks; super += kSuperBlocks) {
       const int64_t super_end = Min(blocks, super + kSuperBlocks);
       for (int64_t j0 = n_begin; j0 < n_end; j0 += kTileFeatures) {
@@ -231,8 +231,8 @@ void Bf16DotBf16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch)
 // Two 16-value groups per step: widen, scale in f32, one rounding
 // instruction for the 32 results. (The AVX2 form before it rounded with
 // integer adds and shifts 8 values at a time, about four times the
-// instructions: one Q4_K Mixtral expert at 128 rows, 2 threads, Zen 5,
-// 73-78 -> 66-70 ms; BENCHMARKS "Quantized prefill: bf16 rounding".)
+// instructions, and slower in every round measured; docs/BENCHMARKS.md,
+// Prefill GEMM.)
 void Bf16FromLevels(const int8_t* levels, const float* scales, const float* offsets, int64_t k, uint16_t* out) {
   for (int64_t g = 0; g < k / 16; g += 2) {
     const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(levels + 16 * g));

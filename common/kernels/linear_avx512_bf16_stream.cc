@@ -8,12 +8,9 @@
 // vdpbf16ps takes 32 weights as stored. With fewer instructions per byte,
 // the core keeps more of a W row's cache misses in flight, and one W row
 // read front to back is a single stream the hardware prefetcher follows
-// (8 rows walked together are 8 streams). Zen 4, 2 threads, a 4096-wide
-// 117 MB matrix from DRAM, alternating trial by trial in a throwaway
-// microbenchmark: this pattern read 1.24-1.7x the GB/s of the f32 stream's
-// 8-row pass. In the engine the gain is smaller: one Mixtral expert at 1
-// row 0.92-1.25x (median 1.06x), whole-model decode 0.97-1.09x
-// (docs/BENCHMARKS.md, "BF16 decode: one W row at a time").
+// (8 rows walked together are 8 streams). Measured against the f32
+// stream's 8-row pass alone and in whole-model decode, where the gain is
+// smaller than alone (docs/BENCHMARKS.md, Decode GEMV).
 //
 // Numerics: x = hi + lo, hi = x with its low 16 bits cleared (truncation:
 // never rounds a finite x to infinity), lo = bf16(x - hi) (nearest even).
@@ -43,14 +40,12 @@ inline int64_t HalfStride(int64_t k) { return PaddedK(k) + 32; }
 
 // One row of x, its two halves in L1 (16 KB at K = 4096) while W rows
 // stream past, 4 at a time from 4 contiguous parts of the slice (split
-// streams: each x load serves 4 W rows; Zen 5, 2 threads, from DRAM,
-// against one W row at a time at like probes: 14336 x 4096 38 -> 46 GB/s,
-// 4096 x 4096 40 -> 45, 3584 x 1024 49 -> 55; docs/BENCHMARKS.md, "Decode
-// GEMV: split streams"). Beyond that every W line pulls two x lines from
-// L2 and one W row at a time loses to the f32 stream's 8 rows sharing each x load (a
-// 14336-wide Mixtral down projection, Zen 4, 2 threads: 0.78-0.95x of it);
-// so do two rows of x (2 rows at K = 4096, one expert: 1.4x slower than the
-// f32 stream). Those calls run the f32 stream, with x unprepared.
+// streams: each x load serves 4 W rows, faster from DRAM than one W row
+// at a time at every shape measured; docs/BENCHMARKS.md, Decode GEMV).
+// Beyond that every W line pulls two x lines from L2 and one W row at a
+// time loses to the f32 stream's 8 rows sharing each x load (measured on a
+// 14336-wide Mixtral down projection); so do two rows of x at K = 4096.
+// Those calls run the f32 stream, with x unprepared.
 constexpr int64_t kMaxK = 4096;
 bool Streams(int64_t m, int64_t k) { return m == 1 && k <= kMaxK; }
 
@@ -69,10 +64,9 @@ inline void DotRows(const uint16_t* xh, int64_t half, const uint16_t* const (&w)
       // Masked: lanes past K read nothing (no fault past the row's end) and
       // meet zeros in the prepared x.
       const __m512bh wv = (__m512bh)_mm512_maskz_loadu_epi16(mask, w[f] + kk);
-      // kDecodePrefetchAheadBytes on in each stream (linear_isa.h). GEMV
-      // bench, Zen 5, 2 threads, 2 MiB pages, builds alternating, 4 rounds:
-      // 14336 x 4096 2167-2512 -> 1984-2086 us, 3584 x 1024 123-139 ->
-      // 115-133, 1024 x 1024 30-40 -> 30-36.
+      // kDecodePrefetchAheadBytes on in each stream (linear_isa.h; faster
+      // than the hardware prefetcher alone, builds alternating:
+      // docs/BENCHMARKS.md, Decode GEMV).
       _mm_prefetch(reinterpret_cast<const char*>(w[f] + kk) + kDecodePrefetchAheadBytes, _MM_HINT_T0);
       acc[f][c] = _mm512_dpbf16_ps(_mm512_dpbf16_ps(acc[f][c], hi, wv), lo, wv);
     }

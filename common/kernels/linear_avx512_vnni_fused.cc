@@ -45,23 +45,18 @@ inline float HalfAt(const uint8_t* p) {
 // end into rows already read. So each step of adjacent rows (RowsBy)
 // prefetches its share of the *next* pass's rows (contiguous after this
 // pass's), one pass ahead in one sequential sweep, into L2 (a pass of K =
-// 14336 Q6_K rows is 47 KB, L1's size). Microbench on Zen 5, Q4_K, K = 4096
-// from DRAM: 1 thread 7.7 GB/s (1 KB ahead in each row, to L1) -> 18 GB/s,
-// as fast as the same blocks interleaved row by row; 2 threads 14 -> 29-31
-// GB/s (L2 hint; 23-24 with the L1 hint).
+// 14336 Q6_K rows is 47 KB, L1's size). Measured against a prefetch ahead
+// in each row and against the L1 hint, and as fast as the same blocks
+// interleaved row by row at load.
 //
 // Passes over split streams (SplitStreams: each W row the next of its own
 // contiguous part) are sequential, and the hardware prefetcher follows
 // them, but not far enough ahead for a kernel that computes about as fast
 // as DRAM streams: the first touch of each block stalled (a third of the
 // Q4_K pass's samples in perf). Each step prefetches its own bytes
-// kDecodePrefetchAheadBytes on in each stream into L1. GEMV bench from 2 MiB pages, Zen
-// 5, 2 threads, alternating call by call in one process (1536 B against
-// none; 512 and 768 helped less, 3072 and 4096 less again): Q4_K 3584 x
-// 1024 51.7 -> 46.0 us, 4096 x 14336 744 -> 615, 14336 x 4096 635 -> 579;
-// Q6_K 1024 x 1024 23.2 -> 19.7, 4096 x 14336 923 -> 850; Q8_0 3584 x 1024
-// 68.5 -> 61.5, 14336 x 4096 1403 -> 1251 (docs/BENCHMARKS.md, "Decode
-// GEMV: prefetching split streams ahead").
+// kDecodePrefetchAheadBytes on in each stream into L1; the distance was
+// chosen with the variants alternating call by call in one process
+// (docs/BENCHMARKS.md, Decode GEMV).
 enum class Prefetch { kNextPass, kAhead };
 
 inline void PrefetchLines(const uint8_t* p, int64_t bytes) {
@@ -159,8 +154,9 @@ struct Q4_0Format {
 // x's two block scales as stored ([s0 s0 s1 s1], one per 16 values)
 // broadcast to both 128-bit halves line up with them. Packed in general
 // registers, off the vector pipes: two conversions, two broadcasts and a
-// blend per W row were half of a Q8_0 pass's vector instructions, and Q8_0
-// decode on Zen 4 computed little faster than DRAM streams it.
+// blend per W row were half of a Q8_0 pass's vector instructions, and a
+// Q8_0 decode pass that computes barely faster than DRAM streams shows
+// every instruction.
 template <class Format, int kW>
 inline __m256 UnitScales(const uint8_t* const (&w)[kW], int64_t at, bool half) {
   static_assert(kW <= 4);
@@ -215,7 +211,7 @@ struct KFormat {
     // 16 bytes from each field (its 12 and the first 4 of qs, ignored), and
     // each block's d and dmin (adjacent halves) as one dword: one
     // conversion for all kW rows' pairs rather than two scalar ones a row
-    // (in cache, one Mixtral expert, 1 row: see BENCHMARKS).
+    // (measured faster in cache, the same bits).
     __m512i v = _mm512_setzero_si512();
     int32_t pairs[4] = {0, 0, 0, 0};
     for (int f = 0; f < kW; ++f) {
@@ -460,15 +456,12 @@ void RowsBy(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX
 // The slice cut into kW contiguous parts, a pass taking the next row of
 // each: kW sequential streams, each prefetched kDecodePrefetchAheadBytes
 // ahead (Prefetch::kAhead), and each x load serves kW W rows. One W row at a time (one
-// stream) re-read x, 1.5 B a value with its group scales and offsets (21 KB
-// at K = 14336), for every W row, and x lost its place in L1 to the stream:
-// Zen 5, 2 threads, Q4_K 4096 x 14336 from DRAM read 30-31 GB/s, and 45-47
-// with x's K cut to 16 blocks (results wrong, the same W stream). Adjacent
-// W rows a pass share x but are short streams the prefetcher loses (27-28
-// GB/s). Split, the GEMV bench from DRAM, builds alternating: 4096 x 14336
-// Q4_K 34-37 -> 44 GB/s, Q6_K 34-36 -> 48-49, Q8_0 29-41 -> 54-57; 14336 x
-// 4096 Q4_K 36-47 -> 42-52, Q6_K 43 -> 51-52, Q8_0 33-47 -> 55-56
-// (docs/BENCHMARKS.md, "Decode GEMV: split streams").
+// stream) re-reads x, 1.5 B a value with its group scales and offsets (21 KB
+// at K = 14336), for every W row, and x loses its place in L1 to the
+// stream (with x's K cut short, the same W stream read much faster).
+// Adjacent W rows a pass share x but are short streams the prefetcher
+// loses. Split streams read faster than either at every type and shape
+// measured (docs/BENCHMARKS.md, Decode GEMV).
 template <class Format, int kRows, int kW>
 void SplitStreams(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
   const int64_t part = (a.n_end - a.n_begin + kW - 1) / kW;
@@ -489,13 +482,12 @@ void Rows(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& 
   constexpr int kW = Format::kGroupMajor ? (kRows == 1 ? 4 : 2) : (kRows <= 2 ? 4 : 2);
   // One x row (decode) always reads split streams. Q5_K's 4-row pass spills
   // its fifth bits' registers: at K <= kInt8OneRowMaxK, where x stays in L1
-  // anyway, 2 streams compute faster (14336 x 4096, in one process: 4
-  // streams 38-41 GB/s, 2 streams 51, one row at a time 47-49). Two x rows
-  // read split streams while both fit in L1 beside them (K <=
-  // kInt8OneRowMaxK: Q4_K 32 -> 45 GB/s, Q6_K 35 -> 43, Q8_0 37 -> 54; at K
-  // = 14336 Q4_K 34 -> 26); more rows are compute-bound, and adjacent rows
-  // with the next pass prefetched are faster there (8 rows: Q4_K 14 GB/s
-  // against 10.5).
+  // anyway, 2 streams compute faster than 4 (and than one row at a time).
+  // Two x rows read split streams while both fit in L1 beside them (K <=
+  // kInt8OneRowMaxK; past it, at K = 14336, they were slower than adjacent
+  // rows); more rows are compute-bound, and adjacent rows with the next
+  // pass prefetched are faster there. Each choice measured in one process
+  // (docs/BENCHMARKS.md, Decode GEMV).
   if constexpr (kRows == 1) {
     if (Format::kFifthBit && w.k <= kInt8OneRowMaxK) return SplitStreams<Format, 1, 2>(w, a, px, r0);
     return SplitStreams<Format, 1, kW>(w, a, px, r0);

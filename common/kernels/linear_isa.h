@@ -124,9 +124,9 @@ inline constexpr int64_t kInt8FusedRows = 8;
 // stays in L1 beside the W stream. AVX2: one x row (decode) reads one W
 // row at a time, front to back (one stream, prefetched
 // kDecodePrefetchAheadBytes ahead); past it every block reloads its x lines, so W rows go
-// several a pass, sharing each x load (Zen 5, 2 threads, one row at a time
-// against the pass, median of 6 alternating pairs: K = 6400, Phi-3.5-MoE's
-// down projection, 1.09x but Q6_K 0.98x). AVX-512 VNNI reads split streams
+// several a pass, sharing each x load. The bound (K = 6400 is Phi-3.5-MoE's
+// down projection) was measured with one row at a time against the pass
+// (docs/BENCHMARKS.md, Decode GEMV). AVX-512 VNNI reads split streams
 // (several W rows a pass, each from its own contiguous part of the slice)
 // for one x row at any K and for two up to this one (why there,
 // linear_avx512_vnni_fused.cc, Rows).
@@ -135,8 +135,8 @@ inline constexpr int64_t kInt8OneRowMaxK = 6400;
 // decode GEMV prefetches its own lines into L1 (the VNNI split streams, the
 // AVX2 one-row stream, the bf16 stream): the hardware prefetcher alone
 // stays too close behind a kernel that computes about as fast as DRAM
-// streams. Chosen with the variants alternating call by call (512 and 768
-// B helped less, 3072 and 4096 less again; why and the figures:
+// streams. Chosen with the variants alternating call by call (shorter and
+// longer distances helped less; docs/BENCHMARKS.md, Decode GEMV; why:
 // linear_avx512_vnni_fused.cc, PrefetchStep).
 inline constexpr int64_t kDecodePrefetchAheadBytes = 1536;
 struct Int8PreparedX {

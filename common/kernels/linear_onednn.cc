@@ -108,7 +108,7 @@ struct MatmulEntry {
 
 // Weights are fixed and rows vary, so every thread caches primitives by shape;
 // a prefill of a new length adds an entry. The cap bounds memory when many
-// distinct lengths go by (creation is ~50 us, negligible next to the matmul).
+// distinct lengths go by (creating one costs little next to the matmul).
 constexpr size_t kMaxCachedPrimitives = 256;
 
 // Everything oneDNN needs on one of our threads. Streams are not thread-safe

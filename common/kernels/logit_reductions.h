@@ -4,9 +4,9 @@
 // probabilities e^((l - max) / T), and thresholded counts and sums for the
 // sampler's cuts. Vectorised with the build's baseline (AVX2 + FMA,
 // vector_exp.h): with them the sampler no longer sorts the vocabulary or
-// calls a double exp per token, which cost 3.6 ms a token at temperature 1
-// on the 8-layer 1024-wide model, whose whole forward pass takes ~4 ms
-// (docs/BENCHMARKS.md, "Sampling at vocabulary speed").
+// calls a double exp per token, which at temperature 1 had cost a small
+// model about as much as its whole forward pass (docs/BENCHMARKS.md,
+// Sampling).
 // Pure functions of their arguments; any thread.
 #pragma once
 

@@ -9,9 +9,10 @@
 // in other bytes and nibbles: each step cost a cross-lane permute or two
 // (Q4_K 12 and Q6_K 24 vector instructions a block and W row just to
 // place the levels). Group-major, a step is one AND or a shift and an AND
-// (Q6_K: three instructions more for the two high bits). Measured in the
-// prototype on Zen 5 at one row (docs/BENCHMARKS.md, "K-quant blocks in
-// the kernel's order"): Q4_K 36 -> 46 GB/s in L2, Q6_K +17-20% from DRAM.
+// (Q6_K: three instructions more for the two high bits). Measured with both
+// orders alternating in one process: faster at one row from DRAM once the
+// decode streams stopped stalling on memory (docs/BENCHMARKS.md, Decode
+// GEMV).
 //
 // Only the level bits move: the scale fields, d and dmin stay where ggml
 // has them, and the block size is unchanged.
@@ -33,9 +34,9 @@ namespace tandem {
 // Whether `type` has a group-major order (Q4_K, Q6_K).
 bool HasGroupMajorOrder(GgmlType type);
 
-// Rewrites whole blocks of `type` in place, ggml -> group-major (AVX2,
-// ~20 ns a block) or back (scalar, ~1 us a block: for the rare readers of a
-// converted copy that need ggml's order). InvalidArgument for a type
+// Rewrites whole blocks of `type` in place, ggml -> group-major (AVX2, a
+// small fraction of the load's copy; logged) or back (scalar, much slower:
+// for the rare readers of a converted copy that need ggml's order). InvalidArgument for a type
 // without the order or a size that is not whole blocks.
 absl::Status ToGroupMajorOrder(GgmlType type, absl::Span<uint8_t> blocks);
 absl::Status ToGgmlOrder(GgmlType type, absl::Span<uint8_t> blocks);
