@@ -72,6 +72,12 @@ def parse_args():
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--aux_loss", type=float, default=0.02, help="router load-balancing loss coefficient")
+    p.add_argument("--dropout", type=float, default=0.0,
+                   help="dropout on the attention and expert outputs in training (0: none, the default model)")
+    p.add_argument("--label_smoothing", type=float, default=0.0,
+                   help="label smoothing of the training loss (0: none, the default model)")
+    p.add_argument("--eval_every", type=int, default=0,
+                   help="print the held-out perplexity of each held-out file every N steps (0: only at the end)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--evaluate", action="store_true",
                    help="only print the held-out NLL of the folder --out (torch, fp32 compute on its bf16 weights)")
@@ -168,6 +174,10 @@ class TinyMixtral(torch.nn.Module):
     def w(self, name):
         return self.params[name.replace(".", "/")]
 
+    def dropout(self, x):
+        """--dropout in training (the seeded torch generator); nothing otherwise."""
+        return F.dropout(x, self.a.dropout, training=True) if self.training and self.a.dropout > 0 else x
+
     def rope(self, seq):
         inv = 1.0 / (self.theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim))
         freqs = torch.outer(torch.arange(seq, dtype=torch.float32), inv)
@@ -213,9 +223,10 @@ class TinyMixtral(torch.nn.Module):
         aux, counts = 0.0, []
         for i in range(self.a.layers):
             p = f"model.layers.{i}."
-            x = x + self.attention(p, rms_norm(x, self.w(p + "input_layernorm.weight"), self.eps), cos, sin)
+            h = self.attention(p, rms_norm(x, self.w(p + "input_layernorm.weight"), self.eps), cos, sin)
+            x = x + self.dropout(h)
             y, layer_aux, layer_counts = self.moe(p, rms_norm(x, self.w(p + "post_attention_layernorm.weight"), self.eps))
-            x, aux = x + y, aux + layer_aux
+            x, aux = x + self.dropout(y), aux + layer_aux
             counts.append(layer_counts)
         logits = rms_norm(x, self.w("model.norm.weight"), self.eps) @ self.w("lm_head.weight").T
         return logits, aux / self.a.layers, torch.stack(counts)
@@ -228,7 +239,8 @@ def batches(ids, a, gen):
     return w[:, :-1], w[:, 1:]
 
 
-def train(model, ids, a):
+def train(model, ids, a, held_files):
+    """held_files: (name, token ids) of each held-out file, scored every --eval_every steps."""
     gen = torch.Generator().manual_seed(a.seed + 1)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.1)
     warmup, start = max(1, a.steps // 20), time.time()
@@ -239,13 +251,20 @@ def train(model, ids, a):
         x, y = batches(ids, a, gen)
         logits, aux, _ = model(x)
         ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        loss = ce if a.label_smoothing == 0 else F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), y.reshape(-1), label_smoothing=a.label_smoothing)
         opt.zero_grad(set_to_none=True)
-        (ce + a.aux_loss * aux).backward()
+        (loss + a.aux_loss * aux).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % 10 == 0 or step < 3 or step == a.steps - 1:
             print(f"step {step:4d}  loss {ce.item():.3f}  aux {aux.item():.3f}  lr {lr:.2e}  "
                   f"{time.time() - start:.0f} s", flush=True)
+        if a.eval_every > 0 and (step + 1) % a.eval_every == 0:
+            model.eval()
+            scores = "  ".join(f"{name} {math.exp(evaluate(model, held, a.context)):.2f}" for name, held in held_files)
+            print(f"step {step + 1:4d}  held-out perplexity (fp32 weights): {scores}", flush=True)
+            model.train()
 
 
 @torch.no_grad()
@@ -296,6 +315,7 @@ def evaluate_folder(a):
     sp = spm.SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
     held = torch.tensor(sp.encode((out / "heldout.txt").read_text(encoding="utf-8")), dtype=torch.long)
     model = TinyMixtral(a, sp.get_piece_size())
+    model.eval()
     tensors = read_safetensors(out / "model.safetensors")
     with torch.no_grad():
         for name, p in model.params.items():
@@ -362,15 +382,21 @@ def main():
     held = torch.tensor(sp.encode(held_txt.read_text(encoding="utf-8")), dtype=torch.long)
     print(f"tokenizer: {vocab} pieces; {len(ids)} training tokens ({', '.join(train_names)}); "
           f"{len(held)} held-out tokens ({', '.join(held_names)})", flush=True)
+    held_files = [(name, torch.tensor(sp.encode((Path(a.licenses) / name).read_text(encoding="utf-8")),
+                                      dtype=torch.long)) for name in held_names]
     model = TinyMixtral(a, vocab)
-    train(model, ids, a)
+    train(model, ids, a, held_files)
     model.eval()
     round_to_bf16(model)
     held_nll = evaluate(model, held, a.context)
     print(f"held-out: mean NLL {held_nll:.4f}, perplexity {math.exp(held_nll):.2f} (bf16 weights, disjoint windows "
           f"of {a.context})", flush=True)
+    per_file = {name: evaluate(model, t, a.context) for name, t in held_files}
+    print("held-out by file: " + ", ".join(f"{name} perplexity {math.exp(nll):.2f}" for name, nll in per_file.items()),
+          flush=True)
     info = {"args": vars(a), "vocab": vocab, "train_files": train_names, "held_out_files": held_names,
             "train_tokens": len(ids), "held_out_tokens": len(held), "held_out_nll_bf16_weights": held_nll,
+            "held_out_nll_bf16_weights_by_file": per_file,
             "seconds": round(time.time() - start, 1), "torch": torch.__version__}
     write_folder(model, a, vocab, out, info)
     train_txt.unlink()
