@@ -46,7 +46,7 @@ absl::Status ExpertCallRecorder::RunBatchAndRecord(
 }
 
 void ExpertCallRecorder::Record(const ExpertCallStats& call) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   last_call_ = call;
   totals_.calls += call.calls;
   totals_.experts += call.experts;
@@ -55,17 +55,17 @@ void ExpertCallRecorder::Record(const ExpertCallStats& call) {
 }
 
 ExpertCallStats ExpertCallRecorder::totals() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   return totals_;
 }
 
 ExpertCallStats ExpertCallRecorder::last_call() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   return last_call_;
 }
 
 void ExpertCallRecorder::Reset() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   totals_ = {};
   last_call_ = {};
 }

@@ -5,11 +5,11 @@
 
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <span>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "common/base/expert_executor.h"
 
 namespace tandem {
@@ -37,16 +37,16 @@ class ExpertCallRecorder {
   absl::Status RunBatchAndRecord(int layer, std::span<const ExpertWork> work,
                                  const std::function<absl::Status(std::span<const ExpertWork>)>& run_all);
 
-  ExpertCallStats totals() const;
-  ExpertCallStats last_call() const;
-  void Reset();
+  ExpertCallStats totals() const ABSL_LOCKS_EXCLUDED(mutex_);
+  ExpertCallStats last_call() const ABSL_LOCKS_EXCLUDED(mutex_);
+  void Reset() ABSL_LOCKS_EXCLUDED(mutex_);
 
  private:
-  mutable std::mutex mutex_;
+  mutable absl::Mutex mutex_;
   ExpertCallStats totals_ ABSL_GUARDED_BY(mutex_);
   ExpertCallStats last_call_ ABSL_GUARDED_BY(mutex_);
 
-  void Record(const ExpertCallStats& call);
+  void Record(const ExpertCallStats& call) ABSL_LOCKS_EXCLUDED(mutex_);
 };
 
 }  // namespace tandem

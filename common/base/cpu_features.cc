@@ -7,13 +7,14 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "common/base/log.h"
 
 namespace tandem {
@@ -115,8 +116,8 @@ CpuFeatures Probe() {
 
 struct IsaState {
   std::atomic<int> active{0};
-  std::mutex mutex;
-  std::string cap_source;  // guarded by mutex
+  absl::Mutex mutex;
+  std::string cap_source ABSL_GUARDED_BY(mutex);
 };
 
 IsaState& State() {
@@ -129,6 +130,7 @@ IsaState& State() {
         LOG_WARNING("TANDEM_MAX_ISA: ", cap.status().message(), "; ignored");
       } else {
         if (*cap < level) level = *cap;
+        absl::MutexLock lock(&s->mutex);  // not shared yet: uncontended, for the analysis
         s->cap_source = absl::StrCat("TANDEM_MAX_ISA=", env);
       }
     }
@@ -222,7 +224,7 @@ IsaLevel ActiveIsa() { return static_cast<IsaLevel>(State().active.load(std::mem
 
 void SetMaxIsa(IsaLevel cap, std::string_view source) {
   IsaState& state = State();
-  std::lock_guard<std::mutex> lock(state.mutex);
+  absl::MutexLock lock(&state.mutex);
   const IsaLevel host = HostCpu().level;
   state.active.store(static_cast<int>(cap < host ? cap : host));
   state.cap_source = absl::StrCat(std::string(source), "=", IsaLevelName(cap));
@@ -230,7 +232,7 @@ void SetMaxIsa(IsaLevel cap, std::string_view source) {
 
 std::string IsaCapSource() {
   IsaState& state = State();
-  std::lock_guard<std::mutex> lock(state.mutex);
+  absl::MutexLock lock(&state.mutex);
   return state.cap_source;
 }
 

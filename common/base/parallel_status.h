@@ -5,11 +5,11 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 
@@ -19,19 +19,19 @@ namespace tandem {
 // skip. Any thread.
 class FirstError {
  public:
-  void Record(absl::Status status) {
-    std::lock_guard<std::mutex> lock(mutex_);
+  void Record(absl::Status status) ABSL_LOCKS_EXCLUDED(mutex_) {
+    absl::MutexLock lock(&mutex_);
     if (status_.ok()) status_ = std::move(status);
     failed_.store(true, std::memory_order_relaxed);
   }
   bool failed() const { return failed_.load(std::memory_order_relaxed); }
-  absl::Status status() {
-    std::lock_guard<std::mutex> lock(mutex_);
+  absl::Status status() ABSL_LOCKS_EXCLUDED(mutex_) {
+    absl::MutexLock lock(&mutex_);
     return status_;
   }
 
  private:
-  std::mutex mutex_;
+  absl::Mutex mutex_;
   absl::Status status_ ABSL_GUARDED_BY(mutex_);
   // Not guarded: a hint read without the lock so that tasks after a failure
   // skip their work; status_ is the answer.

@@ -12,9 +12,9 @@ namespace {
 std::atomic<int64_t> g_interval_ns{absl::ToInt64Nanoseconds(absl::Seconds(2))};
 
 // The reporters alive now, oldest first (nested steps: a load that fills
-// the expert store while generating). Guarded by Registry().mu.
+// the expert store while generating).
 struct ReporterRegistry {
-  std::mutex mu;
+  absl::Mutex mu;
   std::vector<const ProgressReporter*> reporters ABSL_GUARDED_BY(mu);
 };
 
@@ -49,14 +49,14 @@ ProgressReporter::ProgressReporter(std::string what, int64_t total_bytes)
       start_(SteadyClock::now()),
       next_log_ns_(g_interval_ns.load(std::memory_order_relaxed)) {
   ReporterRegistry& registry = Registry();
-  std::lock_guard<std::mutex> lock(registry.mu);
+  absl::MutexLock lock(&registry.mu);
   registry.reporters.push_back(this);
 }
 
 ProgressReporter::~ProgressReporter() {
   {
     ReporterRegistry& registry = Registry();
-    std::lock_guard<std::mutex> lock(registry.mu);
+    absl::MutexLock lock(&registry.mu);
     std::erase(registry.reporters, this);
   }
   const ProgressSnapshot s = Snapshot();
@@ -71,7 +71,7 @@ void ProgressReporter::Add(int64_t bytes) {
   if (now < due) return;
   // One thread wins the line; the others go back to work.
   if (!next_log_ns_.compare_exchange_strong(due, now + g_interval_ns.load(std::memory_order_relaxed))) return;
-  std::lock_guard<std::mutex> lock(log_mu_);
+  absl::MutexLock lock(&log_mu_);
   LOG_INFO(what_, ": ", Snapshot().ToString());
 }
 
@@ -89,7 +89,7 @@ ProgressSnapshot ProgressReporter::Snapshot() const {
 
 ProgressSnapshot CurrentProgress() {
   ReporterRegistry& registry = Registry();
-  std::lock_guard<std::mutex> lock(registry.mu);
+  absl::MutexLock lock(&registry.mu);
   if (registry.reporters.empty()) return {};
   return registry.reporters.back()->Snapshot();
 }

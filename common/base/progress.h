@@ -10,10 +10,10 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 
@@ -53,7 +53,7 @@ class ProgressReporter {
   const SteadyClock::time_point start_;
   std::atomic<int64_t> done_{0};
   std::atomic<int64_t> next_log_ns_;  // since start_: the earliest time of the next line
-  std::mutex log_mu_;                 // one line at a time
+  absl::Mutex log_mu_;                // one line at a time (it guards no member)
 };
 
 // The process's newest progress step still running, for /health; inactive

@@ -3,23 +3,25 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
-#include <mutex>
 #include <optional>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "common/base/status_macros.h"
 
 namespace tandem {
 namespace {
 
 struct PlanState {
-  std::mutex mutex;
-  std::deque<KernelPlan> installed;  // never shrinks: references stay valid
+  // Serialises installs; readers go through `current`.
+  absl::Mutex mutex;
+  std::deque<KernelPlan> installed ABSL_GUARDED_BY(mutex);  // never shrinks: references stay valid
   std::atomic<const KernelPlan*> current{nullptr};
 };
 
@@ -243,7 +245,7 @@ const KernelPlan& ProcessKernelPlan() {
 
 void SetProcessKernelPlan(KernelPlan plan) {
   PlanState& state = State();
-  std::lock_guard<std::mutex> lock(state.mutex);
+  absl::MutexLock lock(&state.mutex);
   state.installed.push_back(std::move(plan));
   state.current.store(&state.installed.back(), std::memory_order_release);
 }
