@@ -46,10 +46,10 @@ ThreadPool::ThreadPool(ThreadPoolOptions options) : num_threads_(options.num_thr
       // No thread may outlive a pool that was never built: stop and join
       // those already started, then let Create report it.
       {
-        std::lock_guard<std::mutex> lock(mutex_);
+        absl::MutexLock lock(&mutex_);
         stop_.store(true);
       }
-      start_cv_.notify_all();
+      start_cv_.SignalAll();
       for (auto& thread : threads_) thread.join();
       throw;
     }
@@ -66,10 +66,10 @@ ThreadPool::ThreadPool(ThreadPoolOptions options) : num_threads_(options.num_thr
 
 ThreadPool::~ThreadPool() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    absl::MutexLock lock(&mutex_);
     stop_.store(true);
   }
-  start_cv_.notify_all();
+  start_cv_.SignalAll();
   for (auto& thread : threads_) thread.join();
 }
 
@@ -89,22 +89,29 @@ void ThreadPool::WorkerLoop(int thread) {
          ++i) {
       _mm_pause();
     }
-    {
-      // The loop's arguments were written under mutex_: taking it orders them.
-      std::unique_lock<std::mutex> lock(mutex_);
-      start_cv_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
-      if (stop_.load()) return;
-      seen = generation_.load();
+    if (!stop_.load() && generation_.load() == seen) {
+      // The spin ran out: sleep. Counted before the check: an owner that
+      // bumps generation_ after it sees the count and wakes this worker
+      // through mutex_; one that bumped before is seen by the check.
+      absl::MutexLock lock(&mutex_);
+      sleepers_.fetch_add(1);
+      while (!stop_.load() && generation_.load() == seen) start_cv_.Wait(&mutex_);
+      sleepers_.fetch_sub(1);
     }
+    if (stop_.load()) return;
+    // Acquire: the loop's arguments, written before the bump, are visible.
+    seen = generation_.load(std::memory_order_acquire);
     // Join, then check the loop is still open (both sequentially consistent,
     // as the caller's close-then-count): either the caller counts this
     // worker and waits for it, or the worker sees the loop closed and stays
     // out of it, touching nothing of a call that may have returned.
     active_workers_.fetch_add(1);
     if (generation_.load() == seen && !closed_.load()) RunTasks(thread);
-    if (active_workers_.fetch_sub(1) == 1) {
-      std::lock_guard<std::mutex> lock(mutex_);  // the waiter checks under the lock: no lost wake-up
-      done_cv_.notify_one();
+    // The last one out wakes an owner that went to sleep waiting (it checks
+    // active_workers_ under the lock after raising caller_waiting_).
+    if (active_workers_.fetch_sub(1) == 1 && caller_waiting_.load()) {
+      absl::MutexLock lock(&mutex_);
+      done_cv_.Signal();
     }
   }
 }
@@ -116,15 +123,18 @@ void ThreadPool::ParallelFor(int64_t num_tasks, const std::function<void(int64_t
     return;
   }
   std::lock_guard<std::mutex> call_lock(call_mutex_);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    fn_ = &fn;
-    num_tasks_ = num_tasks;
-    next_task_.store(0, std::memory_order_relaxed);
-    closed_.store(false);
-    generation_.fetch_add(1, std::memory_order_release);
+  fn_ = &fn;
+  num_tasks_ = num_tasks;
+  next_task_.store(0, std::memory_order_relaxed);
+  closed_.store(false);
+  generation_.fetch_add(1);  // sequentially consistent: before sleepers_ is read
+  if (sleepers_.load() != 0) {
+    // A sleeper holds mutex_ from its count to its Wait: once we have had
+    // the lock, it waits on start_cv_ (or saw the bump), and the signal
+    // reaches it.
+    { absl::MutexLock lock(&mutex_); }
+    start_cv_.SignalAll();
   }
-  start_cv_.notify_all();
   RunTasks(0);
   // Every task is taken: close the loop, then wait for the workers that
   // joined it to finish theirs.
@@ -132,8 +142,10 @@ void ThreadPool::ParallelFor(int64_t num_tasks, const std::function<void(int64_t
   const auto wait_start = std::chrono::steady_clock::now();
   for (int i = 0; i < kSpinPauses && active_workers_.load() != 0; ++i) _mm_pause();
   if (active_workers_.load() != 0) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    done_cv_.wait(lock, [&] { return active_workers_.load() == 0; });
+    absl::MutexLock lock(&mutex_);
+    caller_waiting_.store(true);
+    while (active_workers_.load() != 0) done_cv_.Wait(&mutex_);
+    caller_waiting_.store(false);
   }
   ++stats_.parallel_fors;
   stats_.caller_wait_us +=
