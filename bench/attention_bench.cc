@@ -75,8 +75,9 @@ void Run(int64_t rows, int64_t keys, int reps, int64_t head_dim, int64_t kv_head
   std::vector<Kernel> kernels;
   for (IsaLevel isa : {IsaLevel::kAvx2, IsaLevel::kAvx512}) {
     if (!IsaUnavailableReason(isa).empty()) continue;
-    for (const auto& [shape, name] : {std::pair{AttentionBlockShape::kQueriesInLanes, "queries_in_lanes_"},
-                                      std::pair{AttentionBlockShape::kKeysInLanes, "keys_in_lanes_"}}) {
+    for (const auto& [shape_in_lanes, name] : {std::pair{AttentionBlockShape::kQueriesInLanes, "queries_in_lanes_"},
+                                               std::pair{AttentionBlockShape::kKeysInLanes, "keys_in_lanes_"}}) {
+      const AttentionBlockShape shape = shape_in_lanes;  // a lambda cannot capture a structured binding (C++17 clang)
       kernels.push_back({absl::StrCat(name, IsaLevelName(isa)),
                          [&, isa, shape] { (void)AttendBlockWithIsa(isa, args, scratch.data(), shape); }});
     }

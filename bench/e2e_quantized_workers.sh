@@ -3,7 +3,7 @@
 # the demo model's experts as BF16 (the safetensors folder) or in their GGUF
 # blocks (--gguf_experts quantized on workers and coordinator), rounds
 # alternating between the three so machine noise spreads over all of them
-# (docs/BENCHMARKS.md, "Quantized experts"). One JSON line per run on stdout.
+# (docs/BENCHMARKS.md, "Quantized types and accuracy"). One JSON line per run on stdout.
 #   bench/e2e_quantized_workers.sh [ROUNDS] [TOKENS]
 # Makes /tmp/tandem-qw/demo (tandem-make-model --preset demo) and its q8_0 and
 # q4_k_m GGUFs once; needs build/bin/tandem-{make-model,quantize,cpu-worker,generate}.

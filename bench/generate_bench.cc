@@ -48,9 +48,9 @@
 #include "common/kernels/linear.h"
 #include "common/model/gguf_tensor_source.h"
 #include "common/platform/hardware_probe.h"
-#include "coordinator/cpu_backend.h"
-#include "runtime/kernel_flags.h"
-#include "runtime/local_runtime.h"
+#include "common/programs/kernel_flags.h"
+#include "coordinator/engine/cpu_backend.h"
+#include "coordinator/runtime/local_runtime.h"
 
 ABSL_FLAG(std::string, presets, "tiny,demo,mixtral-8x7b:2",
           "synthetic models generated in memory, preset[:layers], comma-separated");
@@ -61,9 +61,6 @@ ABSL_FLAG(std::string, gguf_weights, "quantized",
 ABSL_FLAG(std::string, load_weights, "copy",
           "with --model_dir (GGUF or safetensors): copy the weights into anonymous 2 MiB pages (as "
           "tandem-generate and tandem-server do) or map (read them from the files' mappings)");
-ABSL_FLAG(std::string, block_order, "auto",
-          "with --model_dir GGUF and --load_weights copy: Q4_K/Q6_K blocks in auto (the kernels' preference), "
-          "ggml or group_major order (as tandem-generate --block_order)");
 ABSL_FLAG(int32_t, prompt_tokens, 128, "prefill length of the generate run");
 ABSL_FLAG(int32_t, decode_tokens, 32, "decode steps timed");
 ABSL_FLAG(int32_t, reps, 3, "repetitions; the best is reported");
@@ -374,7 +371,7 @@ absl::StatusOr<Machine> MeasureMachine(int threads) {
 }
 
 absl::Status Main() {
-  TANDEM_RETURN_IF_ERROR(ApplyKernelFlags(nullptr));
+  TANDEM_ASSIGN_OR_RETURN(const KernelFlags kernel, ApplyKernelFlags());
   const int threads = absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads) : AvailableCores();
   SetBenchStamp("kernel_plan", ProcessKernelPlan().Spec());
   TANDEM_ASSIGN_OR_RETURN(const Machine machine, MeasureMachine(threads));
@@ -395,7 +392,7 @@ absl::Status Main() {
     TANDEM_ASSIGN_OR_RETURN(const bool copy, CopyWeightsFromFlag(load_weights));
     ModelLoadOptions load{.num_threads = threads, .copy_weights_to_memory = copy};
     SetBenchStamp("load_weights", load_weights);
-    TANDEM_ASSIGN_OR_RETURN(load.block_order, BlockOrderFromFlag(absl::GetFlag(FLAGS_block_order), "--block_order"));
+    load.block_order = kernel.block_order;
     SetBenchStamp("block_order", BlockOrderName(load.block_order));
     load.quantized = QuantizedWeightsFor(weights == "quantized" || weights == "experts",
                                          weights == "quantized" || weights == "dense");

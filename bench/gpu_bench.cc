@@ -78,15 +78,15 @@
 #include "common/model/model_config.h"
 #include "common/model/synthetic_model.h"
 #include "cpu_worker/expert_ffn.h"
-#include "gpu_worker/cuda_device.h"
+#include "gpu_worker/cuda/cuda_device.h"
 #include "nlohmann/json.hpp"
 
 #if defined(TANDEM_HAVE_CUDA)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "gpu_worker/cuda_expert_pool.h"
-#include "gpu_worker/cuda_handles.h"
+#include "gpu_worker/cuda/cuda_expert_pool.h"
+#include "gpu_worker/cuda/cuda_handles.h"
 #endif
 
 ABSL_FLAG(std::string, preset, "mixtral-8x7b", "model shape (common/synthetic_model.h presets)");

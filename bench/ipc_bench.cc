@@ -20,7 +20,6 @@
 // microseconds, and the worker's own compute time per call.
 //
 //   tandem-ipc-bench --rows 1,8,64,512 --iterations 2000
-//   tandem-ipc-bench --transports inline --rows 1 --worker_flags=--grpc_server=sync --grpc_spin_us 0
 //
 // Legend: R rows, D hidden size (4096: the mixtral-8x7b preset's).
 #include <malloc.h>
@@ -52,7 +51,7 @@
 #include "common/base/thread_pool.h"
 #include "common/model/synthetic_model.h"
 #include "common/platform/numa_topology.h"
-#include "coordinator/remote_expert_executor.h"
+#include "coordinator/orchestration/remote_expert_executor.h"
 #include "cpu_worker/worker_service.h"
 #include "nlohmann/json.hpp"
 
@@ -72,7 +71,7 @@ ABSL_FLAG(int32_t, grpc_spin_us, 250, "coordinator: poll for a gRPC reply this l
 ABSL_FLAG(int32_t, gap_us, 0,
           "busy-wait this long between calls (the coordinator computing the next layer): a gap longer than the "
           "worker's spin makes every request find the worker asleep");
-ABSL_FLAG(std::string, worker_flags, "", "extra flags for the worker, space-separated (e.g. --grpc_server=sync)");
+ABSL_FLAG(std::string, worker_flags, "", "extra flags for the worker, space-separated (e.g. --spin_us=0)");
 
 namespace tandem {
 namespace {

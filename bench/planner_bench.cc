@@ -28,9 +28,9 @@
 #include "common/base/flags_usage.h"
 #include "common/base/log.h"
 #include "common/model/expert_partition.h"
-#include "coordinator/planner/cost_model.h"
-#include "coordinator/planner/planner.h"
-#include "coordinator/planner/profile_io.h"
+#include "coordinator/orchestration/planner/cost_model.h"
+#include "coordinator/orchestration/planner/planner.h"
+#include "coordinator/orchestration/planner/profile_io.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, profile, TANDEM_SOURCE_DIR "/bench/profiles/collab-rtx4090-tr7960x-mixtral.json",

@@ -22,7 +22,7 @@
 #include "common/base/flags_usage.h"
 #include "common/base/status_macros.h"
 #include "common/model/model.h"
-#include "runtime/local_runtime.h"
+#include "coordinator/runtime/local_runtime.h"
 
 ABSL_FLAG(std::string, presets, "tiny,demo", "synthetic presets");
 ABSL_FLAG(int32_t, prompts, 4, "prompts per preset");

@@ -2,7 +2,7 @@
 # The papers' evaluation scenarios under their own hardware profiles, every
 # policy preset in each (issue 5). Writes one JSON line per (scenario,
 # preset) to bench/results/sim-scenarios.jsonl and prints the markdown table
-# of docs/BENCHMARKS.md "Policies × scenarios (simulated)".
+# of docs/BENCHMARKS.md, "Planner, policies and simulator".
 #
 #   bench/run_scenarios.sh [build/bin/tandem-sim]
 #

@@ -19,7 +19,7 @@
 #include "absl/flags/parse.h"
 #include "bench/bench_stats.h"
 #include "bench/json_lines.h"
-#include "coordinator/sampler.h"
+#include "coordinator/generation/sampler.h"
 
 ABSL_FLAG(int, vocab, 32000, "tokens in the vocabulary (Mixtral 32000, Phi-3.5-MoE 32064, Qwen 151936)");
 ABSL_FLAG(std::string, spread, "1,3,8", "standard deviations of the logits, comma-separated");
@@ -46,8 +46,8 @@ int Main() {
       {"top_k 40", {.temperature = 1.0f, .top_k = 40, .seed = 1}},
       {"top_p 0.9", {.temperature = 1.0f, .top_p = 0.9f, .seed = 1}},
       {"min_p 0.05", {.temperature = 1.0f, .min_p = 0.05f, .seed = 1}},
-      {"top_k 40, top_p 0.95, min_p 0.05, T 0.8", {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
-                                                   .seed = 1}},
+      {"top_k 40, top_p 0.95, min_p 0.05, T 0.8",
+       {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = 1}},
       {"logprob", {}, 1},
       {"logprob and top 20", {}, 20},
   };

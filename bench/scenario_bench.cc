@@ -45,7 +45,7 @@
 //
 // Here (no GPU: the host pool stands in for GPU memory, so the numbers show
 // the policies' mechanics on this CPU, not GPU speed), and on a GPU machine
-// (docs/BENCHMARKS.md "Scenarios × policies, measured"):
+// (docs/BENCHMARKS.md, "Planner, policies and simulator"):
 //
 //   tandem-scenario-bench --synthetic demo --gpu_slots 7,16 --inputs 32,256 --outputs 64,512
 //       --prefills 512,1024,2048 --beam_widths 4,8,16 --repeats 3 --threads 2
@@ -84,14 +84,14 @@
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "common/model/model.h"
-#include "coordinator/calibration.h"
-#include "coordinator/orchestrator.h"
-#include "coordinator/planner/cache_policy.h"
-#include "coordinator/planner/placement.h"
-#include "coordinator/planner/planner.h"
-#include "coordinator/scheduler.h"
-#include "gpu_worker/cuda_device.h"
-#include "runtime/local_runtime.h"
+#include "coordinator/generation/scheduler.h"
+#include "coordinator/orchestration/calibration.h"
+#include "coordinator/orchestration/orchestrator.h"
+#include "coordinator/orchestration/planner/cache_policy.h"
+#include "coordinator/orchestration/planner/placement.h"
+#include "coordinator/orchestration/planner/planner.h"
+#include "coordinator/runtime/local_runtime.h"
+#include "gpu_worker/cuda/cuda_device.h"
 
 ABSL_FLAG(std::string, model, "", "model directory or GGUF file instead of --synthetic (mapped, not copied)");
 ABSL_FLAG(std::string, synthetic, "",

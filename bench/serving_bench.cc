@@ -33,9 +33,9 @@
 #include "common/base/flags_usage.h"
 #include "common/base/log.h"
 #include "common/platform/hardware_probe.h"
-#include "coordinator/inference_service.h"
-#include "coordinator/scheduler.h"
-#include "runtime/local_runtime.h"
+#include "coordinator/generation/scheduler.h"
+#include "coordinator/runtime/local_runtime.h"
+#include "coordinator/serving/inference_service.h"
 
 ABSL_FLAG(std::string, preset, "mixtral-8x7b:2", "synthetic model generated in memory, preset[:layers]");
 ABSL_FLAG(std::string, beam_widths, "1,4,8,12,16", "beam widths, comma-separated (empty: skip)");

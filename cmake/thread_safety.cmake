@@ -6,8 +6,7 @@
 # absl::Mutex. GCC has no such analysis (the annotations expand to nothing
 # there), so it gets no flags.
 #
-# Included from the top-level CMakeLists.txt before the subdirectories:
-#   include(cmake/thread_safety.cmake)
+# Included from the top-level CMakeLists.txt before the subdirectories.
 if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
   add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-Wthread-safety>
                       $<$<COMPILE_LANGUAGE:CXX>:-Werror=thread-safety-analysis>)

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
@@ -334,7 +335,7 @@ absl::StatusOr<float*> WorkerService::TaskOutput(int i, const v1::ExpertTask& ta
 // The executor's call under the compute mutex; its time in ns.
 absl::StatusOr<int64_t> WorkerService::Compute(int layer, const std::vector<ExpertWork>& work,
                                                v1::RunExpertsResponse* response) {
-  std::lock_guard<std::mutex> lock(compute_mutex_);
+  absl::MutexLock lock(&compute_mutex_);
   PinComputeThread();
   const auto compute_start = std::chrono::steady_clock::now();
   absl::Status status = options_.executor->RunExperts(layer, work);
@@ -388,7 +389,7 @@ void WorkerService::DoorbellLoop() {
 }
 
 absl::Status WorkerService::CheckSession(uint64_t session, const std::string& what) const {
-  std::lock_guard<std::mutex> lock(holder_mutex_);
+  absl::MutexLock lock(&holder_mutex_);
   if (holder_ && holder_->session == session && session != 0) return absl::OkStatus();
   if (!holder_) {
     return absl::FailedPreconditionError(absl::StrCat(what, ": worker ", options_.worker_index,
@@ -424,7 +425,7 @@ absl::Status WorkerService::Claim(const v1::DescribeRequest& request, const RpcC
     const std::string who =
         absl::StrCat(request.coordinator().empty() ? absl::StrCat("pid ", pid) : request.coordinator(),
                      caller.peer ? absl::StrCat(" (peer pid ", caller.peer->pid, ", uid ", caller.peer->uid, ")") : "");
-    std::lock_guard<std::mutex> lock(holder_mutex_);
+    absl::MutexLock lock(&holder_mutex_);
     if (holder_ && holder_->session != request.session()) {
       if (ProcessAlive(holder_->pid, holder_->start_ticks)) {
         return absl::FailedPreconditionError(
@@ -520,7 +521,7 @@ absl::Status WorkerService::Calibrate(const v1::CalibrateRequest& request, v1::C
   std::mt19937 rng(1234);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   for (float& x : input) x = dist(rng);
-  std::lock_guard<std::mutex> lock(compute_mutex_);
+  absl::MutexLock lock(&compute_mutex_);
   PinComputeThread();
   int done = 0;
   for (int64_t rows : request.rows()) {
@@ -547,7 +548,7 @@ absl::Status WorkerService::Calibrate(const v1::CalibrateRequest& request, v1::C
 }
 
 absl::Status WorkerService::Release(const v1::ReleaseRequest& request, v1::ReleaseResponse*, const RpcCaller&) {
-  std::lock_guard<std::mutex> lock(holder_mutex_);
+  absl::MutexLock lock(&holder_mutex_);
   if (holder_ && holder_->session == request.session()) {
     LOG_INFO("worker ", options_.worker_index, ": coordinator ", holder_->who, " released it");
     holder_.reset();
@@ -578,14 +579,6 @@ absl::Status WorkerService::Stats(const v1::StatsRequest&, v1::StatsResponse* re
 
 // ---- WorkerServer ----
 
-absl::StatusOr<WorkerRpcMode> ParseWorkerRpcMode(const std::string& name) {
-  if (name == "async") return WorkerRpcMode::kAsync;
-  if (name == "callback") return WorkerRpcMode::kCallback;
-  if (name == "sync") return WorkerRpcMode::kSync;
-  return absl::InvalidArgumentError(
-      absl::StrCat("gRPC server mode must be async, callback or sync, got \"", name, "\""));
-}
-
 namespace {
 
 absl::Time DeadlineOf(const grpc::ServerContextBase& context) {
@@ -600,101 +593,28 @@ absl::Time DeadlineOf(const grpc::ServerContextBase& context) {
 // descriptor gRPC names such a peer after ("fd:N"). Any thread.
 class PeerRegistry {
  public:
-  void Add(int fd, const PeerCredentials& peer) {
-    std::lock_guard<std::mutex> lock(mutex_);
+  void Add(int fd, const PeerCredentials& peer) ABSL_LOCKS_EXCLUDED(mutex_) {
+    absl::MutexLock lock(&mutex_);
     peers_[fd] = peer;  // a reused descriptor number replaces the closed connection's entry
   }
-  RpcCaller CallerOf(const grpc::ServerContextBase& context) const {
+  RpcCaller CallerOf(const grpc::ServerContextBase& context) const ABSL_LOCKS_EXCLUDED(mutex_) {
     RpcCaller caller;
     caller.deadline = DeadlineOf(context);
     const std::string peer = context.peer();
     int fd = -1;
     if (absl::StartsWith(peer, "fd:") && absl::SimpleAtoi(peer.substr(3), &fd)) {
-      std::lock_guard<std::mutex> lock(mutex_);
+      absl::MutexLock lock(&mutex_);
       if (auto it = peers_.find(fd); it != peers_.end()) caller.peer = it->second;
     }
     return caller;
   }
 
  private:
-  mutable std::mutex mutex_;
-  std::map<int, PeerCredentials> peers_;
+  mutable absl::Mutex mutex_;
+  std::map<int, PeerCredentials> peers_ ABSL_GUARDED_BY(mutex_);
 };
 
 namespace {
-
-// kSync: gRPC's thread pool calls these.
-class SyncBinding final : public v1::ExpertWorker::Service {
- public:
-  SyncBinding(WorkerService* service, const PeerRegistry* peers) : service_(service), peers_(peers) {}
-  grpc::Status Describe(grpc::ServerContext* context, const v1::DescribeRequest* request,
-                        v1::DescribeResponse* response) override {
-    return ToGrpcStatus(service_->Describe(*request, response, peers_->CallerOf(*context)));
-  }
-  grpc::Status RunExperts(grpc::ServerContext* context, const v1::RunExpertsRequest* request,
-                          v1::RunExpertsResponse* response) override {
-    return ToGrpcStatus(service_->RunExperts(*request, response, peers_->CallerOf(*context)));
-  }
-  grpc::Status Calibrate(grpc::ServerContext* context, const v1::CalibrateRequest* request,
-                         v1::CalibrateResponse* response) override {
-    return ToGrpcStatus(service_->Calibrate(*request, response, peers_->CallerOf(*context)));
-  }
-  grpc::Status Health(grpc::ServerContext* context, const v1::HealthRequest* request,
-                      v1::HealthResponse* response) override {
-    return ToGrpcStatus(service_->Health(*request, response, peers_->CallerOf(*context)));
-  }
-  grpc::Status Stats(grpc::ServerContext* context, const v1::StatsRequest* request,
-                     v1::StatsResponse* response) override {
-    return ToGrpcStatus(service_->Stats(*request, response, peers_->CallerOf(*context)));
-  }
-  grpc::Status Release(grpc::ServerContext* context, const v1::ReleaseRequest* request,
-                       v1::ReleaseResponse* response) override {
-    return ToGrpcStatus(service_->Release(*request, response, peers_->CallerOf(*context)));
-  }
-
- private:
-  WorkerService* service_;
-  const PeerRegistry* peers_;
-};
-
-// kCallback: gRPC's callback threads call these; each answers at once.
-class CallbackBinding final : public v1::ExpertWorker::CallbackService {
- public:
-  CallbackBinding(WorkerService* service, const PeerRegistry* peers) : service_(service), peers_(peers) {}
-  grpc::ServerUnaryReactor* Describe(grpc::CallbackServerContext* context, const v1::DescribeRequest* request,
-                                     v1::DescribeResponse* response) override {
-    return Answer(context, service_->Describe(*request, response, peers_->CallerOf(*context)));
-  }
-  grpc::ServerUnaryReactor* RunExperts(grpc::CallbackServerContext* context, const v1::RunExpertsRequest* request,
-                                       v1::RunExpertsResponse* response) override {
-    return Answer(context, service_->RunExperts(*request, response, peers_->CallerOf(*context)));
-  }
-  grpc::ServerUnaryReactor* Calibrate(grpc::CallbackServerContext* context, const v1::CalibrateRequest* request,
-                                      v1::CalibrateResponse* response) override {
-    return Answer(context, service_->Calibrate(*request, response, peers_->CallerOf(*context)));
-  }
-  grpc::ServerUnaryReactor* Health(grpc::CallbackServerContext* context, const v1::HealthRequest* request,
-                                   v1::HealthResponse* response) override {
-    return Answer(context, service_->Health(*request, response, peers_->CallerOf(*context)));
-  }
-  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* context, const v1::StatsRequest* request,
-                                  v1::StatsResponse* response) override {
-    return Answer(context, service_->Stats(*request, response, peers_->CallerOf(*context)));
-  }
-  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* context, const v1::ReleaseRequest* request,
-                                    v1::ReleaseResponse* response) override {
-    return Answer(context, service_->Release(*request, response, peers_->CallerOf(*context)));
-  }
-
- private:
-  static grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const absl::Status& status) {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(ToGrpcStatus(status));
-    return reactor;
-  }
-  WorkerService* service_;
-  const PeerRegistry* peers_;
-};
 
 // kAsync: one RPC from being armed (waiting for a request of its method) to
 // its response having gone out. The completion queue's tags are AsyncCall*.
@@ -708,16 +628,13 @@ class AsyncCall {
 }  // namespace
 
 struct WorkerServer::Bindings {
-  absl::Duration spin;  // kAsync: poll this long before sleeping
+  absl::Duration spin;  // poll this long before sleeping
   WorkerService* service = nullptr;
   PeerRegistry peers;
-  std::unique_ptr<SyncBinding> sync;
-  std::unique_ptr<CallbackBinding> callback;
-  // kAsync
   v1::ExpertWorker::AsyncService async;
   std::unique_ptr<grpc::ServerCompletionQueue> cq;
   std::thread thread;
-  std::mutex arm_mutex;  // arming a call races cq->Shutdown otherwise (a request on a shut-down queue aborts)
+  absl::Mutex arm_mutex;  // arming a call races cq->Shutdown otherwise (a request on a shut-down queue aborts)
   bool cq_shut_down ABSL_GUARDED_BY(arm_mutex) = false;
 
   void ArmAll();
@@ -737,7 +654,7 @@ class UnaryCall final : public AsyncCall {
 
   // Waits for the next request of this method.
   static void Arm(WorkerServer::Bindings* b, RequestFn request_fn, HandleFn handle_fn) {
-    std::lock_guard<std::mutex> lock(b->arm_mutex);
+    absl::MutexLock lock(&b->arm_mutex);
     if (b->cq_shut_down) return;
     auto* call = new UnaryCall(b, request_fn, handle_fn);
     (b->async.*request_fn)(&call->context_, &call->request_, &call->responder_, b->cq.get(), b->cq.get(), call);
@@ -824,23 +741,8 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(std::unique_pt
   // connections the accept loop lets through.
   TANDEM_ASSIGN_OR_RETURN(server->listener_, UnixListener::Listen(path, "--socket"));
   grpc::ServerBuilder builder;
-  switch (options.mode) {
-    case WorkerRpcMode::kSync:
-      b.sync = std::make_unique<SyncBinding>(b.service, &b.peers);
-      builder.RegisterService(b.sync.get());
-      builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
-      builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
-      builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 2);
-      break;
-    case WorkerRpcMode::kCallback:
-      b.callback = std::make_unique<CallbackBinding>(b.service, &b.peers);
-      builder.RegisterService(b.callback.get());
-      break;
-    case WorkerRpcMode::kAsync:
-      builder.RegisterService(&b.async);
-      b.cq = builder.AddCompletionQueue();
-      break;
-  }
+  builder.RegisterService(&b.async);
+  b.cq = builder.AddCompletionQueue();
   // Inline tensors of a long prefill exceed gRPC's 4 MB default.
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);
@@ -911,7 +813,7 @@ void WorkerServer::Shutdown(absl::Duration grace) {
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoNanoseconds(grace));
     if (bindings_ && bindings_->cq) {
       {
-        std::lock_guard<std::mutex> lock(bindings_->arm_mutex);
+        absl::MutexLock lock(&bindings_->arm_mutex);
         bindings_->cq_shut_down = true;
         bindings_->cq->Shutdown();
       }

@@ -25,7 +25,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
+#include <mutex>  // std::once_flag
 #include <optional>
 #include <string>
 #include <thread>
@@ -33,8 +33,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/expert_executor.h"
 #include "common/model/expert_partition.h"
@@ -125,14 +127,14 @@ class WorkerService {
  private:
   explicit WorkerService(WorkerServiceOptions options) : options_(std::move(options)) {}
   void DoorbellLoop();
-  void PinComputeThread();
+  void PinComputeThread() ABSL_EXCLUSIVE_LOCKS_REQUIRED(compute_mutex_);
   const ExpertSlice* FindSlice(int layer, int expert) const;
   // OK when `session` holds the worker; FailedPrecondition naming the holder
   // otherwise. `what` names the request.
-  absl::Status CheckSession(uint64_t session, const std::string& what) const;
+  absl::Status CheckSession(uint64_t session, const std::string& what) const ABSL_LOCKS_EXCLUDED(holder_mutex_);
   // Describe's steps: the caller claims the worker (or is refused while
   // another live coordinator holds it), then the reply is filled.
-  absl::Status Claim(const v1::DescribeRequest& request, const RpcCaller& caller);
+  absl::Status Claim(const v1::DescribeRequest& request, const RpcCaller& caller) ABSL_LOCKS_EXCLUDED(holder_mutex_);
   void FillDescription(v1::DescribeResponse* response) const;
   // Calibrate's bounds, checked before anything is allocated; the largest
   // row count asked.
@@ -146,7 +148,7 @@ class WorkerService {
     std::string who;           // for messages
     absl::Time since;
   };
-  mutable std::mutex holder_mutex_;
+  mutable absl::Mutex holder_mutex_;
   std::optional<Holder> holder_ ABSL_GUARDED_BY(holder_mutex_);
   std::atomic<uint64_t> holder_session_{0};  // holder_->session, for the per-request check
 
@@ -163,7 +165,8 @@ class WorkerService {
                                     ParsedRequest* parsed) const;
   absl::Status Reject(const v1::RunExpertsRequest& request, bool via_doorbell, absl::Status status,
                       v1::RunExpertsResponse* response);
-  absl::StatusOr<int64_t> Compute(int layer, const std::vector<ExpertWork>& work, v1::RunExpertsResponse* response);
+  absl::StatusOr<int64_t> Compute(int layer, const std::vector<ExpertWork>& work, v1::RunExpertsResponse* response)
+      ABSL_LOCKS_EXCLUDED(compute_mutex_);
   void CountRun(const std::vector<ExpertWork>& work, bool via_doorbell, int64_t compute_ns);
 
   WorkerServiceOptions options_;
@@ -174,7 +177,7 @@ class WorkerService {
 
   // One RunExperts/Calibrate at a time: it guards no member, it serialises
   // the calls into options_.executor (which has one caller at a time).
-  std::mutex compute_mutex_;
+  absl::Mutex compute_mutex_;
 
   std::atomic<uint64_t> requests_{0}, doorbell_requests_{0}, expert_calls_{0}, rows_{0}, rejected_{0};
   std::atomic<uint64_t> refused_connections_{0};
@@ -197,20 +200,15 @@ class EchoExpertExecutor final : public ExpertExecutor {
 // an echo worker never passes for one holding real weights.
 ModelFingerprint EchoFingerprint(const ModelConfig& config);
 
-// How WorkerServer runs the RPCs (tandem-ipc-bench compares them).
-//   kAsync    — one thread drives a completion queue: it reads a request,
-//               computes and writes the response itself (no thread hop), then
-//               polls for `spin` before sleeping. A Calibrate holds it up for
-//               its duration (the compute mutex would hold RunExperts anyway);
-//   kCallback — gRPC's callback API (its own polling threads run the handlers);
-//   kSync     — gRPC's sync server (a thread pool; the poller hands off).
-enum class WorkerRpcMode { kAsync, kCallback, kSync };
-absl::StatusOr<WorkerRpcMode> ParseWorkerRpcMode(const std::string& name);  // "async" | "callback" | "sync"
-
+// One thread drives a completion queue: it reads a request, computes and
+// writes the response itself (no thread hop to a handler pool), then polls
+// for `spin` before sleeping. A Calibrate holds it up for its duration (the
+// compute mutex would hold RunExperts anyway). gRPC's sync and callback
+// servers were measured against it and took longer per round trip
+// (docs/process-split.md), so this is the only mode.
 struct WorkerServerOptions {
-  WorkerRpcMode mode = WorkerRpcMode::kAsync;
-  // kAsync: after each RPC the thread polls (without sleeping) this long
-  // before blocking, so a request that follows at once costs no wake-up.
+  // After each RPC the thread polls (without sleeping) this long before
+  // blocking, so a request that follows at once costs no wake-up.
   absl::Duration spin = absl::ZeroDuration();
 };
 

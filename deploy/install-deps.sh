@@ -19,8 +19,9 @@ packages=(
   nlohmann-json3-dev libxxhash-dev
   # the HTTP server (Boost.Asio and Boost.Beast, header-only); cpp-httplib is the tests' client
   libboost1.81-dev libcpp-httplib-dev
-  # the fuzzers (fuzz/, deploy/test.sh): clang with its libFuzzer and sanitizer runtimes
-  clang libclang-rt-dev
+  # the fuzzers and the sanitizer build (deploy/test.sh): clang with its libFuzzer and
+  # sanitizer runtimes; lld links the programs and tests several times faster than GNU ld
+  clang libclang-rt-dev lld
   python3 python3-grpcio python3-protobuf python3-jinja2
   # pip install ./client/python in a venv (tests/python_pip_install_test.cc)
   python3-venv python3-setuptools python3-wheel
@@ -34,7 +35,8 @@ packages+=(nodejs)
 if ! command -v npm > /dev/null; then packages+=(npm); fi
 
 # Optional (--with-optional): chromium for the web page test (headless,
-# driven by puppeteer-core), which skips without it.
+# driven by puppeteer-core), which skips without it; deploy/test.sh (what
+# CI runs) asks for it, so CI runs that test.
 if [ "${1:-}" = "--with-optional" ]; then
   packages+=(chromium)
 fi

@@ -6,8 +6,8 @@
 #include "absl/strings/string_view.h"
 
 #include "common/chat/chat_template.h"
-#include "coordinator/http/bounded_json.h"
-#include "coordinator/http/openai_request.h"
+#include "coordinator/serving/http/bounded_json.h"
+#include "coordinator/serving/http/openai_request.h"
 #include "fuzz/fuzz_targets.h"
 
 namespace tandem::fuzz {

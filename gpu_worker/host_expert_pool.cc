@@ -5,12 +5,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
@@ -92,8 +92,8 @@ absl::Status HostExpertPool::CopyNowLocked(int buffer, ExpertKey key) {
 
 absl::StatusOr<ExpertWeights> HostExpertPool::HeldWeights(ExpertKey key) {
   TANDEM_RETURN_IF_ERROR(CheckKey(key, "held weights"));
-  std::unique_lock<std::mutex> lock(mutex());
-  TANDEM_ASSIGN_OR_RETURN(const int b, WaitHeldLocked(lock, key));
+  absl::MutexLock lock(&mutex());
+  TANDEM_ASSIGN_OR_RETURN(const int b, WaitHeldLocked(key));
   return BufferWeights(data_[static_cast<size_t>(b)].get(), key);
 }
 
@@ -107,10 +107,10 @@ absl::Status HostExpertPool::RunExperts(int layer, std::span<const ExpertWork> w
     const uint8_t* data = nullptr;
     bool staging = false;
     {
-      std::unique_lock<std::mutex> lock(mutex());
+      absl::MutexLock lock(&mutex());
       const int position = PositionLocked(key);
       const int b = BufferAtLocked(position);
-      TANDEM_RETURN_IF_ERROR(WaitCopiedLocked(lock, b, key));
+      TANDEM_RETURN_IF_ERROR(WaitCopiedLocked(b, key));
       data = data_[static_cast<size_t>(b)].get();
       staging = IsStaging(position);
     }
@@ -128,17 +128,18 @@ absl::Status HostExpertPool::RunExperts(int layer, std::span<const ExpertWork> w
 
 void HostExpertPool::CopyLoop() {
   pthread_setname_np(pthread_self(), "pool-copy");
-  std::unique_lock<std::mutex> lock(mutex());
-  while (std::optional<CopyTask> task = NextCopyLocked(lock)) {
+  mutex().Lock();
+  while (std::optional<CopyTask> task = NextCopyLocked()) {
     uint8_t* dst = data_[static_cast<size_t>(task->buffer)].get();
-    lock.unlock();
+    mutex().Unlock();
     // The buffer is kCopying: nobody else reads or writes it until it is ready.
     const double start = NowUs();
     CopyExpert(task->expert, dst);
     const double end = NowUs();
-    lock.lock();
+    mutex().Lock();
     CopyDoneLocked(*task, start, end - start);
   }
+  mutex().Unlock();
 }
 
 }  // namespace tandem

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/model/model_config.h"
@@ -74,10 +75,10 @@ class HostExpertPool final : public SlotPool {
   HostExpertPool(const ModelConfig& config, ExpertSources experts, ExpertKernel kernel, ExpertLayouts layouts,
                  int num_slots, int num_staging);
 
-  absl::Status CopyNowLocked(int buffer, ExpertKey key) override;
-  void CopyExpert(ExpertKey key, uint8_t* dst) const;                 // the bytes of one migration
+  absl::Status CopyNowLocked(int buffer, ExpertKey key) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex());
+  void CopyExpert(ExpertKey key, uint8_t* dst) const;                     // the bytes of one migration
   ExpertWeights BufferWeights(const uint8_t* data, ExpertKey key) const;  // `key`'s copy: its layer's layout
-  void CopyLoop();
+  void CopyLoop() ABSL_LOCKS_EXCLUDED(mutex());
 
   const ExpertKernel kernel_;
   // [slots + staging] by buffer number, [buffer_bytes()] each. Filled

@@ -108,7 +108,7 @@ SlotPool::SlotPool(std::string kind, ExpertSources experts, int num_experts, Exp
 }
 
 void SlotPool::SetKind(std::string kind) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   kind_ = std::move(kind);
   stats_.kind = kind_;
 }
@@ -123,26 +123,29 @@ absl::Status SlotPool::CheckKey(ExpertKey key, const char* what) const {
   return absl::OkStatus();
 }
 
-absl::Status SlotPool::WaitLocked(std::unique_lock<std::mutex>& lock, ExpertKey key, const char* verb,
-                                  const std::function<bool()>& done) {
-  const bool ok = ready_cv_.wait_for(lock, kReadyTimeout, [&] { return done() || !copy_error_.ok(); });
+absl::Status SlotPool::WaitLocked(ExpertKey key, const char* verb, const std::function<bool()>& done) {
+  const absl::Time deadline = absl::Now() + absl::FromChrono(kReadyTimeout);
+  while (!done() && copy_error_.ok() && !ready_cv_.WaitWithDeadline(&mutex_, deadline)) {
+  }
   if (!copy_error_.ok()) return copy_error_;
-  if (!ok) {
+  if (!done()) {
     return absl::DeadlineExceededError(absl::StrCat(kind_, ": the copy of ", KeyName(key), " did not ", verb, " in ",
                                                     std::chrono::seconds(kReadyTimeout).count(), " s"));
   }
   return absl::OkStatus();
 }
 
-absl::Status SlotPool::WaitCopiedLocked(std::unique_lock<std::mutex>& lock, int buffer, ExpertKey key) {
-  return WaitLocked(lock, key, "finish", [&] { return StateLocked(buffer) != BufferState::kCopying; });
+absl::Status SlotPool::WaitCopiedLocked(int buffer, ExpertKey key) {
+  return WaitLocked(key, "finish", [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return StateLocked(buffer) != BufferState::kCopying;
+  });
 }
 
-absl::StatusOr<int> SlotPool::WaitHeldLocked(std::unique_lock<std::mutex>& lock, ExpertKey key, const char* prefix) {
+absl::StatusOr<int> SlotPool::WaitHeldLocked(ExpertKey key, const char* prefix) {
   const int position = PositionLocked(key);
   if (position < 0) return absl::FailedPreconditionError(absl::StrCat(prefix, "the pool does not hold ", KeyName(key)));
   const int b = BufferAtLocked(position);
-  TANDEM_RETURN_IF_ERROR(WaitCopiedLocked(lock, b, key));
+  TANDEM_RETURN_IF_ERROR(WaitCopiedLocked(b, key));
   return b;
 }
 
@@ -154,14 +157,14 @@ absl::Status SlotPool::EvictPositionLocked(int position) {
   return OnFreedLocked(BufferAtLocked(position));
 }
 
-absl::StatusOr<int> SlotPool::TakeSlotLocked(std::unique_lock<std::mutex>& lock, std::optional<ExpertKey> evict) {
+absl::StatusOr<int> SlotPool::TakeSlotLocked(std::optional<ExpertKey> evict) {
   if (evict) {
     TANDEM_RETURN_IF_ERROR(CheckKey(*evict, "evict"));
     const int position = where_[Index(*evict)];
     if (position < 0 || IsStaging(position)) {
       return absl::FailedPreconditionError(absl::StrCat("evict: ", KeyName(*evict), " holds no slot"));
     }
-    TANDEM_RETURN_IF_ERROR(WaitCopiedLocked(lock, BufferAtLocked(position), *evict));
+    TANDEM_RETURN_IF_ERROR(WaitCopiedLocked(BufferAtLocked(position), *evict));
     TANDEM_RETURN_IF_ERROR(EvictPositionLocked(position));
     ++stats_.evictions;
     return position;
@@ -172,7 +175,7 @@ absl::StatusOr<int> SlotPool::TakeSlotLocked(std::unique_lock<std::mutex>& lock,
   return absl::ResourceExhaustedError(absl::StrCat(kind_, ": all ", num_slots_, " slots are taken"));
 }
 
-void SlotPool::Enqueue(std::unique_lock<std::mutex>& lock, int position, ExpertKey key) {
+void SlotPool::EnqueueLocked(int position, ExpertKey key) {
   const int b = BufferAtLocked(position);
   Entry& entry = entries_[static_cast<size_t>(b)];
   entry.expert = key;
@@ -182,17 +185,18 @@ void SlotPool::Enqueue(std::unique_lock<std::mutex>& lock, int position, ExpertK
   queue_.push_back({b, key, IsStaging(position), NowUs()});
   ++stats_.migrations_started;
   if (IsStaging(position)) ++stats_.staging_copies;
-  lock.unlock();
-  work_cv_.notify_one();
+  // Under the lock: absl moves the woken copy thread onto the mutex's queue
+  // rather than waking it to block on the mutex the caller still holds.
+  work_cv_.Signal();
 }
 
 absl::Status SlotPool::Place(ExpertKey key) {
   TANDEM_RETURN_IF_ERROR(CheckKey(key, "place"));
   TANDEM_RETURN_IF_ERROR(EnterDevice());
-  std::unique_lock<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   if (where_[Index(key)] >= 0)
     return absl::FailedPreconditionError(absl::StrCat("place: ", KeyName(key), " is already held"));
-  TANDEM_ASSIGN_OR_RETURN(const int position, TakeSlotLocked(lock, std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(const int position, TakeSlotLocked(std::nullopt));
   // Synchronous: the buffer is free and nobody else writes it.
   TANDEM_RETURN_IF_ERROR(CopyNowLocked(BufferAtLocked(position), key));
   Entry& entry = EntryAt(position);
@@ -206,24 +210,24 @@ absl::Status SlotPool::Place(ExpertKey key) {
 absl::Status SlotPool::Migrate(ExpertKey key, std::optional<ExpertKey> evict) {
   TANDEM_RETURN_IF_ERROR(CheckKey(key, "migrate"));
   TANDEM_RETURN_IF_ERROR(EnterDevice());
-  std::unique_lock<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   if (where_[Index(key)] >= 0) {
     return absl::FailedPreconditionError(absl::StrCat("migrate: ", KeyName(key), " is already held"));
   }
-  TANDEM_ASSIGN_OR_RETURN(const int position, TakeSlotLocked(lock, evict));
-  Enqueue(lock, position, key);
+  TANDEM_ASSIGN_OR_RETURN(const int position, TakeSlotLocked(evict));
+  EnqueueLocked(position, key);
   return absl::OkStatus();
 }
 
 absl::Status SlotPool::Stage(ExpertKey key) {
   TANDEM_RETURN_IF_ERROR(CheckKey(key, "stage"));
-  std::unique_lock<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   if (where_[Index(key)] >= 0)
     return absl::FailedPreconditionError(absl::StrCat("stage: ", KeyName(key), " is already held"));
   for (int j = 0; j < num_staging_; ++j) {
     const int position = num_slots_ + j;
     if (!EntryAt(position).expert) {
-      Enqueue(lock, position, key);
+      EnqueueLocked(position, key);
       return absl::OkStatus();
     }
   }
@@ -234,13 +238,13 @@ absl::Status SlotPool::Stage(ExpertKey key) {
 absl::Status SlotPool::Admit(ExpertKey key, std::optional<ExpertKey> evict) {
   TANDEM_RETURN_IF_ERROR(CheckKey(key, "admit"));
   TANDEM_RETURN_IF_ERROR(EnterDevice());
-  std::unique_lock<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   const int staged = where_[Index(key)];
   if (staged < 0 || !IsStaging(staged)) {
     return absl::FailedPreconditionError(absl::StrCat("admit: ", KeyName(key), " is not in a staging buffer"));
   }
-  TANDEM_RETURN_IF_ERROR(WaitCopiedLocked(lock, BufferAtLocked(staged), key));
-  TANDEM_ASSIGN_OR_RETURN(const int slot, TakeSlotLocked(lock, evict));
+  TANDEM_RETURN_IF_ERROR(WaitCopiedLocked(BufferAtLocked(staged), key));
+  TANDEM_ASSIGN_OR_RETURN(const int slot, TakeSlotLocked(evict));
   // No copy: the slot takes the staging buffer (bytes and all), the staging
   // position the slot's (now free) buffer.
   std::swap(position_buffer_[static_cast<size_t>(slot)], position_buffer_[static_cast<size_t>(staged)]);
@@ -252,18 +256,18 @@ absl::Status SlotPool::Admit(ExpertKey key, std::optional<ExpertKey> evict) {
 absl::Status SlotPool::Evict(ExpertKey key) {
   TANDEM_RETURN_IF_ERROR(CheckKey(key, "evict"));
   TANDEM_RETURN_IF_ERROR(EnterDevice());
-  std::unique_lock<std::mutex> lock(mutex_);
-  return TakeSlotLocked(lock, key).status();
+  absl::MutexLock lock(&mutex_);
+  return TakeSlotLocked(key).status();
 }
 
 absl::Status SlotPool::ReleaseStaging() {
   TANDEM_RETURN_IF_ERROR(EnterDevice());
-  std::unique_lock<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   for (int j = 0; j < num_staging_; ++j) {
     const int position = num_slots_ + j;
     const int b = BufferAtLocked(position);
     if (!entries_[static_cast<size_t>(b)].expert) continue;
-    TANDEM_RETURN_IF_ERROR(WaitCopiedLocked(lock, b, *entries_[static_cast<size_t>(b)].expert));
+    TANDEM_RETURN_IF_ERROR(WaitCopiedLocked(b, *entries_[static_cast<size_t>(b)].expert));
     TANDEM_RETURN_IF_ERROR(EvictPositionLocked(position));
   }
   return absl::OkStatus();
@@ -272,7 +276,7 @@ absl::Status SlotPool::ReleaseStaging() {
 PoolLocation SlotPool::Find(ExpertKey key) const {
   PoolLocation location;
   if (!CheckKey(key, "find").ok()) return location;
-  std::lock_guard<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   const int position = where_[Index(key)];
   if (position < 0) return location;
   location.held = true;
@@ -289,12 +293,12 @@ bool SlotPool::IsReady(ExpertKey key) const {
 
 absl::Status SlotPool::WaitReady(ExpertKey key) {
   TANDEM_RETURN_IF_ERROR(CheckKey(key, "wait"));
-  std::unique_lock<std::mutex> lock(mutex_);
-  return WaitHeldLocked(lock, key, "wait: ").status();
+  absl::MutexLock lock(&mutex_);
+  return WaitHeldLocked(key, "wait: ").status();
 }
 
 std::vector<PoolSlot> SlotPool::SlotTable() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   std::vector<PoolSlot> table;
   for (int p = 0; p < num_slots_ + num_staging_; ++p) {
     const Entry& entry = EntryAt(p);
@@ -325,7 +329,7 @@ absl::StatusOr<int64_t> SlotPool::CheckWork(int layer, std::span<const ExpertWor
 }
 
 void SlotPool::RecordRun(const PoolRunTiming& run) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   stats_.wait_us += run.wait_us;
   stats_.compute_us += run.compute_us;
   stats_.slot_runs += run.slot_runs;
@@ -333,14 +337,14 @@ void SlotPool::RecordRun(const PoolRunTiming& run) {
 }
 
 std::vector<MigrationRecord> SlotPool::TakeCompletedMigrations() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   std::vector<MigrationRecord> out;
   out.swap(completed_);
   return out;
 }
 
 ExpertPoolStats SlotPool::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   ExpertPoolStats s = stats_;
   s.num_slots = num_slots_;
   s.num_staging_buffers = num_staging_;
@@ -351,13 +355,13 @@ ExpertPoolStats SlotPool::stats() const {
 }
 
 void SlotPool::ResetStats() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  absl::MutexLock lock(&mutex_);
   stats_ = ExpertPoolStats{};
   stats_.kind = kind_;
 }
 
-std::optional<SlotPool::CopyTask> SlotPool::NextCopyLocked(std::unique_lock<std::mutex>& lock) {
-  work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+std::optional<SlotPool::CopyTask> SlotPool::NextCopyLocked() {
+  while (!stop_ && queue_.empty()) work_cv_.Wait(&mutex_);
   if (queue_.empty()) return std::nullopt;  // stop_, and every queued copy taken
   const CopyTask task = queue_.front();
   queue_.pop_front();
@@ -371,7 +375,7 @@ void SlotPool::CopyDoneLocked(const CopyTask& task, double start_us, double copy
   stats_.bytes_copied += bytes;
   stats_.copy_us += copy_us;
   completed_.push_back({task.expert, task.staging, bytes, start_us - task.queued_at_us, copy_us});
-  ready_cv_.notify_all();
+  ready_cv_.SignalAll();
 }
 
 void SlotPool::CopyFailedLocked(ExpertKey key, const absl::Status& status) {
@@ -380,15 +384,15 @@ void SlotPool::CopyFailedLocked(ExpertKey key, const absl::Status& status) {
         absl::Status(status.code(), absl::StrCat(kind_, ": copy of ", KeyName(key), " failed: ", status.message()));
     LOG_ERROR(copy_error_.ToString());
   }
-  ready_cv_.notify_all();
+  ready_cv_.SignalAll();
 }
 
 void SlotPool::StopCopies() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    absl::MutexLock lock(&mutex_);
     stop_ = true;
   }
-  work_cv_.notify_all();
+  work_cv_.SignalAll();
 }
 
 }  // namespace tandem

@@ -14,8 +14,9 @@
 //   - the copy queue the migration engine's threads take from, the
 //     completed migrations, the stats, and the first failed copy (every
 //     later wait returns it);
-//   - the mutex guarding all of that and the condition variables for "a copy
-//     changed state" and "a copy was queued, or stop".
+//   - the mutex guarding all of that (mutex(); the *Locked calls need it
+//     held, which the thread-safety analysis checks) and the condition
+//     variables for "a copy changed state" and "a copy was queued, or stop".
 // It implements every ExpertPool call but RunExperts. A derived pool owns the
 // buffers' bytes (indexed by buffer number), the copy threads and the
 // compute, and fills in the hooks below.
@@ -28,11 +29,9 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -41,6 +40,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/base/expert_key.h"
 #include "common/model/model_config.h"
 #include "common/model/model_weights.h"
@@ -65,21 +65,21 @@ class SlotPool : public ExpertPool {
   int num_slots() const override { return num_slots_; }
   int num_staging_buffers() const override { return num_staging_; }
 
-  absl::Status Place(ExpertKey key) override;
-  absl::Status Migrate(ExpertKey key, std::optional<ExpertKey> evict) override;
-  absl::Status Stage(ExpertKey key) override;
-  absl::Status Admit(ExpertKey key, std::optional<ExpertKey> evict) override;
-  absl::Status Evict(ExpertKey key) override;
-  absl::Status ReleaseStaging() override;
+  absl::Status Place(ExpertKey key) override ABSL_LOCKS_EXCLUDED(mutex_);
+  absl::Status Migrate(ExpertKey key, std::optional<ExpertKey> evict) override ABSL_LOCKS_EXCLUDED(mutex_);
+  absl::Status Stage(ExpertKey key) override ABSL_LOCKS_EXCLUDED(mutex_);
+  absl::Status Admit(ExpertKey key, std::optional<ExpertKey> evict) override ABSL_LOCKS_EXCLUDED(mutex_);
+  absl::Status Evict(ExpertKey key) override ABSL_LOCKS_EXCLUDED(mutex_);
+  absl::Status ReleaseStaging() override ABSL_LOCKS_EXCLUDED(mutex_);
 
-  PoolLocation Find(ExpertKey key) const override;
-  bool IsReady(ExpertKey key) const override;
-  absl::Status WaitReady(ExpertKey key) override;
-  std::vector<PoolSlot> SlotTable() const override;
+  PoolLocation Find(ExpertKey key) const override ABSL_LOCKS_EXCLUDED(mutex_);
+  bool IsReady(ExpertKey key) const override ABSL_LOCKS_EXCLUDED(mutex_);
+  absl::Status WaitReady(ExpertKey key) override ABSL_LOCKS_EXCLUDED(mutex_);
+  std::vector<PoolSlot> SlotTable() const override ABSL_LOCKS_EXCLUDED(mutex_);
 
-  std::vector<MigrationRecord> TakeCompletedMigrations() override;
-  ExpertPoolStats stats() const override;
-  void ResetStats() override;
+  std::vector<MigrationRecord> TakeCompletedMigrations() override ABSL_LOCKS_EXCLUDED(mutex_);
+  ExpertPoolStats stats() const override ABSL_LOCKS_EXCLUDED(mutex_);
+  void ResetStats() override ABSL_LOCKS_EXCLUDED(mutex_);
 
   // The layouts, per layer, of `experts` ([layer][expert], every matrix of
   // the config's shape, each layer's experts of the same types; float or
@@ -105,22 +105,25 @@ class SlotPool : public ExpertPool {
            int num_staging);
 
   // Hooks. EnterDevice runs before the control calls that may touch buffers
-  // (not Stage, which only queues); the *Locked ones run with mutex() held.
+  // (not Stage, which only queues); the *Locked ones run with mutex() held
+  // (an override repeats ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex())).
   virtual absl::Status EnterDevice() { return absl::OkStatus(); }
   // Place: copy `key` into the (free, unshared) `buffer` before returning.
-  virtual absl::Status CopyNowLocked(int buffer, ExpertKey key) = 0;
+  virtual absl::Status CopyNowLocked(int buffer, ExpertKey key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) = 0;
   // `buffer` was just given a queued copy.
-  virtual void OnQueuedLocked(int buffer) { (void)buffer; }
+  virtual void OnQueuedLocked(int buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { (void)buffer; }
   // `buffer` was just freed (its copy, if any, done).
-  virtual absl::Status OnFreedLocked(int buffer) {
+  virtual absl::Status OnFreedLocked(int buffer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     (void)buffer;
     return absl::OkStatus();
   }
 
-  std::mutex& mutex() const { return mutex_; }
-  // Notify after changing something a WaitLocked predicate reads.
-  void NotifyReady() { ready_cv_.notify_all(); }
-  void SetKind(std::string kind);  // before the copy threads start
+  // The pool's mutex, for a derived pool's own state and the *Locked calls
+  // (LOCK_RETURNED: the analysis knows it is mutex_).
+  absl::Mutex& mutex() const ABSL_LOCK_RETURNED(mutex_) { return mutex_; }
+  // Signal after changing something a WaitLocked predicate reads.
+  void NotifyReady() { ready_cv_.SignalAll(); }
+  void SetKind(std::string kind) ABSL_LOCKS_EXCLUDED(mutex_);  // before the copy threads start
   const ExpertSources& experts() const { return experts_; }
   const ExpertSource& source(ExpertKey key) const {
     return experts_[static_cast<size_t>(key.layer)][static_cast<size_t>(key.expert)];
@@ -135,36 +138,41 @@ class SlotPool : public ExpertPool {
   // The total rows of `work`.
   absl::StatusOr<int64_t> CheckWork(int layer, std::span<const ExpertWork> work) const;
   // Adds one RunExperts call's timing to the stats.
-  void RecordRun(const PoolRunTiming& run);
+  void RecordRun(const PoolRunTiming& run) ABSL_LOCKS_EXCLUDED(mutex_);
   // One copy (placement or migration) read pageable host memory.
-  void CountPageableCopyLocked() { ++stats_.pageable_copies; }
+  void CountPageableCopyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { ++stats_.pageable_copies; }
 
   // The buffer at `position`, the position holding `key` (-1: none).
-  int BufferAtLocked(int position) const { return position_buffer_[static_cast<size_t>(position)]; }
-  int PositionLocked(ExpertKey key) const { return where_[Index(key)]; }
+  int BufferAtLocked(int position) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return position_buffer_[static_cast<size_t>(position)];
+  }
+  int PositionLocked(ExpertKey key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return where_[Index(key)]; }
   bool IsStaging(int position) const { return position >= num_slots_; }
-  BufferState StateLocked(int buffer) const { return entries_[static_cast<size_t>(buffer)].state; }
+  BufferState StateLocked(int buffer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return entries_[static_cast<size_t>(buffer)].state;
+  }
 
-  // Waits (releasing `lock`) until `done` or a copy failed: the failed
-  // copy's status, or DeadlineExceeded ("did not <verb> in 60 s").
-  absl::Status WaitLocked(std::unique_lock<std::mutex>& lock, ExpertKey key, const char* verb,
-                          const std::function<bool()>& done);
+  // Waits (releasing mutex() meanwhile) until `done` or a copy failed: the
+  // failed copy's status, or DeadlineExceeded ("did not <verb> in 60 s").
+  // `done` runs with mutex() held.
+  absl::Status WaitLocked(ExpertKey key, const char* verb, const std::function<bool()>& done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Waits until `buffer`'s copy is done.
-  absl::Status WaitCopiedLocked(std::unique_lock<std::mutex>& lock, int buffer, ExpertKey key);
+  absl::Status WaitCopiedLocked(int buffer, ExpertKey key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Waits for `key`'s copy; its buffer. FailedPrecondition ("<prefix>the pool
   // does not hold ...") when not held.
-  absl::StatusOr<int> WaitHeldLocked(std::unique_lock<std::mutex>& lock, ExpertKey key, const char* prefix = "");
+  absl::StatusOr<int> WaitHeldLocked(ExpertKey key, const char* prefix = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
-  // Copy threads. The next queued copy (blocking while none); nullopt once
-  // stopping and the queue is empty.
-  std::optional<CopyTask> NextCopyLocked(std::unique_lock<std::mutex>& lock);
+  // Copy threads. The next queued copy (blocking, mutex() released, while
+  // none); nullopt once stopping and the queue is empty.
+  std::optional<CopyTask> NextCopyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // `task` finished: copy started at `start_us` (NowUs) and took `copy_us`.
-  void CopyDoneLocked(const CopyTask& task, double start_us, double copy_us);
+  void CopyDoneLocked(const CopyTask& task, double start_us, double copy_us) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // `key`'s copy failed: the first failure is kept (and logged), and every
   // wait returns it from now on.
-  void CopyFailedLocked(ExpertKey key, const absl::Status& status);
+  void CopyFailedLocked(ExpertKey key, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // Lets the copy threads finish the queue and return (then join them).
-  void StopCopies();
+  void StopCopies() ABSL_LOCKS_EXCLUDED(mutex_);
 
  private:
   struct Entry {
@@ -172,11 +180,15 @@ class SlotPool : public ExpertPool {
     BufferState state = BufferState::kFree;
   };
 
-  absl::StatusOr<int> TakeSlotLocked(std::unique_lock<std::mutex>& lock, std::optional<ExpertKey> evict);
-  absl::Status EvictPositionLocked(int position);
-  void Enqueue(std::unique_lock<std::mutex>& lock, int position, ExpertKey key);
-  Entry& EntryAt(int position) { return entries_[static_cast<size_t>(BufferAtLocked(position))]; }
-  const Entry& EntryAt(int position) const { return entries_[static_cast<size_t>(BufferAtLocked(position))]; }
+  absl::StatusOr<int> TakeSlotLocked(std::optional<ExpertKey> evict) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  absl::Status EvictPositionLocked(int position) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void EnqueueLocked(int position, ExpertKey key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  Entry& EntryAt(int position) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return entries_[static_cast<size_t>(BufferAtLocked(position))];
+  }
+  const Entry& EntryAt(int position) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return entries_[static_cast<size_t>(BufferAtLocked(position))];
+  }
 
   const ExpertSources experts_;  // [layer][expert] source views
   const int num_experts_;
@@ -190,9 +202,9 @@ class SlotPool : public ExpertPool {
   // threads start; kind() reads it without the lock.
   std::string kind_;
 
-  mutable std::mutex mutex_;
-  std::condition_variable ready_cv_;                    // a copy changed state (issued, finished, failed)
-  std::condition_variable work_cv_;                     // a copy was queued, or stop
+  mutable absl::Mutex mutex_;
+  absl::CondVar ready_cv_;                              // a copy changed state (issued, finished, failed)
+  absl::CondVar work_cv_;                               // a copy was queued, or stop
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mutex_);  // [slots + staging] by buffer number
   // [slots + staging] position (slot s, or staging num_slots + j) -> buffer
   std::vector<int> position_buffer_ ABSL_GUARDED_BY(mutex_);

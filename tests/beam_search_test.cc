@@ -1,6 +1,6 @@
 // The beam selection rule step by step on hand-made logits (the end-to-end
 // comparison with the naive reference over a real model is in scheduler_test).
-#include "coordinator/beam_search.h"
+#include "coordinator/generation/beam_search.h"
 
 #include <cmath>
 

@@ -6,7 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
-#include "coordinator/http/bounded_json.h"
+#include "coordinator/serving/http/bounded_json.h"
 #include "tests/status_testlib.h"
 
 namespace tandem {

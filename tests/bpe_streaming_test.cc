@@ -16,7 +16,7 @@
 #include "common/model/synthetic_model.h"
 #include "common/tokenizer/json_fields.h"
 #include "common/tokenizer/unicode_text.h"
-#include "coordinator/utf8_stream.h"
+#include "coordinator/generation/utf8_stream.h"
 #include "tests/sdk_testlib.h"
 #include "tests/server_process_testlib.h"
 #include "tests/status_testlib.h"

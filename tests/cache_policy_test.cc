@@ -2,13 +2,13 @@
 // and set conflicts (the collaborative paper), DAOP's sequence swaps at,
 // below and above the 1.05 threshold, in-flight migrations, and the
 // adaptive policy's cost-model decisions.
-#include "coordinator/planner/cache_policy.h"
+#include "coordinator/orchestration/planner/cache_policy.h"
 
 #include <memory>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "coordinator/planner/placement.h"
+#include "coordinator/orchestration/planner/placement.h"
 #include "gtest/gtest.h"
 #include "tests/status_testlib.h"
 

@@ -1,6 +1,6 @@
 // The planner's cost model: roofline fits of measured tables, the terms it
 // predicts, online EWMA refinement and its prediction-error windows.
-#include "coordinator/planner/cost_model.h"
+#include "coordinator/orchestration/planner/cost_model.h"
 
 #include <cmath>
 #include <vector>
@@ -74,7 +74,7 @@ TEST(FitRooflineTest, LinearAndFlatTablesAreSpecialCases) {
 }
 
 // The expert-FFN table measured on the development VM (docs/BENCHMARKS.md,
-// bench/results/expert-ffn-2core-epyc.jsonl): one Mixtral expert, 2 cores.
+// "Other instruction sets"; bench/results/expert-ffn-2core-epyc.jsonl): one Mixtral expert, 2 cores.
 // It is not an ideal roofline (4-8 rows fall between the kernels), so the
 // fit is judged by its relative error at every point.
 TEST(FitRooflineTest, FitsTheMeasuredEpycTableWithinTolerance) {

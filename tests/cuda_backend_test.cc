@@ -27,7 +27,7 @@
 //
 // Legend: T rows, D hidden, H heads, Hkv kv heads, hd head_dim, V vocab,
 // E experts, K experts per token, B KV block size.
-#include "coordinator/cuda_backend.h"
+#include "gpu_worker/cuda/cuda_backend.h"
 
 #include <algorithm>
 #include <cmath>
@@ -42,11 +42,11 @@
 #include "common/base/dtype.h"
 #include "common/model/model.h"
 #include "common/model/synthetic_model.h"
-#include "coordinator/cpu_backend.h"
-#include "coordinator/engine.h"
-#include "coordinator/kv_cache.h"
+#include "coordinator/engine/cpu_backend.h"
+#include "coordinator/engine/engine.h"
+#include "coordinator/engine/kv_cache.h"
 #include "cpu_worker/local_expert_executor.h"
-#include "gpu_worker/cuda_device.h"
+#include "gpu_worker/cuda/cuda_device.h"
 #include "gtest/gtest.h"
 #include "tests/cuda_skip_testlib.h"
 #include "tests/status_testlib.h"

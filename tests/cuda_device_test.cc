@@ -1,6 +1,6 @@
 // The CUDA device query: on a machine with a GPU it lists it; without one the
 // test says why it skips instead of passing silently.
-#include "gpu_worker/cuda_device.h"
+#include "gpu_worker/cuda/cuda_device.h"
 
 #include <gtest/gtest.h>
 

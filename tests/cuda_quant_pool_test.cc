@@ -27,7 +27,7 @@
 #include "common/model/model_config.h"
 #include "common/quant/block_order.h"
 #include "common/quant/quantize.h"
-#include "gpu_worker/cuda_expert_pool.h"
+#include "gpu_worker/cuda/cuda_expert_pool.h"
 #include "gtest/gtest.h"
 #include "tests/cuda_skip_testlib.h"
 #include "tests/status_testlib.h"
@@ -35,8 +35,8 @@
 #if TANDEM_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "gpu_worker/cuda_dtype.h"
-#include "gpu_worker/cuda_quant_kernels.h"
+#include "gpu_worker/cuda/cuda_dtype.h"
+#include "gpu_worker/cuda/cuda_quant_kernels.h"
 #endif
 
 namespace tandem {

@@ -1,6 +1,6 @@
 #include "tests/cuda_skip_testlib.h"
 
-#include "gpu_worker/cuda_device.h"
+#include "gpu_worker/cuda/cuda_device.h"
 
 namespace tandem {
 

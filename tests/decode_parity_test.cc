@@ -24,8 +24,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/model/model.h"
+#include "coordinator/runtime/local_runtime.h"
 #include "gtest/gtest.h"
-#include "runtime/local_runtime.h"
 #include "tests/exact_kernels_testlib.h"
 #include "tests/reference_model_testlib.h"
 #include "tests/status_testlib.h"

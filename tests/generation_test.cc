@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "common/model/model.h"
-#include "coordinator/generator.h"
+#include "coordinator/generation/generator.h"
+#include "coordinator/runtime/local_runtime.h"
 #include "gtest/gtest.h"
-#include "runtime/local_runtime.h"
 #include "tests/exact_kernels_testlib.h"
 #include "tests/reference_model_testlib.h"
 #include "tests/status_testlib.h"

@@ -45,8 +45,8 @@
 #include "common/model/synthetic_model.h"
 #include "common/quant/block_order.h"
 #include "common/quant/quantize.h"
-#include "coordinator/cpu_backend.h"
-#include "runtime/local_runtime.h"
+#include "coordinator/engine/cpu_backend.h"
+#include "coordinator/runtime/local_runtime.h"
 #include "tests/exact_kernels_testlib.h"
 #include "tests/reference_model_testlib.h"
 #include "tests/status_testlib.h"
@@ -524,8 +524,8 @@ TEST_P(GgufQuantizedTest, AllBlocksKeptGiveTheDequantizedEmbeddingRowsAndLogits)
   }
   const std::vector<int32_t> tokens = Prompt(config);
   const double nmse = LogitsNmse(Logits(std::move(*kept), tokens), Logits(std::move(*exact), tokens));
-  std::cout << "[ nmse     ] " << c.arch << " " << c.type << ": every matrix quantized vs exact dequantization "
-            << nmse << "\n";
+  std::cout << "[ nmse     ] " << c.arch << " " << c.type << ": every matrix quantized vs exact dequantization " << nmse
+            << "\n";
   // This binary runs the exact plan (f32 inputs, exact_kernels_testlib.h):
   // the same values summed in another order; measured ~2e-13.
   EXPECT_LT(nmse, 1e-9);
@@ -718,8 +718,9 @@ TEST_F(GgufModelTest, ByteLevelBpeVocabularyTokenizesText) {
           // GPT-2's byte-level alphabet: printable bytes as themselves, the others from U+0100.
           const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
           const int c = printable ? b : next++;
-          std::string utf8 = c < 0x80 ? std::string(1, static_cast<char>(c))
-                                      : std::string{static_cast<char>(0xC0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3F))};
+          std::string utf8 =
+              c < 0x80 ? std::string(1, static_cast<char>(c))
+                       : std::string{static_cast<char>(0xC0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3F))};
           tokens.push_back(utf8);
         }
         tokens.push_back("he");

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/runtime/local_runtime.h"
 #include "gtest/gtest.h"
-#include "runtime/local_runtime.h"
 #include "tests/cuda_skip_testlib.h"
 #include "tests/sdk_testlib.h"
 #include "tests/status_testlib.h"

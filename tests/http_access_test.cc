@@ -11,7 +11,7 @@
 #include <fstream>
 
 #include "absl/strings/match.h"
-#include "coordinator/http/http_access.h"
+#include "coordinator/serving/http/http_access.h"
 #include "tests/status_testlib.h"
 #include "tests/temp_dir_testlib.h"
 
@@ -83,8 +83,9 @@ TEST(HttpAccessTest, OriginsAreTheServersOwnPageOrListed) {
   // Preflights: answered for listed origins only.
   EXPECT_EQ(access.Preflight(Head("/v1/chat/completions", {host, {"origin", "https://app.example"}}, "OPTIONS")).status,
             204);
-  EXPECT_EQ(access.Preflight(Head("/v1/chat/completions", {host, {"origin", "https://evil.example"}}, "OPTIONS")).status,
-            403);
+  EXPECT_EQ(
+      access.Preflight(Head("/v1/chat/completions", {host, {"origin", "https://evil.example"}}, "OPTIONS")).status,
+      403);
   const HttpAccess star({.listen_host = "127.0.0.1", .cors_origins = {"*"}});
   EXPECT_EQ(StatusOf(star, Head("/v1/models", {host, {"origin", "https://any.example"}})), 200);
 }

@@ -12,7 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "common/base/expert_division.h"
-#include "coordinator/http/placement_json.h"
+#include "coordinator/serving/http/placement_json.h"
 #include "tests/http_testlib.h"
 #include "tests/sdk_testlib.h"
 #include "tests/status_testlib.h"

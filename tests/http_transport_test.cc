@@ -23,7 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "coordinator/http/http_transport.h"
+#include "coordinator/serving/http/http_transport.h"
 #include "tests/raw_http_testlib.h"
 #include "tests/status_testlib.h"
 
@@ -117,8 +117,8 @@ TEST_F(TransportTest, TrickledHeadersAreClosedAndStarveNoOne) {
     ASSERT_OK(fd);
     slow.push_back(std::move(*fd));
   }
-  const std::string header = absl::StrCat("GET /echo HTTP/1.1\r\nHost: 127.0.0.1:", port_, "\r\nX-Pad: ",
-                                          std::string(200, 'a'), "\r\n\r\n");
+  const std::string header =
+      absl::StrCat("GET /echo HTTP/1.1\r\nHost: 127.0.0.1:", port_, "\r\nX-Pad: ", std::string(200, 'a'), "\r\n\r\n");
   std::atomic<bool> stop{false};
   std::thread trickle([&] {
     for (size_t at = 0; at < header.size() && !stop; ++at) {
@@ -158,8 +158,8 @@ TEST_F(TransportTest, BodyLimitHoldsChunkedOrNot) {
   options.max_body_bytes = 64 << 10;
   Start(options);
   // Content-Length over the limit: refused from the header, body unread.
-  EXPECT_EQ(ResponseStatus(RoundTrip(absl::StrCat("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: ", 1 << 30,
-                                                  "\r\n\r\n"))),
+  EXPECT_EQ(ResponseStatus(
+                RoundTrip(absl::StrCat("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: ", 1 << 30, "\r\n\r\n"))),
             413);
   // Chunked within the limit: read and decoded.
   const std::string chunked_ok =

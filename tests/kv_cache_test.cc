@@ -1,6 +1,6 @@
 // The block KV cache: growth by blocks, the memory limit, and forking by
 // block table with copy-on-write of a shared block (what beam search relies on).
-#include "coordinator/kv_cache.h"
+#include "coordinator/engine/kv_cache.h"
 #include "tests/status_testlib.h"
 
 #include <gtest/gtest.h>

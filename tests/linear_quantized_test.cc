@@ -203,7 +203,7 @@ TEST(QuantizedLinear, PlanRunsInt8DotAtDecodeAndExactPlanKeepsF32) {
 
 // Timed on Q8_0 weights, a measured plan's steps serve Q8_0 alone; float
 // weights and the other quantized types keep the built-in steps (their
-// crossovers differ: docs/BENCHMARKS.md, "One plan per weight type").
+// crossovers differ: docs/BENCHMARKS.md, "Prefill GEMM").
 TEST(QuantizedLinear, MeasuredPlanServesTheTypesTimed) {
   const QuantizedMatrix a(DType::kQ8_0, 64, 256, 1), b(DType::kQ8_0, 256, 64, 2);
   const std::vector<std::vector<LinearWeight>> groups = {{a.weight, b.weight}};

@@ -22,7 +22,7 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-constexpr SyntheticModelSpec kTiny{.preset = "tiny", .num_layers = 0, .seed = 3, .dtype = DType::kBF16};
+const SyntheticModelSpec kTiny{.preset = "tiny", .num_layers = 0, .seed = 3, .dtype = DType::kBF16};
 
 void ExpectSameBytes(const ModelWeights& a, const ModelWeights& b) {
   ASSERT_EQ(a.layers.size(), b.layers.size());

@@ -14,7 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/model/model.h"
-#include "coordinator/sampling_defaults.h"
+#include "coordinator/generation/sampling_defaults.h"
 #include "tests/http_testlib.h"
 #include "tests/sdk_testlib.h"
 #include "tests/status_testlib.h"

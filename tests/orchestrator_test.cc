@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "common/model/model.h"
-#include "coordinator/planner/profile_io.h"
-#include "coordinator/planner/routing_trace_io.h"
-#include "coordinator/planner/simulator.h"
+#include "coordinator/orchestration/planner/profile_io.h"
+#include "coordinator/orchestration/planner/routing_trace_io.h"
+#include "coordinator/orchestration/planner/simulator.h"
+#include "coordinator/runtime/local_runtime.h"
 #include "gtest/gtest.h"
-#include "runtime/local_runtime.h"
 #include "tests/status_testlib.h"
 #include "tests/temp_dir_testlib.h"
 #include "tests/test_cost_testlib.h"

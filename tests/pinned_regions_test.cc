@@ -25,7 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "common/model/model.h"
 #include "common/model/synthetic_model.h"
-#include "coordinator/worker_expert_sources.h"
+#include "coordinator/orchestration/worker_expert_sources.h"
 #include "cpu_worker/expert_store.h"
 #include "gtest/gtest.h"
 #include "tests/status_testlib.h"

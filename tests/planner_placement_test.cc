@@ -1,6 +1,6 @@
 // Initial placement: popularity (Fiddler §3.4, and DAOP's per-layer share),
 // first-layers (the collaborative paper's index coverage), uniform.
-#include "coordinator/planner/placement.h"
+#include "coordinator/orchestration/planner/placement.h"
 
 #include <set>
 #include <vector>

@@ -1,7 +1,7 @@
 // Hardware and usage profiles: every profile shipped in bench/profiles/
 // loads, cites a source for every number, and reproduces the papers'
 // figures; files round-trip; a bad file names the field that is wrong.
-#include "coordinator/planner/profile_io.h"
+#include "coordinator/orchestration/planner/profile_io.h"
 
 #include <filesystem>
 #include <fstream>
@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
-#include "coordinator/planner/planner.h"
+#include "coordinator/orchestration/planner/planner.h"
 #include "gtest/gtest.h"
 #include "tests/status_testlib.h"
 #include "tests/temp_dir_testlib.h"
@@ -228,7 +228,8 @@ TEST(HardwareProfileTest, BadValuesAreNamed) {
 
 TEST(HardwareProfileTest, CurvesMayBeGivenAsMeasuredTables) {
   nlohmann::json root = nlohmann::json::parse(Slurp(ProfilesDir() / "collab-rtx4090-tr7960x-mixtral.json"));
-  // The development VM's measured expert-FFN table (docs/BENCHMARKS.md).
+  // The development VM's measured expert-FFN table (docs/BENCHMARKS.md,
+  // "Other instruction sets").
   root["cost_model"]["cpu_workers"][0]["compute"] = {
       {"table",
        {{1, 13700}, {2, 14800}, {4, 22800}, {8, 35600}, {16, 74400}, {32, 97000}, {64, 190000}, {128, 386000}}},

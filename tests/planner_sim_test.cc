@@ -4,9 +4,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "coordinator/planner/profile_io.h"
-#include "coordinator/planner/simulator.h"
-#include "coordinator/planner/synthetic_trace.h"
+#include "coordinator/orchestration/planner/profile_io.h"
+#include "coordinator/orchestration/planner/simulator.h"
+#include "coordinator/orchestration/planner/synthetic_trace.h"
 #include "gtest/gtest.h"
 #include "tests/status_testlib.h"
 

@@ -2,7 +2,7 @@
 // residency + costs → expected assignment and makespan), the edge cases the
 // issue names, and the makespan policy against brute force over every
 // assignment on small random layers.
-#include "coordinator/planner/planner.h"
+#include "coordinator/orchestration/planner/planner.h"
 
 #include <algorithm>
 #include <cmath>

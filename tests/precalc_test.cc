@@ -14,8 +14,8 @@
 
 #include "common/base/status_macros.h"
 #include "common/model/model.h"
+#include "coordinator/runtime/local_runtime.h"
 #include "gtest/gtest.h"
-#include "runtime/local_runtime.h"
 #include "tests/status_testlib.h"
 #include "tests/test_cost_testlib.h"
 #include "tests/tokens_testlib.h"

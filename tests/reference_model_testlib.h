@@ -26,7 +26,7 @@
 #include "absl/status/statusor.h"
 #include "common/model/model_config.h"
 #include "common/model/model_weights.h"
-#include "coordinator/engine.h"
+#include "coordinator/engine/engine.h"
 
 namespace tandem {
 

@@ -20,9 +20,9 @@
 
 #include "common/base/thread_pool.h"
 #include "common/model/model.h"
-#include "coordinator/cpu_backend.h"
-#include "coordinator/engine.h"
-#include "coordinator/kv_cache.h"
+#include "coordinator/engine/cpu_backend.h"
+#include "coordinator/engine/engine.h"
+#include "coordinator/engine/kv_cache.h"
 #include "cpu_worker/local_expert_executor.h"
 #include "gtest/gtest.h"
 #include "tests/exact_kernels_testlib.h"

@@ -15,7 +15,7 @@
 #include <set>
 #include <vector>
 
-#include "coordinator/sampler.h"
+#include "coordinator/generation/sampler.h"
 #include "tests/status_testlib.h"
 
 namespace tandem {
@@ -87,9 +87,8 @@ TEST(SamplerTest, FiltersAtVocabularySizeKeepTheSortedPrefix) {
   for (float& l : logits) l = normal(rng);
   std::vector<int32_t> order(logits.size());
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
   const std::vector<double> p = Softmax(logits, 1.0f);
   struct Case {
     SamplingParams params;

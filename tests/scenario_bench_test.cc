@@ -15,8 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/model/model.h"
+#include "coordinator/runtime/local_runtime.h"
 #include "gtest/gtest.h"
-#include "runtime/local_runtime.h"
 #include "tests/sdk_testlib.h"
 #include "tests/status_testlib.h"
 #include "tests/temp_dir_testlib.h"

@@ -2,13 +2,13 @@
 // equal the single-sequence generator, beam search equals a naive reference
 // beam search over the float64 reference model, concurrent requests equal
 // their runs alone, and cancellation, limits and validation behave.
-#include "coordinator/scheduler.h"
+#include "coordinator/generation/scheduler.h"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 
-#include "runtime/local_runtime.h"
+#include "coordinator/runtime/local_runtime.h"
 #include "tests/beam_reference_testlib.h"
 #include "tests/exact_kernels_testlib.h"
 #include "tests/reference_model_testlib.h"

@@ -10,7 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/model/synthetic_model.h"
-#include "runtime/local_runtime.h"
+#include "coordinator/runtime/local_runtime.h"
 #include "tests/child_process_testlib.h"
 
 namespace tandem {

@@ -1,4 +1,4 @@
-#include "coordinator/stop_strings.h"
+#include "coordinator/generation/stop_strings.h"
 
 #include <gtest/gtest.h>
 

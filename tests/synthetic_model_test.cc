@@ -12,11 +12,11 @@
 #include "common/model/expert_partition.h"
 #include "common/model/model.h"
 #include "common/model/model_fingerprint.h"
+#include "common/model/sentencepiece_tokenizer.h"
 #include "common/model/synthetic_model.h"
 #include "common/model/tensor_names.h"
-#include "common/model/sentencepiece_tokenizer.h"
+#include "coordinator/runtime/local_runtime.h"
 #include "cpu_worker/expert_store.h"
-#include "runtime/local_runtime.h"
 #include "tests/sdk_testlib.h"
 #include "tests/status_testlib.h"
 #include "tests/temp_dir_testlib.h"
@@ -28,7 +28,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr SyntheticModelSpec kTiny{.preset = "tiny", .num_layers = 0, .seed = 7, .dtype = DType::kBF16};
+const SyntheticModelSpec kTiny{.preset = "tiny", .num_layers = 0, .seed = 7, .dtype = DType::kBF16};
 
 std::string ReadFile(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "common/model/model_config.h"
-#include "coordinator/planner/cost_model.h"
+#include "coordinator/orchestration/planner/cost_model.h"
 
 namespace tandem {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "coordinator/generator.h"
+#include "coordinator/generation/generator.h"
 
 namespace tandem {
 

@@ -1,4 +1,4 @@
-#include "coordinator/utf8_stream.h"
+#include "coordinator/generation/utf8_stream.h"
 
 #include <gtest/gtest.h>
 

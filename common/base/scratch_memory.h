@@ -6,7 +6,7 @@
 // fault per 2 MiB, not per 4 KiB. Why: a fresh process's first 512-token
 // Mixtral prefill ran at about half its warm speed while std::vector
 // scratch grew; each growth zero-filled and copied tens of MB and faulted
-// every 4 KiB page (docs/BENCHMARKS.md, "The cold first prefill").
+// every 4 KiB page (docs/BENCHMARKS.md, "Loading and the first prompt").
 //
 // Owns its memory (freed on growth and destruction). Not thread-safe: one
 // owner grows it; between growths any thread may read and write it.

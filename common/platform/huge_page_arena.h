@@ -2,8 +2,8 @@
 // chunks advised for transparent huge pages (MADV_HUGEPAGE: distributions
 // often set THP to "madvise", so nothing else gets them). A decode step
 // streams GBs of weights; read from a file's mapping they sit in 4 KiB
-// page-cache pages, and on the Zen 5 VM the same Q4_K_M weights decoded
-// 17-27% faster from 2 MiB pages (docs/BENCHMARKS.md, "Weights in huge pages").
+// page-cache pages, and the same weights decode faster from 2 MiB pages
+// (measured: docs/BENCHMARKS.md, "Loading and the first prompt").
 //
 // Owns its chunks (unmapped on destruction). Not thread-safe: one loader
 // fills it; the bytes it hands out may then be read from any thread.

@@ -11,7 +11,6 @@ namespace {
 
 // The regexes of the original tokenizer.json files (llama.cpp's comments name
 // them; it runs rewritten forms its own engine can take, HF runs these).
-constexpr char kGpt2Regex[] = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 constexpr char kLlama3Regex[] =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 constexpr char kQwen2Regex[] =

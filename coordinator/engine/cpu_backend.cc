@@ -1,0 +1,227 @@
+#include "coordinator/engine/cpu_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/kernels/attention_block.h"
+#include "common/model/gguf_tensor_source.h"
+#include "common/model/routing.h"
+#include "common/quant/quantize.h"
+
+namespace tandem {
+
+CpuBackend::CpuBackend(const ModelWeights* weights, ThreadPool* pool)
+    : weights_(weights), config_(weights->config), pool_(pool), rope_(weights->config) {
+  scores_.resize(static_cast<size_t>(pool ? pool->num_threads() : 1));
+}
+
+absl::Status CpuBackend::Embed(std::span<const int32_t> tokens, float* hidden) {
+  const int64_t d = config_.hidden_size;
+  const TensorView& table = weights_->embed_tokens;  // [V, D]
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const int32_t id = tokens[t];
+    if (id < 0 || id >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", id, " at position ", t,
+                                                     " is outside the vocabulary [0, ", config_.vocab_size, ")"));
+    }
+    if (IsQuantized(table.dtype)) {
+      // A GGUF table kept in its blocks (as llama.cpp does): one row's blocks
+      // decoded per token, so the table costs its file size, not 2-4x that.
+      const size_t row_bytes = static_cast<size_t>(DTypeRowBytes(table.dtype, d));
+      const uint8_t* row = static_cast<const uint8_t*>(table.data) + static_cast<size_t>(id) * row_bytes;
+      const absl::Status decoded =
+          DequantizeRow(GgmlFromDType(table.dtype), {row, row_bytes},
+                        absl::MakeSpan(hidden + static_cast<int64_t>(t) * d, static_cast<size_t>(d)));
+      if (!decoded.ok()) return absl::InternalError(absl::StrCat(table.name, ": ", decoded.message()));
+      continue;
+    }
+    const size_t base = static_cast<size_t>(id) * static_cast<size_t>(d);
+    for (int64_t i = 0; i < d; ++i)
+      hidden[static_cast<int64_t>(t) * d + i] = LoadAsF32(table.data, table.dtype, base + static_cast<size_t>(i));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> slices, int64_t num_rows, float* hidden) {
+  const LayerWeights& lw = weights_->layers[static_cast<size_t>(layer)];
+  TANDEM_RETURN_IF_ERROR(GrowAttentionBuffers(num_rows));
+  TANDEM_RETURN_IF_ERROR(ProjectQkv(lw, num_rows, hidden));
+  RopeAndCache(layer, slices);
+  TANDEM_RETURN_IF_ERROR(PlanAttention(layer, slices));
+  const auto num_tasks = static_cast<int64_t>(tasks_.size());
+  if (pool_) {
+    pool_->ParallelFor(num_tasks, [&](int64_t t, int thread) { AttendTask(tasks_[static_cast<size_t>(t)], thread); });
+  } else {
+    for (int64_t t = 0; t < num_tasks; ++t) AttendTask(tasks_[static_cast<size_t>(t)], 0);
+  }
+  return ProjectOutput(lw, num_rows, hidden);
+}
+
+absl::Status CpuBackend::GrowAttentionBuffers(int64_t num_rows) {
+  const int64_t d = config_.hidden_size, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  TANDEM_RETURN_IF_ERROR(normed_.Grow(num_rows * d, "attention's normed input"));
+  TANDEM_RETURN_IF_ERROR(q_.Grow(num_rows * q_dim, "the queries"));
+  TANDEM_RETURN_IF_ERROR(k_.Grow(num_rows * kv_dim, "the new keys"));
+  TANDEM_RETURN_IF_ERROR(v_.Grow(num_rows * kv_dim, "the new values"));
+  TANDEM_RETURN_IF_ERROR(attn_.Grow(num_rows * q_dim, "the attention output"));
+  return o_.Grow(num_rows * d, "the output projection");
+}
+
+namespace {
+const float* BiasOrNull(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
+}  // namespace
+
+// [T, D] → q [T, Hq], k/v [T, Hkv].
+absl::Status CpuBackend::ProjectQkv(const LayerWeights& lw, int64_t num_rows, const float* hidden) {
+  const int64_t d = config_.hidden_size, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  ApplyNorm(config_, lw.input_norm, hidden, num_rows, normed_.data());
+  const auto start = std::chrono::steady_clock::now();
+  // One dispatch for q, k and v: k and v are a quarter of q each (GQA), too
+  // few tasks on their own to keep every thread busy to the end.
+  const LinearProduct qkv[] = {{.w = &lw.q_proj, .bias = BiasOrNull(lw.q_bias), .y = q_.data()},
+                               {.w = &lw.k_proj, .bias = BiasOrNull(lw.k_bias), .y = k_.data()},
+                               {.w = &lw.v_proj, .bias = BiasOrNull(lw.v_bias), .y = v_.data()}};
+  TANDEM_RETURN_IF_ERROR(LinearShared(normed_.data(), num_rows, qkv, pool_));
+  projection_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  projection_flops_ += 2.0 * static_cast<double>(num_rows) * static_cast<double>(d) *
+                       static_cast<double>(q_dim + 2 * kv_dim + q_dim);  // q, k, v, and o (ProjectOutput)
+  return absl::OkStatus();
+}
+
+// RoPE on q and k, then the new keys/values join each sequence's cache.
+void CpuBackend::RopeAndCache(int layer, std::span<const SequenceSlice> slices) {
+  const int64_t q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  for (const SequenceSlice& s : slices) {
+    const bool long_factors = rope_.UseLongFactors(s.start_position + s.num_tokens - 1);
+    for (int64_t i = 0; i < s.num_tokens; ++i) {
+      const int64_t row = s.row_offset + i, position = s.start_position + i;
+      rope_.Apply(q_.data() + row * q_dim, config_.num_attention_heads, position, long_factors);
+      rope_.Apply(k_.data() + row * kv_dim, config_.num_key_value_heads, position, long_factors);
+      std::copy_n(k_.data() + row * kv_dim, kv_dim, s.kv->KeyRow(layer, position));
+      std::copy_n(v_.data() + row * kv_dim, kv_dim, s.kv->ValueRow(layer, position));
+    }
+  }
+}
+
+// Each row attends to its own sequence's keys up to its position (causal),
+// within the sliding window when the config sets one. Tasks are (block of
+// up to kAttentionRows consecutive rows of one sequence, query head): a
+// block reads each key and value once for all its rows (prefill), and
+// decode's single rows still spread over the threads by head. Scratch per
+// thread: about kAttentionRows x keys floats, linear in the sequence length.
+absl::Status CpuBackend::PlanAttention(int layer, std::span<const SequenceSlice> slices) {
+  // Every cached position's key and value row is looked up once per layer
+  // into kv_rows_ (the slice's keys from `keys_at`, then its values), with
+  // one block-table lookup per block of positions: the lookup (block
+  // table, an out-of-line pool call, a division) cost more than the dot
+  // product it fed when every head repeated it for every key
+  // (mixtral-8x7b:2 decode at ~560 keys: attention 3.9-4.2 -> 3.5 ms/token).
+  blocks_.clear();
+  kv_rows_.clear();
+  int64_t max_keys = 0;
+  for (const SequenceSlice& s : slices) {
+    const size_t keys_at = kv_rows_.size();
+    const int64_t end = s.start_position + s.num_tokens;
+    s.kv->AppendKeyRows(layer, end, kv_rows_);
+    s.kv->AppendValueRows(layer, end, kv_rows_);
+    for (int64_t i = 0; i < s.num_tokens; i += kAttentionRows)
+      blocks_.push_back({&s, i, std::min(kAttentionRows, s.num_tokens - i), keys_at});
+    max_keys = std::max(max_keys, end);
+  }
+  for (auto& scratch : scores_)
+    TANDEM_RETURN_IF_ERROR(scratch.Grow(AttentionBlockScratchFloats(max_keys, config_.head_dim), "attention scores"));
+  // A task attends one query head of a block, or, for a block of one row
+  // (decode), the `group` query heads that share a kv head, as `group` rows
+  // hd apart, so each key and value row is loaded once for all of them
+  // rather than once per head (mixtral-8x7b:2 decode at ~560 keys,
+  // alternating: 1.1-1.5 -> 0.84-0.91 ms per token). The kernel lays a few
+  // rows' keys in vector lanes and a prefill block's queries
+  // (attention_block.h); either way a row's result is the same bits.
+  const int64_t heads = config_.num_attention_heads, group = heads / config_.num_key_value_heads;
+  const bool by_kv_head = group > 1 && group <= kAttentionRows;
+  tasks_.clear();
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const int64_t step = by_kv_head && blocks_[i].count == 1 ? group : 1;
+    for (int64_t h = 0; h < heads; h += step)
+      tasks_.push_back({static_cast<int32_t>(i), static_cast<int32_t>(h), static_cast<int32_t>(step)});
+  }
+  return absl::OkStatus();
+}
+
+void CpuBackend::AttendTask(const AttentionTask& task, int thread) {
+  const AttentionRowBlock& b = blocks_[static_cast<size_t>(task.block)];
+  const int64_t hd = config_.head_dim, q_dim = config_.q_dim();
+  const int64_t group = config_.num_attention_heads / config_.num_key_value_heads;
+  int64_t first[kAttentionRows], count[kAttentionRows];
+  for (int64_t r = 0; r < b.count; ++r) {
+    const int64_t position = b.slice->start_position + b.begin + r;
+    first[r] = config_.sliding_window ? std::max<int64_t>(0, position - *config_.sliding_window + 1) : 0;
+    count[r] = position - first[r] + 1;
+  }
+  // A block's rows are q_dim apart; a group's heads (one row) hd apart.
+  const int64_t rows = b.count * task.heads, stride = task.heads > 1 ? hd : q_dim;
+  for (int64_t r = b.count; r < rows; ++r) first[r] = first[0], count[r] = count[0];
+  const float* const* keys = kv_rows_.data() + b.keys_at;
+  const int64_t row0 = b.slice->row_offset + b.begin;
+  AttendBlock({.q = q_.data() + row0 * q_dim + task.head * hd,
+               .q_stride = stride,
+               .rows = rows,
+               .head_dim = hd,
+               .first_key = first,
+               .num_keys = count,
+               .keys = keys,
+               .values = keys + b.slice->start_position + b.slice->num_tokens,
+               .kv_offset = (task.head / group) * hd,
+               .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
+               .out = attn_.data() + row0 * q_dim + task.head * hd,
+               .out_stride = stride},
+              scores_[static_cast<size_t>(thread)].data());
+}
+
+absl::Status CpuBackend::ProjectOutput(const LayerWeights& lw, int64_t num_rows, float* hidden) {
+  const auto start = std::chrono::steady_clock::now();
+  TANDEM_RETURN_IF_ERROR(Linear(attn_.data(), num_rows, lw.o_proj, BiasOrNull(lw.o_bias), o_.data(), pool_));
+  projection_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  AddInPlace(hidden, o_.data(), num_rows * config_.hidden_size);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Router(int layer, int64_t num_rows, const float* hidden, float* moe_input,
+                                float* router_logits, int32_t* experts, float* weights) {
+  const LayerWeights& lw = weights_->layers[static_cast<size_t>(layer)];
+  ApplyNorm(config_, lw.post_attention_norm, hidden, num_rows, moe_input);
+  // The router's input stays f32 (ARCHITECTURE.md, "Precision"): no kernel
+  // that rounds x to bf16, whatever the plan says.
+  TANDEM_RETURN_IF_ERROR(
+      Linear(moe_input, num_rows, lw.router, nullptr, router_logits, pool_, LinearOptions{.f32_activations = true}));
+  Route(config_, router_logits, num_rows, experts, weights);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Combine(int64_t num_rows, const float* weights, const float* expert_out, float* hidden) {
+  const int64_t d = config_.hidden_size, k = config_.num_experts_per_tok;
+  for (int64_t t = 0; t < num_rows; ++t) {
+    float* h = hidden + t * d;
+    for (int64_t s = 0; s < k; ++s) {
+      const float w = weights[t * k + s];
+      const float* out = expert_out + (t * k + s) * d;
+      for (int64_t i = 0; i < d; ++i) h[i] += w * out[i];
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Logits(std::span<const int64_t> rows, const float* hidden, float* logits) {
+  const int64_t d = config_.hidden_size, n = static_cast<int64_t>(rows.size());
+  TANDEM_RETURN_IF_ERROR(normed_.Grow(n * d, "the final norm's output"));
+  for (int64_t i = 0; i < n; ++i) {
+    ApplyNorm(config_, weights_->final_norm, hidden + rows[static_cast<size_t>(i)] * d, 1, normed_.data() + i * d);
+  }
+  const float* bias = weights_->lm_head_bias.empty() ? nullptr : weights_->lm_head_bias.data();
+  return Linear(normed_.data(), n, weights_->lm_head, bias, logits, pool_);
+}
+
+}  // namespace tandem

@@ -1,0 +1,73 @@
+// The compute backend on the CPU: f32 activations, weights as stored (bf16),
+// linear layers through common/kernels/linear. Used when there is no GPU, and
+// as the reference the CUDA backend is tested against.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/base/scratch_memory.h"
+#include "common/base/thread_pool.h"
+#include "common/kernels/attention_block_types.h"
+#include "common/model/model_weights.h"
+#include "coordinator/engine/compute_backend.h"
+#include "coordinator/engine/cpu_ops.h"
+
+namespace tandem {
+
+// Borrows the weights and the pool (both must outlive it). Engine thread only.
+class CpuBackend final : public ComputeBackend {
+ public:
+  CpuBackend(const ModelWeights* weights, ThreadPool* pool);
+
+  absl::Status Embed(std::span<const int32_t> tokens, float* hidden) override;
+  absl::Status Attention(int layer, std::span<const SequenceSlice> slices, int64_t num_rows, float* hidden) override;
+  absl::Status Router(int layer, int64_t num_rows, const float* hidden, float* moe_input, float* router_logits,
+                      int32_t* experts, float* weights) override;
+  absl::Status Combine(int64_t num_rows, const float* weights, const float* expert_out, float* hidden) override;
+  absl::Status Logits(std::span<const int64_t> rows, const float* hidden, float* logits) override;
+
+  // Attention's four projections (Q, K, V, O) since construction: wall time
+  // and flops, so benchmarks can tell GEMM speed from attention proper.
+  double projection_us() const { return projection_us_; }
+  double projection_flops() const { return projection_flops_; }
+
+ private:
+  // Query rows of one sequence per attention block (prefill): 32, the
+  // kernel's most.
+  static constexpr int64_t kAttentionRows = kAttentionBlockMaxRows;
+  // Rows [begin, begin + count) of one slice, its cached rows in kv_rows_
+  // from keys_at (keys, then values).
+  struct AttentionRowBlock {
+    const SequenceSlice* slice;
+    int64_t begin, count;
+    size_t keys_at;
+  };
+  struct AttentionTask {
+    int32_t block, head, heads;  // query heads [head, head + heads)
+  };
+
+  // Attention's steps, in order.
+  absl::Status GrowAttentionBuffers(int64_t num_rows);
+  absl::Status ProjectQkv(const LayerWeights& lw, int64_t num_rows, const float* hidden);
+  void RopeAndCache(int layer, std::span<const SequenceSlice> slices);
+  absl::Status PlanAttention(int layer, std::span<const SequenceSlice> slices);
+  void AttendTask(const AttentionTask& task, int thread);  // on pool threads
+  absl::Status ProjectOutput(const LayerWeights& lw, int64_t num_rows, float* hidden);
+
+  const ModelWeights* weights_;
+  const ModelConfig& config_;
+  ThreadPool* pool_;
+  RotaryEmbedding rope_;
+  // Run state, reused across steps.
+  ScratchArray<float> normed_, q_, k_, v_, attn_, o_;
+  std::vector<ScratchArray<float>> scores_;  // per thread
+  std::vector<const float*> kv_rows_;        // one layer's key, then value rows, per slice
+  std::vector<AttentionRowBlock> blocks_;    // one layer's, PlanAttention's
+  std::vector<AttentionTask> tasks_;
+  double projection_us_ = 0, projection_flops_ = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,113 @@
+// The forward pass, layer by layer, as the equations read:
+//   h = embed(tokens)
+//   for each layer:  h += attention(norm(h))            (backend)
+//                    x = norm(h); route(x)              (backend)
+//                    h += Σ_k w_k · FFN_{e_k}(x)        (expert executor + backend combine)
+//   logits = lm_head(norm(h))                          (backend)
+// The engine owns the run state (activation buffers) and nothing else: the
+// config and weights are borrowed, the KV cache belongs to each sequence.
+//
+// Legend: T rows in the batch, D hidden, E experts, K num_experts_per_tok, V vocab.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/base/expert_executor.h"
+#include "common/base/scratch_memory.h"
+#include "common/model/model_config.h"
+#include "coordinator/engine/compute_backend.h"
+#include "coordinator/engine/forward_observer.h"
+#include "coordinator/engine/layer_hook.h"
+
+namespace tandem {
+
+// Sees every named intermediate of a forward pass, for parity debugging and
+// tests: "embedding", "attention_out", "moe_input", "router_logits",
+// "moe_out" (the weighted expert sum), "layer_out", "logits". layer is -1
+// outside layers. data: [rows, cols] f32, valid only during the call.
+using DumpHook = std::function<void(std::string_view name, int layer, const float* data, int64_t rows, int64_t cols)>;
+
+struct EngineOptions {
+  DumpHook dump;  // optional
+  // Optional, borrowed, called in order on the engine thread (see
+  // forward_observer.h): the expert orchestrator, the routing recorder.
+  std::vector<ForwardObserver*> observers;
+  // Optional, borrowed: may rewrite each layer's routing (layer_hook.h). Set
+  // only for lossy policies (DAOP pre-calculation); null: exact.
+  LayerHook* layer_hook = nullptr;
+};
+
+// One sequence's part of a batch.
+struct ForwardInput {
+  SequenceKv* kv = nullptr;
+  std::span<const int32_t> tokens;  // appended at positions kv->length() ...
+  bool all_logits = false;          // logits for every token, else only the last
+};
+
+// Wall time of one layer's parts in the last Forward, microseconds.
+struct LayerTimingUs {
+  double attention_us = 0, router_us = 0, experts_us = 0, combine_us = 0;
+};
+
+// Wall time of the parts of the last Forward, microseconds.
+struct ForwardTiming {
+  int64_t rows = 0;
+  double embed_us = 0, attention_us = 0, router_us = 0, experts_us = 0, combine_us = 0, logits_us = 0, total_us = 0;
+  std::vector<LayerTimingUs> layers;  // [L]
+};
+
+// Engine thread only.
+class Engine {
+ public:
+  Engine(const ModelConfig& config, ComputeBackend* backend, ExpertExecutor* experts, EngineOptions options = {});
+
+  // Runs `inputs` as one batch and writes logits [R, V] (R = Σ rows asked for,
+  // in input order). On error no sequence's length changes.
+  absl::Status Forward(std::span<const ForwardInput> inputs, std::vector<float>* logits);
+
+  const ForwardTiming& last_timing() const { return timing_; }
+
+ private:
+  absl::Status ForwardLayers(std::span<const ForwardInput> inputs, std::vector<float>* logits);
+  // ForwardLayers' steps.
+  absl::Status LayOutBatch(std::span<const ForwardInput> inputs, std::vector<SequenceSlice>* slices,
+                           std::vector<int64_t>* logit_rows);
+  absl::Status GrowRunState(int64_t rows);
+  absl::Status ForwardLayer(int layer, std::span<const SequenceSlice> slices, int64_t rows);
+  absl::Status AnnounceRouting(int layer, int64_t rows);
+  absl::Status RunExperts(int layer, int64_t rows);
+  void Dump(std::string_view name, int layer, const float* data, int64_t n, int64_t cols) const;
+  // Fills step_ and step_sequences_ for the observers from the batch layout.
+  void DescribeStep(std::span<const SequenceSlice> slices);
+
+  const ModelConfig& config_;
+  ComputeBackend* backend_;
+  ExpertExecutor* experts_;
+  EngineOptions options_;
+  ForwardTiming timing_;
+
+  // Run state: [T, D] hidden and moe_input, [T, E] router logits, [T, K]
+  // routing, [T·K, D] expert inputs/outputs grouped by expert.
+  std::vector<int32_t> tokens_;
+  // (ScratchArray: grown without zero-filling or copying, in huge pages.)
+  ScratchArray<float> hidden_, moe_input_, router_logits_, routing_weights_;
+  ScratchArray<int32_t> routing_experts_;
+  ScratchArray<float> expert_in_, expert_res_, expert_out_, moe_out_;
+  ScratchArray<int64_t> slot_of_row_;  // grouped position of each (t, k)
+
+  // For the observers (only when there are some).
+  ForwardStep step_;
+  bool step_begun_ = false;  // OnStepBegin was called for the current Forward
+  std::vector<StepSequence> step_sequences_;
+  std::unordered_map<const SequenceKv*, int64_t> sequence_ids_;
+  int64_t next_sequence_id_ = 0;
+  int64_t steps_ = 0;
+};
+
+}  // namespace tandem

@@ -1,0 +1,195 @@
+#include "coordinator/serving/http/openai_request.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+
+namespace tandem {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+absl::Status Bad(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+// Whether `body` has `field` set to something other than null.
+const Json* Field(const Json& body, const char* field) {
+  auto it = body.find(field);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+absl::StatusOr<std::optional<float>> OptionalNumber(const Json& body, const char* field, double lo, double hi) {
+  const Json* v = Field(body, field);
+  if (v == nullptr) return std::optional<float>();
+  if (!v->is_number()) return Bad(field, "must be a number");
+  const double x = v->get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    return Bad(field, absl::StrCat("must be in [", lo, ", ", hi, "], got ", x));
+  return std::optional<float>(static_cast<float>(x));
+}
+
+absl::StatusOr<std::optional<int64_t>> OptionalInt(const Json& body, const char* field, int64_t lo, int64_t hi) {
+  const Json* v = Field(body, field);
+  if (v == nullptr) return std::optional<int64_t>();
+  if (!v->is_number_integer()) return Bad(field, "must be an integer");
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi)) {
+    return Bad(field, absl::StrCat("must be in [", lo, ", ", hi, "], got ", v->get<uint64_t>()));
+  }
+  const int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi) return Bad(field, absl::StrCat("must be in [", lo, ", ", hi, "], got ", x));
+  return std::optional<int64_t>(x);
+}
+
+absl::StatusOr<bool> OptionalBool(const Json& body, const char* field, bool fallback) {
+  const Json* v = Field(body, field);
+  if (v == nullptr) return fallback;
+  if (!v->is_boolean()) return Bad(field, "must be true or false");
+  return v->get<bool>();
+}
+
+absl::Status ReadStop(const Json& body, OpenAiRequest& r) {
+  const Json* v = Field(body, "stop");
+  if (v == nullptr) return absl::OkStatus();
+  if (v->is_string()) {
+    if (!v->get<std::string>().empty()) r.stop.push_back(v->get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!v->is_array()) return Bad("stop", "must be a string or a list of strings");
+  if (v->size() > static_cast<size_t>(kMaxStopStrings)) {
+    return Bad("stop", absl::StrCat("at most ", kMaxStopStrings, " strings, got ", v->size()));
+  }
+  for (size_t i = 0; i < v->size(); ++i) {
+    if (!(*v)[i].is_string()) return Bad(absl::StrCat("stop[", i, "]"), "must be a string");
+    if (!(*v)[i].get<std::string>().empty()) r.stop.push_back((*v)[i].get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadMessages(const Json& body, OpenAiRequest& r) {
+  const Json* v = Field(body, "messages");
+  if (v == nullptr) return Bad("messages", "is required");
+  if (!v->is_array() || v->empty()) return Bad("messages", "must be a non-empty list of messages");
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json& m = (*v)[i];
+    const std::string at = absl::StrCat("messages[", i, "]");
+    if (!m.is_object()) return Bad(at, "must be an object with role and content");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) return Bad(absl::StrCat(at, ".role"), "must be a string");
+    auto content = m.find("content");
+    if (content != m.end() && !content->is_null() && !content->is_string() && !content->is_array()) {
+      return Bad(absl::StrCat(at, ".content"), "must be a string, a list of content parts, or null");
+    }
+  }
+  r.messages = *v;
+  if (const Json* tools = Field(body, "tools"); tools != nullptr) {
+    if (!tools->is_array()) return Bad("tools", "must be a list");
+    r.tools = *tools;
+  }
+  TANDEM_ASSIGN_OR_RETURN(r.add_generation_prompt, OptionalBool(body, "add_generation_prompt", true));
+  if (const Json* kwargs = Field(body, "chat_template_kwargs"); kwargs != nullptr) {
+    if (!kwargs->is_object()) return Bad("chat_template_kwargs", "must be an object");
+    r.chat_template_kwargs = *kwargs;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadPrompt(const Json& body, OpenAiRequest& r) {
+  const Json* v = Field(body, "prompt");
+  if (v == nullptr) return Bad("prompt", "is required");
+  if (v->is_array() && v->size() == 1 && (*v)[0].is_string()) v = &(*v)[0];
+  if (v->is_string()) {
+    if (v->get<std::string>().empty()) return Bad("prompt", "is empty");
+    r.prompt_text = v->get<std::string>();
+    return absl::OkStatus();
+  }
+  if (!v->is_array() || v->empty()) return Bad("prompt", "must be a string, or a non-empty list of token ids");
+  for (size_t i = 0; i < v->size(); ++i) {
+    const Json& id = (*v)[i];
+    if (id.is_string() || id.is_array()) {
+      return Bad("prompt", "a list of several prompts is not supported: send one prompt per request");
+    }
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      return Bad(absl::StrCat("prompt[", i, "]"), "must be a token id (an integer >= 0)");
+    }
+    r.prompt_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadLogprobs(const Json& body, OpenAiRequest& r) {
+  if (r.endpoint == OpenAiEndpoint::kChat) {
+    TANDEM_ASSIGN_OR_RETURN(r.logprobs, OptionalBool(body, "logprobs", false));
+    TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> top, OptionalInt(body, "top_logprobs", 0, kMaxTopLogprobs));
+    if (top && !r.logprobs) return Bad("top_logprobs", "needs logprobs set to true");
+    r.top_logprobs = static_cast<int32_t>(top.value_or(0));
+    return absl::OkStatus();
+  }
+  // Completions: logprobs is the number of alternatives (0 = only the chosen).
+  TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> top, OptionalInt(body, "logprobs", 0, kMaxTopLogprobs));
+  r.logprobs = top.has_value();
+  r.top_logprobs = static_cast<int32_t>(top.value_or(0));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, const Json& body) {
+  if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
+  OpenAiRequest r;
+  r.endpoint = endpoint;
+  if (const Json* model = Field(body, "model"); model != nullptr) {
+    if (!model->is_string()) return Bad("model", "must be a string");
+    r.model = model->get<std::string>();
+  }
+  TANDEM_RETURN_IF_ERROR(endpoint == OpenAiEndpoint::kChat ? ReadMessages(body, r) : ReadPrompt(body, r));
+
+  constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+  TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> max_tokens, OptionalInt(body, "max_tokens", 1, kIntMax));
+  TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> max_completion,
+                          OptionalInt(body, "max_completion_tokens", 1, kIntMax));
+  if (max_completion) max_tokens = max_completion;
+  if (max_tokens) r.max_tokens = static_cast<int32_t>(*max_tokens);
+  TANDEM_ASSIGN_OR_RETURN(r.temperature, OptionalNumber(body, "temperature", 0, 100));
+  TANDEM_ASSIGN_OR_RETURN(r.top_p, OptionalNumber(body, "top_p", 0, 1));
+  if (r.top_p && *r.top_p == 0.0f) return Bad("top_p", "must be in (0, 1], got 0");
+  TANDEM_ASSIGN_OR_RETURN(r.min_p, OptionalNumber(body, "min_p", 0, 1));
+  TANDEM_ASSIGN_OR_RETURN(r.repetition_penalty, OptionalNumber(body, "repetition_penalty", 0, 100));
+  if (r.repetition_penalty && *r.repetition_penalty == 0.0f) return Bad("repetition_penalty", "must be > 0, got 0");
+  TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> top_k, OptionalInt(body, "top_k", -1, kIntMax));
+  if (top_k) r.top_k = static_cast<int32_t>(std::max<int64_t>(*top_k, 0));  // -1 (vLLM) and 0: off
+  TANDEM_ASSIGN_OR_RETURN(std::optional<float> presence, OptionalNumber(body, "presence_penalty", -2, 2));
+  TANDEM_ASSIGN_OR_RETURN(std::optional<float> frequency, OptionalNumber(body, "frequency_penalty", -2, 2));
+  r.presence_penalty = presence.value_or(0.0f);
+  r.frequency_penalty = frequency.value_or(0.0f);
+  TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> seed, OptionalInt(body, "seed", std::numeric_limits<int64_t>::min(),
+                                                                   std::numeric_limits<int64_t>::max()));
+  if (seed) r.seed = static_cast<uint64_t>(*seed);
+  TANDEM_RETURN_IF_ERROR(ReadStop(body, r));
+  TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> n, OptionalInt(body, "n", 1, kMaxChoices));
+  r.n = static_cast<int32_t>(n.value_or(1));
+  TANDEM_ASSIGN_OR_RETURN(r.stream, OptionalBool(body, "stream", false));
+  if (const Json* options = Field(body, "stream_options"); options != nullptr) {
+    if (!options->is_object()) return Bad("stream_options", "must be an object");
+    if (!r.stream) return Bad("stream_options", "is only allowed when stream is true");
+    TANDEM_ASSIGN_OR_RETURN(r.include_usage, OptionalBool(*options, "include_usage", false));
+  }
+  TANDEM_RETURN_IF_ERROR(ReadLogprobs(body, r));
+  TANDEM_ASSIGN_OR_RETURN(r.ignore_eos, OptionalBool(body, "ignore_eos", false));
+  TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> beam_width, OptionalInt(body, "beam_width", 1, kMaxBeamWidth));
+  r.beam_width = static_cast<int32_t>(beam_width.value_or(0));
+  TANDEM_ASSIGN_OR_RETURN(std::optional<float> length_penalty, OptionalNumber(body, "length_penalty", -10, 10));
+  r.length_penalty = length_penalty.value_or(1.0f);
+  if (r.beam_width >= 2) {
+    if (r.stream) return Bad("beam_width", "beam search does not stream: set stream to false");
+    if (r.n > r.beam_width)
+      return Bad("n", absl::StrCat("must be <= beam_width (", r.beam_width, ") with beam search"));
+    if (r.logprobs) return Bad("logprobs", "is not available with beam search");
+  }
+  return r;
+}
+
+}  // namespace tandem
