@@ -30,8 +30,8 @@
 #include "common/model/safetensors.h"
 #include "common/model/synthetic_model.h"
 #include "common/model/tensor_names.h"
-#include "runtime/local_runtime.h"
-#include "runtime/perplexity.h"
+#include "coordinator/runtime/local_runtime.h"
+#include "coordinator/runtime/perplexity.h"
 #include "tests/status_testlib.h"
 
 namespace tandem {
