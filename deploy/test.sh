@@ -39,7 +39,7 @@ if [ "${TANDEM_TEST_SANITIZE:-1}" = 1 ]; then
   # report's stack needs; -O2 -g costs build time CI does not have.
   cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
-    -DTANDEM_FUZZ=ON -DTANDEM_FUZZ_SECONDS="${TANDEM_FUZZ_SECONDS:-20}" -DTANDEM_ENABLE_CUDA=OFF \
+    -DTANDEM_FUZZ=ON -DTANDEM_FUZZ_SECONDS="${TANDEM_FUZZ_SECONDS:-10}" -DTANDEM_ENABLE_CUDA=OFF \
     -DTANDEM_BUILD_BENCH=OFF -DTANDEM_TESTS=sanitize
   cmake --build build-sanitize -j"$jobs" --target tandem_fuzzers tandem_tests
   phase_done "sanitize build"
