@@ -406,7 +406,7 @@ absl::Status Main() {
 
 int main(int argc, char** argv) {
   tandem::SetProgramUsage("Expert FFN throughput on the CPU against the machine's own measured limits.");
-  absl::ParseCommandLine(argc, argv);
+  tandem::ParseProgramFlags(argc, argv);
   const absl::Status status = tandem::Main();
   if (!status.ok()) {
     LOG_ERROR("expert_ffn_bench: ", status.ToString());

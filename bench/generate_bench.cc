@@ -423,7 +423,7 @@ absl::Status Main() {
 
 int main(int argc, char** argv) {
   tandem::SetProgramUsage("Prefill and decode throughput of whole models on the CPU, one sequence.");
-  absl::ParseCommandLine(argc, argv);
+  tandem::ParseProgramFlags(argc, argv);
   const absl::Status status = tandem::Main();
   if (!status.ok()) {
     LOG_ERROR("tandem-generate-bench: ", status.ToString());

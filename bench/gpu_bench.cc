@@ -908,7 +908,7 @@ int Main(int argc, char** argv) {
   for (int a = 1; a < argc; ++a) words.emplace_back(argv[a]);
   const std::string command = absl::StrJoin(words, " ");
   tandem::SetProgramUsage("tandem-gpu-bench: Fiddler's Appendix A microbenchmarks (ICLR 2025, Fig. 7) on this GPU.");
-  absl::ParseCommandLine(argc, argv);
+  tandem::ParseProgramFlags(argc, argv);
 
   // First: is there anything to measure on? Both builds answer through
   // ListCudaDevices (the no-CUDA build's says the build lacks CUDA).

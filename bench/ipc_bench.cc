@@ -316,7 +316,7 @@ int Main(const char* argv0) {
 int main(int argc, char** argv) {
   tandem::SetProgramUsage(
       "Round-trip latency of one layer's expert dispatch across the process boundary, by payload, for each transport.");
-  absl::ParseCommandLine(argc, argv);
+  tandem::ParseProgramFlags(argc, argv);
   // As tandem-cpu-worker and tandem-generate --workers: MB-sized inline
   // message buffers stay in the heap instead of a fresh mmap per call.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);

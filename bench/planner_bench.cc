@@ -208,6 +208,6 @@ int Run() {
 
 int main(int argc, char** argv) {
   tandem::SetProgramUsage("How long the planner takes to plan one layer.");
-  absl::ParseCommandLine(argc, argv);
+  tandem::ParseProgramFlags(argc, argv);
   return tandem::Run();
 }

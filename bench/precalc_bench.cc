@@ -168,7 +168,7 @@ absl::Status RunPreset(const std::string& preset) {
 
 int main(int argc, char** argv) {
   tandem::SetProgramUsage("tandem-precalc-bench: what DAOP pre-calculation (lossy) does to a model's outputs.");
-  absl::ParseCommandLine(argc, argv);
+  tandem::ParseProgramFlags(argc, argv);
   for (absl::string_view preset : absl::StrSplit(absl::GetFlag(FLAGS_presets), ',', absl::SkipEmpty())) {
     absl::Status status = tandem::RunPreset(std::string(preset));
     if (!status.ok()) {

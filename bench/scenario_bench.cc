@@ -688,7 +688,7 @@ int Main(int argc, char** argv) {
   for (int a = 1; a < argc; ++a) words.emplace_back(argv[a]);
   const std::string command = absl::StrJoin(words, " ");
   tandem::SetProgramUsage("The papers' three scenarios in one run, every execution policy side by side.");
-  absl::ParseCommandLine(argc, argv);
+  tandem::ParseProgramFlags(argc, argv);
   auto fail = [](const absl::Status& status) {
     std::fprintf(stderr, "tandem-scenario-bench: %s\n", std::string(status.message()).c_str());
     return 1;

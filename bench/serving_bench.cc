@@ -95,7 +95,7 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   tandem::SetProgramUsage("Serving throughput through the real gRPC service.");
-  absl::ParseCommandLine(argc, argv);
+  tandem::ParseProgramFlags(argc, argv);
   tandem::SetMinLogLevel(tandem::LogLevel::kWarning);
   std::vector<std::string> parts = absl::StrSplit(absl::GetFlag(FLAGS_preset), ':');
   tandem::SyntheticModelSpec spec{.preset = parts[0], .seed = 1};

@@ -126,6 +126,6 @@ int Run() {
 
 int main(int argc, char** argv) {
   tandem::SetProgramUsage("The expert content hash's speed against a copy of the same bytes (docs/BENCHMARKS.md).");
-  absl::ParseCommandLine(argc, argv);
+  tandem::ParseProgramFlags(argc, argv);
   return tandem::Run();
 }

@@ -489,7 +489,7 @@ const std::set<std::string>& FlagsOf(const std::string& command) {
 int main(int argc, char** argv) {
   tandem::SetProgramUsage(kUsage);
   const GivenFlags given = ScanFlags(argc, argv);
-  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> positional = tandem::ParseProgramFlags(argc, argv);
   if (positional.size() < 2) return UsageError("give a command: generate, beam, info, stats, tokenize or detokenize");
   const std::string command = positional[1];
   static const std::set<std::string> kCommands = {"generate", "beam", "info", "stats", "tokenize", "detokenize"};

@@ -1,25 +1,35 @@
-// --help for tandem's programs. absl's default --help lists only flags
-// defined in a file named like the program (prog.cc, prog_main.cc, ...),
-// which matches none of tandem's mains, so it printed "No flags matched";
-// tandem's flags live in the main and in the files it links (e.g.
-// runtime/runtime_flags.cc), so --help lists every flag not defined inside
-// absl itself. Header-only: each program links absl::flags_usage already.
+// --help for tandem's programs: the flags a user sets first, by what they are
+// for (the model, where to listen, threads and memory, ...), instead of
+// absl's listing by source file path. --helpfull keeps absl's complete
+// listing (absl's own flags included) for whoever needs where a flag lives.
+//
+// Called from main() only, before any other thread exists.
 #pragma once
 
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
+#include <string>
+#include <vector>
+
 #include "absl/strings/string_view.h"
 
 namespace tandem {
 
-// Call once, before absl::ParseCommandLine, instead of absl::SetProgramUsageMessage.
-inline void SetProgramUsage(absl::string_view message) {
-  absl::FlagsUsageConfig config;
-  config.contains_help_flags = [](absl::string_view file) { return !absl::StrContains(file, "absl/"); };
-  config.contains_helpshort_flags = config.contains_help_flags;
-  absl::SetFlagsUsageConfig(config);
-  absl::SetProgramUsageMessage(message);
-}
+// A titled list of flag names, printed in this order. A name no linked
+// library defines is skipped (a program may share another's groups).
+struct FlagGroup {
+  std::string title;
+  std::vector<std::string> flags;
+};
+
+// Call once, before ParseProgramFlags, instead of absl::SetProgramUsageMessage.
+// `groups` come first in --help; every other tandem flag follows under
+// "Other flags", so none is hidden.
+void SetProgramUsage(absl::string_view message, std::vector<FlagGroup> groups = {});
+
+// absl::ParseCommandLine, except that --help, -h and --helpshort print the
+// grouped listing (FlagsHelpText) and exit 0.
+std::vector<char*> ParseProgramFlags(int argc, char** argv);
+
+// The grouped listing --help prints: the usage message, then each group.
+std::string FlagsHelpText();
 
 }  // namespace tandem

@@ -25,7 +25,7 @@ ABSL_FLAG(int32_t, threads, 0, "generation threads; 0 = all available cores");
 int main(int argc, char** argv) {
   tandem::SetProgramUsage(
       absl::StrCat("Write a synthetic model. Presets: ", absl::StrJoin(tandem::SyntheticPresets(), ", ")));
-  absl::ParseCommandLine(argc, argv);
+  tandem::ParseProgramFlags(argc, argv);
   if (absl::GetFlag(FLAGS_out).empty()) {
     std::fprintf(stderr, "tandem-make-model: --out is required (the model directory to write)\n");
     return 1;

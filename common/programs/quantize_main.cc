@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
   tandem::SetProgramUsage(
       "Write a GGUF file (llama.cpp's layout) from a Hugging Face model folder.\n"
       "  tandem-quantize --model DIR --type q4_k_m --out FILE.gguf");
-  absl::ParseCommandLine(argc, argv);
+  tandem::ParseProgramFlags(argc, argv);
   if (absl::GetFlag(FLAGS_model).empty() || absl::GetFlag(FLAGS_out).empty()) {
     std::fprintf(stderr, "tandem-quantize: --model DIR and --out FILE.gguf are required\n");
     return 1;

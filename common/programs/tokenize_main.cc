@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
       "Token ids of a text, or the text of token ids, with a model's tokenizer.\n"
       "  printf 'Hello world' | tandem-tokenize --model DIR|tokenizer.json|FILE.gguf [--add_special]\n"
       "  echo '[9707, 1879]' | tandem-tokenize --model DIR --decode");
-  absl::ParseCommandLine(argc, argv);
+  tandem::ParseProgramFlags(argc, argv);
   if (absl::Status status = Run(); !status.ok()) {
     std::cerr << "tandem-tokenize: " << status.message() << "\n";
     return 1;

@@ -198,14 +198,26 @@ void PrintResult(const GenerationResult& result, tandem::LocalRuntime& runtime, 
   }
 }
 
+// --help: the model, the prompt and sampling first, then the runtime's groups.
+std::vector<tandem::FlagGroup> GenerateFlagGroups() {
+  std::vector<tandem::FlagGroup> groups = {
+      {"Model", tandem::RuntimeModelFlags()},
+      {"Prompt and output", {"prompt", "prompt_ids", "add_bos", "n", "stop_ids", "ignore_eos", "logprobs", "json"}},
+      {"Sampling", {"temperature", "top_k", "top_p", "seed"}},
+  };
+  for (tandem::FlagGroup& group : tandem::RuntimeFlagGroups()) groups.push_back(std::move(group));
+  return groups;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   tandem::SetProgramUsage(
       "Generate text with a MoE model in this process.\n"
       "  tandem-generate --model DIR --prompt \"Once upon a time\" -n 32\n"
-      "  tandem-generate --synthetic tiny:2 --synthetic_seed 7 --prompt \"Once upon a time\" -n 32");
-  absl::ParseCommandLine(argc, argv);
+      "  tandem-generate --synthetic tiny:2 --synthetic_seed 7 --prompt \"Once upon a time\" -n 32",
+      GenerateFlagGroups());
+  tandem::ParseProgramFlags(argc, argv);
   // Flag errors before any loading (a full synthetic model takes a while).
   if (auto source = tandem::ModelSourceFromFlags(); !source.ok()) return Fail(source.status());
   const bool has_text = !absl::GetFlag(FLAGS_prompt).empty();

@@ -127,14 +127,25 @@ void Print(const tandem::PerplexityResult& r, const tandem::PerplexityOptions& o
   std::fprintf(stderr, " (%.1f s)\n", r.seconds);
 }
 
+// --help: the model and the text first, then the runtime's groups.
+std::vector<tandem::FlagGroup> PerplexityFlagGroups() {
+  std::vector<tandem::FlagGroup> groups = {
+      {"Model", tandem::RuntimeModelFlags()},
+      {"Text and windows", {"text", "reference_model", "context", "stride", "add_bos"}},
+  };
+  for (tandem::FlagGroup& group : tandem::RuntimeFlagGroups()) groups.push_back(std::move(group));
+  return groups;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   tandem::SetProgramUsage(
       "Perplexity of a model over a text, and the mean per-token KL divergence from a reference model.\n"
       "  tandem-perplexity --model DIR|FILE.gguf --text FILE [--context 512 --stride 256]\n"
-      "  tandem-perplexity --model q4_k_m.gguf --reference_model BF16_DIR --text FILE --context 128");
-  absl::ParseCommandLine(argc, argv);
+      "  tandem-perplexity --model q4_k_m.gguf --reference_model BF16_DIR --text FILE --context 128",
+      PerplexityFlagGroups());
+  tandem::ParseProgramFlags(argc, argv);
   // Flag errors before any loading.
   if (auto source = tandem::ModelSourceFromFlags(); !source.ok()) return Fail(source.status());
   auto text = ReadText(absl::GetFlag(FLAGS_text));

@@ -445,14 +445,38 @@ void ServeUntilSignal(const sigset_t& signals, Listening& listening, tandem::Htt
   scheduler.reset();
 }
 
+// --help: what a user sets first (the model, where to listen, the context
+// and batch), then the runtime's groups, then the front ends' limits.
+std::vector<tandem::FlagGroup> ServerFlagGroups() {
+  std::vector<std::string> model = tandem::RuntimeModelFlags();
+  model.insert(model.end(), {"served_model_name", "chat_template"});
+  std::vector<tandem::FlagGroup> groups = {
+      {"Model", model},
+      {"Where it listens, and who may connect",
+       {"http_listen", "listen", "api_key_file", "api_key", "http_allow_remote", "insecure_no_auth", "cors_origins",
+        "http_allowed_hosts"}},
+      {"Context and batching",
+       {"kv_cache_tokens", "kv_block_size", "max_sequences", "max_batch_tokens", "max_waiting"}},
+  };
+  for (tandem::FlagGroup& group : tandem::RuntimeFlagGroups()) groups.push_back(std::move(group));
+  groups.push_back({"HTTP limits",
+                    {"http_max_connections", "http_max_queued", "http_max_open_connections", "http_max_body_bytes",
+                     "http_max_request_memory_mb", "http_header_timeout_s", "http_body_timeout_s", "shutdown_grace_s"}});
+  groups.push_back({"gRPC limits",
+                    {"max_connections", "max_streams_per_connection", "max_rpc_threads", "max_unread_events",
+                     "max_stall_s"}});
+  return groups;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   tandem::SetProgramUsage(
-      "Serve a MoE model over gRPC (tandem.v1.Inference).\n"
-      "  tandem-server --model models/demo [--listen unix:/path.sock,127.0.0.1:50051]\n"
-      "  tandem-server --synthetic mixtral-8x7b --synthetic_seed 1 [--workers ...]");
-  absl::ParseCommandLine(argc, argv);
+      "Serve a MoE model over gRPC (tandem.v1.Inference) and the OpenAI HTTP API.\n"
+      "  tandem-server --model MODEL.gguf|DIR [--http_listen 8080] [--listen unix:/path.sock,127.0.0.1:50051]\n"
+      "  tandem-server --synthetic mixtral-8x7b --synthetic_seed 1 [--workers ...]",
+      ServerFlagGroups());
+  tandem::ParseProgramFlags(argc, argv);
   const sigset_t signals = BlockShutdownSignals();
   if (absl::GetFlag(FLAGS_exit_with_parent)) prctl(PR_SET_PDEATHSIG, SIGTERM);
   // A client that hangs up is a failed write (and a cancelled request), not a signal.

@@ -233,6 +233,6 @@ int Run() {
 int main(int argc, char** argv) {
   tandem::SetProgramUsage(
       "tandem-sim: replays a routing trace through combinations of policies under a hardware profile.");
-  absl::ParseCommandLine(argc, argv);
+  tandem::ParseProgramFlags(argc, argv);
   return tandem::Run();
 }

@@ -204,6 +204,23 @@ absl::StatusOr<QuantizedWeights> GgufWeightsFromFlags(const LocalRuntimeOptions&
 
 }  // namespace
 
+std::vector<std::string> RuntimeModelFlags() {
+  return {"model", "synthetic", "synthetic_seed", "gguf_experts", "gguf_dense", "load_weights"};
+}
+
+std::vector<FlagGroup> RuntimeFlagGroups() {
+  return {
+      {"Threads", {"threads"}},
+      {"CPU worker processes", {"workers", "transport", "worker_timeout_ms", "connect_timeout_ms"}},
+      {"GPU and expert placement",
+       {"backend", "cuda_device", "cuda_graphs", "expert_pool", "execution_policy", "cache_policy", "placement",
+        "gpu_slots", "gpu_memory_mb", "staging_buffers", "lru_ways", "usage_profile", "calibration_profile", "precalc",
+        "precalc_start_layer"}},
+      {"CPU kernels", {"max_isa", "kernel_plan", "block_order"}},
+      {"Recording and progress", {"record_trace", "record_usage", "progress_interval"}},
+  };
+}
+
 absl::StatusOr<ModelSource> ModelSourceFromFlags() {
   return ParseModelSource(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_synthetic),
                           absl::GetFlag(FLAGS_synthetic_seed));

@@ -8,8 +8,10 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/base/flags_usage.h"
 #include "common/programs/kernel_flags.h"
 #include "coordinator/orchestration/remote_expert_executor.h"
 #include "coordinator/runtime/local_runtime.h"
@@ -25,6 +27,13 @@ struct RuntimeFromFlags {
   std::unique_ptr<WorkerExpertSources> worker_experts;
   std::unique_ptr<LocalRuntime> runtime;
 };
+
+// --help's groups for the flags defined here, for the programs that link
+// them: the model's (first in every listing), then the rest in the order a
+// user meets them (threads, CPU workers, GPU and placement, kernels,
+// recording).
+std::vector<std::string> RuntimeModelFlags();
+std::vector<FlagGroup> RuntimeFlagGroups();
 
 // --model, --synthetic and --synthetic_seed (ParseModelSource). InvalidArgument naming
 // the flag.

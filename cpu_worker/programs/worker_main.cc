@@ -576,7 +576,7 @@ int main(int argc, char** argv) {
   tandem::SetProgramUsage(
       "Serve one CPU expert worker on a unix socket.\n"
       "  tandem-cpu-worker --model DIR --socket /run/tandem/w0.sock --worker_index 0 --num_workers 2");
-  absl::ParseCommandLine(argc, argv);
+  tandem::ParseProgramFlags(argc, argv);
   // Inline (gRPC) layers allocate MB-sized message buffers per request; keep
   // them in the heap instead of a fresh mmap each time (page faults and
   // zeroing dominated an inline round trip: docs/process-split.md).
