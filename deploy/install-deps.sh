@@ -24,7 +24,7 @@ packages=(
   clang libclang-rt-dev lld
   python3 python3-grpcio python3-protobuf python3-jinja2
   # pip install ./client/python in a venv (tests/python_pip_install_test.cc)
-  python3-venv python3-setuptools python3-wheel
+  python3-venv
 )
 
 # node and npm run the tests' Node side (tests/node/): Hugging Face's
