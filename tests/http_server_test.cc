@@ -544,8 +544,8 @@ TEST(HttpServerFlagsTest, NoChatTemplateIsAClearErrorRemoteHostsNeedAFlagAndHelp
     EXPECT_FALSE(absl::StrContains(text, "Flags from")) << program << ": " << text;
     EXPECT_TRUE(absl::StrContains(text, "(default ")) << program << ": " << text;
   }
-  const std::string server = std::string(TANDEM_BINARY_DIR) + "/bin/tandem-server";
-  absl::StatusOr<ProcessResult> help = RunProcess({server, "--help"}, {}, dir.path(), absl::Seconds(30));
+  const std::string server_binary = std::string(TANDEM_BINARY_DIR) + "/bin/tandem-server";
+  absl::StatusOr<ProcessResult> help = RunProcess({server_binary, "--help"}, {}, dir.path(), absl::Seconds(30));
   ASSERT_OK(help);
   const std::vector<std::string> lines = absl::StrSplit(help->out, '\n');
   std::vector<std::string> listed;  // flag names in the order printed
@@ -565,11 +565,11 @@ TEST(HttpServerFlagsTest, NoChatTemplateIsAClearErrorRemoteHostsNeedAFlagAndHelp
     EXPECT_LT(position(flag), static_cast<long>(listed.size())) << flag << " missing from --help";
   }
   EXPECT_LT(help->out.find("Model:"), help->out.find("Where it listens")) << help->out;
-  absl::StatusOr<ProcessResult> short_help = RunProcess({server, "-h"}, {}, dir.path(), absl::Seconds(30));
+  absl::StatusOr<ProcessResult> short_help = RunProcess({server_binary, "-h"}, {}, dir.path(), absl::Seconds(30));
   ASSERT_OK(short_help);
   EXPECT_EQ(short_help->exit_code, 0);
   EXPECT_EQ(short_help->out, help->out);
-  absl::StatusOr<ProcessResult> full = RunProcess({server, "--helpfull"}, {}, dir.path(), absl::Seconds(30));
+  absl::StatusOr<ProcessResult> full = RunProcess({server_binary, "--helpfull"}, {}, dir.path(), absl::Seconds(30));
   ASSERT_OK(full);
   EXPECT_TRUE(absl::StrContains(full->out + full->err, "--flagfile")) << "--helpfull keeps absl's listing";
 }
