@@ -26,11 +26,12 @@ void Engine::DescribeStep(std::span<const SequenceSlice> slices) {
   for (const SequenceSlice& s : slices) {
     StepSequence seq;
     auto it = sequence_ids_.find(s.kv);
-    seq.new_sequence = s.start_position == 0;
+    seq.new_sequence = s.start_position == 0 || !s.kv->started();
     if (seq.new_sequence || it == sequence_ids_.end()) {
-      // KV objects are reused (and addresses recycled): position 0 always
-      // starts a new sequence; a KV first seen later (a forked beam) gets
-      // an id of its own but starts nothing.
+      // KV objects are reused (and addresses recycled): position 0, or a
+      // first run past a cached prompt prefix, always starts a new sequence;
+      // a KV first seen later (a forked beam) gets an id of its own but
+      // starts nothing.
       seq.id = next_sequence_id_++;
       sequence_ids_[s.kv] = seq.id;
     } else {
@@ -77,7 +78,10 @@ absl::Status Engine::ForwardLayers(std::span<const ForwardInput> inputs, std::ve
   timing_.logits_us = MicrosSince(t);
   Dump("logits", -1, logits->data(), static_cast<int64_t>(logit_rows.size()), config_.vocab_size);
 
-  for (const SequenceSlice& s : slices) s.kv->set_length(s.start_position + s.num_tokens);
+  for (const SequenceSlice& s : slices) {
+    s.kv->set_length(s.start_position + s.num_tokens);
+    s.kv->MarkStarted();
+  }
   timing_.total_us = MicrosSince(start);
   return absl::OkStatus();
 }

@@ -26,7 +26,7 @@ struct StepSequence {
   int64_t num_tokens = 0;
   int64_t row_offset = 0;     // its first row in the step
   bool prefill = false;       // a prompt chunk (more than one token, or position 0); else one decode token
-  bool new_sequence = false;  // start_position == 0 (a forked beam is not new: it continues its parent)
+  bool new_sequence = false;  // its first step: position 0, or past a cached prompt prefix (a forked beam is not new)
 };
 
 struct ForwardStep {

@@ -65,6 +65,13 @@ float* KvBlockPool::BlockBase(int32_t block) {
 }
 
 absl::StatusOr<int32_t> KvBlockPool::Allocate() {
+  if (free_list_.empty() && static_cast<int64_t>(ref_counts_.size()) >= options_.max_blocks) {
+    // Every block exists: reuse the oldest cached prefix before refusing.
+    if (std::optional<int32_t> evicted = prefix_index_.EvictOldest()) {
+      free_list_.push_back(*evicted);
+      ++prefix_evictions_;
+    }
+  }
   if (free_list_.empty()) {
     const int64_t allocated = static_cast<int64_t>(ref_counts_.size());
     if (allocated >= options_.max_blocks) {
@@ -89,6 +96,24 @@ absl::StatusOr<int32_t> KvBlockPool::Allocate() {
 
 void KvBlockPool::Retain(int32_t block) { ++ref_counts_[block]; }
 
+int32_t KvBlockPool::PublishPrefixBlock(int32_t block, uint64_t hash, int32_t parent_block,
+                                        std::span<const int32_t> tokens) {
+  if (std::optional<int32_t> held = prefix_index_.Find(hash, parent_block, tokens)) return *held;
+  prefix_index_.Insert(block, hash, parent_block, tokens);
+  return block;
+}
+
+std::optional<int32_t> KvBlockPool::AcquirePrefixBlock(uint64_t hash, int32_t parent_block,
+                                                       std::span<const int32_t> tokens) {
+  std::optional<int32_t> block = prefix_index_.Find(hash, parent_block, tokens);
+  if (!block) return std::nullopt;
+  if (ref_counts_[*block]++ == 0) {
+    prefix_index_.Unpark(*block);
+    ++blocks_in_use_;
+  }
+  return block;
+}
+
 absl::StatusOr<int32_t> KvBlockPool::CopyOnWrite(int32_t block) {
   absl::StatusOr<int32_t> copy = Allocate();
   if (!copy.ok()) return copy.status();
@@ -103,7 +128,12 @@ absl::StatusOr<int32_t> KvBlockPool::CopyOnWrite(int32_t block) {
 
 void KvBlockPool::Release(int32_t block) {
   if (--ref_counts_[block] == 0) {
-    free_list_.push_back(block);
+    // An indexed block stays cached for the next prompt with its prefix.
+    if (prefix_index_.Contains(block)) {
+      prefix_index_.Park(block);
+    } else {
+      free_list_.push_back(block);
+    }
     --blocks_in_use_;
   }
 }
@@ -126,7 +156,15 @@ void SequenceKv::AppendRows(int64_t layer, int64_t end, bool values, std::vector
 }
 
 SequenceKv::~SequenceKv() {
-  for (int32_t block : blocks_) pool_->Release(block);
+  // Last block first: a cached prefix's later blocks are then older in the
+  // prompt cache than the blocks they follow, and evicted first.
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) pool_->Release(*it);
+}
+
+void SequenceKv::AdoptPrefix(std::vector<int32_t> blocks) {
+  for (auto it = blocks_.rbegin(); it != blocks_.rend(); ++it) pool_->Release(*it);
+  blocks_ = std::move(blocks);
+  length_ = static_cast<int64_t>(blocks_.size()) * block_size();
 }
 
 absl::Status SequenceKv::Reserve(int64_t new_length) {
@@ -153,6 +191,7 @@ void SequenceKv::ForkFrom(const SequenceKv& parent) {
   for (int32_t block : blocks_) pool_->Release(block);
   blocks_ = parent.blocks_;
   length_ = parent.length_;
+  started_ = true;  // it continues its parent
 }
 
 }  // namespace tandem

@@ -18,11 +18,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/base/scratch_memory.h"
+#include "coordinator/engine/prefix_index.h"
 
 namespace tandem {
 
@@ -75,7 +78,9 @@ class KvBlockPool {
   static absl::StatusOr<std::unique_ptr<KvBlockPool>> Create(const KvCacheOptions& options,
                                                              std::unique_ptr<KvBlockStorage> storage = nullptr);
 
-  // ResourceExhausted when max_blocks are in use.
+  // A free block, else a new one while fewer than max_blocks exist, else the
+  // least recently used cached prefix block (evicted from the prompt
+  // cache). ResourceExhausted when max_blocks are held by sequences.
   absl::StatusOr<int32_t> Allocate();
   void Retain(int32_t block);
   void Release(int32_t block);
@@ -84,6 +89,18 @@ class KvBlockPool {
   // reference to `block`. ResourceExhausted when the pool is full.
   absl::StatusOr<int32_t> CopyOnWrite(int32_t block);
 
+  // The prompt cache (prefix_index.h). Indexes `block`, a full block of a
+  // sequence holding `tokens` after `parent_block` (-1: first), `hash` its
+  // chain hash (PrefixBlockHash). Returns the block the index holds for this
+  // prefix: `block`, or one indexed before with the same content.
+  int32_t PublishPrefixBlock(int32_t block, uint64_t hash, int32_t parent_block, std::span<const int32_t> tokens);
+  // The indexed block for that prefix with one more reference (the caller
+  // now holds it, e.g. through SequenceKv::AdoptPrefix); nullopt if none.
+  std::optional<int32_t> AcquirePrefixBlock(uint64_t hash, int32_t parent_block, std::span<const int32_t> tokens);
+  // Indexed blocks no sequence holds: free memory that still answers lookups.
+  int64_t blocks_cached() const { return prefix_index_.parked(); }
+  int64_t prefix_evictions() const { return prefix_evictions_; }
+
   float* Keys(int32_t block, int64_t layer);    // [B, kv_dim]
   float* Values(int32_t block, int64_t layer);  // [B, kv_dim]
   // The start of one block: [2, L, B, kv_dim] f32 (host or device memory).
@@ -91,7 +108,7 @@ class KvBlockPool {
   const KvBlockStorage* storage() const { return storage_.get(); }
 
   const KvCacheOptions& options() const { return options_; }
-  int64_t blocks_in_use() const { return blocks_in_use_; }
+  int64_t blocks_in_use() const { return blocks_in_use_; }  // held by sequences
   int64_t max_blocks() const { return options_.max_blocks; }
   int64_t copies_on_write() const { return copies_on_write_; }
   int64_t bytes_per_block() const { return 2 * options_.num_layers * options_.block_size * options_.kv_dim * 4; }
@@ -107,8 +124,10 @@ class KvBlockPool {
   std::vector<float*> chunks_;  // kBlocksPerChunk blocks each, owned by storage_
   std::vector<int32_t> ref_counts_;
   std::vector<int32_t> free_list_;
+  PrefixIndex prefix_index_;
   int64_t blocks_in_use_ = 0;
   int64_t copies_on_write_ = 0;
+  int64_t prefix_evictions_ = 0;
 };
 
 // One sequence's block table and length. Releases its blocks on destruction.
@@ -123,11 +142,19 @@ class SequenceKv {
   // Makes room for positions [length, new_length), copying any shared block
   // those positions fall in; ResourceExhausted if the pool is full.
   absl::Status Reserve(int64_t new_length);
+  // Takes `blocks`, full blocks of a cached prompt prefix whose references
+  // the caller acquired (KvBlockPool::AcquirePrefixBlock), as this empty
+  // sequence's first positions.
+  void AdoptPrefix(std::vector<int32_t> blocks);
   // Becomes a fork of `parent`: the same positions, sharing its blocks (this
   // sequence's own blocks are released first). Copies no cache data.
   void ForkFrom(const SequenceKv& parent);
   int64_t num_blocks() const { return static_cast<int64_t>(blocks_.size()); }
   void set_length(int64_t length) { length_ = length; }
+  // Whether a Forward has run over this sequence (or its fork parent's): a
+  // sequence starting from a cached prefix is new at a position past 0.
+  bool started() const { return started_; }
+  void MarkStarted() { started_ = true; }
   // The block table: position p lives in block blocks()[p / B] at row p % B.
   const std::vector<int32_t>& blocks() const { return blocks_; }
   KvBlockPool* pool() const { return pool_; }
@@ -155,6 +182,7 @@ class SequenceKv {
   KvBlockPool* pool_;
   std::vector<int32_t> blocks_;
   int64_t length_ = 0;
+  bool started_ = false;
 };
 
 }  // namespace tandem

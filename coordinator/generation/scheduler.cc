@@ -117,6 +117,14 @@ struct Scheduler::Request {
 
   // Scheduler thread only, once admitted.
   int64_t prefilled = 0;
+  int64_t cached_prompt_tokens = 0;  // read from the prompt cache at admission
+  // The prompt cache: the tokens whose KV the sequence holds (generate: the
+  // prompt, then each token fed back), its blocks indexed so far, and the
+  // chain hash and block of the last of them.
+  std::vector<int32_t> sequence_tokens;
+  int64_t published_blocks = 0;
+  uint64_t chain_hash = 0;
+  int32_t chain_block = -1;
   int64_t chunk = 0;                              // prompt tokens in this step's batch
   std::optional<Clock::time_point> paused_since;  // the client stopped reading (PauseSlowReaders)
   std::unique_ptr<SequenceKv> kv;  // generate: the sequence; beam search: the prompt until the first step
@@ -331,6 +339,8 @@ void Scheduler::PublishState() {
   stats_.active_sequences = reserved_sequences_;
   stats_.kv_blocks_in_use = kv_pool_->blocks_in_use();
   stats_.kv_copies_on_write = kv_pool_->copies_on_write();
+  stats_.kv_blocks_cached = kv_pool_->blocks_cached();
+  stats_.prompt_cache_evictions = kv_pool_->prefix_evictions();
 }
 
 void Scheduler::DropCancelled() {
@@ -380,6 +390,7 @@ void Scheduler::Admit() {
     r.admitted = true;
     r.admitted_at = Clock::now();
     r.kv = std::make_unique<SequenceKv>(kv_pool_);
+    ReuseCachedPrefix(r);
     if (r.kind == Request::Kind::kGenerate) {
       r.sampler = std::make_unique<Sampler>(r.generate.request.sampling, r.generate.request.prompt_ids);
       r.stops = std::make_unique<StopStringMatcher>(r.generate.stop_strings);
@@ -390,6 +401,48 @@ void Scheduler::Admit() {
     waiting_.pop_front();
     absl::MutexLock lock(&mu_);
     --waiting_count_;
+  }
+}
+
+void Scheduler::ReuseCachedPrefix(Request& r) {
+  if (!options_.prompt_cache) return;
+  const int64_t block = kv_pool_->options().block_size;
+  const std::vector<int32_t>& prompt = r.prompt();
+  if (r.kind == Request::Kind::kGenerate) r.sequence_tokens = prompt;
+  // The last prompt token always runs: its logits choose the first token.
+  const int64_t reusable = (static_cast<int64_t>(prompt.size()) - 1) / block;
+  std::vector<int32_t> blocks;
+  for (int64_t i = 0; i < reusable; ++i) {
+    const std::span<const int32_t> tokens(prompt.data() + i * block, static_cast<size_t>(block));
+    const uint64_t hash = PrefixBlockHash(r.chain_hash, tokens);
+    std::optional<int32_t> cached = kv_pool_->AcquirePrefixBlock(hash, r.chain_block, tokens);
+    if (!cached) break;
+    blocks.push_back(*cached);
+    r.chain_hash = hash;
+    r.chain_block = *cached;
+  }
+  r.published_blocks = static_cast<int64_t>(blocks.size());
+  r.cached_prompt_tokens = r.published_blocks * block;
+  r.prefilled = r.cached_prompt_tokens;
+  r.kv->AdoptPrefix(std::move(blocks));
+  if (r.cached_prompt_tokens > 0) {
+    absl::MutexLock lock(&stats_mu_);
+    stats_.prompt_cache_hit_tokens += r.cached_prompt_tokens;
+  }
+}
+
+void Scheduler::PublishFullBlocks(Request& r) {
+  // A beam search's blocks past the prompt belong to its beams (r.kv is the
+  // prompt's until the first step).
+  if (!options_.prompt_cache || r.kv == nullptr) return;
+  const std::vector<int32_t>& tokens = r.kind == Request::Kind::kGenerate ? r.sequence_tokens : r.beam.prompt_ids;
+  const int64_t block = kv_pool_->options().block_size;
+  const int64_t full = std::min(r.kv->length(), static_cast<int64_t>(tokens.size())) / block;
+  for (; r.published_blocks < full; ++r.published_blocks) {
+    const std::span<const int32_t> content(tokens.data() + r.published_blocks * block, static_cast<size_t>(block));
+    const uint64_t hash = PrefixBlockHash(r.chain_hash, content);
+    r.chain_block = kv_pool_->PublishPrefixBlock(r.kv->blocks()[r.published_blocks], hash, r.chain_block, content);
+    r.chain_hash = hash;
   }
 }
 
@@ -459,6 +512,7 @@ bool Scheduler::RunStep() {
   const int64_t vocab = model_->config.vocab_size;
   for (const Slot& slot : slots) {
     Request& r = *slot.r;
+    PublishFullBlocks(r);
     std::span<const float> logits(logits_.data() + slot.first_input * vocab, slot.num_inputs * vocab);
     if (!r.decoding()) {
       r.prefilled += r.chunk;
@@ -511,6 +565,7 @@ void Scheduler::AfterGenerateLogits(Request& r, std::span<const float> logits) {
 
   if (!finish) {
     r.next_tokens.assign(1, token.id);
+    if (options_.prompt_cache) r.sequence_tokens.push_back(token.id);  // its KV is written next step
     StreamEvent event;
     event.tokens.push_back(std::move(token));
     r.stream->Push(std::move(event));
@@ -560,6 +615,7 @@ RequestUsage Scheduler::Usage(const Request& r) const {
   RequestUsage usage;
   const auto now = Clock::now();
   usage.prompt_tokens = static_cast<int64_t>(r.prompt().size());
+  usage.cached_prompt_tokens = r.cached_prompt_tokens;
   usage.generated_tokens = r.generated;
   usage.total_ms = MillisBetween(r.submitted, now);
   usage.queue_ms = r.admitted ? MillisBetween(r.submitted, r.admitted_at) : usage.total_ms;

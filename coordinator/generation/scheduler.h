@@ -53,6 +53,10 @@ struct SchedulerOptions {
   // RESOURCE_EXHAUSTED and its KV cache is freed.
   int32_t max_unread_events = 256;
   absl::Duration max_stall = absl::Seconds(30);
+  // Reuse the KV blocks of a prompt prefix already computed (kv_cache.h's
+  // prompt cache): a request whose prompt starts with a cached prefix
+  // prefills only the rest.
+  bool prompt_cache = true;
 
   absl::Status Validate() const;  // InvalidArgument naming the field
 };
@@ -72,6 +76,7 @@ struct BeamSearchJob {
 
 struct RequestUsage {
   int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // of prompt_tokens, read from the prompt cache
   int64_t generated_tokens = 0;
   double queue_ms = 0;
   double time_to_first_token_ms = 0;
@@ -134,6 +139,9 @@ struct SchedulerStats {
   ForwardTiming mean_forward;              // per step, µs
   std::vector<LayerTimingUs> mean_layers;  // per step, µs
   int64_t kv_blocks_in_use = 0, kv_blocks_total = 0, kv_block_size = 0, kv_copies_on_write = 0;
+  // The prompt cache: prompt tokens read from it, blocks cached that no
+  // sequence holds, and cached blocks reused for new sequences' memory.
+  int64_t prompt_cache_hit_tokens = 0, kv_blocks_cached = 0, prompt_cache_evictions = 0;
 };
 
 // Borrows the model, engine and KV pool; owns the thread that drives them
@@ -175,6 +183,10 @@ class Scheduler {
   // those paused longer than max_stall (RESOURCE_EXHAUSTED).
   void PauseSlowReaders() ABSL_LOCKS_EXCLUDED(mu_, stats_mu_);
   void Admit() ABSL_LOCKS_EXCLUDED(mu_);
+  // The longest cached prefix of r's prompt becomes its first KV blocks.
+  void ReuseCachedPrefix(Request& r) ABSL_LOCKS_EXCLUDED(stats_mu_);
+  // Indexes the blocks r's sequence has filled since the last call.
+  void PublishFullBlocks(Request& r);
   bool RunStep() ABSL_LOCKS_EXCLUDED(mu_, stats_mu_);  // false: nothing could run (every request paused)
   void AfterGenerateLogits(Request& r, std::span<const float> logits) ABSL_LOCKS_EXCLUDED(mu_, stats_mu_);
   void AfterBeamLogits(Request& r, std::span<const float> logits, int64_t rows) ABSL_LOCKS_EXCLUDED(mu_, stats_mu_);

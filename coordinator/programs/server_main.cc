@@ -91,6 +91,10 @@ ABSL_FLAG(std::string, chat_template, "",
           "a Jinja chat template file for /v1/chat/completions, instead of the model folder's own");
 ABSL_FLAG(int32_t, max_unread_events, 256,
           "a client this many stream events behind is paused (its sequence not decoded) until it reads");
+ABSL_FLAG(bool, prompt_cache, true,
+          "reuse the KV cache of a prompt prefix already computed (e.g. a system prompt or a conversation "
+          "so far): a request prefills only the rest. Cached blocks no request holds are freed least "
+          "recently used first when the KV cache needs room");
 ABSL_FLAG(double, max_stall_s, 30,
           "a client paused this long has its request stopped with RESOURCE_EXHAUSTED and its KV cache freed; an HTTP "
           "client that takes none of a write for this long (plus 1 s) is disconnected");
@@ -224,6 +228,7 @@ absl::StatusOr<ServerSettings> SettingsFromFlags() {
   settings.scheduler.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   settings.scheduler.max_waiting = absl::GetFlag(FLAGS_max_waiting);
   settings.scheduler.max_unread_events = absl::GetFlag(FLAGS_max_unread_events);
+  settings.scheduler.prompt_cache = absl::GetFlag(FLAGS_prompt_cache);
   const double stall_s = absl::GetFlag(FLAGS_max_stall_s);
   if (!(stall_s > 0 && stall_s <= 86400)) {
     return absl::InvalidArgumentError(absl::StrCat("--max_stall_s ", stall_s, ": must be in (0, 86400]"));
@@ -456,7 +461,7 @@ std::vector<tandem::FlagGroup> ServerFlagGroups() {
        {"http_listen", "listen", "api_key_file", "api_key", "http_allow_remote", "insecure_no_auth", "cors_origins",
         "http_allowed_hosts"}},
       {"Context and batching",
-       {"kv_cache_tokens", "kv_block_size", "max_sequences", "max_batch_tokens", "max_waiting"}},
+       {"kv_cache_tokens", "kv_block_size", "prompt_cache", "max_sequences", "max_batch_tokens", "max_waiting"}},
   };
   for (tandem::FlagGroup& group : tandem::RuntimeFlagGroups()) groups.push_back(std::move(group));
   groups.push_back({"HTTP limits",

@@ -38,6 +38,7 @@ void ToProto(const RequestUsage& u, v1::Usage* out) {
   out->set_p99_inter_token_ms(u.p99_inter_token_ms);
   out->set_tokens_per_s(u.tokens_per_s);
   out->set_total_ms(u.total_ms);
+  out->set_cached_prompt_tokens(u.cached_prompt_tokens);
 }
 
 }  // namespace
@@ -291,6 +292,9 @@ grpc::Status InferenceService::GetStats(grpc::ServerContext*, const v1::GetStats
   out->set_kv_blocks_in_use(s.kv_blocks_in_use);
   out->set_kv_blocks_total(s.kv_blocks_total);
   out->set_kv_block_size(s.kv_block_size);
+  out->set_prompt_cache_hit_tokens(s.prompt_cache_hit_tokens);
+  out->set_kv_blocks_cached(s.kv_blocks_cached);
+  out->set_prompt_cache_evictions(s.prompt_cache_evictions);
   out->set_active_sequences(static_cast<int32_t>(s.active_sequences));
   for (size_t layer = 0; layer < s.mean_layers.size(); ++layer) {
     v1::LayerTiming* t = out->add_layers();

@@ -181,9 +181,13 @@ Json UsageJson(const HttpServer::Job& job) {
       completion += c.usage.generated_tokens;
     }
   }
+  // OpenAI's prompt caching report: the prompt tokens read from the cache.
+  int64_t cached = 0;
+  for (const auto& c : job.choices) cached = std::max(cached, c.usage.cached_prompt_tokens);
   return {{"prompt_tokens", job.prompt_tokens},
           {"completion_tokens", completion},
-          {"total_tokens", job.prompt_tokens + completion}};
+          {"total_tokens", job.prompt_tokens + completion},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 Json Envelope(const HttpServer::Job& job, bool chunk) {

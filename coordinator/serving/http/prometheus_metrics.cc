@@ -98,6 +98,15 @@ void AppendScheduler(std::string* out, const SchedulerStats& s) {
   rows.Sample(s.mean_batch_rows);
   Family kv_used(out, "tandem_kv_blocks_in_use", "gauge", "KV cache blocks held by sequences");
   kv_used.Sample(static_cast<double>(s.kv_blocks_in_use));
+  Family kv_cached(out, "tandem_kv_blocks_cached", "gauge",
+                   "KV cache blocks of cached prompt prefixes that no sequence holds (reusable memory)");
+  kv_cached.Sample(static_cast<double>(s.kv_blocks_cached));
+  Family cache_hits(out, "tandem_prompt_cache_hit_tokens_total", "counter",
+                    "prompt tokens read from the prompt cache instead of prefilled");
+  cache_hits.Sample(static_cast<double>(s.prompt_cache_hit_tokens));
+  Family cache_evictions(out, "tandem_prompt_cache_evictions_total", "counter",
+                         "cached prompt blocks reused for new sequences' memory");
+  cache_evictions.Sample(static_cast<double>(s.prompt_cache_evictions));
   Family kv_total(out, "tandem_kv_blocks_total", "gauge", "KV cache blocks in the pool");
   kv_total.Sample(static_cast<double>(s.kv_blocks_total));
   Family kv_usage(out, "tandem_kv_cache_usage_ratio", "gauge", "fraction of the KV cache in use");
