@@ -265,7 +265,7 @@ absl::StatusOr<std::vector<int32_t>> PromptOf(const HttpServer::Ready& ready, co
   }
   TANDEM_RETURN_IF_ERROR(CheckPromptTextFits(text->size(), ready.max_token_bytes, context, "messages"));
   LargeTextTurns::Turn turn(&large_texts, text->size());
-  absl::StatusOr<std::vector<int32_t>> ids = ready.chat->Encode(*ready.model, *text, /*add_bos=*/false);
+  absl::StatusOr<std::vector<int32_t>> ids = ready.chat->Encode(*ready.model, *text, /*add_special_tokens=*/false);
   if (ids.ok() && ids->empty()) return absl::InvalidArgumentError("messages: the chat renders to no tokens");
   return ids;
 }
