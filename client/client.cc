@@ -132,6 +132,7 @@ v1::GenerateRequest ToProto(const GenerateOptions& o) {
   r.mutable_stop_ids()->Add(o.stop_ids.begin(), o.stop_ids.end());
   r.set_ignore_eos(o.ignore_eos);
   r.set_logprobs(o.logprobs);
+  r.mutable_logit_bias()->insert(o.logit_bias.begin(), o.logit_bias.end());
   return r;
 }
 
@@ -148,6 +149,7 @@ v1::BeamSearchRequest ToProto(const BeamSearchOptions& o, bool stream_progress) 
   r.mutable_stop_ids()->Add(o.stop_ids.begin(), o.stop_ids.end());
   r.set_ignore_eos(o.ignore_eos);
   r.set_stream_progress(stream_progress);
+  r.mutable_logit_bias()->insert(o.logit_bias.begin(), o.logit_bias.end());
   return r;
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,6 +43,9 @@ struct GenerateOptions {
   std::vector<int32_t> stop_ids;      // stop after emitting one of these
   bool ignore_eos = false;
   int32_t logprobs = 0;  // top-K log probabilities per position; 0 = none
+  // Token id -> a bias in [-100, 100] added to its logit (OpenAI's
+  // logit_bias); logprobs are then of the biased distribution.
+  std::map<int32_t, float> logit_bias;
 };
 
 struct TopLogprob {
@@ -95,6 +99,7 @@ struct BeamSearchOptions {
   std::optional<int32_t> num_return_sequences;  // 1..beam_width; unset: 1
   std::vector<int32_t> stop_ids;                // end a beam like EOS
   bool ignore_eos = false;
+  std::map<int32_t, float> logit_bias;  // as GenerateOptions', added to every beam's logits
 };
 
 struct BeamSequence {

@@ -1,7 +1,8 @@
 // The HTTP front end's untrusted JSON: a request body through the same
-// steps a /v1/chat/completions or /v1/completions request takes before the
-// scheduler (coordinator/http/: bounded parse, field checks, the chat
-// template over the messages and tools).
+// steps a /v1/chat/completions, /v1/completions or /apply-template request
+// takes before the scheduler (coordinator/serving/http/: bounded parse,
+// field checks, the chat template over the messages and, as
+// /apply-template renders them, the tools).
 #include <memory>
 #include "absl/strings/string_view.h"
 
@@ -38,13 +39,16 @@ absl::Status FuzzHttpRequestBody(FuzzBytes bytes) {
   if (!parsed->value.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
   absl::StatusOr<OpenAiRequest> completion = ParseOpenAiRequest(OpenAiEndpoint::kCompletion, parsed->value);
   absl::StatusOr<OpenAiRequest> chat = ParseOpenAiRequest(OpenAiEndpoint::kChat, parsed->value);
-  if (!chat.ok()) return completion.ok() ? absl::OkStatus() : chat.status();
+  // Takes every body chat takes, and tools: what the template then renders.
+  absl::StatusOr<OpenAiRequest> rendered = ParseOpenAiRequest(OpenAiEndpoint::kApplyTemplate, parsed->value);
+  if (chat.ok() && !rendered.ok()) return absl::InternalError("a chat body /apply-template refuses");
+  if (!rendered.ok()) return completion.ok() ? absl::OkStatus() : rendered.status();
   const ChatTemplate* chat_template = Template();
   if (chat_template == nullptr) return absl::InternalError("the fuzz target's chat template does not compile");
   ChatTemplateInputs inputs;
-  inputs.messages = chat->messages;
-  inputs.tools = chat->tools;
-  inputs.add_generation_prompt = chat->add_generation_prompt;
+  inputs.messages = rendered->messages;
+  inputs.tools = rendered->tools;
+  inputs.add_generation_prompt = rendered->add_generation_prompt;
   return chat_template->Render(inputs).status();
 }
 

@@ -66,6 +66,22 @@ TEST(BeamSearchTest, FirstStepTakesTheBestTokensOfThePrompt) {
   EXPECT_FALSE(s.done());
 }
 
+TEST(BeamSearchTest, LogitBiasReordersTheOffersAndScoresTheBiasedDistribution) {
+  BeamSearchParams p = Params(2, 4);
+  // Probabilities 0.1, 0.5, 0.3, 0.05, 0.05; token 1 banned, token 3 x8.
+  p.logit_bias = {{1, -100.0f}, {3, static_cast<float>(std::log(8.0))}};
+  BeamSearchState s(p);
+  const auto choices = s.Step(Row({0.1, 0.5, 0.3, 0.05, 0.05}), kVocab);
+  ASSERT_EQ(choices.size(), 2u);
+  EXPECT_EQ(choices[0].token, 3);
+  EXPECT_EQ(choices[1].token, 2);
+  // Of the biased distribution: masses 0.1, ~0, 0.3, 0.4, 0.05 (sum 0.85).
+  EXPECT_NEAR(s.live()[0].sum_logprob, std::log(0.4 / 0.85), 1e-5);
+  EXPECT_NEAR(s.live()[1].sum_logprob, std::log(0.3 / 0.85), 1e-5);
+  p.logit_bias = {{7, 1.0f}};
+  EXPECT_NE(p.Validate(kVocab).message().find("logit_bias: key \"7\""), std::string::npos);
+}
+
 TEST(BeamSearchTest, BeamsCompeteAcrossParents) {
   BeamSearchState s(Params(2, 4));
   s.Step(Row({0.1, 0.5, 0.3, 0.05, 0.05}), kVocab);

@@ -1,7 +1,8 @@
 // tandem-server's OpenAI-compatible HTTP API as a real process (gRPC on a
 // unix socket, HTTP on a free loopback port): completions and chat
 // completions, streamed and not, equal the gRPC API's tokens for the same
-// request; n, logprobs, stop, penalties and beam search in OpenAI's shapes;
+// request; n, logprobs, stop, penalties, logit_bias and beam search in
+// OpenAI's shapes; fields tandem does not implement refused by name;
 // tokenize / detokenize / apply-template as llama.cpp's server has them;
 // health and Prometheus metrics; every bad request an OpenAI-shaped error
 // with the right status; and a streaming client that goes away cancels its
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,12 +44,14 @@ struct GrpcText {
 };
 
 // Greedy through the gRPC API: the oracle of the HTTP answers.
-GrpcText GrpcGreedy(ServerProcess& server, const std::vector<int32_t>& prompt, int max_tokens) {
+GrpcText GrpcGreedy(ServerProcess& server, const std::vector<int32_t>& prompt, int max_tokens,
+                    const std::map<int32_t, float>& logit_bias = {}) {
   v1::GenerateRequest request;
   request.mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
   request.set_max_tokens(max_tokens);
   request.set_temperature(0);
   request.set_ignore_eos(true);
+  for (const auto& [id, bias] : logit_bias) (*request.mutable_logit_bias())[id] = bias;
   grpc::ClientContext context;
   auto reader = server.NewStub()->Generate(&context, request);
   GrpcText out;
@@ -352,6 +356,159 @@ TEST_F(HttpServerTest, LogprobsInBothShapes) {
     // Greedy: the chosen token is the most likely one.
     EXPECT_NEAR(t["top_logprobs"][0]["logprob"].get<double>(), t["logprob"].get<double>(), 1e-6);
   }
+}
+
+// logit_bias (OpenAI's): -100 on the greedy token makes another one
+// greedy, +100 on a token forces it at every step with a logprob near 0
+// (logprobs are of the biased distribution), and HTTP (completions and
+// chat) and gRPC give the same tokens.
+TEST_F(HttpServerTest, LogitBiasMovesTheGreedyTokenAndHttpAgreesWithGrpc) {
+  const auto prompt = RandomTokens(6, 512, 77);
+  const GrpcText plain = GrpcGreedy(grpc(), prompt, 3);
+  ASSERT_EQ(plain.ids.size(), 3u);
+  const int32_t greedy = plain.ids[0];
+  const GrpcText banned = GrpcGreedy(grpc(), prompt, 3, {{greedy, -100.0f}});
+  ASSERT_EQ(banned.ids.size(), 3u);
+  for (int32_t id : banned.ids) EXPECT_NE(id, greedy);
+  const int32_t forced_id = greedy == 300 ? 301 : 300;
+  const GrpcText forced = GrpcGreedy(grpc(), prompt, 3, {{forced_id, 100.0f}});
+  EXPECT_EQ(forced.ids, std::vector<int32_t>(3, forced_id));
+
+  auto http = [&](const json& bias, bool logprobs) {
+    json request = {{"prompt", prompt}, {"max_tokens", 3}, {"temperature", 0}, {"ignore_eos", true},
+                    {"logit_bias", bias}};
+    if (logprobs) request["logprobs"] = 1;
+    return Post("/v1/completions", request);
+  };
+  HttpReply banned_http = http({{std::to_string(greedy), -100}}, false);
+  ASSERT_EQ(banned_http.status, 200) << banned_http.body;
+  EXPECT_EQ(banned_http.json["choices"][0]["text"], banned.text);
+  HttpReply forced_http = http({{std::to_string(forced_id), 100}}, true);
+  ASSERT_EQ(forced_http.status, 200) << forced_http.body;
+  EXPECT_EQ(forced_http.json["choices"][0]["text"], forced.text);
+  for (const json& logprob : forced_http.json["choices"][0]["logprobs"]["token_logprobs"]) {
+    EXPECT_GT(logprob.get<double>(), -1e-3) << forced_http.body;
+  }
+  // Chat takes it too: every token the forced one, its logprob near 0.
+  HttpReply chat = Post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                                 {"max_tokens", 2},
+                                                 {"temperature", 0},
+                                                 {"ignore_eos", true},
+                                                 {"logprobs", true},
+                                                 {"logit_bias", {{std::to_string(forced_id), 100}}}});
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  const json& content = chat.json["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 2u) << chat.body;
+  EXPECT_EQ(content[0]["bytes"], content[1]["bytes"]);
+  for (const json& t : content) EXPECT_GT(t["logprob"].get<double>(), -1e-3) << chat.body;
+  ExpectAllBlocksFree();
+}
+
+// The same bias through both APIs' beam search gives the same beams; keys
+// outside the vocabulary are refused naming logit_bias and the key.
+TEST_F(HttpServerTest, LogitBiasReachesBeamSearchAndBadKeysAreNamed) {
+  const auto prompt = RandomTokens(6, 512, 77);
+  const int32_t greedy = GrpcGreedy(grpc(), prompt, 1).ids.at(0);
+  v1::BeamSearchRequest beam;
+  beam.mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
+  beam.set_beam_width(2);
+  beam.set_max_tokens(3);
+  beam.set_ignore_eos(true);
+  (*beam.mutable_logit_bias())[greedy] = -100.0f;
+  grpc::ClientContext context;
+  auto reader = grpc().NewStub()->BeamSearch(&context, beam);
+  std::vector<std::vector<int32_t>> beams;
+  std::string best_text;
+  v1::BeamSearchResponse response;
+  while (reader->Read(&response)) {
+    for (const v1::BeamSequence& sequence : response.sequences()) {
+      beams.emplace_back(sequence.ids().begin(), sequence.ids().end());
+      if (best_text.empty()) best_text = sequence.text();
+    }
+  }
+  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_FALSE(beams.empty());
+  for (int32_t id : beams[0]) EXPECT_NE(id, greedy);
+  HttpReply beam_http = Post("/v1/completions", {{"prompt", prompt},
+                                                 {"max_tokens", 3},
+                                                 {"beam_width", 2},
+                                                 {"ignore_eos", true},
+                                                 {"logit_bias", {{std::to_string(greedy), -100}}}});
+  ASSERT_EQ(beam_http.status, 200) << beam_http.body;
+  EXPECT_EQ(beam_http.json["choices"][0]["text"], best_text);
+
+  // Keys the model has no token for, and values out of range.
+  auto http = [&](const json& bias) {
+    return Post("/v1/completions", {{"prompt", prompt}, {"max_tokens", 3}, {"logit_bias", bias}});
+  };
+  for (const json& bias : {json{{"512", 1}}, json{{"99999", -5}}}) {
+    HttpReply bad = http(bias);
+    ExpectError(bad, 400, "logit_bias");
+    EXPECT_TRUE(absl::StrContains(bad.json["error"]["message"].get<std::string>(), bias.begin().key())) << bad.body;
+  }
+  ExpectError(http({{"abc", 1}}), 400, "logit_bias");
+  ExpectError(http({{"5", 250}}), 400, "logit_bias");
+  v1::GenerateRequest outside;
+  outside.mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
+  (*outside.mutable_logit_bias())[512] = 1.0f;
+  grpc::ClientContext outside_context;
+  auto outside_reader = grpc().NewStub()->Generate(&outside_context, outside);
+  v1::GenerateResponse ignored;
+  while (outside_reader->Read(&ignored)) {
+  }
+  const grpc::Status status = outside_reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(status.error_message(), "logit_bias: key \"512\"")) << status.error_message();
+  ExpectAllBlocksFree();
+}
+
+// Nothing is silently ignored: what tandem does not do is a 400 naming the
+// field (openai_request_test checks every one; these through the server),
+// and the harmless fields are accepted without changing the text.
+TEST_F(HttpServerTest, UnsupportedFieldsAreRefusedAndHarmlessOnesChangeNothing) {
+  const json messages = {{{"role", "user"}, {"content", "hi"}}};
+  const json chat = {{"messages", messages}, {"max_tokens", 3}, {"temperature", 0}, {"ignore_eos", true}};
+  auto with = [](json body, const char* field, json value) {
+    body[field] = std::move(value);
+    return body;
+  };
+  const json tool = {{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}};
+  ExpectError(Post("/v1/chat/completions", with(chat, "tools", json::array({tool}))), 400, "tools");
+  ExpectError(Post("/v1/chat/completions", with(chat, "tool_choice", "required")), 400, "tool_choice");
+  ExpectError(Post("/v1/chat/completions", with(chat, "response_format", {{"type", "json_object"}})), 400,
+              "response_format");
+  ExpectError(Post("/v1/chat/completions", with(chat, "no_such_field", 1)), 400, "no_such_field");
+  ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"echo", true}}), 400, "echo");
+  ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"best_of", 3}}), 400, "best_of");
+  ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"suffix", "end"}}), 400, "suffix");
+  ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"grammar", "root ::= \"a\""}}), 400, "grammar");
+  HttpReply unknown = Post("/v1/completions", {{"prompt", "hi"}, {"temprature", 0}});
+  ExpectError(unknown, 400, "temprature");
+  EXPECT_TRUE(absl::StrContains(unknown.json["error"]["message"].get<std::string>(), "unknown field")) << unknown.body;
+
+  HttpReply plain = Post("/v1/chat/completions", chat);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  json harmless = chat;
+  harmless["user"] = "someone";
+  harmless["store"] = false;
+  harmless["metadata"] = {{"k", "v"}};
+  harmless["service_tier"] = "auto";
+  harmless["tool_choice"] = "none";
+  harmless["parallel_tool_calls"] = false;
+  harmless["response_format"] = {{"type", "text"}};
+  harmless["modalities"] = {"text"};
+  harmless["n"] = 1;
+  harmless["presence_penalty"] = 0;
+  harmless["frequency_penalty"] = 0;
+  HttpReply same = Post("/v1/chat/completions", harmless);
+  ASSERT_EQ(same.status, 200) << same.body;
+  EXPECT_EQ(same.json["choices"][0]["message"]["content"], plain.json["choices"][0]["message"]["content"]);
+  HttpReply completion =
+      Post("/v1/completions", {{"prompt", "hi"}, {"max_tokens", 2}, {"echo", false}, {"best_of", 1}, {"user", "u"}});
+  EXPECT_EQ(completion.status, 200) << completion.body;
+  // /apply-template only renders: tools are fine there.
+  HttpReply applied = Post("/apply-template", {{"messages", messages}, {"tools", json::array({tool})}});
+  EXPECT_EQ(applied.status, 200) << applied.body;
 }
 
 TEST_F(HttpServerTest, BeamSearchThroughBeamWidth) {

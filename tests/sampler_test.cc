@@ -4,8 +4,9 @@
 // keep exactly the prefix a full sort gives, min-p never picks
 // a token below its floor, presence/frequency penalties lower what was
 // generated (by once / by count), the repetition penalty divides positive
-// and multiplies negative logits of prompt and output tokens, and every
-// out-of-range parameter is refused naming its field.
+// and multiplies negative logits of prompt and output tokens, logit_bias
+// moves greedy and sampled choices and the logprobs reported with them,
+// and every out-of-range parameter is refused naming its field.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -198,6 +199,33 @@ TEST(SamplerTest, PenaltiesApplyBeforeSampling) {
   EXPECT_LT(penalized, 125);
 }
 
+TEST(SamplerTest, LogitBiasMovesGreedyChoicesAndTheReportedDistribution) {
+  const std::vector<float> logits = {0.1f, 2.0f, 1.0f, -0.5f};
+  // -100 on the argmax: the next best; +100 on a poor token: that one.
+  Sampler banned({.temperature = 0, .logit_bias = {{1, -100.0f}}});
+  EXPECT_EQ(banned.Sample(logits), 2);
+  Sampler forced({.temperature = 0, .logit_bias = {{3, 100.0f}}});
+  EXPECT_EQ(forced.Sample(logits), 3);
+  // What logprobs are reported of: the biased logits; without a bias, the
+  // caller's own span (no copy).
+  ASSERT_EQ(forced.biased().size(), logits.size());
+  EXPECT_FLOAT_EQ(forced.biased()[3], 99.5f);
+  EXPECT_FLOAT_EQ(forced.biased()[1], 2.0f);
+  EXPECT_GT(LogProbability(forced.biased(), 3), -1e-6);
+  Sampler plain({.temperature = 0});
+  plain.Sample(logits);
+  EXPECT_EQ(plain.biased().data(), logits.data());
+  // Sampling draws from softmax(logits + bias).
+  const std::vector<float> flat = {0.0f, 0.0f, 0.0f, 0.0f};
+  Sampler sampled({.temperature = 1.0f, .seed = 3, .logit_bias = {{0, std::log(3.0f)}, {2, -100.0f}}});
+  ExpectFrequencies(sampled, flat, {0.6, 0.2, 0.0, 0.2});
+  // Applied before the penalties: a banned token stays banned when the
+  // repetition penalty multiplies its negative logit.
+  Sampler penalized({.temperature = 0, .repetition_penalty = 1.3f, .logit_bias = {{1, -100.0f}}},
+                    std::vector<int32_t>{1});
+  EXPECT_EQ(penalized.Sample(logits), 2);
+}
+
 TEST(SamplerTest, InvalidParametersNameTheirField) {
   struct Case {
     SamplingParams params;
@@ -210,15 +238,21 @@ TEST(SamplerTest, InvalidParametersNameTheirField) {
       {{.frequency_penalty = -3.0f}, "frequency_penalty"},
       {{.repetition_penalty = 0.0f}, "repetition_penalty"},
       {{.repetition_penalty = NAN}, "repetition_penalty"},
+      {{.logit_bias = {{100, 1.0f}}}, "logit_bias: key \"100\""},
+      {{.logit_bias = {{-1, 1.0f}}}, "logit_bias: key \"-1\""},
+      {{.logit_bias = {{5, 100.5f}}}, "logit_bias: key \"5\""},
+      {{.logit_bias = {{5, NAN}}}, "logit_bias: key \"5\""},
+      {{.logit_bias = {{5, 1.0f}, {5, 2.0f}}}, "logit_bias: key \"5\""},
+      {{.logit_bias = std::vector<LogitBias>(kMaxLogitBiasTokens + 1)}, "logit_bias: at most"},
   };
   for (const Case& c : cases) {
-    const absl::Status status = c.params.Validate();
+    const absl::Status status = c.params.Validate(/*vocab_size=*/100);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << c.field;
     EXPECT_NE(status.message().find(c.field), std::string_view::npos) << status;
   }
   EXPECT_OK(
       (SamplingParams{.min_p = 0.05f, .presence_penalty = -2.0f, .frequency_penalty = 2.0f, .repetition_penalty = 1.1f})
-          .Validate());
+          .Validate(/*vocab_size=*/100));
 }
 
 }  // namespace

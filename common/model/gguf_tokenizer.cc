@@ -1,11 +1,10 @@
 #include "common/model/gguf_tokenizer.h"
 
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "common/chat/model_defaults.h"
 #include "common/base/status_macros.h"
 #include "common/model/sentencepiece_proto.h"
 #include "common/tokenizer/gguf_pre_tokenizers.h"
@@ -16,7 +15,6 @@ namespace tandem {
 namespace {
 
 namespace fs = std::filesystem;
-using json = nlohmann::json;
 
 constexpr char kTokensKey[] = "tokenizer.ggml.tokens";
 constexpr char kScoresKey[] = "tokenizer.ggml.scores";
@@ -42,8 +40,10 @@ absl::StatusOr<int32_t> OptionalId(const GgufMetadata& m, const char* key, size_
   return static_cast<int32_t>(id);
 }
 
-// Token types may be stored as any integer array; the converter writes int32.
-absl::StatusOr<std::vector<int32_t>> TokenTypes(const GgufMetadata& m, const std::string& source) {
+}  // namespace
+
+// The converter writes int32; other integer arrays are read too.
+absl::StatusOr<std::vector<int32_t>> GgufTokenTypes(const GgufMetadata& m, const std::string& source) {
   const GgufValue* value = m.Find(kTypesKey);
   if (value == nullptr) return absl::NotFoundError(absl::StrCat(source, ": key ", kTypesKey, " not found"));
   const GgufArray* array = value->As<GgufArray>();
@@ -56,14 +56,10 @@ absl::StatusOr<std::vector<int32_t>> TokenTypes(const GgufMetadata& m, const std
       absl::StrCat(source, ": key ", kTypesKey, " is ", value->DebugString(), ", expected an array of int32"));
 }
 
-// Whether token `id` is one of the converter's fillers up to the model's
-// vocab_size: unused, or (older converters) user-defined "[PAD<id>]".
-bool IsPadding(const std::string& token, int32_t type, size_t id) {
+bool IsGgufPaddingToken(const std::string& token, int32_t type, size_t id) {
   return type == static_cast<int32_t>(PieceType::kUnused) ||
          (type == static_cast<int32_t>(PieceType::kUserDefined) && token == absl::StrCat("[PAD", id, "]"));
 }
-
-}  // namespace
 
 bool GgufHasTokenizer(const GgufMetadata& metadata) { return metadata.Contains(kGgufTokenizerModelKey); }
 
@@ -76,7 +72,7 @@ absl::StatusOr<std::string> SentencePieceProtoFromGguf(const GgufMetadata& m, co
   }
   TANDEM_ASSIGN_OR_RETURN(const GgufArray* tokens_array, m.GetArray(kTokensKey, GgufValueType::kString));
   TANDEM_ASSIGN_OR_RETURN(const GgufArray* scores_array, m.GetArray(kScoresKey, GgufValueType::kFloat32));
-  TANDEM_ASSIGN_OR_RETURN(const std::vector<int32_t> types, TokenTypes(m, source));
+  TANDEM_ASSIGN_OR_RETURN(const std::vector<int32_t> types, GgufTokenTypes(m, source));
   const std::vector<std::string>& tokens = *tokens_array->As<std::string>();
   const std::vector<float>& scores = *scores_array->As<float>();
   if (tokens.empty() || scores.size() != tokens.size() || types.size() != tokens.size()) {
@@ -89,7 +85,7 @@ absl::StatusOr<std::string> SentencePieceProtoFromGguf(const GgufMetadata& m, co
   size_t keep = tokens.size();  // drop the converter's trailing padding
   while (keep > 1 &&
          ((types[keep - 1] == static_cast<int32_t>(PieceType::kUnused) && tokens[keep - 1].rfind("[PAD", 0) == 0) ||
-          IsPadding(tokens[keep - 1], static_cast<int32_t>(PieceType::kUserDefined), keep - 1))) {
+          IsGgufPaddingToken(tokens[keep - 1], static_cast<int32_t>(PieceType::kUserDefined), keep - 1))) {
     --keep;
   }
   // Older converters typed <unk> as a control token (and the padding as
@@ -193,7 +189,7 @@ absl::StatusOr<Json> TokenizerJsonFromGguf(const GgufMetadata& m, const std::str
   const std::vector<std::string>& tokens = *tokens_array->As<std::string>();
   std::vector<int32_t> types(tokens.size(), static_cast<int32_t>(PieceType::kNormal));
   if (m.Contains(kTypesKey)) {
-    TANDEM_ASSIGN_OR_RETURN(types, TokenTypes(m, source));
+    TANDEM_ASSIGN_OR_RETURN(types, GgufTokenTypes(m, source));
   }
   if (tokens.empty() || types.size() != tokens.size()) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": ", kTokensKey, " and ", kTypesKey,
@@ -211,7 +207,7 @@ absl::StatusOr<Json> TokenizerJsonFromGguf(const GgufMetadata& m, const std::str
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": key ", kTypesKey, "[", i, "] is ", types[i], " (types are 1..6)"));
     }
-    if (IsPadding(tokens[i], types[i], i)) continue;
+    if (IsGgufPaddingToken(tokens[i], types[i], i)) continue;
     if (tokens[i].empty()) return absl::InvalidArgumentError(absl::StrCat(where, " is empty"));
     TANDEM_RETURN_IF_ERROR(CheckUtf8(tokens[i], where));
     if (auto [it, inserted] = vocab.emplace(tokens[i], i); !inserted) {
@@ -315,54 +311,14 @@ absl::Status AddSentencePieceVocabToGguf(const std::string& model_proto, const M
 
 namespace {
 
-// tokenizer_config.json, or null when the folder has none.
-absl::StatusOr<json> ReadTokenizerConfig(const fs::path& dir) {
-  const fs::path path = dir / "tokenizer_config.json";
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return json();
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) return absl::NotFoundError(absl::StrCat(path.string(), ": cannot read"));
-  try {
-    json j = json::parse(text.str());
-    if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path.string(), ": not a JSON object"));
-    return j;
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path.string(), ": ", e.what()));
-  }
-}
-
-// The templates a tokenizer_config.json or chat_template.jinja holds, as
-// (key, template) pairs in GGUF's naming.
-absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ChatTemplates(const fs::path& dir) {
-  TANDEM_ASSIGN_OR_RETURN(const json config, ReadTokenizerConfig(dir));
+// The folder's templates as transformers finds them (chat_template.jinja,
+// then chat_template.json, then tokenizer_config.json: LoadModelDefaults),
+// as (key, template) pairs in GGUF's naming.
+std::vector<std::pair<std::string, std::string>> GgufChatTemplates(const TokenizerDefaults& tokenizer) {
   std::vector<std::pair<std::string, std::string>> out;
-  if (config.is_object() && config.contains("chat_template")) {
-    const json& t = config["chat_template"];
-    if (t.is_string()) {
-      out.emplace_back(kGgufChatTemplateKey, t.get<std::string>());
-    } else if (t.is_array()) {
-      for (const json& entry : t) {
-        if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") ||
-            !entry["name"].is_string() || !entry["template"].is_string()) {
-          return absl::InvalidArgumentError(absl::StrCat((dir / "tokenizer_config.json").string(),
-                                                         ": chat_template entries need a name and a template"));
-        }
-        const std::string name = entry["name"].get<std::string>();
-        out.emplace_back(
-            name == "default" ? std::string(kGgufChatTemplateKey) : absl::StrCat(kGgufChatTemplateKey, ".", name),
-            entry["template"].get<std::string>());
-      }
-    }
-    return out;
-  }
-  std::error_code ec;
-  if (fs::exists(dir / "chat_template.jinja", ec)) {
-    std::ifstream in(dir / "chat_template.jinja");
-    std::stringstream text;
-    text << in.rdbuf();
-    out.emplace_back(kGgufChatTemplateKey, text.str());
+  for (const auto& [name, text] : tokenizer.named_chat_templates) {
+    out.emplace_back(name == "default" ? std::string(kGgufChatTemplateKey) : absl::StrCat(kGgufChatTemplateKey, ".", name),
+                     text);
   }
   return out;
 }
@@ -370,25 +326,11 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ChatTemplates(c
 }  // namespace
 
 absl::Status AddHfTokenizerConfigToGguf(const fs::path& dir, GgufMetadata* m) {
-  TANDEM_ASSIGN_OR_RETURN(const json config, ReadTokenizerConfig(dir));
-  if (config.is_object()) {
-    for (const char* key : {"add_bos_token", "add_eos_token"}) {
-      if (config.contains(key) && config[key].is_boolean()) {
-        m->Set(absl::StrCat("tokenizer.ggml.", key), config[key].get<bool>());
-      }
-    }
-  }
-  TANDEM_ASSIGN_OR_RETURN(auto templates, ChatTemplates(dir));
-  for (auto& [key, text] : templates) m->Set(key, std::move(text));
+  TANDEM_ASSIGN_OR_RETURN(const ModelDefaults defaults, LoadModelDefaults(dir));
+  if (defaults.tokenizer.add_bos_token) m->Set("tokenizer.ggml.add_bos_token", *defaults.tokenizer.add_bos_token);
+  if (defaults.tokenizer.add_eos_token) m->Set("tokenizer.ggml.add_eos_token", *defaults.tokenizer.add_eos_token);
+  for (auto& [key, text] : GgufChatTemplates(defaults.tokenizer)) m->Set(key, std::move(text));
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> HfChatTemplate(const fs::path& dir) {
-  TANDEM_ASSIGN_OR_RETURN(auto templates, ChatTemplates(dir));
-  for (auto& [key, text] : templates) {
-    if (key == kGgufChatTemplateKey) return std::move(text);
-  }
-  return std::string();
 }
 
 }  // namespace tandem

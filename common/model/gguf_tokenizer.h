@@ -26,7 +26,7 @@
 // Writing follows the converter's _set_vocab_sentencepiece: every piece of
 // tokenizer.model, padded with "[PAD<id>]" unused pieces up to the model's
 // vocab_size, special ids from config.json, add_bos/add_eos and the chat
-// template from tokenizer_config.json when present.
+// templates the folder has (AddHfTokenizerConfigToGguf).
 //
 // Errors name the file (`source`) and the key. Stateless functions.
 #pragma once
@@ -34,6 +34,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -50,6 +51,13 @@ inline constexpr char kGgufChatTemplateKey[] = "tokenizer.chat_template";
 
 // Whether the metadata has a tokenizer at all (tokenizer.ggml.model).
 bool GgufHasTokenizer(const GgufMetadata& metadata);
+// tokenizer.ggml.token_type, one PieceType per token (sentencepiece_proto.h).
+// NotFound when absent; InvalidArgument naming `source` and the key when it
+// is not an integer array.
+absl::StatusOr<std::vector<int32_t>> GgufTokenTypes(const GgufMetadata& metadata, const std::string& source);
+// Whether token `id` is one of the converter's fillers up to the model's
+// vocab_size: unused, or (older converters) user-defined "[PAD<id>]".
+bool IsGgufPaddingToken(const std::string& token, int32_t type, size_t id);
 
 // The serialized SentencePiece model proto for a "llama" vocabulary.
 // InvalidArgument naming `source` and the key for another tokenizer model,
@@ -74,13 +82,12 @@ absl::StatusOr<std::string> ChatTemplateFromGguf(const GgufMetadata& metadata);
 // tokenizer.model) of a model with `config`. `source` names the file.
 absl::Status AddSentencePieceVocabToGguf(const std::string& model_proto, const ModelConfig& config,
                                          const std::string& source, GgufMetadata* metadata);
-// From <dir>/tokenizer_config.json when present: tokenizer.ggml.add_bos_token,
-// add_eos_token and tokenizer.chat_template (a string, or a list of named
-// templates: "default" as tokenizer.chat_template, the others as
-// tokenizer.chat_template.<name>); else from <dir>/chat_template.jinja.
-// InvalidArgument naming the file when it is not valid JSON.
+// The folder's tokenizer.ggml.add_bos_token, add_eos_token and
+// tokenizer.chat_template (the "default" template, the others as
+// tokenizer.chat_template.<name>), found as transformers finds them:
+// chat_template.jinja, then chat_template.json, then tokenizer_config.json
+// (LoadModelDefaults). InvalidArgument naming the file when one is
+// malformed.
 absl::Status AddHfTokenizerConfigToGguf(const std::filesystem::path& model_dir, GgufMetadata* metadata);
-// The chat template a Hugging Face folder carries, as above; "" when none.
-absl::StatusOr<std::string> HfChatTemplate(const std::filesystem::path& model_dir);
 
 }  // namespace tandem

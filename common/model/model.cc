@@ -16,6 +16,7 @@
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
+#include "common/model/gguf_chat_defaults.h"
 #include "common/model/gguf_model_config.h"
 #include "common/model/gguf_names.h"
 #include "common/model/gguf_tokenizer.h"
@@ -151,6 +152,16 @@ absl::StatusOr<std::unique_ptr<Model>> LoadGgufModel(const std::filesystem::path
     model->no_tokenizer_reason = std::string(tokenizer.status().message());
     LOG_WARNING(model->no_tokenizer_reason);
   }
+  // The chat template and its special tokens, as a folder's files give them.
+  // Malformed ones fail the load, unless the vocabulary was unreadable
+  // already: such a model serves token ids, and needs none of it.
+  if (absl::StatusOr<ModelDefaults> defaults = ModelDefaultsFromGguf(metadata, model->origin); defaults.ok()) {
+    model->defaults = std::move(*defaults);
+  } else if (model->tokenizer != nullptr) {
+    return defaults.status();
+  } else {
+    LOG_WARNING(defaults.status().message(), ": the model's chat template is not used");
+  }
   const GgufSourceOptions source_options{.quantized = options.quantized,
                                          .experts = options.experts,
                                          .num_threads = options.num_threads,
@@ -214,11 +225,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::filesystem::path& di
     LOG_WARNING(dir.string(), " has no tokenizer.model or tokenizer.json: only token-id requests will be served");
   }
   TANDEM_RETURN_IF_ERROR(CheckStopIds(model->defaults, model->config, dir));
-  if (absl::StatusOr<std::string> chat_template = HfChatTemplate(dir); chat_template.ok()) {
-    model->chat_template = std::move(*chat_template);
-  } else {
-    LOG_WARNING(chat_template.status().message(), ": the model has no chat template");
-  }
+  model->chat_template = model->defaults.tokenizer.chat_template.value_or(std::string());
   model->summary = ModelSummary(*model, absl::StrCat(model->config.torch_dtype, " safetensors"));
   return model;
 }

@@ -34,8 +34,9 @@ struct Model {
   // or tokenizer_config.json's); "" when none.
   std::string chat_template;
   // A folder's generation_config.json and tokenizer_config.json (and their
-  // companions): its own stop ids, sampling defaults and special tokens.
-  // Empty for GGUF files and synthetic models.
+  // companions): its own stop ids, sampling defaults and special tokens. A
+  // GGUF's chat template, special tokens and add_bos/add_eos
+  // (gguf_chat_defaults.h). Empty for synthetic models.
   ModelDefaults defaults;
   // One line for logs and model info: origin, architecture, sizes, stored
   // weight types and any fallback taken at load.

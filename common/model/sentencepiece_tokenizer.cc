@@ -133,6 +133,10 @@ absl::StatusOr<std::vector<int32_t>> SentencePieceTokenizer::Encode(std::string_
   return ids;
 }
 
+void SentencePieceTokenizer::AddSpecialTokens(std::vector<int32_t>* ids) const {
+  if (bos_id() >= 0) ids->insert(ids->begin(), bos_id());
+}
+
 absl::StatusOr<std::string> SentencePieceTokenizer::DecodeKnown(const std::vector<int>& ids) const {
   std::string text;
   const absl::Status status = FromSentencePiece(processor_->Decode(ids, &text), "decoding with", path_);

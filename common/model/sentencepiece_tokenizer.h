@@ -43,6 +43,8 @@ class SentencePieceTokenizer final : public Tokenizer {
 
   // add_bos adds the BOS piece (FailedPrecondition when the model has none).
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_bos) const override;
+  // BOS first when the model has one.
+  void AddSpecialTokens(std::vector<int32_t>* ids) const override;
   using Tokenizer::Decode;
   // Control pieces (<s>, </s>) decode to nothing, or to their piece text
   // without skip_special_tokens.

@@ -39,6 +39,9 @@ class BpeTokenizer final : public Tokenizer {
 
   using Tokenizer::Decode;
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_bos) const override;
+  void AddSpecialTokens(std::vector<int32_t>* ids) const override {
+    if (parts_.post_processor != nullptr) parts_.post_processor->Process(ids, /*add_special_tokens=*/true);
+  }
   absl::StatusOr<std::string> Decode(std::span<const int32_t> ids, const DecodeOptions& options) const override;
   std::string PieceText(int32_t id) const override;
   int32_t vocab_size() const override;

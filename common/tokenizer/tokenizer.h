@@ -35,6 +35,11 @@ class Tokenizer {
   // the text are always recognised. InvalidArgument naming the tokenizer
   // when `text` is not valid UTF-8.
   virtual absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool add_bos) const = 0;
+  // What Encode(text, true) adds around the ids of `text`, added around
+  // `ids` (text encoded in pieces, between special tokens): BOS for
+  // SentencePiece when it has one, the post-processor's tokens for a
+  // tokenizer.json, none for Qwen2.
+  virtual void AddSpecialTokens(std::vector<int32_t>* ids) const = 0;
 
   // The text of `ids`, special tokens left out. Ids the tokenizer does not
   // hold decode to nothing rather than fail: a model's embedding may be

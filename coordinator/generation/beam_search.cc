@@ -30,7 +30,7 @@ absl::Status BeamSearchParams::Validate(int64_t vocab_size) const {
           absl::StrCat("end_ids[", i, "] = ", end_ids[i], " is outside the vocabulary [0, ", vocab_size, ")"));
     }
   }
-  return absl::OkStatus();
+  return ValidateLogitBias(logit_bias, vocab_size);
 }
 
 void LogSoftmax(std::span<const float> logits, std::vector<double>* out) {
@@ -67,9 +67,16 @@ std::vector<BeamChoice> BeamSearchState::Step(std::span<const float> logits, int
   };
   std::vector<Offer> offers;
   std::vector<double> logprobs;
+  std::vector<float> biased;
   std::vector<int32_t> order(static_cast<size_t>(vocab));
   for (size_t b = 0; b < live_.size(); ++b) {
-    LogSoftmax(logits.subspan(b * vocab, vocab), &logprobs);
+    std::span<const float> row = logits.subspan(b * vocab, vocab);
+    if (!params_.logit_bias.empty()) {
+      biased.assign(row.begin(), row.end());
+      ApplyLogitBias(params_.logit_bias, biased);
+      row = biased;
+    }
+    LogSoftmax(row, &logprobs);
     for (int32_t t = 0; t < vocab; ++t) order[t] = t;
     std::partial_sort(order.begin(), order.begin() + offers_per_beam, order.end(), [&](int32_t x, int32_t y) {
       return logprobs[x] != logprobs[y] ? logprobs[x] > logprobs[y] : x < y;

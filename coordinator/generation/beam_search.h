@@ -6,7 +6,8 @@
 //
 // The rule is Hugging Face's BeamSearchScorer, so results are comparable:
 //   - each step, every live beam b offers its 2W best next tokens t with
-//     score(b) + log p(t | b); the 2W best offers overall are taken in order
+//     score(b) + log p(t | b) (p of the logits plus any logit_bias); the 2W
+//     best offers overall are taken in order
 //     (ties: lower beam, then lower token id);
 //   - an offer of an end token (EOS unless ignored, or a stop id) ranked
 //     among the first W becomes a finished hypothesis, otherwise it is
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "coordinator/generation/logit_bias.h"
 
 namespace tandem {
 
@@ -40,6 +42,9 @@ struct BeamSearchParams {
   bool early_stopping = false;
   int32_t num_return_sequences = 1;
   std::vector<int32_t> end_ids;  // tokens that finish a beam (EOS, stop ids)
+  // Added to every beam's logits before log p(t | b) (logit_bias.h), so
+  // scores are of the biased distribution, as sampling's logprobs are.
+  std::vector<LogitBias> logit_bias;
 
   // InvalidArgument naming the field.
   absl::Status Validate(int64_t vocab_size) const;

@@ -52,7 +52,7 @@ absl::Status ValidateGenerationRequest(const ModelConfig& config, const Generati
     return absl::InvalidArgumentError(
         absl::StrCat("logprobs must be in [0, ", config.vocab_size, "], got ", request.logprobs));
   }
-  return request.sampling.Validate();
+  return request.sampling.Validate(config.vocab_size);
 }
 
 absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& request,
@@ -76,8 +76,8 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
     TANDEM_RETURN_IF_ERROR(CheckFiniteLogits(position_logits));
     GeneratedToken token;
     token.id = sampler.Sample(position_logits);
-    token.logprob = LogProbability(position_logits, token.id);
-    if (request.logprobs > 0) token.top_logprobs = TopLogprobs(position_logits, request.logprobs);
+    token.logprob = LogProbability(sampler.biased(), token.id);
+    if (request.logprobs > 0) token.top_logprobs = TopLogprobs(sampler.biased(), request.logprobs);
     if (model_->tokenizer) token.text = model_->tokenizer->PieceText(token.id);
     if (step == 0) {
       result.timing.prefill_ms = MillisSince(start);

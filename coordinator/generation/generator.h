@@ -56,7 +56,7 @@ struct GenerationResult {
 };
 
 // InvalidArgument naming the field (prompt_ids[i], stop_ids[i], max_tokens,
-// logprobs, temperature, top_k, top_p) when `request` cannot run on a model
+// logprobs, temperature, top_k, top_p, logit_bias) when `request` cannot run on a model
 // with `config`; the prompt plus max_tokens must fit the context.
 absl::Status ValidateGenerationRequest(const ModelConfig& config, const GenerationRequest& request);
 

@@ -9,7 +9,7 @@
 
 namespace tandem {
 
-absl::Status SamplingParams::Validate() const {
+absl::Status SamplingParams::Validate(int64_t vocab_size) const {
   if (!std::isfinite(temperature) || temperature < 0.0f) {
     return absl::InvalidArgumentError(absl::StrCat("temperature must be a finite number >= 0, got ", temperature));
   }
@@ -30,12 +30,19 @@ absl::Status SamplingParams::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("repetition_penalty must be a finite number > 0 (1 = off), got ", repetition_penalty));
   }
-  return absl::OkStatus();
+  return ValidateLogitBias(logit_bias, vocab_size);
 }
 
 Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt_ids)
     : params_(params), rng_(params.seed) {
   if (params_.repetition_penalty != 1.0f) prompt_tokens_.insert(prompt_ids.begin(), prompt_ids.end());
+}
+
+std::span<const float> Sampler::Biased(std::span<const float> logits) {
+  if (params_.logit_bias.empty()) return logits;
+  biased_.assign(logits.begin(), logits.end());
+  ApplyLogitBias(params_.logit_bias, biased_);
+  return biased_;
 }
 
 std::span<const float> Sampler::Penalized(std::span<const float> logits) {
@@ -58,7 +65,8 @@ std::span<const float> Sampler::Penalized(std::span<const float> logits) {
 }
 
 int32_t Sampler::Sample(std::span<const float> raw_logits) {
-  const std::span<const float> logits = Penalized(raw_logits);
+  biased_view_ = Biased(raw_logits);
+  const std::span<const float> logits = Penalized(biased_view_);
   const int32_t id = params_.temperature == 0.0f ? FirstArgmax(logits) : SampleFiltered(logits);
   if (params_.has_penalties()) ++generated_counts_[id];
   return id;

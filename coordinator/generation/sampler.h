@@ -1,7 +1,8 @@
-// Turns one position's logits into the next token: penalties (repetition,
-// presence, frequency) on the logits, then greedy, or temperature → top-k →
-// top-p → min-p sampling from a seeded generator. Also reports the top-K log
-// probabilities of the full distribution (the raw model, before any filter).
+// Turns one position's logits into the next token: logit_bias, then
+// penalties (repetition, presence, frequency) on the logits, then greedy, or
+// temperature → top-k → top-p → min-p sampling from a seeded generator.
+// Also reports the top-K log probabilities of the full distribution (the
+// model's with logit_bias, before any penalty or filter).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "coordinator/generation/logit_bias.h"
 
 namespace tandem {
 
@@ -30,11 +32,14 @@ struct SamplingParams {
   // > 0, 1 = off.
   float repetition_penalty = 1.0f;
   uint64_t seed = 0;
+  // Added to these tokens' logits first (logit_bias.h); any order.
+  std::vector<LogitBias> logit_bias;
 
   // InvalidArgument naming the field: temperature < 0 or not finite, top_k < 0,
   // top_p outside (0, 1], min_p outside [0, 1], presence/frequency outside
-  // [-2, 2], repetition_penalty <= 0 or not finite.
-  absl::Status Validate() const;
+  // [-2, 2], repetition_penalty <= 0 or not finite, a logit_bias entry
+  // ValidateLogitBias refuses for `vocab_size`.
+  absl::Status Validate(int64_t vocab_size) const;
   bool has_penalties() const {
     return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f;
   }
@@ -46,10 +51,17 @@ class Sampler {
  public:
   // `prompt_ids` count for the repetition penalty only (as in HF and vLLM).
   explicit Sampler(const SamplingParams& params, std::span<const int32_t> prompt_ids = {});
-  // Samples from `logits` (one row of the vocabulary) and records the token.
+  // Samples from `logits` (one row of the vocabulary, the model's) and
+  // records the token.
   int32_t Sample(std::span<const float> logits);
+  // The logits the last Sample chose from before penalties: its `logits`
+  // with logit_bias added (the same span when there is none). What
+  // reported log probabilities are of; valid until the next Sample, and
+  // while that call's `logits` are.
+  std::span<const float> biased() const { return biased_view_; }
 
  private:
+  std::span<const float> Biased(std::span<const float> logits);
   std::span<const float> Penalized(std::span<const float> logits);
   int32_t SampleFiltered(std::span<const float> logits);
   static bool ByLogit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b);
@@ -65,6 +77,8 @@ class Sampler {
   std::vector<float> kept_;                            // and their weights
   std::unordered_map<int32_t, int32_t> generated_counts_;
   std::unordered_set<int32_t> prompt_tokens_;
+  std::vector<float> biased_;
+  std::span<const float> biased_view_;
   std::vector<float> penalized_;
 };
 

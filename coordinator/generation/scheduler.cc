@@ -538,8 +538,8 @@ void Scheduler::AfterGenerateLogits(Request& r, std::span<const float> logits) {
   const GenerationRequest& request = r.generate.request;
   GeneratedToken token;
   token.id = r.sampler->Sample(logits);
-  token.logprob = LogProbability(logits, token.id);
-  if (request.logprobs > 0) token.top_logprobs = TopLogprobs(logits, request.logprobs);
+  token.logprob = LogProbability(r.sampler->biased(), token.id);
+  if (request.logprobs > 0) token.top_logprobs = TopLogprobs(r.sampler->biased(), request.logprobs);
   const std::string piece = model_->tokenizer ? model_->tokenizer->PieceText(token.id) : std::string();
 
   r.RecordToken();

@@ -1,5 +1,6 @@
 #include "coordinator/serving/inference_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -39,6 +40,16 @@ void ToProto(const RequestUsage& u, v1::Usage* out) {
   out->set_tokens_per_s(u.tokens_per_s);
   out->set_total_ms(u.total_ms);
   out->set_cached_prompt_tokens(u.cached_prompt_tokens);
+}
+
+// In id order: a proto map's order is unspecified, and the entries are
+// checked (ValidateLogitBias) where the request is.
+std::vector<LogitBias> LogitBiasFromProto(const google::protobuf::Map<int32_t, float>& map) {
+  std::vector<LogitBias> out;
+  out.reserve(map.size());
+  for (const auto& [id, bias] : map) out.push_back({id, bias});
+  std::sort(out.begin(), out.end(), [](const LogitBias& a, const LogitBias& b) { return a.id < b.id; });
+  return out;
 }
 
 }  // namespace
@@ -118,6 +129,7 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* context, const v1::
   g.stop_ids.assign(request->stop_ids().begin(), request->stop_ids().end());
   g.ignore_eos = request->ignore_eos();
   g.logprobs = request->logprobs();
+  g.sampling.logit_bias = LogitBiasFromProto(request->logit_bias());
   params.stop_strings.assign(request->stop().begin(), request->stop().end());
   const uint64_t seed = g.sampling.seed;
 
@@ -168,6 +180,7 @@ grpc::Status InferenceService::BeamSearch(grpc::ServerContext* context, const v1
   job.stop_ids.assign(request->stop_ids().begin(), request->stop_ids().end());
   job.ignore_eos = request->ignore_eos();
   job.stream_progress = request->stream_progress();
+  p.logit_bias = LogitBiasFromProto(request->logit_bias());
   const double length_penalty = p.length_penalty;
   absl::StatusOr<std::shared_ptr<RequestStream>> stream = scheduler_->SubmitBeamSearch(std::move(job));
   if (!stream.ok()) return ToGrpcStatus(stream.status());

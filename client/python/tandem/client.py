@@ -21,7 +21,7 @@ import os
 import pwd
 import socket
 import stat
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Mapping, Optional, Sequence
 
 import grpc
 
@@ -234,15 +234,18 @@ class Client:
                  temperature: Optional[float] = None, top_k: Optional[int] = None, top_p: Optional[float] = None,
                  min_p: Optional[float] = None, repetition_penalty: Optional[float] = None,
                  seed: Optional[int] = None, stop: Sequence[str] = (), stop_ids: Sequence[int] = (),
-                 ignore_eos: bool = False, logprobs: int = 0, timeout: Optional[float] = None) -> Generation:
+                 ignore_eos: bool = False, logprobs: int = 0, logit_bias: Optional[Mapping[int, float]] = None,
+                 timeout: Optional[float] = None) -> Generation:
         """Starts a generation from a text prompt or prompt_ids (exactly one);
         iterate the result for its tokens. temperature=0 is greedy. Sampling
         arguments left as None take the model's generation_config.json
-        values, then the server's defaults."""
+        values, then the server's defaults. logit_bias maps token ids to a
+        bias in [-100, 100] added to their logits (OpenAI's)."""
         request = _request(inference_pb2.GenerateRequest, prompt=prompt, prompt_ids=prompt_ids, add_bos=add_bos,
                            max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                            repetition_penalty=repetition_penalty, seed=seed, stop=list(stop),
-                           stop_ids=list(stop_ids), ignore_eos=ignore_eos, logprobs=logprobs)
+                           stop_ids=list(stop_ids), ignore_eos=ignore_eos, logprobs=logprobs,
+                           logit_bias=None if logit_bias is None else dict(logit_bias))
         return Generation(self._stub.Generate(request, timeout=self._timeout(timeout, self._generate_timeout)))
 
     def beam_search(self, prompt: Optional[str] = None, *, prompt_ids: Optional[Sequence[int]] = None,
@@ -250,12 +253,15 @@ class Client:
                     length_penalty: Optional[float] = None, early_stopping: bool = False,
                     num_return_sequences: Optional[int] = None, stop_ids: Sequence[int] = (),
                     ignore_eos: bool = False, on_progress: Optional[Callable[[BeamProgress], None]] = None,
+                    logit_bias: Optional[Mapping[int, float]] = None,
                     timeout: Optional[float] = None) -> list[BeamSequence]:
-        """The best sequences, best first. on_progress, if given, sees every step."""
+        """The best sequences, best first. on_progress, if given, sees every step.
+        logit_bias as generate()'s, added to every beam's logits."""
         request = _request(inference_pb2.BeamSearchRequest, prompt=prompt, prompt_ids=prompt_ids, add_bos=add_bos,
                            beam_width=beam_width, max_tokens=max_tokens, length_penalty=length_penalty,
                            early_stopping=early_stopping, num_return_sequences=num_return_sequences,
-                           stop_ids=list(stop_ids), ignore_eos=ignore_eos, stream_progress=on_progress is not None)
+                           stop_ids=list(stop_ids), ignore_eos=ignore_eos, stream_progress=on_progress is not None,
+                           logit_bias=None if logit_bias is None else dict(logit_bias))
         sequences = None
         try:
             for response in self._stub.BeamSearch(request, timeout=self._timeout(timeout, self._generate_timeout)):

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 
@@ -27,11 +28,27 @@ absl::StatusOr<std::string> ReadTemplateFile(const std::string& path) {
   return text.str();
 }
 
-// "models/demo/" -> "demo": errors that reach clients name no server paths.
-std::string FolderName(const std::string& dir) {
-  std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+// "models/demo/" -> "demo", "/m/x.gguf (2 files)" -> "x.gguf (2 files)":
+// errors that reach clients name no server paths.
+std::string OriginName(const std::string& origin) {
+  std::filesystem::path p = std::filesystem::path(origin).lexically_normal();
   if (p.filename().empty()) p = p.parent_path();
   return p.filename().string();
+}
+
+// Why the model has no template, naming where one would have been.
+std::string NoTemplateReason(const Model& model, bool folder) {
+  std::string where;
+  if (folder) {
+    where = absl::StrCat("none in ", OriginName(model.origin),
+                         ": tokenizer_config.json chat_template, chat_template.jinja or chat_template.json");
+  } else if (absl::StrContains(model.origin, ".gguf")) {
+    where = absl::StrCat(OriginName(model.origin), " has no tokenizer.chat_template key");
+  } else {
+    where = "none in the synthetic model";
+  }
+  return absl::StrCat("this model has no chat template (", where,
+                      "); start tandem-server with --chat_template FILE, or send a plain prompt to /v1/completions");
 }
 
 }  // namespace
@@ -55,21 +72,19 @@ absl::StatusOr<std::string> ChatSetup::Render(const nlohmann::ordered_json& mess
 }
 
 absl::StatusOr<std::vector<int32_t>> ChatSetup::Encode(const Model& model, std::string_view prompt,
-                                                       bool add_bos) const {
+                                                       bool add_special_tokens) const {
   if (model.tokenizer == nullptr) {
     return absl::FailedPreconditionError(
         "this model has no tokenizer (tokenizer.json, tokenizer.model or a GGUF vocabulary): text cannot be tokenized");
   }
   const Tokenizer* tokenizer = model.tokenizer.get();
+  if (!special_tokens) return tokenizer->Encode(prompt, add_special_tokens);
   auto encode = [tokenizer](std::string_view text) { return tokenizer->Encode(text, /*add_bos=*/false); };
-  std::vector<int32_t> ids;
-  if (special_tokens) {
-    TANDEM_ASSIGN_OR_RETURN(ids, EncodeWithSpecialTokens(prompt, *special_tokens, encode));
-  } else {
-    TANDEM_ASSIGN_OR_RETURN(ids, encode(prompt));
-  }
-  const int32_t bos = model.config.bos_token_id;
-  if (add_bos && bos >= 0 && (ids.empty() || ids.front() != bos)) ids.insert(ids.begin(), bos);
+  TANDEM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, EncodeWithSpecialTokens(prompt, *special_tokens, encode));
+  // The tokenizer's own, as around any text: never config.json's BOS on a
+  // tokenizer that adds none (Qwen), nor a check for one already there
+  // (transformers adds it again too).
+  if (add_special_tokens) tokenizer->AddSpecialTokens(&ids);
   return ids;
 }
 
@@ -84,7 +99,8 @@ absl::StatusOr<std::unique_ptr<ChatSetup>> LoadChatSetup(const Model& model, con
     // Render errors reach HTTP clients: they name the file, not where it is.
     options.name = std::filesystem::path(chat_template_file).filename().string();
     TANDEM_ASSIGN_OR_RETURN(setup->chat_template, ChatTemplate::Create(source, options));
-  } else if (folder) {
+  } else {
+    // The model's own: a folder's files, or a GGUF's tokenizer.chat_template.
     ChatTemplateOptions options;
     options.name = absl::StrCat(
         std::filesystem::path(setup->defaults.tokenizer.chat_template_source).filename().string(), " chat_template");
@@ -95,13 +111,7 @@ absl::StatusOr<std::unique_ptr<ChatSetup>> LoadChatSetup(const Model& model, con
       return compiled.status();
     }
   }
-  if (setup->chat_template == nullptr) {
-    setup->no_template_reason = absl::StrCat(
-        "this model has no chat template (none in ",
-        folder ? FolderName(model.origin) : std::string("the synthetic model"),
-        ": tokenizer_config.json chat_template, chat_template.jinja or chat_template.json); start tandem-server "
-        "with --chat_template FILE, or send a plain prompt to /v1/completions");
-  }
+  if (setup->chat_template == nullptr) setup->no_template_reason = NoTemplateReason(model, folder);
   const std::vector<SpecialTokenPattern> patterns = setup->defaults.SpecialTokenPatterns();
   if (!patterns.empty()) {
     TANDEM_ASSIGN_OR_RETURN(SpecialTokenMatcher matcher, SpecialTokenMatcher::Create(patterns));

@@ -1,6 +1,7 @@
 // What the HTTP front end knows of the model's chat conventions, loaded once
-// at start: its chat template (tokenizer_config.json and companions, or a
-// file given with --chat_template), the special tokens that a rendered
+// at start: its chat template (a folder's tokenizer_config.json and
+// companions, a GGUF's tokenizer.chat_template, or a file given with
+// --chat_template), the special tokens that a rendered
 // prompt turns into ids (the stop ids and sampling defaults of
 // generation_config.json are Model::defaults, which the scheduler applies).
 // Read-only once built: any thread may use it.
@@ -31,10 +32,12 @@ struct ChatSetup {
   absl::StatusOr<std::string> Render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                                      bool add_generation_prompt, const nlohmann::ordered_json& kwargs) const;
   // A rendered prompt as ids: special tokens as their ids, the text between
-  // them through the tokenizer (no BOS: the template writes its own, as
-  // transformers' apply_chat_template does). `add_bos` prepends the model's
-  // BOS when the prompt does not start with it.
-  absl::StatusOr<std::vector<int32_t>> Encode(const Model& model, std::string_view prompt, bool add_bos) const;
+  // them through the tokenizer. A chat prompt takes add_special_tokens
+  // false: the template writes its own BOS, and transformers'
+  // apply_chat_template tokenizes with add_special_tokens=False. True adds
+  // what the tokenizer itself adds around a text (/tokenize's add_special).
+  absl::StatusOr<std::vector<int32_t>> Encode(const Model& model, std::string_view prompt,
+                                              bool add_special_tokens) const;
 };
 
 // `chat_template_file` (may be empty) overrides the model folder's template.

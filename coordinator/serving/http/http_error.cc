@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
 
 namespace tandem {
 namespace {
@@ -26,6 +27,8 @@ std::string LeadingField(std::string_view message) {
   return "";
 }
 
+constexpr char kParamPayload[] = "type.tandem.dev/http.param";
+
 }  // namespace
 
 HttpError HttpError::Make(int status, std::string type, std::string message, std::string param, std::string code) {
@@ -47,7 +50,8 @@ HttpError HttpErrorFromStatus(const absl::Status& status, const std::string& def
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kOutOfRange: {
-      std::string param = LeadingField(message);
+      const auto attached = status.GetPayload(kParamPayload);  // absl::optional
+      std::string param = attached ? std::string(*attached) : LeadingField(message);
       if (param.empty()) param = default_param;
       return HttpError::Make(400, "invalid_request_error", message, param);
     }
@@ -59,6 +63,11 @@ HttpError HttpErrorFromStatus(const absl::Status& status, const std::string& def
     case absl::StatusCode::kDeadlineExceeded: return HttpError::Make(504, "timeout_error", message);
     default: return HttpError::Make(500, "server_error", message);
   }
+}
+
+absl::Status WithParam(absl::Status status, absl::string_view param) {
+  status.SetPayload(kParamPayload, absl::Cord(param));
+  return status;
 }
 
 }  // namespace tandem

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace tandem {
 
@@ -22,9 +23,14 @@ struct HttpError {
 
 // InvalidArgument / FailedPrecondition / OutOfRange -> 400, NotFound -> 404,
 // ResourceExhausted -> 429, Cancelled -> 499, Unavailable -> 503,
-// DeadlineExceeded -> 504, anything else -> 500. `param` is the field the
-// message starts with ("temperature: ...", "top_p must ...") when it names
-// one, else `default_param` for a 400.
+// DeadlineExceeded -> 504, anything else -> 500. `param` is the one
+// WithParam attached, else the field the message starts with
+// ("temperature: ...", "top_p must ...") when it names one, else
+// `default_param` for a 400.
 HttpError HttpErrorFromStatus(const absl::Status& status, const std::string& default_param = "");
+
+// `status` naming `param` as the field at fault: for fields whose names the
+// message cannot lead with (an unknown field's name may hold any character).
+absl::Status WithParam(absl::Status status, absl::string_view param);
 
 }  // namespace tandem

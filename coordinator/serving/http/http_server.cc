@@ -269,9 +269,16 @@ absl::StatusOr<std::vector<int32_t>> PromptOf(const HttpServer::Ready& ready, co
   }
   TANDEM_RETURN_IF_ERROR(CheckPromptTextFits(text->size(), ready.max_token_bytes, context, "messages"));
   LargeTextTurns::Turn turn(&large_texts, text->size());
-  absl::StatusOr<std::vector<int32_t>> ids = ready.chat->Encode(*ready.model, *text, /*add_bos=*/false);
+  absl::StatusOr<std::vector<int32_t>> ids = ready.chat->Encode(*ready.model, *text, /*add_special_tokens=*/false);
   if (ids.ok() && ids->empty()) return absl::InvalidArgumentError("messages: the chat renders to no tokens");
   return ids;
+}
+
+std::vector<LogitBias> LogitBiasOf(const OpenAiRequest& r) {
+  std::vector<LogitBias> out;
+  out.reserve(r.logit_bias.size());
+  for (const auto& [id, bias] : r.logit_bias) out.push_back({id, bias});
+  return out;
 }
 
 // The request's choices as scheduler jobs: n sampled sequences, or one beam
@@ -294,6 +301,7 @@ absl::Status Submit(HttpServer::Job& job, std::vector<int32_t> prompt, int32_t d
     beam.params.max_tokens = max_tokens;
     beam.params.length_penalty = r.length_penalty;
     beam.params.num_return_sequences = r.n;
+    beam.params.logit_bias = LogitBiasOf(r);
     beam.ignore_eos = r.ignore_eos;
     absl::StatusOr<std::shared_ptr<RequestStream>> stream = ready.scheduler->SubmitBeamSearch(std::move(beam));
     if (stream.ok()) job.choices[0].stream = *stream;
@@ -313,6 +321,7 @@ absl::Status Submit(HttpServer::Job& job, std::vector<int32_t> prompt, int32_t d
                                    g);
       q.sampling.presence_penalty = r.presence_penalty;
       q.sampling.frequency_penalty = r.frequency_penalty;
+      q.sampling.logit_bias = LogitBiasOf(r);
       q.sampling.seed = seed + i;
       q.ignore_eos = r.ignore_eos;
       // The chosen token's logprob is always computed; alternatives only when asked.
@@ -813,7 +822,7 @@ void HttpServer::ApplyTemplate(Call& call) {
   const Ready& ready = *this->ready();
   absl::StatusOr<Json> body = Body(call);
   if (!body.ok()) return;
-  absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(OpenAiEndpoint::kChat, *body);
+  absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(OpenAiEndpoint::kApplyTemplate, *body);
   if (!parsed.ok()) return call.SendError(HttpErrorFromStatus(parsed.status()));
   absl::StatusOr<std::string> prompt =
       ready.chat->Render(parsed->messages, parsed->tools, parsed->add_generation_prompt, parsed->chat_template_kwargs);

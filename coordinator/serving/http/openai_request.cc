@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 
@@ -69,6 +70,26 @@ absl::Status ReadStop(const Json& body, OpenAiRequest& r) {
   return absl::OkStatus();
 }
 
+// A template given image or audio parts would drop them or render their
+// JSON: either way the model would not see what the client sent.
+absl::Status CheckTextParts(const Json& parts, const std::string& at) {
+  for (size_t j = 0; j < parts.size(); ++j) {
+    const Json& part = parts[j];
+    const std::string where = absl::StrCat(at, ".content[", j, "]");
+    auto type = part.is_object() ? part.find("type") : part.end();
+    if (!part.is_object() || type == part.end() || !type->is_string()) {
+      return Bad(where, "must be a content part {\"type\": \"text\", \"text\": ...}");
+    }
+    if (*type != "text") {
+      return Bad(absl::StrCat(where, ".type"), absl::StrCat("only text parts are supported (the model reads text), got \"",
+                                                           type->get<std::string>().substr(0, 64), "\""));
+    }
+    auto text = part.find("text");
+    if (text == part.end() || !text->is_string()) return Bad(absl::StrCat(where, ".text"), "must be a string");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadMessages(const Json& body, OpenAiRequest& r) {
   const Json* v = Field(body, "messages");
   if (v == nullptr) return Bad("messages", "is required");
@@ -83,6 +104,7 @@ absl::Status ReadMessages(const Json& body, OpenAiRequest& r) {
     if (content != m.end() && !content->is_null() && !content->is_string() && !content->is_array()) {
       return Bad(absl::StrCat(at, ".content"), "must be a string, a list of content parts, or null");
     }
+    if (content != m.end() && content->is_array()) TANDEM_RETURN_IF_ERROR(CheckTextParts(*content, at));
   }
   r.messages = *v;
   if (const Json* tools = Field(body, "tools"); tools != nullptr) {
@@ -121,7 +143,7 @@ absl::Status ReadPrompt(const Json& body, OpenAiRequest& r) {
 }
 
 absl::Status ReadLogprobs(const Json& body, OpenAiRequest& r) {
-  if (r.endpoint == OpenAiEndpoint::kChat) {
+  if (r.endpoint != OpenAiEndpoint::kCompletion) {
     TANDEM_ASSIGN_OR_RETURN(r.logprobs, OptionalBool(body, "logprobs", false));
     TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> top, OptionalInt(body, "top_logprobs", 0, kMaxTopLogprobs));
     if (top && !r.logprobs) return Bad("top_logprobs", "needs logprobs set to true");
@@ -135,18 +157,55 @@ absl::Status ReadLogprobs(const Json& body, OpenAiRequest& r) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, const Json& body) {
-  if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
-  OpenAiRequest r;
-  r.endpoint = endpoint;
-  if (const Json* model = Field(body, "model"); model != nullptr) {
-    if (!model->is_string()) return Bad("model", "must be a string");
-    r.model = model->get<std::string>();
+// stream_options: include_usage, and include_obfuscation where it asks for
+// nothing (tandem pads no events).
+absl::Status ReadStreamOptions(const Json& body, OpenAiRequest& r) {
+  const Json* options = Field(body, "stream_options");
+  if (options == nullptr) return absl::OkStatus();
+  if (!options->is_object()) return Bad("stream_options", "must be an object");
+  if (!r.stream) return Bad("stream_options", "is only allowed when stream is true");
+  for (const auto& [key, value] : options->items()) {
+    if (key == "include_usage") continue;
+    if (key == "include_obfuscation" && (value.is_null() || value == false)) continue;
+    const std::string field = absl::StrCat("stream_options.", key.substr(0, 64));
+    if (key == "include_obfuscation") {
+      return Bad(field, "only false is supported: tandem does not pad stream events");
+    }
+    return Bad(field, "unknown field: only include_usage is supported");
   }
-  TANDEM_RETURN_IF_ERROR(endpoint == OpenAiEndpoint::kChat ? ReadMessages(body, r) : ReadPrompt(body, r));
+  TANDEM_ASSIGN_OR_RETURN(r.include_usage, OptionalBool(*options, "include_usage", false));
+  return absl::OkStatus();
+}
 
+// logit_bias: {"token id": bias}. Keys are decimal ids as OpenAI writes
+// them ("0", "15043"; no sign, no leading zero, so two keys never name one
+// token), biases numbers in [-100, 100].
+absl::Status ReadLogitBias(const Json& body, OpenAiRequest& r) {
+  const Json* v = Field(body, "logit_bias");
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_object()) return Bad("logit_bias", "must be an object mapping token ids to biases");
+  if (v->size() > kMaxLogitBiasEntries) {
+    return Bad("logit_bias", absl::StrCat("at most ", kMaxLogitBiasEntries, " tokens, got ", v->size()));
+  }
+  for (const auto& [key, value] : v->items()) {
+    const std::string shown = key.substr(0, 32);
+    int32_t id = 0;
+    const bool canonical = !key.empty() && key.size() <= 10 && (key == "0" || key[0] != '0') &&
+                           key.find_first_not_of("0123456789") == std::string::npos;
+    if (!canonical || !absl::SimpleAtoi(key, &id)) {
+      return Bad("logit_bias", absl::StrCat("key \"", shown, "\" is not a token id (a decimal integer >= 0)"));
+    }
+    if (!value.is_number() || !std::isfinite(value.get<double>()) || std::fabs(value.get<double>()) > 100.0) {
+      return Bad("logit_bias",
+                 absl::StrCat("key \"", shown, "\": the bias must be a number in [-100, 100], got ", value.dump()));
+    }
+    r.logit_bias.emplace_back(id, value.get<float>());
+  }
+  return absl::OkStatus();
+}
+
+// The sampling fields and max_tokens.
+absl::Status ReadSampling(const Json& body, OpenAiRequest& r) {
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
   TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> max_tokens, OptionalInt(body, "max_tokens", 1, kIntMax));
   TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> max_completion,
@@ -165,18 +224,31 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, const 
   TANDEM_ASSIGN_OR_RETURN(std::optional<float> frequency, OptionalNumber(body, "frequency_penalty", -2, 2));
   r.presence_penalty = presence.value_or(0.0f);
   r.frequency_penalty = frequency.value_or(0.0f);
+  TANDEM_RETURN_IF_ERROR(ReadLogitBias(body, r));
   TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> seed, OptionalInt(body, "seed", std::numeric_limits<int64_t>::min(),
                                                                    std::numeric_limits<int64_t>::max()));
   if (seed) r.seed = static_cast<uint64_t>(*seed);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, const Json& body) {
+  if (!body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
+  TANDEM_RETURN_IF_ERROR(CheckOpenAiFields(endpoint, body));
+  OpenAiRequest r;
+  r.endpoint = endpoint;
+  if (const Json* model = Field(body, "model"); model != nullptr) {
+    if (!model->is_string()) return Bad("model", "must be a string");
+    r.model = model->get<std::string>();
+  }
+  TANDEM_RETURN_IF_ERROR(endpoint == OpenAiEndpoint::kCompletion ? ReadPrompt(body, r) : ReadMessages(body, r));
+  TANDEM_RETURN_IF_ERROR(ReadSampling(body, r));
   TANDEM_RETURN_IF_ERROR(ReadStop(body, r));
   TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> n, OptionalInt(body, "n", 1, kMaxChoices));
   r.n = static_cast<int32_t>(n.value_or(1));
   TANDEM_ASSIGN_OR_RETURN(r.stream, OptionalBool(body, "stream", false));
-  if (const Json* options = Field(body, "stream_options"); options != nullptr) {
-    if (!options->is_object()) return Bad("stream_options", "must be an object");
-    if (!r.stream) return Bad("stream_options", "is only allowed when stream is true");
-    TANDEM_ASSIGN_OR_RETURN(r.include_usage, OptionalBool(*options, "include_usage", false));
-  }
+  TANDEM_RETURN_IF_ERROR(ReadStreamOptions(body, r));
   TANDEM_RETURN_IF_ERROR(ReadLogprobs(body, r));
   TANDEM_ASSIGN_OR_RETURN(r.ignore_eos, OptionalBool(body, "ignore_eos", false));
   TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> beam_width, OptionalInt(body, "beam_width", 1, kMaxBeamWidth));

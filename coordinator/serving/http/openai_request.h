@@ -1,37 +1,34 @@
 // The body of an OpenAI request (POST /v1/chat/completions or
-// /v1/completions) read into plain fields, every field type- and
-// range-checked with an InvalidArgument that starts with the field's name
-// ("temperature: ..."), so the error's `param` can name it. Sampling fields
-// a request leaves out stay nullopt: the server fills them from the model's
-// generation_config.json, then OpenAI's defaults.
+// /v1/completions, and /apply-template's chat body) read into plain fields,
+// every field type- and range-checked with an InvalidArgument that starts
+// with the field's name ("temperature: ..."), so the error's `param` can
+// name it. Sampling fields a request leaves out stay nullopt: the server
+// fills them from the model's generation_config.json, then OpenAI's
+// defaults.
 //
-// Supported: model, messages (chat), prompt (completions: a string, one
-// string in a list, or a list of token ids), max_tokens /
-// max_completion_tokens, temperature, top_p, top_k, min_p,
-// presence_penalty, frequency_penalty, repetition_penalty, seed, stop
-// (string or list), n, stream, stream_options.include_usage, logprobs
-// (completions: an int; chat: a bool with top_logprobs), and the
-// extensions beam_width, length_penalty, ignore_eos, add_generation_prompt,
-// chat_template_kwargs. Pure: no server state.
+// Which fields are read, accepted as no-ops, or refused is
+// openai_fields.h's table (docs/http.md lists it): nothing unknown is
+// ignored. Pure: no server state.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "coordinator/serving/http/openai_fields.h"
 
 namespace tandem {
-
-enum class OpenAiEndpoint { kChat, kCompletion };
 
 inline constexpr int32_t kMaxChoices = 16;      // n
 inline constexpr int32_t kMaxTopLogprobs = 20;  // as OpenAI
 inline constexpr int32_t kMaxStopStrings = 16;
 inline constexpr int32_t kMaxBeamWidth = 64;
+inline constexpr size_t kMaxLogitBiasEntries = 1024;  // as the scheduler's kMaxLogitBiasTokens
 
 struct OpenAiRequest {
   OpenAiEndpoint endpoint = OpenAiEndpoint::kChat;
@@ -39,7 +36,7 @@ struct OpenAiRequest {
 
   // Chat: the conversation and the template's inputs.
   nlohmann::ordered_json messages;
-  nlohmann::ordered_json tools;  // null when absent
+  nlohmann::ordered_json tools;  // null when absent; only /apply-template takes them
   bool add_generation_prompt = true;
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   // Completions: exactly one of the two.
@@ -50,6 +47,10 @@ struct OpenAiRequest {
   std::optional<float> temperature, top_p, min_p, repetition_penalty;
   std::optional<int32_t> top_k;
   float presence_penalty = 0.0f, frequency_penalty = 0.0f;
+  // (token id, bias): the keys of logit_bias parsed, the biases in
+  // [-100, 100]; whether each id is in the model's vocabulary is the
+  // scheduler's check (ValidateLogitBias).
+  std::vector<std::pair<int32_t, float>> logit_bias;
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
   int32_t n = 1;
@@ -62,8 +63,7 @@ struct OpenAiRequest {
   float length_penalty = 1.0f;
 };
 
-// `body` must be a JSON object. Unknown fields are ignored, as OpenAI's
-// own server ignores fields it does not know of newer clients.
+// `body` must be a JSON object whose every field CheckOpenAiFields accepts.
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, const nlohmann::ordered_json& body);
 
 }  // namespace tandem
