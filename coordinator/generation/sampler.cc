@@ -36,6 +36,7 @@ absl::Status SamplingParams::Validate(int64_t vocab_size) const {
 Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt_ids)
     : params_(params), rng_(params.seed) {
   if (params_.repetition_penalty != 1.0f) prompt_tokens_.insert(prompt_ids.begin(), prompt_ids.end());
+  if (params_.grammar != nullptr) constraint_ = std::make_unique<GrammarConstraint>(params_.grammar);
 }
 
 std::span<const float> Sampler::Biased(std::span<const float> logits) {
@@ -67,8 +68,58 @@ std::span<const float> Sampler::Penalized(std::span<const float> logits) {
 int32_t Sampler::Sample(std::span<const float> raw_logits) {
   biased_view_ = Biased(raw_logits);
   const std::span<const float> logits = Penalized(biased_view_);
-  const int32_t id = params_.temperature == 0.0f ? FirstArgmax(logits) : SampleFiltered(logits);
+  const int32_t id = constraint_          ? SampleConstrained(logits)
+                     : params_.temperature == 0.0f ? FirstArgmax(logits)
+                                                   : SampleFiltered(logits);
   if (params_.has_penalties()) ++generated_counts_[id];
+  return id;
+}
+
+// Greedy tries the model's favourites one by one (the first usually
+// follows the grammar: no mask is needed); sampling masks the whole
+// vocabulary and draws from what is left, so the draw is from the
+// model's distribution restricted to what the grammar allows.
+int32_t Sampler::SampleConstrained(std::span<const float> logits) {
+  constexpr int kGreedyTries = 8;
+  constexpr float kBanned = -std::numeric_limits<float>::infinity();
+  int32_t id = -1;
+  if (params_.temperature == 0.0f) {
+    std::span<const float> view = logits;
+    for (int i = 0; i < kGreedyTries && id < 0; ++i) {
+      const int32_t best = FirstArgmax(view);
+      if (constraint_->Allows(best)) {
+        id = best;
+      } else {
+        if (view.data() != masked_.data()) {
+          masked_.assign(logits.begin(), logits.end());
+          view = masked_;
+        }
+        masked_[static_cast<size_t>(best)] = kBanned;
+      }
+    }
+  }
+  if (id < 0) {
+    constraint_->AllowedTokens(&allowed_);
+    masked_.assign(logits.begin(), logits.end());
+    bool any = false;
+    for (size_t i = 0; i < masked_.size(); ++i) {
+      if (i >= allowed_.size() || allowed_[i] == 0) {
+        masked_[i] = kBanned;
+      } else {
+        any = true;
+      }
+    }
+    if (!any) {
+      // Nothing follows (the vocabulary cannot spell what the grammar
+      // needs): end the output rather than break the grammar.
+      id = constraint_->EndId();
+      return id >= 0 ? id : FirstArgmax(logits);
+    }
+    id = params_.temperature == 0.0f ? FirstArgmax(masked_) : SampleFiltered(masked_);
+    // The vectorised exp floors a banned token's weight near 1e-38, not 0.
+    if (allowed_[static_cast<size_t>(id)] == 0) id = FirstArgmax(masked_);
+  }
+  constraint_->Accept(id).IgnoreError();  // allowed: it follows
   return id;
 }
 

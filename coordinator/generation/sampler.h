@@ -1,11 +1,13 @@
 // Turns one position's logits into the next token: logit_bias, then
-// penalties (repetition, presence, frequency) on the logits, then greedy, or
-// temperature → top-k → top-p → min-p sampling from a seeded generator.
+// penalties (repetition, presence, frequency) on the logits, then the
+// grammar's mask when there is one, then greedy, or temperature → top-k →
+// top-p → min-p sampling from a seeded generator.
 // Also reports the top-K log probabilities of the full distribution (the
 // model's with logit_bias, before any penalty or filter).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <span>
 #include <unordered_map>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "coordinator/generation/grammar_constraint.h"
 #include "coordinator/generation/logit_bias.h"
 
 namespace tandem {
@@ -34,6 +37,9 @@ struct SamplingParams {
   uint64_t seed = 0;
   // Added to these tokens' logits first (logit_bias.h); any order.
   std::vector<LogitBias> logit_bias;
+  // Constrained decoding (structured output, forced tool calls): only a
+  // token the grammar allows is chosen, after every other step. Null: none.
+  std::shared_ptr<const TokenGrammar> grammar;
 
   // InvalidArgument naming the field: temperature < 0 or not finite, top_k < 0,
   // top_p outside (0, 1], min_p outside [0, 1], presence/frequency outside
@@ -52,8 +58,10 @@ class Sampler {
   // `prompt_ids` count for the repetition penalty only (as in HF and vLLM).
   explicit Sampler(const SamplingParams& params, std::span<const int32_t> prompt_ids = {});
   // Samples from `logits` (one row of the vocabulary, the model's) and
-  // records the token.
+  // records the token (and advances the grammar by it).
   int32_t Sample(std::span<const float> logits);
+  // The grammar's state (null without one).
+  const GrammarConstraint* constraint() const { return constraint_.get(); }
   // The logits the last Sample chose from before penalties: its `logits`
   // with logit_bias added (the same span when there is none). What
   // reported log probabilities are of; valid until the next Sample, and
@@ -64,6 +72,7 @@ class Sampler {
   std::span<const float> Biased(std::span<const float> logits);
   std::span<const float> Penalized(std::span<const float> logits);
   int32_t SampleFiltered(std::span<const float> logits);
+  int32_t SampleConstrained(std::span<const float> logits);
   static bool ByLogit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b);
   void SelectPrefix(std::span<const float> logits, float max_logit, double total, size_t k);
   int32_t DrawFromKept();
@@ -80,6 +89,9 @@ class Sampler {
   std::vector<float> biased_;
   std::span<const float> biased_view_;
   std::vector<float> penalized_;
+  std::unique_ptr<GrammarConstraint> constraint_;
+  std::vector<uint8_t> allowed_;  // the grammar's mask
+  std::vector<float> masked_;     // logits with the disallowed at -inf
 };
 
 // OK when every logit is finite; DataLoss otherwise, counting the NaN and
