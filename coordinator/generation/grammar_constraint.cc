@@ -44,14 +44,16 @@ std::shared_ptr<const VocabularyIndex> VocabularyIndex::Build(const Tokenizer& t
     if (id < known) index->bytes_ += tokenizer.PieceText(id);
     index->offsets_.push_back(static_cast<uint32_t>(index->bytes_.size()));
   }
-  index->plain_.resize(static_cast<size_t>(vocab_size));
+  index->plain_chars_.resize(static_cast<size_t>(vocab_size));
   std::vector<int32_t> with_text, not_plain;
   for (int32_t id = 0; id < vocab_size; ++id) {
     const std::string_view t = index->text(id);
     if (t.empty()) continue;
     with_text.push_back(id);
-    if (IsPlainStringText(t)) {
-      index->plain_[static_cast<size_t>(id)] = 1;
+    size_t chars = 0;
+    for (char c : t) chars += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
+    if (IsPlainStringText(t) && chars < 256) {
+      index->plain_chars_[static_cast<size_t>(id)] = static_cast<uint8_t>(chars);
     } else {
       not_plain.push_back(id);
     }
@@ -120,8 +122,11 @@ void GrammarConstraint::AllowedTokens(std::vector<uint8_t>* allowed) {
   const VocabularyIndex& vocab = *grammar_->vocabulary;
   const size_t n = static_cast<size_t>(vocab.vocab_size());
   allowed->assign(n, 0);
-  if (matcher_.InPlainString(state_)) {
-    for (size_t id = 0; id < n; ++id) (*allowed)[id] = vocab.plain(static_cast<int32_t>(id)) ? 1 : 0;
+  if (const int32_t room = matcher_.PlainStringRoom(state_); room >= 0) {
+    for (size_t id = 0; id < n; ++id) {
+      const int32_t chars = vocab.plain_chars(static_cast<int32_t>(id));
+      (*allowed)[id] = chars > 0 && chars <= room ? 1 : 0;
+    }
     MarkWalk(vocab.not_plain(), *allowed);
   } else {
     MarkWalk(vocab.all(), *allowed);

@@ -25,7 +25,8 @@ namespace tandem {
 // of the prefix each shares with the one before (a walk steps a shared
 // prefix once and skips every token behind a rejected prefix), and which
 // tokens are plain JSON string content (no quote, backslash or control
-// byte; whole UTF-8), allowed at once inside a free string.
+// byte; whole UTF-8) and how many characters each is: inside a string
+// those are allowed at once, by length, without a walk.
 class VocabularyIndex {
  public:
   struct Walk {
@@ -41,14 +42,16 @@ class VocabularyIndex {
     return std::string_view(bytes_).substr(offsets_[static_cast<size_t>(id)],
                                            offsets_[static_cast<size_t>(id) + 1] - offsets_[static_cast<size_t>(id)]);
   }
-  bool plain(int32_t id) const { return plain_[static_cast<size_t>(id)] != 0; }
+  // The characters of a plain token's text (< 256); 0 for a token that is
+  // not plain.
+  uint8_t plain_chars(int32_t id) const { return plain_chars_[static_cast<size_t>(id)]; }
   const Walk& all() const { return all_; }
   const Walk& not_plain() const { return not_plain_; }
 
  private:
   std::string bytes_;
   std::vector<uint32_t> offsets_;
-  std::vector<uint8_t> plain_;
+  std::vector<uint8_t> plain_chars_;
   Walk all_, not_plain_;
 };
 

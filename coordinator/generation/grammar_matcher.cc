@@ -1,6 +1,7 @@
 #include "coordinator/generation/grammar_matcher.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace tandem {
 namespace {
@@ -501,15 +502,17 @@ bool GrammarMatcher::CanEnd(const GrammarState& state) const {
   return false;
 }
 
-bool GrammarMatcher::InPlainString(const GrammarState& state) const {
-  if (state.threads.empty()) return false;
+int32_t GrammarMatcher::PlainStringRoom(const GrammarState& state) const {
+  if (state.threads.empty()) return -1;
+  int32_t room = INT32_MAX;
   for (const GrammarThread& t : state.threads) {
-    if (t.empty()) return false;
+    if (t.empty()) return -1;
     const GrammarFrame& f = t.back();
     const GrammarNode& n = g_.nodes[static_cast<size_t>(f.node)];
-    if (n.kind != Kind::kString || f.phase != kStrBody || f.pos != 0 || n.max != kGrammarUnbounded) return false;
+    if (n.kind != Kind::kString || f.phase != kStrBody || f.pos != 0) return -1;
+    if (n.max != kGrammarUnbounded) room = std::min(room, n.max - f.a);
   }
-  return true;
+  return room;
 }
 
 bool GrammarMatcher::WaitsForToken(const GrammarState& state, int32_t id) const {

@@ -65,10 +65,11 @@ class GrammarMatcher {
   bool StepToken(const GrammarState& in, int32_t id, GrammarState* out) const;
   // Whether the output may end here.
   bool CanEnd(const GrammarState& state) const;
-  // Whether every thread is inside a JSON string with no length bound and
-  // no character half written: any text without a quote, backslash or
-  // control byte that is whole UTF-8 continues it.
-  bool InPlainString(const GrammarState& state) const;
+  // When every thread is inside a JSON string with no character half
+  // written (any text without a quote, backslash or control byte that is
+  // whole UTF-8 continues it, up to the string's length bound): how many
+  // characters more it may take (INT32_MAX: unbounded). -1 otherwise.
+  int32_t PlainStringRoom(const GrammarState& state) const;
   // Whether a thread waits for the special token `id`.
   bool WaitsForToken(const GrammarState& state, int32_t id) const;
 
