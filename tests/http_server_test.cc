@@ -473,10 +473,16 @@ TEST_F(HttpServerTest, UnsupportedFieldsAreRefusedAndHarmlessOnesChangeNothing) 
     return body;
   };
   const json tool = {{"type", "function"}, {"function", {{"name", "f"}, {"parameters", json::object()}}}};
-  ExpectError(Post("/v1/chat/completions", with(chat, "tools", json::array({tool}))), 400, "tools");
+  // ChatML renders no tools: a call could not be read back.
+  HttpReply tools = Post("/v1/chat/completions", with(chat, "tools", json::array({tool})));
+  ExpectError(tools, 400, "tools");
+  EXPECT_TRUE(absl::StrContains(tools.json["error"]["message"].get<std::string>(), "chat template")) << tools.body;
   ExpectError(Post("/v1/chat/completions", with(chat, "tool_choice", "required")), 400, "tool_choice");
   ExpectError(Post("/v1/chat/completions", with(chat, "response_format", {{"type", "json_object"}})), 400,
-              "response_format");
+              "ignore_eos");
+  ExpectError(Post("/v1/chat/completions",
+                   {{"messages", messages}, {"json_schema", {{"type", "string"}, {"format", "email"}}}}),
+              400, "response_format");
   ExpectError(Post("/v1/chat/completions", with(chat, "no_such_field", 1)), 400, "no_such_field");
   ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"echo", true}}), 400, "echo");
   ExpectError(Post("/v1/completions", {{"prompt", "hi"}, {"best_of", 3}}), 400, "best_of");
@@ -506,6 +512,32 @@ TEST_F(HttpServerTest, UnsupportedFieldsAreRefusedAndHarmlessOnesChangeNothing) 
   HttpReply completion =
       Post("/v1/completions", {{"prompt", "hi"}, {"max_tokens", 2}, {"echo", false}, {"best_of", 1}, {"user", "u"}});
   EXPECT_EQ(completion.status, 200) << completion.body;
+  // Structured output: the JSON parses and validates whatever the weights.
+  const json schema = {{"type", "object"},
+                       {"properties", {{"a", {{"enum", {"x", "y"}}}}, {"n", {{"type", "integer"}}}}},
+                       {"required", {"a", "n"}}};
+  // (Bounded whitespace, enums and digits: it ends within the tiny context.)
+  HttpReply structured = Post("/v1/chat/completions", {{"messages", messages},
+                                                       {"max_tokens", 210},
+                                                       {"temperature", 0.8},
+                                                       {"seed", 3},
+                                                       {"n", 2},
+                                                       {"response_format",
+                                                        {{"type", "json_schema"},
+                                                         {"json_schema", {{"name", "s"}, {"schema", schema}}}}}});
+  ASSERT_EQ(structured.status, 200) << structured.body;
+  for (const json& choice : structured.json["choices"]) {
+    const json got = json::parse(choice["message"]["content"].get<std::string>(), nullptr, false);
+    ASSERT_TRUE(got.is_object()) << choice;
+    EXPECT_TRUE(got["a"] == "x" || got["a"] == "y") << got;
+    EXPECT_TRUE(got["n"].is_number_integer()) << got;
+    EXPECT_EQ(choice["finish_reason"], "stop");
+  }
+  HttpReply object = Post("/v1/completions", {{"prompt", "{"}, {"max_tokens", 240}, {"temperature", 0},
+                                               {"json_schema", schema}});
+  ASSERT_EQ(object.status, 200) << object.body;
+  EXPECT_TRUE(json::parse(object.json["choices"][0]["text"].get<std::string>(), nullptr, false).is_object())
+      << object.body;
   // /apply-template only renders: tools are fine there.
   HttpReply applied = Post("/apply-template", {{"messages", messages}, {"tools", json::array({tool})}});
   EXPECT_EQ(applied.status, 200) << applied.body;

@@ -44,19 +44,9 @@ void ExpectRefused(OpenAiEndpoint endpoint, const Json& body, const std::string&
 
 TEST(OpenAiRequestTest, UnsupportedChatFieldsAreRefusedByName) {
   const Json tool = {{"type", "function"}, {"function", {{"name", "f"}, {"parameters", Json::object()}}}};
-  ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "tools", Json::array({tool})), "tools", "tool calling");
-  ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "tools", Json::array()), "tools");
-  for (const char* choice : {"auto", "required"}) {
-    ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "tool_choice", choice), "tool_choice", "none");
-  }
-  ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "tool_choice", {{"type", "function"}}), "tool_choice");
-  ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "functions", Json::array({tool["function"]})), "functions");
-  ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "function_call", "auto"), "function_call");
-  ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "response_format", {{"type", "json_object"}}), "response_format",
-                "constrained decoding");
-  ExpectRefused(OpenAiEndpoint::kChat,
-                With(Chat(), "response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}),
-                "response_format");
+  ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "functions", Json::array({tool["function"]})), "functions",
+                "use tools");
+  ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "function_call", "auto"), "function_call", "use tool_choice");
   ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "audio", {{"voice", "alloy"}, {"format", "wav"}}), "audio");
   ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "modalities", {"text", "audio"}), "modalities");
   ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "prediction", {{"type", "content"}, {"content", "x"}}),
@@ -69,8 +59,7 @@ TEST(OpenAiRequestTest, UnsupportedChatFieldsAreRefusedByName) {
   ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "metadata", "x"), "metadata");
   ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "parallel_tool_calls", "yes"), "parallel_tool_calls");
   // llama.cpp's constrained decoding.
-  ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "grammar", "root ::= \"a\""), "grammar", "constrained");
-  ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "json_schema", Json::object()), "json_schema");
+  ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "grammar", "root ::= \"a\""), "grammar", "GBNF");
   // Completions' own fields are not chat's.
   ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "echo", false), "echo", "/v1/chat/completions");
   ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "prompt", "x"), "prompt");
@@ -149,8 +138,90 @@ TEST(OpenAiRequestTest, HarmlessFieldsAreAcceptedAndChangeNothing) {
   // /apply-template only renders: tools reach the template there.
   ASSERT_OK_AND_ASSIGN(OpenAiRequest applied,
                        ParseOpenAiRequest(OpenAiEndpoint::kApplyTemplate,
-                                          With(Chat(), "tools", Json::array({{{"type", "function"}}}))));
+                                          With(Chat(), "tools", Json::array({{{"type", "function"},
+                                                                               {"function", {{"name", "f"}}}}}))));
   EXPECT_EQ(applied.tools.size(), 1u);
+}
+
+TEST(OpenAiRequestTest, ToolsAndToolChoiceAreReadAndChecked) {
+  const Json weather = {{"type", "function"},
+                        {"function",
+                         {{"name", "get_weather"},
+                          {"description", "today's weather"},
+                          {"parameters", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}}}};
+  const Json tools = Json::array({weather});
+  ASSERT_OK_AND_ASSIGN(OpenAiRequest r, ParseOpenAiRequest(OpenAiEndpoint::kChat, With(Chat(), "tools", tools)));
+  EXPECT_EQ(r.tool_choice, ToolChoice::kAuto);
+  EXPECT_EQ(r.tools.size(), 1u);
+  EXPECT_TRUE(r.parallel_tool_calls);
+  Json named = With(With(Chat(), "tools", tools), "tool_choice",
+                    {{"type", "function"}, {"function", {{"name", "get_weather"}}}});
+  named["parallel_tool_calls"] = false;
+  ASSERT_OK_AND_ASSIGN(r, ParseOpenAiRequest(OpenAiEndpoint::kChat, named));
+  EXPECT_EQ(r.tool_choice, ToolChoice::kNamed);
+  EXPECT_EQ(r.tool_choice_name, "get_weather");
+  EXPECT_FALSE(r.parallel_tool_calls);
+  ASSERT_OK_AND_ASSIGN(r, ParseOpenAiRequest(OpenAiEndpoint::kChat,
+                                             With(With(Chat(), "tools", tools), "tool_choice", "required")));
+  EXPECT_EQ(r.tool_choice, ToolChoice::kRequired);
+  // "none": the model is not told of the tools.
+  ASSERT_OK_AND_ASSIGN(r, ParseOpenAiRequest(OpenAiEndpoint::kChat,
+                                             With(With(Chat(), "tools", tools), "tool_choice", "none")));
+  EXPECT_TRUE(r.tools.is_null());
+
+  ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "tools", "get_weather"), "tools");
+  ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "tools", Json::array({{{"type", "code"}}})), "tools[0].type");
+  ExpectRefused(OpenAiEndpoint::kChat,
+                With(Chat(), "tools", Json::array({{{"type", "function"}, {"function", {{"name", "a b"}}}}})),
+                "tools[0].function.name");
+  ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "tools", Json::array({weather, weather})),
+                "tools[1].function.name", "twice");
+  ExpectRefused(OpenAiEndpoint::kChat,
+                With(Chat(), "tools", Json::array({{{"type", "function"}, {"function", {{"name", "f"}, {"x", 1}}}}})),
+                "tools[0].function.x");
+  ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "tool_choice", "required"), "tool_choice", "needs tools");
+  ExpectRefused(OpenAiEndpoint::kChat, With(With(Chat(), "tools", tools), "tool_choice", "always"), "tool_choice");
+  ExpectRefused(OpenAiEndpoint::kChat,
+                With(With(Chat(), "tools", tools), "tool_choice",
+                     {{"type", "function"}, {"function", {{"name", "get_time"}}}}),
+                "tool_choice", "not in tools");
+  ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "parallel_tool_calls", "yes"), "parallel_tool_calls");
+  ExpectRefused(OpenAiEndpoint::kChat,
+                With(With(With(Chat(), "tools", tools), "tool_choice", "required"), "beam_width", 4), "beam_width");
+}
+
+TEST(OpenAiRequestTest, ResponseFormatIsReadAndChecked) {
+  const Json schema = {{"type", "object"}, {"properties", {{"x", {{"type", "integer"}}}}}};
+  ASSERT_OK_AND_ASSIGN(OpenAiRequest r,
+                       ParseOpenAiRequest(OpenAiEndpoint::kChat,
+                                          With(Chat(), "response_format",
+                                               {{"type", "json_schema"},
+                                                {"json_schema", {{"name", "n"}, {"schema", schema}, {"strict", true}}}})));
+  EXPECT_EQ(r.response_format, ResponseFormat::kJsonSchema);
+  EXPECT_EQ(r.json_schema, schema);
+  ASSERT_OK_AND_ASSIGN(r, ParseOpenAiRequest(OpenAiEndpoint::kChat,
+                                             With(Chat(), "response_format", {{"type", "json_object"}})));
+  EXPECT_EQ(r.response_format, ResponseFormat::kJsonObject);
+  ASSERT_OK_AND_ASSIGN(r, ParseOpenAiRequest(OpenAiEndpoint::kCompletion, With(Completion(), "json_schema", schema)));
+  EXPECT_EQ(r.response_format, ResponseFormat::kJsonSchema);
+
+  ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "response_format", {{"type", "yaml"}}), "response_format.type");
+  ExpectRefused(OpenAiEndpoint::kChat, With(Chat(), "response_format", {{"type", "json_schema"}}),
+                "response_format.json_schema");
+  ExpectRefused(OpenAiEndpoint::kChat,
+                With(Chat(), "response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "n"}}}}),
+                "response_format.json_schema.schema");
+  ExpectRefused(OpenAiEndpoint::kChat,
+                With(Chat(), "response_format",
+                     {{"type", "json_schema"}, {"json_schema", {{"schema", schema}, {"format", "x"}}}}),
+                "response_format.json_schema.format");
+  ExpectRefused(OpenAiEndpoint::kChat, With(With(Chat(), "response_format", {{"type", "json_object"}}), "ignore_eos", true),
+                "ignore_eos");
+  Json both = With(Chat(), "response_format", {{"type", "json_object"}});
+  both["tools"] = Json::array({{{"type", "function"}, {"function", {{"name", "f"}}}}});
+  ExpectRefused(OpenAiEndpoint::kChat, both, "response_format", "tool_choice");
+  both["tool_choice"] = "none";
+  EXPECT_OK(ParseOpenAiRequest(OpenAiEndpoint::kChat, both).status());
 }
 
 TEST(OpenAiRequestTest, LogitBiasKeysAreTokenIdsAndBiasesWithinOpenAisRange) {

@@ -50,6 +50,7 @@ TEST(JsonSchemaGrammar, ObjectPropertiesInOrderRequiredAndOptional) {
   EXPECT_TRUE(Matches(g, R"({"name":"Ada","age":36})"));
   EXPECT_TRUE(Matches(g, R"({"name": "Ada", "age": 36, "tags": ["x", "y"]})"));
   EXPECT_TRUE(Matches(g, "{\n  \"name\": \"Ada\",\n  \"age\": -3\n}"));
+  EXPECT_TRUE(Matches(g, "{\n\t\"name\" : \"Ada\" ,\n\t\"age\":1 }"));
   EXPECT_FALSE(Matches(g, R"({"name":"Ada"})"));                    // age required
   EXPECT_FALSE(Prefix(g, R"({"age":36)"));                          // schema order
   EXPECT_FALSE(Prefix(g, R"({"name":"Ada","age":36,"x")"));         // no other key
@@ -122,8 +123,13 @@ TEST(JsonSchemaGrammar, AnyJsonObject) {
   EXPECT_FALSE(Prefix(g, R"({"a" 1)"));
   EXPECT_FALSE(Prefix(g, R"({a)"));
   // Whitespace is bounded: a model cannot pad forever.
-  EXPECT_TRUE(Prefix(g, "{" + std::string(kMaxJsonWhitespace, ' ')));
-  EXPECT_FALSE(Prefix(g, "{" + std::string(kMaxJsonWhitespace + 1, ' ')));
+  EXPECT_TRUE(Prefix(g, "{ "));
+  EXPECT_FALSE(Prefix(g, "{  "));
+  EXPECT_TRUE(Prefix(g, "{\n" + std::string(kMaxJsonIndent, ' ')));
+  EXPECT_TRUE(Prefix(g, "{\n\t\t"));
+  EXPECT_FALSE(Prefix(g, "{\n" + std::string(kMaxJsonIndent + 1, ' ')));
+  EXPECT_FALSE(Prefix(g, "{\n\n"));
+  EXPECT_FALSE(Prefix(g, "{\r"));
 }
 
 TEST(JsonSchemaGrammar, RefusesWhatItCannotEnforceByName) {

@@ -12,7 +12,6 @@ using Kind = GrammarNode::Kind;
 // itself without consuming anything ({"anyOf": [{"$ref": "#"}]}) stops here.
 constexpr int kMaxHops = 96;
 
-bool IsWhitespace(uint8_t c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 bool IsDigit(uint8_t c) { return c >= '0' && c <= '9'; }
 bool IsHex(uint8_t c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
@@ -57,9 +56,15 @@ bool NumberAccepts(uint8_t phase) {
 }
 
 // Consumes a whitespace byte where JSON allows one; false when `byte` is
-// not whitespace or the run is too long.
+// not whitespace or the run may not go on. f.ws: 0 none yet, kOneSpace
+// after a space, 1 + n after a newline and n indentation bytes.
+constexpr uint8_t kOneSpace = 255;
 bool TakeWhitespace(GrammarFrame& f, uint8_t byte) {
-  if (!IsWhitespace(byte) || f.ws >= kMaxJsonWhitespace) return false;
+  if (f.ws == 0 && (byte == ' ' || byte == '\n')) {
+    f.ws = byte == ' ' ? kOneSpace : 1;
+    return true;
+  }
+  if (f.ws == kOneSpace || f.ws == 0 || (byte != ' ' && byte != '\t') || f.ws > kMaxJsonIndent) return false;
   ++f.ws;
   return true;
 }

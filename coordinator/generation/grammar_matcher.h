@@ -21,9 +21,10 @@ inline constexpr size_t kMaxGrammarDepth = 48;
 // Parallel readings kept at once; more (a schema of many overlapping
 // anyOf alternatives) are dropped, the first kept.
 inline constexpr size_t kMaxGrammarThreads = 32;
-// Whitespace allowed in a row between JSON tokens (pretty-printing, not
-// an endless run of spaces).
-inline constexpr int kMaxJsonWhitespace = 40;
+// Whitespace between JSON tokens, as llama.cpp's JSON grammar allows it:
+// one space, or a newline and at most this much indentation (spaces,
+// tabs). Pretty-printing, not an endless run of padding.
+inline constexpr int kMaxJsonIndent = 20;
 // Digits in one JSON number.
 inline constexpr int kMaxNumberChars = 40;
 
@@ -34,7 +35,7 @@ bool IsWholeUtf8(std::string_view text);
 struct GrammarFrame {
   int32_t node = 0;
   uint8_t phase = 0;
-  uint8_t ws = 0;    // whitespace in a row
+  uint8_t ws = 0;    // the whitespace run: none, a space, or a newline and its indentation
   uint16_t pos = 0;  // literal or key byte; UTF-8 continuation bytes still due
   int32_t a = 0;     // literal range start; items, characters, next property
   int32_t b = 0;     // literal range end; \u digits due; the chosen property

@@ -17,12 +17,14 @@
 #include "common/base/log.h"
 #include "common/base/progress.h"
 #include "common/base/status_macros.h"
+#include "coordinator/generation/json_schema_grammar.h"
 #include "coordinator/generation/sampling_defaults.h"
 #include "coordinator/generation/utf8_stream.h"
 #include "coordinator/serving/http/http_error.h"
 #include "coordinator/serving/http/openai_request.h"
 #include "coordinator/serving/http/placement_json.h"
 #include "coordinator/serving/http/prometheus_metrics.h"
+#include "coordinator/serving/http/tool_calls.h"
 #include "coordinator/serving/http/web_page.h"
 
 namespace tandem {
@@ -35,6 +37,9 @@ struct HttpServer::Ready {
   ServingOptions serving;
   std::unique_ptr<ChatSetup> chat;
   int64_t max_token_bytes = 1;  // MaxTokenTextBytes, for CheckPromptTextFits
+  // Constrained decoding's view of the vocabulary (null without a tokenizer).
+  std::shared_ptr<const VocabularyIndex> vocabulary;
+  ToolCallFormat tool_format = ToolCallFormat::kNone;  // from the chat template
 };
 
 // One OpenAI request in flight: its choices' streams and what they produced.
@@ -48,6 +53,13 @@ struct HttpServer::Job {
     FinishReason finish = FinishReason::kMaxTokens;
     RequestUsage usage;
     std::vector<BeamHypothesis> beams;
+    // With tools: the output split into content and calls as it comes.
+    std::optional<ToolCallParser> tool_parser;
+    std::string content;
+    std::vector<ToolCall> calls;
+    size_t content_sent = 0, calls_sent = 0;  // streamed so far
+    // What the client reads as the message's content.
+    const std::string& Content() const { return tool_parser ? content : text; }
   };
   std::shared_ptr<const Ready> ready;
   OpenAiRequest request;
@@ -214,10 +226,28 @@ Json ChunkJson(const HttpServer::Job& job, size_t index, const std::string& text
   return out;
 }
 
+// A special token's text ("[TOOL_CALLS]", "<|python_tag|>"): streamed
+// text leaves special tokens out, but a tool call's markers may be one.
+std::string SpecialText(const HttpServer::Ready& ready, const GeneratedToken& t) {
+  const Model& model = *ready.model;
+  if (model.tokenizer == nullptr || !t.text.empty() || !model.tokenizer->PieceText(t.id).empty()) return "";
+  const std::vector<int32_t> eos = model.EosIds();
+  if (std::find(eos.begin(), eos.end(), t.id) != eos.end()) return "";
+  absl::StatusOr<std::string> text = model.tokenizer->Decode(std::span<const int32_t>(&t.id, 1),
+                                                             DecodeOptions{.skip_special_tokens = false});
+  return text.ok() ? *text : "";
+}
+
+void TakeToolOutput(HttpServer::Job::Choice& c, ToolCallParser::Output out) {
+  c.content += out.content;
+  for (ToolCall& call : out.calls) c.calls.push_back(std::move(call));
+}
+
 // Applies one event to its choice.
-void Absorb(HttpServer::Job::Choice& c, StreamEvent& event) {
+void Absorb(const HttpServer::Job& job, HttpServer::Job::Choice& c, StreamEvent& event) {
   for (GeneratedToken& t : event.tokens) {
     c.text += t.text;
+    if (c.tool_parser) TakeToolOutput(c, c.tool_parser->Push(t.text + SpecialText(*job.ready, t)));
     c.tokens.push_back(std::move(t));
   }
   if (event.done) {
@@ -226,7 +256,20 @@ void Absorb(HttpServer::Job::Choice& c, StreamEvent& event) {
     c.finish = event.finish_reason;
     c.usage = event.usage;
     c.beams = std::move(event.beams);
+    if (c.tool_parser) TakeToolOutput(c, c.tool_parser->Finish());
   }
+}
+
+// OpenAI's finish_reason: "tool_calls" when the model called tools.
+std::string FinishOf(const HttpServer::Job::Choice& c) {
+  if (!c.calls.empty() && c.finish != FinishReason::kMaxTokens) return "tool_calls";
+  return std::string(FinishName(c.finish));
+}
+
+Json ToolCallJson(const ToolCall& call, size_t index, bool streamed) {
+  Json j = {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+  if (streamed) j["index"] = index;
+  return j;
 }
 
 // Cancels every unfinished choice and waits until the scheduler has let go
@@ -239,7 +282,7 @@ void CancelAll(HttpServer::Job& job, const absl::Status& reason) {
     while (!c.done) {
       std::optional<StreamEvent> event = c.stream->Next(absl::Seconds(1));
       if (!event) break;
-      Absorb(c, *event);
+      Absorb(job, c, *event);
     }
   }
 }
@@ -258,8 +301,15 @@ absl::StatusOr<std::vector<int32_t>> PromptOf(const HttpServer::Ready& ready, co
     LargeTextTurns::Turn turn(&large_texts, r.prompt_text.size());
     return PromptIds(*ready.model, r.prompt_text, r.prompt_ids, /*add_bos=*/true, "prompt", ready.max_token_bytes);
   }
+  if (!r.tools.is_null() && ready.tool_format == ToolCallFormat::kNone) {
+    return absl::InvalidArgumentError(
+        "tools: this model's chat template writes no tool calls tandem can read (Hermes/Qwen <tool_call>, Llama 3, "
+        "Mistral [TOOL_CALLS], DeepSeek); send tool_choice \"none\" or no tools");
+  }
+  absl::StatusOr<Json> messages = ToolMessagesForTemplate(r.messages, ready.tool_format);
+  if (!messages.ok()) return messages.status();
   absl::StatusOr<std::string> text =
-      ready.chat->Render(r.messages, r.tools, r.add_generation_prompt, r.chat_template_kwargs);
+      ready.chat->Render(*messages, r.tools, r.add_generation_prompt, r.chat_template_kwargs);
   if (!text.ok()) {
     // A template that runs out of its work or output budget on these
     // messages always will: a bad request, not a busy server.
@@ -281,6 +331,38 @@ std::vector<LogitBias> LogitBiasOf(const OpenAiRequest& r) {
   return out;
 }
 
+// What the output is constrained by: response_format's JSON, or the
+// forced tool call; null for free text.
+absl::StatusOr<std::shared_ptr<const TokenGrammar>> GrammarOf(const HttpServer::Ready& ready, const OpenAiRequest& r) {
+  const bool forced_call = r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed;
+  if (r.response_format == ResponseFormat::kText && !forced_call) return nullptr;
+  if (ready.vocabulary == nullptr || ready.model->tokenizer == nullptr) {
+    return absl::InvalidArgumentError(
+        forced_call ? "tool_choice: a forced tool call needs the model's tokenizer"
+                    : "response_format: structured output needs the model's tokenizer");
+  }
+  if (forced_call) {
+    const ToolRequest tools{.tools = r.tools,
+                            .forced = r.tool_choice_name,
+                            .required = true,
+                            .parallel = r.parallel_tool_calls};
+    return ToolCallGrammar(ready.tool_format, tools, *ready.model->tokenizer, ready.vocabulary,
+                           ready.model->EosIds());
+  }
+  auto grammar = std::make_shared<TokenGrammar>();
+  grammar->vocabulary = ready.vocabulary;
+  grammar->grammar.end_ids = ready.model->EosIds();
+  if (r.response_format == ResponseFormat::kJsonObject) {
+    grammar->grammar.root = AddAnyJsonObject(&grammar->grammar);
+  } else {
+    const char* where = r.endpoint == OpenAiEndpoint::kCompletion ? "json_schema" : "response_format.json_schema.schema";
+    absl::StatusOr<int32_t> root = AddJsonSchema(r.json_schema, where, &grammar->grammar);
+    if (!root.ok()) return WithParam(root.status(), "response_format");
+    grammar->grammar.root = *root;
+  }
+  return grammar;
+}
+
 // The request's choices as scheduler jobs: n sampled sequences, or one beam
 // search. On a refusal the choices already submitted are cancelled.
 absl::Status Submit(HttpServer::Job& job, std::vector<int32_t> prompt, int32_t default_max_tokens) {
@@ -293,6 +375,11 @@ absl::Status Submit(HttpServer::Job& job, std::vector<int32_t> prompt, int32_t d
   const int32_t max_tokens =
       r.max_tokens.value_or(static_cast<int32_t>(std::min<int64_t>(DefaultMaxTokens(g, default_max_tokens), room)));
   job.choices.resize(r.beam_width >= 2 ? 1 : static_cast<size_t>(r.n));
+  absl::StatusOr<std::shared_ptr<const TokenGrammar>> grammar = GrammarOf(ready, r);
+  if (!grammar.ok()) return grammar.status();
+  if (r.endpoint == OpenAiEndpoint::kChat && r.tool_choice != ToolChoice::kNone) {
+    for (HttpServer::Job::Choice& c : job.choices) c.tool_parser.emplace(ready.tool_format, r.parallel_tool_calls);
+  }
   absl::Status submitted;
   if (r.beam_width >= 2) {
     BeamSearchJob beam;
@@ -322,6 +409,7 @@ absl::Status Submit(HttpServer::Job& job, std::vector<int32_t> prompt, int32_t d
       q.sampling.presence_penalty = r.presence_penalty;
       q.sampling.frequency_penalty = r.frequency_penalty;
       q.sampling.logit_bias = LogitBiasOf(r);
+      q.sampling.grammar = *grammar;
       q.sampling.seed = seed + i;
       q.ignore_eos = r.ignore_eos;
       // The chosen token's logprob is always computed; alternatives only when asked.
@@ -344,10 +432,17 @@ Json WholeResponse(const HttpServer::Job& job) {
   const HttpServer::Ready& ready = *job.ready;
   const OpenAiRequest& r = job.request;
   const bool chat = r.endpoint == OpenAiEndpoint::kChat;
-  auto choice_json = [&](size_t index, const std::string& text, const Json& logprobs, absl::string_view finish) {
+  auto choice_json = [&](size_t index, const std::string& text, const Json& logprobs, absl::string_view finish,
+                         const std::vector<ToolCall>* calls = nullptr) {
     Json choice = {{"index", index}};
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", text}};
+      if (calls != nullptr && !calls->empty()) {
+        Json list = Json::array();
+        for (size_t k = 0; k < calls->size(); ++k) list.push_back(ToolCallJson((*calls)[k], k, false));
+        if (text.empty()) choice["message"]["content"] = nullptr;
+        choice["message"]["tool_calls"] = std::move(list);
+      }
     } else {
       choice["text"] = text;
     }
@@ -377,8 +472,8 @@ Json WholeResponse(const HttpServer::Job& job) {
   } else {
     for (size_t i = 0; i < job.choices.size(); ++i) {
       const HttpServer::Job::Choice& c = job.choices[i];
-      choices.push_back(
-          choice_json(i, c.text, r.logprobs ? LogprobsJson(job, c.tokens, 0) : Json(nullptr), FinishName(c.finish)));
+      choices.push_back(choice_json(i, c.Content(), r.logprobs ? LogprobsJson(job, c.tokens, 0) : Json(nullptr),
+                                    FinishOf(c), &c.calls));
     }
   }
   Json out = Envelope(job, false);
@@ -509,6 +604,13 @@ void HttpServer::Serve(const Model* model, Scheduler* scheduler, ServingOptions 
   ready->serving = std::move(serving);
   ready->chat = std::move(chat);
   ready->max_token_bytes = MaxTokenTextBytes(*model);
+  if (model->tokenizer != nullptr) {
+    ready->vocabulary =
+        VocabularyIndex::Build(*model->tokenizer, static_cast<int32_t>(model->config.vocab_size));
+  }
+  if (ready->chat != nullptr && ready->chat->chat_template != nullptr) {
+    ready->tool_format = DetectToolCallFormat(ready->chat->chat_template->source());
+  }
   absl::MutexLock lock(&mu_);
   ready_ = std::move(ready);
 }
@@ -662,7 +764,7 @@ bool HttpServer::Collect(Job& job, Call& call) {
         return false;
       }
       std::optional<StreamEvent> event = c.stream->Next(absl::Milliseconds(100));
-      if (event) Absorb(c, *event);
+      if (event) Absorb(job, c, *event);
     }
   }
   return true;
@@ -710,18 +812,26 @@ void HttpServer::RunStream(Job& job, Call& call) {
       if (!event) continue;
       const size_t offset = c.text.size();
       const size_t first_token = c.tokens.size();
-      Absorb(c, *event);
-      if (c.tokens.size() > first_token) {
+      Absorb(job, c, *event);
+      if (c.tokens.size() > first_token || c.content.size() > c.content_sent) {
         const std::span<const GeneratedToken> fresh(c.tokens.data() + first_token, c.tokens.size() - first_token);
-        const std::string text = c.text.substr(offset);
-        if (!text.empty() || job.request.logprobs) {
+        const std::string text = c.tool_parser ? c.content.substr(c.content_sent) : c.text.substr(offset);
+        c.content_sent = c.content.size();
+        if (!text.empty() || (job.request.logprobs && !fresh.empty())) {
           ok = send(ChunkJson(job, i, text, job.request.logprobs ? LogprobsJson(job, fresh, offset) : Json(nullptr),
                               nullptr));
         }
       }
+      // A tool call goes out whole, once the model has finished writing it.
+      for (; ok && c.calls_sent < c.calls.size(); ++c.calls_sent) {
+        Json chunk = ChunkJson(job, i, "", nullptr, nullptr);
+        chunk["choices"][0]["delta"] = {
+            {"tool_calls", Json::array({ToolCallJson(c.calls[c.calls_sent], c.calls_sent, true)})}};
+        ok = send(chunk);
+      }
       if (ok && c.done) {
         if (!c.status.ok()) return fail(GenerationError(c.status), absl::CancelledError("a sibling choice failed"));
-        ok = send(ChunkJson(job, i, "", nullptr, std::string(FinishName(c.finish))));
+        ok = send(ChunkJson(job, i, "", nullptr, FinishOf(c)));
       }
     }
     if (ok && std::chrono::steady_clock::now() - last_write > kKeepAlive) ok = write(": keep-alive\n\n");
@@ -824,8 +934,10 @@ void HttpServer::ApplyTemplate(Call& call) {
   if (!body.ok()) return;
   absl::StatusOr<OpenAiRequest> parsed = ParseOpenAiRequest(OpenAiEndpoint::kApplyTemplate, *body);
   if (!parsed.ok()) return call.SendError(HttpErrorFromStatus(parsed.status()));
+  absl::StatusOr<Json> messages = ToolMessagesForTemplate(parsed->messages, ready.tool_format);
+  if (!messages.ok()) return call.SendError(HttpErrorFromStatus(messages.status(), "messages"));
   absl::StatusOr<std::string> prompt =
-      ready.chat->Render(parsed->messages, parsed->tools, parsed->add_generation_prompt, parsed->chat_template_kwargs);
+      ready.chat->Render(*messages, parsed->tools, parsed->add_generation_prompt, parsed->chat_template_kwargs);
   if (!prompt.ok()) return call.SendError(HttpErrorFromStatus(prompt.status(), "messages"));
   call.SendJson(200, {{"prompt", *prompt}});
 }

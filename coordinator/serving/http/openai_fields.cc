@@ -27,7 +27,6 @@ bool IsFalse(const Json& v) { return v.is_boolean() && !v.get<bool>(); }
 bool IsNone(const Json& v) { return v.is_string() && v.get_ref<const std::string&>() == "none"; }
 bool IsOne(const Json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; }
 bool IsEmptyString(const Json& v) { return v.is_string() && v.get_ref<const std::string&>().empty(); }
-bool IsTextFormat(const Json& v) { return v.is_object() && v.size() == 1 && v.contains("type") && v["type"] == "text"; }
 bool IsTextOnly(const Json& v) { return v.is_array() && v.size() == 1 && v[0] == "text"; }
 
 struct FieldRule {
@@ -40,10 +39,6 @@ struct FieldRule {
   const char* refusal;  // why a value `accepts` refuses is refused
 };
 
-constexpr char kConstrained[] = "constrained decoding (grammars, JSON schemas) is not supported";
-constexpr char kNoTools[] =
-    "tool calling is not supported yet: tandem does not parse tool calls out of the model's output, so a client "
-    "waiting for tool_calls would get text; send no tools";
 
 // docs/http.md's table, row for row.
 constexpr FieldRule kRules[] = {
@@ -74,7 +69,11 @@ constexpr FieldRule kRules[] = {
     {"length_penalty", kAll, nullptr, nullptr},
     {"add_generation_prompt", kChats, nullptr, nullptr},
     {"chat_template_kwargs", kChats, nullptr, nullptr},
-    {"tools", kTemplate, nullptr, nullptr},  // only rendered there
+    {"tools", kChats, nullptr, nullptr},
+    {"tool_choice", kChats, nullptr, nullptr},
+    {"parallel_tool_calls", kChats, nullptr, nullptr},
+    {"response_format", kChats, nullptr, nullptr},
+    {"json_schema", kAll, nullptr, nullptr},  // llama.cpp's
     // Accepted where they change no output.
     {"user", kAll, IsString, "must be a string (accepted and unused: tandem keeps no per-user records)"},
     {"metadata", kChats, IsObject, "must be an object (accepted and unused: tandem stores no completions)"},
@@ -82,12 +81,7 @@ constexpr FieldRule kRules[] = {
     {"service_tier", kChats, IsString, "must be a string (accepted and unused: tandem has one tier)"},
     {"prompt_cache_key", kChats, IsString, "must be a string (accepted and unused)"},
     {"safety_identifier", kChats, IsString, "must be a string (accepted and unused)"},
-    {"parallel_tool_calls", kChats, IsBool, "must be true or false (accepted and unused: no tools are supported)"},
-    {"tool_choice", kChats, IsNone, "only \"none\" is supported: tool calling is not supported yet"},
-    {"function_call", kChats, IsNone, "only \"none\" is supported: function calling is not supported"},
-    {"response_format", kChats, IsTextFormat,
-     "only {\"type\": \"text\"} is supported: structured output (json_object, json_schema) needs constrained "
-     "decoding, which tandem does not have"},
+    {"function_call", kChats, IsNone, "the legacy function_call is not supported: use tool_choice"},
     {"modalities", kChats, IsTextOnly, "only [\"text\"] is supported: tandem generates text"},
     {"echo", kCompletion, IsFalse, "only false is supported: the prompt is not returned with the completion"},
     {"best_of", kCompletion, IsOne,
@@ -96,16 +90,15 @@ constexpr FieldRule kRules[] = {
     {"suffix", kCompletion, IsEmptyString,
      "is not supported (text after an insertion point): tandem completes a prompt at its end only"},
     // Refused: what tandem does not do.
-    {"tools", kChat, nullptr, kNoTools},
-    {"functions", kChats, nullptr, "function calling is not supported"},
+    {"functions", kChats, nullptr, "the legacy functions field is not supported: use tools"},
     {"audio", kChats, nullptr, "audio output is not supported"},
     {"prediction", kChats, nullptr, "predicted outputs are not supported"},
     {"reasoning_effort", kChats, nullptr,
      "is not supported: the model reasons as its weights and chat template make it (see chat_template_kwargs)"},
     {"verbosity", kChats, nullptr, "is not supported"},
     {"web_search_options", kChats, nullptr, "web search is not supported"},
-    {"grammar", kAll, nullptr, kConstrained},      // llama.cpp's
-    {"json_schema", kAll, nullptr, kConstrained},  // llama.cpp's
+    {"grammar", kAll, nullptr,
+     "GBNF grammars are not supported: use response_format json_schema (or json_schema)"},  // llama.cpp's
 };
 
 absl::string_view EndpointPath(OpenAiEndpoint endpoint) {

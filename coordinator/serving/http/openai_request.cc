@@ -1,5 +1,6 @@
 #include "coordinator/serving/http/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -107,10 +108,6 @@ absl::Status ReadMessages(const Json& body, OpenAiRequest& r) {
     if (content != m.end() && content->is_array()) TANDEM_RETURN_IF_ERROR(CheckTextParts(*content, at));
   }
   r.messages = *v;
-  if (const Json* tools = Field(body, "tools"); tools != nullptr) {
-    if (!tools->is_array()) return Bad("tools", "must be a list");
-    r.tools = *tools;
-  }
   TANDEM_ASSIGN_OR_RETURN(r.add_generation_prompt, OptionalBool(body, "add_generation_prompt", true));
   if (const Json* kwargs = Field(body, "chat_template_kwargs"); kwargs != nullptr) {
     if (!kwargs->is_object()) return Bad("chat_template_kwargs", "must be an object");
@@ -204,6 +201,133 @@ absl::Status ReadLogitBias(const Json& body, OpenAiRequest& r) {
   return absl::OkStatus();
 }
 
+bool IsFunctionName(const std::string& name) {
+  return !name.empty() && name.size() <= 64 &&
+         name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") ==
+             std::string::npos;
+}
+
+// tools: [{"type": "function", "function": {"name", "description",
+// "parameters", "strict"}}], names distinct.
+absl::Status ReadTools(const Json& body, OpenAiRequest& r) {
+  const Json* tools = Field(body, "tools");
+  if (tools == nullptr) return absl::OkStatus();
+  if (!tools->is_array()) return Bad("tools", "must be a list of {\"type\": \"function\", \"function\": {...}}");
+  if (tools->size() > kMaxTools) return Bad("tools", absl::StrCat("at most ", kMaxTools, " tools"));
+  std::vector<std::string> names;
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const Json& t = (*tools)[i];
+    const std::string at = absl::StrCat("tools[", i, "]");
+    if (!t.is_object() || t.value("type", Json()) != "function") return Bad(at + ".type", "must be \"function\"");
+    auto f = t.find("function");
+    if (f == t.end() || !f->is_object()) return Bad(at + ".function", "must be an object with a name");
+    for (const auto& [key, value] : f->items()) {
+      if (key != "name" && key != "description" && key != "parameters" && key != "strict") {
+        return Bad(absl::StrCat(at, ".function.", key.substr(0, 64)), "unknown field");
+      }
+    }
+    auto name = f->find("name");
+    if (name == f->end() || !name->is_string() || !IsFunctionName(name->get<std::string>())) {
+      return Bad(at + ".function.name", "must be 1-64 letters, digits, '_', '-' or '.'");
+    }
+    if (std::find(names.begin(), names.end(), name->get<std::string>()) != names.end()) {
+      return Bad(at + ".function.name", absl::StrCat("\"", name->get<std::string>(), "\" is given twice"));
+    }
+    names.push_back(name->get<std::string>());
+    if (auto d = f->find("description"); d != f->end() && !d->is_string() && !d->is_null()) {
+      return Bad(at + ".function.description", "must be a string");
+    }
+    if (auto p = f->find("parameters"); p != f->end() && !p->is_object() && !p->is_null()) {
+      return Bad(at + ".function.parameters", "must be a JSON schema object");
+    }
+    if (auto s = f->find("strict"); s != f->end() && !s->is_boolean() && !s->is_null()) {
+      return Bad(at + ".function.strict", "must be true or false");
+    }
+  }
+  r.tools = *tools;
+  r.tool_choice = tools->empty() ? ToolChoice::kNone : ToolChoice::kAuto;
+  return absl::OkStatus();
+}
+
+// tool_choice: "none", "auto", "required" or {"type": "function",
+// "function": {"name"}}; parallel_tool_calls.
+absl::Status ReadToolChoice(const Json& body, OpenAiRequest& r) {
+  TANDEM_ASSIGN_OR_RETURN(r.parallel_tool_calls, OptionalBool(body, "parallel_tool_calls", true));
+  const Json* v = Field(body, "tool_choice");
+  if (v == nullptr) return absl::OkStatus();
+  if (*v == "none") {
+    r.tool_choice = ToolChoice::kNone;
+    return absl::OkStatus();
+  }
+  if (r.tools.is_null() || r.tools.empty()) return Bad("tool_choice", "needs tools");
+  if (*v == "auto") {
+    r.tool_choice = ToolChoice::kAuto;
+  } else if (*v == "required") {
+    r.tool_choice = ToolChoice::kRequired;
+  } else if (v->is_object() && v->value("type", Json()) == "function" && v->contains("function") &&
+             (*v)["function"].is_object() && (*v)["function"].value("name", Json()).is_string()) {
+    r.tool_choice = ToolChoice::kNamed;
+    r.tool_choice_name = (*v)["function"]["name"].get<std::string>();
+    bool known = false;
+    for (const Json& t : r.tools) known = known || t["function"]["name"] == r.tool_choice_name;
+    if (!known) {
+      return Bad("tool_choice", absl::StrCat("names \"", r.tool_choice_name.substr(0, 64), "\", which is not in tools"));
+    }
+  } else {
+    return Bad("tool_choice",
+               "must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+  }
+  return absl::OkStatus();
+}
+
+// response_format: {"type": "text" | "json_object" | "json_schema",
+// "json_schema": {"name", "schema", "strict", "description"}}; or
+// llama.cpp's top-level json_schema.
+absl::Status ReadResponseFormat(const Json& body, OpenAiRequest& r) {
+  if (const Json* schema = Field(body, "json_schema"); schema != nullptr) {
+    if (!schema->is_object()) return Bad("json_schema", "must be a JSON schema object");
+    r.response_format = ResponseFormat::kJsonSchema;
+    r.json_schema = *schema;
+  }
+  const Json* v = Field(body, "response_format");
+  if (v == nullptr) return absl::OkStatus();
+  if (r.response_format != ResponseFormat::kText) return Bad("response_format", "and json_schema: send one of them");
+  if (!v->is_object() || !v->contains("type") || !(*v)["type"].is_string()) {
+    return Bad("response_format", "must be {\"type\": \"text\" | \"json_object\" | \"json_schema\", ...}");
+  }
+  const std::string type = (*v)["type"].get<std::string>();
+  for (const auto& [key, value] : v->items()) {
+    if (key != "type" && !(key == "json_schema" && type == "json_schema")) {
+      return Bad(absl::StrCat("response_format.", key.substr(0, 64)), "unknown field");
+    }
+  }
+  if (type == "text") return absl::OkStatus();
+  if (type == "json_object") {
+    r.response_format = ResponseFormat::kJsonObject;
+    return absl::OkStatus();
+  }
+  if (type != "json_schema") {
+    return Bad("response_format.type", absl::StrCat("must be text, json_object or json_schema, got \"",
+                                                    type.substr(0, 64), "\""));
+  }
+  auto js = v->find("json_schema");
+  if (js == v->end() || !js->is_object()) {
+    return Bad("response_format.json_schema", "must be {\"name\", \"schema\", \"strict\"}");
+  }
+  for (const auto& [key, value] : js->items()) {
+    if (key != "name" && key != "schema" && key != "strict" && key != "description") {
+      return Bad(absl::StrCat("response_format.json_schema.", key.substr(0, 64)), "unknown field");
+    }
+  }
+  auto schema = js->find("schema");
+  if (schema == js->end() || !(schema->is_object() || schema->is_boolean())) {
+    return Bad("response_format.json_schema.schema", "must be a JSON schema object");
+  }
+  r.response_format = ResponseFormat::kJsonSchema;
+  r.json_schema = *schema;
+  return absl::OkStatus();
+}
+
 // The sampling fields and max_tokens.
 absl::Status ReadSampling(const Json& body, OpenAiRequest& r) {
   constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
@@ -243,6 +367,13 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, const 
     r.model = model->get<std::string>();
   }
   TANDEM_RETURN_IF_ERROR(endpoint == OpenAiEndpoint::kCompletion ? ReadPrompt(body, r) : ReadMessages(body, r));
+  if (endpoint != OpenAiEndpoint::kCompletion) {
+    TANDEM_RETURN_IF_ERROR(ReadTools(body, r));
+    TANDEM_RETURN_IF_ERROR(ReadToolChoice(body, r));
+    // tool_choice "none": the model is not told of the tools at all.
+    if (endpoint == OpenAiEndpoint::kChat && r.tool_choice == ToolChoice::kNone) r.tools = nullptr;
+  }
+  TANDEM_RETURN_IF_ERROR(ReadResponseFormat(body, r));
   TANDEM_RETURN_IF_ERROR(ReadSampling(body, r));
   TANDEM_RETURN_IF_ERROR(ReadStop(body, r));
   TANDEM_ASSIGN_OR_RETURN(std::optional<int64_t> n, OptionalInt(body, "n", 1, kMaxChoices));
@@ -260,6 +391,22 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, const 
     if (r.n > r.beam_width)
       return Bad("n", absl::StrCat("must be <= beam_width (", r.beam_width, ") with beam search"));
     if (r.logprobs) return Bad("logprobs", "is not available with beam search");
+    if (r.response_format != ResponseFormat::kText || r.tool_choice == ToolChoice::kRequired ||
+        r.tool_choice == ToolChoice::kNamed) {
+      return Bad("beam_width", "beam search is not constrained: it cannot be combined with structured output or a "
+                               "forced tool call");
+    }
+  }
+  if (r.response_format != ResponseFormat::kText) {
+    if (r.tool_choice != ToolChoice::kNone) {
+      return Bad("response_format",
+                 "cannot be combined with tools (the output is a tool call or the JSON, not both): send tool_choice "
+                 "\"none\" or leave response_format out");
+    }
+    if (r.ignore_eos) return Bad("ignore_eos", "cannot be combined with structured output: the JSON ends the output");
+  }
+  if ((r.tool_choice == ToolChoice::kRequired || r.tool_choice == ToolChoice::kNamed) && r.ignore_eos) {
+    return Bad("ignore_eos", "cannot be combined with a forced tool call: the call ends the output");
   }
   return r;
 }

@@ -30,13 +30,18 @@ inline constexpr int32_t kMaxStopStrings = 16;
 inline constexpr int32_t kMaxBeamWidth = 64;
 inline constexpr size_t kMaxLogitBiasEntries = 1024;  // as the scheduler's kMaxLogitBiasTokens
 
+inline constexpr size_t kMaxTools = 128;
+
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+enum class ResponseFormat { kText, kJsonObject, kJsonSchema };
+
 struct OpenAiRequest {
   OpenAiEndpoint endpoint = OpenAiEndpoint::kChat;
   std::string model;  // as sent (may be empty)
 
   // Chat: the conversation and the template's inputs.
   nlohmann::ordered_json messages;
-  nlohmann::ordered_json tools;  // null when absent; only /apply-template takes them
+  nlohmann::ordered_json tools;  // null when absent (or tool_choice "none" on a chat)
   bool add_generation_prompt = true;
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   // Completions: exactly one of the two.
@@ -61,6 +66,18 @@ struct OpenAiRequest {
   bool ignore_eos = false;
   int32_t beam_width = 0;  // >= 2: beam search (no streaming); n results
   float length_penalty = 1.0f;
+
+  // Tool calling (chat): tools is the checked list. tool_choice: "auto"
+  // (the default with tools; calls parsed out of the output), "required"
+  // or a named function (the output is forced to be a call).
+  ToolChoice tool_choice = ToolChoice::kNone;
+  std::string tool_choice_name;  // kNamed
+  bool parallel_tool_calls = true;
+
+  // Structured output: response_format json_object (any JSON object) or
+  // json_schema (this schema; also llama.cpp's top-level json_schema).
+  ResponseFormat response_format = ResponseFormat::kText;
+  nlohmann::ordered_json json_schema;
 };
 
 // `body` must be a JSON object whose every field CheckOpenAiFields accepts.
