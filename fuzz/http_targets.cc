@@ -2,11 +2,15 @@
 // steps a /v1/chat/completions, /v1/completions or /apply-template request
 // takes before the scheduler (coordinator/serving/http/: bounded parse,
 // field checks, the chat template over the messages and, as
-// /apply-template renders them, the tools).
+// /apply-template renders them, the tools), and the JSON schemas it carries
+// (response_format's, each tool's parameters) compiled into grammars that
+// the first message's text is then matched against.
 #include <memory>
 #include "absl/strings/string_view.h"
 
 #include "common/chat/chat_template.h"
+#include "coordinator/generation/grammar_matcher.h"
+#include "coordinator/generation/json_schema_grammar.h"
 #include "coordinator/serving/http/bounded_json.h"
 #include "coordinator/serving/http/openai_request.h"
 #include "fuzz/fuzz_targets.h"
@@ -30,6 +34,22 @@ const ChatTemplate* Template() {
   return compiled.get();
 }
 
+// `schema` compiled, and `text` stepped through it byte by byte.
+absl::Status MatchSchema(const nlohmann::ordered_json& schema, const std::string& text) {
+  Grammar grammar;
+  absl::StatusOr<int32_t> root = AddJsonSchema(schema, "schema", &grammar);
+  if (!root.ok()) return root.status();
+  grammar.root = *root;
+  GrammarMatcher matcher(&grammar);
+  GrammarState state = matcher.Start(), next;
+  for (char c : text) {
+    if (!matcher.Step(state, static_cast<uint8_t>(c), &next)) break;
+    std::swap(state, next);
+  }
+  matcher.CanEnd(state);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status FuzzHttpRequestBody(FuzzBytes bytes) {
@@ -43,6 +63,18 @@ absl::Status FuzzHttpRequestBody(FuzzBytes bytes) {
   absl::StatusOr<OpenAiRequest> rendered = ParseOpenAiRequest(OpenAiEndpoint::kApplyTemplate, parsed->value);
   if (chat.ok() && !rendered.ok()) return absl::InternalError("a chat body /apply-template refuses");
   if (!rendered.ok()) return completion.ok() ? absl::OkStatus() : rendered.status();
+  std::string content;
+  if (!rendered->messages.empty() && rendered->messages[0].is_object()) {
+    content = rendered->messages[0].value("content", nlohmann::ordered_json("")).dump();
+  }
+  if (rendered->response_format == ResponseFormat::kJsonSchema) {
+    MatchSchema(rendered->json_schema, content).IgnoreError();
+  }
+  if (rendered->tools.is_array()) {
+    for (const auto& tool : rendered->tools) {
+      if (tool["function"].contains("parameters")) MatchSchema(tool["function"]["parameters"], content).IgnoreError();
+    }
+  }
   const ChatTemplate* chat_template = Template();
   if (chat_template == nullptr) return absl::InternalError("the fuzz target's chat template does not compile");
   ChatTemplateInputs inputs;

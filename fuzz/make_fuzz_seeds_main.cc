@@ -273,8 +273,15 @@ absl::StatusOr<std::vector<Seed>> MakeSeeds() {
                          R"("temperature":0.7,"top_p":0.9,"stop":["\n"],"stream":true,)"
                          R"("stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":2,)"
                          R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}]})")});
+  seeds.push_back({"http_request", "structured.json",
+                   Bytes(R"({"messages":[{"role":"user","content":"{\"a\": [1, {\"b\": null}], \"c\": \"\u00e9\"}"}],)"
+                         R"("response_format":{"type":"json_schema","json_schema":{"name":"s","schema":)"
+                         R"({"type":"object","properties":{"a":{"type":"array","items":{"anyOf":[{"type":"integer"},)"
+                         R"({"$ref":"#/$defs/o"}]},"maxItems":4},"c":{"type":"string","maxLength":3},)"
+                         R"("d":{"enum":[1,"x",null]}},"required":["a"],"$defs":{"o":{"type":"object",)"
+                         R"("additionalProperties":{"type":["null","boolean"]}}}}}}})")});
   seeds.push_back({"http_request", "completion.json",
-                   Bytes(R"({"prompt":[1,17,33],"max_tokens":4,"n":2,"seed":7,"logprobs":1,"beam_width":0})")});
+                   Bytes(R"({"prompt":[1,17,33],"max_tokens":4,"n":2,"seed":7,"logprobs":1,"json_schema":{"type":"integer"}})")});
   return seeds;
 }
 
