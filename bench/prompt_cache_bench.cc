@@ -88,11 +88,9 @@ int main(int argc, char** argv) {
   tandem::SetProgramUsage("Time to first token with and without a cached prompt prefix.");
   tandem::ParseProgramFlags(argc, argv);
   tandem::SetMinLogLevel(tandem::LogLevel::kWarning);
-  std::vector<std::string> parts = absl::StrSplit(absl::GetFlag(FLAGS_preset), ':');
-  tandem::SyntheticModelSpec spec{.preset = parts[0], .seed = 1};
-  if (parts.size() > 1 && !absl::SimpleAtoi(parts[1], &spec.num_layers)) {
-    return Fail(absl::InvalidArgumentError("--preset: layers after ':' must be an integer"));
-  }
+  absl::StatusOr<tandem::SyntheticModelSpec> parsed = tandem::ParseSyntheticPreset(absl::GetFlag(FLAGS_preset), 1);
+  if (!parsed.ok()) return Fail(parsed.status());
+  tandem::SyntheticModelSpec spec = *parsed;
   const int prefix = absl::GetFlag(FLAGS_prefix_tokens), suffix = absl::GetFlag(FLAGS_suffix_tokens);
   const int output = absl::GetFlag(FLAGS_output_tokens), rounds = absl::GetFlag(FLAGS_rounds);
   if (prefix < 1 || suffix < 1 || output < 1 || rounds < 1) {

@@ -97,11 +97,9 @@ int main(int argc, char** argv) {
   tandem::SetProgramUsage("Serving throughput through the real gRPC service.");
   tandem::ParseProgramFlags(argc, argv);
   tandem::SetMinLogLevel(tandem::LogLevel::kWarning);
-  std::vector<std::string> parts = absl::StrSplit(absl::GetFlag(FLAGS_preset), ':');
-  tandem::SyntheticModelSpec spec{.preset = parts[0], .seed = 1};
-  if (parts.size() > 1 && !absl::SimpleAtoi(parts[1], &spec.num_layers)) {
-    return Fail(absl::InvalidArgumentError("--preset: layers after ':' must be an integer"));
-  }
+  absl::StatusOr<tandem::SyntheticModelSpec> parsed = tandem::ParseSyntheticPreset(absl::GetFlag(FLAGS_preset), 1);
+  if (!parsed.ok()) return Fail(parsed.status());
+  tandem::SyntheticModelSpec spec = *parsed;
   const int input = absl::GetFlag(FLAGS_input_tokens), output = absl::GetFlag(FLAGS_output_tokens);
   const std::vector<int> widths = tandem::ParsePositiveList<int>(absl::GetFlag(FLAGS_beam_widths));
   const std::vector<int> client_counts = tandem::ParsePositiveList<int>(absl::GetFlag(FLAGS_clients));

@@ -85,6 +85,27 @@ TEST_F(CliTest, GenerateJsonEqualsInProcessGreedy) {
   EXPECT_TRUE(j["text"].is_string());
 }
 
+TEST_F(CliTest, LogitBiasBansTheGreedyToken) {
+  const std::vector<int32_t> prompt = RandomTokens(6, 512, /*seed=*/11);
+  const std::vector<std::string> base = {"generate", "--prompt_ids", absl::StrJoin(prompt, ","), "-n", "1",
+                                         "--temperature", "0", "--ignore_eos", "--json"};
+  const nlohmann::json plain = Json(Cli(base));
+  const int32_t greedy = plain["ids"][0];
+  std::vector<std::string> banned = base;
+  banned.insert(banned.end(), {"--logit_bias", absl::StrCat(greedy, ":-100")});
+  const nlohmann::json biased = Json(Cli(banned));
+  ASSERT_EQ(biased["ids"].size(), 1u) << biased;
+  EXPECT_NE(biased["ids"][0], greedy);
+  ProcessResult r = Cli({"generate", "--prompt_ids", "5", "--logit_bias", "5=1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--logit_bias: \"5=1\" is not ID:BIAS"), std::string::npos) << r.err;
+  r = Cli({"generate", "--prompt_ids", "5", "--logit_bias", "5:1,5:2"});
+  EXPECT_NE(r.err.find("token 5 is given twice"), std::string::npos) << r.err;
+  r = Cli({"generate", "--prompt_ids", "5", "--logit_bias", "5:300"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("logit_bias"), std::string::npos) << r.err;
+}
+
 TEST_F(CliTest, GenerateTextStreamsAndPrintsUsage) {
   const ProcessResult r = Cli({"generate", "--prompt", "The licensee may", "-n", "6", "--temperature", "0",
                                "--ignore_eos", "--stop", "zzzz", "--stop=qqqq"});

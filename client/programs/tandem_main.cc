@@ -46,6 +46,8 @@ ABSL_FLAG(std::optional<int32_t>, n, std::nullopt, "maximum number of tokens to 
 ABSL_FLAG(std::optional<int32_t>, max_tokens, std::nullopt, "same as -n");
 ABSL_FLAG(std::string, stop_ids, "", "comma-separated token ids that end generation (beam: end a beam)");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating past the end-of-sequence token");
+ABSL_FLAG(std::string, logit_bias, "",
+          "ID:BIAS,... added to those tokens' logits, bias in [-100, 100] (-100 all but bans a token)");
 // Sampling (generate).
 ABSL_FLAG(std::optional<float>, temperature, std::nullopt, "sampling temperature; 0 = greedy (server default: 1.0)");
 ABSL_FLAG(std::optional<int32_t>, top_k, std::nullopt, "sample among the k most likely tokens; 0 = all");
@@ -65,12 +67,13 @@ ABSL_FLAG(bool, progress, false, "print each step's best beam on stderr (with --
 namespace {
 
 using tandem::ParseIds;
+using tandem::ParseLogitBias;
 using tandem::sdk::Client;
 
 constexpr char kUsage[] =
     "Talk to a running tandem server.\n"
     "  tandem generate --prompt \"text\" -n 32 [--temperature T --top_k K --top_p P --seed S --stop STR\n"
-    "                  --stop_ids IDS --logprobs K --ignore_eos --json]\n"
+    "                  --stop_ids IDS --logit_bias ID:BIAS,... --logprobs K --ignore_eos --json]\n"
     "  tandem beam --prompt \"text\" --beam_width 4 -n 16 [--length_penalty L --early_stopping\n"
     "              --num_return_sequences N --progress --json]\n"
     "  tandem info [--json]        the model and where its experts run\n"
@@ -195,6 +198,8 @@ int RunGenerate(const GivenFlags& given) {
   if (!max_tokens.ok()) return UsageError(std::string(max_tokens.status().message()));
   auto stop_ids = ParseIds(absl::GetFlag(FLAGS_stop_ids), "stop_ids");
   if (!stop_ids.ok()) return UsageError(std::string(stop_ids.status().message()));
+  auto logit_bias = ParseLogitBias(absl::GetFlag(FLAGS_logit_bias), "logit_bias");
+  if (!logit_bias.ok()) return UsageError(std::string(logit_bias.status().message()));
   tandem::sdk::GenerateOptions options{.prompt = prompt->text,
                                        .prompt_ids = prompt->ids,
                                        .add_bos = absl::GetFlag(FLAGS_add_bos),
@@ -206,6 +211,7 @@ int RunGenerate(const GivenFlags& given) {
                                        .stop_ids = *stop_ids,
                                        .ignore_eos = absl::GetFlag(FLAGS_ignore_eos),
                                        .logprobs = absl::GetFlag(FLAGS_logprobs)};
+  options.logit_bias = *logit_bias;
   for (const std::string& s : given.stop) {
     std::string unescaped, error;
     if (!absl::CUnescape(s, &unescaped, &error)) return UsageError(absl::StrCat("--stop \"", s, "\": ", error));
@@ -263,7 +269,9 @@ int RunBeam() {
   if (!max_tokens.ok()) return UsageError(std::string(max_tokens.status().message()));
   auto stop_ids = ParseIds(absl::GetFlag(FLAGS_stop_ids), "stop_ids");
   if (!stop_ids.ok()) return UsageError(std::string(stop_ids.status().message()));
-  const tandem::sdk::BeamSearchOptions options{.prompt = prompt->text,
+  auto logit_bias = ParseLogitBias(absl::GetFlag(FLAGS_logit_bias), "logit_bias");
+  if (!logit_bias.ok()) return UsageError(std::string(logit_bias.status().message()));
+  tandem::sdk::BeamSearchOptions options{.prompt = prompt->text,
                                                .prompt_ids = prompt->ids,
                                                .add_bos = absl::GetFlag(FLAGS_add_bos),
                                                .beam_width = absl::GetFlag(FLAGS_beam_width),
@@ -273,6 +281,7 @@ int RunBeam() {
                                                .num_return_sequences = absl::GetFlag(FLAGS_num_return_sequences),
                                                .stop_ids = *stop_ids,
                                                .ignore_eos = absl::GetFlag(FLAGS_ignore_eos)};
+  options.logit_bias = *logit_bias;
   auto connected = ConnectToServer();
   if (!connected.ok()) return Fail(connected.status());
   Client& client = **connected;
@@ -462,7 +471,7 @@ const std::set<std::string>& FlagsOf(const std::string& command) {
   static const std::set<std::string> kNone;
   static const std::set<std::string> kGenerate = {"prompt",   "prompt_ids", "add_bos",     "n",     "max_tokens",
                                                   "stop_ids", "ignore_eos", "temperature", "top_k", "top_p",
-                                                  "seed",     "stop",       "logprobs"};
+                                                  "seed",     "stop",       "logprobs",    "logit_bias"};
   static const std::set<std::string> kBeam = {"prompt",
                                               "prompt_ids",
                                               "add_bos",
@@ -474,7 +483,8 @@ const std::set<std::string>& FlagsOf(const std::string& command) {
                                               "length_penalty",
                                               "early_stopping",
                                               "num_return_sequences",
-                                              "progress"};
+                                              "progress",
+                                              "logit_bias"};
   static const std::set<std::string> kTokenize = {"prompt", "add_bos"};
   static const std::set<std::string> kDetokenize = {"prompt_ids"};
   if (command == "generate") return kGenerate;

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -258,6 +259,19 @@ void FillSyntheticTensor(const ModelConfig& c, const WeightSpec& w, uint64_t see
   int64_t n = 1;
   for (int64_t dim : w.shape) n *= dim;
   FillSyntheticRange(c, w, seed, dtype, out, 0, n);
+}
+
+absl::StatusOr<SyntheticModelSpec> ParseSyntheticPreset(std::string_view text, uint64_t seed, std::string_view flag) {
+  SyntheticModelSpec spec{.seed = seed};
+  const size_t colon = text.find(':');
+  spec.preset = std::string(text.substr(0, colon));
+  if (colon != std::string_view::npos &&
+      (!absl::SimpleAtoi(absl::string_view(text.data() + colon + 1, text.size() - colon - 1), &spec.num_layers) ||
+       spec.num_layers < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(std::string(flag), ": layers after ':' must be a positive integer, got \"",
+                                                   std::string(text.substr(colon + 1)), "\""));
+  }
+  return spec;
 }
 
 std::string SyntheticModelName(const SyntheticModelSpec& spec) {

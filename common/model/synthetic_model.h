@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -37,6 +38,10 @@ struct SyntheticModelSpec {
 };
 
 std::vector<std::string> SyntheticPresets();
+// "PRESET" or "PRESET:LAYERS" (a bench's --preset) as a spec with `seed`;
+// InvalidArgument naming `flag` when LAYERS is not a positive integer.
+absl::StatusOr<SyntheticModelSpec> ParseSyntheticPreset(std::string_view text, uint64_t seed,
+                                                       std::string_view flag = "--preset");
 // "synthetic:PRESET:LAYERS seed N" (layers resolved from the preset), the
 // model's origin in logs, stats and errors. Empty preset/layers as given
 // when the preset is unknown.

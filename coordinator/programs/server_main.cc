@@ -89,6 +89,9 @@ ABSL_FLAG(std::string, served_model_name, "",
           "the model's name in the HTTP API (/v1/models, responses); default: the model folder's name");
 ABSL_FLAG(std::string, chat_template, "",
           "a Jinja chat template file for /v1/chat/completions, instead of the model folder's own");
+ABSL_FLAG(std::string, reasoning_format, "auto",
+          "a thinking model's <think>...</think> in chat responses: auto (as reasoning_content, apart from "
+          "content, when the chat template thinks) or none (left in content)");
 ABSL_FLAG(int32_t, max_unread_events, 256,
           "a client this many stream events behind is paused (its sequence not decoded) until it reads");
 ABSL_FLAG(bool, prompt_cache, true,
@@ -402,6 +405,12 @@ absl::StatusOr<std::unique_ptr<tandem::HttpServer>> StartHttp(const tandem::Mode
   options.access.cors_origins = absl::GetFlag(FLAGS_cors_origins);
   options.access.allowed_hosts = absl::GetFlag(FLAGS_http_allowed_hosts);
   TANDEM_RETURN_IF_ERROR(HttpTransportFromFlags(&options.transport));
+  const std::string reasoning = absl::GetFlag(FLAGS_reasoning_format);
+  if (reasoning != "auto" && reasoning != "none") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--reasoning_format: must be auto or none, got \"", reasoning, "\""));
+  }
+  options.reasoning_content = reasoning == "auto";
   options.served_model_name = absl::GetFlag(FLAGS_served_model_name);
   if (options.served_model_name.empty()) {
     std::filesystem::path folder = std::filesystem::path(source.model_dir).lexically_normal();
@@ -454,7 +463,7 @@ void ServeUntilSignal(const sigset_t& signals, Listening& listening, tandem::Htt
 // and batch), then the runtime's groups, then the front ends' limits.
 std::vector<tandem::FlagGroup> ServerFlagGroups() {
   std::vector<std::string> model = tandem::RuntimeModelFlags();
-  model.insert(model.end(), {"served_model_name", "chat_template"});
+  model.insert(model.end(), {"served_model_name", "chat_template", "reasoning_format"});
   std::vector<tandem::FlagGroup> groups = {
       {"Model", model},
       {"Where it listens, and who may connect",

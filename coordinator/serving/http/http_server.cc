@@ -24,6 +24,7 @@
 #include "coordinator/serving/http/openai_request.h"
 #include "coordinator/serving/http/placement_json.h"
 #include "coordinator/serving/http/prometheus_metrics.h"
+#include "coordinator/serving/http/reasoning.h"
 #include "coordinator/serving/http/tool_calls.h"
 #include "coordinator/serving/http/web_page.h"
 
@@ -40,6 +41,7 @@ struct HttpServer::Ready {
   // Constrained decoding's view of the vocabulary (null without a tokenizer).
   std::shared_ptr<const VocabularyIndex> vocabulary;
   ToolCallFormat tool_format = ToolCallFormat::kNone;  // from the chat template
+  bool thinks = false;  // the template's <think>: reasoning goes apart from content
 };
 
 // One OpenAI request in flight: its choices' streams and what they produced.
@@ -53,13 +55,16 @@ struct HttpServer::Job {
     FinishReason finish = FinishReason::kMaxTokens;
     RequestUsage usage;
     std::vector<BeamHypothesis> beams;
-    // With tools: the output split into content and calls as it comes.
+    // A thinking model's output: its reasoning split off first; then, with
+    // tools, the rest split into content and calls as it comes.
+    std::optional<ReasoningSplitter> reasoning;
     std::optional<ToolCallParser> tool_parser;
-    std::string content;
+    std::string reasoning_text, content;
     std::vector<ToolCall> calls;
-    size_t content_sent = 0, calls_sent = 0;  // streamed so far
+    size_t reasoning_sent = 0, content_sent = 0, calls_sent = 0;  // streamed so far
+    bool split() const { return reasoning || tool_parser; }
     // What the client reads as the message's content.
-    const std::string& Content() const { return tool_parser ? content : text; }
+    const std::string& Content() const { return split() ? content : text; }
   };
   std::shared_ptr<const Ready> ready;
   OpenAiRequest request;
@@ -243,11 +248,33 @@ void TakeToolOutput(HttpServer::Job::Choice& c, ToolCallParser::Output out) {
   for (ToolCall& call : out.calls) c.calls.push_back(std::move(call));
 }
 
+// Output text through the splitters: reasoning first, then tool calls.
+// `end`: the output is over (what they held back goes out).
+void Split(HttpServer::Job::Choice& c, const std::string& piece, bool end) {
+  std::string rest = piece;
+  if (c.reasoning) {
+    ReasoningSplitter::Output out = c.reasoning->Push(piece);
+    if (end) {
+      ReasoningSplitter::Output last = c.reasoning->Finish();
+      out.reasoning += last.reasoning;
+      out.content += last.content;
+    }
+    c.reasoning_text += out.reasoning;
+    rest = std::move(out.content);
+  }
+  if (c.tool_parser) {
+    TakeToolOutput(c, c.tool_parser->Push(rest));
+    if (end) TakeToolOutput(c, c.tool_parser->Finish());
+  } else {
+    c.content += rest;
+  }
+}
+
 // Applies one event to its choice.
 void Absorb(const HttpServer::Job& job, HttpServer::Job::Choice& c, StreamEvent& event) {
   for (GeneratedToken& t : event.tokens) {
     c.text += t.text;
-    if (c.tool_parser) TakeToolOutput(c, c.tool_parser->Push(t.text + SpecialText(*job.ready, t)));
+    if (c.split()) Split(c, t.text + SpecialText(*job.ready, t), false);
     c.tokens.push_back(std::move(t));
   }
   if (event.done) {
@@ -256,7 +283,7 @@ void Absorb(const HttpServer::Job& job, HttpServer::Job::Choice& c, StreamEvent&
     c.finish = event.finish_reason;
     c.usage = event.usage;
     c.beams = std::move(event.beams);
-    if (c.tool_parser) TakeToolOutput(c, c.tool_parser->Finish());
+    if (c.split()) Split(c, "", true);
   }
 }
 
@@ -294,7 +321,7 @@ bool IsLoopback(absl::string_view host) {
 // The prompt's ids: a chat through the template, or a completion's text or
 // ids; text too long for the context refused by its size before tokenizing.
 absl::StatusOr<std::vector<int32_t>> PromptOf(const HttpServer::Ready& ready, const OpenAiRequest& r,
-                                              LargeTextTurns& large_texts) {
+                                              LargeTextTurns& large_texts, bool* opens_thinking) {
   const int64_t context = ready.model->config.max_position_embeddings;
   if (r.endpoint != OpenAiEndpoint::kChat) {
     TANDEM_RETURN_IF_ERROR(CheckPromptTextFits(r.prompt_text.size(), ready.max_token_bytes, context, "prompt"));
@@ -317,6 +344,7 @@ absl::StatusOr<std::vector<int32_t>> PromptOf(const HttpServer::Ready& ready, co
     const absl::StatusCode code = absl::IsResourceExhausted(s) ? absl::StatusCode::kInvalidArgument : s.code();
     return absl::Status(code, absl::StrCat("messages: ", s.message()));
   }
+  *opens_thinking = PromptOpensThinking(*text);
   TANDEM_RETURN_IF_ERROR(CheckPromptTextFits(text->size(), ready.max_token_bytes, context, "messages"));
   LargeTextTurns::Turn turn(&large_texts, text->size());
   absl::StatusOr<std::vector<int32_t>> ids = ready.chat->Encode(*ready.model, *text, /*add_special_tokens=*/false);
@@ -365,7 +393,8 @@ absl::StatusOr<std::shared_ptr<const TokenGrammar>> GrammarOf(const HttpServer::
 
 // The request's choices as scheduler jobs: n sampled sequences, or one beam
 // search. On a refusal the choices already submitted are cancelled.
-absl::Status Submit(HttpServer::Job& job, std::vector<int32_t> prompt, int32_t default_max_tokens) {
+absl::Status Submit(HttpServer::Job& job, std::vector<int32_t> prompt, int32_t default_max_tokens,
+                    bool opens_thinking) {
   const HttpServer::Ready& ready = *job.ready;
   const OpenAiRequest& r = job.request;
   // Defaults: the request, then generation_config.json, then OpenAI's.
@@ -377,8 +406,12 @@ absl::Status Submit(HttpServer::Job& job, std::vector<int32_t> prompt, int32_t d
   job.choices.resize(r.beam_width >= 2 ? 1 : static_cast<size_t>(r.n));
   absl::StatusOr<std::shared_ptr<const TokenGrammar>> grammar = GrammarOf(ready, r);
   if (!grammar.ok()) return grammar.status();
-  if (r.endpoint == OpenAiEndpoint::kChat && r.tool_choice != ToolChoice::kNone) {
-    for (HttpServer::Job::Choice& c : job.choices) c.tool_parser.emplace(ready.tool_format, r.parallel_tool_calls);
+  for (HttpServer::Job::Choice& c : job.choices) {
+    if (r.endpoint != OpenAiEndpoint::kChat || r.beam_width >= 2) break;
+    // A forced call or JSON is the whole output: nothing to split off.
+    const bool constrained = *grammar != nullptr;
+    if (ready.thinks && !constrained) c.reasoning.emplace(opens_thinking);
+    if (r.tool_choice != ToolChoice::kNone) c.tool_parser.emplace(ready.tool_format, r.parallel_tool_calls);
   }
   absl::Status submitted;
   if (r.beam_width >= 2) {
@@ -433,10 +466,11 @@ Json WholeResponse(const HttpServer::Job& job) {
   const OpenAiRequest& r = job.request;
   const bool chat = r.endpoint == OpenAiEndpoint::kChat;
   auto choice_json = [&](size_t index, const std::string& text, const Json& logprobs, absl::string_view finish,
-                         const std::vector<ToolCall>* calls = nullptr) {
+                         const std::vector<ToolCall>* calls = nullptr, const std::string* reasoning = nullptr) {
     Json choice = {{"index", index}};
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", text}};
+      if (reasoning != nullptr && !reasoning->empty()) choice["message"]["reasoning_content"] = *reasoning;
       if (calls != nullptr && !calls->empty()) {
         Json list = Json::array();
         for (size_t k = 0; k < calls->size(); ++k) list.push_back(ToolCallJson((*calls)[k], k, false));
@@ -473,7 +507,7 @@ Json WholeResponse(const HttpServer::Job& job) {
     for (size_t i = 0; i < job.choices.size(); ++i) {
       const HttpServer::Job::Choice& c = job.choices[i];
       choices.push_back(choice_json(i, c.Content(), r.logprobs ? LogprobsJson(job, c.tokens, 0) : Json(nullptr),
-                                    FinishOf(c), &c.calls));
+                                    FinishOf(c), &c.calls, &c.reasoning_text));
     }
   }
   Json out = Envelope(job, false);
@@ -610,6 +644,7 @@ void HttpServer::Serve(const Model* model, Scheduler* scheduler, ServingOptions 
   }
   if (ready->chat != nullptr && ready->chat->chat_template != nullptr) {
     ready->tool_format = DetectToolCallFormat(ready->chat->chat_template->source());
+    ready->thinks = options_.reasoning_content && TemplateThinks(ready->chat->chat_template->source());
   }
   absl::MutexLock lock(&mu_);
   ready_ = std::move(ready);
@@ -732,10 +767,12 @@ void HttpServer::Completions(int endpoint, Call& call) {
   job->id = RandomId(r.endpoint == OpenAiEndpoint::kChat ? "chatcmpl-" : "cmpl-");
   job->created = absl::ToUnixSeconds(absl::Now());
 
-  absl::StatusOr<std::vector<int32_t>> prompt = PromptOf(ready, r, large_texts_);
+  bool opens_thinking = false;
+  absl::StatusOr<std::vector<int32_t>> prompt = PromptOf(ready, r, large_texts_, &opens_thinking);
   if (!prompt.ok()) return call.SendError(HttpErrorFromStatus(prompt.status(), "prompt"));
   job->prompt_tokens = static_cast<int64_t>(prompt->size());
-  if (absl::Status submitted = Submit(*job, std::move(*prompt), options_.default_max_tokens); !submitted.ok()) {
+  if (absl::Status submitted = Submit(*job, std::move(*prompt), options_.default_max_tokens, opens_thinking);
+      !submitted.ok()) {
     return call.SendError(HttpErrorFromStatus(submitted));
   }
   if (r.stream) return RunStream(*job, call);
@@ -813,9 +850,15 @@ void HttpServer::RunStream(Job& job, Call& call) {
       const size_t offset = c.text.size();
       const size_t first_token = c.tokens.size();
       Absorb(job, c, *event);
-      if (c.tokens.size() > first_token || c.content.size() > c.content_sent) {
+      if (c.reasoning_text.size() > c.reasoning_sent) {
+        Json chunk = ChunkJson(job, i, "", nullptr, nullptr);
+        chunk["choices"][0]["delta"] = {{"reasoning_content", c.reasoning_text.substr(c.reasoning_sent)}};
+        c.reasoning_sent = c.reasoning_text.size();
+        ok = send(chunk);
+      }
+      if (ok && (c.tokens.size() > first_token || c.content.size() > c.content_sent)) {
         const std::span<const GeneratedToken> fresh(c.tokens.data() + first_token, c.tokens.size() - first_token);
-        const std::string text = c.tool_parser ? c.content.substr(c.content_sent) : c.text.substr(offset);
+        const std::string text = c.split() ? c.content.substr(c.content_sent) : c.text.substr(offset);
         c.content_sent = c.content.size();
         if (!text.empty() || (job.request.logprobs && !fresh.empty())) {
           ok = send(ChunkJson(job, i, text, job.request.logprobs ? LogprobsJson(job, fresh, offset) : Json(nullptr),

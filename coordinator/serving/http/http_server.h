@@ -57,6 +57,9 @@ struct HttpServerOptions {
   HttpListenAddress listen;
   std::string served_model_name = "tandem";  // /v1/models and every response's "model"
   int32_t default_max_tokens = 512;          // when neither the request nor generation_config says
+  // A thinking model's <think> text as reasoning_content, apart from the
+  // content (when its chat template thinks); false: left in the content.
+  bool reasoning_content = true;
   // Connections, threads, timeouts and byte limits. Its write_timeout: a
   // client that takes none of a write for this long is dropped (its
   // request stopped); tandem-server sets --max_stall_s plus a second, so
