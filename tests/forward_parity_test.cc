@@ -314,8 +314,8 @@ TEST_P(ForwardParityTest, LinearWithBiasMatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, ForwardParityTest, ::testing::Values("tiny", "tiny-phimoe"),
-                         [](const auto& info) { return info.param == "tiny" ? "Mixtral" : "PhiMoE"; });
+INSTANTIATE_TEST_SUITE_P(Presets, ForwardParityTest, ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe"),
+                         [](const auto& info) { return ArchTestName(info.param); });
 
 // ------------------------------------------------------------------ whole forward
 
@@ -410,10 +410,10 @@ INSTANTIATE_TEST_SUITE_P(Prompts, WholeForwardTest,
                          ::testing::Values(ForwardCase{"tiny", 24, 101}, ForwardCase{"tiny", 100, 102},
                                            ForwardCase{"tiny-phimoe", 40, 103}, ForwardCase{"tiny-phimoe", 60, 104},
                                            ForwardCase{"tiny-phimoe", 64, 106}, ForwardCase{"tiny-phimoe", 65, 107},
-                                           ForwardCase{"tiny-phimoe", 100, 105}),
+                                           ForwardCase{"tiny-phimoe", 100, 105}, ForwardCase{"tiny-qwen3moe", 24, 108},
+                                           ForwardCase{"tiny-qwen3moe", 100, 109}),
                          [](const auto& info) {
-                           return absl::StrCat(info.param.preset == "tiny" ? "Mixtral" : "PhiMoE", "_T",
-                                               info.param.length);
+                           return absl::StrCat(ArchTestName(info.param.preset), "_T", info.param.length);
                          });
 
 }  // namespace

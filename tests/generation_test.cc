@@ -178,8 +178,8 @@ TEST_P(GenerationTest, BadRequestsAreInvalidArgumentNamingTheField) {
   EXPECT_OK(rt_->generator().Validate(edge));
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, GenerationTest, ::testing::Values("tiny", "tiny-phimoe"),
-                         [](const auto& info) { return info.param == "tiny" ? "Mixtral" : "PhiMoE"; });
+INSTANTIATE_TEST_SUITE_P(Presets, GenerationTest, ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe"),
+                         [](const auto& info) { return ArchTestName(info.param); });
 
 }  // namespace
 }  // namespace tandem

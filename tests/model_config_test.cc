@@ -54,7 +54,66 @@ json PhiMoEJson() {  // microsoft/Phi-3.5-MoE-instruct's config.json, factors sh
   return j;
 }
 
+json Qwen3MoeJson() {  // Qwen/Qwen3-30B-A3B's config.json
+  return json::parse(R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 6144,
+    "max_position_embeddings": 40960, "max_window_layers": 48, "mlp_only_layers": [], "model_type": "qwen3_moe",
+    "moe_intermediate_size": 768, "norm_topk_prob": true, "num_attention_heads": 32, "num_experts": 128,
+    "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4, "output_router_logits": false,
+    "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001,
+    "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0", "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})");
+}
+
 absl::StatusOr<ModelConfig> Parse(const json& j) { return ParseModelConfig(j.dump(), "/models/x/config.json"); }
+
+TEST(ModelConfigTest, ReadsQwen3Moe) {
+  auto c = Parse(Qwen3MoeJson());
+  ASSERT_OK(c);
+  EXPECT_EQ(c->architecture, Architecture::kQwen3Moe);
+  EXPECT_EQ(c->norm_kind(), NormKind::kRmsNorm);
+  EXPECT_EQ(c->router_kind(), RouterKind::kSoftmaxTopK);
+  EXPECT_TRUE(c->qk_norm());
+  EXPECT_TRUE(c->norm_topk_prob);
+  EXPECT_EQ(c->intermediate_size, 768);  // the experts', not the dense MLP's 6144
+  EXPECT_EQ(c->num_local_experts, 128);
+  EXPECT_EQ(c->num_experts_per_tok, 8);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->q_dim(), 4096);  // wider than hidden_size
+  EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{151645});
+  EXPECT_FALSE(c->sliding_window.has_value());
+  // HF's default when the key is absent: no renormalisation.
+  json j = Qwen3MoeJson();
+  j.erase("norm_topk_prob");
+  ASSERT_OK_AND_ASSIGN(ModelConfig plain, Parse(j));
+  EXPECT_FALSE(plain.norm_topk_prob);
+}
+
+TEST(ModelConfigTest, Qwen3MoeLayoutsTandemDoesNotRunAreRefusedByKey) {
+  const struct {
+    const char* key;
+    json value;
+    const char* says;
+  } cases[] = {
+      {"mlp_only_layers", json::array({0, 5}), "mlp_only_layers"},
+      {"decoder_sparse_step", 2, "decoder_sparse_step"},
+      {"use_sliding_window", true, "use_sliding_window"},
+      {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}, "rope_scaling"},
+      {"attention_bias", true, "attention_bias"},
+      {"moe_intermediate_size", nullptr, "moe_intermediate_size"},
+      {"num_experts", nullptr, "num_experts"},
+      {"model_type", "qwen2_moe", "model_type"},
+  };
+  for (const auto& c : cases) {
+    json j = Qwen3MoeJson();
+    j[c.key] = c.value;
+    auto parsed = Parse(j);
+    ASSERT_FALSE(parsed.ok()) << c.key;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(c.says)) << parsed.status();
+  }
+}
 
 TEST(ModelConfigTest, ReadsMixtral) {
   auto c = Parse(MixtralJson());

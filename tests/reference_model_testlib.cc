@@ -21,6 +21,10 @@ std::string LayerName(int layer, const char* rest) { return absl::StrCat("model.
 std::string ExpertName(int layer, int expert, const char* matrix) {
   return absl::StrCat("model.layers.", layer, ".block_sparse_moe.experts.", expert, ".", matrix, ".weight");
 }
+// Qwen3-MoE: mlp.experts.e.{gate,down,up}_proj.
+std::string Qwen3ExpertName(int layer, int expert, const char* matrix) {
+  return absl::StrCat("model.layers.", layer, ".mlp.experts.", expert, ".", matrix, ".weight");
+}
 
 // Reads a stored tensor of the expected shape into doubles: [N, K] as an
 // N x K matrix, [N] as one row of N.
@@ -79,6 +83,7 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(const Mod
   auto model = std::unique_ptr<ReferenceModel>(new ReferenceModel(c));
   const int64_t d = c.hidden_size, v = c.vocab_size, e = c.num_local_experts, inter = c.intermediate_size;
   const bool layer_norm = c.architecture == Architecture::kPhiMoE;
+  const bool qwen3 = c.architecture == Architecture::kQwen3Moe;
 
   // Assigns `expr` (a StatusOr) to `lhs` or returns its error.
 #define REF_ASSIGN(lhs, expr)                   \
@@ -108,15 +113,23 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(const Mod
       REF_ASSIGN(layer.v_bias, ReadVector(src, LayerName(l, "self_attn.v_proj.bias"), c.kv_dim()));
       REF_ASSIGN(layer.o_bias, ReadVector(src, LayerName(l, "self_attn.o_proj.bias"), d));
     }
+    if (qwen3) {
+      REF_ASSIGN(layer.q_norm, ReadVector(src, LayerName(l, "self_attn.q_norm.weight"), c.head_dim));
+      REF_ASSIGN(layer.k_norm, ReadVector(src, LayerName(l, "self_attn.k_norm.weight"), c.head_dim));
+    }
     if (absl::Status s = read_norm(LayerName(l, "post_attention_layernorm"), layer.post_attention_norm); !s.ok()) {
       return s;
     }
-    REF_ASSIGN(layer.router, ReadTensor(src, LayerName(l, "block_sparse_moe.gate.weight"), {e, d}));
+    REF_ASSIGN(layer.router,
+               ReadTensor(src, LayerName(l, qwen3 ? "mlp.gate.weight" : "block_sparse_moe.gate.weight"), {e, d}));
     for (int x = 0; x < e; ++x) {
       RefExpert expert;
-      REF_ASSIGN(expert.w1, ReadTensor(src, ExpertName(l, x, "w1"), {inter, d}));
-      REF_ASSIGN(expert.w2, ReadTensor(src, ExpertName(l, x, "w2"), {d, inter}));
-      REF_ASSIGN(expert.w3, ReadTensor(src, ExpertName(l, x, "w3"), {inter, d}));
+      REF_ASSIGN(expert.w1, ReadTensor(src, qwen3 ? Qwen3ExpertName(l, x, "gate_proj") : ExpertName(l, x, "w1"),
+                                       {inter, d}));
+      REF_ASSIGN(expert.w2, ReadTensor(src, qwen3 ? Qwen3ExpertName(l, x, "down_proj") : ExpertName(l, x, "w2"),
+                                       {d, inter}));
+      REF_ASSIGN(expert.w3, ReadTensor(src, qwen3 ? Qwen3ExpertName(l, x, "up_proj") : ExpertName(l, x, "w3"),
+                                       {inter, d}));
       layer.experts.push_back(std::move(expert));
     }
     model->layers_.push_back(std::move(layer));
@@ -248,7 +261,18 @@ RefTensor ReferenceModel::Attention(const RefTensor& q, const RefTensor& k, cons
   return out;
 }
 
-RefRouting ReferenceModel::SoftmaxTopK(std::span<const double> logits, int64_t k) {
+RefTensor ReferenceModel::HeadRmsNorm(const RefTensor& x, const std::vector<double>& weight, int64_t head_dim,
+                                      double eps) {
+  // x viewed as [T · heads, head_dim]: RMSNorm each row.
+  RefTensor rows(x.rows * (x.cols / head_dim), head_dim);
+  rows.data = x.data;
+  RefTensor normed = RmsNorm(rows, weight, eps);
+  RefTensor out(x.rows, x.cols);
+  out.data = std::move(normed.data);
+  return out;
+}
+
+RefRouting ReferenceModel::SoftmaxTopK(std::span<const double> logits, int64_t k, bool normalize) {
   // routing_weights = softmax(router_logits); topk; /= sum  (modeling_mixtral.py)
   const double max_logit = *std::max_element(logits.begin(), logits.end());
   std::vector<double> probs(logits.size());
@@ -263,7 +287,10 @@ RefRouting ReferenceModel::SoftmaxTopK(std::span<const double> logits, int64_t k
     r.weights.push_back(probs[static_cast<size_t>(order[static_cast<size_t>(s)])]);
     chosen_sum += r.weights.back();
   }
-  for (double& w : r.weights) w /= chosen_sum;
+  // modeling_qwen3_moe.py: `if self.norm_topk_prob: routing_weights /= sum`.
+  if (normalize) {
+    for (double& w : r.weights) w /= chosen_sum;
+  }
   // Only the chosen set matters (the weights are renormalised over it), so
   // the one discontinuity is the K-th logit meeting the (K+1)-th.
   r.margin = static_cast<size_t>(k) < logits.size() ? logits[static_cast<size_t>(order[static_cast<size_t>(k - 1)])] -
@@ -320,7 +347,7 @@ RefRouting ReferenceModel::SparseMixer(std::span<const double> scores, double ji
 
 RefRouting ReferenceModel::Route(const ModelConfig& config, std::span<const double> logits) {
   if (config.architecture == Architecture::kPhiMoE) return SparseMixer(logits, config.router_jitter_noise);
-  return SoftmaxTopK(logits, config.num_experts_per_tok);
+  return SoftmaxTopK(logits, config.num_experts_per_tok, config.norm_topk_prob);
 }
 
 RefTensor ReferenceModel::ExpertFfn(const RefTensor& x, const RefExpert& expert) {
@@ -362,6 +389,11 @@ absl::StatusOr<ReferenceForward> ReferenceModel::Forward(const std::vector<int32
     RefTensor q = Linear(x, lw.q_proj, lw.q_bias);  // [T, H·hd]
     RefTensor k = Linear(x, lw.k_proj, lw.k_bias);  // [T, Hkv·hd]
     const RefTensor v = Linear(x, lw.v_proj, lw.v_bias);
+    if (!lw.q_norm.empty()) {
+      // Qwen3: q_norm / k_norm, an RMSNorm over each head's head_dim values.
+      q = HeadRmsNorm(q, lw.q_norm, c.head_dim, c.rms_norm_eps);
+      k = HeadRmsNorm(k, lw.k_norm, c.head_dim, c.rms_norm_eps);
+    }
     for (int64_t t = 0; t < t_len; ++t) {
       // One forward, one choice of longrope factors: seq_len = max(position_ids) + 1.
       Rope(c, q.row(t), c.num_attention_heads, t, t_len);

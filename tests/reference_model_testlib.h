@@ -1,5 +1,5 @@
 // The oracle: a deliberately naive float64 implementation of the whole model
-// with Hugging Face semantics (modeling_mixtral.py, modeling_phimoe.py),
+// with Hugging Face semantics (modeling_mixtral.py, modeling_phimoe.py, modeling_qwen3_moe.py),
 // written without calling any of the engine's code (cpu_ops, routing, linear,
 // the loader's role mapping), so that a test comparing the two checks the
 // engine against the equations rather than against itself. Slow is fine: no
@@ -72,6 +72,7 @@ struct RefLayer {
   RefNorm input_norm;
   RefTensor q_proj, k_proj, v_proj, o_proj;            // [Hq, D], [Hkv, D], [Hkv, D], [D, Hq]
   std::vector<double> q_bias, k_bias, v_bias, o_bias;  // empty without attention_bias
+  std::vector<double> q_norm, k_norm;                  // [head_dim], Qwen3's QK norm; empty otherwise
   RefNorm post_attention_norm;
   RefTensor router;                // [E, D]
   std::vector<RefExpert> experts;  // [E]
@@ -96,6 +97,13 @@ struct ReferenceForward {
   const RefTensor& Get(std::string_view name, int layer) const;
 };
 
+// A parameterised test's name for a tiny preset: its architecture.
+inline std::string ArchTestName(const std::string& preset) {
+  if (preset == "tiny-phimoe") return "PhiMoE";
+  if (preset == "tiny-qwen3moe") return "Qwen3Moe";
+  return "Mixtral";
+}
+
 class ReferenceModel {
  public:
   // Copies every weight into double. Fails (naming the tensor) when the
@@ -106,6 +114,8 @@ class ReferenceModel {
 
   // y = x / sqrt(mean(x²) + eps) · weight, per row.
   static RefTensor RmsNorm(const RefTensor& x, const std::vector<double>& weight, double eps);
+  // Qwen3's q_norm / k_norm: x [T, heads · head_dim], each head's values RMS-normalised.
+  static RefTensor HeadRmsNorm(const RefTensor& x, const std::vector<double>& weight, int64_t head_dim, double eps);
   // nn.LayerNorm: y = (x - mean) / sqrt(biased var + eps) · weight + bias, per row.
   static RefTensor LayerNorm(const RefTensor& x, const std::vector<double>& weight, const std::vector<double>& bias,
                              double eps);
@@ -131,7 +141,7 @@ class ReferenceModel {
                              int64_t kv_heads, int64_t head_dim, std::optional<int64_t> sliding_window);
 
   // Mixtral: softmax over all E logits, top-K (ties: lower index), renormalised.
-  static RefRouting SoftmaxTopK(std::span<const double> logits, int64_t k);
+  static RefRouting SoftmaxTopK(std::span<const double> logits, int64_t k, bool normalize = true);
   // PhiMoE's sparsemixer at inference, line by line as modeling_phimoe.py
   // (top-2, jitter band, weights not renormalised).
   static RefRouting SparseMixer(std::span<const double> logits, double jitter_eps);

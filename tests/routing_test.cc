@@ -7,6 +7,7 @@
 //
 // Legend: E experts, K num_experts_per_tok, T tokens, D hidden.
 #include "common/model/routing.h"
+#include "common/model/synthetic_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -73,6 +74,39 @@ TEST(SoftmaxTopKTest, RenormalisedTopKOfSoftmaxEqualsSoftmaxOfTopK) {
     }
     EXPECT_NEAR(engine_sum, 1.0, 1e-6);
   }
+}
+
+// Qwen3 without norm_topk_prob (and Qwen2-MoE, OLMoE): the full softmax's
+// values at the top K, as modeling_qwen3_moe.py leaves them.
+TEST(SoftmaxTopKTest, WithoutNormTopKProbTheWeightsAreTheFullSoftmaxs) {
+  std::mt19937 rng(99);
+  for (int trial = 0; trial < 500; ++trial) {
+    const int64_t e = 128, k = 8;
+    std::normal_distribution<float> dist(0.0f, trial % 2 == 0 ? 1.0f : 4.0f);
+    std::vector<float> logits(static_cast<size_t>(e));
+    for (float& l : logits) l = dist(rng);
+    const std::vector<double> logits64(logits.begin(), logits.end());
+    const RefRouting ref = ReferenceModel::SoftmaxTopK(logits64, k, /*normalize=*/false);
+    std::vector<int32_t> experts(static_cast<size_t>(k));
+    std::vector<float> weights(static_cast<size_t>(k));
+    RouteSoftmaxTopK(logits.data(), e, k, experts.data(), weights.data(), /*normalize=*/false);
+    ASSERT_EQ(experts, ref.experts) << "trial " << trial;
+    double sum = 0.0;
+    for (int64_t s = 0; s < k; ++s) {
+      EXPECT_NEAR(weights[static_cast<size_t>(s)], ref.weights[static_cast<size_t>(s)], 1e-6) << "trial " << trial;
+      sum += weights[static_cast<size_t>(s)];
+    }
+    EXPECT_LT(sum, 1.0);  // the rest of the mass is on the experts not chosen
+  }
+  ModelConfig c = *SyntheticConfig({.preset = "tiny-qwen3moe"});
+  c.norm_topk_prob = false;
+  std::vector<float> logits(static_cast<size_t>(c.num_local_experts));
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = 0.1f * static_cast<float>(i);
+  std::vector<int32_t> experts(static_cast<size_t>(c.num_experts_per_tok));
+  std::vector<float> weights(experts.size()), want(experts.size());
+  Route(c, logits.data(), 1, experts.data(), weights.data());
+  RouteSoftmaxTopK(logits.data(), c.num_local_experts, c.num_experts_per_tok, experts.data(), want.data(), false);
+  EXPECT_EQ(weights, want);
 }
 
 TEST(SoftmaxTopKTest, TiesGoToTheLowerIndex) {
@@ -307,8 +341,8 @@ TEST_P(ExpertDispatchTest, AnExpertWithZeroRowsChangesNothing) {
   EXPECT_EQ(results[0], results[1]);
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, ExpertDispatchTest, ::testing::Values("tiny", "tiny-phimoe"),
-                         [](const auto& info) { return info.param == "tiny" ? "Mixtral" : "PhiMoE"; });
+INSTANTIATE_TEST_SUITE_P(Presets, ExpertDispatchTest, ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe"),
+                         [](const auto& info) { return ArchTestName(info.param); });
 
 }  // namespace
 }  // namespace tandem

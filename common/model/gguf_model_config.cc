@@ -122,14 +122,18 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufCheckpoint& checkpoint
   ModelConfig c;
   TANDEM_ASSIGN_OR_RETURN(c.architecture, ArchitectureFromGguf(arch, source));
   const bool phimoe = c.architecture == Architecture::kPhiMoE;
-  c.architecture_name = phimoe ? "PhiMoEForCausalLM" : "MixtralForCausalLM";
-  c.model_type = phimoe ? "phimoe" : "mixtral";
+  const bool qwen3 = c.architecture == Architecture::kQwen3Moe;
+  c.architecture_name = phimoe ? "PhiMoEForCausalLM" : qwen3 ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM";
+  c.model_type = phimoe ? "phimoe" : qwen3 ? "qwen3_moe" : "mixtral";
   c.torch_dtype = "bfloat16";
   const Reader r(m, arch);
 
   TANDEM_ASSIGN_OR_RETURN(c.hidden_size, r.Int("embedding_length"));
   TANDEM_ASSIGN_OR_RETURN(c.num_hidden_layers, r.Int("block_count"));
-  TANDEM_ASSIGN_OR_RETURN(c.intermediate_size, r.Int("feed_forward_length"));
+  // qwen3moe: the experts' width apart from the (unused) dense MLP's;
+  // llama.cpp renormalises its top-k weights (norm_topk_prob).
+  TANDEM_ASSIGN_OR_RETURN(c.intermediate_size, r.Int(qwen3 ? "expert_feed_forward_length" : "feed_forward_length"));
+  c.norm_topk_prob = true;
   TANDEM_ASSIGN_OR_RETURN(c.max_position_embeddings, r.Int("context_length"));
   TANDEM_ASSIGN_OR_RETURN(c.num_attention_heads, r.Int("attention.head_count"));
   TANDEM_RETURN_IF_ERROR(r.Positive("attention.head_count", c.num_attention_heads));
@@ -198,13 +202,14 @@ absl::Status AddModelConfigToGguf(const ModelConfig& c, const std::string& model
   set("context_length", u32(c.max_position_embeddings));
   set("embedding_length", u32(c.hidden_size));
   set("feed_forward_length", u32(c.intermediate_size));
+  if (c.architecture == Architecture::kQwen3Moe) set("expert_feed_forward_length", u32(c.intermediate_size));
   set("attention.head_count", u32(c.num_attention_heads));
   set("attention.head_count_kv", u32(c.num_key_value_heads));
   set("rope.freq_base", f32(c.rope_theta));
   set("attention.layer_norm_rms_epsilon", f32(c.rms_norm_eps));
   set("expert_count", u32(c.num_local_experts));
   set("expert_used_count", u32(c.num_experts_per_tok));
-  if (c.head_dim != c.hidden_size / c.num_attention_heads) {
+  if (c.head_dim != c.hidden_size / c.num_attention_heads || c.architecture == Architecture::kQwen3Moe) {
     set("attention.key_length", u32(c.head_dim));
     set("attention.value_length", u32(c.head_dim));
   }

@@ -5,14 +5,21 @@
 namespace tandem {
 
 std::string_view GgufArchitecture(Architecture architecture) {
-  return architecture == Architecture::kPhiMoE ? kGgufArchPhiMoE : kGgufArchLlama;
+  switch (architecture) {
+    case Architecture::kPhiMoE: return kGgufArchPhiMoE;
+    case Architecture::kQwen3Moe: return kGgufArchQwen3Moe;
+    case Architecture::kMixtral: break;
+  }
+  return kGgufArchLlama;
 }
 
 absl::StatusOr<Architecture> ArchitectureFromGguf(std::string_view name, const std::string& source) {
   if (name == kGgufArchLlama) return Architecture::kMixtral;
   if (name == kGgufArchPhiMoE) return Architecture::kPhiMoE;
+  if (name == kGgufArchQwen3Moe) return Architecture::kQwen3Moe;
   return absl::InvalidArgumentError(absl::StrCat(source, ": ", kGgufArchitectureKey, " is \"", std::string(name),
-                                                 "\"; tandem runs \"llama\" with experts (Mixtral) and \"phimoe\""));
+                                                 "\"; tandem runs \"llama\" with experts (Mixtral), \"phimoe\" and "
+                                                 "\"qwen3moe\""));
 }
 
 std::string GgufKey(std::string_view arch, std::string_view suffix) {
@@ -33,6 +40,8 @@ std::string GgufTensorName(WeightRole role, int layer) {
     case WeightRole::kVBias: return b + "attn_v.bias";
     case WeightRole::kOProj: return b + "attn_output.weight";
     case WeightRole::kOBias: return b + "attn_output.bias";
+    case WeightRole::kQNorm: return b + "attn_q_norm.weight";
+    case WeightRole::kKNorm: return b + "attn_k_norm.weight";
     case WeightRole::kPostAttentionNorm: return b + "ffn_norm.weight";
     case WeightRole::kPostAttentionNormBias: return b + "ffn_norm.bias";
     case WeightRole::kRouter: return b + "ffn_gate_inp.weight";

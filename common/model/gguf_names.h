@@ -9,6 +9,9 @@
 //   PhiMoE   general.architecture "phimoe"; no permutation (NeoX RoPE, as
 //            Hugging Face), longrope factors as the rope_factors_long/short
 //            tensors
+//   Qwen3MoE general.architecture "qwen3moe"; no permutation; the experts'
+//            width in qwen3moe.expert_feed_forward_length; q_norm / k_norm
+//            as blk.l.attn_{q,k}_norm.weight; top-k weights renormalised
 //
 //   HF name (layer l, expert e)                          GGUF name
 //   model.embed_tokens.weight                            token_embd.weight
@@ -16,8 +19,11 @@
 //   model.layers.l.self_attn.{q,k,v}_proj.{weight,bias}  blk.l.attn_{q,k,v}.{weight,bias}
 //   model.layers.l.self_attn.o_proj.{weight,bias}        blk.l.attn_output.{weight,bias}
 //   model.layers.l.post_attention_layernorm.*            blk.l.ffn_norm.*
+//   model.layers.l.self_attn.{q,k}_norm.weight           blk.l.attn_{q,k}_norm.weight
 //   model.layers.l.block_sparse_moe.gate.weight          blk.l.ffn_gate_inp.weight
+//     (Qwen3: model.layers.l.mlp.gate.weight)
 //   ...experts.e.w1/w2/w3.weight (stacked over e)        blk.l.ffn_{gate,down,up}_exps.weight
+//     (Qwen3: mlp.experts.e.{gate,down,up}_proj.weight)
 //        or, in older files, one tensor per expert       blk.l.ffn_{gate,down,up}.e.weight
 //   model.norm.{weight,bias}                             output_norm.{weight,bias}
 //   lm_head.{weight,bias}                                output.{weight,bias}
@@ -39,8 +45,9 @@ namespace tandem {
 inline constexpr char kGgufArchitectureKey[] = "general.architecture";
 inline constexpr char kGgufArchLlama[] = "llama";
 inline constexpr char kGgufArchPhiMoE[] = "phimoe";
+inline constexpr char kGgufArchQwen3Moe[] = "qwen3moe";
 
-// "llama" for Mixtral, "phimoe" for PhiMoE.
+// "llama" for Mixtral, "phimoe" for PhiMoE, "qwen3moe" for Qwen3-MoE.
 std::string_view GgufArchitecture(Architecture architecture);
 // The architecture a general.architecture names; InvalidArgument naming
 // `source` and the value for any other (a dense "llama" without experts is

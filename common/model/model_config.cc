@@ -133,6 +133,28 @@ absl::StatusOr<std::vector<int32_t>> ParseEosIds(const json& root, const std::st
   return FieldError(source, "eos_token_id", "must be an integer or a list of integers");
 }
 
+// Qwen3-MoE's own keys: QK norm always, norm_topk_prob as given (HF's
+// default false), and the layouts tandem does not run refused by key.
+absl::Status ReadQwen3MoeFields(const json& root, const std::string& source, ModelConfig& c) {
+  Fields f(root, source);
+  TANDEM_ASSIGN_OR_RETURN(c.norm_topk_prob, f.Bool("norm_topk_prob", false));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t sparse_step, f.Int("decoder_sparse_step", 1));
+  if (sparse_step != 1) {
+    return FieldError(source, "decoder_sparse_step",
+                      absl::StrCat("is ", sparse_step, ": dense MLP layers between the MoE ones are not supported (1: "
+                                   "every layer MoE)"));
+  }
+  auto dense = root.find("mlp_only_layers");
+  if (dense != root.end() && !dense->is_null() && !(dense->is_array() && dense->empty())) {
+    return FieldError(source, "mlp_only_layers", "lists dense MLP layers, which are not supported (only [])");
+  }
+  TANDEM_ASSIGN_OR_RETURN(const bool sliding, f.Bool("use_sliding_window", false));
+  if (sliding) return FieldError(source, "use_sliding_window", "is true: Qwen3-MoE's sliding window is not supported");
+  // Qwen3 configs carry sliding_window without using it.
+  c.sliding_window.reset();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ModelConfig::Validate(const std::string& source) const {
@@ -248,13 +270,17 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
     c.architecture = Architecture::kMixtral;
   } else if (c.architecture_name == "PhiMoEForCausalLM") {
     c.architecture = Architecture::kPhiMoE;
+  } else if (c.architecture_name == "Qwen3MoeForCausalLM") {
+    c.architecture = Architecture::kQwen3Moe;
   } else {
     return FieldError(source, "architectures",
                       absl::StrCat("names \"", c.architecture_name,
-                                   "\", which tandem does not support (MixtralForCausalLM, PhiMoEForCausalLM)"));
+                                   "\", which tandem does not support (MixtralForCausalLM, PhiMoEForCausalLM, "
+                                   "Qwen3MoeForCausalLM)"));
   }
   const bool phimoe = c.architecture == Architecture::kPhiMoE;
-  const std::string expected_type = phimoe ? "phimoe" : "mixtral";
+  const bool qwen3 = c.architecture == Architecture::kQwen3Moe;
+  const std::string expected_type = phimoe ? "phimoe" : qwen3 ? "qwen3_moe" : "mixtral";
 
   Fields f(root, source);
   TANDEM_ASSIGN_OR_RETURN(c.model_type, f.String("model_type", expected_type));
@@ -264,7 +290,10 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
   }
   TANDEM_ASSIGN_OR_RETURN(c.vocab_size, f.Int("vocab_size", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.hidden_size, f.Int("hidden_size", std::nullopt));
-  TANDEM_ASSIGN_OR_RETURN(c.intermediate_size, f.Int("intermediate_size", std::nullopt));
+  // Qwen3's experts are moe_intermediate_size wide (intermediate_size is
+  // its dense MLP's, used only by mlp_only_layers, which tandem refuses).
+  TANDEM_ASSIGN_OR_RETURN(c.intermediate_size,
+                          f.Int(qwen3 ? "moe_intermediate_size" : "intermediate_size", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.num_hidden_layers, f.Int("num_hidden_layers", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.num_attention_heads, f.Int("num_attention_heads", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.num_key_value_heads, f.Int("num_key_value_heads", c.num_attention_heads));
@@ -280,11 +309,12 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
   TANDEM_ASSIGN_OR_RETURN(c.rope_theta, f.Number("rope_theta", 1e6));
   TANDEM_ASSIGN_OR_RETURN(c.rms_norm_eps, f.Number("rms_norm_eps", 1e-5));
   auto sw = root.find("sliding_window");
-  if (sw != root.end() && !sw->is_null()) {
+  if (sw != root.end() && !sw->is_null() && !qwen3) {
     if (!sw->is_number_integer()) return FieldError(source, "sliding_window", "must be an integer or null");
     c.sliding_window = sw->get<int64_t>();
   }
-  TANDEM_ASSIGN_OR_RETURN(c.num_local_experts, f.Int("num_local_experts", std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(c.num_local_experts, f.Int(qwen3 ? "num_experts" : "num_local_experts", std::nullopt));
+  if (qwen3) TANDEM_RETURN_IF_ERROR(ReadQwen3MoeFields(root, source, c));
   TANDEM_ASSIGN_OR_RETURN(c.num_experts_per_tok, f.Int("num_experts_per_tok", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.attention_bias, f.Bool("attention_bias", false));
   TANDEM_ASSIGN_OR_RETURN(c.lm_head_bias, f.Bool("lm_head_bias", false));
@@ -298,7 +328,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
   TANDEM_ASSIGN_OR_RETURN(c.torch_dtype, f.String("torch_dtype", "bfloat16"));
   if (!phimoe && (c.attention_bias || c.lm_head_bias)) {
     return FieldError(source, c.attention_bias ? "attention_bias" : "lm_head_bias",
-                      "is true, but MixtralForCausalLM has no biases");
+                      absl::StrCat("is true, but ", c.architecture_name, " has no biases"));
   }
   TANDEM_ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(root, c.architecture, source));
   TANDEM_RETURN_IF_ERROR(c.Validate(source));
@@ -344,7 +374,17 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   root["rope_theta"] = c.rope_theta;
   root["rms_norm_eps"] = c.rms_norm_eps;
   root["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
-  root["num_local_experts"] = c.num_local_experts;
+  if (c.architecture == Architecture::kQwen3Moe) {
+    root["moe_intermediate_size"] = c.intermediate_size;
+    root["num_experts"] = c.num_local_experts;
+    root["norm_topk_prob"] = c.norm_topk_prob;
+    root["decoder_sparse_step"] = 1;
+    root["mlp_only_layers"] = json::array();
+    root["use_sliding_window"] = false;
+    root["attention_bias"] = false;
+  } else {
+    root["num_local_experts"] = c.num_local_experts;
+  }
   root["num_experts_per_tok"] = c.num_experts_per_tok;
   root["tie_word_embeddings"] = c.tie_word_embeddings;
   root["bos_token_id"] = c.bos_token_id;

@@ -1,10 +1,14 @@
 // The model's blueprint, read from a Hugging Face config.json.
 //
-// Two architectures, each with its own norm and router (ARCHITECTURE.md):
-//   MixtralForCausalLM — RMSNorm, router = softmax over the top-k logits, no biases.
-//   PhiMoEForCausalLM  — nn.LayerNorm (mean-subtracting, with bias), sparsemixer
-//                        router (top-2, jitter band, weights not renormalised),
-//                        biases on q/k/v/o and lm_head, longrope RoPE scaling.
+// Three architectures, each with its own norm and router (ARCHITECTURE.md):
+//   MixtralForCausalLM  — RMSNorm, router = softmax over the top-k logits, no biases.
+//   PhiMoEForCausalLM   — nn.LayerNorm (mean-subtracting, with bias), sparsemixer
+//                         router (top-2, jitter band, weights not renormalised),
+//                         biases on q/k/v/o and lm_head, longrope RoPE scaling.
+//   Qwen3MoeForCausalLM — RMSNorm, and RMSNorm over each head of q and k
+//                         before RoPE (QK norm); many small experts; router =
+//                         softmax over all experts, top-k, renormalised over
+//                         the k when norm_topk_prob; head_dim given apart.
 // Extra keys are ignored, as Hugging Face does; missing or inconsistent
 // fields are InvalidArgument naming the file and the field.
 #pragma once
@@ -33,7 +37,7 @@ inline constexpr int64_t kMaxExpertsPerModel = int64_t{1} << 16;  // layers x ex
 inline constexpr int64_t kMaxPositionEmbeddings = int64_t{1} << 24;
 inline constexpr int64_t kMaxConfigFileBytes = int64_t{16} << 20;
 
-enum class Architecture { kMixtral, kPhiMoE };
+enum class Architecture { kMixtral, kPhiMoE, kQwen3Moe };
 enum class NormKind { kRmsNorm, kLayerNorm };
 enum class RouterKind { kSoftmaxTopK, kSparseMixer };
 
@@ -52,11 +56,11 @@ struct RopeScaling {
 struct ModelConfig {
   Architecture architecture = Architecture::kMixtral;
   std::string architecture_name;  // as in config.json, e.g. "MixtralForCausalLM"
-  std::string model_type;         // "mixtral" / "phimoe"
+  std::string model_type;         // "mixtral" / "phimoe" / "qwen3_moe"
 
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;          // D
-  int64_t intermediate_size = 0;    // I, per expert
+  int64_t intermediate_size = 0;    // I, per expert (Qwen3: moe_intermediate_size)
   int64_t num_hidden_layers = 0;    // L
   int64_t num_attention_heads = 0;  // H
   int64_t num_key_value_heads = 0;  // Hkv (GQA groups)
@@ -71,6 +75,9 @@ struct ModelConfig {
   bool lm_head_bias = false;
   bool tie_word_embeddings = false;
   double router_jitter_noise = 0.0;  // PhiMoE sparsemixer's jitter_eps
+  // Softmax top-k routers: the k weights renormalised to sum to 1 (Mixtral
+  // always; Qwen3's norm_topk_prob), or the full softmax's values kept.
+  bool norm_topk_prob = true;
   int32_t bos_token_id = 1;
   std::vector<int32_t> eos_token_ids;  // config may give one id or a list
   std::string torch_dtype;
@@ -82,6 +89,8 @@ struct ModelConfig {
   RouterKind router_kind() const {
     return architecture == Architecture::kPhiMoE ? RouterKind::kSparseMixer : RouterKind::kSoftmaxTopK;
   }
+  // Qwen3: RMSNorm over each head of q and k (q_norm, k_norm: [head_dim]), before RoPE.
+  bool qk_norm() const { return architecture == Architecture::kQwen3Moe; }
   int64_t q_dim() const { return num_attention_heads * head_dim; }
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }
 

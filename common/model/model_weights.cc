@@ -80,6 +80,10 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModelWeights(const ModelConfig
     TANDEM_ASSIGN_OR_RETURN(layer.k_proj, bind.Linear(WeightRole::kKProj, l));
     TANDEM_ASSIGN_OR_RETURN(layer.v_proj, bind.Linear(WeightRole::kVProj, l));
     TANDEM_ASSIGN_OR_RETURN(layer.o_proj, bind.Linear(WeightRole::kOProj, l));
+    if (config.qk_norm()) {
+      TANDEM_ASSIGN_OR_RETURN(layer.q_norm, bind.Vector(WeightRole::kQNorm, l));
+      TANDEM_ASSIGN_OR_RETURN(layer.k_norm, bind.Vector(WeightRole::kKNorm, l));
+    }
     if (config.attention_bias) {
       TANDEM_ASSIGN_OR_RETURN(layer.q_bias, bind.Vector(WeightRole::kQBias, l));
       TANDEM_ASSIGN_OR_RETURN(layer.k_bias, bind.Vector(WeightRole::kKBias, l));

@@ -36,8 +36,9 @@ struct LayerWeights {
   LinearWeight v_proj;                                // [Hkv, D]
   LinearWeight o_proj;                                // [D, Hq]
   std::vector<float> q_bias, k_bias, v_bias, o_bias;  // f32, empty without attention_bias
+  std::vector<float> q_norm, k_norm;                  // [head_dim] f32, empty without qk_norm
   NormWeights post_attention_norm;
-  LinearWeight router;                 // [E, D] block_sparse_moe.gate
+  LinearWeight router;                 // [E, D] block_sparse_moe.gate (Qwen3: mlp.gate)
   std::vector<ExpertWeights> experts;  // [E]
 };
 

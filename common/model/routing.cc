@@ -5,7 +5,8 @@
 
 namespace tandem {
 
-void RouteSoftmaxTopK(const float* logits, int64_t num_experts, int64_t k, int32_t* experts, float* weights) {
+void RouteSoftmaxTopK(const float* logits, int64_t num_experts, int64_t k, int32_t* experts, float* weights,
+                      bool normalize) {
   // Selection by repeated argmax: K is 1–8, E at most a few hundred.
   for (int64_t slot = 0; slot < k; ++slot) {
     int32_t best = -1;
@@ -21,6 +22,11 @@ void RouteSoftmaxTopK(const float* logits, int64_t num_experts, int64_t k, int32
   for (int64_t s = 0; s < k; ++s) {
     weights[s] = std::exp(logits[experts[s]] - max_logit);
     sum += weights[s];
+  }
+  if (!normalize) {
+    // The full softmax's values: the denominator runs over every expert.
+    sum = 0.0;
+    for (int64_t e = 0; e < num_experts; ++e) sum += std::exp(static_cast<double>(logits[e]) - max_logit);
   }
   for (int64_t s = 0; s < k; ++s) weights[s] = static_cast<float>(weights[s] / sum);
 }
@@ -65,7 +71,7 @@ void Route(const ModelConfig& config, const float* logits, int64_t num_tokens, i
     if (config.router_kind() == RouterKind::kSparseMixer) {
       RouteSparseMixer(logits + t * e, e, config.router_jitter_noise, experts + t * k, weights + t * k);
     } else {
-      RouteSoftmaxTopK(logits + t * e, e, k, experts + t * k, weights + t * k);
+      RouteSoftmaxTopK(logits + t * e, e, k, experts + t * k, weights + t * k, config.norm_topk_prob);
     }
   }
 }

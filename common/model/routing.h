@@ -11,9 +11,12 @@
 
 namespace tandem {
 
-// Mixtral: top-K logits, weights = softmax over the K chosen logits (equal to
-// the renormalised top-K of the full softmax). Ties go to the lower index.
-void RouteSoftmaxTopK(const float* logits, int64_t num_experts, int64_t k, int32_t* experts, float* weights);
+// Mixtral (and Qwen3 with norm_topk_prob): top-K logits, weights = softmax
+// over the K chosen logits (equal to the renormalised top-K of the full
+// softmax). `normalize` false (Qwen3 without norm_topk_prob): the full
+// softmax's values at the K, not renormalised. Ties go to the lower index.
+void RouteSoftmaxTopK(const float* logits, int64_t num_experts, int64_t k, int32_t* experts, float* weights,
+                      bool normalize = true);
 
 // PhiMoE's sparsemixer at inference (Hugging Face modeling_phimoe.py, top-2):
 // expert 1 = argmax; its weight = softmax over the logits within the jitter

@@ -82,6 +82,19 @@ void SetLongRope(ModelConfig& c, int64_t original_max) {
   c.rope_scaling.original_max_position_embeddings = original_max;
 }
 
+// Qwen3-MoE: QK norm, head_dim apart from hidden / heads, top-8 of 128
+// small experts renormalised (norm_topk_prob), Qwen's ids.
+ModelConfig Qwen3MoeBase() {
+  ModelConfig c = MixtralBase();
+  c.architecture = Architecture::kQwen3Moe;
+  c.architecture_name = "Qwen3MoeForCausalLM";
+  c.model_type = "qwen3_moe";
+  c.rms_norm_eps = 1e-6;
+  c.norm_topk_prob = true;
+  c.num_experts_per_tok = 8;
+  return c;
+}
+
 ModelConfig PhiMoEBase() {
   ModelConfig c = MixtralBase();
   c.architecture = Architecture::kPhiMoE;
@@ -110,6 +123,13 @@ absl::StatusOr<Preset> FindPreset(const std::string& name) {
     SetLongRope(c, 64);     // and the long factors kick in past 64 positions
     return Preset{c, 512};
   }
+  if (name == "tiny-qwen3moe") {
+    ModelConfig c = Qwen3MoeBase();
+    c.vocab_size = 512, c.hidden_size = 64, c.intermediate_size = 32, c.num_hidden_layers = 2;
+    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 32;  // q: 128 wide, not hidden's 64
+    c.num_local_experts = 16, c.num_experts_per_tok = 4, c.max_position_embeddings = 256;
+    return Preset{c, 512};
+  }
   if (name == "demo") {
     ModelConfig c = MixtralBase();
     c.vocab_size = 2000, c.hidden_size = 512, c.intermediate_size = 1024, c.num_hidden_layers = 4;
@@ -129,6 +149,14 @@ absl::StatusOr<Preset> FindPreset(const std::string& name) {
     c.vocab_size = 32000, c.hidden_size = 4096, c.intermediate_size = 14336, c.num_hidden_layers = 32;
     c.num_attention_heads = 32, c.num_key_value_heads = 8, c.head_dim = 128;
     c.num_local_experts = 8, c.max_position_embeddings = 32768;
+    return Preset{c, 32000};
+  }
+  if (name == "qwen3-30b-a3b") {  // Qwen/Qwen3-30B-A3B config.json
+    ModelConfig c = Qwen3MoeBase();
+    c.vocab_size = 151936, c.hidden_size = 2048, c.intermediate_size = 768, c.num_hidden_layers = 48;
+    c.num_attention_heads = 32, c.num_key_value_heads = 4, c.head_dim = 128;
+    c.num_local_experts = 128, c.max_position_embeddings = 40960;
+    c.bos_token_id = 151643, c.eos_token_ids = {151645};
     return Preset{c, 32000};
   }
   if (name == "phi-3.5-moe") {  // microsoft/Phi-3.5-MoE-instruct config.json
@@ -174,7 +202,8 @@ void Store(void* out, DType dtype, size_t i, float v) {
 }  // namespace
 
 std::vector<std::string> SyntheticPresets() {
-  return {"tiny", "tiny-phimoe", "demo", "small-mixtral", "mixtral-8x7b", "phi-3.5-moe"};
+  return {"tiny", "tiny-phimoe", "tiny-qwen3moe", "demo", "small-mixtral", "mixtral-8x7b", "phi-3.5-moe",
+          "qwen3-30b-a3b"};
 }
 
 absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& spec) {
@@ -233,6 +262,8 @@ void FillSyntheticRange(const ModelConfig& c, const WeightSpec& w, uint64_t seed
     case WeightRole::kInputNorm:
     case WeightRole::kPostAttentionNorm:
     case WeightRole::kFinalNorm:
+    case WeightRole::kQNorm:
+    case WeightRole::kKNorm:
       for (int64_t i = begin; i < end; ++i)
         Store(out, dtype, static_cast<size_t>(i - out_first), 1.0f + 0.1f * Uniform(key, static_cast<uint64_t>(i)));
       return;

@@ -5,14 +5,26 @@
 namespace tandem {
 namespace {
 
-// Mixtral and PhiMoE share Hugging Face's naming; PhiMoE adds ".bias" twins.
+// Mixtral and PhiMoE share Hugging Face's naming; PhiMoE adds ".bias" twins;
+// Qwen3-MoE names the MoE block "mlp" and its experts' matrices by role.
 std::string LayerPrefix(int layer) { return absl::StrCat("model.layers.", layer, "."); }
+
+std::string Qwen3ExpertName(WeightRole role, const std::string& layer_prefix, int expert) {
+  const char* matrix = role == WeightRole::kExpertW1 ? "gate_proj" : role == WeightRole::kExpertW2 ? "down_proj" : "up_proj";
+  return absl::StrCat(layer_prefix, "mlp.experts.", expert, ".", matrix, ".weight");
+}
 
 }  // namespace
 
 std::string WeightName(const ModelConfig& config, WeightRole role, int layer, int expert) {
   const std::string p = LayerPrefix(layer);
   const std::string e = absl::StrCat(p, "block_sparse_moe.experts.", expert, ".");
+  if (config.architecture == Architecture::kQwen3Moe) {
+    if (role == WeightRole::kRouter) return p + "mlp.gate.weight";
+    if (role == WeightRole::kExpertW1 || role == WeightRole::kExpertW2 || role == WeightRole::kExpertW3) {
+      return Qwen3ExpertName(role, p, expert);
+    }
+  }
   switch (role) {
     case WeightRole::kEmbedTokens: return "model.embed_tokens.weight";
     case WeightRole::kInputNorm: return p + "input_layernorm.weight";
@@ -25,6 +37,8 @@ std::string WeightName(const ModelConfig& config, WeightRole role, int layer, in
     case WeightRole::kVBias: return p + "self_attn.v_proj.bias";
     case WeightRole::kOProj: return p + "self_attn.o_proj.weight";
     case WeightRole::kOBias: return p + "self_attn.o_proj.bias";
+    case WeightRole::kQNorm: return p + "self_attn.q_norm.weight";
+    case WeightRole::kKNorm: return p + "self_attn.k_norm.weight";
     case WeightRole::kPostAttentionNorm: return p + "post_attention_layernorm.weight";
     case WeightRole::kPostAttentionNormBias: return p + "post_attention_layernorm.bias";
     case WeightRole::kRouter: return p + "block_sparse_moe.gate.weight";
@@ -52,6 +66,8 @@ std::vector<int64_t> WeightShape(const ModelConfig& c, WeightRole role) {
     case WeightRole::kFinalNorm:
     case WeightRole::kFinalNormBias:
     case WeightRole::kOBias: return {d};
+    case WeightRole::kQNorm:
+    case WeightRole::kKNorm: return {c.head_dim};
     case WeightRole::kQProj: return {c.q_dim(), d};
     case WeightRole::kKProj:
     case WeightRole::kVProj: return {c.kv_dim(), d};
@@ -81,6 +97,10 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
     add(WeightRole::kKProj, l);
     add(WeightRole::kVProj, l);
     add(WeightRole::kOProj, l);
+    if (c.qk_norm()) {
+      add(WeightRole::kQNorm, l);
+      add(WeightRole::kKNorm, l);
+    }
     if (c.attention_bias) {
       add(WeightRole::kQBias, l);
       add(WeightRole::kKBias, l);

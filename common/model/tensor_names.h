@@ -26,9 +26,11 @@ enum class WeightRole {
   kVBias,                  // [Hq], [Hkv], [Hkv]   attention_bias only
   kOProj,                  // [D, Hq]
   kOBias,                  // [D]        attention_bias only
+  kQNorm,                  // [head_dim] qk_norm only (Qwen3 self_attn.q_norm)
+  kKNorm,                  // [head_dim] qk_norm only
   kPostAttentionNorm,      // [D]
   kPostAttentionNormBias,  // [D]        LayerNorm only
-  kRouter,                 // [E, D]     block_sparse_moe.gate
+  kRouter,                 // [E, D]     block_sparse_moe.gate (Qwen3: mlp.gate)
   kExpertW1,               // [I, D]     gate_proj
   kExpertW2,               // [D, I]     down_proj
   kExpertW3,               // [I, D]     up_proj

@@ -85,6 +85,12 @@ absl::Status CpuBackend::ProjectQkv(const LayerWeights& lw, int64_t num_rows, co
                                {.w = &lw.k_proj, .bias = BiasOrNull(lw.k_bias), .y = k_.data()},
                                {.w = &lw.v_proj, .bias = BiasOrNull(lw.v_bias), .y = v_.data()}};
   TANDEM_RETURN_IF_ERROR(LinearShared(normed_.data(), num_rows, qkv, pool_));
+  if (config_.qk_norm()) {
+    // Qwen3: each head of q and k RMS-normalised over head_dim (in place).
+    const int64_t hd = config_.head_dim;
+    RmsNorm(q_.data(), num_rows * config_.num_attention_heads, hd, lw.q_norm.data(), config_.rms_norm_eps, q_.data());
+    RmsNorm(k_.data(), num_rows * config_.num_key_value_heads, hd, lw.k_norm.data(), config_.rms_norm_eps, k_.data());
+  }
   projection_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   projection_flops_ += 2.0 * static_cast<double>(num_rows) * static_cast<double>(d) *
                        static_cast<double>(q_dim + 2 * kv_dim + q_dim);  // q, k, v, and o (ProjectOutput)

@@ -138,6 +138,14 @@ absl::Status CheckSupportedShape(const ModelConfig& c) {
   if (c.router_kind() == RouterKind::kSparseMixer && c.num_experts_per_tok != 2) {
     return absl::InvalidArgumentError("the sparsemixer router is top-2");
   }
+  // Not yet on the GPU: run such a model with the CPU backend.
+  if (c.qk_norm()) {
+    return absl::UnimplementedError(absl::StrCat(c.architecture_name,
+                                                 ": the CUDA backend has no QK norm yet; use the CPU backend"));
+  }
+  if (!c.norm_topk_prob) {
+    return absl::UnimplementedError("norm_topk_prob false: the CUDA router renormalises its top-k; use the CPU backend");
+  }
   if (c.sliding_window && (*c.sliding_window <= 0 || *c.sliding_window > std::numeric_limits<int32_t>::max())) {
     return absl::InvalidArgumentError(absl::StrCat("sliding_window ", *c.sliding_window, " unsupported"));
   }
