@@ -156,8 +156,7 @@ absl::StatusOr<Preset> FindPreset(const std::string& name) {
     c.vocab_size = 151936, c.hidden_size = 2048, c.intermediate_size = 768, c.num_hidden_layers = 48;
     c.num_attention_heads = 32, c.num_key_value_heads = 4, c.head_dim = 128;
     c.num_local_experts = 128, c.max_position_embeddings = 40960;
-    c.bos_token_id = 151643, c.eos_token_ids = {151645};
-    return Preset{c, 32000};
+    return Preset{c, 32000};  // bos/eos: the synthetic tokenizer's (Qwen's 151643/151645 are past it)
   }
   if (name == "phi-3.5-moe") {  // microsoft/Phi-3.5-MoE-instruct config.json
     ModelConfig c = PhiMoEBase();
