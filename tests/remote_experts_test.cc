@@ -89,8 +89,9 @@ GenerationRun Reference(const std::string& preset, int split_ways, const std::ve
 struct Case {
   std::string division;   // split | shard
   std::string transport;  // inline | shm-grpc | shm
+  std::string preset = "tiny";
 };
-void PrintTo(const Case& c, std::ostream* os) { *os << c.division << "/" << c.transport; }
+void PrintTo(const Case& c, std::ostream* os) { *os << c.preset << " " << c.division << "/" << c.transport; }
 
 class RemoteExpertsTest : public ::testing::TestWithParam<Case> {
  protected:
@@ -138,8 +139,8 @@ class RemoteExpertsTest : public ::testing::TestWithParam<Case> {
 
 TEST_P(RemoteExpertsTest, TokensAndLogitsEqualTheSingleProcessEngine) {
   const Case& c = GetParam();
-  ASSERT_NO_FATAL_FAILURE(StartWorkers(2, c.division));
-  std::unique_ptr<Model> model = LoadTiny("tiny");
+  ASSERT_NO_FATAL_FAILURE(StartWorkers(2, c.division, c.preset));
+  std::unique_ptr<Model> model = LoadTiny(c.preset);
   ASSERT_NE(model, nullptr);
   const std::vector<int32_t> prompt = RandomTokens(20, model->config.vocab_size, 500);
   auto remote = Connect(*model, c.transport);
@@ -148,7 +149,7 @@ TEST_P(RemoteExpertsTest, TokensAndLogitsEqualTheSingleProcessEngine) {
 
   auto got = Generate(std::move(model), remote->get(), prompt, 12);
   ASSERT_OK(got);
-  const GenerationRun want = Reference("tiny", c.division == "split" ? 2 : 1, prompt, 12);
+  const GenerationRun want = Reference(c.preset, c.division == "split" ? 2 : 1, prompt, 12);
   ASSERT_EQ(got->tokens.size(), 12u);
   EXPECT_EQ(got->tokens, want.tokens);
   ASSERT_EQ(got->logits.size(), want.logits.size());
@@ -170,9 +171,12 @@ TEST_P(RemoteExpertsTest, TokensAndLogitsEqualTheSingleProcessEngine) {
 
 INSTANTIATE_TEST_SUITE_P(All, RemoteExpertsTest,
                          ::testing::Values(Case{"split", "inline"}, Case{"split", "shm-grpc"}, Case{"split", "shm"},
-                                           Case{"shard", "inline"}, Case{"shard", "shm-grpc"}, Case{"shard", "shm"}),
+                                           Case{"shard", "inline"}, Case{"shard", "shm-grpc"}, Case{"shard", "shm"},
+                                           // 16 small experts top-4 (Qwen3-MoE's shape, scaled down)
+                                           Case{"split", "shm", "tiny-qwen3moe"}, Case{"shard", "shm", "tiny-qwen3moe"}),
                          [](const auto& info) {
-                           std::string name = info.param.division + "_" + info.param.transport;
+                           std::string name = (info.param.preset == "tiny" ? "" : "qwen3moe_") + info.param.division +
+                                              "_" + info.param.transport;
                            for (char& ch : name)
                              if (ch == '-') ch = '_';
                            return name;
