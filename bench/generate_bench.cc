@@ -100,7 +100,7 @@ struct Machine {
 struct PartSums {
   int64_t steps = 0;
   double embed_us = 0, attention_us = 0, projection_us = 0, router_us = 0, experts_us = 0, combine_us = 0,
-         logits_us = 0, engine_us = 0, wall_us = 0, wait_us = 0;
+         shared_expert_us = 0, logits_us = 0, engine_us = 0, wall_us = 0, wait_us = 0;
   void Add(const ForwardTiming& t) {
     ++steps;
     embed_us += t.embed_us;
@@ -108,6 +108,7 @@ struct PartSums {
     router_us += t.router_us;
     experts_us += t.experts_us;
     combine_us += t.combine_us;
+    shared_expert_us += t.shared_expert_us;
     logits_us += t.logits_us;
     engine_us += t.total_us;
   }
@@ -280,7 +281,8 @@ absl::Status BenchModel(std::unique_ptr<Model> model, const std::string& name, c
   const PartSums& d = best.decode;
   if (d.steps > 0) {
     const double n = static_cast<double>(d.steps);
-    const double parts = d.embed_us + d.attention_us + d.router_us + d.experts_us + d.combine_us + d.logits_us;
+    const double parts =
+        d.embed_us + d.attention_us + d.router_us + d.experts_us + d.combine_us + d.shared_expert_us + d.logits_us;
     EmitJsonLine({{"bench", "decode_breakdown"},
                   {"model", name},
                   {"steps", d.steps},
@@ -292,6 +294,7 @@ absl::Status BenchModel(std::unique_ptr<Model> model, const std::string& name, c
                   {"router_ms", Ms(d.router_us / n)},
                   {"experts_ms", Ms(d.experts_us / n)},
                   {"combine_ms", Ms(d.combine_us / n)},
+                  {"shared_expert_ms", Ms(d.shared_expert_us / n)},
                   {"lm_head_ms", Ms(d.logits_us / n)},
                   {"other_ms", Ms((d.wall_us - parts) / n)},
                   {"thread_wait_ms", Ms(d.wait_us / n)},
@@ -309,6 +312,7 @@ absl::Status BenchModel(std::unique_ptr<Model> model, const std::string& name, c
                  {"attention_ms", Ms(p.attention_us)},
                  {"router_ms", Ms(p.router_us)},
                  {"combine_ms", Ms(p.combine_us)},
+                 {"shared_expert_ms", Ms(p.shared_expert_us)},
                  {"lm_head_ms", Ms(p.logits_us)},
                  {"thread_wait_ms", Ms(p.wait_us)}};
     AddGemmFigures(c, prompt_tokens, p.experts_us, p.projection_us, best_prefill_run.prefill_projection_flops,

@@ -1,8 +1,6 @@
 // Legend as in expert_ffn.h: R rows, D hidden size, I intermediate size.
 #include "cpu_worker/expert_ffn.h"
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -12,23 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/parallel_status.h"
 #include "common/base/status_macros.h"
-#include "common/kernels/vector_exp.h"
+#include "common/kernels/activation.h"
 
 namespace tandem {
 namespace {
-
-// gate[j] = silu(gate[j]) * up[j] = gate * up / (1 + exp(-gate)), in place.
-void SiluMul(float* gate, const float* up, int64_t count) {
-  int64_t j = 0;
-  const __m256 one = _mm256_set1_ps(1.0f);
-  for (; j + 8 <= count; j += 8) {
-    const __m256 g = _mm256_loadu_ps(gate + j);
-    const __m256 e = ExpAvx2(_mm256_sub_ps(_mm256_setzero_ps(), g));
-    const __m256 h = _mm256_div_ps(_mm256_mul_ps(g, _mm256_loadu_ps(up + j)), _mm256_add_ps(one, e));
-    _mm256_storeu_ps(gate + j, h);
-  }
-  for (; j < count; ++j) gate[j] = gate[j] * up[j] / (1.0f + std::exp(-gate[j]));
-}
 
 absl::Status CheckWeight(const LinearWeight& w, const char* name, int64_t n, int64_t k) {
   if (w.data == nullptr) return absl::InvalidArgumentError(absl::StrCat("ExpertFfn: ", name, " has no data"));

@@ -159,7 +159,8 @@ TEST_P(DecodeParityTest, DecodingOneAtATimeEqualsOnePrefill) {
 // start) and below longrope's switch at 64 (see the comment above).
 INSTANTIATE_TEST_SUITE_P(Presets, DecodeParityTest,
                          ::testing::Values(DecodeCase{"tiny", 20, 60}, DecodeCase{"tiny-phimoe", 20, 40},
-                                           DecodeCase{"tiny-phimoe", 1, 63}, DecodeCase{"tiny-qwen3moe", 20, 40}),
+                                           DecodeCase{"tiny-phimoe", 1, 63}, DecodeCase{"tiny-qwen3moe", 20, 40},
+                                           DecodeCase{"tiny-qwen2moe", 20, 40}, DecodeCase{"tiny-olmoe", 20, 40}),
                          [](const auto& info) {
                            return absl::StrCat(ArchTestName(info.param.preset), "_P",
                                                info.param.prompt_tokens, "_N", info.param.decode_tokens);
@@ -247,7 +248,7 @@ TEST_P(BatchParityTest, BatchedSequencesEqualEachAlone) {
   EXPECT_EQ(c.length(), 70);
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, BatchParityTest, ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe"),
+INSTANTIATE_TEST_SUITE_P(Presets, BatchParityTest, ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe", "tiny-qwen2moe", "tiny-olmoe"),
                          [](const auto& info) { return ArchTestName(info.param); });
 
 }  // namespace

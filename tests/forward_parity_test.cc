@@ -110,7 +110,11 @@ TEST_P(ForwardParityTest, ReferenceOpsHaveTheirDefiningProperties) {
   }
   // RoPE: a rotation scaled by mscale, and q(m)·k(n) depends on m - n only.
   const bool longrope = config().rope_scaling.type == "longrope";
-  const double mscale = longrope ? config().rope_scaling.short_mscale : 1.0;
+  // YaRN scales by its attention factor and leaves the fastest pair (i = 0)
+  // unscaled (it lies below the ramp).
+  const bool yarn = config().rope_scaling.type == "yarn";
+  const double mscale =
+      longrope ? config().rope_scaling.short_mscale : yarn ? config().rope_scaling.attention_factor : 1.0;
   const std::vector<float> q = RandomFloats(hd, 2, -1.0f, 1.0f), k = RandomFloats(hd, 3, -1.0f, 1.0f);
   auto rotated_dot = [&](int64_t m, int64_t n) {
     std::vector<double> qm(q.begin(), q.end()), kn(k.begin(), k.end());
@@ -314,7 +318,7 @@ TEST_P(ForwardParityTest, LinearWithBiasMatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, ForwardParityTest, ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe"),
+INSTANTIATE_TEST_SUITE_P(Presets, ForwardParityTest, ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe", "tiny-qwen2moe", "tiny-olmoe"),
                          [](const auto& info) { return ArchTestName(info.param); });
 
 // ------------------------------------------------------------------ whole forward
@@ -397,6 +401,7 @@ TEST_P(WholeForwardTest, EveryIntermediateMatchesReference) {
     for (const char* name : {"attention_out", "moe_input", "router_logits", "moe_out", "layer_out"}) {
       compare(name, layer);
     }
+    if (config.shared_expert()) compare("shared_expert_out", layer);
   }
   compare("logits", -1);
   ExpectNmseBelow(Nmse(logits, ref->logits.data), kForwardNmse, absl::StrCat(c.preset, " T=", c.length, " logits"));
@@ -411,7 +416,9 @@ INSTANTIATE_TEST_SUITE_P(Prompts, WholeForwardTest,
                                            ForwardCase{"tiny-phimoe", 40, 103}, ForwardCase{"tiny-phimoe", 60, 104},
                                            ForwardCase{"tiny-phimoe", 64, 106}, ForwardCase{"tiny-phimoe", 65, 107},
                                            ForwardCase{"tiny-phimoe", 100, 105}, ForwardCase{"tiny-qwen3moe", 24, 108},
-                                           ForwardCase{"tiny-qwen3moe", 100, 109}),
+                                           ForwardCase{"tiny-qwen3moe", 100, 109}, ForwardCase{"tiny-qwen2moe", 24, 110},
+                                           ForwardCase{"tiny-qwen2moe", 100, 111}, ForwardCase{"tiny-olmoe", 24, 112},
+                                           ForwardCase{"tiny-olmoe", 100, 113}),
                          [](const auto& info) {
                            return absl::StrCat(ArchTestName(info.param.preset), "_T", info.param.length);
                          });

@@ -178,7 +178,7 @@ TEST_P(GenerationTest, BadRequestsAreInvalidArgumentNamingTheField) {
   EXPECT_OK(rt_->generator().Validate(edge));
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, GenerationTest, ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe"),
+INSTANTIATE_TEST_SUITE_P(Presets, GenerationTest, ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe", "tiny-qwen2moe", "tiny-olmoe"),
                          [](const auto& info) { return ArchTestName(info.param); });
 
 }  // namespace

@@ -67,14 +67,15 @@ using ::testing::Not;
 constexpr uint64_t kSeed = 11;
 constexpr char kChatTemplate[] = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}";
 
-// Mixtral-, PhiMoE- or Qwen3-MoE-shaped, hidden 256: every matrix row is whole K-blocks.
+// Mixtral-, PhiMoE-, Qwen3-MoE-, Qwen2-MoE- or OLMoE-shaped, hidden 256:
+// every matrix row is whole K-blocks.
 ModelConfig KConfig(const std::string& arch) {
-  auto base = SyntheticConfig(
-      {.preset = arch == "phimoe" ? "tiny-phimoe" : arch == "qwen3moe" ? "tiny-qwen3moe" : "tiny"});
+  auto base = SyntheticConfig({.preset = arch == "mixtral" ? "tiny" : absl::StrCat("tiny-", arch)});
   EXPECT_TRUE(base.ok());
   ModelConfig c = *base;
   c.hidden_size = 256, c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 64;
   c.intermediate_size = arch == "mixtral" ? 512 : 256;
+  if (c.shared_expert()) c.shared_expert_intermediate_size = 512;
   if (c.rope_scaling.type == "longrope") {
     c.rope_scaling.short_factor.clear(), c.rope_scaling.long_factor.clear();
     for (int64_t i = 0; i < c.head_dim / 2; ++i) {
@@ -285,7 +286,7 @@ TEST_P(GgufFloatRoundTripTest, SameConfigWeightsAndLogitsAsTheFolder) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufFloatRoundTripTest,
-                         ::testing::Combine(::testing::Values("mixtral", "phimoe", "qwen3moe"),
+                         ::testing::Combine(::testing::Values("mixtral", "phimoe", "qwen3moe", "qwen2moe", "olmoe"),
                                             ::testing::Values("f32", "bf16", "f16")),
                          [](const auto& info) {
                            return absl::StrCat(std::get<0>(info.param), "_", std::get<1>(info.param));
@@ -558,7 +559,9 @@ INSTANTIATE_TEST_SUITE_P(Types, GgufQuantizedTest,
                                            QuantCase{"mixtral", "q4_0", 0.2}, QuantCase{"phimoe", "q8_0", 5e-3},
                                            QuantCase{"phimoe", "q6_k", 0.08}, QuantCase{"phimoe", "q5_k_m", 0.2},
                                            QuantCase{"phimoe", "q4_k_m", 0.4}, QuantCase{"phimoe", "q4_0", 0.5},
-                                           QuantCase{"qwen3moe", "q8_0", 5e-4}, QuantCase{"qwen3moe", "q4_k_m", 0.06}),
+                                           QuantCase{"qwen3moe", "q8_0", 5e-4}, QuantCase{"qwen3moe", "q4_k_m", 0.06},
+                                           QuantCase{"qwen2moe", "q8_0", 5e-4}, QuantCase{"qwen2moe", "q4_k_m", 0.06},
+                                           QuantCase{"olmoe", "q8_0", 4e-3}, QuantCase{"olmoe", "q4_k_m", 0.06}),
                          [](const auto& info) { return absl::StrCat(info.param.arch, "_", info.param.type); });
 
 // ------------------------------------------------------------ streaming

@@ -4,6 +4,7 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/model/synthetic_model.h"
+#include "common/model/tensor_names.h"
 #include "tests/status_testlib.h"
 #include "tests/temp_dir_testlib.h"
 
@@ -67,6 +69,30 @@ json Qwen3MoeJson() {  // Qwen/Qwen3-30B-A3B's config.json
     "transformers_version": "4.51.0", "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})");
 }
 
+json Qwen2MoeJson() {  // Qwen/Qwen1.5-MoE-A2.7B's config.json
+  return json::parse(R"({
+    "architectures": ["Qwen2MoeForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+    "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 5632, "max_position_embeddings": 8192, "max_window_layers": 21, "model_type": "qwen2_moe",
+    "num_attention_heads": 16, "num_hidden_layers": 24, "num_key_value_heads": 16, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "transformers_version": "4.36.0.dev0", "use_cache": true, "use_sliding_window": false, "vocab_size": 151936,
+    "decoder_sparse_step": 1, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+    "num_experts_per_tok": 4, "num_experts": 60, "norm_topk_prob": false, "output_router_logits": false,
+    "router_aux_loss_coef": 0.001})");
+}
+
+json OlmoeJson() {  // allenai/OLMoE-1B-7B-0924's config.json
+  return json::parse(R"({
+    "architectures": ["OlmoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": null,
+    "clip_qkv": null, "eos_token_id": 50279, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 1024, "max_position_embeddings": 4096, "model_type": "olmoe", "norm_topk_prob": false,
+    "num_attention_heads": 16, "num_experts": 64, "num_experts_per_tok": 8, "num_hidden_layers": 16,
+    "num_key_value_heads": 16, "output_router_logits": false, "pad_token_id": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": null, "rope_theta": 10000.0, "router_aux_loss_coef": 0.01, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "transformers_version": "4.43.0.dev0", "use_cache": true, "vocab_size": 50304})");
+}
+
 absl::StatusOr<ModelConfig> Parse(const json& j) { return ParseModelConfig(j.dump(), "/models/x/config.json"); }
 
 TEST(ModelConfigTest, ReadsQwen3Moe) {
@@ -91,6 +117,27 @@ TEST(ModelConfigTest, ReadsQwen3Moe) {
   EXPECT_FALSE(plain.norm_topk_prob);
 }
 
+// Qwen's documented long-context setting: YaRN, factor 4 over 32768.
+TEST(ModelConfigTest, ReadsYarnAndServesTheStretchedContext) {
+  json j = Qwen3MoeJson();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  ASSERT_OK_AND_ASSIGN(ModelConfig c, Parse(j));
+  EXPECT_EQ(c.rope_scaling.type, "yarn");
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 32768);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.attention_factor, 0.1 * std::log(4.0) + 1.0);
+  EXPECT_EQ(c.max_position_embeddings, 131072);  // not config.json's 40960
+  // DeepSeek's spelling: mscale / mscale_all_dim give the attention factor.
+  j["rope_scaling"] = {{"type", "yarn"},         {"factor", 40.0},         {"original_max_position_embeddings", 4096},
+                       {"mscale", 1.0},          {"mscale_all_dim", 1.0},  {"beta_fast", 32},
+                       {"beta_slow", 1}};
+  ASSERT_OK_AND_ASSIGN(ModelConfig d, Parse(j));
+  EXPECT_DOUBLE_EQ(d.rope_scaling.attention_factor, 1.0);
+  auto back = ParseModelConfig(ModelConfigToJson(c), "written");
+  ASSERT_OK(back);
+  EXPECT_EQ(ModelConfigToJson(*back), ModelConfigToJson(c));
+}
+
 TEST(ModelConfigTest, Qwen3MoeLayoutsTandemDoesNotRunAreRefusedByKey) {
   const struct {
     const char* key;
@@ -100,7 +147,9 @@ TEST(ModelConfigTest, Qwen3MoeLayoutsTandemDoesNotRunAreRefusedByKey) {
       {"mlp_only_layers", json::array({0, 5}), "mlp_only_layers"},
       {"decoder_sparse_step", 2, "decoder_sparse_step"},
       {"use_sliding_window", true, "use_sliding_window"},
-      {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}, "rope_scaling"},
+      {"rope_scaling", {{"rope_type", "dynamic"}, {"factor", 4.0}}, "rope_scaling"},
+      {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 0.5}}, "factor"},
+      {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", -1}}, "beta_fast"},
       {"attention_bias", true, "attention_bias"},
       {"moe_intermediate_size", nullptr, "moe_intermediate_size"},
       {"num_experts", nullptr, "num_experts"},
@@ -113,6 +162,88 @@ TEST(ModelConfigTest, Qwen3MoeLayoutsTandemDoesNotRunAreRefusedByKey) {
     ASSERT_FALSE(parsed.ok()) << c.key;
     EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(c.says)) << parsed.status();
   }
+}
+
+TEST(ModelConfigTest, ReadsQwen2Moe) {
+  ASSERT_OK_AND_ASSIGN(ModelConfig c, Parse(Qwen2MoeJson()));
+  EXPECT_EQ(c.architecture, Architecture::kQwen2Moe);
+  EXPECT_EQ(c.router_kind(), RouterKind::kSoftmaxTopK);
+  EXPECT_FALSE(c.qk_norm());
+  EXPECT_FALSE(c.norm_topk_prob);
+  EXPECT_EQ(c.intermediate_size, 1408);  // the routed experts'
+  EXPECT_TRUE(c.shared_expert());
+  EXPECT_EQ(c.shared_expert_intermediate_size, 5632);
+  EXPECT_TRUE(c.attention_bias);  // q, k and v
+  EXPECT_FALSE(c.o_proj_bias());
+  EXPECT_EQ(c.num_local_experts, 60);
+  EXPECT_EQ(c.num_experts_per_tok, 4);
+  EXPECT_FALSE(c.sliding_window.has_value());  // use_sliding_window false
+  // The shared expert and its gate are tensors the model must have.
+  int shared = 0;
+  for (const WeightSpec& w : ExpectedWeights(c)) {
+    if (w.role == WeightRole::kSharedExpertGate) {
+      EXPECT_EQ(w.shape, (std::vector<int64_t>{1, 2048}));
+    }
+    if (w.role == WeightRole::kSharedW2) {
+      EXPECT_EQ(w.shape, (std::vector<int64_t>{2048, 5632}));
+    }
+    shared += w.role == WeightRole::kSharedW1 || w.role == WeightRole::kSharedW2 || w.role == WeightRole::kSharedW3 ||
+              w.role == WeightRole::kSharedExpertGate;
+    EXPECT_NE(w.role, WeightRole::kOBias) << w.name;
+  }
+  EXPECT_EQ(shared, 4 * 24);
+  EXPECT_EQ(WeightName(c, WeightRole::kSharedW1, 3), "model.layers.3.mlp.shared_expert.gate_proj.weight");
+  EXPECT_EQ(WeightName(c, WeightRole::kSharedExpertGate, 3), "model.layers.3.mlp.shared_expert_gate.weight");
+  EXPECT_EQ(WeightName(c, WeightRole::kExpertW2, 3, 59), "model.layers.3.mlp.experts.59.down_proj.weight");
+}
+
+TEST(ModelConfigTest, Qwen2MoeBadSharedExpertAndLayoutsAreRefusedByKey) {
+  const struct {
+    const char* key;
+    json value;
+    const char* says;
+  } cases[] = {
+      {"shared_expert_intermediate_size", 0, "shared_expert_intermediate_size"},
+      {"shared_expert_intermediate_size", -5, "shared_expert_intermediate_size"},
+      {"shared_expert_intermediate_size", int64_t{1} << 40, "shared_expert_intermediate_size"},
+      {"shared_expert_intermediate_size", "big", "shared_expert_intermediate_size"},
+      {"mlp_only_layers", json::array({0}), "mlp_only_layers"},
+      {"decoder_sparse_step", 2, "decoder_sparse_step"},
+      {"use_sliding_window", true, "use_sliding_window"},
+      {"num_experts", 2000, "num_local_experts"},
+      {"num_experts_per_tok", 61, "num_experts_per_tok"},
+  };
+  for (const auto& c : cases) {
+    json j = Qwen2MoeJson();
+    j[c.key] = c.value;
+    auto parsed = Parse(j);
+    ASSERT_FALSE(parsed.ok()) << c.key;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(c.says)) << parsed.status();
+  }
+}
+
+TEST(ModelConfigTest, ReadsOlmoe) {
+  ASSERT_OK_AND_ASSIGN(ModelConfig c, Parse(OlmoeJson()));
+  EXPECT_EQ(c.architecture, Architecture::kOlmoe);
+  EXPECT_TRUE(c.qk_norm());
+  EXPECT_FALSE(c.qk_norm_per_head());
+  EXPECT_FALSE(c.norm_topk_prob);
+  EXPECT_FALSE(c.shared_expert());
+  EXPECT_EQ(c.intermediate_size, 1024);
+  EXPECT_EQ(c.num_local_experts, 64);
+  EXPECT_EQ(c.num_experts_per_tok, 8);
+  EXPECT_EQ(c.bos_token_id, 1);  // null: the default
+  EXPECT_EQ(WeightShape(c, WeightRole::kQNorm), (std::vector<int64_t>{2048}));  // the whole projection
+  EXPECT_EQ(WeightShape(c, WeightRole::kKNorm), (std::vector<int64_t>{2048}));
+  EXPECT_EQ(WeightName(c, WeightRole::kRouter, 0), "model.layers.0.mlp.gate.weight");
+  json j = OlmoeJson();
+  j["clip_qkv"] = 8.0;
+  auto clipped = Parse(j);
+  ASSERT_FALSE(clipped.ok());
+  EXPECT_THAT(std::string(clipped.status().message()), HasSubstr("clip_qkv"));
+  j = OlmoeJson();
+  j["lm_head_bias"] = true;
+  EXPECT_FALSE(Parse(j).ok());
 }
 
 TEST(ModelConfigTest, ReadsMixtral) {

@@ -21,8 +21,8 @@ std::string LayerName(int layer, const char* rest) { return absl::StrCat("model.
 std::string ExpertName(int layer, int expert, const char* matrix) {
   return absl::StrCat("model.layers.", layer, ".block_sparse_moe.experts.", expert, ".", matrix, ".weight");
 }
-// Qwen3-MoE: mlp.experts.e.{gate,down,up}_proj.
-std::string Qwen3ExpertName(int layer, int expert, const char* matrix) {
+// Qwen2/3-MoE and OLMoE: mlp.experts.e.{gate,down,up}_proj.
+std::string MlpExpertName(int layer, int expert, const char* matrix) {
   return absl::StrCat("model.layers.", layer, ".mlp.experts.", expert, ".", matrix, ".weight");
 }
 
@@ -84,6 +84,9 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(const Mod
   const int64_t d = c.hidden_size, v = c.vocab_size, e = c.num_local_experts, inter = c.intermediate_size;
   const bool layer_norm = c.architecture == Architecture::kPhiMoE;
   const bool qwen3 = c.architecture == Architecture::kQwen3Moe;
+  const bool qwen2 = c.architecture == Architecture::kQwen2Moe;
+  const bool olmoe = c.architecture == Architecture::kOlmoe;
+  const bool mlp_names = qwen3 || qwen2 || olmoe;
 
   // Assigns `expr` (a StatusOr) to `lhs` or returns its error.
 #define REF_ASSIGN(lhs, expr)                   \
@@ -111,26 +114,40 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(const Mod
       REF_ASSIGN(layer.q_bias, ReadVector(src, LayerName(l, "self_attn.q_proj.bias"), c.q_dim()));
       REF_ASSIGN(layer.k_bias, ReadVector(src, LayerName(l, "self_attn.k_proj.bias"), c.kv_dim()));
       REF_ASSIGN(layer.v_bias, ReadVector(src, LayerName(l, "self_attn.v_proj.bias"), c.kv_dim()));
-      REF_ASSIGN(layer.o_bias, ReadVector(src, LayerName(l, "self_attn.o_proj.bias"), d));
+      // modeling_qwen2_moe.py: o_proj has no bias.
+      if (!qwen2) REF_ASSIGN(layer.o_bias, ReadVector(src, LayerName(l, "self_attn.o_proj.bias"), d));
     }
     if (qwen3) {
       REF_ASSIGN(layer.q_norm, ReadVector(src, LayerName(l, "self_attn.q_norm.weight"), c.head_dim));
       REF_ASSIGN(layer.k_norm, ReadVector(src, LayerName(l, "self_attn.k_norm.weight"), c.head_dim));
     }
+    if (olmoe) {  // modeling_olmoe.py: RMSNorm over the whole projection
+      REF_ASSIGN(layer.q_norm, ReadVector(src, LayerName(l, "self_attn.q_norm.weight"), c.q_dim()));
+      REF_ASSIGN(layer.k_norm, ReadVector(src, LayerName(l, "self_attn.k_norm.weight"), c.kv_dim()));
+    }
     if (absl::Status s = read_norm(LayerName(l, "post_attention_layernorm"), layer.post_attention_norm); !s.ok()) {
       return s;
     }
     REF_ASSIGN(layer.router,
-               ReadTensor(src, LayerName(l, qwen3 ? "mlp.gate.weight" : "block_sparse_moe.gate.weight"), {e, d}));
+               ReadTensor(src, LayerName(l, mlp_names ? "mlp.gate.weight" : "block_sparse_moe.gate.weight"), {e, d}));
     for (int x = 0; x < e; ++x) {
       RefExpert expert;
-      REF_ASSIGN(expert.w1, ReadTensor(src, qwen3 ? Qwen3ExpertName(l, x, "gate_proj") : ExpertName(l, x, "w1"),
+      REF_ASSIGN(expert.w1, ReadTensor(src, mlp_names ? MlpExpertName(l, x, "gate_proj") : ExpertName(l, x, "w1"),
                                        {inter, d}));
-      REF_ASSIGN(expert.w2, ReadTensor(src, qwen3 ? Qwen3ExpertName(l, x, "down_proj") : ExpertName(l, x, "w2"),
+      REF_ASSIGN(expert.w2, ReadTensor(src, mlp_names ? MlpExpertName(l, x, "down_proj") : ExpertName(l, x, "w2"),
                                        {d, inter}));
-      REF_ASSIGN(expert.w3, ReadTensor(src, qwen3 ? Qwen3ExpertName(l, x, "up_proj") : ExpertName(l, x, "w3"),
+      REF_ASSIGN(expert.w3, ReadTensor(src, mlp_names ? MlpExpertName(l, x, "up_proj") : ExpertName(l, x, "w3"),
                                        {inter, d}));
       layer.experts.push_back(std::move(expert));
+    }
+    if (qwen2) {
+      const int64_t shared = c.shared_expert_intermediate_size;
+      REF_ASSIGN(layer.shared_expert_gate, ReadTensor(src, LayerName(l, "mlp.shared_expert_gate.weight"), {1, d}));
+      REF_ASSIGN(layer.shared_expert.w1,
+                 ReadTensor(src, LayerName(l, "mlp.shared_expert.gate_proj.weight"), {shared, d}));
+      REF_ASSIGN(layer.shared_expert.w2,
+                 ReadTensor(src, LayerName(l, "mlp.shared_expert.down_proj.weight"), {d, shared}));
+      REF_ASSIGN(layer.shared_expert.w3, ReadTensor(src, LayerName(l, "mlp.shared_expert.up_proj.weight"), {shared, d}));
     }
     model->layers_.push_back(std::move(layer));
   }
@@ -204,6 +221,21 @@ void ReferenceModel::Rope(const ModelConfig& config, double* x, int64_t heads, i
   const bool use_long = UseLongRope(config, seq_len);
   const double mscale =
       !longrope ? 1.0 : (use_long ? config.rope_scaling.long_mscale : config.rope_scaling.short_mscale);
+  const bool yarn = config.rope_scaling.type == "yarn";
+  // YaRN, line by line as modeling_rope_utils.py _compute_yarn_parameters.
+  double yarn_low = 0, yarn_high = 1;
+  if (yarn) {
+    const RopeScaling& s = config.rope_scaling;
+    auto correction_dim = [&](double rotations) {
+      return (static_cast<double>(hd) *
+              std::log(static_cast<double>(s.original_max_position_embeddings) / (rotations * 2 * M_PI))) /
+             (2 * std::log(config.rope_theta));
+    };
+    yarn_low = correction_dim(s.beta_fast), yarn_high = correction_dim(s.beta_slow);
+    if (s.truncate) yarn_low = std::floor(yarn_low), yarn_high = std::ceil(yarn_high);
+    yarn_low = std::max(yarn_low, 0.0), yarn_high = std::min(yarn_high, static_cast<double>(hd - 1));
+    if (yarn_low == yarn_high) yarn_high += 0.001;
+  }
   for (int64_t i = 0; i < half; ++i) {
     // HF: inv_freq = 1 / (ext_factor * base^(2i / hd)); ext_factor = 1 without longrope.
     double ext = 1.0;
@@ -211,10 +243,18 @@ void ReferenceModel::Rope(const ModelConfig& config, double* x, int64_t heads, i
       ext = use_long ? config.rope_scaling.long_factor[static_cast<size_t>(i)]
                      : config.rope_scaling.short_factor[static_cast<size_t>(i)];
     }
-    const double inv_freq =
-        1.0 / (ext * std::pow(config.rope_theta, static_cast<double>(2 * i) / static_cast<double>(hd)));
+    const double pos_freq = std::pow(config.rope_theta, static_cast<double>(2 * i) / static_cast<double>(hd));
+    double inv_freq = 1.0 / (ext * pos_freq);
+    double yarn_mscale = 1.0;
+    if (yarn) {
+      const double linear = (static_cast<double>(i) - yarn_low) / (yarn_high - yarn_low);
+      const double extrapolation_factor = 1.0 - std::min(1.0, std::max(0.0, linear));
+      const double interpolation = 1.0 / (config.rope_scaling.factor * pos_freq), extrapolation = 1.0 / pos_freq;
+      inv_freq = interpolation * (1.0 - extrapolation_factor) + extrapolation * extrapolation_factor;
+      yarn_mscale = config.rope_scaling.attention_factor;
+    }
     const double angle = static_cast<double>(position) * inv_freq;
-    const double cos_v = std::cos(angle) * mscale, sin_v = std::sin(angle) * mscale;
+    const double cos_v = std::cos(angle) * mscale * yarn_mscale, sin_v = std::sin(angle) * mscale * yarn_mscale;
     for (int64_t h = 0; h < heads; ++h) {
       double* v = x + h * hd;
       // x · cos + rotate_half(x) · sin, rotate_half(x) = [-x2, x1].
@@ -389,10 +429,14 @@ absl::StatusOr<ReferenceForward> ReferenceModel::Forward(const std::vector<int32
     RefTensor q = Linear(x, lw.q_proj, lw.q_bias);  // [T, H·hd]
     RefTensor k = Linear(x, lw.k_proj, lw.k_bias);  // [T, Hkv·hd]
     const RefTensor v = Linear(x, lw.v_proj, lw.v_bias);
-    if (!lw.q_norm.empty()) {
+    if (c.architecture == Architecture::kQwen3Moe) {
       // Qwen3: q_norm / k_norm, an RMSNorm over each head's head_dim values.
       q = HeadRmsNorm(q, lw.q_norm, c.head_dim, c.rms_norm_eps);
       k = HeadRmsNorm(k, lw.k_norm, c.head_dim, c.rms_norm_eps);
+    } else if (c.architecture == Architecture::kOlmoe) {
+      // OLMoE: q_norm / k_norm over each row's whole projection.
+      q = RmsNorm(q, lw.q_norm, c.rms_norm_eps);
+      k = RmsNorm(k, lw.k_norm, c.rms_norm_eps);
     }
     for (int64_t t = 0; t < t_len; ++t) {
       // One forward, one choice of longrope factors: seq_len = max(position_ids) + 1.
@@ -425,6 +469,17 @@ absl::StatusOr<ReferenceForward> ReferenceModel::Forward(const std::vector<int32
     out.routing.push_back(std::move(routing));
     record("moe_out", l, moe_out);
     for (size_t i = 0; i < h.data.size(); ++i) h.data[i] += moe_out.data[i];
+    if (lw.shared_expert_gate.rows > 0) {
+      // modeling_qwen2_moe.py: sigmoid(shared_expert_gate(x)) * shared_expert(x).
+      const RefTensor gate = Linear(moe_input, lw.shared_expert_gate);  // [T, 1]
+      RefTensor shared = ExpertFfn(moe_input, lw.shared_expert);       // [T, D]
+      for (int64_t t = 0; t < t_len; ++t) {
+        const double scale = 1.0 / (1.0 + std::exp(-gate.at(t, 0)));
+        for (int64_t i = 0; i < d; ++i) shared.at(t, i) *= scale;
+      }
+      record("shared_expert_out", l, shared);
+      for (size_t i = 0; i < h.data.size(); ++i) h.data[i] += shared.data[i];
+    }
     record("layer_out", l, h);
   }
 

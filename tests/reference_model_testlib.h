@@ -1,5 +1,6 @@
 // The oracle: a deliberately naive float64 implementation of the whole model
-// with Hugging Face semantics (modeling_mixtral.py, modeling_phimoe.py, modeling_qwen3_moe.py),
+// with Hugging Face semantics (modeling_mixtral.py, modeling_phimoe.py, modeling_qwen3_moe.py,
+// modeling_qwen2_moe.py, modeling_olmoe.py),
 // written without calling any of the engine's code (cpu_ops, routing, linear,
 // the loader's role mapping), so that a test comparing the two checks the
 // engine against the equations rather than against itself. Slow is fine: no
@@ -72,10 +73,12 @@ struct RefLayer {
   RefNorm input_norm;
   RefTensor q_proj, k_proj, v_proj, o_proj;            // [Hq, D], [Hkv, D], [Hkv, D], [D, Hq]
   std::vector<double> q_bias, k_bias, v_bias, o_bias;  // empty without attention_bias
-  std::vector<double> q_norm, k_norm;                  // [head_dim], Qwen3's QK norm; empty otherwise
+  std::vector<double> q_norm, k_norm;                  // [head_dim] Qwen3's QK norm, [Hq] / [Hkv] OLMoE's
   RefNorm post_attention_norm;
   RefTensor router;                // [E, D]
   std::vector<RefExpert> experts;  // [E]
+  RefExpert shared_expert;         // Qwen2-MoE: [Is, D], [D, Is], [Is, D]
+  RefTensor shared_expert_gate;    // Qwen2-MoE: [1, D]; 0 rows otherwise
 };
 
 // Everything one reference forward computed. Intermediates are keyed by
@@ -85,7 +88,8 @@ struct RefLayer {
 //   "moe_input" (l)       [T, D]  post_attention_norm(h)
 //   "router_logits" (l)   [T, E]  gate(moe_input)
 //   "moe_out" (l)         [T, D]  Σ_k w_k · FFN_{e_k}(moe_input)
-//   "layer_out" (l)       [T, D]  attention_out + moe_out
+//   "shared_expert_out" (l) [T, D] σ(gate · moe_input) · FFN_shared(moe_input), Qwen2-MoE
+//   "layer_out" (l)       [T, D]  attention_out + moe_out (+ shared_expert_out)
 //   "logits" (-1)         [T, V]  lm_head(final_norm(h)) (+ bias)
 struct ReferenceForward {
   RefTensor logits;  // [T, V]
@@ -101,6 +105,8 @@ struct ReferenceForward {
 inline std::string ArchTestName(const std::string& preset) {
   if (preset == "tiny-phimoe") return "PhiMoE";
   if (preset == "tiny-qwen3moe") return "Qwen3Moe";
+  if (preset == "tiny-qwen2moe") return "Qwen2Moe";
+  if (preset == "tiny-olmoe") return "Olmoe";
   return "Mixtral";
 }
 

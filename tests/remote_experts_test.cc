@@ -172,11 +172,13 @@ TEST_P(RemoteExpertsTest, TokensAndLogitsEqualTheSingleProcessEngine) {
 INSTANTIATE_TEST_SUITE_P(All, RemoteExpertsTest,
                          ::testing::Values(Case{"split", "inline"}, Case{"split", "shm-grpc"}, Case{"split", "shm"},
                                            Case{"shard", "inline"}, Case{"shard", "shm-grpc"}, Case{"shard", "shm"},
-                                           // 16 small experts top-4 (Qwen3-MoE's shape, scaled down)
-                                           Case{"split", "shm", "tiny-qwen3moe"}, Case{"shard", "shm", "tiny-qwen3moe"}),
+                                           // 16 small experts top-4 (Qwen3-MoE's shape, scaled down);
+                                           // Qwen2-MoE's shared expert stays with the coordinator
+                                           Case{"split", "shm", "tiny-qwen3moe"}, Case{"shard", "shm", "tiny-qwen3moe"},
+                                           Case{"split", "shm", "tiny-qwen2moe"}),
                          [](const auto& info) {
-                           std::string name = (info.param.preset == "tiny" ? "" : "qwen3moe_") + info.param.division +
-                                              "_" + info.param.transport;
+                           std::string name = (info.param.preset == "tiny" ? "" : info.param.preset.substr(5) + "_") +
+                                              info.param.division + "_" + info.param.transport;
                            for (char& ch : name)
                              if (ch == '-') ch = '_';
                            return name;

@@ -341,7 +341,7 @@ TEST_P(ExpertDispatchTest, AnExpertWithZeroRowsChangesNothing) {
   EXPECT_EQ(results[0], results[1]);
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, ExpertDispatchTest, ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe"),
+INSTANTIATE_TEST_SUITE_P(Presets, ExpertDispatchTest, ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe", "tiny-qwen2moe", "tiny-olmoe"),
                          [](const auto& info) { return ArchTestName(info.param); });
 
 }  // namespace

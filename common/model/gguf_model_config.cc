@@ -18,6 +18,7 @@ constexpr char kTandemLongMscaleKey[] = "tandem.rope.long_mscale";
 constexpr char kTandemShortFactorKey[] = "tandem.rope.short_factor";
 constexpr char kTandemLongFactorKey[] = "tandem.rope.long_factor";
 constexpr char kTandemRouterJitterKey[] = "tandem.router_jitter_noise";
+constexpr char kTandemYarnAttentionFactorKey[] = "tandem.rope.yarn_attention_factor";
 // PhiMoEConfig's default and Phi-3.5-MoE's value.
 constexpr double kDefaultRouterJitter = 0.01;
 
@@ -113,6 +114,42 @@ absl::Status ReadLongRope(const GgufCheckpoint& checkpoint, const Reader& r, Mod
 
 bool Has(const GgufCheckpoint& checkpoint, const std::string& name) { return checkpoint.Get(name).ok(); }
 
+// HF's get_mscale (model_config.cc), llama.cpp's 1 + 0.1 ln(1 / freq_scale).
+double YarnMscale(double factor) { return factor <= 1.0 ? 1.0 : 0.1 * std::log(factor) + 1.0; }
+
+// {arch}.rope.scaling.*: "yarn" read as llama.cpp reads it (its attn_factor
+// multiplies YaRN's own mscale); "none" and absent mean no scaling.
+absl::Status ReadRopeScaling(const GgufMetadata& m, const Reader& r, const std::string& arch, ModelConfig& c) {
+  const std::string type_key = GgufKey(arch, "rope.scaling.type");
+  if (!m.Contains(type_key)) return absl::OkStatus();
+  absl::StatusOr<std::string> stored_type = m.GetString(type_key);
+  if (!stored_type.ok()) return stored_type.status();
+  const std::string& type = *stored_type;
+  if (type == "none") return absl::OkStatus();
+  if (type != "yarn" || c.architecture == Architecture::kPhiMoE) {
+    return absl::InvalidArgumentError(absl::StrCat(m.source(), ": key ", type_key, " is \"", type,
+                                                   "\"; tandem reads \"yarn\" (and PhiMoE's longrope tensors)"));
+  }
+  RopeScaling& s = c.rope_scaling;
+  s.type = "yarn";
+  TANDEM_ASSIGN_OR_RETURN(s.factor, r.ArchFloat("rope.scaling.factor"));
+  TANDEM_ASSIGN_OR_RETURN(s.original_max_position_embeddings,
+                          r.IntOr("rope.scaling.original_context_length", c.max_position_embeddings));
+  TANDEM_ASSIGN_OR_RETURN(s.beta_fast, r.ArchFloatOr("rope.scaling.yarn_beta_fast", 32.0));
+  TANDEM_ASSIGN_OR_RETURN(s.beta_slow, r.ArchFloatOr("rope.scaling.yarn_beta_slow", 1.0));
+  TANDEM_ASSIGN_OR_RETURN(const double attn_factor, r.ArchFloatOr("rope.scaling.attn_factor", 1.0));
+  TANDEM_ASSIGN_OR_RETURN(s.attention_factor, r.FloatOr(kTandemYarnAttentionFactorKey, attn_factor * YarnMscale(s.factor)));
+  if (!(s.factor >= 1.0) || s.factor > 1024.0) {
+    return absl::InvalidArgumentError(absl::StrCat(m.source(), ": key ", GgufKey(arch, "rope.scaling.factor"),
+                                                   " must be in [1, 1024] for yarn, got ", s.factor));
+  }
+  // The context YaRN stretches to, as config.json's reading does.
+  const double stretched = static_cast<double>(s.original_max_position_embeddings) * s.factor;
+  if (stretched <= static_cast<double>(kMaxPositionEmbeddings))
+    c.max_position_embeddings = std::max(c.max_position_embeddings, static_cast<int64_t>(stretched));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufCheckpoint& checkpoint) {
@@ -122,18 +159,23 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufCheckpoint& checkpoint
   ModelConfig c;
   TANDEM_ASSIGN_OR_RETURN(c.architecture, ArchitectureFromGguf(arch, source));
   const bool phimoe = c.architecture == Architecture::kPhiMoE;
-  const bool qwen3 = c.architecture == Architecture::kQwen3Moe;
-  c.architecture_name = phimoe ? "PhiMoEForCausalLM" : qwen3 ? "Qwen3MoeForCausalLM" : "MixtralForCausalLM";
-  c.model_type = phimoe ? "phimoe" : qwen3 ? "qwen3_moe" : "mixtral";
+  const bool qwen = c.architecture == Architecture::kQwen3Moe || c.architecture == Architecture::kQwen2Moe;
+  c.architecture_name = std::string(ArchitectureClassName(c.architecture));
+  c.model_type = std::string(ArchitectureModelType(c.architecture));
   c.torch_dtype = "bfloat16";
   const Reader r(m, arch);
 
   TANDEM_ASSIGN_OR_RETURN(c.hidden_size, r.Int("embedding_length"));
   TANDEM_ASSIGN_OR_RETURN(c.num_hidden_layers, r.Int("block_count"));
-  // qwen3moe: the experts' width apart from the (unused) dense MLP's;
-  // llama.cpp renormalises its top-k weights (norm_topk_prob).
-  TANDEM_ASSIGN_OR_RETURN(c.intermediate_size, r.Int(qwen3 ? "expert_feed_forward_length" : "feed_forward_length"));
-  c.norm_topk_prob = true;
+  // Qwen: the experts' width apart from the (unused) dense MLP's.
+  TANDEM_ASSIGN_OR_RETURN(c.intermediate_size, r.Int(qwen ? "expert_feed_forward_length" : "feed_forward_length"));
+  // llama.cpp renormalises the top-k weights of llama (Mixtral) and
+  // qwen3moe, not of qwen2moe or olmoe (its build_moe_ffn norm_w).
+  c.norm_topk_prob = c.architecture == Architecture::kMixtral || c.architecture == Architecture::kQwen3Moe;
+  if (c.architecture == Architecture::kQwen2Moe) {
+    TANDEM_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size, r.Int("expert_shared_feed_forward_length"));
+    TANDEM_RETURN_IF_ERROR(r.Positive("expert_shared_feed_forward_length", c.shared_expert_intermediate_size));
+  }
   TANDEM_ASSIGN_OR_RETURN(c.max_position_embeddings, r.Int("context_length"));
   TANDEM_ASSIGN_OR_RETURN(c.num_attention_heads, r.Int("attention.head_count"));
   TANDEM_RETURN_IF_ERROR(r.Positive("attention.head_count", c.num_attention_heads));
@@ -170,6 +212,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufCheckpoint& checkpoint
   c.tie_word_embeddings = !Has(checkpoint, GgufTensorName(WeightRole::kLmHead));
   c.attention_bias = Has(checkpoint, GgufTensorName(WeightRole::kQBias, 0));
   c.lm_head_bias = Has(checkpoint, GgufTensorName(WeightRole::kLmHeadBias));
+  TANDEM_RETURN_IF_ERROR(ReadRopeScaling(m, r, arch, c));
   if (phimoe) {
     TANDEM_RETURN_IF_ERROR(ReadLongRope(checkpoint, r, c));
     TANDEM_ASSIGN_OR_RETURN(c.router_jitter_noise, r.FloatOr(kTandemRouterJitterKey, kDefaultRouterJitter));
@@ -201,19 +244,30 @@ absl::Status AddModelConfigToGguf(const ModelConfig& c, const std::string& model
   set("block_count", u32(c.num_hidden_layers));
   set("context_length", u32(c.max_position_embeddings));
   set("embedding_length", u32(c.hidden_size));
-  set("feed_forward_length", u32(c.intermediate_size));
-  if (c.architecture == Architecture::kQwen3Moe) set("expert_feed_forward_length", u32(c.intermediate_size));
+  const bool qwen = c.architecture == Architecture::kQwen3Moe || c.architecture == Architecture::kQwen2Moe;
+  set("feed_forward_length", u32(qwen && c.shared_expert() ? c.shared_expert_intermediate_size : c.intermediate_size));
+  if (qwen) set("expert_feed_forward_length", u32(c.intermediate_size));
+  if (c.shared_expert()) set("expert_shared_feed_forward_length", u32(c.shared_expert_intermediate_size));
   set("attention.head_count", u32(c.num_attention_heads));
   set("attention.head_count_kv", u32(c.num_key_value_heads));
   set("rope.freq_base", f32(c.rope_theta));
   set("attention.layer_norm_rms_epsilon", f32(c.rms_norm_eps));
   set("expert_count", u32(c.num_local_experts));
   set("expert_used_count", u32(c.num_experts_per_tok));
-  if (c.head_dim != c.hidden_size / c.num_attention_heads || c.architecture == Architecture::kQwen3Moe) {
+  if (c.head_dim != c.hidden_size / c.num_attention_heads || qwen) {
     set("attention.key_length", u32(c.head_dim));
     set("attention.value_length", u32(c.head_dim));
   }
   set("rope.dimension_count", u32(c.head_dim));
+  if (c.rope_scaling.type == "yarn") {
+    const RopeScaling& s = c.rope_scaling;
+    set("rope.scaling.type", GgufValue(std::string("yarn")));
+    set("rope.scaling.factor", f32(s.factor));
+    set("rope.scaling.original_context_length", u32(s.original_max_position_embeddings));
+    if (s.beta_fast != 32.0) set("rope.scaling.yarn_beta_fast", f32(s.beta_fast));
+    if (s.beta_slow != 1.0) set("rope.scaling.yarn_beta_slow", f32(s.beta_slow));
+    m->Set(kTandemYarnAttentionFactorKey, s.attention_factor);
+  }
   if (!phimoe) {
     set("vocab_size", u32(c.vocab_size));
     // The llama architecture has no window in llama.cpp; kept for tandem.

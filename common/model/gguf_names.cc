@@ -8,6 +8,8 @@ std::string_view GgufArchitecture(Architecture architecture) {
   switch (architecture) {
     case Architecture::kPhiMoE: return kGgufArchPhiMoE;
     case Architecture::kQwen3Moe: return kGgufArchQwen3Moe;
+    case Architecture::kQwen2Moe: return kGgufArchQwen2Moe;
+    case Architecture::kOlmoe: return kGgufArchOlmoe;
     case Architecture::kMixtral: break;
   }
   return kGgufArchLlama;
@@ -17,9 +19,11 @@ absl::StatusOr<Architecture> ArchitectureFromGguf(std::string_view name, const s
   if (name == kGgufArchLlama) return Architecture::kMixtral;
   if (name == kGgufArchPhiMoE) return Architecture::kPhiMoE;
   if (name == kGgufArchQwen3Moe) return Architecture::kQwen3Moe;
+  if (name == kGgufArchQwen2Moe) return Architecture::kQwen2Moe;
+  if (name == kGgufArchOlmoe) return Architecture::kOlmoe;
   return absl::InvalidArgumentError(absl::StrCat(source, ": ", kGgufArchitectureKey, " is \"", std::string(name),
-                                                 "\"; tandem runs \"llama\" with experts (Mixtral), \"phimoe\" and "
-                                                 "\"qwen3moe\""));
+                                                 "\"; tandem runs \"llama\" with experts (Mixtral), \"phimoe\", "
+                                                 "\"qwen3moe\", \"qwen2moe\" and \"olmoe\""));
 }
 
 std::string GgufKey(std::string_view arch, std::string_view suffix) {
@@ -48,12 +52,22 @@ std::string GgufTensorName(WeightRole role, int layer) {
     case WeightRole::kExpertW1: return b + "ffn_gate_exps.weight";
     case WeightRole::kExpertW2: return b + "ffn_down_exps.weight";
     case WeightRole::kExpertW3: return b + "ffn_up_exps.weight";
+    case WeightRole::kSharedExpertGate: return b + "ffn_gate_inp_shexp.weight";
+    case WeightRole::kSharedW1: return b + "ffn_gate_shexp.weight";
+    case WeightRole::kSharedW2: return b + "ffn_down_shexp.weight";
+    case WeightRole::kSharedW3: return b + "ffn_up_shexp.weight";
     case WeightRole::kFinalNorm: return "output_norm.weight";
     case WeightRole::kFinalNormBias: return "output_norm.bias";
     case WeightRole::kLmHead: return "output.weight";
     case WeightRole::kLmHeadBias: return "output.bias";
   }
   return "";
+}
+
+std::vector<int64_t> GgufDims(const WeightSpec& w) {
+  std::vector<int64_t> dims(w.shape.rbegin(), w.shape.rend());
+  while (dims.size() > 1 && dims.back() == 1) dims.pop_back();
+  return dims;
 }
 
 std::string GgufPerExpertTensorName(WeightRole role, int layer, int expert) {

@@ -12,6 +12,13 @@
 //   Qwen3MoE general.architecture "qwen3moe"; no permutation; the experts'
 //            width in qwen3moe.expert_feed_forward_length; q_norm / k_norm
 //            as blk.l.attn_{q,k}_norm.weight; top-k weights renormalised
+//   Qwen2MoE general.architecture "qwen2moe"; no permutation; q/k/v biases;
+//            expert_feed_forward_length and expert_shared_feed_forward_length;
+//            the shared expert as blk.l.ffn_{gate,down,up}_shexp.weight and
+//            its gate as blk.l.ffn_gate_inp_shexp.weight, squeezed to {D};
+//            top-k weights not renormalised
+//   OLMoE    general.architecture "olmoe"; no permutation; q_norm / k_norm
+//            over the whole projections; top-k weights not renormalised
 //
 //   HF name (layer l, expert e)                          GGUF name
 //   model.embed_tokens.weight                            token_embd.weight
@@ -35,6 +42,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/model/model_config.h"
@@ -46,8 +54,10 @@ inline constexpr char kGgufArchitectureKey[] = "general.architecture";
 inline constexpr char kGgufArchLlama[] = "llama";
 inline constexpr char kGgufArchPhiMoE[] = "phimoe";
 inline constexpr char kGgufArchQwen3Moe[] = "qwen3moe";
+inline constexpr char kGgufArchQwen2Moe[] = "qwen2moe";
+inline constexpr char kGgufArchOlmoe[] = "olmoe";
 
-// "llama" for Mixtral, "phimoe" for PhiMoE, "qwen3moe" for Qwen3-MoE.
+// "llama" for Mixtral, "phimoe" for PhiMoE, "qwen3moe", "qwen2moe", "olmoe".
 std::string_view GgufArchitecture(Architecture architecture);
 // The architecture a general.architecture names; InvalidArgument naming
 // `source` and the value for any other (a dense "llama" without experts is
@@ -60,6 +70,9 @@ std::string GgufKey(std::string_view arch, std::string_view suffix);
 // The GGUF tensor holding `role` of `layer`. Expert roles name the stacked
 // tensor (blk.l.ffn_gate_exps.weight); the expert is its index along dims[2].
 std::string GgufTensorName(WeightRole role, int layer = -1);
+// The GGUF dims of `w` (ggml order): its HF shape reversed, squeezed as the
+// converter squeezes ([1, D] -> {D}).
+std::vector<int64_t> GgufDims(const WeightSpec& w);
 // The per-expert tensor older converters wrote: blk.l.ffn_gate.e.weight.
 std::string GgufPerExpertTensorName(WeightRole role, int layer, int expert);
 inline bool IsExpertRole(WeightRole role) {

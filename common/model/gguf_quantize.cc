@@ -318,7 +318,7 @@ absl::StatusOr<std::vector<GgufTensorPlan>> PlanGgufTensors(const ModelConfig& c
     if (IsExpertRole(w.role) && w.expert != 0) continue;  // stacked with expert 0
     GgufTensorPlan plan;
     plan.spec.name = GgufTensorName(w.role, w.layer);
-    plan.spec.dims.assign(w.shape.rbegin(), w.shape.rend());
+    plan.spec.dims = GgufDims(w);
     plan.permute_rows = GgufPermutesRows(c.architecture, w.role);
     if (IsExpertRole(w.role)) {
       plan.spec.dims.push_back(c.num_local_experts);

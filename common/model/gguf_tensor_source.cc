@@ -35,7 +35,7 @@ struct Located {
 // one, checked against the dims the config implies.
 absl::StatusOr<Located> Locate(const GgufCheckpoint& checkpoint, const ModelConfig& c, const WeightSpec& w,
                                bool* per_expert) {
-  std::vector<int64_t> dims(w.shape.rbegin(), w.shape.rend());  // ggml order
+  std::vector<int64_t> dims = GgufDims(w);  // ggml order
   std::string name = GgufTensorName(w.role, w.layer);
   bool stacked = IsExpertRole(w.role);
   if (stacked && !checkpoint.Get(name).ok()) {
@@ -213,8 +213,9 @@ absl::Status GgufTensorSource::Bind(const ModelConfig& c, const GgufSourceOption
     const int64_t row_length = w.shape.back();
     TensorView view{w.name, *stored, w.shape, loc.data, static_cast<size_t>(loc.bytes)};
     uint8_t* owned = nullptr;  // this source's own copy of the stored blocks (permuted or copied)
-    if (w.shape.size() == 1) {
-      // A vector, read as one row; a permuted bias is permuted element by element.
+    if (w.shape.size() == 1 || w.role == WeightRole::kSharedExpertGate) {
+      // A vector (or the shared expert's one-row gate), read as one row in
+      // f32; a permuted bias is permuted element by element.
       float* out = reinterpret_cast<float*>(Own(static_cast<size_t>(row_length) * sizeof(float)));
       std::vector<float> row(static_cast<size_t>(row_length));
       TANDEM_RETURN_IF_ERROR(

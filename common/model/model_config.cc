@@ -1,6 +1,8 @@
 #include "common/model/model_config.h"
 
+#include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <sstream>
@@ -74,7 +76,37 @@ class Fields {
   const std::string& source_;
 };
 
-absl::StatusOr<RopeScaling> ParseRopeScaling(const json& root, Architecture arch, const std::string& source) {
+// HF's get_mscale: the attention temperature YaRN scales cos and sin by.
+double YarnMscale(double factor, double mscale) { return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0; }
+
+absl::Status ParseYarn(const json& scaling, const std::string& source, int64_t max_position_embeddings,
+                       RopeScaling& s) {
+  Fields f(scaling, source);
+  TANDEM_ASSIGN_OR_RETURN(s.factor, f.Number("factor", 0.0));
+  if (!(s.factor >= 1.0) || s.factor > 1024.0) {
+    return FieldError(source, "factor", absl::StrCat("must be in [1, 1024] for yarn, got ", s.factor));
+  }
+  TANDEM_ASSIGN_OR_RETURN(s.original_max_position_embeddings,
+                          f.Int("original_max_position_embeddings", max_position_embeddings));
+  TANDEM_ASSIGN_OR_RETURN(s.beta_fast, f.Number("beta_fast", 32.0));
+  TANDEM_ASSIGN_OR_RETURN(s.beta_slow, f.Number("beta_slow", 1.0));
+  TANDEM_ASSIGN_OR_RETURN(s.truncate, f.Bool("truncate", true));
+  if (!(s.beta_fast > 0) || !(s.beta_slow > 0)) return FieldError(source, "beta_fast/beta_slow", "must be positive");
+  TANDEM_ASSIGN_OR_RETURN(const double mscale, f.Number("mscale", 0.0));
+  TANDEM_ASSIGN_OR_RETURN(const double mscale_all_dim, f.Number("mscale_all_dim", 0.0));
+  if (scaling.contains("attention_factor") && !scaling["attention_factor"].is_null()) {
+    TANDEM_ASSIGN_OR_RETURN(s.attention_factor, f.Number("attention_factor", 1.0));
+  } else if (mscale != 0.0 && mscale_all_dim != 0.0) {
+    s.attention_factor = YarnMscale(s.factor, mscale) / YarnMscale(s.factor, mscale_all_dim);
+  } else {
+    s.attention_factor = YarnMscale(s.factor, 1.0);
+  }
+  if (!(s.attention_factor > 0)) return FieldError(source, "attention_factor", "must be positive");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RopeScaling> ParseRopeScaling(const json& root, Architecture arch, int64_t max_position_embeddings,
+                                             const std::string& source) {
   RopeScaling scaling;
   auto it = root.find("rope_scaling");
   if (it == root.end() || it->is_null()) return scaling;
@@ -85,11 +117,17 @@ absl::StatusOr<RopeScaling> ParseRopeScaling(const json& root, Architecture arch
   if (type.empty()) {
     TANDEM_ASSIGN_OR_RETURN(type, f.String("type", ""));
   }
-  if (type != "longrope" || arch != Architecture::kPhiMoE) {
+  const bool phimoe = arch == Architecture::kPhiMoE;
+  if (type == "yarn" && !phimoe) {
+    scaling.type = type;
+    TANDEM_RETURN_IF_ERROR(ParseYarn(*it, field_source, max_position_embeddings, scaling));
+    return scaling;
+  }
+  if (type != "longrope" || !phimoe) {
     return FieldError(source, "rope_scaling",
                       absl::StrCat("type \"", type,
-                                   "\" is not supported for this architecture (tandem reads "
-                                   "\"longrope\" for PhiMoEForCausalLM and no scaling for MixtralForCausalLM)"));
+                                   "\" is not supported for this architecture (tandem reads \"longrope\" for "
+                                   "PhiMoEForCausalLM and \"yarn\" for the others)"));
   }
   scaling.type = type;
   TANDEM_ASSIGN_OR_RETURN(scaling.short_factor, f.Numbers("short_factor"));
@@ -133,29 +171,76 @@ absl::StatusOr<std::vector<int32_t>> ParseEosIds(const json& root, const std::st
   return FieldError(source, "eos_token_id", "must be an integer or a list of integers");
 }
 
-// Qwen3-MoE's own keys: QK norm always, norm_topk_prob as given (HF's
-// default false), and the layouts tandem does not run refused by key.
-absl::Status ReadQwen3MoeFields(const json& root, const std::string& source, ModelConfig& c) {
+struct ArchitectureNames {
+  Architecture architecture;
+  std::string_view class_name, model_type;
+};
+constexpr ArchitectureNames kArchitectures[] = {
+    {Architecture::kMixtral, "MixtralForCausalLM", "mixtral"},
+    {Architecture::kPhiMoE, "PhiMoEForCausalLM", "phimoe"},
+    {Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"},
+    {Architecture::kQwen2Moe, "Qwen2MoeForCausalLM", "qwen2_moe"},
+    {Architecture::kOlmoe, "OlmoeForCausalLM", "olmoe"},
+};
+
+// Qwen2/3-MoE's own keys: norm_topk_prob as given (HF's default false), and
+// the layouts tandem does not run refused by key.
+absl::Status ReadQwenMoeFields(const json& root, const std::string& source, ModelConfig& c) {
   Fields f(root, source);
   TANDEM_ASSIGN_OR_RETURN(c.norm_topk_prob, f.Bool("norm_topk_prob", false));
   TANDEM_ASSIGN_OR_RETURN(const int64_t sparse_step, f.Int("decoder_sparse_step", 1));
   if (sparse_step != 1) {
     return FieldError(source, "decoder_sparse_step",
                       absl::StrCat("is ", sparse_step, ": dense MLP layers between the MoE ones are not supported (1: "
-                                   "every layer MoE)"));
+                                   "every layer MoE, as every released Qwen MoE model)"));
   }
   auto dense = root.find("mlp_only_layers");
   if (dense != root.end() && !dense->is_null() && !(dense->is_array() && dense->empty())) {
     return FieldError(source, "mlp_only_layers", "lists dense MLP layers, which are not supported (only [])");
   }
   TANDEM_ASSIGN_OR_RETURN(const bool sliding, f.Bool("use_sliding_window", false));
-  if (sliding) return FieldError(source, "use_sliding_window", "is true: Qwen3-MoE's sliding window is not supported");
-  // Qwen3 configs carry sliding_window without using it.
+  if (sliding) return FieldError(source, "use_sliding_window", "is true: Qwen's sliding window is not supported");
+  // Qwen configs carry sliding_window without using it.
   c.sliding_window.reset();
+  if (c.architecture == Architecture::kQwen2Moe) {
+    // Qwen2MoeConfig's default; every released config gives it.
+    TANDEM_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size, f.Int("shared_expert_intermediate_size", 5632));
+    if (c.shared_expert_intermediate_size <= 0) {
+      return FieldError(source, "shared_expert_intermediate_size",
+                        absl::StrCat("must be positive, got ", c.shared_expert_intermediate_size));
+    }
+    // q, k and v carry biases (o does not); a qkv_bias key may say otherwise.
+    TANDEM_ASSIGN_OR_RETURN(c.attention_bias, f.Bool("qkv_bias", true));
+  }
+  return absl::OkStatus();
+}
+
+// OLMoE: clip_qkv clamps q, k and v, which tandem does not do.
+absl::Status ReadOlmoeFields(const json& root, const std::string& source, ModelConfig& c) {
+  Fields f(root, source);
+  TANDEM_ASSIGN_OR_RETURN(c.norm_topk_prob, f.Bool("norm_topk_prob", false));
+  auto clip = root.find("clip_qkv");
+  if (clip != root.end() && !clip->is_null()) {
+    return FieldError(source, "clip_qkv", absl::StrCat("is ", clip->dump(), ": clamping q/k/v is not supported (null)"));
+  }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+std::string_view ArchitectureClassName(Architecture architecture) {
+  for (const ArchitectureNames& a : kArchitectures) {
+    if (a.architecture == architecture) return a.class_name;
+  }
+  return "";
+}
+
+std::string_view ArchitectureModelType(Architecture architecture) {
+  for (const ArchitectureNames& a : kArchitectures) {
+    if (a.architecture == architecture) return a.model_type;
+  }
+  return "";
+}
 
 absl::Status ModelConfig::Validate(const std::string& source) const {
   auto positive = [&](const std::string& name, int64_t v) -> absl::Status {
@@ -181,6 +266,12 @@ absl::Status ModelConfig::Validate(const std::string& source) const {
   TANDEM_RETURN_IF_ERROR(at_most("vocab_size", vocab_size, kMaxVocabSize));
   TANDEM_RETURN_IF_ERROR(at_most("hidden_size", hidden_size, kMaxHiddenSize));
   TANDEM_RETURN_IF_ERROR(at_most("intermediate_size", intermediate_size, kMaxIntermediateSize));
+  TANDEM_RETURN_IF_ERROR(
+      at_most("shared_expert_intermediate_size", shared_expert_intermediate_size, kMaxIntermediateSize));
+  if (shared_expert_intermediate_size < 0) {
+    return FieldError(source, "shared_expert_intermediate_size",
+                      absl::StrCat("must not be negative, got ", shared_expert_intermediate_size));
+  }
   TANDEM_RETURN_IF_ERROR(at_most("num_hidden_layers", num_hidden_layers, kMaxLayers));
   TANDEM_RETURN_IF_ERROR(at_most("num_attention_heads", num_attention_heads, kMaxAttentionHeads));
   TANDEM_RETURN_IF_ERROR(at_most("num_key_value_heads", num_key_value_heads, kMaxAttentionHeads));
@@ -228,6 +319,9 @@ absl::Status ModelConfig::Validate(const std::string& source) const {
       return FieldError(source, "eos_token_id", absl::StrCat(id, " is outside the vocabulary [0, ", vocab_size, ")"));
     }
   }
+  if (rope_scaling.type == "yarn" && rope_scaling.original_max_position_embeddings <= 0) {
+    return FieldError(source, "rope_scaling.original_max_position_embeddings", "must be positive");
+  }
   if (rope_scaling.type == "longrope") {
     const size_t half = static_cast<size_t>(head_dim / 2);
     if (rope_scaling.short_factor.size() != half || rope_scaling.long_factor.size() != half) {
@@ -266,21 +360,21 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
     return FieldError(source, "architectures", "is missing or not a list of names");
   }
   c.architecture_name = (*archs)[0].get<std::string>();
-  if (c.architecture_name == "MixtralForCausalLM") {
-    c.architecture = Architecture::kMixtral;
-  } else if (c.architecture_name == "PhiMoEForCausalLM") {
-    c.architecture = Architecture::kPhiMoE;
-  } else if (c.architecture_name == "Qwen3MoeForCausalLM") {
-    c.architecture = Architecture::kQwen3Moe;
-  } else {
+  const ArchitectureNames* names = nullptr;
+  for (const ArchitectureNames& a : kArchitectures) {
+    if (a.class_name == c.architecture_name) names = &a;
+  }
+  if (names == nullptr) {
     return FieldError(source, "architectures",
                       absl::StrCat("names \"", c.architecture_name,
                                    "\", which tandem does not support (MixtralForCausalLM, PhiMoEForCausalLM, "
-                                   "Qwen3MoeForCausalLM)"));
+                                   "Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, OlmoeForCausalLM)"));
   }
+  c.architecture = names->architecture;
   const bool phimoe = c.architecture == Architecture::kPhiMoE;
-  const bool qwen3 = c.architecture == Architecture::kQwen3Moe;
-  const std::string expected_type = phimoe ? "phimoe" : qwen3 ? "qwen3_moe" : "mixtral";
+  const bool qwen = c.architecture == Architecture::kQwen3Moe || c.architecture == Architecture::kQwen2Moe;
+  const bool olmoe = c.architecture == Architecture::kOlmoe;
+  const std::string expected_type(names->model_type);
 
   Fields f(root, source);
   TANDEM_ASSIGN_OR_RETURN(c.model_type, f.String("model_type", expected_type));
@@ -290,10 +384,10 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
   }
   TANDEM_ASSIGN_OR_RETURN(c.vocab_size, f.Int("vocab_size", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.hidden_size, f.Int("hidden_size", std::nullopt));
-  // Qwen3's experts are moe_intermediate_size wide (intermediate_size is
+  // Qwen's experts are moe_intermediate_size wide (intermediate_size is
   // its dense MLP's, used only by mlp_only_layers, which tandem refuses).
   TANDEM_ASSIGN_OR_RETURN(c.intermediate_size,
-                          f.Int(qwen3 ? "moe_intermediate_size" : "intermediate_size", std::nullopt));
+                          f.Int(qwen ? "moe_intermediate_size" : "intermediate_size", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.num_hidden_layers, f.Int("num_hidden_layers", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.num_attention_heads, f.Int("num_attention_heads", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.num_key_value_heads, f.Int("num_key_value_heads", c.num_attention_heads));
@@ -309,14 +403,16 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
   TANDEM_ASSIGN_OR_RETURN(c.rope_theta, f.Number("rope_theta", 1e6));
   TANDEM_ASSIGN_OR_RETURN(c.rms_norm_eps, f.Number("rms_norm_eps", 1e-5));
   auto sw = root.find("sliding_window");
-  if (sw != root.end() && !sw->is_null() && !qwen3) {
+  if (sw != root.end() && !sw->is_null() && !qwen) {
     if (!sw->is_number_integer()) return FieldError(source, "sliding_window", "must be an integer or null");
     c.sliding_window = sw->get<int64_t>();
   }
-  TANDEM_ASSIGN_OR_RETURN(c.num_local_experts, f.Int(qwen3 ? "num_experts" : "num_local_experts", std::nullopt));
-  if (qwen3) TANDEM_RETURN_IF_ERROR(ReadQwen3MoeFields(root, source, c));
+  TANDEM_ASSIGN_OR_RETURN(c.num_local_experts,
+                          f.Int(qwen || olmoe ? "num_experts" : "num_local_experts", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.num_experts_per_tok, f.Int("num_experts_per_tok", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.attention_bias, f.Bool("attention_bias", false));
+  if (qwen) TANDEM_RETURN_IF_ERROR(ReadQwenMoeFields(root, source, c));
+  if (olmoe) TANDEM_RETURN_IF_ERROR(ReadOlmoeFields(root, source, c));
   TANDEM_ASSIGN_OR_RETURN(c.lm_head_bias, f.Bool("lm_head_bias", false));
   TANDEM_ASSIGN_OR_RETURN(c.tie_word_embeddings, f.Bool("tie_word_embeddings", false));
   TANDEM_ASSIGN_OR_RETURN(c.router_jitter_noise, f.Number("router_jitter_noise", phimoe ? 0.01 : 0.0));
@@ -326,11 +422,21 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
   c.bos_token_id = static_cast<int32_t>(bos);
   TANDEM_ASSIGN_OR_RETURN(c.eos_token_ids, ParseEosIds(root, source));
   TANDEM_ASSIGN_OR_RETURN(c.torch_dtype, f.String("torch_dtype", "bfloat16"));
-  if (!phimoe && (c.attention_bias || c.lm_head_bias)) {
-    return FieldError(source, c.attention_bias ? "attention_bias" : "lm_head_bias",
-                      absl::StrCat("is true, but ", c.architecture_name, " has no biases"));
+  const bool biases_allowed = phimoe || olmoe || c.architecture == Architecture::kQwen2Moe;
+  if ((!biases_allowed && c.attention_bias) || (!phimoe && c.lm_head_bias)) {
+    return FieldError(source, c.attention_bias && !biases_allowed ? "attention_bias" : "lm_head_bias",
+                      absl::StrCat("is true, but ", c.architecture_name, " has no such biases"));
   }
-  TANDEM_ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(root, c.architecture, source));
+  TANDEM_ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(root, c.architecture, c.max_position_embeddings, source));
+  if (c.rope_scaling.type == "yarn") {
+    // YaRN stretches the original context by `factor`: that is the context
+    // the model serves (as vLLM and llama.cpp take it), whatever
+    // max_position_embeddings says (Qwen3's 40960 with factor 4 over 32768).
+    const double stretched =
+        static_cast<double>(c.rope_scaling.original_max_position_embeddings) * c.rope_scaling.factor;
+    if (stretched <= static_cast<double>(kMaxPositionEmbeddings))
+      c.max_position_embeddings = std::max(c.max_position_embeddings, static_cast<int64_t>(stretched));
+  }
   TANDEM_RETURN_IF_ERROR(c.Validate(source));
   return c;
 }
@@ -374,14 +480,25 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   root["rope_theta"] = c.rope_theta;
   root["rms_norm_eps"] = c.rms_norm_eps;
   root["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
-  if (c.architecture == Architecture::kQwen3Moe) {
+  const bool qwen = c.architecture == Architecture::kQwen3Moe || c.architecture == Architecture::kQwen2Moe;
+  if (qwen) {
     root["moe_intermediate_size"] = c.intermediate_size;
     root["num_experts"] = c.num_local_experts;
     root["norm_topk_prob"] = c.norm_topk_prob;
     root["decoder_sparse_step"] = 1;
     root["mlp_only_layers"] = json::array();
     root["use_sliding_window"] = false;
-    root["attention_bias"] = false;
+    if (c.architecture == Architecture::kQwen2Moe) {
+      root["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
+      root["qkv_bias"] = c.attention_bias;
+    } else {
+      root["attention_bias"] = false;
+    }
+  } else if (c.architecture == Architecture::kOlmoe) {
+    root["num_experts"] = c.num_local_experts;
+    root["norm_topk_prob"] = c.norm_topk_prob;
+    root["attention_bias"] = c.attention_bias;
+    root["clip_qkv"] = nullptr;
   } else {
     root["num_local_experts"] = c.num_local_experts;
   }
@@ -399,6 +516,15 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   }
   if (c.rope_scaling.type.empty()) {
     root["rope_scaling"] = nullptr;
+  } else if (c.rope_scaling.type == "yarn") {
+    const RopeScaling& s = c.rope_scaling;
+    root["rope_scaling"] = {{"rope_type", "yarn"},
+                            {"factor", s.factor},
+                            {"original_max_position_embeddings", s.original_max_position_embeddings},
+                            {"beta_fast", s.beta_fast},
+                            {"beta_slow", s.beta_slow},
+                            {"attention_factor", s.attention_factor},
+                            {"truncate", s.truncate}};
   } else {
     root["rope_scaling"] = {{"type", c.rope_scaling.type},
                             {"short_factor", c.rope_scaling.short_factor},

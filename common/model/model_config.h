@@ -9,6 +9,11 @@
 //                         before RoPE (QK norm); many small experts; router =
 //                         softmax over all experts, top-k, renormalised over
 //                         the k when norm_topk_prob; head_dim given apart.
+//   Qwen2MoeForCausalLM — Qwen3's router without QK norm; biases on q, k, v
+//                         (not o); a shared expert every token runs, scaled
+//                         by sigmoid(shared_expert_gate · x).
+//   OlmoeForCausalLM    — RMSNorm over the whole q and k projections (QK norm
+//                         over H·hd and Hkv·hd values), Qwen3's router.
 // Extra keys are ignored, as Hugging Face does; missing or inconsistent
 // fields are InvalidArgument naming the file and the field.
 #pragma once
@@ -37,30 +42,41 @@ inline constexpr int64_t kMaxExpertsPerModel = int64_t{1} << 16;  // layers x ex
 inline constexpr int64_t kMaxPositionEmbeddings = int64_t{1} << 24;
 inline constexpr int64_t kMaxConfigFileBytes = int64_t{16} << 20;
 
-enum class Architecture { kMixtral, kPhiMoE, kQwen3Moe };
+enum class Architecture { kMixtral, kPhiMoE, kQwen3Moe, kQwen2Moe, kOlmoe };
 enum class NormKind { kRmsNorm, kLayerNorm };
 enum class RouterKind { kSoftmaxTopK, kSparseMixer };
 
-// PhiMoE's "longrope": per-frequency extension factors, chosen by whether the
-// sequence is longer than original_max_position_embeddings, and cos/sin scaled
-// by the matching mscale.
+// RoPE scaling (config.json's rope_scaling). PhiMoE's "longrope": per-
+// frequency extension factors, chosen by whether the sequence is longer
+// than original_max_position_embeddings, and cos/sin scaled by the matching
+// mscale. "yarn" (Qwen3 and the other RMSNorm models): each frequency
+// blended between itself and itself / factor by a ramp over the pairs
+// between beta_fast and beta_slow rotations in the original context, and
+// cos/sin scaled by attention_factor (0.1 ln(factor) + 1 unless given).
 struct RopeScaling {
-  std::string type;                  // "" (none) or "longrope"
+  std::string type;                  // "" (none), "longrope" or "yarn"
   std::vector<double> short_factor;  // [head_dim / 2]
   std::vector<double> long_factor;   // [head_dim / 2]
   double short_mscale = 1.0;
   double long_mscale = 1.0;
   int64_t original_max_position_embeddings = 0;
+  double factor = 1.0;  // yarn
+  double beta_fast = 32.0, beta_slow = 1.0;
+  double attention_factor = 1.0;
+  bool truncate = true;
 };
 
 struct ModelConfig {
   Architecture architecture = Architecture::kMixtral;
   std::string architecture_name;  // as in config.json, e.g. "MixtralForCausalLM"
-  std::string model_type;         // "mixtral" / "phimoe" / "qwen3_moe"
+  std::string model_type;         // "mixtral" / "phimoe" / "qwen3_moe" / "qwen2_moe" / "olmoe"
 
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;          // D
-  int64_t intermediate_size = 0;    // I, per expert (Qwen3: moe_intermediate_size)
+  int64_t intermediate_size = 0;    // I, per routed expert (Qwen2/3: moe_intermediate_size)
+  // Qwen2-MoE's shared expert (Is wide, gated by sigmoid(shared_expert_gate · x));
+  // 0: none. Dense work, run by the backend, never routed or planned.
+  int64_t shared_expert_intermediate_size = 0;
   int64_t num_hidden_layers = 0;    // L
   int64_t num_attention_heads = 0;  // H
   int64_t num_key_value_heads = 0;  // Hkv (GQA groups)
@@ -71,7 +87,7 @@ struct ModelConfig {
   std::optional<int64_t> sliding_window;
   int64_t num_local_experts = 0;    // E
   int64_t num_experts_per_tok = 0;  // K (num_experts_per_token in our glossary)
-  bool attention_bias = false;
+  bool attention_bias = false;  // biases on q, k, v, and on o except for Qwen2-MoE (qkv only)
   bool lm_head_bias = false;
   bool tie_word_embeddings = false;
   double router_jitter_noise = 0.0;  // PhiMoE sparsemixer's jitter_eps
@@ -89,14 +105,28 @@ struct ModelConfig {
   RouterKind router_kind() const {
     return architecture == Architecture::kPhiMoE ? RouterKind::kSparseMixer : RouterKind::kSoftmaxTopK;
   }
-  // Qwen3: RMSNorm over each head of q and k (q_norm, k_norm: [head_dim]), before RoPE.
-  bool qk_norm() const { return architecture == Architecture::kQwen3Moe; }
+  // Qwen3: RMSNorm over each head of q and k (q_norm, k_norm: [head_dim]),
+  // before RoPE. OLMoE: over the whole projections (q_norm [Hq], k_norm [Hkv]).
+  bool qk_norm() const { return architecture == Architecture::kQwen3Moe || architecture == Architecture::kOlmoe; }
+  bool qk_norm_per_head() const { return architecture == Architecture::kQwen3Moe; }
+  bool o_proj_bias() const { return attention_bias && architecture != Architecture::kQwen2Moe; }
+  bool shared_expert() const { return shared_expert_intermediate_size > 0; }
+  // Qwen2/3-MoE and OLMoE name the MoE block "mlp" and the expert matrices
+  // by role (mlp.experts.e.gate_proj); Mixtral and PhiMoE "block_sparse_moe" and w1/w2/w3.
+  bool mlp_expert_names() const {
+    return architecture == Architecture::kQwen3Moe || architecture == Architecture::kQwen2Moe ||
+           architecture == Architecture::kOlmoe;
+  }
   int64_t q_dim() const { return num_attention_heads * head_dim; }
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }
 
   // Checks cross-field consistency; `source` names the file in messages.
   absl::Status Validate(const std::string& source = "config") const;
 };
+
+// Hugging Face's names of an architecture: "Qwen2MoeForCausalLM", "qwen2_moe".
+std::string_view ArchitectureClassName(Architecture architecture);
+std::string_view ArchitectureModelType(Architecture architecture);
 
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const std::string& source);
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::filesystem::path& config_json);

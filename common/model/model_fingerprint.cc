@@ -52,6 +52,10 @@ uint64_t HashConfig(const ModelConfig& c) {
   h.Add(absl::StrCat("lm_head_bias=", c.lm_head_bias));
   h.Add(absl::StrCat("tie_word_embeddings=", c.tie_word_embeddings));
   h.Add(absl::StrCat("router_jitter_noise=", Double(c.router_jitter_noise)));
+  // Added only where they differ from what every earlier model had, so
+  // earlier fingerprints stay as they were.
+  if (!c.norm_topk_prob) h.Add("norm_topk_prob=false");
+  if (c.shared_expert()) h.Add(absl::StrCat("shared_expert_intermediate_size=", c.shared_expert_intermediate_size));
   h.Add(absl::StrCat("bos_token_id=", c.bos_token_id));
   h.Add(absl::StrCat("eos_token_ids=", absl::StrJoin(c.eos_token_ids, ",")));
   const RopeScaling& r = c.rope_scaling;
@@ -64,6 +68,10 @@ uint64_t HashConfig(const ModelConfig& c) {
   h.Add(absl::StrCat("rope_scaling.short_mscale=", Double(r.short_mscale)));
   h.Add(absl::StrCat("rope_scaling.long_mscale=", Double(r.long_mscale)));
   h.Add(absl::StrCat("rope_scaling.original_max_position_embeddings=", r.original_max_position_embeddings));
+  if (r.type == "yarn") {
+    h.Add(absl::StrCat("rope_scaling.yarn=", Double(r.factor), ",", Double(r.beta_fast), ",", Double(r.beta_slow), ",",
+                       Double(r.attention_factor), ",", r.truncate));
+  }
   return h.value();
 }
 

@@ -88,7 +88,9 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModelWeights(const ModelConfig
       TANDEM_ASSIGN_OR_RETURN(layer.q_bias, bind.Vector(WeightRole::kQBias, l));
       TANDEM_ASSIGN_OR_RETURN(layer.k_bias, bind.Vector(WeightRole::kKBias, l));
       TANDEM_ASSIGN_OR_RETURN(layer.v_bias, bind.Vector(WeightRole::kVBias, l));
-      TANDEM_ASSIGN_OR_RETURN(layer.o_bias, bind.Vector(WeightRole::kOBias, l));
+      if (config.o_proj_bias()) {
+        TANDEM_ASSIGN_OR_RETURN(layer.o_bias, bind.Vector(WeightRole::kOBias, l));
+      }
     }
     TANDEM_ASSIGN_OR_RETURN(layer.post_attention_norm,
                             bind.Norm(WeightRole::kPostAttentionNorm, WeightRole::kPostAttentionNormBias, l));
@@ -102,6 +104,12 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModelWeights(const ModelConfig
       TANDEM_ASSIGN_OR_RETURN(expert.w3, bind.Linear(WeightRole::kExpertW3, l, e));
     }
     w->expert_bytes += bind.bytes() - before_experts;
+    if (config.shared_expert()) {
+      TANDEM_ASSIGN_OR_RETURN(layer.shared_expert_gate, bind.Vector(WeightRole::kSharedExpertGate, l));
+      TANDEM_ASSIGN_OR_RETURN(layer.shared_expert.w1, bind.Linear(WeightRole::kSharedW1, l));
+      TANDEM_ASSIGN_OR_RETURN(layer.shared_expert.w2, bind.Linear(WeightRole::kSharedW2, l));
+      TANDEM_ASSIGN_OR_RETURN(layer.shared_expert.w3, bind.Linear(WeightRole::kSharedW3, l));
+    }
   }
   TANDEM_ASSIGN_OR_RETURN(w->final_norm, bind.Norm(WeightRole::kFinalNorm, WeightRole::kFinalNormBias));
   if (config.tie_word_embeddings) {

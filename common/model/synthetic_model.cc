@@ -95,6 +95,32 @@ ModelConfig Qwen3MoeBase() {
   return c;
 }
 
+// Qwen2-MoE (Qwen1.5-MoE): Qwen's router unnormalised, q/k/v biases, a
+// gated shared expert; no QK norm.
+ModelConfig Qwen2MoeBase() {
+  ModelConfig c = MixtralBase();
+  c.architecture = Architecture::kQwen2Moe;
+  c.architecture_name = "Qwen2MoeForCausalLM";
+  c.model_type = "qwen2_moe";
+  c.rms_norm_eps = 1e-6;
+  c.norm_topk_prob = false;
+  c.attention_bias = true;
+  c.num_experts_per_tok = 4;
+  return c;
+}
+
+// OLMoE: QK norm over the whole projections, top-8 of 64 unnormalised.
+ModelConfig OlmoeBase() {
+  ModelConfig c = MixtralBase();
+  c.architecture = Architecture::kOlmoe;
+  c.architecture_name = "OlmoeForCausalLM";
+  c.model_type = "olmoe";
+  c.rope_theta = 10000.0;
+  c.norm_topk_prob = false;
+  c.num_experts_per_tok = 8;
+  return c;
+}
+
 ModelConfig PhiMoEBase() {
   ModelConfig c = MixtralBase();
   c.architecture = Architecture::kPhiMoE;
@@ -130,6 +156,27 @@ absl::StatusOr<Preset> FindPreset(const std::string& name) {
     c.num_local_experts = 16, c.num_experts_per_tok = 4, c.max_position_embeddings = 256;
     return Preset{c, 512};
   }
+  if (name == "tiny-qwen2moe") {
+    ModelConfig c = Qwen2MoeBase();
+    c.vocab_size = 512, c.hidden_size = 64, c.intermediate_size = 24, c.num_hidden_layers = 2;
+    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 16;
+    c.num_local_experts = 12, c.num_experts_per_tok = 4, c.max_position_embeddings = 256;
+    c.shared_expert_intermediate_size = 96;
+    // YaRN as Qwen's docs set it for long prompts (factor 4), over a short
+    // original context so tests' prompts span the ramp.
+    c.rope_scaling.type = "yarn";
+    c.rope_scaling.factor = 4.0;
+    c.rope_scaling.original_max_position_embeddings = 64;
+    c.rope_scaling.attention_factor = 0.1 * std::log(4.0) + 1.0;
+    return Preset{c, 512};
+  }
+  if (name == "tiny-olmoe") {
+    ModelConfig c = OlmoeBase();
+    c.vocab_size = 512, c.hidden_size = 64, c.intermediate_size = 32, c.num_hidden_layers = 2;
+    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 16;
+    c.num_local_experts = 16, c.num_experts_per_tok = 4, c.max_position_embeddings = 256;
+    return Preset{c, 512};
+  }
   if (name == "demo") {
     ModelConfig c = MixtralBase();
     c.vocab_size = 2000, c.hidden_size = 512, c.intermediate_size = 1024, c.num_hidden_layers = 4;
@@ -157,6 +204,29 @@ absl::StatusOr<Preset> FindPreset(const std::string& name) {
     c.num_attention_heads = 32, c.num_key_value_heads = 4, c.head_dim = 128;
     c.num_local_experts = 128, c.max_position_embeddings = 40960;
     return Preset{c, 32000};  // bos/eos: the synthetic tokenizer's (Qwen's 151643/151645 are past it)
+  }
+  if (name == "qwen1.5-moe-a2.7b") {  // Qwen/Qwen1.5-MoE-A2.7B config.json
+    ModelConfig c = Qwen2MoeBase();
+    c.vocab_size = 151936, c.hidden_size = 2048, c.intermediate_size = 1408, c.num_hidden_layers = 24;
+    c.num_attention_heads = 16, c.num_key_value_heads = 16, c.head_dim = 128;
+    c.num_local_experts = 60, c.num_experts_per_tok = 4, c.max_position_embeddings = 8192;
+    c.shared_expert_intermediate_size = 5632;
+    return Preset{c, 32000};  // bos/eos: the synthetic tokenizer's
+  }
+  if (name == "qwen2-57b-a14b") {  // Qwen/Qwen2-57B-A14B config.json
+    ModelConfig c = Qwen2MoeBase();
+    c.vocab_size = 151936, c.hidden_size = 3584, c.intermediate_size = 2560, c.num_hidden_layers = 28;
+    c.num_attention_heads = 28, c.num_key_value_heads = 4, c.head_dim = 128;
+    c.num_local_experts = 64, c.num_experts_per_tok = 8, c.max_position_embeddings = 32768;
+    c.shared_expert_intermediate_size = 20480;
+    return Preset{c, 32000};
+  }
+  if (name == "olmoe-1b-7b") {  // allenai/OLMoE-1B-7B-0924 config.json
+    ModelConfig c = OlmoeBase();
+    c.vocab_size = 50304, c.hidden_size = 2048, c.intermediate_size = 1024, c.num_hidden_layers = 16;
+    c.num_attention_heads = 16, c.num_key_value_heads = 16, c.head_dim = 128;
+    c.num_local_experts = 64, c.num_experts_per_tok = 8, c.max_position_embeddings = 4096;
+    return Preset{c, 32000};
   }
   if (name == "phi-3.5-moe") {  // microsoft/Phi-3.5-MoE-instruct config.json
     ModelConfig c = PhiMoEBase();
@@ -201,8 +271,9 @@ void Store(void* out, DType dtype, size_t i, float v) {
 }  // namespace
 
 std::vector<std::string> SyntheticPresets() {
-  return {"tiny", "tiny-phimoe", "tiny-qwen3moe", "demo", "small-mixtral", "mixtral-8x7b", "phi-3.5-moe",
-          "qwen3-30b-a3b"};
+  return {"tiny",          "tiny-phimoe",  "tiny-qwen3moe",     "tiny-qwen2moe",  "tiny-olmoe",
+          "demo",          "small-mixtral", "mixtral-8x7b",     "phi-3.5-moe",    "qwen3-30b-a3b",
+          "qwen1.5-moe-a2.7b", "qwen2-57b-a14b", "olmoe-1b-7b"};
 }
 
 absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& spec) {
@@ -278,9 +349,13 @@ void FillSyntheticRange(const ModelConfig& c, const WeightSpec& w, uint64_t seed
     case WeightRole::kKProj:
     case WeightRole::kVProj:
     case WeightRole::kExpertW1:
-    case WeightRole::kExpertW3: fill(s.linear_in_d); return;
+    case WeightRole::kExpertW3:
+    case WeightRole::kSharedW1:
+    case WeightRole::kSharedW3:
+    case WeightRole::kSharedExpertGate: fill(s.linear_in_d); return;
     case WeightRole::kOProj: fill(s.linear_in_q); return;
     case WeightRole::kExpertW2: fill(s.w2); return;
+    case WeightRole::kSharedW2: fill(1.0f / std::sqrt(static_cast<float>(c.shared_expert_intermediate_size))); return;
     case WeightRole::kLmHead: fill(s.lm_head); return;
   }
 }
@@ -428,7 +503,9 @@ std::vector<Range> WantedRanges(const WeightSpec& w, const SyntheticSourceOption
       w.role == WeightRole::kExpertW1 || w.role == WeightRole::kExpertW2 || w.role == WeightRole::kExpertW3;
   const bool dense_matrix = w.role == WeightRole::kEmbedTokens || w.role == WeightRole::kQProj ||
                             w.role == WeightRole::kKProj || w.role == WeightRole::kVProj ||
-                            w.role == WeightRole::kOProj || w.role == WeightRole::kLmHead;
+                            w.role == WeightRole::kOProj || w.role == WeightRole::kLmHead ||
+                            w.role == WeightRole::kSharedW1 || w.role == WeightRole::kSharedW2 ||
+                            w.role == WeightRole::kSharedW3;
   if (dense_matrix && !options.dense_matrices) return {};
   if (!expert || experts.mode == SyntheticExperts::Mode::kAll) return {{0, n}};
   if (experts.mode == SyntheticExperts::Mode::kNone) return {};

@@ -6,10 +6,10 @@ namespace tandem {
 namespace {
 
 // Mixtral and PhiMoE share Hugging Face's naming; PhiMoE adds ".bias" twins;
-// Qwen3-MoE names the MoE block "mlp" and its experts' matrices by role.
+// Qwen2/3-MoE and OLMoE name the MoE block "mlp" and its experts' matrices by role.
 std::string LayerPrefix(int layer) { return absl::StrCat("model.layers.", layer, "."); }
 
-std::string Qwen3ExpertName(WeightRole role, const std::string& layer_prefix, int expert) {
+std::string MlpExpertName(WeightRole role, const std::string& layer_prefix, int expert) {
   const char* matrix = role == WeightRole::kExpertW1 ? "gate_proj" : role == WeightRole::kExpertW2 ? "down_proj" : "up_proj";
   return absl::StrCat(layer_prefix, "mlp.experts.", expert, ".", matrix, ".weight");
 }
@@ -19,10 +19,10 @@ std::string Qwen3ExpertName(WeightRole role, const std::string& layer_prefix, in
 std::string WeightName(const ModelConfig& config, WeightRole role, int layer, int expert) {
   const std::string p = LayerPrefix(layer);
   const std::string e = absl::StrCat(p, "block_sparse_moe.experts.", expert, ".");
-  if (config.architecture == Architecture::kQwen3Moe) {
+  if (config.mlp_expert_names()) {
     if (role == WeightRole::kRouter) return p + "mlp.gate.weight";
     if (role == WeightRole::kExpertW1 || role == WeightRole::kExpertW2 || role == WeightRole::kExpertW3) {
-      return Qwen3ExpertName(role, p, expert);
+      return MlpExpertName(role, p, expert);
     }
   }
   switch (role) {
@@ -45,6 +45,10 @@ std::string WeightName(const ModelConfig& config, WeightRole role, int layer, in
     case WeightRole::kExpertW1: return e + "w1.weight";
     case WeightRole::kExpertW2: return e + "w2.weight";
     case WeightRole::kExpertW3: return e + "w3.weight";
+    case WeightRole::kSharedExpertGate: return p + "mlp.shared_expert_gate.weight";
+    case WeightRole::kSharedW1: return p + "mlp.shared_expert.gate_proj.weight";
+    case WeightRole::kSharedW2: return p + "mlp.shared_expert.down_proj.weight";
+    case WeightRole::kSharedW3: return p + "mlp.shared_expert.up_proj.weight";
     case WeightRole::kFinalNorm: return "model.norm.weight";
     case WeightRole::kFinalNormBias: return "model.norm.bias";
     case WeightRole::kLmHead: return "lm_head.weight";
@@ -66,8 +70,8 @@ std::vector<int64_t> WeightShape(const ModelConfig& c, WeightRole role) {
     case WeightRole::kFinalNorm:
     case WeightRole::kFinalNormBias:
     case WeightRole::kOBias: return {d};
-    case WeightRole::kQNorm:
-    case WeightRole::kKNorm: return {c.head_dim};
+    case WeightRole::kQNorm: return {c.qk_norm_per_head() ? c.head_dim : c.q_dim()};
+    case WeightRole::kKNorm: return {c.qk_norm_per_head() ? c.head_dim : c.kv_dim()};
     case WeightRole::kQProj: return {c.q_dim(), d};
     case WeightRole::kKProj:
     case WeightRole::kVProj: return {c.kv_dim(), d};
@@ -79,6 +83,10 @@ std::vector<int64_t> WeightShape(const ModelConfig& c, WeightRole role) {
     case WeightRole::kExpertW1:
     case WeightRole::kExpertW3: return {c.intermediate_size, d};
     case WeightRole::kExpertW2: return {d, c.intermediate_size};
+    case WeightRole::kSharedExpertGate: return {1, d};
+    case WeightRole::kSharedW1:
+    case WeightRole::kSharedW3: return {c.shared_expert_intermediate_size, d};
+    case WeightRole::kSharedW2: return {d, c.shared_expert_intermediate_size};
   }
   return {};
 }
@@ -105,7 +113,7 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
       add(WeightRole::kQBias, l);
       add(WeightRole::kKBias, l);
       add(WeightRole::kVBias, l);
-      add(WeightRole::kOBias, l);
+      if (c.o_proj_bias()) add(WeightRole::kOBias, l);
     }
     add(WeightRole::kPostAttentionNorm, l);
     if (layer_norm) add(WeightRole::kPostAttentionNormBias, l);
@@ -114,6 +122,12 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
       add(WeightRole::kExpertW1, l, e);
       add(WeightRole::kExpertW2, l, e);
       add(WeightRole::kExpertW3, l, e);
+    }
+    if (c.shared_expert()) {
+      add(WeightRole::kSharedExpertGate, l);
+      add(WeightRole::kSharedW1, l);
+      add(WeightRole::kSharedW2, l);
+      add(WeightRole::kSharedW3, l);
     }
   }
   add(WeightRole::kFinalNorm);

@@ -2,7 +2,7 @@
 // or writes is built here, per architecture, together with its expected shape.
 // Loading, synthetic model generation and logs all speak it.
 //
-// Legend: V vocab, D hidden, I intermediate, E experts, Hq = H * head_dim,
+// Legend: V vocab, D hidden, I intermediate, Is shared expert's, E experts, Hq = H * head_dim,
 // Hkv = num_key_value_heads * head_dim.
 #pragma once
 
@@ -26,14 +26,18 @@ enum class WeightRole {
   kVBias,                  // [Hq], [Hkv], [Hkv]   attention_bias only
   kOProj,                  // [D, Hq]
   kOBias,                  // [D]        attention_bias only
-  kQNorm,                  // [head_dim] qk_norm only (Qwen3 self_attn.q_norm)
-  kKNorm,                  // [head_dim] qk_norm only
+  kQNorm,                  // [head_dim] Qwen3 self_attn.q_norm; [Hq] OLMoE's
+  kKNorm,                  // [head_dim] Qwen3; [Hkv] OLMoE's
   kPostAttentionNorm,      // [D]
   kPostAttentionNormBias,  // [D]        LayerNorm only
   kRouter,                 // [E, D]     block_sparse_moe.gate (Qwen3: mlp.gate)
   kExpertW1,               // [I, D]     gate_proj
   kExpertW2,               // [D, I]     down_proj
   kExpertW3,               // [I, D]     up_proj
+  kSharedExpertGate,       // [1, D]     Qwen2-MoE mlp.shared_expert_gate
+  kSharedW1,               // [Is, D]    mlp.shared_expert.gate_proj
+  kSharedW2,               // [D, Is]    mlp.shared_expert.down_proj
+  kSharedW3,               // [Is, D]    mlp.shared_expert.up_proj
   kFinalNorm,              // [D]
   kFinalNormBias,          // [D]        LayerNorm only
   kLmHead,                 // [V, D]

@@ -13,7 +13,7 @@
 #include "common/base/thread_pool.h"
 #include "common/model/synthetic_model.h"
 
-ABSL_FLAG(std::string, preset, "tiny", "tiny | tiny-phimoe | demo | small-mixtral | mixtral-8x7b | phi-3.5-moe");
+ABSL_FLAG(std::string, preset, "tiny", "a preset from the list above (docs/models.md describes each)");
 ABSL_FLAG(int64_t, layers, 0, "number of layers; 0 = the preset's own");
 ABSL_FLAG(uint64_t, seed, 0, "weights are a pure function of this seed");
 ABSL_FLAG(std::string, out, "", "output directory");

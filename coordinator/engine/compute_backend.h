@@ -42,6 +42,13 @@ class ComputeBackend {
   virtual absl::Status Router(int layer, int64_t num_rows, const float* hidden, float* moe_input, float* router_logits,
                               int32_t* experts, float* weights) = 0;
 
+  // Qwen2-MoE's shared expert, dense work every row runs (never routed):
+  //   s[t] = sigmoid(shared_expert_gate · moe_input[t]) · FFN_shared(moe_input[t])
+  //   hidden[t] += s[t]; and s into `term` [T, D] when it is not null.
+  // FailedPrecondition for a layer without a shared expert.
+  virtual absl::Status SharedExpert(int layer, int64_t num_rows, const float* moe_input, float* hidden,
+                                    float* term) = 0;
+
   // hidden[t] += Σ_k weights[t,k] · expert_out[t·K + k]      expert_out: [T·K, D]
   virtual absl::Status Combine(int64_t num_rows, const float* weights, const float* expert_out, float* hidden) = 0;
 

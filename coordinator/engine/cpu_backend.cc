@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/kernels/activation.h"
 #include "common/kernels/attention_block.h"
 #include "common/model/gguf_tensor_source.h"
 #include "common/model/routing.h"
@@ -85,11 +86,15 @@ absl::Status CpuBackend::ProjectQkv(const LayerWeights& lw, int64_t num_rows, co
                                {.w = &lw.k_proj, .bias = BiasOrNull(lw.k_bias), .y = k_.data()},
                                {.w = &lw.v_proj, .bias = BiasOrNull(lw.v_bias), .y = v_.data()}};
   TANDEM_RETURN_IF_ERROR(LinearShared(normed_.data(), num_rows, qkv, pool_));
-  if (config_.qk_norm()) {
+  if (config_.qk_norm_per_head()) {
     // Qwen3: each head of q and k RMS-normalised over head_dim (in place).
     const int64_t hd = config_.head_dim;
     RmsNorm(q_.data(), num_rows * config_.num_attention_heads, hd, lw.q_norm.data(), config_.rms_norm_eps, q_.data());
     RmsNorm(k_.data(), num_rows * config_.num_key_value_heads, hd, lw.k_norm.data(), config_.rms_norm_eps, k_.data());
+  } else if (config_.qk_norm()) {
+    // OLMoE: each row's whole q (and k) RMS-normalised.
+    RmsNorm(q_.data(), num_rows, q_dim, lw.q_norm.data(), config_.rms_norm_eps, q_.data());
+    RmsNorm(k_.data(), num_rows, kv_dim, lw.k_norm.data(), config_.rms_norm_eps, k_.data());
   }
   projection_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   projection_flops_ += 2.0 * static_cast<double>(num_rows) * static_cast<double>(d) *
@@ -204,6 +209,35 @@ absl::Status CpuBackend::Router(int layer, int64_t num_rows, const float* hidden
   TANDEM_RETURN_IF_ERROR(
       Linear(moe_input, num_rows, lw.router, nullptr, router_logits, pool_, LinearOptions{.f32_activations = true}));
   Route(config_, router_logits, num_rows, experts, weights);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::SharedExpert(int layer, int64_t num_rows, const float* moe_input, float* hidden,
+                                      float* term) {
+  const LayerWeights& lw = weights_->layers[static_cast<size_t>(layer)];
+  if (lw.shared_expert_gate.empty())
+    return absl::FailedPreconditionError(absl::StrCat("layer ", layer, " has no shared expert"));
+  const int64_t d = config_.hidden_size, is = config_.shared_expert_intermediate_size;
+  TANDEM_RETURN_IF_ERROR(shared_gate_.Grow(num_rows * is, "the shared expert's gate activations"));
+  TANDEM_RETURN_IF_ERROR(shared_up_.Grow(num_rows * is, "the shared expert's up activations"));
+  TANDEM_RETURN_IF_ERROR(shared_out_.Grow(num_rows * d, "the shared expert's output"));
+  // gate and up read the same x: one dispatch.
+  const LinearProduct gate_up[] = {{.w = &lw.shared_expert.w1, .y = shared_gate_.data()},
+                                   {.w = &lw.shared_expert.w3, .y = shared_up_.data()}};
+  TANDEM_RETURN_IF_ERROR(LinearShared(moe_input, num_rows, gate_up, pool_));
+  SiluMul(shared_gate_.data(), shared_up_.data(), num_rows * is);
+  TANDEM_RETURN_IF_ERROR(Linear(shared_gate_.data(), num_rows, lw.shared_expert.w2, nullptr, shared_out_.data(), pool_));
+  for (int64_t t = 0; t < num_rows; ++t) {
+    // The gate is one f32 dot product per row (x stays f32, as the router's).
+    const float* x = moe_input + t * d;
+    double logit = 0.0;
+    for (int64_t i = 0; i < d; ++i) logit += static_cast<double>(x[i]) * lw.shared_expert_gate[static_cast<size_t>(i)];
+    const float scale = static_cast<float>(1.0 / (1.0 + std::exp(-logit)));
+    float* s = shared_out_.data() + t * d;
+    for (int64_t i = 0; i < d; ++i) s[i] *= scale;
+    if (term != nullptr) std::copy_n(s, d, term + t * d);
+  }
+  AddInPlace(hidden, shared_out_.data(), num_rows * d);
   return absl::OkStatus();
 }
 

@@ -26,6 +26,7 @@ class CpuBackend final : public ComputeBackend {
   absl::Status Attention(int layer, std::span<const SequenceSlice> slices, int64_t num_rows, float* hidden) override;
   absl::Status Router(int layer, int64_t num_rows, const float* hidden, float* moe_input, float* router_logits,
                       int32_t* experts, float* weights) override;
+  absl::Status SharedExpert(int layer, int64_t num_rows, const float* moe_input, float* hidden, float* term) override;
   absl::Status Combine(int64_t num_rows, const float* weights, const float* expert_out, float* hidden) override;
   absl::Status Logits(std::span<const int64_t> rows, const float* hidden, float* logits) override;
 
@@ -63,6 +64,7 @@ class CpuBackend final : public ComputeBackend {
   RotaryEmbedding rope_;
   // Run state, reused across steps.
   ScratchArray<float> normed_, q_, k_, v_, attn_, o_;
+  ScratchArray<float> shared_gate_, shared_up_, shared_out_;  // [T, Is], [T, Is], [T, D]
   std::vector<ScratchArray<float>> scores_;  // per thread
   std::vector<const float*> kv_rows_;        // one layer's key, then value rows, per slice
   std::vector<AttentionRowBlock> blocks_;    // one layer's, PlanAttention's

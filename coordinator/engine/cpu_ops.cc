@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "common/model/rope_frequencies.h"
+
 namespace tandem {
 
 void RmsNorm(const float* x, int64_t rows, int64_t d, const float* weight, double eps, float* y) {
@@ -39,21 +41,11 @@ void ApplyNorm(const ModelConfig& config, const NormWeights& norm, const float* 
 }
 
 RotaryEmbedding::RotaryEmbedding(const ModelConfig& config) : head_dim_(config.head_dim) {
-  const int64_t half = head_dim_ / 2;
-  for (int64_t i = 0; i < half; ++i) {
-    const double base = std::pow(config.rope_theta, static_cast<double>(2 * i) / static_cast<double>(head_dim_));
-    inv_freq_short_.push_back(1.0 / base);
-  }
-  inv_freq_long_ = inv_freq_short_;
-  if (config.rope_scaling.type == "longrope") {
-    original_max_ = config.rope_scaling.original_max_position_embeddings;
-    for (int64_t i = 0; i < half; ++i) {
-      inv_freq_short_[i] /= config.rope_scaling.short_factor[i];
-      inv_freq_long_[i] /= config.rope_scaling.long_factor[i];
-    }
-    mscale_short_ = config.rope_scaling.short_mscale;
-    mscale_long_ = config.rope_scaling.long_mscale;
-  }
+  const RopeFrequencies short_set = ComputeRopeFrequencies(config, /*long_factors=*/false);
+  const RopeFrequencies long_set = ComputeRopeFrequencies(config, /*long_factors=*/true);
+  inv_freq_short_ = short_set.inv_freq, mscale_short_ = short_set.mscale;
+  inv_freq_long_ = long_set.inv_freq, mscale_long_ = long_set.mscale;
+  if (config.rope_scaling.type == "longrope") original_max_ = config.rope_scaling.original_max_position_embeddings;
 }
 
 bool RotaryEmbedding::UseLongFactors(int64_t max_position) const {

@@ -164,7 +164,25 @@ absl::Status Engine::ForwardLayer(int layer, std::span<const SequenceSlice> slic
   TANDEM_RETURN_IF_ERROR(backend_->Combine(rows, routing_weights_.data(), expert_out_.data(), hidden_.data()));
   layer_timing.combine_us = MicrosSince(t);
   timing_.combine_us += layer_timing.combine_us;
+  if (config_.shared_expert()) TANDEM_RETURN_IF_ERROR(RunSharedExpert(layer, rows));
   Dump("layer_out", layer, hidden_.data(), rows, d);
+  return absl::OkStatus();
+}
+
+// Dense work on the backend, like attention: never routed, never planned.
+absl::Status Engine::RunSharedExpert(int layer, int64_t rows) {
+  const int64_t d = config_.hidden_size;
+  const auto t = std::chrono::steady_clock::now();
+  float* term = nullptr;
+  if (options_.dump) {
+    TANDEM_RETURN_IF_ERROR(shared_out_.Grow(rows * d, "the shared expert output dump"));
+    term = shared_out_.data();
+  }
+  TANDEM_RETURN_IF_ERROR(backend_->SharedExpert(layer, rows, moe_input_.data(), hidden_.data(), term));
+  LayerTimingUs& layer_timing = timing_.layers[static_cast<size_t>(layer)];
+  layer_timing.shared_expert_us = MicrosSince(t);
+  timing_.shared_expert_us += layer_timing.shared_expert_us;
+  if (term != nullptr) Dump("shared_expert_out", layer, term, rows, d);
   return absl::OkStatus();
 }
 

@@ -3,6 +3,7 @@
 //   for each layer:  h += attention(norm(h))            (backend)
 //                    x = norm(h); route(x)              (backend)
 //                    h += Σ_k w_k · FFN_{e_k}(x)        (expert executor + backend combine)
+//                    h += σ(g·x) · FFN_shared(x)         (backend, Qwen2-MoE's shared expert)
 //   logits = lm_head(norm(h))                          (backend)
 // The engine owns the run state (activation buffers) and nothing else: the
 // config and weights are borrowed, the KV cache belongs to each sequence.
@@ -29,7 +30,8 @@ namespace tandem {
 
 // Sees every named intermediate of a forward pass, for parity debugging and
 // tests: "embedding", "attention_out", "moe_input", "router_logits",
-// "moe_out" (the weighted expert sum), "layer_out", "logits". layer is -1
+// "moe_out" (the weighted expert sum), "shared_expert_out" (the gated
+// shared expert's term, Qwen2-MoE), "layer_out", "logits". layer is -1
 // outside layers. data: [rows, cols] f32, valid only during the call.
 using DumpHook = std::function<void(std::string_view name, int layer, const float* data, int64_t rows, int64_t cols)>;
 
@@ -52,13 +54,14 @@ struct ForwardInput {
 
 // Wall time of one layer's parts in the last Forward, microseconds.
 struct LayerTimingUs {
-  double attention_us = 0, router_us = 0, experts_us = 0, combine_us = 0;
+  double attention_us = 0, router_us = 0, experts_us = 0, combine_us = 0, shared_expert_us = 0;
 };
 
 // Wall time of the parts of the last Forward, microseconds.
 struct ForwardTiming {
   int64_t rows = 0;
-  double embed_us = 0, attention_us = 0, router_us = 0, experts_us = 0, combine_us = 0, logits_us = 0, total_us = 0;
+  double embed_us = 0, attention_us = 0, router_us = 0, experts_us = 0, combine_us = 0, shared_expert_us = 0,
+         logits_us = 0, total_us = 0;
   std::vector<LayerTimingUs> layers;  // [L]
 };
 
@@ -82,6 +85,7 @@ class Engine {
   absl::Status ForwardLayer(int layer, std::span<const SequenceSlice> slices, int64_t rows);
   absl::Status AnnounceRouting(int layer, int64_t rows);
   absl::Status RunExperts(int layer, int64_t rows);
+  absl::Status RunSharedExpert(int layer, int64_t rows);
   void Dump(std::string_view name, int layer, const float* data, int64_t n, int64_t cols) const;
   // Fills step_ and step_sequences_ for the observers from the batch layout.
   void DescribeStep(std::span<const SequenceSlice> slices);
@@ -98,7 +102,7 @@ class Engine {
   // (ScratchArray: grown without zero-filling or copying, in huge pages.)
   ScratchArray<float> hidden_, moe_input_, router_logits_, routing_weights_;
   ScratchArray<int32_t> routing_experts_;
-  ScratchArray<float> expert_in_, expert_res_, expert_out_, moe_out_;
+  ScratchArray<float> expert_in_, expert_res_, expert_out_, moe_out_, shared_out_;
   ScratchArray<int64_t> slot_of_row_;  // grouped position of each (t, k)
 
   // For the observers (only when there are some).

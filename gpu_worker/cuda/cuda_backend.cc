@@ -24,6 +24,7 @@
 #include "common/base/dtype.h"
 #include "common/base/log.h"
 #include "common/base/status_macros.h"
+#include "common/model/rope_frequencies.h"
 #include "gpu_worker/cuda/cuda_backend_kernels.h"
 #include "gpu_worker/cuda/cuda_dtype.h"
 #include "gpu_worker/cuda/cuda_handles.h"
@@ -145,6 +146,11 @@ absl::Status CheckSupportedShape(const ModelConfig& c) {
   }
   if (!c.norm_topk_prob) {
     return absl::UnimplementedError("norm_topk_prob false: the CUDA router renormalises its top-k; use the CPU backend");
+  }
+  if (c.shared_expert() || (c.attention_bias && !c.o_proj_bias())) {
+    return absl::UnimplementedError(absl::StrCat(c.architecture_name,
+                                                 ": the CUDA backend has no shared expert and no q/k/v-only biases "
+                                                 "yet; use the CPU backend"));
   }
   if (c.sliding_window && (*c.sliding_window <= 0 || *c.sliding_window > std::numeric_limits<int32_t>::max())) {
     return absl::InvalidArgumentError(absl::StrCat("sliding_window ", *c.sliding_window, " unsupported"));
@@ -400,30 +406,27 @@ absl::Status CudaBackend::Impl::UploadWeights() {
   return absl::OkStatus();
 }
 
-// RoPE tables exactly as RotaryEmbedding builds them (f64).
+// RoPE tables from the frequencies RotaryEmbedding uses (f64).
 absl::Status CudaBackend::Impl::UploadRope() {
   const ModelConfig& c = config;
   const int64_t half = c.head_dim / 2;
   std::vector<double> table_rope(static_cast<size_t>(2 * half + 2));
+  const RopeFrequencies short_set = ComputeRopeFrequencies(c, /*long_factors=*/false);
+  const RopeFrequencies long_set = ComputeRopeFrequencies(c, /*long_factors=*/true);
+  if (static_cast<int64_t>(short_set.inv_freq.size()) != half || static_cast<int64_t>(long_set.inv_freq.size()) != half)
+    return absl::InvalidArgumentError("RoPE frequencies are not head_dim / 2");
   for (int64_t i = 0; i < half; ++i) {
-    const double inv = 1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(c.head_dim));
-    table_rope[static_cast<size_t>(i)] = inv;
-    table_rope[static_cast<size_t>(half + i)] = inv;
+    table_rope[static_cast<size_t>(i)] = short_set.inv_freq[static_cast<size_t>(i)];
+    table_rope[static_cast<size_t>(half + i)] = long_set.inv_freq[static_cast<size_t>(i)];
   }
-  table_rope[static_cast<size_t>(2 * half)] = 1.0;
-  table_rope[static_cast<size_t>(2 * half + 1)] = 1.0;
+  table_rope[static_cast<size_t>(2 * half)] = short_set.mscale;
+  table_rope[static_cast<size_t>(2 * half + 1)] = long_set.mscale;
   if (c.rope_scaling.type == "longrope") {
     if (static_cast<int64_t>(c.rope_scaling.short_factor.size()) < half ||
         static_cast<int64_t>(c.rope_scaling.long_factor.size()) < half) {
       return absl::InvalidArgumentError("longrope factors shorter than head_dim / 2");
     }
     rope_original_max = c.rope_scaling.original_max_position_embeddings;
-    for (int64_t i = 0; i < half; ++i) {
-      table_rope[static_cast<size_t>(i)] /= c.rope_scaling.short_factor[static_cast<size_t>(i)];
-      table_rope[static_cast<size_t>(half + i)] /= c.rope_scaling.long_factor[static_cast<size_t>(i)];
-    }
-    table_rope[static_cast<size_t>(2 * half)] = c.rope_scaling.short_mscale;
-    table_rope[static_cast<size_t>(2 * half + 1)] = c.rope_scaling.long_mscale;
   }
   TANDEM_ASSIGN_OR_RETURN(rope, DeviceBuffer::Allocate(table_rope.size() * sizeof(double)));
   TANDEM_CUDA_RETURN_IF_ERROR(
@@ -840,6 +843,11 @@ absl::Status CudaBackend::Attention(int layer, std::span<const SequenceSlice> sl
 absl::Status CudaBackend::Router(int layer, int64_t num_rows, const float* hidden, float* moe_input,
                                  float* router_logits, int32_t* experts, float* weights) {
   return impl_->Router(layer, num_rows, hidden, moe_input, router_logits, experts, weights);
+}
+
+absl::Status CudaBackend::SharedExpert(int layer, int64_t, const float*, float*, float*) {
+  // Validate refuses models with a shared expert before any layer runs.
+  return absl::FailedPreconditionError(absl::StrCat("layer ", layer, ": the CUDA backend has no shared expert"));
 }
 
 absl::Status CudaBackend::Combine(int64_t num_rows, const float* weights, const float* expert_out, float* hidden) {
