@@ -247,6 +247,20 @@ TEST(SyntheticModelTest, SameSeedSameBytesOtherSeedOtherBytes) {
                            (*a)->weights->embed_tokens.size_bytes));
 }
 
+// --vocab_size: a Qwen shape with the synthetic tokenizer's vocabulary, so
+// another engine can decode every id the model picks.
+TEST(SyntheticModelTest, VocabSizeOverridesThePresetsAndBoundsTheTokenizer) {
+  auto c = SyntheticConfig({.preset = "qwen1.5-moe-a2.7b", .num_layers = 1, .vocab_size = 32000});
+  ASSERT_OK(c);
+  EXPECT_EQ(c->vocab_size, 32000);
+  EXPECT_EQ(c->hidden_size, 2048);
+  EXPECT_EQ(SyntheticTokenizerVocab({.preset = "qwen1.5-moe-a2.7b", .vocab_size = 32000}), 32000);
+  EXPECT_EQ(SyntheticTokenizerVocab({.preset = "tiny", .vocab_size = 300}), 300);  // never past the model's
+  EXPECT_EQ(SyntheticTokenizerVocab({.preset = "tiny"}), 512);
+  EXPECT_FALSE(SyntheticConfig({.preset = "tiny", .vocab_size = -1}).ok());
+  EXPECT_FALSE(SyntheticConfig({.preset = "tiny", .vocab_size = 1}).ok());  // bos/eos outside it
+}
+
 TEST(SyntheticModelTest, UnknownPresetListsTheKnownOnes) {
   auto c = SyntheticConfig({.preset = "gpt-5"});
   ASSERT_FALSE(c.ok());

@@ -282,6 +282,10 @@ absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& spec) {
     return absl::InvalidArgumentError(absl::StrCat("num_layers must be >= 0, got ", spec.num_layers));
   }
   if (spec.num_layers > 0) preset.config.num_hidden_layers = spec.num_layers;
+  if (spec.vocab_size < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("vocab_size must be >= 0, got ", spec.vocab_size));
+  }
+  if (spec.vocab_size > 0) preset.config.vocab_size = spec.vocab_size;
   TANDEM_RETURN_IF_ERROR(RequireFloatDType(spec.dtype, "the synthetic model's dtype",
                                            "the synthetic generator (quantize its output with tandem-quantize)"));
   preset.config.torch_dtype = spec.dtype == DType::kF32   ? "float32"
@@ -293,7 +297,8 @@ absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& spec) {
 
 int64_t SyntheticTokenizerVocab(const SyntheticModelSpec& spec) {
   auto preset = FindPreset(spec.preset);
-  return preset.ok() ? preset->tokenizer_vocab : 0;
+  if (!preset.ok()) return 0;
+  return spec.vocab_size > 0 ? std::min(preset->tokenizer_vocab, spec.vocab_size) : preset->tokenizer_vocab;
 }
 
 void FillSyntheticRange(const ModelConfig& c, const WeightSpec& w, uint64_t seed, DType dtype, void* out, int64_t begin,

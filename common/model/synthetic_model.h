@@ -33,6 +33,10 @@ struct SyntheticModelSpec {
   // of per-layer overheads), "mixtral-8x7b", "phi-3.5-moe" (full width).
   std::string preset = "tiny";
   int64_t num_layers = 0;  // 0: the preset's default
+  // 0: the preset's. Another (e.g. 32000 for a Qwen shape) makes the
+  // vocabulary the synthetic tokenizer's size, so that every id the model
+  // can pick has a piece (what another engine needs to decode its output).
+  int64_t vocab_size = 0;
   uint64_t seed = 0;
   DType dtype = DType::kBF16;
 };

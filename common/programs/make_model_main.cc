@@ -15,6 +15,9 @@
 
 ABSL_FLAG(std::string, preset, "tiny", "a preset from the list above (docs/models.md describes each)");
 ABSL_FLAG(int64_t, layers, 0, "number of layers; 0 = the preset's own");
+ABSL_FLAG(int64_t, vocab_size, 0,
+          "vocabulary size; 0 = the preset's own (a Qwen preset's 151936 is past its synthetic tokenizer's 32000 "
+          "pieces: --vocab_size 32000 makes every id decodable, for comparisons with other engines)");
 ABSL_FLAG(uint64_t, seed, 0, "weights are a pure function of this seed");
 ABSL_FLAG(std::string, out, "", "output directory");
 ABSL_FLAG(int32_t, shards, 1, "number of safetensors shards (>1 writes model.safetensors.index.json)");
@@ -37,6 +40,7 @@ int main(int argc, char** argv) {
   }
   tandem::SyntheticModelSpec spec{.preset = absl::GetFlag(FLAGS_preset),
                                   .num_layers = absl::GetFlag(FLAGS_layers),
+                                  .vocab_size = absl::GetFlag(FLAGS_vocab_size),
                                   .seed = absl::GetFlag(FLAGS_seed),
                                   .dtype = *dtype};
   const int threads = absl::GetFlag(FLAGS_threads);

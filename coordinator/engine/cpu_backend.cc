@@ -225,7 +225,12 @@ absl::Status CpuBackend::SharedExpert(int layer, int64_t num_rows, const float* 
   const LinearProduct gate_up[] = {{.w = &lw.shared_expert.w1, .y = shared_gate_.data()},
                                    {.w = &lw.shared_expert.w3, .y = shared_up_.data()}};
   TANDEM_RETURN_IF_ERROR(LinearShared(moe_input, num_rows, gate_up, pool_));
-  SiluMul(shared_gate_.data(), shared_up_.data(), num_rows * is);
+  auto silu_rows = [&](int64_t t, int) { SiluMul(shared_gate_.data() + t * is, shared_up_.data() + t * is, is); };
+  if (pool_ != nullptr) {
+    pool_->ParallelFor(num_rows, silu_rows);
+  } else {
+    for (int64_t t = 0; t < num_rows; ++t) silu_rows(t, 0);
+  }
   TANDEM_RETURN_IF_ERROR(Linear(shared_gate_.data(), num_rows, lw.shared_expert.w2, nullptr, shared_out_.data(), pool_));
   for (int64_t t = 0; t < num_rows; ++t) {
     // The gate is one f32 dot product per row (x stays f32, as the router's).
