@@ -175,7 +175,10 @@ INSTANTIATE_TEST_SUITE_P(All, RemoteExpertsTest,
                                            // 16 small experts top-4 (Qwen3-MoE's shape, scaled down);
                                            // Qwen2-MoE's shared expert stays with the coordinator
                                            Case{"split", "shm", "tiny-qwen3moe"}, Case{"shard", "shm", "tiny-qwen3moe"},
-                                           Case{"split", "shm", "tiny-qwen2moe"}),
+                                           Case{"split", "shm", "tiny-qwen2moe"},
+                                           // 128 experts top-8: still one message per worker per layer
+                                           Case{"split", "shm", "tiny-qwen3moe-128"},
+                                           Case{"shard", "shm", "tiny-qwen3moe-128"}),
                          [](const auto& info) {
                            std::string name = (info.param.preset == "tiny" ? "" : info.param.preset.substr(5) + "_") +
                                               info.param.division + "_" + info.param.transport;

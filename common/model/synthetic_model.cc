@@ -156,6 +156,13 @@ absl::StatusOr<Preset> FindPreset(const std::string& name) {
     c.num_local_experts = 16, c.num_experts_per_tok = 4, c.max_position_embeddings = 256;
     return Preset{c, 512};
   }
+  if (name == "tiny-qwen3moe-128") {  // Qwen3-235B's 128 experts top-8, tiny: workers' per-expert costs
+    ModelConfig c = Qwen3MoeBase();
+    c.vocab_size = 512, c.hidden_size = 64, c.intermediate_size = 32, c.num_hidden_layers = 2;
+    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 16;
+    c.num_local_experts = 128, c.num_experts_per_tok = 8, c.max_position_embeddings = 256;
+    return Preset{c, 512};
+  }
   if (name == "tiny-qwen2moe") {
     ModelConfig c = Qwen2MoeBase();
     c.vocab_size = 512, c.hidden_size = 64, c.intermediate_size = 24, c.num_hidden_layers = 2;
@@ -271,7 +278,7 @@ void Store(void* out, DType dtype, size_t i, float v) {
 }  // namespace
 
 std::vector<std::string> SyntheticPresets() {
-  return {"tiny",          "tiny-phimoe",  "tiny-qwen3moe",     "tiny-qwen2moe",  "tiny-olmoe",
+  return {"tiny",          "tiny-phimoe",  "tiny-qwen3moe",     "tiny-qwen3moe-128", "tiny-qwen2moe",  "tiny-olmoe",
           "demo",          "small-mixtral", "mixtral-8x7b",     "phi-3.5-moe",    "qwen3-30b-a3b",
           "qwen1.5-moe-a2.7b", "qwen2-57b-a14b", "olmoe-1b-7b"};
 }
