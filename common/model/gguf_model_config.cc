@@ -114,9 +114,6 @@ absl::Status ReadLongRope(const GgufCheckpoint& checkpoint, const Reader& r, Mod
 
 bool Has(const GgufCheckpoint& checkpoint, const std::string& name) { return checkpoint.Get(name).ok(); }
 
-// HF's get_mscale (model_config.cc), llama.cpp's 1 + 0.1 ln(1 / freq_scale).
-double YarnMscale(double factor) { return factor <= 1.0 ? 1.0 : 0.1 * std::log(factor) + 1.0; }
-
 // {arch}.rope.scaling.*: "yarn" read as llama.cpp reads it (its attn_factor
 // multiplies YaRN's own mscale); "none" and absent mean no scaling.
 absl::Status ReadRopeScaling(const GgufMetadata& m, const Reader& r, const std::string& arch, ModelConfig& c) {
@@ -143,10 +140,7 @@ absl::Status ReadRopeScaling(const GgufMetadata& m, const Reader& r, const std::
     return absl::InvalidArgumentError(absl::StrCat(m.source(), ": key ", GgufKey(arch, "rope.scaling.factor"),
                                                    " must be in [1, 1024] for yarn, got ", s.factor));
   }
-  // The context YaRN stretches to, as config.json's reading does.
-  const double stretched = static_cast<double>(s.original_max_position_embeddings) * s.factor;
-  if (stretched <= static_cast<double>(kMaxPositionEmbeddings))
-    c.max_position_embeddings = std::max(c.max_position_embeddings, static_cast<int64_t>(stretched));
+  StretchContextForYarn(c);  // as config.json's reading does
   return absl::OkStatus();
 }
 

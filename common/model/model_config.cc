@@ -76,9 +76,6 @@ class Fields {
   const std::string& source_;
 };
 
-// HF's get_mscale: the attention temperature YaRN scales cos and sin by.
-double YarnMscale(double factor, double mscale) { return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0; }
-
 absl::Status ParseYarn(const json& scaling, const std::string& source, int64_t max_position_embeddings,
                        RopeScaling& s) {
   Fields f(scaling, source);
@@ -227,6 +224,15 @@ absl::Status ReadOlmoeFields(const json& root, const std::string& source, ModelC
 }
 
 }  // namespace
+
+double YarnMscale(double factor, double mscale) { return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0; }
+
+void StretchContextForYarn(ModelConfig& c) {
+  if (c.rope_scaling.type != "yarn") return;
+  const double stretched = static_cast<double>(c.rope_scaling.original_max_position_embeddings) * c.rope_scaling.factor;
+  if (stretched <= static_cast<double>(kMaxPositionEmbeddings))
+    c.max_position_embeddings = std::max(c.max_position_embeddings, static_cast<int64_t>(stretched));
+}
 
 std::string_view ArchitectureClassName(Architecture architecture) {
   for (const ArchitectureNames& a : kArchitectures) {
@@ -428,15 +434,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
                       absl::StrCat("is true, but ", c.architecture_name, " has no such biases"));
   }
   TANDEM_ASSIGN_OR_RETURN(c.rope_scaling, ParseRopeScaling(root, c.architecture, c.max_position_embeddings, source));
-  if (c.rope_scaling.type == "yarn") {
-    // YaRN stretches the original context by `factor`: that is the context
-    // the model serves (as vLLM and llama.cpp take it), whatever
-    // max_position_embeddings says (Qwen3's 40960 with factor 4 over 32768).
-    const double stretched =
-        static_cast<double>(c.rope_scaling.original_max_position_embeddings) * c.rope_scaling.factor;
-    if (stretched <= static_cast<double>(kMaxPositionEmbeddings))
-      c.max_position_embeddings = std::max(c.max_position_embeddings, static_cast<int64_t>(stretched));
-  }
+  StretchContextForYarn(c);
   TANDEM_RETURN_IF_ERROR(c.Validate(source));
   return c;
 }

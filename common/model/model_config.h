@@ -124,6 +124,15 @@ struct ModelConfig {
   absl::Status Validate(const std::string& source = "config") const;
 };
 
+// YaRN's attention temperature (HF's get_mscale, llama.cpp's
+// 1 + 0.1 ln(1 / freq_scale)): 0.1 · mscale · ln(factor) + 1, 1 below factor 1.
+double YarnMscale(double factor, double mscale = 1.0);
+// YaRN stretches the original context by its factor: that is the context a
+// model with it serves (as vLLM and llama.cpp take it), whatever
+// max_position_embeddings says (Qwen3's 40960 with factor 4 over 32768).
+// Raises max_position_embeddings to it (within kMaxPositionEmbeddings).
+void StretchContextForYarn(ModelConfig& config);
+
 // Hugging Face's names of an architecture: "Qwen2MoeForCausalLM", "qwen2_moe".
 std::string_view ArchitectureClassName(Architecture architecture);
 std::string_view ArchitectureModelType(Architecture architecture);

@@ -53,11 +53,12 @@ struct Preset {
   int64_t tokenizer_vocab;
 };
 
-ModelConfig MixtralBase() {
+// What every preset shares; the Hugging Face names follow the architecture.
+ModelConfig BaseConfig(Architecture architecture) {
   ModelConfig c;
-  c.architecture = Architecture::kMixtral;
-  c.architecture_name = "MixtralForCausalLM";
-  c.model_type = "mixtral";
+  c.architecture = architecture;
+  c.architecture_name = std::string(ArchitectureClassName(architecture));
+  c.model_type = std::string(ArchitectureModelType(architecture));
   c.rope_theta = 1e6;
   c.rms_norm_eps = 1e-5;
   c.bos_token_id = 1;
@@ -66,6 +67,8 @@ ModelConfig MixtralBase() {
   c.num_experts_per_tok = 2;
   return c;
 }
+
+ModelConfig MixtralBase() { return BaseConfig(Architecture::kMixtral); }
 
 // Phi-3.5-MoE's longrope factors have this shape: short ≈ 1, long growing
 // with the frequency index. These are made-up values of that shape.
@@ -85,10 +88,7 @@ void SetLongRope(ModelConfig& c, int64_t original_max) {
 // Qwen3-MoE: QK norm, head_dim apart from hidden / heads, top-8 of 128
 // small experts renormalised (norm_topk_prob), Qwen's ids.
 ModelConfig Qwen3MoeBase() {
-  ModelConfig c = MixtralBase();
-  c.architecture = Architecture::kQwen3Moe;
-  c.architecture_name = "Qwen3MoeForCausalLM";
-  c.model_type = "qwen3_moe";
+  ModelConfig c = BaseConfig(Architecture::kQwen3Moe);
   c.rms_norm_eps = 1e-6;
   c.norm_topk_prob = true;
   c.num_experts_per_tok = 8;
@@ -98,10 +98,7 @@ ModelConfig Qwen3MoeBase() {
 // Qwen2-MoE (Qwen1.5-MoE): Qwen's router unnormalised, q/k/v biases, a
 // gated shared expert; no QK norm.
 ModelConfig Qwen2MoeBase() {
-  ModelConfig c = MixtralBase();
-  c.architecture = Architecture::kQwen2Moe;
-  c.architecture_name = "Qwen2MoeForCausalLM";
-  c.model_type = "qwen2_moe";
+  ModelConfig c = BaseConfig(Architecture::kQwen2Moe);
   c.rms_norm_eps = 1e-6;
   c.norm_topk_prob = false;
   c.attention_bias = true;
@@ -111,10 +108,7 @@ ModelConfig Qwen2MoeBase() {
 
 // OLMoE: QK norm over the whole projections, top-8 of 64 unnormalised.
 ModelConfig OlmoeBase() {
-  ModelConfig c = MixtralBase();
-  c.architecture = Architecture::kOlmoe;
-  c.architecture_name = "OlmoeForCausalLM";
-  c.model_type = "olmoe";
+  ModelConfig c = BaseConfig(Architecture::kOlmoe);
   c.rope_theta = 10000.0;
   c.norm_topk_prob = false;
   c.num_experts_per_tok = 8;
@@ -122,10 +116,7 @@ ModelConfig OlmoeBase() {
 }
 
 ModelConfig PhiMoEBase() {
-  ModelConfig c = MixtralBase();
-  c.architecture = Architecture::kPhiMoE;
-  c.architecture_name = "PhiMoEForCausalLM";
-  c.model_type = "phimoe";
+  ModelConfig c = BaseConfig(Architecture::kPhiMoE);
   c.attention_bias = true;
   c.lm_head_bias = true;
   c.router_jitter_noise = 0.01;
