@@ -77,12 +77,13 @@ using nlohmann::json;
 double Ms(double us) { return us / 1000.0; }
 
 // Weight bytes one decode token reads: every dense matrix plus, per layer,
-// the K experts it is routed to (the embedding reads one row: ignored).
+// the K experts it is routed to (the embedding reads one row: ignored;
+// a dense layer's MLP is a dense matrix).
 double DecodeBytesPerToken(const ModelWeights& w) {
   const auto& c = w.config;
-  const double per_expert = static_cast<double>(w.expert_bytes) / (c.num_hidden_layers * c.num_local_experts);
+  const double per_expert = static_cast<double>(w.expert_bytes) / (c.num_moe_layers() * c.num_local_experts);
   const double dense = static_cast<double>(w.total_bytes - w.expert_bytes - w.embed_tokens.size_bytes);
-  return dense + static_cast<double>(c.num_hidden_layers * c.num_experts_per_tok) * per_expert;
+  return dense + static_cast<double>(c.num_moe_layers() * c.num_experts_per_tok) * per_expert;
 }
 
 double PeakRssMb() {
@@ -100,7 +101,7 @@ struct Machine {
 struct PartSums {
   int64_t steps = 0;
   double embed_us = 0, attention_us = 0, projection_us = 0, router_us = 0, experts_us = 0, combine_us = 0,
-         shared_expert_us = 0, logits_us = 0, engine_us = 0, wall_us = 0, wait_us = 0;
+         shared_expert_us = 0, dense_mlp_us = 0, logits_us = 0, engine_us = 0, wall_us = 0, wait_us = 0;
   void Add(const ForwardTiming& t) {
     ++steps;
     embed_us += t.embed_us;
@@ -109,6 +110,7 @@ struct PartSums {
     experts_us += t.experts_us;
     combine_us += t.combine_us;
     shared_expert_us += t.shared_expert_us;
+    dense_mlp_us += t.dense_mlp_us;
     logits_us += t.logits_us;
     engine_us += t.total_us;
   }
@@ -125,7 +127,7 @@ void AddGemmFigures(const ModelConfig& c, int64_t prompt_tokens, double experts_
                     double projection_flops, const GemmDTypes& dtypes, const Machine& machine, json* line) {
   const double routed_rows = static_cast<double>(prompt_tokens * c.num_experts_per_tok);
   const double expert_flops = 2.0 * 3.0 * static_cast<double>(c.hidden_size) *
-                              static_cast<double>(c.intermediate_size) * routed_rows * c.num_hidden_layers;
+                              static_cast<double>(c.intermediate_size) * routed_rows * c.num_moe_layers();
   const int64_t rows_per_expert = std::max<int64_t>(1, prompt_tokens * c.num_experts_per_tok / c.num_local_experts);
   const LinearKernel& expert_kernel = ChooseLinearKernel(rows_per_expert, dtypes.experts, LinearOptions{});
   const LinearKernel& projection_kernel = ChooseLinearKernel(prompt_tokens, dtypes.projections, LinearOptions{});
@@ -281,8 +283,8 @@ absl::Status BenchModel(std::unique_ptr<Model> model, const std::string& name, c
   const PartSums& d = best.decode;
   if (d.steps > 0) {
     const double n = static_cast<double>(d.steps);
-    const double parts =
-        d.embed_us + d.attention_us + d.router_us + d.experts_us + d.combine_us + d.shared_expert_us + d.logits_us;
+    const double parts = d.embed_us + d.attention_us + d.router_us + d.experts_us + d.combine_us + d.shared_expert_us +
+                         d.dense_mlp_us + d.logits_us;
     EmitJsonLine({{"bench", "decode_breakdown"},
                   {"model", name},
                   {"steps", d.steps},
@@ -295,6 +297,7 @@ absl::Status BenchModel(std::unique_ptr<Model> model, const std::string& name, c
                   {"experts_ms", Ms(d.experts_us / n)},
                   {"combine_ms", Ms(d.combine_us / n)},
                   {"shared_expert_ms", Ms(d.shared_expert_us / n)},
+                  {"dense_mlp_ms", Ms(d.dense_mlp_us / n)},
                   {"lm_head_ms", Ms(d.logits_us / n)},
                   {"other_ms", Ms((d.wall_us - parts) / n)},
                   {"thread_wait_ms", Ms(d.wait_us / n)},
@@ -313,6 +316,7 @@ absl::Status BenchModel(std::unique_ptr<Model> model, const std::string& name, c
                  {"router_ms", Ms(p.router_us)},
                  {"combine_ms", Ms(p.combine_us)},
                  {"shared_expert_ms", Ms(p.shared_expert_us)},
+                 {"dense_mlp_ms", Ms(p.dense_mlp_us)},
                  {"lm_head_ms", Ms(p.logits_us)},
                  {"thread_wait_ms", Ms(p.wait_us)}};
     AddGemmFigures(c, prompt_tokens, p.experts_us, p.projection_us, best_prefill_run.prefill_projection_flops,

@@ -175,11 +175,14 @@ absl::StatusOr<StoreLayout> CheckModel(const ModelWeights& model, const ExpertSt
   if (static_cast<int64_t>(model.layers.size()) != config.num_hidden_layers)
     return absl::InvalidArgumentError(absl::StrCat("model has ", model.layers.size(),
                                                    " layers, config num_hidden_layers ", config.num_hidden_layers));
-  for (size_t l = 0; l < model.layers.size(); ++l)
-    if (static_cast<int64_t>(model.layers[l].experts.size()) != config.num_local_experts)
-      return absl::InvalidArgumentError(absl::StrCat("model layer ", l, " has ", model.layers[l].experts.size(),
-                                                     " experts, config num_local_experts ", config.num_local_experts));
-  const DType dtype = layout.dtype = model.layers[0].experts[0].w1.dtype;
+  for (size_t l = 0; l < model.layers.size(); ++l) {
+    // A dense layer has none.
+    const int64_t expected = config.moe_layer(static_cast<int64_t>(l)) ? config.num_local_experts : 0;
+    if (static_cast<int64_t>(model.layers[l].experts.size()) != expected)
+      return absl::InvalidArgumentError(
+          absl::StrCat("model layer ", l, " has ", model.layers[l].experts.size(), " experts, the config ", expected));
+  }
+  const DType dtype = layout.dtype = model.layers[static_cast<size_t>(config.first_moe_layer())].experts[0].w1.dtype;
   const bool generated = static_cast<bool>(options.fill);
   for (const ExpertSlice& s : layout.slices) {
     const ExpertWeights& w = model.layers[static_cast<size_t>(s.layer)].experts[static_cast<size_t>(s.expert)];

@@ -69,10 +69,13 @@ int64_t MaxBufferBytes(const ExpertLayouts& layouts) {
 }
 
 int64_t MeanCopyBytes(const ExpertLayouts& layouts) {
-  if (layouts.empty()) return 0;
-  int64_t sum = 0;
-  for (const ExpertLayout& l : layouts) sum += l.copy_bytes;
-  return (sum + static_cast<int64_t>(layouts.size()) / 2) / static_cast<int64_t>(layouts.size());
+  int64_t sum = 0, n = 0;
+  for (const ExpertLayout& l : layouts) {
+    if (l.dense_layer) continue;
+    sum += l.copy_bytes;
+    ++n;
+  }
+  return n == 0 ? 0 : (sum + n / 2) / n;
 }
 
 absl::StatusOr<int> ExpertPoolOptions::SlotCount(int64_t buffer_bytes) const {

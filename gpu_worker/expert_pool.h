@@ -71,6 +71,9 @@ struct ExpertLayout {
   int64_t w2_bytes = 0;           // D * DTypeRowBytes(w2_dtype, I)
   int64_t copy_bytes = 0;         // w1 + w3 + w2 bytes: what one migration copies
   int64_t buffer_bytes = 0;       // one slot or staging buffer, alignment included
+  // A dense layer (no experts) holds the first MoE layer's layout as a
+  // stand-in; MeanCopyBytes leaves it out.
+  bool dense_layer = false;
 
   // Any of the three matrices in a ggml block type.
   bool quantized() const { return IsQuantized(w1_dtype) || IsQuantized(w3_dtype) || IsQuantized(w2_dtype); }

@@ -1,5 +1,6 @@
 #include "gpu_worker/slot_pool.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -30,7 +31,7 @@ absl::Status CheckMatrix(const LinearWeight& w, DType dtype, int64_t n, int64_t 
 
 absl::StatusOr<ExpertLayouts> SlotPool::CheckExperts(const ModelConfig& config,
                                                      const std::vector<std::vector<ExpertWeights>>& experts) {
-  if (experts.empty() || experts[0].empty()) return absl::InvalidArgumentError("experts: the model has no experts");
+  if (experts.empty()) return absl::InvalidArgumentError("experts: the model has no experts");
   // Each matrix's dtype and shape first, for messages that name them; then
   // the counts and coverage, as for any source.
   const int64_t d = config.hidden_size, i = config.intermediate_size;
@@ -48,13 +49,16 @@ absl::StatusOr<ExpertLayouts> SlotPool::CheckExperts(const ModelConfig& config,
 }
 
 absl::StatusOr<ExpertLayouts> SlotPool::CheckExpertSources(const ModelConfig& config, const ExpertSources& experts) {
-  if (experts.empty() || experts[0].empty()) return absl::InvalidArgumentError("experts: the model has no experts");
   if (static_cast<int64_t>(experts.size()) != config.num_hidden_layers) {
     return absl::InvalidArgumentError(
         absl::StrCat("experts has ", experts.size(), " layers, the config ", config.num_hidden_layers));
   }
   ExpertLayouts layouts;
   for (size_t l = 0; l < experts.size(); ++l) {
+    if (experts[l].empty() && config.dense_layer(static_cast<int64_t>(l))) {
+      layouts.push_back(ExpertLayout{.dense_layer = true});  // filled in below
+      continue;
+    }
     if (static_cast<int64_t>(experts[l].size()) != config.num_local_experts) {
       return absl::InvalidArgumentError(
           absl::StrCat("experts[", l, "] has ", experts[l].size(), " experts, the config ", config.num_local_experts));
@@ -84,6 +88,16 @@ absl::StatusOr<ExpertLayouts> SlotPool::CheckExpertSources(const ModelConfig& co
       TANDEM_RETURN_IF_ERROR(CheckMatrixPieces(source.w2, source.w2_dtype, d, i, name + ".w2"));
     }
     layouts.push_back(*layout);
+  }
+  // A dense layer's stand-in: the first MoE layer's layout, so that every
+  // layer has one; no key of that layer is ever accepted (CheckKey).
+  const auto moe = std::find_if(layouts.begin(), layouts.end(), [](const ExpertLayout& l) { return !l.dense_layer; });
+  if (moe == layouts.end()) return absl::InvalidArgumentError("experts: the model has no experts");
+  const ExpertLayout first_moe = *moe;
+  for (ExpertLayout& l : layouts) {
+    if (!l.dense_layer) continue;
+    l = first_moe;
+    l.dense_layer = true;
   }
   return layouts;
 }
@@ -119,6 +133,9 @@ absl::Status SlotPool::CheckKey(ExpertKey key, const char* what) const {
   if (key.layer < 0 || key.layer >= num_layers() || key.expert < 0 || key.expert >= num_experts_) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", KeyName(key), " is outside the model (", num_layers(),
                                                    " layers x ", num_experts_, " experts)"));
+  }
+  if (layouts_[static_cast<size_t>(key.layer)].dense_layer) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", KeyName(key), " is in a dense layer (no experts)"));
   }
   return absl::OkStatus();
 }

@@ -160,7 +160,9 @@ TEST_P(DecodeParityTest, DecodingOneAtATimeEqualsOnePrefill) {
 INSTANTIATE_TEST_SUITE_P(Presets, DecodeParityTest,
                          ::testing::Values(DecodeCase{"tiny", 20, 60}, DecodeCase{"tiny-phimoe", 20, 40},
                                            DecodeCase{"tiny-phimoe", 1, 63}, DecodeCase{"tiny-qwen3moe", 20, 40},
-                                           DecodeCase{"tiny-qwen2moe", 20, 40}, DecodeCase{"tiny-olmoe", 20, 40}),
+                                           DecodeCase{"tiny-qwen2moe", 20, 40}, DecodeCase{"tiny-olmoe", 20, 40},
+                                           DecodeCase{"tiny-qwen3moe-dense", 20, 40},
+                                           DecodeCase{"tiny-qwen2moe-dense", 20, 40}),
                          [](const auto& info) {
                            return absl::StrCat(ArchTestName(info.param.preset), "_P",
                                                info.param.prompt_tokens, "_N", info.param.decode_tokens);
@@ -248,7 +250,9 @@ TEST_P(BatchParityTest, BatchedSequencesEqualEachAlone) {
   EXPECT_EQ(c.length(), 70);
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, BatchParityTest, ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe", "tiny-qwen2moe", "tiny-olmoe"),
+INSTANTIATE_TEST_SUITE_P(Presets, BatchParityTest,
+                         ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe", "tiny-qwen2moe", "tiny-olmoe",
+                                           "tiny-qwen3moe-dense"),
                          [](const auto& info) { return ArchTestName(info.param); });
 
 }  // namespace

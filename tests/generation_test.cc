@@ -178,7 +178,9 @@ TEST_P(GenerationTest, BadRequestsAreInvalidArgumentNamingTheField) {
   EXPECT_OK(rt_->generator().Validate(edge));
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, GenerationTest, ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe", "tiny-qwen2moe", "tiny-olmoe"),
+INSTANTIATE_TEST_SUITE_P(Presets, GenerationTest,
+                         ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe", "tiny-qwen2moe", "tiny-olmoe",
+                                           "tiny-qwen2moe-dense"),
                          [](const auto& info) { return ArchTestName(info.param); });
 
 }  // namespace

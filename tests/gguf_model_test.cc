@@ -76,6 +76,7 @@ ModelConfig KConfig(const std::string& arch) {
   c.hidden_size = 256, c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 64;
   c.intermediate_size = arch == "mixtral" ? 512 : 256;
   if (c.shared_expert()) c.shared_expert_intermediate_size = 512;
+  if (!c.dense_layers.empty()) c.dense_intermediate_size = 768;
   if (c.rope_scaling.type == "longrope") {
     c.rope_scaling.short_factor.clear(), c.rope_scaling.long_factor.clear();
     for (int64_t i = 0; i < c.head_dim / 2; ++i) {
@@ -286,10 +287,13 @@ TEST_P(GgufFloatRoundTripTest, SameConfigWeightsAndLogitsAsTheFolder) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufFloatRoundTripTest,
-                         ::testing::Combine(::testing::Values("mixtral", "phimoe", "qwen3moe", "qwen2moe", "olmoe"),
+                         ::testing::Combine(::testing::Values("mixtral", "phimoe", "qwen3moe", "qwen2moe", "olmoe",
+                                                              "qwen3moe-dense"),
                                             ::testing::Values("f32", "bf16", "f16")),
                          [](const auto& info) {
-                           return absl::StrCat(std::get<0>(info.param), "_", std::get<1>(info.param));
+                           std::string name = absl::StrCat(std::get<0>(info.param), "_", std::get<1>(info.param));
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
                          });
 
 // ------------------------------------------------------------ quantized files
@@ -349,10 +353,21 @@ TEST_P(GgufQuantizedTest, WeightsAreTheDequantizedBlocksAndLogitsStayClose) {
     }
   }
   // The mix: layer 1 is a use_more_bits layer of two, layer 0 is not.
-  auto type_of = [&](const std::string& name) { return source.checkpoint().Get(name)->info->type; };
-  EXPECT_EQ(type_of("blk.0.ffn_gate_inp.weight"), GgmlType::kF32);
+  auto type_of = [&](const std::string& name) {
+    auto tensor = source.checkpoint().Get(name);
+    EXPECT_OK(tensor);
+    return tensor.ok() ? tensor->info->type : GgmlType::kF32;
+  };
+  const int64_t moe = (*folder)->config.first_moe_layer();
+  EXPECT_EQ(type_of(absl::StrCat("blk.", moe, ".ffn_gate_inp.weight")), GgmlType::kF32);
   EXPECT_EQ(type_of("blk.0.attn_norm.weight"), GgmlType::kF32);
-  if (c.type == "q4_k_m" || c.type == "q5_k_m") {
+  if (c.arch == "qwen3moe-dense" && c.type == "q4_k_m") {
+    // A dense layer's down_proj takes the ffn_down rule: layer 2 of 4 gets more bits, 0 does not.
+    EXPECT_EQ(type_of("blk.0.ffn_down.weight"), GgmlType::kQ4_K);
+    EXPECT_EQ(type_of("blk.2.ffn_down.weight"), GgmlType::kQ6_K);
+    EXPECT_EQ(type_of("blk.1.ffn_down_exps.weight"), GgmlType::kQ4_K);
+    EXPECT_EQ(type_of("blk.3.ffn_down_exps.weight"), GgmlType::kQ6_K);
+  } else if ((c.type == "q4_k_m" || c.type == "q5_k_m") && (*folder)->config.dense_layers.empty()) {
     EXPECT_EQ(type_of("blk.1.attn_v.weight"), GgmlType::kQ6_K);
     EXPECT_EQ(type_of("blk.1.ffn_down_exps.weight"), GgmlType::kQ6_K);
     EXPECT_EQ(type_of("blk.0.ffn_down_exps.weight"), c.type == "q4_k_m" ? GgmlType::kQ4_K : GgmlType::kQ5_K);
@@ -383,7 +398,8 @@ TEST_P(GgufQuantizedTest, DefaultLoadIsTheLoggedBf16Fallback) {
   auto fallback = LoadModel(Gguf(c.arch, c.type));
   ASSERT_OK(fallback);
   EXPECT_THAT((*fallback)->summary, HasSubstr("dequantized to BF16 at load"));
-  EXPECT_EQ((*fallback)->weights->layers[0].experts[0].w1.dtype, DType::kBF16);
+  const size_t moe = static_cast<size_t>((*fallback)->config.first_moe_layer());
+  EXPECT_EQ((*fallback)->weights->layers[moe].experts[0].w1.dtype, DType::kBF16);
   const std::vector<int32_t> tokens = Prompt((*exact)->config);
   const double nmse = LogitsNmse(Logits(std::move(*fallback), tokens), Logits(std::move(*exact), tokens));
   std::cout << "[ nmse     ] " << c.arch << " " << c.type << ": bf16 fallback vs exact dequantization " << nmse << "\n";
@@ -396,10 +412,11 @@ TEST_P(GgufQuantizedTest, KeptBlocksAreViewsTheKernelsRun) {
   const QuantCase& c = GetParam();
   auto model = LoadModel(Gguf(c.arch, c.type), {.quantized = QuantizedWeights::kKeep});
   ASSERT_OK(model);
-  const LinearWeight& w1 = (*model)->weights->layers[0].experts[1].w1;
+  const int64_t moe = (*model)->config.first_moe_layer();  // layer 0 may be a dense one
+  const LinearWeight& w1 = (*model)->weights->layers[static_cast<size_t>(moe)].experts[1].w1;
   ASSERT_TRUE(IsQuantized(w1.dtype));
   const auto& source = dynamic_cast<const GgufTensorSource&>(*(*model)->weights->source);
-  auto stacked = source.checkpoint().Get("blk.0.ffn_gate_exps.weight");
+  auto stacked = source.checkpoint().Get(absl::StrCat("blk.", moe, ".ffn_gate_exps.weight"));
   ASSERT_OK(stacked);
   EXPECT_EQ(w1.data, stacked->data.data() + stacked->data.size() / (*model)->config.num_local_experts);  // a view
   EXPECT_EQ(w1.bytes(), static_cast<int64_t>(stacked->data.size()) / (*model)->config.num_local_experts);
@@ -421,8 +438,9 @@ TEST_P(GgufQuantizedTest, CopiedWeightsAreTheMappedBytesOutsideTheMapping) {
   EXPECT_GT(source.copied_bytes(), 0);
   EXPECT_EQ(source.left_mapped_bytes(), 0);
   EXPECT_GE(source.arena().mapped_bytes(), static_cast<size_t>(source.copied_bytes()));
-  const LayerWeights& a = (*mapped)->weights->layers[0];
-  const LayerWeights& b = (*copied)->weights->layers[0];
+  const size_t moe = static_cast<size_t>((*mapped)->config.first_moe_layer());
+  const LayerWeights& a = (*mapped)->weights->layers[moe];
+  const LayerWeights& b = (*copied)->weights->layers[moe];
   using Pair = std::pair<const LinearWeight*, const LinearWeight*>;
   for (const auto& [m, n] : {Pair{&a.experts[1].w1, &b.experts[1].w1}, Pair{&a.o_proj, &b.o_proj},
                              Pair{&(*mapped)->weights->lm_head, &(*copied)->weights->lm_head}}) {
@@ -473,6 +491,11 @@ TEST_P(GgufQuantizedTest, GroupMajorCopiesAreTheFileBlocksReordered) {
       pairs.emplace_back(&x.experts[e].w1, &y.experts[e].w1);
       pairs.emplace_back(&x.experts[e].w2, &y.experts[e].w2);
       pairs.emplace_back(&x.experts[e].w3, &y.experts[e].w3);
+    }
+    if (x.dense_mlp.w1.data != nullptr) {
+      pairs.emplace_back(&x.dense_mlp.w1, &y.dense_mlp.w1);
+      pairs.emplace_back(&x.dense_mlp.w2, &y.dense_mlp.w2);
+      pairs.emplace_back(&x.dense_mlp.w3, &y.dense_mlp.w3);
     }
   }
   for (const auto& [m, n] : pairs) {
@@ -542,7 +565,8 @@ TEST_P(GgufQuantizedTest, QuantizedExpertsGiveTheDequantizedLogits) {
   auto exact = LoadModel(Gguf(c.arch, c.type), {.quantized = QuantizedWeights::kDequantizeToF32});
   ASSERT_OK(kept);
   ASSERT_OK(exact);
-  EXPECT_TRUE(IsQuantized((*kept)->weights->layers[0].experts[0].w2.dtype));
+  const size_t moe = static_cast<size_t>((*kept)->config.first_moe_layer());
+  EXPECT_TRUE(IsQuantized((*kept)->weights->layers[moe].experts[0].w2.dtype));
   EXPECT_FALSE(IsQuantized((*kept)->weights->layers[0].q_proj.dtype));
   EXPECT_THAT((*kept)->summary, HasSubstr("experts kept quantized"));
   const std::vector<int32_t> tokens = Prompt((*exact)->config);
@@ -561,8 +585,15 @@ INSTANTIATE_TEST_SUITE_P(Types, GgufQuantizedTest,
                                            QuantCase{"phimoe", "q4_k_m", 0.4}, QuantCase{"phimoe", "q4_0", 0.5},
                                            QuantCase{"qwen3moe", "q8_0", 5e-4}, QuantCase{"qwen3moe", "q4_k_m", 0.06},
                                            QuantCase{"qwen2moe", "q8_0", 5e-4}, QuantCase{"qwen2moe", "q4_k_m", 0.06},
-                                           QuantCase{"olmoe", "q8_0", 4e-3}, QuantCase{"olmoe", "q4_k_m", 0.06}),
-                         [](const auto& info) { return absl::StrCat(info.param.arch, "_", info.param.type); });
+                                           QuantCase{"olmoe", "q8_0", 4e-3}, QuantCase{"olmoe", "q4_k_m", 0.06},
+                                           QuantCase{"qwen3moe-dense", "q8_0", 5e-4},
+                                           QuantCase{"qwen3moe-dense", "q4_k_m", 0.06},
+                                           QuantCase{"qwen2moe-dense", "q4_k_m", 0.06}),
+                         [](const auto& info) {
+                           std::string name = absl::StrCat(info.param.arch, "_", info.param.type);
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 // ------------------------------------------------------------ streaming
 

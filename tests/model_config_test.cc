@@ -144,8 +144,12 @@ TEST(ModelConfigTest, Qwen3MoeLayoutsTandemDoesNotRunAreRefusedByKey) {
     json value;
     const char* says;
   } cases[] = {
-      {"mlp_only_layers", json::array({0, 5}), "mlp_only_layers"},
-      {"decoder_sparse_step", 2, "decoder_sparse_step"},
+      {"mlp_only_layers", json::array({0, 48}), "mlp_only_layers"},
+      {"mlp_only_layers", json::array({-1}), "mlp_only_layers"},
+      {"mlp_only_layers", json::array({"0"}), "mlp_only_layers"},
+      {"mlp_only_layers", 3, "mlp_only_layers"},
+      {"decoder_sparse_step", 0, "decoder_sparse_step"},
+      {"decoder_sparse_step", 49, "mlp_only_layers"},  // no MoE layer left
       {"use_sliding_window", true, "use_sliding_window"},
       {"rope_scaling", {{"rope_type", "dynamic"}, {"factor", 4.0}}, "rope_scaling"},
       {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 0.5}}, "factor"},
@@ -162,6 +166,61 @@ TEST(ModelConfigTest, Qwen3MoeLayoutsTandemDoesNotRunAreRefusedByKey) {
     ASSERT_FALSE(parsed.ok()) << c.key;
     EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(c.says)) << parsed.status();
   }
+}
+
+// modeling_qwen2_moe.py's rule: layer l is a dense MLP when mlp_only_layers
+// lists it or (l + 1) % decoder_sparse_step != 0; intermediate_size wide.
+TEST(ModelConfigTest, ReadsQwenDenseLayers) {
+  json j = Qwen3MoeJson();
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = json::array({1, 47});
+  ASSERT_OK_AND_ASSIGN(ModelConfig c, Parse(j));
+  std::vector<int64_t> want;
+  for (int64_t l = 0; l < 48; ++l) {
+    if (l % 2 == 0 || l == 1 || l == 47) want.push_back(l);
+  }
+  EXPECT_EQ(c.dense_layers, want);
+  EXPECT_EQ(c.dense_intermediate_size, 6144);
+  EXPECT_EQ(c.num_moe_layers(), 48 - static_cast<int64_t>(want.size()));
+  EXPECT_EQ(c.first_moe_layer(), 3);
+  EXPECT_EQ(c.moe_layer_span(2), 6);  // layers 3 and 5
+  EXPECT_TRUE(c.dense_layer(0));
+  EXPECT_TRUE(c.moe_layer(45));
+  // A dense layer's tensors are its MLP's; it has no router and no experts.
+  int dense = 0, routers = 0;
+  for (const WeightSpec& w : ExpectedWeights(c)) {
+    if (w.role == WeightRole::kDenseW2) {
+      EXPECT_EQ(w.shape, (std::vector<int64_t>{2048, 6144}));
+    }
+    dense += w.role == WeightRole::kDenseW1 || w.role == WeightRole::kDenseW2 || w.role == WeightRole::kDenseW3;
+    routers += w.role == WeightRole::kRouter;
+    if (w.layer == 0) {
+      EXPECT_NE(w.role, WeightRole::kExpertW1) << w.name;
+    }
+  }
+  EXPECT_EQ(dense, 3 * static_cast<int>(want.size()));
+  EXPECT_EQ(routers, c.num_moe_layers());
+  EXPECT_EQ(WeightName(c, WeightRole::kDenseW1, 0), "model.layers.0.mlp.gate_proj.weight");
+  EXPECT_EQ(WeightName(c, WeightRole::kDenseW2, 0), "model.layers.0.mlp.down_proj.weight");
+  // Written back, the same layers (as mlp_only_layers).
+  ASSERT_OK_AND_ASSIGN(ModelConfig back, ParseModelConfig(ModelConfigToJson(c), "written"));
+  EXPECT_EQ(back.dense_layers, c.dense_layers);
+  EXPECT_EQ(back.dense_intermediate_size, 6144);
+  // Without intermediate_size the dense layers have no width.
+  j.erase("intermediate_size");
+  auto missing = Parse(j);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("intermediate_size"));
+  // Qwen2-MoE: a dense layer between MoE ones.
+  json q2 = Qwen2MoeJson();
+  q2["mlp_only_layers"] = json::array({5});
+  ASSERT_OK_AND_ASSIGN(ModelConfig c2, Parse(q2));
+  EXPECT_EQ(c2.dense_layers, std::vector<int64_t>{5});
+  EXPECT_EQ(c2.dense_intermediate_size, 5632);
+  // Every released config: none.
+  ASSERT_OK_AND_ASSIGN(ModelConfig released, Parse(Qwen3MoeJson()));
+  EXPECT_TRUE(released.dense_layers.empty());
+  EXPECT_EQ(released.num_moe_layers(), 48);
 }
 
 TEST(ModelConfigTest, ReadsQwen2Moe) {
@@ -207,8 +266,8 @@ TEST(ModelConfigTest, Qwen2MoeBadSharedExpertAndLayoutsAreRefusedByKey) {
       {"shared_expert_intermediate_size", -5, "shared_expert_intermediate_size"},
       {"shared_expert_intermediate_size", int64_t{1} << 40, "shared_expert_intermediate_size"},
       {"shared_expert_intermediate_size", "big", "shared_expert_intermediate_size"},
-      {"mlp_only_layers", json::array({0}), "mlp_only_layers"},
-      {"decoder_sparse_step", 2, "decoder_sparse_step"},
+      {"mlp_only_layers", json::array({24}), "mlp_only_layers"},
+      {"decoder_sparse_step", -2, "decoder_sparse_step"},
       {"use_sliding_window", true, "use_sliding_window"},
       {"num_experts", 2000, "num_local_experts"},
       {"num_experts_per_tok", 61, "num_experts_per_tok"},

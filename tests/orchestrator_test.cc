@@ -10,6 +10,7 @@
 // Legend: P prompt tokens.
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -194,6 +195,103 @@ TEST(OrchestratorTest, LruHitsOnRepeatedRouting) {
   EXPECT_GT(s.total.gpu_hits, 0);
   EXPECT_GT(s.total.gpu_hits, s.total.cpu_runs / 4);
   EXPECT_EQ(s.pool.slot_runs, s.total.gpu_hits);
+}
+
+// A model with dense MLP layers (tiny-qwen3moe-dense: layers 0 and 2 dense,
+// 1 and 3 MoE): the dense layers hold no expert, so nothing of theirs is
+// placed, calibrated, planned, pre-calculated or run on the pool; the
+// orchestrated engine still gives the plain engine's tokens and logits; the
+// recorded trace names the dense layers and replays in the simulator.
+TEST(OrchestratorTest, DenseLayersAreNeverPlacedPlannedOrCalibrated) {
+  ScopedTempDir dir;
+  const SyntheticModelSpec spec{.preset = "tiny-qwen3moe-dense", .seed = kSeed, .dtype = DType::kBF16};
+  auto config = SyntheticConfig(spec);
+  ASSERT_OK(config);
+  ASSERT_EQ(config->dense_layers, (std::vector<int64_t>{0, 2}));
+  auto make = [&](LocalRuntimeOptions options, GenerationRun* run) -> std::unique_ptr<LocalRuntime> {
+    auto model = LoadSyntheticModel(spec);
+    EXPECT_OK(model);
+    if (!model.ok()) return nullptr;
+    options.num_threads = 2;
+    options.engine.dump = [run](std::string_view name, int, const float* data, int64_t rows, int64_t cols) {
+      if (name == "logits") run->logits.insert(run->logits.end(), data, data + rows * cols);
+    };
+    auto rt = LocalRuntime::Create(std::move(*model), options);
+    EXPECT_OK(rt);
+    return rt.ok() ? std::move(*rt) : nullptr;
+  };
+  const std::string trace_path = (dir.path() / "trace.jsonl").string();
+  GenerationRun want;
+  {
+    LocalRuntimeOptions plain;
+    plain.record_trace = trace_path;
+    auto rt = make(plain, &want);
+    ASSERT_NE(rt, nullptr);
+    Generate(*rt, &want);
+    ASSERT_OK(rt->FinishRecording());
+  }
+  for (const CachePolicyKind cache : {CachePolicyKind::kLru, CachePolicyKind::kSequence}) {
+    SCOPED_TRACE(CachePolicyKindName(cache));
+    LocalRuntimeOptions options;
+    options.orchestrator = Orchestrated(ExecutionPolicy::kMakespan, cache, *config);
+    options.orchestrator.placement = PlacementPolicy::kFirstLayers;
+    options.orchestrator.gpu_slots = 8;  // a quarter of the 2 x 16 experts
+    options.orchestrator.cost.reset();   // calibrated: it takes experts of the MoE layers only
+    options.orchestrator.calibration.rows = {1, 2, 4};
+    options.orchestrator.calibration.repetitions = 2;
+    options.orchestrator.calibration.migrations = 2;
+    options.precalc = {.policy = PrecalcPolicy::kOff};
+    GenerationRun got;
+    auto rt = make(options, &got);
+    ASSERT_NE(rt, nullptr);
+    for (const PoolSlot& slot : rt->expert_pool()->SlotTable()) {
+      if (slot.expert) EXPECT_TRUE(config->moe_layer(slot.expert->layer)) << "slot " << slot.index;
+    }
+    Generate(*rt, &got);
+    EXPECT_EQ(got.tokens, want.tokens);
+    ASSERT_EQ(got.logits.size(), want.logits.size());
+    EXPECT_EQ(std::memcmp(got.logits.data(), want.logits.data(), got.logits.size() * sizeof(float)), 0);
+    const OrchestratorStats s = rt->orchestrator()->stats();
+    SCOPED_TRACE(s.ToJson());
+    EXPECT_EQ(s.placed, 8);
+    EXPECT_EQ(s.layer_plans, 2 * s.steps);  // the two MoE layers of each step
+    ASSERT_EQ(s.layers.size(), 4u);
+    EXPECT_EQ(s.layers[0].expert_runs, 0);
+    EXPECT_EQ(s.layers[2].expert_runs, 0);
+    EXPECT_GT(s.layers[1].expert_runs, 0);
+    EXPECT_GT(s.layers[3].expert_runs, 0);
+    EXPECT_EQ(s.layers[1].expert_runs + s.layers[3].expert_runs, s.total.expert_runs);
+  }
+
+  auto trace = LoadRoutingTrace(trace_path);
+  ASSERT_OK(trace);
+  EXPECT_EQ(trace->num_layers, 4);
+  EXPECT_EQ(trace->dense_layers, config->dense_layers);
+  for (size_t i = 0; i < trace->steps.size(); ++i) {
+    for (int l : {0, 2}) {
+      for (int32_t r : trace->LayerRows(i, l)) EXPECT_EQ(r, 0) << "step " << i << " dense layer " << l;
+    }
+  }
+  auto cost = CostModel::Create(PoolMattersCost(*config));
+  ASSERT_OK(cost);
+  SimOptions sim;
+  sim.planner.policy = ExecutionPolicy::kMakespan;
+  sim.cache.kind = CachePolicyKind::kStatic;
+  sim.placement = {PlacementPolicy::kFirstLayers, 8, 4};
+  auto result = Simulate(*trace, *cost, sim);
+  ASSERT_OK(result);
+  EXPECT_GT(result->gpu_hits, 0);  // the slots went to MoE layers' experts
+  // A step line that routes rows to a dense layer is refused.
+  const std::string bad = (dir.path() / "bad.jsonl").string();
+  {
+    std::ofstream out(bad);
+    out << RoutingTraceHeaderLine("x", 2, 2, 1, std::vector<int64_t>{0}) << "\n"
+        << R"({"step":0,"sequence":0,"phase":"decode","start":0,"tokens":1,"rows":[[1,0],[0,1]]})"
+        << "\n";
+  }
+  auto refused = LoadRoutingTrace(bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("dense layer"), std::string::npos) << refused.status();
 }
 
 TEST(OrchestratorTest, PopularityWithoutUsageIsInvalid) {

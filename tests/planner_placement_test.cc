@@ -93,6 +93,38 @@ TEST(PlacementTest, UniformSpreadsOverLayersAndIds) {
   EXPECT_EQ(placed->size(), 8u);
 }
 
+// A model's dense MLP layers hold no experts: every policy skips them and
+// shares the slots among the MoE layers only.
+TEST(PlacementTest, DenseLayersAreNeverPlaced) {
+  const std::vector<int64_t> dense = {0, 2, 5};  // of 6 layers: MoE layers 1, 3, 4
+  const ExpertUsage usage = Usage(6, 8);
+  for (PlacementPolicy policy :
+       {PlacementPolicy::kPopularity, PlacementPolicy::kFirstLayers, PlacementPolicy::kUniform}) {
+    for (bool balance : {false, true}) {
+      PlacementOptions options{policy, 12, 4, balance};
+      options.dense_layers = dense;
+      absl::StatusOr<std::vector<ExpertKey>> placed = PlaceExperts(options, 6, 8, &usage);
+      ASSERT_OK(placed);
+      EXPECT_EQ(placed->size(), 12u) << PlacementPolicyName(policy);
+      for (int l : {0, 2, 5}) EXPECT_EQ(CountInLayer(*placed, l), 0) << PlacementPolicyName(policy) << " layer " << l;
+      if (policy != PlacementPolicy::kPopularity || balance) {
+        for (int l : {1, 3, 4}) EXPECT_EQ(CountInLayer(*placed, l), 4) << PlacementPolicyName(policy) << " layer " << l;
+      }
+    }
+  }
+  // More slots than the MoE layers' experts: each of them once.
+  PlacementOptions all{PlacementPolicy::kUniform, 1000};
+  all.dense_layers = dense;
+  absl::StatusOr<std::vector<ExpertKey>> placed = PlaceExperts(all, 6, 8, nullptr);
+  ASSERT_OK(placed);
+  EXPECT_EQ(placed->size(), 24u);
+  // Every layer dense: nothing to place, said so.
+  all.dense_layers = {0, 1};
+  placed = PlaceExperts(all, 2, 8, nullptr);
+  ASSERT_FALSE(placed.ok());
+  EXPECT_TRUE(absl::StrContains(placed.status().message(), "dense_layers")) << placed.status();
+}
+
 TEST(PlacementTest, ErrorsNameTheParameter) {
   absl::StatusOr<std::vector<ExpertKey>> placed = PlaceExperts({PlacementPolicy::kPopularity, 3}, 2, 4, nullptr);
   ASSERT_FALSE(placed.ok());

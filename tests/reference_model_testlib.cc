@@ -128,6 +128,18 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(const Mod
     if (absl::Status s = read_norm(LayerName(l, "post_attention_layernorm"), layer.post_attention_norm); !s.ok()) {
       return s;
     }
+    // modeling_qwen2_moe.py / modeling_qwen3_moe.py: a layer is a plain MLP
+    // when mlp_only_layers lists it or (l + 1) % decoder_sparse_step != 0
+    // (the config reader turned both into dense_layers).
+    if (std::find(c.dense_layers.begin(), c.dense_layers.end(), l) != c.dense_layers.end()) {
+      const int64_t width = c.dense_intermediate_size;
+      layer.dense = true;
+      REF_ASSIGN(layer.dense_mlp.w1, ReadTensor(src, LayerName(l, "mlp.gate_proj.weight"), {width, d}));
+      REF_ASSIGN(layer.dense_mlp.w2, ReadTensor(src, LayerName(l, "mlp.down_proj.weight"), {d, width}));
+      REF_ASSIGN(layer.dense_mlp.w3, ReadTensor(src, LayerName(l, "mlp.up_proj.weight"), {width, d}));
+      model->layers_.push_back(std::move(layer));
+      continue;
+    }
     REF_ASSIGN(layer.router,
                ReadTensor(src, LayerName(l, mlp_names ? "mlp.gate.weight" : "block_sparse_moe.gate.weight"), {e, d}));
     for (int x = 0; x < e; ++x) {
@@ -449,9 +461,17 @@ absl::StatusOr<ReferenceForward> ReferenceModel::Forward(const std::vector<int32
     for (size_t i = 0; i < h.data.size(); ++i) h.data[i] += o.data[i];
     record("attention_out", l, h);
 
-    // MoE block.
     const RefTensor moe_input = Norm(c, lw.post_attention_norm, h);
     record("moe_input", l, moe_input);
+    if (lw.dense) {
+      // Qwen2MoeMLP: down(act(gate(x)) * up(x)), every token.
+      const RefTensor mlp_out = ExpertFfn(moe_input, lw.dense_mlp);
+      for (size_t i = 0; i < h.data.size(); ++i) h.data[i] += mlp_out.data[i];
+      out.routing.emplace_back();
+      record("layer_out", l, h);
+      continue;
+    }
+    // MoE block.
     const RefTensor router_logits = Linear(moe_input, lw.router);  // [T, E]
     record("router_logits", l, router_logits);
     RefTensor moe_out(t_len, d);

@@ -79,6 +79,10 @@ struct RefLayer {
   std::vector<RefExpert> experts;  // [E]
   RefExpert shared_expert;         // Qwen2-MoE: [Is, D], [D, Is], [Is, D]
   RefTensor shared_expert_gate;    // Qwen2-MoE: [1, D]; 0 rows otherwise
+  // A dense layer (Qwen's mlp_only_layers / decoder_sparse_step): its MLP,
+  // and no router, experts or shared expert.
+  bool dense = false;
+  RefExpert dense_mlp;  // [Id, D], [D, Id], [Id, D]
 };
 
 // Everything one reference forward computed. Intermediates are keyed by
@@ -94,7 +98,7 @@ struct RefLayer {
 struct ReferenceForward {
   RefTensor logits;  // [T, V]
   std::map<std::pair<std::string, int>, RefTensor> intermediates;
-  std::vector<std::vector<RefRouting>> routing;  // [L][T]
+  std::vector<std::vector<RefRouting>> routing;  // [L][T]; empty for a dense layer
   bool long_rope = false;                        // whether this forward used longrope's long factors
 
   // The intermediate, or an empty tensor when there is none of that name.
@@ -107,6 +111,8 @@ inline std::string ArchTestName(const std::string& preset) {
   if (preset == "tiny-qwen3moe") return "Qwen3Moe";
   if (preset == "tiny-qwen2moe") return "Qwen2Moe";
   if (preset == "tiny-olmoe") return "Olmoe";
+  if (preset == "tiny-qwen3moe-dense") return "Qwen3MoeDense";
+  if (preset == "tiny-qwen2moe-dense") return "Qwen2MoeDense";
   return "Mixtral";
 }
 

@@ -63,12 +63,13 @@ absl::StatusOr<std::vector<ExpertSlice>> PartitionExperts(const ModelConfig& con
     const IntermediateRange mine = (*ranges)[static_cast<size_t>(worker_index)];
     slices.reserve(static_cast<size_t>(layers) * static_cast<size_t>(experts));
     for (int layer = 0; layer < layers; ++layer)
-      for (int expert = 0; expert < experts; ++expert)
+      for (int expert = 0; expert < experts && config.moe_layer(layer); ++expert)
         slices.push_back(ExpertSlice{layer, expert, mine.begin, mine.end});
     return slices;
   }
+  // A dense layer has no experts to hold.
   for (int layer = 0; layer < layers; ++layer)
-    for (int expert = 0; expert < experts; ++expert)
+    for (int expert = 0; expert < experts && config.moe_layer(layer); ++expert)
       if (ShardWorker(layer, expert, num_workers) == worker_index)
         slices.push_back(ExpertSlice{layer, expert, 0, config.intermediate_size});
   return slices;

@@ -144,6 +144,20 @@ absl::Status ReadRopeScaling(const GgufMetadata& m, const Reader& r, const std::
   return absl::OkStatus();
 }
 
+// Qwen's dense MLP layers: llama.cpp's converter writes one as ffn_gate, ffn_up
+// and ffn_down with no router (ffn_gate_inp), feed_forward_length wide.
+absl::Status ReadDenseLayers(const GgufCheckpoint& checkpoint, const Reader& r, ModelConfig& c) {
+  if (c.num_hidden_layers < 1 || c.num_hidden_layers > kMaxLayers) return absl::OkStatus();  // Validate says why
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    if (!Has(checkpoint, GgufTensorName(WeightRole::kRouter, l))) c.dense_layers.push_back(l);
+  }
+  if (!c.dense_layers.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(c.dense_intermediate_size, r.Int("feed_forward_length"));
+    TANDEM_RETURN_IF_ERROR(r.Positive("feed_forward_length", c.dense_intermediate_size));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufCheckpoint& checkpoint) {
@@ -166,6 +180,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufCheckpoint& checkpoint
   // llama.cpp renormalises the top-k weights of llama (Mixtral) and
   // qwen3moe, not of qwen2moe or olmoe (its build_moe_ffn norm_w).
   c.norm_topk_prob = c.architecture == Architecture::kMixtral || c.architecture == Architecture::kQwen3Moe;
+  if (qwen) TANDEM_RETURN_IF_ERROR(ReadDenseLayers(checkpoint, r, c));
   if (c.architecture == Architecture::kQwen2Moe) {
     TANDEM_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size, r.Int("expert_shared_feed_forward_length"));
     TANDEM_RETURN_IF_ERROR(r.Positive("expert_shared_feed_forward_length", c.shared_expert_intermediate_size));
@@ -239,7 +254,11 @@ absl::Status AddModelConfigToGguf(const ModelConfig& c, const std::string& model
   set("context_length", u32(c.max_position_embeddings));
   set("embedding_length", u32(c.hidden_size));
   const bool qwen = c.architecture == Architecture::kQwen3Moe || c.architecture == Architecture::kQwen2Moe;
-  set("feed_forward_length", u32(qwen && c.shared_expert() ? c.shared_expert_intermediate_size : c.intermediate_size));
+  // Qwen: its dense MLP's width, as the converter writes intermediate_size.
+  const int64_t dense_width = c.dense_intermediate_size > 0 ? c.dense_intermediate_size
+                              : c.shared_expert()           ? c.shared_expert_intermediate_size
+                                                            : c.intermediate_size;
+  set("feed_forward_length", u32(qwen ? dense_width : c.intermediate_size));
   if (qwen) set("expert_feed_forward_length", u32(c.intermediate_size));
   if (c.shared_expert()) set("expert_shared_feed_forward_length", u32(c.shared_expert_intermediate_size));
   set("attention.head_count", u32(c.num_attention_heads));

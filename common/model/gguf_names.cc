@@ -56,6 +56,9 @@ std::string GgufTensorName(WeightRole role, int layer) {
     case WeightRole::kSharedW1: return b + "ffn_gate_shexp.weight";
     case WeightRole::kSharedW2: return b + "ffn_down_shexp.weight";
     case WeightRole::kSharedW3: return b + "ffn_up_shexp.weight";
+    case WeightRole::kDenseW1: return b + "ffn_gate.weight";
+    case WeightRole::kDenseW2: return b + "ffn_down.weight";
+    case WeightRole::kDenseW3: return b + "ffn_up.weight";
     case WeightRole::kFinalNorm: return "output_norm.weight";
     case WeightRole::kFinalNormBias: return "output_norm.bias";
     case WeightRole::kLmHead: return "output.weight";

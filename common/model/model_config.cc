@@ -180,21 +180,49 @@ constexpr ArchitectureNames kArchitectures[] = {
     {Architecture::kOlmoe, "OlmoeForCausalLM", "olmoe"},
 };
 
+// Qwen2/3-MoE's dense layers, as modeling_qwen2_moe.py picks them: layer l
+// is dense when mlp_only_layers lists it or (l + 1) % decoder_sparse_step != 0;
+// dense layers are intermediate_size wide.
+absl::Status ReadQwenDenseLayers(const json& root, const std::string& source, ModelConfig& c) {
+  Fields f(root, source);
+  TANDEM_ASSIGN_OR_RETURN(const int64_t sparse_step, f.Int("decoder_sparse_step", 1));
+  if (sparse_step < 1 || sparse_step > kMaxLayers) {
+    return FieldError(source, "decoder_sparse_step",
+                      absl::StrCat("must be in [1, ", kMaxLayers, "], got ", sparse_step));
+  }
+  // Validate refuses a layer count out of range; nothing is sized from it here.
+  const int64_t layers = std::clamp<int64_t>(c.num_hidden_layers, 0, kMaxLayers);
+  std::vector<bool> dense(static_cast<size_t>(layers), false);
+  auto listed = root.find("mlp_only_layers");
+  if (listed != root.end() && !listed->is_null()) {
+    if (!listed->is_array()) return FieldError(source, "mlp_only_layers", "must be a list of layer indices");
+    for (const json& v : *listed) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= layers) {
+        return FieldError(source, "mlp_only_layers",
+                          absl::StrCat("lists ", v.dump(), ", not a layer index in [0, ", layers, ")"));
+      }
+      dense[static_cast<size_t>(v.get<int64_t>())] = true;
+    }
+  }
+  c.dense_layers.clear();
+  for (int64_t l = 0; l < layers; ++l) {
+    if (dense[static_cast<size_t>(l)] || (l + 1) % sparse_step != 0) c.dense_layers.push_back(l);
+  }
+  auto width = root.find("intermediate_size");
+  if (width != root.end() && !width->is_null()) {
+    TANDEM_ASSIGN_OR_RETURN(c.dense_intermediate_size, f.Int("intermediate_size", std::nullopt));
+  } else if (!c.dense_layers.empty()) {
+    return FieldError(source, "intermediate_size", "is missing: the dense MLP layers need their width");
+  }
+  return absl::OkStatus();
+}
+
 // Qwen2/3-MoE's own keys: norm_topk_prob as given (HF's default false), and
 // the layouts tandem does not run refused by key.
 absl::Status ReadQwenMoeFields(const json& root, const std::string& source, ModelConfig& c) {
   Fields f(root, source);
   TANDEM_ASSIGN_OR_RETURN(c.norm_topk_prob, f.Bool("norm_topk_prob", false));
-  TANDEM_ASSIGN_OR_RETURN(const int64_t sparse_step, f.Int("decoder_sparse_step", 1));
-  if (sparse_step != 1) {
-    return FieldError(source, "decoder_sparse_step",
-                      absl::StrCat("is ", sparse_step, ": dense MLP layers between the MoE ones are not supported (1: "
-                                   "every layer MoE, as every released Qwen MoE model)"));
-  }
-  auto dense = root.find("mlp_only_layers");
-  if (dense != root.end() && !dense->is_null() && !(dense->is_array() && dense->empty())) {
-    return FieldError(source, "mlp_only_layers", "lists dense MLP layers, which are not supported (only [])");
-  }
+  TANDEM_RETURN_IF_ERROR(ReadQwenDenseLayers(root, source, c));
   TANDEM_ASSIGN_OR_RETURN(const bool sliding, f.Bool("use_sliding_window", false));
   if (sliding) return FieldError(source, "use_sliding_window", "is true: Qwen's sliding window is not supported");
   // Qwen configs carry sliding_window without using it.
@@ -232,6 +260,50 @@ void StretchContextForYarn(ModelConfig& c) {
   const double stretched = static_cast<double>(c.rope_scaling.original_max_position_embeddings) * c.rope_scaling.factor;
   if (stretched <= static_cast<double>(kMaxPositionEmbeddings))
     c.max_position_embeddings = std::max(c.max_position_embeddings, static_cast<int64_t>(stretched));
+}
+
+namespace {
+// Dense layers: valid, sorted, unique indices, at least one MoE layer left,
+// and a width for them.
+absl::Status ValidateDenseLayers(const ModelConfig& c, const std::string& source) {
+  for (size_t i = 0; i < c.dense_layers.size(); ++i) {
+    const int64_t l = c.dense_layers[i];
+    if (l < 0 || l >= c.num_hidden_layers || (i > 0 && l <= c.dense_layers[i - 1])) {
+      return FieldError(source, "mlp_only_layers",
+                        absl::StrCat("layer ", l, " is out of range [0, ", c.num_hidden_layers, ") or repeated"));
+    }
+  }
+  if (c.num_moe_layers() < 1) {
+    return FieldError(source, "mlp_only_layers",
+                      absl::StrCat("makes all ", c.num_hidden_layers, " layers dense: no MoE layer is left"));
+  }
+  if (c.dense_intermediate_size < 0 || c.dense_intermediate_size > kMaxIntermediateSize ||
+      (!c.dense_layers.empty() && c.dense_intermediate_size == 0)) {
+    return FieldError(source, "intermediate_size",
+                      absl::StrCat("(the dense MLP layers' width) must be in [1, ", kMaxIntermediateSize, "], got ",
+                                   c.dense_intermediate_size));
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
+bool ModelConfig::dense_layer(int64_t layer) const {
+  return std::binary_search(dense_layers.begin(), dense_layers.end(), layer);
+}
+
+int64_t ModelConfig::moe_layer_span(int64_t n) const {
+  int64_t seen = 0, l = 0;
+  for (; l < num_hidden_layers && seen < n; ++l) {
+    if (!dense_layer(l)) ++seen;
+  }
+  return l;
+}
+
+int64_t ModelConfig::first_moe_layer() const {
+  for (int64_t l = 0; l < num_hidden_layers; ++l) {
+    if (!dense_layer(l)) return l;
+  }
+  return 0;
 }
 
 std::string_view ArchitectureClassName(Architecture architecture) {
@@ -279,6 +351,7 @@ absl::Status ModelConfig::Validate(const std::string& source) const {
                       absl::StrCat("must not be negative, got ", shared_expert_intermediate_size));
   }
   TANDEM_RETURN_IF_ERROR(at_most("num_hidden_layers", num_hidden_layers, kMaxLayers));
+  TANDEM_RETURN_IF_ERROR(ValidateDenseLayers(*this, source));
   TANDEM_RETURN_IF_ERROR(at_most("num_attention_heads", num_attention_heads, kMaxAttentionHeads));
   TANDEM_RETURN_IF_ERROR(at_most("num_key_value_heads", num_key_value_heads, kMaxAttentionHeads));
   TANDEM_RETURN_IF_ERROR(at_most("max_position_embeddings", max_position_embeddings, kMaxPositionEmbeddings));
@@ -391,7 +464,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
   TANDEM_ASSIGN_OR_RETURN(c.vocab_size, f.Int("vocab_size", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.hidden_size, f.Int("hidden_size", std::nullopt));
   // Qwen's experts are moe_intermediate_size wide (intermediate_size is
-  // its dense MLP's, used only by mlp_only_layers, which tandem refuses).
+  // its dense MLP layers', read with them).
   TANDEM_ASSIGN_OR_RETURN(c.intermediate_size,
                           f.Int(qwen ? "moe_intermediate_size" : "intermediate_size", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.num_hidden_layers, f.Int("num_hidden_layers", std::nullopt));
@@ -481,10 +554,11 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   const bool qwen = c.architecture == Architecture::kQwen3Moe || c.architecture == Architecture::kQwen2Moe;
   if (qwen) {
     root["moe_intermediate_size"] = c.intermediate_size;
+    if (c.dense_intermediate_size > 0) root["intermediate_size"] = c.dense_intermediate_size;
     root["num_experts"] = c.num_local_experts;
     root["norm_topk_prob"] = c.norm_topk_prob;
     root["decoder_sparse_step"] = 1;
-    root["mlp_only_layers"] = json::array();
+    root["mlp_only_layers"] = c.dense_layers;
     root["use_sliding_window"] = false;
     if (c.architecture == Architecture::kQwen2Moe) {
       root["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;

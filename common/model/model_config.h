@@ -14,6 +14,8 @@
 //                         by sigmoid(shared_expert_gate · x).
 //   OlmoeForCausalLM    — RMSNorm over the whole q and k projections (QK norm
 //                         over H·hd and Hkv·hd values), Qwen3's router.
+// Qwen2/3-MoE may make some layers dense (mlp_only_layers, decoder_sparse_step):
+// their feed-forward is one SwiGLU MLP, no router and no experts.
 // Extra keys are ignored, as Hugging Face does; missing or inconsistent
 // fields are InvalidArgument naming the file and the field.
 #pragma once
@@ -78,6 +80,12 @@ struct ModelConfig {
   // 0: none. Dense work, run by the backend, never routed or planned.
   int64_t shared_expert_intermediate_size = 0;
   int64_t num_hidden_layers = 0;    // L
+  // Layers whose feed-forward is one dense SwiGLU MLP (mlp.gate_proj, up_proj,
+  // down_proj; dense_intermediate_size wide) instead of routed experts:
+  // dense work on the backend, like attention; sorted, unique. Every other
+  // layer is an MoE layer.
+  std::vector<int64_t> dense_layers;
+  int64_t dense_intermediate_size = 0;  // Qwen's intermediate_size; 0 when not given
   int64_t num_attention_heads = 0;  // H
   int64_t num_key_value_heads = 0;  // Hkv (GQA groups)
   int64_t head_dim = 0;             // hidden_size / H unless given
@@ -111,6 +119,15 @@ struct ModelConfig {
   bool qk_norm_per_head() const { return architecture == Architecture::kQwen3Moe; }
   bool o_proj_bias() const { return attention_bias && architecture != Architecture::kQwen2Moe; }
   bool shared_expert() const { return shared_expert_intermediate_size > 0; }
+  bool dense_layer(int64_t layer) const;
+  bool moe_layer(int64_t layer) const { return !dense_layer(layer); }
+  int64_t num_moe_layers() const { return num_hidden_layers - static_cast<int64_t>(dense_layers.size()); }
+  // The first MoE layer (Validate ensures there is one): where code that needs
+  // any expert's weights looks.
+  int64_t first_moe_layer() const;
+  // How many leading layers hold the first n MoE layers (n when none is
+  // dense): the layers a cache covering n MoE layers spans.
+  int64_t moe_layer_span(int64_t n) const;
   // Qwen2/3-MoE and OLMoE name the MoE block "mlp" and the expert matrices
   // by role (mlp.experts.e.gate_proj); Mixtral and PhiMoE "block_sparse_moe" and w1/w2/w3.
   bool mlp_expert_names() const {

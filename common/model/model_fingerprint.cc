@@ -56,6 +56,9 @@ uint64_t HashConfig(const ModelConfig& c) {
   // earlier fingerprints stay as they were.
   if (!c.norm_topk_prob) h.Add("norm_topk_prob=false");
   if (c.shared_expert()) h.Add(absl::StrCat("shared_expert_intermediate_size=", c.shared_expert_intermediate_size));
+  if (!c.dense_layers.empty()) {
+    h.Add(absl::StrCat("dense_layers=", absl::StrJoin(c.dense_layers, ","), ";", c.dense_intermediate_size));
+  }
   h.Add(absl::StrCat("bos_token_id=", c.bos_token_id));
   h.Add(absl::StrCat("eos_token_ids=", absl::StrJoin(c.eos_token_ids, ",")));
   const RopeScaling& r = c.rope_scaling;

@@ -94,6 +94,12 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModelWeights(const ModelConfig
     }
     TANDEM_ASSIGN_OR_RETURN(layer.post_attention_norm,
                             bind.Norm(WeightRole::kPostAttentionNorm, WeightRole::kPostAttentionNormBias, l));
+    if (config.dense_layer(l)) {
+      TANDEM_ASSIGN_OR_RETURN(layer.dense_mlp.w1, bind.Linear(WeightRole::kDenseW1, l));
+      TANDEM_ASSIGN_OR_RETURN(layer.dense_mlp.w2, bind.Linear(WeightRole::kDenseW2, l));
+      TANDEM_ASSIGN_OR_RETURN(layer.dense_mlp.w3, bind.Linear(WeightRole::kDenseW3, l));
+      continue;
+    }
     TANDEM_ASSIGN_OR_RETURN(layer.router, bind.Linear(WeightRole::kRouter, l));
     const int64_t before_experts = bind.bytes();
     layer.experts.resize(static_cast<size_t>(config.num_local_experts));

@@ -3,7 +3,7 @@
 // their TensorSource (an mmap'd checkpoint or an in-memory synthetic model);
 // small vectors (norms, biases) are converted to f32 once at load.
 //
-// Legend: V vocab, D hidden, I intermediate, Is shared expert's, E experts, Hq = heads * head_dim,
+// Legend: V vocab, D hidden, I intermediate, Is shared expert's, Id dense layers', E experts, Hq = heads * head_dim,
 // Hkv = kv heads * head_dim.
 #pragma once
 
@@ -38,12 +38,15 @@ struct LayerWeights {
   std::vector<float> q_bias, k_bias, v_bias, o_bias;  // f32, empty without attention_bias
   std::vector<float> q_norm, k_norm;                  // [head_dim] (OLMoE: [Hq], [Hkv]) f32, empty without qk_norm
   NormWeights post_attention_norm;
+  // An MoE layer's router and experts; both empty in a dense layer.
   LinearWeight router;                 // [E, D] block_sparse_moe.gate (Qwen3: mlp.gate)
   std::vector<ExpertWeights> experts;  // [E]
   // Qwen2-MoE: the shared expert ([Is, D] / [D, Is]) and its gate row [D]
   // f32; empty (w1.data null, gate empty) without one.
   ExpertWeights shared_expert;
   std::vector<float> shared_expert_gate;
+  // A dense layer's MLP ([Id, D] / [D, Id]); w1.data null in an MoE layer.
+  ExpertWeights dense_mlp;
 };
 
 // Immutable after load; any thread may read it.

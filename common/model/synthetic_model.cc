@@ -168,6 +168,25 @@ absl::StatusOr<Preset> FindPreset(const std::string& name) {
     c.rope_scaling.attention_factor = 0.1 * std::log(4.0) + 1.0;
     return Preset{c, 512};
   }
+  if (name == "tiny-qwen3moe-dense") {  // decoder_sparse_step 2: layers 0 and 2 dense MLPs, 1 and 3 MoE
+    ModelConfig c = Qwen3MoeBase();
+    c.vocab_size = 512, c.hidden_size = 64, c.intermediate_size = 32, c.num_hidden_layers = 4;
+    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 16;
+    c.num_local_experts = 16, c.num_experts_per_tok = 4, c.max_position_embeddings = 256;
+    c.dense_layers = {0, 2};
+    c.dense_intermediate_size = 112;
+    return Preset{c, 512};
+  }
+  if (name == "tiny-qwen2moe-dense") {  // mlp_only_layers [1]: a dense MLP between MoE layers with a shared expert
+    ModelConfig c = Qwen2MoeBase();
+    c.vocab_size = 512, c.hidden_size = 64, c.intermediate_size = 24, c.num_hidden_layers = 3;
+    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 16;
+    c.num_local_experts = 12, c.num_experts_per_tok = 4, c.max_position_embeddings = 256;
+    c.shared_expert_intermediate_size = 96;
+    c.dense_layers = {1};
+    c.dense_intermediate_size = 128;
+    return Preset{c, 512};
+  }
   if (name == "tiny-olmoe") {
     ModelConfig c = OlmoeBase();
     c.vocab_size = 512, c.hidden_size = 64, c.intermediate_size = 32, c.num_hidden_layers = 2;
@@ -269,9 +288,10 @@ void Store(void* out, DType dtype, size_t i, float v) {
 }  // namespace
 
 std::vector<std::string> SyntheticPresets() {
-  return {"tiny",          "tiny-phimoe",  "tiny-qwen3moe",     "tiny-qwen3moe-128", "tiny-qwen2moe",  "tiny-olmoe",
-          "demo",          "small-mixtral", "mixtral-8x7b",     "phi-3.5-moe",    "qwen3-30b-a3b",
-          "qwen1.5-moe-a2.7b", "qwen2-57b-a14b", "olmoe-1b-7b"};
+  return {"tiny",          "tiny-phimoe",       "tiny-qwen3moe",       "tiny-qwen3moe-128",
+          "tiny-qwen2moe", "tiny-olmoe",        "tiny-qwen3moe-dense", "tiny-qwen2moe-dense",
+          "demo",          "small-mixtral",     "mixtral-8x7b",        "phi-3.5-moe",
+          "qwen3-30b-a3b", "qwen1.5-moe-a2.7b", "qwen2-57b-a14b",      "olmoe-1b-7b"};
 }
 
 absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& spec) {
@@ -279,7 +299,12 @@ absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& spec) {
   if (spec.num_layers < 0) {
     return absl::InvalidArgumentError(absl::StrCat("num_layers must be >= 0, got ", spec.num_layers));
   }
-  if (spec.num_layers > 0) preset.config.num_hidden_layers = spec.num_layers;
+  if (spec.num_layers > 0) {
+    ModelConfig& c = preset.config;
+    c.num_hidden_layers = spec.num_layers;
+    // Fewer layers keep the dense ones among them.
+    std::erase_if(c.dense_layers, [&](int64_t l) { return l >= c.num_hidden_layers; });
+  }
   if (spec.vocab_size < 0) {
     return absl::InvalidArgumentError(absl::StrCat("vocab_size must be >= 0, got ", spec.vocab_size));
   }
@@ -355,10 +380,13 @@ void FillSyntheticRange(const ModelConfig& c, const WeightSpec& w, uint64_t seed
     case WeightRole::kExpertW3:
     case WeightRole::kSharedW1:
     case WeightRole::kSharedW3:
+    case WeightRole::kDenseW1:
+    case WeightRole::kDenseW3:
     case WeightRole::kSharedExpertGate: fill(s.linear_in_d); return;
     case WeightRole::kOProj: fill(s.linear_in_q); return;
     case WeightRole::kExpertW2: fill(s.w2); return;
     case WeightRole::kSharedW2: fill(1.0f / std::sqrt(static_cast<float>(c.shared_expert_intermediate_size))); return;
+    case WeightRole::kDenseW2: fill(1.0f / std::sqrt(static_cast<float>(c.dense_intermediate_size))); return;
     case WeightRole::kLmHead: fill(s.lm_head); return;
   }
 }
@@ -504,11 +532,11 @@ std::vector<Range> WantedRanges(const WeightSpec& w, const SyntheticSourceOption
   const int64_t n = NumElements(w.shape);
   const bool expert =
       w.role == WeightRole::kExpertW1 || w.role == WeightRole::kExpertW2 || w.role == WeightRole::kExpertW3;
-  const bool dense_matrix = w.role == WeightRole::kEmbedTokens || w.role == WeightRole::kQProj ||
-                            w.role == WeightRole::kKProj || w.role == WeightRole::kVProj ||
-                            w.role == WeightRole::kOProj || w.role == WeightRole::kLmHead ||
-                            w.role == WeightRole::kSharedW1 || w.role == WeightRole::kSharedW2 ||
-                            w.role == WeightRole::kSharedW3;
+  const bool dense_matrix =
+      w.role == WeightRole::kEmbedTokens || w.role == WeightRole::kQProj || w.role == WeightRole::kKProj ||
+      w.role == WeightRole::kVProj || w.role == WeightRole::kOProj || w.role == WeightRole::kLmHead ||
+      w.role == WeightRole::kSharedW1 || w.role == WeightRole::kSharedW2 || w.role == WeightRole::kSharedW3 ||
+      w.role == WeightRole::kDenseW1 || w.role == WeightRole::kDenseW2 || w.role == WeightRole::kDenseW3;
   if (dense_matrix && !options.dense_matrices) return {};
   if (!expert || experts.mode == SyntheticExperts::Mode::kAll) return {{0, n}};
   if (experts.mode == SyntheticExperts::Mode::kNone) return {};

@@ -49,6 +49,9 @@ std::string WeightName(const ModelConfig& config, WeightRole role, int layer, in
     case WeightRole::kSharedW1: return p + "mlp.shared_expert.gate_proj.weight";
     case WeightRole::kSharedW2: return p + "mlp.shared_expert.down_proj.weight";
     case WeightRole::kSharedW3: return p + "mlp.shared_expert.up_proj.weight";
+    case WeightRole::kDenseW1: return p + "mlp.gate_proj.weight";
+    case WeightRole::kDenseW2: return p + "mlp.down_proj.weight";
+    case WeightRole::kDenseW3: return p + "mlp.up_proj.weight";
     case WeightRole::kFinalNorm: return "model.norm.weight";
     case WeightRole::kFinalNormBias: return "model.norm.bias";
     case WeightRole::kLmHead: return "lm_head.weight";
@@ -87,6 +90,9 @@ std::vector<int64_t> WeightShape(const ModelConfig& c, WeightRole role) {
     case WeightRole::kSharedW1:
     case WeightRole::kSharedW3: return {c.shared_expert_intermediate_size, d};
     case WeightRole::kSharedW2: return {d, c.shared_expert_intermediate_size};
+    case WeightRole::kDenseW1:
+    case WeightRole::kDenseW3: return {c.dense_intermediate_size, d};
+    case WeightRole::kDenseW2: return {d, c.dense_intermediate_size};
   }
   return {};
 }
@@ -117,6 +123,12 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
     }
     add(WeightRole::kPostAttentionNorm, l);
     if (layer_norm) add(WeightRole::kPostAttentionNormBias, l);
+    if (c.dense_layer(l)) {
+      add(WeightRole::kDenseW1, l);
+      add(WeightRole::kDenseW2, l);
+      add(WeightRole::kDenseW3, l);
+      continue;
+    }
     add(WeightRole::kRouter, l);
     for (int e = 0; e < c.num_local_experts; ++e) {
       add(WeightRole::kExpertW1, l, e);

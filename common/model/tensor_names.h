@@ -2,7 +2,7 @@
 // or writes is built here, per architecture, together with its expected shape.
 // Loading, synthetic model generation and logs all speak it.
 //
-// Legend: V vocab, D hidden, I intermediate, Is shared expert's, E experts, Hq = H * head_dim,
+// Legend: V vocab, D hidden, I intermediate, Is shared expert's, Id dense layers', E experts, Hq = H * head_dim,
 // Hkv = num_key_value_heads * head_dim.
 #pragma once
 
@@ -38,6 +38,9 @@ enum class WeightRole {
   kSharedW1,               // [Is, D]    mlp.shared_expert.gate_proj
   kSharedW2,               // [D, Is]    mlp.shared_expert.down_proj
   kSharedW3,               // [Is, D]    mlp.shared_expert.up_proj
+  kDenseW1,                // [Id, D]    a dense layer's mlp.gate_proj
+  kDenseW2,                // [D, Id]    mlp.down_proj
+  kDenseW3,                // [Id, D]    mlp.up_proj
   kFinalNorm,              // [D]
   kFinalNormBias,          // [D]        LayerNorm only
   kLmHead,                 // [V, D]

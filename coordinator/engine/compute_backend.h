@@ -49,6 +49,13 @@ class ComputeBackend {
   virtual absl::Status SharedExpert(int layer, int64_t num_rows, const float* moe_input, float* hidden,
                                     float* term) = 0;
 
+  // A dense layer's feed-forward (Qwen's mlp_only_layers), dense work like
+  // attention (no router, no experts):
+  //   moe_input = post_attention_norm(hidden)                [T, D]
+  //   hidden[t] += down(silu(gate(moe_input[t])) * up(moe_input[t]))
+  // FailedPrecondition for an MoE layer.
+  virtual absl::Status DenseMlp(int layer, int64_t num_rows, float* hidden, float* moe_input) = 0;
+
   // hidden[t] += Σ_k weights[t,k] · expert_out[t·K + k]      expert_out: [T·K, D]
   virtual absl::Status Combine(int64_t num_rows, const float* weights, const float* expert_out, float* hidden) = 0;
 

@@ -212,37 +212,49 @@ absl::Status CpuBackend::Router(int layer, int64_t num_rows, const float* hidden
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::SharedExpert(int layer, int64_t num_rows, const float* moe_input, float* hidden,
-                                      float* term) {
-  const LayerWeights& lw = weights_->layers[static_cast<size_t>(layer)];
-  if (lw.shared_expert_gate.empty())
-    return absl::FailedPreconditionError(absl::StrCat("layer ", layer, " has no shared expert"));
-  const int64_t d = config_.hidden_size, is = config_.shared_expert_intermediate_size;
-  TANDEM_RETURN_IF_ERROR(shared_gate_.Grow(num_rows * is, "the shared expert's gate activations"));
-  TANDEM_RETURN_IF_ERROR(shared_up_.Grow(num_rows * is, "the shared expert's up activations"));
-  TANDEM_RETURN_IF_ERROR(shared_out_.Grow(num_rows * d, "the shared expert's output"));
+absl::Status CpuBackend::SwiGluMlp(const ExpertWeights& mlp, int64_t width, int64_t num_rows, const float* x) {
+  TANDEM_RETURN_IF_ERROR(mlp_gate_.Grow(num_rows * width, "the MLP's gate activations"));
+  TANDEM_RETURN_IF_ERROR(mlp_up_.Grow(num_rows * width, "the MLP's up activations"));
+  TANDEM_RETURN_IF_ERROR(mlp_out_.Grow(num_rows * config_.hidden_size, "the MLP's output"));
   // gate and up read the same x: one dispatch.
-  const LinearProduct gate_up[] = {{.w = &lw.shared_expert.w1, .y = shared_gate_.data()},
-                                   {.w = &lw.shared_expert.w3, .y = shared_up_.data()}};
-  TANDEM_RETURN_IF_ERROR(LinearShared(moe_input, num_rows, gate_up, pool_));
-  auto silu_rows = [&](int64_t t, int) { SiluMul(shared_gate_.data() + t * is, shared_up_.data() + t * is, is); };
+  const LinearProduct gate_up[] = {{.w = &mlp.w1, .y = mlp_gate_.data()}, {.w = &mlp.w3, .y = mlp_up_.data()}};
+  TANDEM_RETURN_IF_ERROR(LinearShared(x, num_rows, gate_up, pool_));
+  auto silu_rows = [&](int64_t t, int) { SiluMul(mlp_gate_.data() + t * width, mlp_up_.data() + t * width, width); };
   if (pool_ != nullptr) {
     pool_->ParallelFor(num_rows, silu_rows);
   } else {
     for (int64_t t = 0; t < num_rows; ++t) silu_rows(t, 0);
   }
-  TANDEM_RETURN_IF_ERROR(Linear(shared_gate_.data(), num_rows, lw.shared_expert.w2, nullptr, shared_out_.data(), pool_));
+  return Linear(mlp_gate_.data(), num_rows, mlp.w2, nullptr, mlp_out_.data(), pool_);
+}
+
+absl::Status CpuBackend::SharedExpert(int layer, int64_t num_rows, const float* moe_input, float* hidden, float* term) {
+  const LayerWeights& lw = weights_->layers[static_cast<size_t>(layer)];
+  if (lw.shared_expert_gate.empty())
+    return absl::FailedPreconditionError(absl::StrCat("layer ", layer, " has no shared expert"));
+  const int64_t d = config_.hidden_size;
+  TANDEM_RETURN_IF_ERROR(SwiGluMlp(lw.shared_expert, config_.shared_expert_intermediate_size, num_rows, moe_input));
   for (int64_t t = 0; t < num_rows; ++t) {
     // The gate is one f32 dot product per row (x stays f32, as the router's).
     const float* x = moe_input + t * d;
     double logit = 0.0;
     for (int64_t i = 0; i < d; ++i) logit += static_cast<double>(x[i]) * lw.shared_expert_gate[static_cast<size_t>(i)];
     const float scale = static_cast<float>(1.0 / (1.0 + std::exp(-logit)));
-    float* s = shared_out_.data() + t * d;
+    float* s = mlp_out_.data() + t * d;
     for (int64_t i = 0; i < d; ++i) s[i] *= scale;
     if (term != nullptr) std::copy_n(s, d, term + t * d);
   }
-  AddInPlace(hidden, shared_out_.data(), num_rows * d);
+  AddInPlace(hidden, mlp_out_.data(), num_rows * d);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::DenseMlp(int layer, int64_t num_rows, float* hidden, float* moe_input) {
+  const LayerWeights& lw = weights_->layers[static_cast<size_t>(layer)];
+  if (lw.dense_mlp.w1.data == nullptr)
+    return absl::FailedPreconditionError(absl::StrCat("layer ", layer, " is an MoE layer, not a dense one"));
+  ApplyNorm(config_, lw.post_attention_norm, hidden, num_rows, moe_input);
+  TANDEM_RETURN_IF_ERROR(SwiGluMlp(lw.dense_mlp, config_.dense_intermediate_size, num_rows, moe_input));
+  AddInPlace(hidden, mlp_out_.data(), num_rows * config_.hidden_size);
   return absl::OkStatus();
 }
 

@@ -27,6 +27,7 @@ class CpuBackend final : public ComputeBackend {
   absl::Status Router(int layer, int64_t num_rows, const float* hidden, float* moe_input, float* router_logits,
                       int32_t* experts, float* weights) override;
   absl::Status SharedExpert(int layer, int64_t num_rows, const float* moe_input, float* hidden, float* term) override;
+  absl::Status DenseMlp(int layer, int64_t num_rows, float* hidden, float* moe_input) override;
   absl::Status Combine(int64_t num_rows, const float* weights, const float* expert_out, float* hidden) override;
   absl::Status Logits(std::span<const int64_t> rows, const float* hidden, float* logits) override;
 
@@ -57,6 +58,9 @@ class CpuBackend final : public ComputeBackend {
   absl::Status PlanAttention(int layer, std::span<const SequenceSlice> slices);
   void AttendTask(const AttentionTask& task, int thread);  // on pool threads
   absl::Status ProjectOutput(const LayerWeights& lw, int64_t num_rows, float* hidden);
+  // mlp_out_ = down(silu(gate(x)) * up(x)) for the shared expert's or a
+  // dense layer's MLP, `width` wide.
+  absl::Status SwiGluMlp(const ExpertWeights& mlp, int64_t width, int64_t num_rows, const float* x);
 
   const ModelWeights* weights_;
   const ModelConfig& config_;
@@ -64,7 +68,7 @@ class CpuBackend final : public ComputeBackend {
   RotaryEmbedding rope_;
   // Run state, reused across steps.
   ScratchArray<float> normed_, q_, k_, v_, attn_, o_;
-  ScratchArray<float> shared_gate_, shared_up_, shared_out_;  // [T, Is], [T, Is], [T, D]
+  ScratchArray<float> mlp_gate_, mlp_up_, mlp_out_;  // [T, Is or Id], [T, Is or Id], [T, D]
   std::vector<ScratchArray<float>> scores_;  // per thread
   std::vector<const float*> kv_rows_;        // one layer's key, then value rows, per slice
   std::vector<AttentionRowBlock> blocks_;    // one layer's, PlanAttention's

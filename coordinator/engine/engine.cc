@@ -138,6 +138,7 @@ absl::Status Engine::ForwardLayer(int layer, std::span<const SequenceSlice> slic
   layer_timing.attention_us = MicrosSince(t);
   timing_.attention_us += layer_timing.attention_us;
   Dump("attention_out", layer, hidden_.data(), rows, d);
+  if (config_.dense_layer(layer)) return RunDenseMlp(layer, rows);
 
   t = std::chrono::steady_clock::now();
   TANDEM_RETURN_IF_ERROR(backend_->Router(layer, rows, hidden_.data(), moe_input_.data(), router_logits_.data(),
@@ -183,6 +184,19 @@ absl::Status Engine::RunSharedExpert(int layer, int64_t rows) {
   layer_timing.shared_expert_us = MicrosSince(t);
   timing_.shared_expert_us += layer_timing.shared_expert_us;
   if (term != nullptr) Dump("shared_expert_out", layer, term, rows, d);
+  return absl::OkStatus();
+}
+
+// A dense layer's MLP on the backend: no routing, nothing for the observers,
+// the layer hook or the experts.
+absl::Status Engine::RunDenseMlp(int layer, int64_t rows) {
+  const auto t = std::chrono::steady_clock::now();
+  TANDEM_RETURN_IF_ERROR(backend_->DenseMlp(layer, rows, hidden_.data(), moe_input_.data()));
+  LayerTimingUs& layer_timing = timing_.layers[static_cast<size_t>(layer)];
+  layer_timing.dense_mlp_us = MicrosSince(t);
+  timing_.dense_mlp_us += layer_timing.dense_mlp_us;
+  Dump("moe_input", layer, moe_input_.data(), rows, config_.hidden_size);
+  Dump("layer_out", layer, hidden_.data(), rows, config_.hidden_size);
   return absl::OkStatus();
 }
 

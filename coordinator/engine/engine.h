@@ -54,14 +54,14 @@ struct ForwardInput {
 
 // Wall time of one layer's parts in the last Forward, microseconds.
 struct LayerTimingUs {
-  double attention_us = 0, router_us = 0, experts_us = 0, combine_us = 0, shared_expert_us = 0;
+  double attention_us = 0, router_us = 0, experts_us = 0, combine_us = 0, shared_expert_us = 0, dense_mlp_us = 0;
 };
 
 // Wall time of the parts of the last Forward, microseconds.
 struct ForwardTiming {
   int64_t rows = 0;
   double embed_us = 0, attention_us = 0, router_us = 0, experts_us = 0, combine_us = 0, shared_expert_us = 0,
-         logits_us = 0, total_us = 0;
+         dense_mlp_us = 0, logits_us = 0, total_us = 0;
   std::vector<LayerTimingUs> layers;  // [L]
 };
 
@@ -86,6 +86,7 @@ class Engine {
   absl::Status AnnounceRouting(int layer, int64_t rows);
   absl::Status RunExperts(int layer, int64_t rows);
   absl::Status RunSharedExpert(int layer, int64_t rows);
+  absl::Status RunDenseMlp(int layer, int64_t rows);
   void Dump(std::string_view name, int layer, const float* data, int64_t n, int64_t cols) const;
   // Fills step_ and step_sequences_ for the observers from the batch layout.
   void DescribeStep(std::span<const SequenceSlice> slices);

@@ -686,6 +686,7 @@ SchedulerStats Scheduler::Stats() const {
       f.experts_us += step.timing.experts_us;
       f.combine_us += step.timing.combine_us;
       f.shared_expert_us += step.timing.shared_expert_us;
+      f.dense_mlp_us += step.timing.dense_mlp_us;
       f.logits_us += step.timing.logits_us;
       f.total_us += step.timing.total_us;
       s.mean_layers.resize(std::max(s.mean_layers.size(), step.timing.layers.size()));
@@ -695,10 +696,12 @@ SchedulerStats Scheduler::Stats() const {
         s.mean_layers[l].experts_us += step.timing.layers[l].experts_us;
         s.mean_layers[l].combine_us += step.timing.layers[l].combine_us;
         s.mean_layers[l].shared_expert_us += step.timing.layers[l].shared_expert_us;
+        s.mean_layers[l].dense_mlp_us += step.timing.layers[l].dense_mlp_us;
       }
     }
     for (LayerTimingUs& l : s.mean_layers) {
-      for (double* x : {&l.attention_us, &l.router_us, &l.experts_us, &l.combine_us, &l.shared_expert_us})
+      for (double* x :
+           {&l.attention_us, &l.router_us, &l.experts_us, &l.combine_us, &l.shared_expert_us, &l.dense_mlp_us})
         *x /= static_cast<double>(window_.size());
     }
     const double n = static_cast<double>(window_.size());
@@ -706,9 +709,8 @@ SchedulerStats Scheduler::Stats() const {
     s.mean_batch_rows = rows / n;
     if (s.window_s > 0) s.tokens_per_s = tokens / s.window_s;
     f.rows = static_cast<int64_t>(rows / n);
-    for (double* x :
-         {&f.embed_us, &f.attention_us, &f.router_us, &f.experts_us, &f.combine_us, &f.shared_expert_us, &f.logits_us,
-          &f.total_us}) {
+    for (double* x : {&f.embed_us, &f.attention_us, &f.router_us, &f.experts_us, &f.combine_us, &f.shared_expert_us,
+                      &f.dense_mlp_us, &f.logits_us, &f.total_us}) {
       *x /= n;
     }
   }

@@ -71,6 +71,9 @@ struct CalibrationRun {
         num_layers(static_cast<int>(setup.config->num_hidden_layers)),
         num_experts(static_cast<int>(setup.config->num_local_experts)),
         start(std::chrono::steady_clock::now()) {
+    for (int l = 0; l < num_layers; ++l) {
+      if (setup.config->moe_layer(l)) moe_layers.push_back(l);
+    }
     const int64_t d = setup.config->hidden_size;
     const int max_rows = options.rows.back();
     input.resize(static_cast<size_t>(max_rows * d));
@@ -83,7 +86,8 @@ struct CalibrationRun {
   // Experts are taken in turn over the whole model, so that one measurement
   // does not find the previous one's weights in the caches.
   ExpertKey NextKey() {
-    const ExpertKey key{(next / num_experts) % num_layers, next % num_experts};
+    const int layer = moe_layers[static_cast<size_t>((next / num_experts) % static_cast<int>(moe_layers.size()))];
+    const ExpertKey key{layer, next % num_experts};
     ++next;
     return key;
   }
@@ -93,6 +97,7 @@ struct CalibrationRun {
   ExpertPool& pool;
   const int num_layers;
   const int num_experts;
+  std::vector<int> moe_layers;  // the layers with experts (not the dense ones)
   const std::chrono::steady_clock::time_point start;
   std::vector<float> input, output;  // [max rows, D] f32
   int next = 0;
@@ -103,7 +108,8 @@ struct CalibrationRun {
 absl::StatusOr<std::vector<ExpertKey>> StageExperts(CalibrationRun& run) {
   ExpertPool& pool = run.pool;
   std::vector<ExpertKey> staged;
-  for (int i = 0; i < run.num_layers * run.num_experts && static_cast<int>(staged.size()) < pool.num_staging_buffers();
+  for (int i = 0; i < static_cast<int>(run.moe_layers.size()) * run.num_experts &&
+                  static_cast<int>(staged.size()) < pool.num_staging_buffers();
        ++i) {
     const ExpertKey key = run.NextKey();
     if (pool.Find(key).held) continue;
@@ -151,7 +157,9 @@ absl::StatusOr<std::vector<MigrationRecord>> TimeCopies(CalibrationRun& run) {
   std::vector<MigrationRecord> copies;
   for (int m = 0; m < run.options.migrations; ++m) {
     ExpertKey key = run.NextKey();
-    for (int tries = 0; pool.Find(key).held && tries < run.num_layers * run.num_experts; ++tries) key = run.NextKey();
+    for (int tries = 0; pool.Find(key).held && tries < static_cast<int>(run.moe_layers.size()) * run.num_experts;
+         ++tries)
+      key = run.NextKey();
     if (pool.Find(key).held) break;
     TANDEM_RETURN_IF_ERROR(pool.Stage(key));
     TANDEM_RETURN_IF_ERROR(pool.WaitReady(key));

@@ -84,19 +84,22 @@ absl::Status CheckCreateArguments(const ModelConfig& config, ExpertExecutor* cpu
 // `options` with the defaults that depend on the pool and the model filled in.
 absl::StatusOr<OrchestratorOptions> CompleteOptions(const ModelConfig& config, const ExpertPool& pool,
                                                     const OrchestratorOptions& options) {
-  const int num_layers = static_cast<int>(config.num_hidden_layers);
   const int num_experts = static_cast<int>(config.num_local_experts);
   OrchestratorOptions o = options;
   o.placement.num_slots = pool.num_slots();
+  o.placement.dense_layers = config.dense_layers;
+  // Slots are shared among the MoE layers; a dense layer holds no expert.
+  const int moe_layers = static_cast<int>(config.num_moe_layers());
   if (o.cache.kind == CachePolicyKind::kLru && o.cache.lru.num_ways == 0) {
     // Default: the slots spread over every layer they can cover.
-    o.cache.lru.num_ways = std::clamp(pool.num_slots() / num_layers, 1, num_experts);
-    o.cache.lru.num_indexes = std::min(num_layers, pool.num_slots() / o.cache.lru.num_ways);
+    o.cache.lru.num_ways = std::clamp(pool.num_slots() / moe_layers, 1, num_experts);
+    o.cache.lru.num_indexes =
+        static_cast<int>(config.moe_layer_span(std::min(moe_layers, pool.num_slots() / o.cache.lru.num_ways)));
   }
   if (o.placement.policy == PlacementPolicy::kFirstLayers && o.placement.ways == 0) {
     o.placement.ways = o.cache.kind == CachePolicyKind::kLru
                            ? o.cache.lru.num_ways
-                           : std::clamp(pool.num_slots() / num_layers, 1, num_experts);
+                           : std::clamp(pool.num_slots() / moe_layers, 1, num_experts);
   }
   o.cache.adaptive.division = o.planner.division;
   o.cache.adaptive.num_experts_per_token = static_cast<int>(config.num_experts_per_tok);

@@ -101,7 +101,7 @@ bool DaopPrecalc::Resident(int layer, int expert) const {
 
 absl::Status DaopPrecalc::OnLayerRouted(const ForwardStep& step, ComputeBackend* backend, const RoutedLayer& routed) {
   PrecalcStats delta;
-  if (routed.layer == 0) next_.layer = -1;  // a new step: nothing carries over
+  if (routed.layer == config_.first_moe_layer()) next_.layer = -1;  // a new step: nothing carries over
   current_.layer = -1;
   if (next_.layer == routed.layer) {
     if (next_.rows != routed.rows) {
@@ -113,8 +113,10 @@ absl::Status DaopPrecalc::OnLayerRouted(const ForwardStep& step, ComputeBackend*
   }
   next_.layer = -1;
   const int next_layer = routed.layer + 1;
-  // Prefill is exact: only all-decode steps predict.
-  if (!step.prefill && next_layer >= start_layer_ && next_layer < config_.num_hidden_layers) {
+  // Prefill is exact: only all-decode steps predict; a dense layer has no
+  // router to predict.
+  if (!step.prefill && next_layer >= start_layer_ && next_layer < config_.num_hidden_layers &&
+      config_.moe_layer(next_layer)) {
     if (routed.layer + 1 == start_layer_) ++delta.predicted_steps;
     TANDEM_RETURN_IF_ERROR(Predict(backend, routed, &delta));
   }

@@ -21,7 +21,7 @@ absl::StatusOr<std::unique_ptr<RoutingRecorder>> RoutingRecorder::Create(const M
       return absl::InvalidArgumentError(absl::StrCat("trace_path: cannot write ", options.trace_path));
     }
     recorder->trace_ << RoutingTraceHeaderLine(options.model_name, recorder->num_layers_, recorder->num_experts_,
-                                               static_cast<int>(config.num_experts_per_tok))
+                                               static_cast<int>(config.num_experts_per_tok), config.dense_layers)
                      << "\n";
     recorder->trace_.flush();
   }

@@ -13,8 +13,12 @@ absl::StatusOr<std::unique_ptr<WorkerExpertSources>> WorkerExpertSources::Open(c
                                                                                bool writable) {
   auto out = std::unique_ptr<WorkerExpertSources>(new WorkerExpertSources());
   const int64_t d = config.hidden_size;
-  out->sources_.assign(static_cast<size_t>(config.num_hidden_layers),
-                       std::vector<ExpertSource>(static_cast<size_t>(config.num_local_experts)));
+  // A dense layer has no experts: its list stays empty.
+  out->sources_.resize(static_cast<size_t>(config.num_hidden_layers));
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    if (config.moe_layer(l))
+      out->sources_[static_cast<size_t>(l)].resize(static_cast<size_t>(config.num_local_experts));
+  }
   for (size_t w = 0; w < regions.size(); ++w) {
     if (regions[w].empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -35,10 +39,10 @@ absl::StatusOr<std::unique_ptr<WorkerExpertSources>> WorkerExpertSources::Open(c
                        " (the pool copies experts from it; workers must run on this host): ", view.status().message()));
     }
     for (const ExpertSlice& slice : view->slices()) {
-      if (slice.layer < 0 || slice.layer >= config.num_hidden_layers || slice.expert < 0 ||
-          slice.expert >= config.num_local_experts) {
+      if (slice.layer < 0 || slice.layer >= config.num_hidden_layers || config.dense_layer(slice.layer) ||
+          slice.expert < 0 || slice.expert >= config.num_local_experts) {
         return absl::InvalidArgumentError(absl::StrCat(regions[w], ": slice of layer ", slice.layer, " expert ",
-                                                       slice.expert, " is outside the model"));
+                                                       slice.expert, " is outside the model's MoE layers"));
       }
       const ExpertWeights* weights = view->Find(slice.layer, slice.expert);
       ExpertSource& source = out->sources_[static_cast<size_t>(slice.layer)][static_cast<size_t>(slice.expert)];

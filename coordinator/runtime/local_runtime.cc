@@ -47,7 +47,7 @@ absl::StatusOr<std::unique_ptr<ExpertPool>> CreateExpertPool(const LocalOrchestr
   pool_options.memory_bytes = o.gpu_memory_bytes;
   pool_options.num_staging_buffers = o.staging_buffers;
   if (o.gpu_slots < 0 && o.gpu_memory_bytes <= 0) {
-    pool_options.num_slots = static_cast<int>(config.num_hidden_layers * config.num_local_experts / 4);
+    pool_options.num_slots = static_cast<int>(config.num_moe_layers() * config.num_local_experts / 4);
   }
   // Where migrations copy from: the workers' stores, or the model's weights
   // where they lie (mapped files, the synthetic model's buffers).
@@ -141,8 +141,8 @@ absl::Status BuildOrchestrator(const LocalOrchestratorOptions& o, const PrecalcO
   options.cache.kind = o.cache;
   options.cache.lru.num_ways = o.lru_ways;
   if (o.lru_ways > 0) {
-    options.cache.lru.num_indexes =
-        static_cast<int>(std::min<int64_t>(config.num_hidden_layers, (*pool)->num_slots() / o.lru_ways));
+    options.cache.lru.num_indexes = static_cast<int>(
+        config.moe_layer_span(std::min<int64_t>(config.num_moe_layers(), (*pool)->num_slots() / o.lru_ways)));
   }
   options.placement.policy = o.placement;
   options.placement.balance_layers = o.balance_layers;

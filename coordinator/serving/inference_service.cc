@@ -69,11 +69,10 @@ InferenceService::InferenceService(const Model* model, Scheduler* scheduler, Inf
     absl::StatusOr<TensorView> tensor = w.source->Get(name);
     if (tensor.ok()) parameters_ += tensor->num_elements();
   }
-  if (!w.layers.empty() && !w.layers[0].experts.empty()) {
-    for (const LinearWeight* lw :
-         {&w.layers[0].experts[0].w1, &w.layers[0].experts[0].w2, &w.layers[0].experts[0].w3}) {
-      expert_bytes_ += lw->bytes();
-    }
+  const size_t moe_layer = static_cast<size_t>(model_->config.first_moe_layer());
+  if (moe_layer < w.layers.size() && !w.layers[moe_layer].experts.empty()) {
+    const ExpertWeights& expert = w.layers[moe_layer].experts[0];
+    for (const LinearWeight* lw : {&expert.w1, &expert.w2, &expert.w3}) expert_bytes_ += lw->bytes();
   }
   max_token_bytes_ = MaxTokenTextBytes(*model_);
   absl::StatusOr<ModelFingerprint> fingerprint = FingerprintModel(model_->config, *w.source);

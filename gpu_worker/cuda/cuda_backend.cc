@@ -152,6 +152,10 @@ absl::Status CheckSupportedShape(const ModelConfig& c) {
                                                  ": the CUDA backend has no shared expert and no q/k/v-only biases "
                                                  "yet; use the CPU backend"));
   }
+  if (!c.dense_layers.empty()) {
+    return absl::UnimplementedError(absl::StrCat(c.architecture_name, ": the CUDA backend has no dense MLP layers (",
+                                                 c.dense_layers.size(), " in this model) yet; use the CPU backend"));
+  }
   if (c.sliding_window && (*c.sliding_window <= 0 || *c.sliding_window > std::numeric_limits<int32_t>::max())) {
     return absl::InvalidArgumentError(absl::StrCat("sliding_window ", *c.sliding_window, " unsupported"));
   }
@@ -848,6 +852,11 @@ absl::Status CudaBackend::Router(int layer, int64_t num_rows, const float* hidde
 absl::Status CudaBackend::SharedExpert(int layer, int64_t, const float*, float*, float*) {
   // Validate refuses models with a shared expert before any layer runs.
   return absl::FailedPreconditionError(absl::StrCat("layer ", layer, ": the CUDA backend has no shared expert"));
+}
+
+absl::Status CudaBackend::DenseMlp(int layer, int64_t, float*, float*) {
+  // Validate refuses models with dense layers before any layer runs.
+  return absl::FailedPreconditionError(absl::StrCat("layer ", layer, ": the CUDA backend has no dense MLP layers"));
 }
 
 absl::Status CudaBackend::Combine(int64_t num_rows, const float* weights, const float* expert_out, float* hidden) {

@@ -81,6 +81,7 @@ class CudaBackend final : public ComputeBackend {
   absl::Status Router(int layer, int64_t num_rows, const float* hidden, float* moe_input, float* router_logits,
                       int32_t* experts, float* weights) override;
   absl::Status SharedExpert(int layer, int64_t num_rows, const float* moe_input, float* hidden, float* term) override;
+  absl::Status DenseMlp(int layer, int64_t num_rows, float* hidden, float* moe_input) override;
   absl::Status Combine(int64_t num_rows, const float* weights, const float* expert_out, float* hidden) override;
   absl::Status Logits(std::span<const int64_t> rows, const float* hidden, float* logits) override;
 

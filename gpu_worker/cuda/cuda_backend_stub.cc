@@ -23,6 +23,7 @@ absl::Status CudaBackend::Embed(std::span<const int32_t>, float*) { return NoCud
 absl::Status CudaBackend::Attention(int, std::span<const SequenceSlice>, int64_t, float*) { return NoCuda(); }
 absl::Status CudaBackend::Router(int, int64_t, const float*, float*, float*, int32_t*, float*) { return NoCuda(); }
 absl::Status CudaBackend::SharedExpert(int, int64_t, const float*, float*, float*) { return NoCuda(); }
+absl::Status CudaBackend::DenseMlp(int, int64_t, float*, float*) { return NoCuda(); }
 absl::Status CudaBackend::Combine(int64_t, const float*, const float*, float*) { return NoCuda(); }
 absl::Status CudaBackend::Logits(std::span<const int64_t>, const float*, float*) { return NoCuda(); }
 std::unique_ptr<KvBlockStorage> CudaBackend::NewKvStorage() { return nullptr; }

@@ -75,8 +75,13 @@ absl::StatusOr<std::vector<ExpertKey>> PlaceExperts(const PlacementOptions& opti
                                                      " x ", num_experts));
     }
   }
-  const int total = num_layers * num_experts;
-  const int slots = std::min(options.num_slots, total);
+  std::vector<int> layers;  // the MoE layers: the only ones with experts to place
+  for (int l = 0; l < num_layers; ++l) {
+    if (!std::binary_search(options.dense_layers.begin(), options.dense_layers.end(), int64_t{l})) layers.push_back(l);
+  }
+  if (layers.empty()) return absl::InvalidArgumentError("dense_layers: every layer is dense, no expert to place");
+  const int moe_layers = static_cast<int>(layers.size());
+  const int slots = std::min(options.num_slots, moe_layers * num_experts);
   std::vector<ExpertKey> placed;
   placed.reserve(static_cast<size_t>(slots));
 
@@ -85,10 +90,10 @@ absl::StatusOr<std::vector<ExpertKey>> PlaceExperts(const PlacementOptions& opti
       if (usage == nullptr) {
         return absl::InvalidArgumentError("usage: the popularity placement needs a usage profile (profile_io.h)");
       }
-      std::vector<bool> taken(static_cast<size_t>(total), false);
+      std::vector<bool> taken(static_cast<size_t>(num_layers) * static_cast<size_t>(num_experts), false);
       if (options.balance_layers) {
-        const int per_layer = slots / num_layers;
-        for (int l = 0; l < num_layers; ++l) {
+        const int per_layer = slots / moe_layers;
+        for (int l : layers) {
           const std::vector<int> order = LayerByUsage(*usage, l);
           for (int j = 0; j < per_layer; ++j) {
             const int e = order[static_cast<size_t>(j)];
@@ -98,8 +103,11 @@ absl::StatusOr<std::vector<ExpertKey>> PlaceExperts(const PlacementOptions& opti
         }
       }
       std::vector<int> order;
-      for (int i = 0; i < total; ++i) {
-        if (!taken[static_cast<size_t>(i)]) order.push_back(i);
+      for (int l : layers) {
+        for (int e = 0; e < num_experts; ++e) {
+          const int i = l * num_experts + e;
+          if (!taken[static_cast<size_t>(i)]) order.push_back(i);
+        }
       }
       std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
         return usage->tokens[static_cast<size_t>(a)] > usage->tokens[static_cast<size_t>(b)];
@@ -115,8 +123,9 @@ absl::StatusOr<std::vector<ExpertKey>> PlaceExperts(const PlacementOptions& opti
         return absl::InvalidArgumentError(
             absl::StrCat("ways must be in [1, num_experts = ", num_experts, "] for first-layers, got ", options.ways));
       }
-      const int indexes = std::min(num_layers, slots / options.ways);
-      for (int l = 0; l < indexes; ++l) {
+      const int indexes = std::min(moe_layers, slots / options.ways);
+      for (int i = 0; i < indexes; ++i) {
+        const int l = layers[static_cast<size_t>(i)];
         if (usage != nullptr) {
           const std::vector<int> order = LayerByUsage(*usage, l);
           for (int j = 0; j < options.ways; ++j) placed.push_back({l, order[static_cast<size_t>(j)]});
@@ -127,10 +136,11 @@ absl::StatusOr<std::vector<ExpertKey>> PlaceExperts(const PlacementOptions& opti
       break;
     }
     case PlacementPolicy::kUniform: {
-      const int per_layer = slots / num_layers;
-      const int extra = slots % num_layers;
-      for (int l = 0; l < num_layers; ++l) {
-        const int count = per_layer + (l < extra ? 1 : 0);
+      const int per_layer = slots / moe_layers;
+      const int extra = slots % moe_layers;
+      for (int i = 0; i < moe_layers; ++i) {
+        const int l = layers[static_cast<size_t>(i)];
+        const int count = per_layer + (i < extra ? 1 : 0);
         // Rotate the starting id per layer so that no expert id is favoured
         // across the model (and shard owners get an even share).
         const int start = static_cast<int>((static_cast<int64_t>(l) * std::max(count, 1)) % num_experts);

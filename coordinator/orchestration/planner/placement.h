@@ -50,10 +50,14 @@ struct PlacementOptions {
   int num_slots = 0;
   int ways = 0;                 // first-layers: M, experts cached per covered layer
   bool balance_layers = false;  // popularity: DAOP's per-layer share first
+  // Layers with no experts (a model's dense MLP layers): never placed, and
+  // not counted where slots are shared among layers.
+  std::vector<int64_t> dense_layers;
 };
 
 // The experts to place, in (layer, expert) order; at most num_slots (fewer
-// when the model has fewer experts, or first-layers runs out of layers).
+// when the model has fewer experts, or first-layers runs out of layers);
+// first-layers takes the first MoE layers, skipping options.dense_layers.
 // InvalidArgument naming the parameter: counts < 1, num_slots < 0, ways
 // outside [1, num_experts] for first-layers, popularity without `usage`, or
 // a usage profile of another shape. Ties go to the lower layer, then the

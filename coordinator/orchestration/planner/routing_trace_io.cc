@@ -1,5 +1,6 @@
 #include "coordinator/orchestration/planner/routing_trace_io.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -47,23 +48,40 @@ absl::Status ReadTraceHeader(const json& object, const std::string& file_name, s
   trace->num_layers = static_cast<int>(layers);
   trace->num_experts = static_cast<int>(experts);
   trace->num_experts_per_token = static_cast<int>(k);
+  auto dense = object.find("dense_layers");
+  if (dense == object.end() || dense->is_null()) return absl::OkStatus();
+  if (!dense->is_array() || dense->size() >= static_cast<size_t>(layers)) {
+    return LineError(file_name, line_no, "dense_layers must be a list of fewer than num_layers layer indices");
+  }
+  for (const json& v : *dense) {
+    const int64_t previous = trace->dense_layers.empty() ? -1 : trace->dense_layers.back();
+    if (!v.is_number_integer() || v.get<int64_t>() <= previous || v.get<int64_t>() >= layers) {
+      return LineError(file_name, line_no,
+                       absl::StrCat("dense_layers must list increasing layers in [0, ", layers, "), got ", v.dump()));
+    }
+    trace->dense_layers.push_back(v.get<int64_t>());
+  }
   return absl::OkStatus();
 }
 
 // A step line's [L][E] rows, added to `merged`'s.
 absl::Status AddStepRows(const json& rows, const std::string& file_name, size_t line_no, int num_experts,
-                         TraceStep* merged) {
+                         std::span<const int64_t> dense_layers, TraceStep* merged) {
   for (size_t l = 0; l < rows.size(); ++l) {
     const json& layer = rows[l];
     if (!layer.is_array() || layer.size() != static_cast<size_t>(num_experts)) {
       return LineError(file_name, line_no,
                        absl::StrCat("rows[", l, "] must hold num_experts (", num_experts, ") counts"));
     }
+    const bool dense = std::binary_search(dense_layers.begin(), dense_layers.end(), static_cast<int64_t>(l));
     for (int e = 0; e < num_experts; ++e) {
       const json& v = layer[static_cast<size_t>(e)];
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 30)) {
         return LineError(file_name, line_no,
                          absl::StrCat("rows[", l, "][", e, "] must be a count >= 0, got ", v.dump()));
+      }
+      if (dense && v.get<int64_t>() != 0) {
+        return LineError(file_name, line_no, absl::StrCat("rows[", l, "][", e, "] routes to a dense layer"));
       }
       merged->rows[l * static_cast<size_t>(num_experts) + static_cast<size_t>(e)] +=
           static_cast<int32_t>(v.get<int64_t>());
@@ -110,19 +128,20 @@ absl::Status ReadTraceStep(const json& object, const std::string& file_name, siz
   if (start == 0) merge->opens.back() = true;
   if (phase->get<std::string>() == "prefill") merged.phase = Phase::kPrefill;
   merged.tokens += static_cast<int>(tokens);
-  return AddStepRows(*rows, file_name, line_no, trace->num_experts, &merged);
+  return AddStepRows(*rows, file_name, line_no, trace->num_experts, trace->dense_layers, &merged);
 }
 
 }  // namespace
 
-std::string RoutingTraceHeaderLine(const std::string& model, int num_layers, int num_experts,
-                                   int num_experts_per_token) {
+std::string RoutingTraceHeaderLine(const std::string& model, int num_layers, int num_experts, int num_experts_per_token,
+                                   std::span<const int64_t> dense_layers) {
   ordered_json header;
   header["format"] = kRoutingTraceFormat;
   header["model"] = model;
   header["num_layers"] = num_layers;
   header["num_experts"] = num_experts;
   header["num_experts_per_token"] = num_experts_per_token;
+  if (!dense_layers.empty()) header["dense_layers"] = std::vector<int64_t>(dense_layers.begin(), dense_layers.end());
   return header.dump();
 }
 
@@ -180,7 +199,9 @@ absl::StatusOr<RoutingTrace> LoadRoutingTrace(const std::string& path) {
 absl::Status SaveRoutingTrace(const RoutingTrace& trace, const std::string& model, const std::string& path) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return absl::InvalidArgumentError(absl::StrCat("cannot write routing trace ", path));
-  out << RoutingTraceHeaderLine(model, trace.num_layers, trace.num_experts, trace.num_experts_per_token) << "\n";
+  out << RoutingTraceHeaderLine(model, trace.num_layers, trace.num_experts, trace.num_experts_per_token,
+                                trace.dense_layers)
+      << "\n";
   for (size_t i = 0; i < trace.steps.size(); ++i) {
     const TraceStep& step = trace.steps[i];
     const bool first = i == 0 || trace.steps[i - 1].sequence != step.sequence;

@@ -28,9 +28,9 @@ namespace tandem {
 
 inline constexpr const char* kRoutingTraceFormat = "tandem-routing-trace/1";
 
-// The first line.
-std::string RoutingTraceHeaderLine(const std::string& model, int num_layers, int num_experts,
-                                   int num_experts_per_token);
+// The first line ("dense_layers" only when the model has some).
+std::string RoutingTraceHeaderLine(const std::string& model, int num_layers, int num_experts, int num_experts_per_token,
+                                   std::span<const int64_t> dense_layers = {});
 
 // One sequence's part of one step. rows: [L * E].
 struct RoutingTraceLine {

@@ -70,8 +70,10 @@ class Simulation {
 };
 
 absl::Status Simulation::Place() {
+  PlacementOptions placement = options_.placement;
+  placement.dense_layers = trace_.dense_layers;  // no experts to place there
   TANDEM_ASSIGN_OR_RETURN(std::vector<ExpertKey> placed,
-                          PlaceExperts(options_.placement, trace_.num_layers, trace_.num_experts, options_.usage));
+                          PlaceExperts(placement, trace_.num_layers, trace_.num_experts, options_.usage));
   TANDEM_RETURN_IF_ERROR(ApplyPlacement(placed, &table_));
   return cache_->Reset(table_);
 }

@@ -42,6 +42,9 @@ struct RoutingTrace {
   int num_layers = 0;
   int num_experts = 0;
   int num_experts_per_token = 0;
+  // The model's dense MLP layers: no routing (their rows stay zero), no
+  // experts to place. Sorted, unique.
+  std::vector<int64_t> dense_layers;
   std::vector<TraceStep> steps;
 
   std::span<const int32_t> LayerRows(size_t step, int layer) const {
