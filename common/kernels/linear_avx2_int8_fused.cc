@@ -102,6 +102,33 @@ struct Q4_0Format {
   static void Offsets(const State&, __m256 (&)[2]) {}
 };
 
+// Q5_0: Q4_0's nibbles plus bit v of the block's little-endian qh as 16 for
+// value v; minus 16. The 32 bits become 32 bytes by one shuffle, an OR and a
+// compare (byte v all ones where bit v is set).
+struct Q5_0Format {
+  static constexpr int64_t kValues = kQ5_0BlockSize, kBytes = sizeof(BlockQ5_0);
+  static constexpr int kSteps = 1;
+  static constexpr bool kOffsets = false, kIntScales = false;
+  using State = Q8_0Format::State;
+  static State Begin(const uint8_t* block) { return {_mm256_set1_ps(HalfAt(block + offsetof(BlockQ5_0, d)))}; }
+  static __m256i Levels(const uint8_t* block, int) {
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + offsetof(BlockQ5_0, qs)));
+    const __m256i nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
+    uint32_t qh;
+    std::memcpy(&qh, block + offsetof(BlockQ5_0, qh), sizeof(qh));
+    // Byte v gets qh's byte v / 8, then all bits but bit v % 8 set.
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)),
+                                               _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                                 0x0101010101010101, 0x0000000000000000));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
+                                          _mm256_set1_epi64x(-1));
+    const __m256i levels = _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+    return _mm256_sub_epi8(levels, _mm256_set1_epi8(16));
+  }
+  static __m256 Scales(const State& s, int) { return s.scale; }
+  static void Offsets(const State&, __m256 (&)[2]) {}
+};
+
 // Q4_K and Q5_K: step j is sub-block j: the low (j even) or high nibbles of
 // the 32 bytes of chunk j/2, plus bit j of qh as 16 for Q5_K.
 template <bool kFifthBit>
@@ -388,6 +415,7 @@ bool Avx2Int8Fused(const LinearWeight& w, const LinearSliceArgs& a, const Int8Pr
   switch (w.dtype) {
     case DType::kQ8_0: Run<Q8_0Format>(w, a, x); return true;
     case DType::kQ4_0: Run<Q4_0Format>(w, a, x); return true;
+    case DType::kQ5_0: Run<Q5_0Format>(w, a, x); return true;
     case DType::kQ4_K: Run<KFormat<false>>(w, a, x); return true;
     case DType::kQ5_K: Run<KFormat<true>>(w, a, x); return true;
     case DType::kQ6_K: Run<Q6KFormat>(w, a, x); return true;

@@ -9,8 +9,8 @@
 // (int8), 16 int32 lanes of 4 values each. A lane never spans two scale
 // groups (16 or 32 values), so it is scaled by its W group scale times its
 // x block scale in f32 and accumulated per (W row, x row).
-//   - Q8_0 and Q4_0: a step is two blocks in x's plain order; their constant
-//     shift (+128 to make Q8_0 unsigned, Q4_0's -8) is vpdpbusd's start
+//   - Q8_0, Q4_0 and Q5_0: a step is two blocks in x's plain order; their
+//     constant shift (+128 to make Q8_0 unsigned, Q4_0's -8, Q5_0's -16) is vpdpbusd's start
 //     value, -shift * the lane's sum of x levels, so each int32 lane is the
 //     exact signed dot product; one conversion and FMA per step.
 //   - K-quants: x is group-major (lane l of every step of a block is in
@@ -146,6 +146,35 @@ struct Q4_0Format {
     const __m512i shifted = _mm512_srlv_epi16(spread, _mm512_setr_epi64(0, 0, 0x0004000400040004, 0x0004000400040004, 0,
                                                                         0, 0x0004000400040004, 0x0004000400040004));
     return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
+  }
+};
+
+// Q5_0: Q4_0's nibbles (the same byte order) plus a fifth bit per value,
+// bit v of the block's little-endian qh for value v, as 16: levels 0..31,
+// shift 16. The two blocks' qh make one 64-bit mask of the step's bytes.
+// (llama.cpp's Q4_K_M and Q5_K_M files hold the rows that are not whole
+// 256-value blocks in Q5_0: Qwen1.5-MoE's 1408-wide down_proj.)
+struct Q5_0Format {
+  static constexpr int64_t kValues = 64, kBlockBytes = sizeof(BlockQ5_0), kBytes = 2 * kBlockBytes;
+  static constexpr int64_t kScaleAt = offsetof(BlockQ5_0, d);
+  static constexpr int kShift = 16;
+  static constexpr bool kGroupMajor = false;
+  static constexpr bool kFifthBit = false;  // (Q5_K's register pressure; the mask costs none)
+  static __m512i Levels(const uint8_t* unit, bool half) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + offsetof(BlockQ5_0, qs)));
+    const __m128i b =
+        half ? _mm_setzero_si128()
+             : _mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + sizeof(BlockQ5_0) + offsetof(BlockQ5_0, qs)));
+    const __m512i ab = _mm512_castsi256_si512(_mm256_set_m128i(b, a));
+    const __m512i spread = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), ab);
+    const __m512i shifted = _mm512_srlv_epi16(spread, _mm512_setr_epi64(0, 0, 0x0004000400040004, 0x0004000400040004, 0,
+                                                                        0, 0x0004000400040004, 0x0004000400040004));
+    uint32_t qh_a, qh_b = 0;
+    std::memcpy(&qh_a, unit + offsetof(BlockQ5_0, qh), sizeof(qh_a));
+    if (!half) std::memcpy(&qh_b, unit + sizeof(BlockQ5_0) + offsetof(BlockQ5_0, qh), sizeof(qh_b));
+    const __mmask64 fifth = _cvtu64_mask64(uint64_t{qh_a} | uint64_t{qh_b} << 32);
+    return _mm512_or_si512(_mm512_and_si512(shifted, _mm512_set1_epi8(0x0f)),
+                           _mm512_maskz_mov_epi8(fifth, _mm512_set1_epi8(0x10)));
   }
 };
 
@@ -521,6 +550,7 @@ bool Avx512VnniInt8Fused(const LinearWeight& w, const LinearSliceArgs& a, const 
   switch (w.dtype) {
     case DType::kQ8_0: Run<Q8_0Format>(w, a, x); return true;
     case DType::kQ4_0: Run<Q4_0Format>(w, a, x); return true;
+    case DType::kQ5_0: Run<Q5_0Format>(w, a, x); return true;
     case DType::kQ4_K:
       if (w.order == BlockOrder::kGroupMajor)
         Run<KFormat<false, BlockOrder::kGroupMajor>>(w, a, x);
