@@ -86,17 +86,21 @@ struct Q8_0Format {
   static void Offsets(const State&, __m256 (&)[2]) {}
 };
 
+// A 32-value block's 16 bytes of nibbles as its levels 0..15: values 0..15
+// are the low nibbles, 16..31 the high ones.
+inline __m256i NibbleLevels(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
+}
+
 struct Q4_0Format {
   static constexpr int64_t kValues = kQ4_0BlockSize, kBytes = sizeof(BlockQ4_0);
   static constexpr int kSteps = 1;
   static constexpr bool kOffsets = false, kIntScales = false;
   using State = Q8_0Format::State;
   static State Begin(const uint8_t* block) { return {_mm256_set1_ps(HalfAt(block + offsetof(BlockQ4_0, d)))}; }
-  // Values 0..15 are the low nibbles, 16..31 the high ones; minus 8.
   static __m256i Levels(const uint8_t* block, int) {
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + offsetof(BlockQ4_0, qs)));
-    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
-    return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
+    return _mm256_sub_epi8(NibbleLevels(block + offsetof(BlockQ4_0, qs)), _mm256_set1_epi8(8));
   }
   static __m256 Scales(const State& s, int) { return s.scale; }
   static void Offsets(const State&, __m256 (&)[2]) {}
@@ -112,8 +116,7 @@ struct Q5_0Format {
   using State = Q8_0Format::State;
   static State Begin(const uint8_t* block) { return {_mm256_set1_ps(HalfAt(block + offsetof(BlockQ5_0, d)))}; }
   static __m256i Levels(const uint8_t* block, int) {
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + offsetof(BlockQ5_0, qs)));
-    const __m256i nibbles = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
+    const __m256i nibbles = NibbleLevels(block + offsetof(BlockQ5_0, qs));
     uint32_t qh;
     std::memcpy(&qh, block + offsetof(BlockQ5_0, qh), sizeof(qh));
     // Byte v gets qh's byte v / 8, then all bits but bit v % 8 set.

@@ -128,24 +128,28 @@ struct Q8_0Format {
   }
 };
 
+// Two 32-value blocks' nibbles (a block's 16 bytes hold values 0..15 in
+// low nibbles, 16..31 in high ones) as a step's 64 levels: each block's bytes
+// go to two 128-bit lanes, the second shifted. `second` null: zeros.
+inline __m512i NibbleLevels(const uint8_t* first, const uint8_t* second) {
+  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(first));
+  const __m128i b = second == nullptr ? _mm_setzero_si128() : _mm_loadu_si128(reinterpret_cast<const __m128i*>(second));
+  const __m512i ab = _mm512_castsi256_si512(_mm256_set_m128i(b, a));
+  const __m512i spread = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), ab);
+  const __m512i shifted = _mm512_srlv_epi16(spread, _mm512_setr_epi64(0, 0, 0x0004000400040004, 0x0004000400040004, 0,
+                                                                      0, 0x0004000400040004, 0x0004000400040004));
+  return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
+}
+
 struct Q4_0Format {
   static constexpr int64_t kValues = 64, kBlockBytes = sizeof(BlockQ4_0), kBytes = 2 * kBlockBytes;
   static constexpr int64_t kScaleAt = offsetof(BlockQ4_0, d);
   static constexpr int kShift = 8;
   static constexpr bool kGroupMajor = false;
   static constexpr bool kFifthBit = false;
-  // A block's 16 bytes hold values 0..15 in low nibbles, 16..31 in high
-  // ones: each block's bytes go to two 128-bit lanes, the second shifted.
   static __m512i Levels(const uint8_t* unit, bool half) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + offsetof(BlockQ4_0, qs)));
-    const __m128i b =
-        half ? _mm_setzero_si128()
-             : _mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + sizeof(BlockQ4_0) + offsetof(BlockQ4_0, qs)));
-    const __m512i ab = _mm512_castsi256_si512(_mm256_set_m128i(b, a));
-    const __m512i spread = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), ab);
-    const __m512i shifted = _mm512_srlv_epi16(spread, _mm512_setr_epi64(0, 0, 0x0004000400040004, 0x0004000400040004, 0,
-                                                                        0, 0x0004000400040004, 0x0004000400040004));
-    return _mm512_and_si512(shifted, _mm512_set1_epi8(0x0f));
+    constexpr int64_t qs = offsetof(BlockQ4_0, qs);
+    return NibbleLevels(unit + qs, half ? nullptr : unit + sizeof(BlockQ4_0) + qs);
   }
 };
 
@@ -161,20 +165,13 @@ struct Q5_0Format {
   static constexpr bool kGroupMajor = false;
   static constexpr bool kFifthBit = false;  // (Q5_K's register pressure; the mask costs none)
   static __m512i Levels(const uint8_t* unit, bool half) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + offsetof(BlockQ5_0, qs)));
-    const __m128i b =
-        half ? _mm_setzero_si128()
-             : _mm_loadu_si128(reinterpret_cast<const __m128i*>(unit + sizeof(BlockQ5_0) + offsetof(BlockQ5_0, qs)));
-    const __m512i ab = _mm512_castsi256_si512(_mm256_set_m128i(b, a));
-    const __m512i spread = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), ab);
-    const __m512i shifted = _mm512_srlv_epi16(spread, _mm512_setr_epi64(0, 0, 0x0004000400040004, 0x0004000400040004, 0,
-                                                                        0, 0x0004000400040004, 0x0004000400040004));
+    constexpr int64_t qs = offsetof(BlockQ5_0, qs);
+    const __m512i nibbles = NibbleLevels(unit + qs, half ? nullptr : unit + sizeof(BlockQ5_0) + qs);
     uint32_t qh_a, qh_b = 0;
     std::memcpy(&qh_a, unit + offsetof(BlockQ5_0, qh), sizeof(qh_a));
     if (!half) std::memcpy(&qh_b, unit + sizeof(BlockQ5_0) + offsetof(BlockQ5_0, qh), sizeof(qh_b));
     const __mmask64 fifth = _cvtu64_mask64(uint64_t{qh_a} | uint64_t{qh_b} << 32);
-    return _mm512_or_si512(_mm512_and_si512(shifted, _mm512_set1_epi8(0x0f)),
-                           _mm512_maskz_mov_epi8(fifth, _mm512_set1_epi8(0x10)));
+    return _mm512_or_si512(nibbles, _mm512_maskz_mov_epi8(fifth, _mm512_set1_epi8(0x10)));
   }
 };
 
