@@ -183,7 +183,6 @@ TEST(ModelConfigTest, ReadsQwenDenseLayers) {
   EXPECT_EQ(c.dense_intermediate_size, 6144);
   EXPECT_EQ(c.num_moe_layers(), 48 - static_cast<int64_t>(want.size()));
   EXPECT_EQ(c.first_moe_layer(), 3);
-  EXPECT_EQ(c.moe_layer_span(2), 6);  // layers 3 and 5
   EXPECT_TRUE(c.dense_layer(0));
   EXPECT_TRUE(c.moe_layer(45));
   // A dense layer's tensors are its MLP's; it has no router and no experts.

@@ -112,6 +112,10 @@ TEST(PlacementTest, DenseLayersAreNeverPlaced) {
       }
     }
   }
+  // The LRU covering the first two MoE layers (1 and 3) spans layers 0-3.
+  EXPECT_EQ(LayersCoveringMoeLayers(6, dense, 2), 4);
+  EXPECT_EQ(LayersCoveringMoeLayers(6, dense, 3), 5);
+  EXPECT_EQ(LayersCoveringMoeLayers(6, {}, 3), 3);
   // More slots than the MoE layers' experts: each of them once.
   PlacementOptions all{PlacementPolicy::kUniform, 1000};
   all.dense_layers = dense;

@@ -291,14 +291,6 @@ bool ModelConfig::dense_layer(int64_t layer) const {
   return std::binary_search(dense_layers.begin(), dense_layers.end(), layer);
 }
 
-int64_t ModelConfig::moe_layer_span(int64_t n) const {
-  int64_t seen = 0, l = 0;
-  for (; l < num_hidden_layers && seen < n; ++l) {
-    if (!dense_layer(l)) ++seen;
-  }
-  return l;
-}
-
 int64_t ModelConfig::first_moe_layer() const {
   for (int64_t l = 0; l < num_hidden_layers; ++l) {
     if (!dense_layer(l)) return l;

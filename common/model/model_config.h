@@ -125,9 +125,6 @@ struct ModelConfig {
   // The first MoE layer (Validate ensures there is one): where code that needs
   // any expert's weights looks.
   int64_t first_moe_layer() const;
-  // How many leading layers hold the first n MoE layers (n when none is
-  // dense): the layers a cache covering n MoE layers spans.
-  int64_t moe_layer_span(int64_t n) const;
   // Qwen2/3-MoE and OLMoE name the MoE block "mlp" and the expert matrices
   // by role (mlp.experts.e.gate_proj); Mixtral and PhiMoE "block_sparse_moe" and w1/w2/w3.
   bool mlp_expert_names() const {

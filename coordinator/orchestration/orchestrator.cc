@@ -93,8 +93,8 @@ absl::StatusOr<OrchestratorOptions> CompleteOptions(const ModelConfig& config, c
   if (o.cache.kind == CachePolicyKind::kLru && o.cache.lru.num_ways == 0) {
     // Default: the slots spread over every layer they can cover.
     o.cache.lru.num_ways = std::clamp(pool.num_slots() / moe_layers, 1, num_experts);
-    o.cache.lru.num_indexes =
-        static_cast<int>(config.moe_layer_span(std::min(moe_layers, pool.num_slots() / o.cache.lru.num_ways)));
+    o.cache.lru.num_indexes = LayersCoveringMoeLayers(static_cast<int>(config.num_hidden_layers), config.dense_layers,
+                                                      std::min(moe_layers, pool.num_slots() / o.cache.lru.num_ways));
   }
   if (o.placement.policy == PlacementPolicy::kFirstLayers && o.placement.ways == 0) {
     o.placement.ways = o.cache.kind == CachePolicyKind::kLru

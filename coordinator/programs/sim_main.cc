@@ -87,10 +87,14 @@ absl::StatusOr<SimOptions> Preset(const std::string& name, const RoutingTrace& t
   const bool lru_all = cache == "lru-all";
   if (lru_all) cache = "lru";
   TANDEM_ASSIGN_OR_RETURN(o.cache.kind, ParseCachePolicyKind(cache));
+  // A dense layer (the trace's dense_layers) holds no expert: the slots
+  // are shared among the MoE layers.
+  const int moe_layers = std::max(1, L - static_cast<int>(trace.dense_layers.size()));
   if (lru_all) {
-    o.cache.lru = {L, std::max(1, std::min(E, slots / L))};
+    o.cache.lru = {L, std::max(1, std::min(E, slots / moe_layers))};
   } else {
-    o.cache.lru = {std::min(L, slots / std::max(1, ways)), ways};
+    o.cache.lru = {LayersCoveringMoeLayers(L, trace.dense_layers, std::min(moe_layers, slots / std::max(1, ways))),
+                   ways};
   }
   o.cache.adaptive.division = division;
   o.cache.adaptive.num_experts_per_token = trace.num_experts_per_token;

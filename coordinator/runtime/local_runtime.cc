@@ -141,8 +141,9 @@ absl::Status BuildOrchestrator(const LocalOrchestratorOptions& o, const PrecalcO
   options.cache.kind = o.cache;
   options.cache.lru.num_ways = o.lru_ways;
   if (o.lru_ways > 0) {
-    options.cache.lru.num_indexes = static_cast<int>(
-        config.moe_layer_span(std::min<int64_t>(config.num_moe_layers(), (*pool)->num_slots() / o.lru_ways)));
+    options.cache.lru.num_indexes =
+        LayersCoveringMoeLayers(static_cast<int>(config.num_hidden_layers), config.dense_layers,
+                                std::min(static_cast<int>(config.num_moe_layers()), (*pool)->num_slots() / o.lru_ways));
   }
   options.placement.policy = o.placement;
   options.placement.balance_layers = o.balance_layers;

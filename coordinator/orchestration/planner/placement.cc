@@ -153,6 +153,14 @@ absl::StatusOr<std::vector<ExpertKey>> PlaceExperts(const PlacementOptions& opti
   return placed;
 }
 
+int LayersCoveringMoeLayers(int num_layers, std::span<const int64_t> dense_layers, int moe_layers) {
+  int seen = 0, l = 0;
+  for (; l < num_layers && seen < moe_layers; ++l) {
+    if (!std::binary_search(dense_layers.begin(), dense_layers.end(), int64_t{l})) ++seen;
+  }
+  return l;
+}
+
 absl::Status ApplyPlacement(const std::vector<ExpertKey>& experts, ResidencyTable* table) {
   for (const ExpertKey& key : experts) TANDEM_RETURN_IF_ERROR(table->Place(key));
   return absl::OkStatus();

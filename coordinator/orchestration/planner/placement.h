@@ -18,6 +18,7 @@
 //                  that no id is favoured.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,11 @@ struct PlacementOptions {
 // lower expert id, so the result is deterministic.
 absl::StatusOr<std::vector<ExpertKey>> PlaceExperts(const PlacementOptions& options, int num_layers, int num_experts,
                                                     const ExpertUsage* usage);
+
+// How many leading layers of `num_layers` hold `moe_layers` MoE layers, the
+// sorted `dense_layers` skipped: the LRU's index count that covers what
+// first-layers placement fills (moe_layers when no layer is dense).
+int LayersCoveringMoeLayers(int num_layers, std::span<const int64_t> dense_layers, int moe_layers);
 
 // Places `experts` into an empty table (ResidencyTable::Place each).
 absl::Status ApplyPlacement(const std::vector<ExpertKey>& experts, ResidencyTable* table);
