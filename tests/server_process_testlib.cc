@@ -6,17 +6,12 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "tests/grpc_channel_testlib.h"
 
 namespace tandem {
 
 std::unique_ptr<v1::Inference::Stub> ServerProcess::NewStub() const {
-  // gRPC's default reconnect backoff (1 s, 1.6 s, ...) would make every
-  // start-up poll wait seconds for a server that is up in a fraction of one.
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-  return v1::Inference::NewStub(grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args));
+  return v1::Inference::NewStub(ChannelToChild(address()));
 }
 
 absl::Status ServerProcess::Start(absl::Duration timeout) {
@@ -35,6 +30,7 @@ absl::Status ServerProcess::Start(absl::Duration timeout) {
           absl::StrCat("tandem-server exited during start-up (status ", status, "): ", LogTail()));
     }
     grpc::ClientContext context;
+    context.set_wait_for_ready(true);  // see ChannelToChild
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     v1::ModelInfo info;
     last = stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &info);

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "tandem/v1/expert_worker.grpc.pb.h"
 #include "tandem/v1/expert_worker_convert.h"
+#include "tests/grpc_channel_testlib.h"
 
 namespace tandem {
 
@@ -23,12 +24,12 @@ std::string UniqueRegionPrefix() {
 }
 
 absl::Status WaitForHealthy(const std::string& address, absl::Duration timeout) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  auto stub = v1::ExpertWorker::NewStub(channel);
+  auto stub = v1::ExpertWorker::NewStub(ChannelToChild(address));
   const absl::Time deadline = absl::Now() + timeout;
   grpc::Status last;
   while (absl::Now() < deadline) {
     grpc::ClientContext context;
+    context.set_wait_for_ready(true);  // see ChannelToChild
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
     v1::HealthResponse response;
     last = stub->Health(&context, v1::HealthRequest(), &response);
