@@ -70,10 +70,10 @@ void Bf16FromLevels(const int8_t* levels, const float* scales, const float* offs
 void Bf16FromQ8_0(const uint8_t* row, int64_t k, uint16_t* out);
 
 // ---- AVX512-BF16 stream (linear_avx512_bf16_stream.cc) ----
-// Decode GEMV on bf16 weights, one row of x with K <= 4096 (other calls
-// run Avx512StreamBf16, x unprepared: PreparedBytes 0). x is prepared once
-// per call: hi then lo halves of each value in bf16 (x = hi + lo to
-// 2^-16), K rounded up to 32 and zero-padded, plus a cache line.
+// Decode GEMV on bf16 weights, 1 to 11 rows of x with K <= 4096 (other
+// calls run Avx512StreamBf16, x unprepared: PreparedBytes 0). x is prepared
+// once per call: per row, hi then lo halves of each value in bf16 (x = hi +
+// lo to 2^-16), K rounded up to 32 and zero-padded, plus a cache line.
 int64_t Bf16StreamPreparedBytes(int64_t m, int64_t k);
 int64_t Bf16StreamRowBlocks(int64_t m);
 void Bf16StreamPrepare(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t row_begin, int64_t row_end,
