@@ -31,12 +31,26 @@ namespace tandem::isa {
 namespace {
 
 inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t Max(int64_t a, int64_t b) { return a > b ? a : b; }
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-constexpr int64_t kRowBlock = 16;    // rows per prepared block: one zmm of lanes
-constexpr int kTileFeatures = 12;    // features per register tile (x 2 blocks = 24 accumulators)
-constexpr int64_t kPairBlock = 128;  // K pairs per pass: x [32 rows, 256] bf16 = 16 KB
-constexpr int64_t kSuperBlocks = 32; // row blocks whose x a W tile meets in one sweep: [512, 256] bf16 = 256 KB
+constexpr int64_t kRowBlock = 16;     // rows per prepared block: one zmm of lanes
+constexpr int kTileFeatures = 12;     // features per register tile (x 2 blocks = 24 accumulators)
+constexpr int64_t kPairBlock = 128;   // K pairs per pass: x [32 rows, 256] bf16 = 16 KB
+constexpr int64_t kSuperBlocks = 32;  // row blocks whose x a W tile meets in one sweep: [512, 256] bf16 = 256 KB
+
+// With one or two row blocks (up to 32 rows: a server's batched decode, a
+// short prompt) each W weight serves so few rows that the GEMM runs near the
+// memory's pace: whole W rows read front to back in one pass over K, x (up
+// to 512 KB) from L2, beat passes of kPairBlock that take every W row in
+// 512-byte pieces, each piece a new stream for the prefetcher
+// (docs/BENCHMARKS.md, Prefill GEMM).
+constexpr int64_t kWholeKBlocks = 2;
+constexpr int64_t kWholeKMaxXBytes = 512 << 10;
+bool WholeK(int64_t blocks, int64_t pairs) {
+  return blocks <= kWholeKBlocks &&
+         blocks * pairs * kRowBlock * static_cast<int64_t>(sizeof(uint32_t)) <= kWholeKMaxXBytes;
+}
 
 // 16 x 16 transpose of dwords: out[c] lane r = in[r] lane c.
 inline void Transpose16x16(__m512i r[16]) {
@@ -189,7 +203,7 @@ void Bf16DotBf16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch)
   const int64_t k = w.k, m = a.m, n_begin = a.n_begin, n_end = a.n_end, features = n_end - n_begin;
   const int64_t blocks = Bf16DotRowBlocks(m), pairs = CeilDiv(k, 2), full_pairs = k / 2;
   const bool odd = (k & 1) != 0;
-  const int64_t block_stride = pairs * kRowBlock;  // dwords between row blocks
+  const int64_t block_stride = pairs * kRowBlock;                  // dwords between row blocks
   const int64_t ldw = k * static_cast<int64_t>(sizeof(uint16_t));  // bytes between W rows
   const auto* xp = static_cast<const uint32_t*>(a.prepared);
   const auto* weights = static_cast<const uint16_t*>(w.data);
@@ -197,9 +211,10 @@ void Bf16DotBf16(const LinearWeight& w, const LinearSliceArgs& a, void* scratch)
   float* yt = static_cast<float*>(scratch);
   const int64_t ldyt = blocks * kRowBlock;
 
-  const int64_t passes = full_pairs == 0 ? 1 : CeilDiv(full_pairs, kPairBlock);
+  const int64_t pair_block = WholeK(blocks, pairs) ? Max(full_pairs, 1) : kPairBlock;
+  const int64_t passes = full_pairs == 0 ? 1 : CeilDiv(full_pairs, pair_block);
   for (int64_t pass = 0; pass < passes; ++pass) {
-    const int64_t p0 = pass * kPairBlock, p1 = Min(full_pairs, p0 + kPairBlock);
+    const int64_t p0 = pass * pair_block, p1 = Min(full_pairs, p0 + pair_block);
     const bool last = pass == passes - 1;
     // A W tile (12 rows x 512 B) stays in L1 across the row blocks of a
     // super-block, whose x (256 KB at most) stays in L2: W is read from
