@@ -109,7 +109,9 @@ TEST_P(QuantKernelTest, DequantizeGivesTheReferenceDecodersValues) {
   for (BlockOrder order : {BlockOrder::kGgml, BlockOrder::kGroupMajor}) {
     if (order == BlockOrder::kGroupMajor && !HasGroupMajorOrder(dtype)) continue;
     std::vector<uint8_t> blocks = m.blocks;
-    if (order == BlockOrder::kGroupMajor) ASSERT_OK(ToGroupMajorOrder(GgmlFromDType(dtype), absl::MakeSpan(blocks)));
+    if (order == BlockOrder::kGroupMajor) {
+      ASSERT_OK(ToGroupMajorOrder(GgmlFromDType(dtype), absl::MakeSpan(blocks)));
+    }
     void* w = nullptr;
     float* out = nullptr;
     ASSERT_EQ(cudaMalloc(&w, blocks.size()), cudaSuccess);

@@ -514,7 +514,9 @@ TEST_P(GgufQuantizedTest, GroupMajorCopiesAreTheFileBlocksReordered) {
   auto embed = source.Get(WeightName((*reordered)->config, WeightRole::kEmbedTokens));
   ASSERT_OK(embed);
   EXPECT_EQ(embed->order, BlockOrder::kGgml);  // read a row at a time by the embedding lookup
-  if (c.type == "q4_k_m" || c.type == "q6_k") EXPECT_GT(group_major, 0);
+  if (c.type == "q4_k_m" || c.type == "q6_k") {
+    EXPECT_GT(group_major, 0);
+  }
   EXPECT_EQ(source.reordered_tensors() > 0, group_major > 0);
   const std::vector<int32_t> tokens = Prompt((*mapped)->config);
   EXPECT_EQ(LogitsNmse(Logits(std::move(*mapped), tokens), Logits(std::move(*reordered), tokens)), 0.0);

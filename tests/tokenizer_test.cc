@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/model/sentencepiece_proto.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -91,7 +92,7 @@ TEST_F(TokenizerTest, PieceTextsConcatenateToDecodedText) {
   std::string streamed;
   for (int32_t id : *ids) streamed += tokenizer_->PieceText(id);
   // Decode drops the dummy-prefix space SentencePiece puts before the first word.
-  EXPECT_EQ(streamed, std::string(" ") + kSentence);
+  EXPECT_EQ(streamed, absl::StrCat(" ", kSentence));
   EXPECT_EQ(tokenizer_->PieceText(tokenizer_->Encode("\n", false)->back()), "\n");
 }
 
