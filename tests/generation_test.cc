@@ -178,6 +178,33 @@ TEST_P(GenerationTest, BadRequestsAreInvalidArgumentNamingTheField) {
   EXPECT_OK(rt_->generator().Validate(edge));
 }
 
+// A prompt longer than two prefill chunks goes through the engine in
+// chunks (Generator::kPrefillChunkTokens) and still gives the reference's
+// greedy tokens (the tiny presets' context stretched to fit it).
+TEST(GenerationChunksTest, PromptsLongerThanAChunkGiveTheReferenceTokens) {
+  for (const std::string preset : {"tiny", "tiny-qwen3moe"}) {
+    SCOPED_TRACE(preset);
+    std::unique_ptr<LocalRuntime> rt = MakeRuntime(preset, [](Model& m) {
+      m.config.max_position_embeddings = 2048;
+      m.weights->config.max_position_embeddings = 2048;
+    });
+    ASSERT_NE(rt, nullptr);
+    const int64_t length = 2 * static_cast<int64_t>(Generator::kPrefillChunkTokens) + 37;
+    GenerationRequest request;
+    request.prompt_ids = RandomTokens(length, rt->model().config.vocab_size, 501);
+    request.max_tokens = 6;
+    request.ignore_eos = true;
+    auto result = rt->generator().Generate(request);
+    ASSERT_OK(result);
+    auto reference = ReferenceModel::Create(*rt->model().weights);
+    ASSERT_OK(reference);
+    auto want = (*reference)->GreedyGenerate(request.prompt_ids, 6);
+    ASSERT_OK(want);
+    EXPECT_EQ(Ids(*result), *want);
+    EXPECT_EQ(result->timing.prompt_tokens, length);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Presets, GenerationTest,
                          ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe", "tiny-qwen2moe", "tiny-olmoe",
                                            "tiny-qwen2moe-dense"),

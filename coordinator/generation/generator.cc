@@ -55,6 +55,21 @@ absl::Status ValidateGenerationRequest(const ModelConfig& config, const Generati
   return request.sampling.Validate(config.vocab_size);
 }
 
+size_t Generator::LastChunkLength(size_t prompt_length) {
+  if (prompt_length == 0) return 0;
+  return prompt_length - (prompt_length - 1) / kPrefillChunkTokens * kPrefillChunkTokens;
+}
+
+absl::Status Generator::PrefillAllButLastChunk(SequenceKv& kv, std::span<const int32_t> prompt,
+                                               std::vector<float>* logits) {
+  const size_t ahead = prompt.size() - LastChunkLength(prompt.size());
+  for (size_t begin = 0; begin < ahead; begin += kPrefillChunkTokens) {
+    ForwardInput chunk{&kv, prompt.subspan(begin, kPrefillChunkTokens), false};
+    TANDEM_RETURN_IF_ERROR(engine_->Forward({&chunk, 1}, logits));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& request,
                                                      const std::function<void(const GeneratedToken&)>& on_token) {
   TANDEM_RETURN_IF_ERROR(Validate(request));
@@ -68,7 +83,9 @@ absl::StatusOr<GenerationResult> Generator::Generate(const GenerationRequest& re
   const size_t vocab = static_cast<size_t>(config.vocab_size);
   const std::vector<int32_t> eos = model_->EosIds();
 
-  std::vector<int32_t> next = request.prompt_ids;
+  TANDEM_RETURN_IF_ERROR(PrefillAllButLastChunk(kv, request.prompt_ids, &logits));
+  std::vector<int32_t> next(request.prompt_ids.end() - LastChunkLength(request.prompt_ids.size()),
+                            request.prompt_ids.end());
   for (int32_t step = 0; step < request.max_tokens; ++step) {
     ForwardInput input{&kv, next, false};
     TANDEM_RETURN_IF_ERROR(engine_->Forward({&input, 1}, &logits));

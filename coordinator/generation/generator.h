@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,8 +62,14 @@ struct GenerationResult {
 absl::Status ValidateGenerationRequest(const ModelConfig& config, const GenerationRequest& request);
 
 // Borrows everything; one Generate at a time (engine thread).
+// The prompt goes through the engine in chunks of at most
+// kPrefillChunkTokens (llama.cpp's default micro-batch): one chunk's
+// activations are all a prefill holds beside the KV cache, however long the
+// prompt (a 16k-token prompt in one Forward held 5 GB more than a 2k one).
 class Generator {
  public:
+  static constexpr size_t kPrefillChunkTokens = 512;
+
   Generator(const Model* model, Engine* engine, KvBlockPool* kv_pool)
       : model_(model), engine_(engine), kv_pool_(kv_pool) {}
 
@@ -73,6 +80,12 @@ class Generator {
   absl::Status Validate(const GenerationRequest& request) const;
 
  private:
+  // The last chunk's length: the prompt's tail that the first step forwards
+  // (1 to kPrefillChunkTokens tokens; 0 for an empty prompt).
+  static size_t LastChunkLength(size_t prompt_length);
+  // Forwards every chunk before the last into `kv`.
+  absl::Status PrefillAllButLastChunk(SequenceKv& kv, std::span<const int32_t> prompt, std::vector<float>* logits);
+
   const Model* model_;
   Engine* engine_;
   KvBlockPool* kv_pool_;
