@@ -65,7 +65,7 @@ absl::Status ValidateGenerationRequest(const ModelConfig& config, const Generati
 // The prompt goes through the engine in chunks of at most
 // kPrefillChunkTokens (llama.cpp's default micro-batch): one chunk's
 // activations are all a prefill holds beside the KV cache, however long the
-// prompt (a 16k-token prompt in one Forward held 5 GB more than a 2k one).
+// prompt (docs/BENCHMARKS.md, "Long prompts").
 class Generator {
  public:
   static constexpr size_t kPrefillChunkTokens = 512;
