@@ -129,13 +129,19 @@ TEST_P(ForwardParityTest, ReferenceOpsHaveTheirDefiningProperties) {
   EXPECT_NEAR(rotated_dot(7, 7), plain * mscale * mscale, 1e-12);
   EXPECT_NEAR(rotated_dot(12, 5), rotated_dot(30, 23), 1e-12);
   EXPECT_GT(std::fabs(rotated_dot(12, 5) - rotated_dot(12, 6)), 1e-6);
-  // Pairs are (i, i + hd/2): position 1 turns x = e_0 into cos·e_0 + sin·e_{hd/2}.
+  // Pairs are (i, i + r/2), r the rotated width: position 1 turns x = e_0
+  // into cos·e_0 + sin·e_{r/2}; past r (GLM-4.5's partial RoPE) nothing moves.
+  const int64_t rotated = config().rope_dim();
   std::vector<double> e0(static_cast<size_t>(heads * hd), 0.0);
   e0[0] = 1.0;
+  if (rotated < hd) e0[static_cast<size_t>(hd - 1)] = 1.0;
   ReferenceModel::Rope(config(), e0.data(), heads, 1, 2);
   const double inv_freq0 = longrope ? 1.0 / config().rope_scaling.short_factor[0] : 1.0;
   EXPECT_NEAR(e0[0], std::cos(inv_freq0) * mscale, 1e-15);
-  EXPECT_NEAR(e0[static_cast<size_t>(hd / 2)], std::sin(inv_freq0) * mscale, 1e-15);
+  EXPECT_NEAR(e0[static_cast<size_t>(rotated / 2)], std::sin(inv_freq0) * mscale, 1e-15);
+  if (rotated < hd) {
+    EXPECT_EQ(e0[static_cast<size_t>(hd - 1)], 1.0);
+  }
   // Attention with a window of 1 returns each position's own value.
   const int64_t kv_heads = config().num_key_value_heads, t_len = 5;
   const std::vector<float> qa = RandomFloats(t_len * heads * hd, 4, -1.0f, 1.0f);
@@ -259,12 +265,16 @@ TEST_P(ForwardParityTest, RouterMatchesReferenceOnRandomLogits) {
   const std::vector<float> logits = RandomFloats(tokens * e, 41, -4.0f, 4.0f);
   std::vector<int32_t> experts(static_cast<size_t>(tokens * k));
   std::vector<float> weights(static_cast<size_t>(tokens * k));
-  Route(config(), logits.data(), tokens, experts.data(), weights.data());
+  // The sigmoid router's correction bias: one random [E] row for every token.
+  const std::vector<float> bias =
+      config().router_correction_bias() ? RandomFloats(e, 43, -0.2f, 0.2f) : std::vector<float>{};
+  const std::vector<double> bias64(bias.begin(), bias.end());
+  Route(config(), bias.empty() ? nullptr : bias.data(), logits.data(), tokens, experts.data(), weights.data());
   std::vector<double> ref_weights;
   int64_t near_edge = 0;
   for (int64_t t = 0; t < tokens; ++t) {
     const std::vector<double> row(logits.begin() + t * e, logits.begin() + (t + 1) * e);
-    const RefRouting r = ReferenceModel::Route(config(), row);
+    const RefRouting r = ReferenceModel::Route(config(), row, bias64);
     // f32 rounding in the engine's band test is ~1e-7 of a logit; a token this
     // close to a discontinuity may legitimately go either way.
     if (r.margin < 1e-5) {
@@ -289,6 +299,7 @@ TEST_P(ForwardParityTest, ExpertFfnMatchesReference) {
   // 1 and 5 rows take the AVX2 streaming path, 16 and 40 the oneDNN path.
   for (int64_t rows : {1, 5, 16, 40}) {
     for (int layer = 0; layer < config().num_hidden_layers; ++layer) {
+      if (config().dense_layer(layer)) continue;  // no experts
       for (int expert : {0, static_cast<int>(config().num_local_experts) - 1}) {
         const std::vector<float> x = RandomFloats(rows * d, 50 + static_cast<uint32_t>(rows), -2.0f, 2.0f);
         std::vector<float> y(x.size());
@@ -318,7 +329,9 @@ TEST_P(ForwardParityTest, LinearWithBiasMatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, ForwardParityTest, ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe", "tiny-qwen2moe", "tiny-olmoe"),
+INSTANTIATE_TEST_SUITE_P(Presets, ForwardParityTest,
+                         ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe", "tiny-qwen2moe", "tiny-olmoe",
+                                           "tiny-glm4moe"),
                          [](const auto& info) { return ArchTestName(info.param); });
 
 // ------------------------------------------------------------------ whole forward
@@ -377,10 +390,13 @@ TEST_P(WholeForwardTest, EveryIntermediateMatchesReference) {
     ASSERT_EQ(engine_logits.rows, c.length);
     for (int64_t t = 0; t < c.length; ++t) {
       const RefRouting& want = ref->routing[static_cast<size_t>(layer)][static_cast<size_t>(t)];
+      const std::vector<float>& bias =
+          (*runtime)->model().weights->layers[static_cast<size_t>(layer)].router_correction_bias;
       RefRouting got = ReferenceModel::Route(
-          config, std::span<const double>(engine_logits.row(t), static_cast<size_t>(engine_logits.cols)));
+          config, std::span<const double>(engine_logits.row(t), static_cast<size_t>(engine_logits.cols)),
+          std::vector<double>(bias.begin(), bias.end()));
       std::vector<int32_t> want_experts = want.experts;
-      if (config.router_kind() == RouterKind::kSoftmaxTopK) {
+      if (config.router_kind() != RouterKind::kSparseMixer) {
         // Mixtral renormalises over the chosen set: only the set matters.
         std::sort(want_experts.begin(), want_experts.end());
         std::sort(got.experts.begin(), got.experts.end());
@@ -429,7 +445,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ForwardCase{"tiny-qwen2moe", 24, 110}, ForwardCase{"tiny-qwen2moe", 100, 111},
                       ForwardCase{"tiny-olmoe", 24, 112}, ForwardCase{"tiny-olmoe", 100, 113},
                       ForwardCase{"tiny-qwen3moe-dense", 24, 114}, ForwardCase{"tiny-qwen3moe-dense", 100, 115},
-                      ForwardCase{"tiny-qwen2moe-dense", 24, 116}, ForwardCase{"tiny-qwen2moe-dense", 100, 117}),
+                      ForwardCase{"tiny-qwen2moe-dense", 24, 116}, ForwardCase{"tiny-qwen2moe-dense", 100, 117},
+                      ForwardCase{"tiny-glm4moe", 24, 118}, ForwardCase{"tiny-glm4moe", 100, 119}),
     [](const auto& info) { return absl::StrCat(ArchTestName(info.param.preset), "_T", info.param.length); });
 
 }  // namespace

@@ -207,7 +207,7 @@ TEST(GenerationChunksTest, PromptsLongerThanAChunkGiveTheReferenceTokens) {
 
 INSTANTIATE_TEST_SUITE_P(Presets, GenerationTest,
                          ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe", "tiny-qwen2moe", "tiny-olmoe",
-                                           "tiny-qwen2moe-dense"),
+                                           "tiny-qwen2moe-dense", "tiny-glm4moe"),
                          [](const auto& info) { return ArchTestName(info.param); });
 
 }  // namespace

@@ -67,7 +67,7 @@ using ::testing::Not;
 constexpr uint64_t kSeed = 11;
 constexpr char kChatTemplate[] = "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}";
 
-// Mixtral-, PhiMoE-, Qwen3-MoE-, Qwen2-MoE- or OLMoE-shaped, hidden 256:
+// Mixtral-, PhiMoE-, Qwen3-MoE-, Qwen2-MoE-, OLMoE- or GLM-4.5-shaped, hidden 256:
 // every matrix row is whole K-blocks.
 ModelConfig KConfig(const std::string& arch) {
   auto base = SyntheticConfig({.preset = arch == "mixtral" ? "tiny" : absl::StrCat("tiny-", arch)});
@@ -288,7 +288,7 @@ TEST_P(GgufFloatRoundTripTest, SameConfigWeightsAndLogitsAsTheFolder) {
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufFloatRoundTripTest,
                          ::testing::Combine(::testing::Values("mixtral", "phimoe", "qwen3moe", "qwen2moe", "olmoe",
-                                                              "qwen3moe-dense"),
+                                                              "qwen3moe-dense", "glm4moe"),
                                             ::testing::Values("f32", "bf16", "f16")),
                          [](const auto& info) {
                            std::string name = absl::StrCat(std::get<0>(info.param), "_", std::get<1>(info.param));
@@ -590,7 +590,10 @@ INSTANTIATE_TEST_SUITE_P(Types, GgufQuantizedTest,
                                            QuantCase{"olmoe", "q8_0", 4e-3}, QuantCase{"olmoe", "q4_k_m", 0.06},
                                            QuantCase{"qwen3moe-dense", "q8_0", 5e-4},
                                            QuantCase{"qwen3moe-dense", "q4_k_m", 0.06},
-                                           QuantCase{"qwen2moe-dense", "q4_k_m", 0.06}),
+                                           QuantCase{"qwen2moe-dense", "q4_k_m", 0.06},
+                                           // GLM: a flip of the group-limited router swaps several experts
+                                           // at once, scaled by routed_scaling_factor 2.5
+                                           QuantCase{"glm4moe", "q8_0", 0.03}, QuantCase{"glm4moe", "q4_k_m", 0.25}),
                          [](const auto& info) {
                            std::string name = absl::StrCat(info.param.arch, "_", info.param.type);
                            std::replace(name.begin(), name.end(), '-', '_');

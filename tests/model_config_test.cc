@@ -304,6 +304,83 @@ TEST(ModelConfigTest, ReadsOlmoe) {
   EXPECT_FALSE(Parse(j).ok());
 }
 
+json Glm45Json() {  // zai-org/GLM-4.5's config.json
+  return json::parse(R"({
+    "architectures": ["Glm4MoeForCausalLM"], "attention_bias": true, "attention_dropout": 0.0,
+    "pad_token_id": 151329, "eos_token_id": [151329, 151336, 151338], "head_dim": 128, "hidden_act": "silu",
+    "hidden_size": 5120, "partial_rotary_factor": 0.5, "initializer_range": 0.02, "intermediate_size": 12288,
+    "max_position_embeddings": 131072, "model_type": "glm4_moe", "moe_intermediate_size": 1536,
+    "norm_topk_prob": true, "num_attention_heads": 96, "n_group": 1, "topk_group": 1, "n_routed_experts": 160,
+    "n_shared_experts": 1, "routed_scaling_factor": 2.5, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
+    "num_hidden_layers": 92, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_scaling": null,
+    "rope_theta": 1000000, "num_nextn_predict_layers": 1, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "use_cache": true, "use_qk_norm": true, "vocab_size": 151552})");
+}
+
+TEST(ModelConfigTest, ReadsGlm4Moe) {
+  ASSERT_OK_AND_ASSIGN(ModelConfig c, Parse(Glm45Json()));
+  EXPECT_EQ(c.architecture, Architecture::kGlm4Moe);
+  EXPECT_EQ(c.router_kind(), RouterKind::kSigmoidGroupedTopK);
+  EXPECT_TRUE(c.router_correction_bias());
+  EXPECT_EQ(c.num_hidden_layers, 92);  // the MTP layer is not run
+  EXPECT_EQ(c.num_local_experts, 160);
+  EXPECT_EQ(c.intermediate_size, 1536);
+  EXPECT_EQ(c.shared_expert_intermediate_size, 1536);
+  EXPECT_FALSE(c.shared_expert_gated());
+  EXPECT_EQ(c.dense_layers, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(c.dense_intermediate_size, 12288);
+  EXPECT_EQ(c.rope_dim(), 64);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_DOUBLE_EQ(c.routed_scaling_factor, 2.5);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_TRUE(c.qk_norm());
+  EXPECT_TRUE(c.qk_norm_per_head());
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_FALSE(c.o_proj_bias());
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int32_t>{151329, 151336, 151338}));
+  EXPECT_EQ(WeightName(c, WeightRole::kRouterCorrectionBias, 3), "model.layers.3.mlp.gate.e_score_correction_bias");
+  EXPECT_EQ(WeightName(c, WeightRole::kSharedW2, 3), "model.layers.3.mlp.shared_experts.down_proj.weight");
+  EXPECT_EQ(WeightShape(c, WeightRole::kRouterCorrectionBias), (std::vector<int64_t>{160}));
+  EXPECT_EQ(WeightShape(c, WeightRole::kQNorm), (std::vector<int64_t>{128}));
+  // No shared-expert gate, no o_proj bias among the expected tensors.
+  for (const WeightSpec& w : ExpectedWeights(c)) {
+    EXPECT_NE(w.role, WeightRole::kSharedExpertGate) << w.name;
+    EXPECT_NE(w.role, WeightRole::kOBias) << w.name;
+  }
+  // GLM-4.5-Air: no QK norm.
+  json j = Glm45Json();
+  j["use_qk_norm"] = false;
+  ASSERT_OK_AND_ASSIGN(ModelConfig air, Parse(j));
+  EXPECT_FALSE(air.qk_norm());
+}
+
+TEST(ModelConfigTest, Glm4MoeBadGroupsAndLayoutsAreRefusedByKey) {
+  const std::vector<std::pair<std::string, json>> cases = {
+      {"n_group", 3},  // 160 experts do not split into 3 groups
+      {"n_group", 0},
+      {"topk_group", 2},  // more groups kept than n_group = 1
+      {"routed_scaling_factor", -1.0},
+      {"partial_rotary_factor", 0.0},
+      {"partial_rotary_factor", 1.5},
+      {"first_k_dense_replace", 92},  // no MoE layer left
+      {"first_k_dense_replace", 93},
+      {"n_shared_experts", -1},
+      {"num_nextn_predict_layers", -1},
+  };
+  for (const auto& [key, value] : cases) {
+    json j = Glm45Json();
+    j[key] = value;
+    auto c = Parse(j);
+    ASSERT_FALSE(c.ok()) << key << " = " << value.dump();
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr(key)) << value.dump();
+  }
+  json j = Glm45Json();
+  j["n_group"] = 8, j["topk_group"] = 1, j["num_experts_per_tok"] = 24;  // 20 experts per group < 24
+  auto c = Parse(j);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("num_experts_per_tok"));
+}
+
 TEST(ModelConfigTest, ReadsMixtral) {
   auto c = Parse(MixtralJson());
   ASSERT_OK(c);

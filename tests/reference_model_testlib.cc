@@ -86,7 +86,8 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(const Mod
   const bool qwen3 = c.architecture == Architecture::kQwen3Moe;
   const bool qwen2 = c.architecture == Architecture::kQwen2Moe;
   const bool olmoe = c.architecture == Architecture::kOlmoe;
-  const bool mlp_names = qwen3 || qwen2 || olmoe;
+  const bool glm = c.architecture == Architecture::kGlm4Moe;
+  const bool mlp_names = qwen3 || qwen2 || olmoe || glm;
 
   // Assigns `expr` (a StatusOr) to `lhs` or returns its error.
 #define REF_ASSIGN(lhs, expr)                   \
@@ -114,10 +115,10 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(const Mod
       REF_ASSIGN(layer.q_bias, ReadVector(src, LayerName(l, "self_attn.q_proj.bias"), c.q_dim()));
       REF_ASSIGN(layer.k_bias, ReadVector(src, LayerName(l, "self_attn.k_proj.bias"), c.kv_dim()));
       REF_ASSIGN(layer.v_bias, ReadVector(src, LayerName(l, "self_attn.v_proj.bias"), c.kv_dim()));
-      // modeling_qwen2_moe.py: o_proj has no bias.
-      if (!qwen2) REF_ASSIGN(layer.o_bias, ReadVector(src, LayerName(l, "self_attn.o_proj.bias"), d));
+      // modeling_qwen2_moe.py, modeling_glm4_moe.py: o_proj has no bias.
+      if (!qwen2 && !glm) REF_ASSIGN(layer.o_bias, ReadVector(src, LayerName(l, "self_attn.o_proj.bias"), d));
     }
-    if (qwen3) {
+    if (qwen3 || (glm && c.use_qk_norm)) {  // Glm4MoeAttention: per head when use_qk_norm
       REF_ASSIGN(layer.q_norm, ReadVector(src, LayerName(l, "self_attn.q_norm.weight"), c.head_dim));
       REF_ASSIGN(layer.k_norm, ReadVector(src, LayerName(l, "self_attn.k_norm.weight"), c.head_dim));
     }
@@ -142,6 +143,7 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(const Mod
     }
     REF_ASSIGN(layer.router,
                ReadTensor(src, LayerName(l, mlp_names ? "mlp.gate.weight" : "block_sparse_moe.gate.weight"), {e, d}));
+    if (glm) REF_ASSIGN(layer.router_bias, ReadVector(src, LayerName(l, "mlp.gate.e_score_correction_bias"), e));
     for (int x = 0; x < e; ++x) {
       RefExpert expert;
       REF_ASSIGN(expert.w1, ReadTensor(src, mlp_names ? MlpExpertName(l, x, "gate_proj") : ExpertName(l, x, "w1"),
@@ -160,6 +162,16 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(const Mod
       REF_ASSIGN(layer.shared_expert.w2,
                  ReadTensor(src, LayerName(l, "mlp.shared_expert.down_proj.weight"), {d, shared}));
       REF_ASSIGN(layer.shared_expert.w3, ReadTensor(src, LayerName(l, "mlp.shared_expert.up_proj.weight"), {shared, d}));
+    }
+    if (glm && c.shared_expert_intermediate_size > 0) {
+      // Glm4MoeMLP(intermediate_size = moe_intermediate_size * n_shared_experts), ungated.
+      const int64_t shared = c.shared_expert_intermediate_size;
+      REF_ASSIGN(layer.shared_expert.w1,
+                 ReadTensor(src, LayerName(l, "mlp.shared_experts.gate_proj.weight"), {shared, d}));
+      REF_ASSIGN(layer.shared_expert.w2,
+                 ReadTensor(src, LayerName(l, "mlp.shared_experts.down_proj.weight"), {d, shared}));
+      REF_ASSIGN(layer.shared_expert.w3,
+                 ReadTensor(src, LayerName(l, "mlp.shared_experts.up_proj.weight"), {shared, d}));
     }
     model->layers_.push_back(std::move(layer));
   }
@@ -228,7 +240,8 @@ bool ReferenceModel::UseLongRope(const ModelConfig& config, int64_t seq_len) {
 }
 
 void ReferenceModel::Rope(const ModelConfig& config, double* x, int64_t heads, int64_t position, int64_t seq_len) {
-  const int64_t hd = config.head_dim, half = hd / 2;
+  // hd: the rotated width (Glm4Moe: head_dim * partial_rotary_factor); heads are head_dim apart.
+  const int64_t hd = config.rope_dim(), half = hd / 2, stride = config.head_dim;
   const bool longrope = config.rope_scaling.type == "longrope";
   const bool use_long = UseLongRope(config, seq_len);
   const double mscale =
@@ -268,7 +281,7 @@ void ReferenceModel::Rope(const ModelConfig& config, double* x, int64_t heads, i
     const double angle = static_cast<double>(position) * inv_freq;
     const double cos_v = std::cos(angle) * mscale * yarn_mscale, sin_v = std::sin(angle) * mscale * yarn_mscale;
     for (int64_t h = 0; h < heads; ++h) {
-      double* v = x + h * hd;
+      double* v = x + h * stride;
       // x · cos + rotate_half(x) · sin, rotate_half(x) = [-x2, x1].
       const double a = v[i], b = v[i + half];
       v[i] = a * cos_v - b * sin_v;
@@ -397,8 +410,60 @@ RefRouting ReferenceModel::SparseMixer(std::span<const double> scores, double ji
   return r;
 }
 
-RefRouting ReferenceModel::Route(const ModelConfig& config, std::span<const double> logits) {
+RefRouting ReferenceModel::SigmoidGroupedTopK(const ModelConfig& config, std::span<const double> logits,
+                                              std::span<const double> correction_bias) {
+  const size_t n = logits.size();
+  const int64_t k = config.num_experts_per_tok, groups = config.n_group;
+  const int64_t per_group = static_cast<int64_t>(n) / groups;
+  std::vector<double> scores(n), choice(n);
+  for (size_t e = 0; e < n; ++e) {
+    scores[e] = 1.0 / (1.0 + std::exp(-logits[e]));  // router_logits.sigmoid()
+    choice[e] = scores[e] + (correction_bias.empty() ? 0.0 : correction_bias[e]);
+  }
+  RefRouting r;
+  r.margin = kInf;
+  // group_scores = choice.view(-1, n_group, E / n_group).topk(2)[0].sum(-1)
+  std::vector<double> group_scores(static_cast<size_t>(groups));
+  for (int64_t g = 0; g < groups; ++g) {
+    std::vector<double> members(choice.begin() + g * per_group, choice.begin() + (g + 1) * per_group);
+    const std::vector<int32_t> top = DescendingOrder(members);
+    group_scores[static_cast<size_t>(g)] = members[static_cast<size_t>(top[0])] + members[static_cast<size_t>(top[1])];
+  }
+  // group_idx = topk(group_scores, topk_group); the others' experts masked_fill(0.0).
+  const std::vector<int32_t> group_order = DescendingOrder(group_scores);
+  std::vector<bool> kept(static_cast<size_t>(groups), false);
+  for (int64_t g = 0; g < config.topk_group; ++g) kept[static_cast<size_t>(group_order[static_cast<size_t>(g)])] = true;
+  if (config.topk_group < groups) {
+    // A group score moves by at most twice a choice value's change.
+    const double gap = group_scores[static_cast<size_t>(group_order[static_cast<size_t>(config.topk_group - 1)])] -
+                       group_scores[static_cast<size_t>(group_order[static_cast<size_t>(config.topk_group)])];
+    r.margin = std::min(r.margin, gap / 2.0);
+  }
+  for (size_t e = 0; e < n; ++e) {
+    if (!kept[e / static_cast<size_t>(per_group)]) choice[e] = 0.0;
+  }
+  const std::vector<int32_t> order = DescendingOrder(choice);
+  double sum = 0.0;
+  for (int64_t s = 0; s < k; ++s) {
+    r.experts.push_back(order[static_cast<size_t>(s)]);
+    r.weights.push_back(scores[static_cast<size_t>(order[static_cast<size_t>(s)])]);  // scores.gather(topk_indices)
+    sum += r.weights.back();
+  }
+  if (static_cast<size_t>(k) < n) {
+    r.margin = std::min(r.margin, choice[static_cast<size_t>(order[static_cast<size_t>(k - 1)])] -
+                                      choice[static_cast<size_t>(order[static_cast<size_t>(k)])]);
+  }
+  for (double& w : r.weights) {
+    if (config.norm_topk_prob) w /= sum + 1e-20;
+    w *= config.routed_scaling_factor;
+  }
+  return r;
+}
+
+RefRouting ReferenceModel::Route(const ModelConfig& config, std::span<const double> logits,
+                                 std::span<const double> correction_bias) {
   if (config.architecture == Architecture::kPhiMoE) return SparseMixer(logits, config.router_jitter_noise);
+  if (config.architecture == Architecture::kGlm4Moe) return SigmoidGroupedTopK(config, logits, correction_bias);
   return SoftmaxTopK(logits, config.num_experts_per_tok, config.norm_topk_prob);
 }
 
@@ -441,8 +506,8 @@ absl::StatusOr<ReferenceForward> ReferenceModel::Forward(const std::vector<int32
     RefTensor q = Linear(x, lw.q_proj, lw.q_bias);  // [T, H·hd]
     RefTensor k = Linear(x, lw.k_proj, lw.k_bias);  // [T, Hkv·hd]
     const RefTensor v = Linear(x, lw.v_proj, lw.v_bias);
-    if (c.architecture == Architecture::kQwen3Moe) {
-      // Qwen3: q_norm / k_norm, an RMSNorm over each head's head_dim values.
+    if (c.architecture == Architecture::kQwen3Moe || (c.architecture == Architecture::kGlm4Moe && c.use_qk_norm)) {
+      // Qwen3 (and GLM-4.5's use_qk_norm): q_norm / k_norm, an RMSNorm over each head's head_dim values.
       q = HeadRmsNorm(q, lw.q_norm, c.head_dim, c.rms_norm_eps);
       k = HeadRmsNorm(k, lw.k_norm, c.head_dim, c.rms_norm_eps);
     } else if (c.architecture == Architecture::kOlmoe) {
@@ -477,7 +542,8 @@ absl::StatusOr<ReferenceForward> ReferenceModel::Forward(const std::vector<int32
     RefTensor moe_out(t_len, d);
     std::vector<RefRouting> routing;
     for (int64_t t = 0; t < t_len; ++t) {
-      RefRouting r = Route(c, std::span<const double>(router_logits.row(t), static_cast<size_t>(c.num_local_experts)));
+      RefRouting r = Route(c, std::span<const double>(router_logits.row(t), static_cast<size_t>(c.num_local_experts)),
+                           lw.router_bias);
       RefTensor row(1, d);
       std::copy_n(moe_input.row(t), d, row.row(0));
       for (size_t s = 0; s < r.experts.size(); ++s) {
@@ -497,6 +563,11 @@ absl::StatusOr<ReferenceForward> ReferenceModel::Forward(const std::vector<int32
         const double scale = 1.0 / (1.0 + std::exp(-gate.at(t, 0)));
         for (int64_t i = 0; i < d; ++i) shared.at(t, i) *= scale;
       }
+      record("shared_expert_out", l, shared);
+      for (size_t i = 0; i < h.data.size(); ++i) h.data[i] += shared.data[i];
+    } else if (lw.shared_expert.w1.rows > 0) {
+      // modeling_glm4_moe.py: routed + shared_experts(residuals), ungated.
+      const RefTensor shared = ExpertFfn(moe_input, lw.shared_expert);
       record("shared_expert_out", l, shared);
       for (size_t i = 0; i < h.data.size(); ++i) h.data[i] += shared.data[i];
     }

@@ -76,8 +76,9 @@ struct RefLayer {
   std::vector<double> q_norm, k_norm;                  // [head_dim] Qwen3's QK norm, [Hq] / [Hkv] OLMoE's
   RefNorm post_attention_norm;
   RefTensor router;                // [E, D]
+  std::vector<double> router_bias;  // [E] GLM-4.5's e_score_correction_bias; empty otherwise
   std::vector<RefExpert> experts;  // [E]
-  RefExpert shared_expert;         // Qwen2-MoE: [Is, D], [D, Is], [Is, D]
+  RefExpert shared_expert;         // Qwen2-MoE, GLM-4.5: [Is, D], [D, Is], [Is, D]; 0 rows without
   RefTensor shared_expert_gate;    // Qwen2-MoE: [1, D]; 0 rows otherwise
   // A dense layer (Qwen's mlp_only_layers / decoder_sparse_step): its MLP,
   // and no router, experts or shared expert.
@@ -113,6 +114,7 @@ inline std::string ArchTestName(const std::string& preset) {
   if (preset == "tiny-olmoe") return "Olmoe";
   if (preset == "tiny-qwen3moe-dense") return "Qwen3MoeDense";
   if (preset == "tiny-qwen2moe-dense") return "Qwen2MoeDense";
+  if (preset == "tiny-glm4moe") return "Glm4Moe";
   return "Mixtral";
 }
 
@@ -141,8 +143,10 @@ class ReferenceModel {
   // factors (HF: seq_len = max(position_ids) + 1 > original_max).
   static bool UseLongRope(const ModelConfig& config, int64_t seq_len);
   // Rotates `heads` consecutive head_dim vectors of `x` for `position` in a
-  // forward of `seq_len` positions: rotate_half (pairs i, i + hd/2),
-  // inv_freq = 1 / theta^(2i/hd) (/ longrope factor), cos/sin · mscale.
+  // forward of `seq_len` positions: rotate_half over the first r values
+  // (pairs i, i + r/2; r = head_dim, or GLM-4.5's head_dim x
+  // partial_rotary_factor), inv_freq = 1 / theta^(2i/r) (/ longrope
+  // factor), cos/sin · mscale.
   static void Rope(const ModelConfig& config, double* x, int64_t heads, int64_t position, int64_t seq_len);
 
   // Causal grouped-query attention of one sequence at positions 0..T-1:
@@ -157,8 +161,19 @@ class ReferenceModel {
   // PhiMoE's sparsemixer at inference, line by line as modeling_phimoe.py
   // (top-2, jitter band, weights not renormalised).
   static RefRouting SparseMixer(std::span<const double> logits, double jitter_eps);
-  // The config's router.
-  static RefRouting Route(const ModelConfig& config, std::span<const double> logits);
+  // GLM-4.5 / DeepSeek-V3's noaux_tc, line by line as modeling_glm4_moe.py
+  // Glm4MoeTopkRouter: sigmoid scores; choice = score + bias; group score =
+  // sum of a group's top-2 choice values; choice 0 outside the topk_group
+  // best groups; top-K by choice (ties: lower index); weights = the chosen
+  // scores (/ (sum + 1e-20) when normalising) x routed_scaling_factor. The
+  // margin is in score units, a lower bound in logits (the sigmoid's slope
+  // is at most 1/4).
+  static RefRouting SigmoidGroupedTopK(const ModelConfig& config, std::span<const double> logits,
+                                       std::span<const double> correction_bias);
+  // The config's router; `correction_bias` is the layer's [E] bias for the
+  // sigmoid router (empty for the others).
+  static RefRouting Route(const ModelConfig& config, std::span<const double> logits,
+                          std::span<const double> correction_bias = {});
 
   // w2 · (silu(w1 · x) ⊙ (w3 · x)) per row.     x: [R, D], out: [R, D]
   static RefTensor ExpertFfn(const RefTensor& x, const RefExpert& expert);

@@ -182,7 +182,9 @@ INSTANTIATE_TEST_SUITE_P(All, RemoteExpertsTest,
                                            Case{"shard", "shm", "tiny-qwen3moe-128"},
                                            // dense MLP layers stay with the coordinator, first and between
                                            Case{"split", "shm", "tiny-qwen3moe-dense"},
-                                           Case{"shard", "shm", "tiny-qwen2moe-dense"}),
+                                           Case{"shard", "shm", "tiny-qwen2moe-dense"},
+                                           // GLM-4.5: sigmoid router with its bias, ungated shared expert
+                                           Case{"split", "shm", "tiny-glm4moe"}),
                          [](const auto& info) {
                            std::string name = (info.param.preset == "tiny" ? "" : info.param.preset.substr(5) + "_") +
                                               info.param.division + "_" + info.param.transport;

@@ -104,7 +104,7 @@ TEST(SoftmaxTopKTest, WithoutNormTopKProbTheWeightsAreTheFullSoftmaxs) {
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = 0.1f * static_cast<float>(i);
   std::vector<int32_t> experts(static_cast<size_t>(c.num_experts_per_tok));
   std::vector<float> weights(experts.size()), want(experts.size());
-  Route(c, logits.data(), 1, experts.data(), weights.data());
+  Route(c, /*correction_bias=*/nullptr, logits.data(), 1, experts.data(), weights.data());
   RouteSoftmaxTopK(logits.data(), c.num_local_experts, c.num_experts_per_tok, experts.data(), want.data(), false);
   EXPECT_EQ(weights, want);
 }
@@ -184,6 +184,50 @@ TEST(SparseMixerTest, Ties) {
   ExpectSparseMixer({0.0f, 0.0f, 0.0f, 0.0f}, kJitter, {0, 1}, {0.25, 1.0 / 3.0});
 }
 
+// modeling_glm4_moe.py's noaux_tc, computed by hand on 8 experts in 4 groups.
+TEST(SigmoidGroupedTopKTest, ChoosesByBiasedScoreWithinTheBestGroupsAndWeighsByScore) {
+  // Logits whose sigmoids are easy to order; the bias lifts expert 7.
+  const std::vector<float> logits = {2.0f, 1.0f, 0.5f, 0.4f, -1.0f, -2.0f, 0.0f, -0.5f};
+  std::vector<float> bias(8, 0.0f);
+  bias[7] = 1.0f;  // sigmoid(-0.5) + 1 = 1.38: chosen first, weighted by its score 0.378
+  auto sigmoid = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  // Groups {0,1} {2,3} {4,5} {6,7}: choice sums 0.88+0.73, 0.62+0.60, 0.27+0.12, 0.5+1.38.
+  // topk_group 2 keeps groups 3 and 0; K = 3: experts 7, 0, 1.
+  int32_t experts[3];
+  float weights[3];
+  RouteSigmoidGroupedTopK(logits.data(), bias.data(), 8, 3, /*n_group=*/4, /*topk_group=*/2, /*normalize=*/true,
+                          /*scale=*/2.5, experts, weights);
+  EXPECT_EQ(std::vector<int32_t>(experts, experts + 3), (std::vector<int32_t>{7, 0, 1}));
+  const double s7 = sigmoid(-0.5), s0 = sigmoid(2.0), s1 = sigmoid(1.0), sum = s7 + s0 + s1;
+  EXPECT_NEAR(weights[0], 2.5 * s7 / sum, 1e-6);
+  EXPECT_NEAR(weights[1], 2.5 * s0 / sum, 1e-6);
+  EXPECT_NEAR(weights[2], 2.5 * s1 / sum, 1e-6);
+  // One group kept (group 3 by 1.88): its two experts, then a masked one at choice 0.
+  RouteSigmoidGroupedTopK(logits.data(), bias.data(), 8, 3, 4, 1, /*normalize=*/false, 1.0, experts, weights);
+  EXPECT_EQ(experts[0], 7);
+  EXPECT_EQ(experts[1], 6);
+  EXPECT_EQ(experts[2], 0);           // every other expert masked to 0: the lowest index wins the tie
+  EXPECT_NEAR(weights[0], s7, 1e-6);  // not renormalised, scale 1
+  EXPECT_NEAR(weights[2], s0, 1e-6);  // a masked expert still weighs by its own score
+  // No grouping, no bias: plain top-K of the sigmoid scores.
+  RouteSigmoidGroupedTopK(logits.data(), nullptr, 8, 3, 1, 1, true, 1.0, experts, weights);
+  EXPECT_EQ(std::vector<int32_t>(experts, experts + 3), (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_NEAR(weights[0] + weights[1] + weights[2], 1.0, 1e-6);
+}
+
+TEST(SigmoidGroupedTopKTest, RouteTakesTheLayersBias) {
+  auto c = SyntheticConfig({.preset = "tiny-glm4moe"});
+  ASSERT_OK(c);
+  const int64_t e = c->num_local_experts, k = c->num_experts_per_tok;
+  std::vector<float> logits(static_cast<size_t>(e), 0.0f), bias(static_cast<size_t>(e), 0.0f);
+  bias[static_cast<size_t>(e - 1)] = 1.0f;  // equal scores: the bias decides
+  std::vector<int32_t> experts(static_cast<size_t>(k));
+  std::vector<float> weights(static_cast<size_t>(k));
+  Route(*c, bias.data(), logits.data(), 1, experts.data(), weights.data());
+  EXPECT_EQ(experts[0], e - 1);
+  for (float w : weights) EXPECT_NEAR(w, c->routed_scaling_factor / static_cast<double>(k), 1e-6);
+}
+
 TEST(SparseMixerTest, RouteDispatchesByArchitecture) {
   ModelConfig config;
   config.architecture = Architecture::kPhiMoE;
@@ -193,14 +237,14 @@ TEST(SparseMixerTest, RouteDispatchesByArchitecture) {
   const std::vector<float> logits = {2.0f, 1.99f, -1.0f, 0.0f, /*token 2*/ 0.0f, 0.0f, 5.0f, 0.0f};
   std::vector<int32_t> experts(4);
   std::vector<float> weights(4);
-  Route(config, logits.data(), 2, experts.data(), weights.data());
+  Route(config, /*correction_bias=*/nullptr, logits.data(), 2, experts.data(), weights.data());
   EXPECT_EQ(experts, (std::vector<int32_t>{0, 1, 2, 0}));
   EXPECT_NEAR(weights[0], 1.0 / (1.0 + std::exp(-0.01)), 1e-6);
   EXPECT_NEAR(weights[1], 1.0, 1e-6);
   EXPECT_NEAR(weights[2], 1.0, 1e-6);
   EXPECT_NEAR(weights[3], 1.0 / 3.0, 1e-6);  // the three zeros share the second band
   config.architecture = Architecture::kMixtral;
-  Route(config, logits.data(), 2, experts.data(), weights.data());
+  Route(config, /*correction_bias=*/nullptr, logits.data(), 2, experts.data(), weights.data());
   EXPECT_EQ(experts, (std::vector<int32_t>{0, 1, 2, 0}));
   EXPECT_NEAR(weights[0] + weights[1], 1.0, 1e-6);  // Mixtral renormalises
 }
@@ -297,13 +341,15 @@ TEST_P(ExpertDispatchTest, OnlyChosenExpertsAreCalledWithTheirRows) {
     ASSERT_OK(rt.engine->Forward({&input, 1}, &logits));
     const int64_t rows = static_cast<int64_t>(tokens->size());
     for (int layer = 0; layer < config.num_hidden_layers; ++layer) {
+      if (config.dense_layer(layer)) continue;  // no router, no experts
       // What the router chose, from the logits the engine dumped.
       const RefTensor& router_logits = rt.dump.Get("router_logits", layer);
       ASSERT_EQ(router_logits.rows, rows);
       std::vector<float> logits32(router_logits.data.begin(), router_logits.data.end());
       std::vector<int32_t> chosen(static_cast<size_t>(rows * k));
       std::vector<float> weights(static_cast<size_t>(rows * k));
-      Route(config, logits32.data(), rows, chosen.data(), weights.data());
+      const std::vector<float>& bias = model_->weights->layers[static_cast<size_t>(layer)].router_correction_bias;
+      Route(config, bias.empty() ? nullptr : bias.data(), logits32.data(), rows, chosen.data(), weights.data());
       std::vector<int64_t> want_rows(static_cast<size_t>(e), 0);
       for (int32_t x : chosen) ++want_rows[static_cast<size_t>(x)];
 
@@ -341,7 +387,9 @@ TEST_P(ExpertDispatchTest, AnExpertWithZeroRowsChangesNothing) {
   EXPECT_EQ(results[0], results[1]);
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, ExpertDispatchTest, ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe", "tiny-qwen2moe", "tiny-olmoe"),
+INSTANTIATE_TEST_SUITE_P(Presets, ExpertDispatchTest,
+                         ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe", "tiny-qwen2moe", "tiny-olmoe",
+                                           "tiny-glm4moe"),
                          [](const auto& info) { return ArchTestName(info.param); });
 
 }  // namespace

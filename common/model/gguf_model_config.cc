@@ -42,6 +42,9 @@ class Reader {
   absl::StatusOr<int64_t> IntOr(std::string_view suffix, int64_t fallback) const {
     return m_.Contains(GgufKey(arch_, suffix)) ? Int(suffix) : fallback;
   }
+  absl::StatusOr<bool> BoolOr(std::string_view suffix, bool fallback) const {
+    return m_.Contains(GgufKey(arch_, suffix)) ? m_.GetBool(GgufKey(arch_, suffix)) : fallback;
+  }
   absl::StatusOr<double> FloatOr(const std::string& key, double fallback) const {
     if (!m_.Contains(key)) return fallback;
     return Float(key);
@@ -158,6 +161,49 @@ absl::Status ReadDenseLayers(const GgufCheckpoint& checkpoint, const Reader& r, 
   return absl::OkStatus();
 }
 
+// glm4moe, read as llama.cpp reads it (llama-hparams.cpp): the leading
+// dense layers, the shared experts (expert_shared_count of the experts'
+// width), the sigmoid router's scale, renormalisation and groups; the
+// multi-token-prediction layers at the end of block_count are not run.
+absl::Status ReadGlm4Moe(const GgufCheckpoint& checkpoint, const Reader& r, const std::string& arch, ModelConfig& c) {
+  const std::string& source = checkpoint.Describe();
+  TANDEM_ASSIGN_OR_RETURN(const int64_t nextn, r.IntOr("nextn_predict_layers", 0));
+  if (nextn < 0 || nextn >= c.num_hidden_layers) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": key ", GgufKey(arch, "nextn_predict_layers"), " is ",
+                                                   nextn, ", not below block_count (", c.num_hidden_layers, ")"));
+  }
+  c.num_hidden_layers -= nextn;
+  TANDEM_ASSIGN_OR_RETURN(const int64_t dense, r.IntOr("leading_dense_block_count", 0));
+  if (dense < 0 || dense >= c.num_hidden_layers || dense > kMaxLayers) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": key ", GgufKey(arch, "leading_dense_block_count"), " is ",
+                                                   dense, ": must leave an MoE layer among the ", c.num_hidden_layers,
+                                                   " layers"));
+  }
+  for (int64_t l = 0; l < dense; ++l) c.dense_layers.push_back(l);
+  if (dense > 0) {
+    TANDEM_ASSIGN_OR_RETURN(c.dense_intermediate_size, r.Int("feed_forward_length"));
+    TANDEM_RETURN_IF_ERROR(r.Positive("feed_forward_length", c.dense_intermediate_size));
+  }
+  TANDEM_ASSIGN_OR_RETURN(const int64_t shared, r.IntOr("expert_shared_count", 0));
+  if (shared < 0 || shared > kMaxExperts) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": key ", GgufKey(arch, "expert_shared_count"), " is ",
+                                                   shared, ", not in [0, ", kMaxExperts, "]"));
+  }
+  c.shared_expert_intermediate_size = shared * c.intermediate_size;
+  TANDEM_ASSIGN_OR_RETURN(c.routed_scaling_factor, r.ArchFloat("expert_weights_scale"));
+  TANDEM_ASSIGN_OR_RETURN(c.norm_topk_prob, r.BoolOr("expert_weights_norm", false));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t gating, r.IntOr("expert_gating_func", kGgufExpertGatingSigmoid));
+  if (gating != 0 && gating != kGgufExpertGatingSigmoid) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": key ", GgufKey(arch, "expert_gating_func"), " is ",
+                                                   gating, "; glm4moe routes by sigmoid (", kGgufExpertGatingSigmoid,
+                                                   ")"));
+  }
+  TANDEM_ASSIGN_OR_RETURN(c.n_group, r.IntOr("expert_group_count", 1));
+  TANDEM_ASSIGN_OR_RETURN(c.topk_group, r.IntOr("expert_group_used_count", 1));
+  c.use_qk_norm = Has(checkpoint, GgufTensorName(WeightRole::kQNorm, 0));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufCheckpoint& checkpoint) {
@@ -168,6 +214,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufCheckpoint& checkpoint
   TANDEM_ASSIGN_OR_RETURN(c.architecture, ArchitectureFromGguf(arch, source));
   const bool phimoe = c.architecture == Architecture::kPhiMoE;
   const bool qwen = c.architecture == Architecture::kQwen3Moe || c.architecture == Architecture::kQwen2Moe;
+  const bool glm = c.architecture == Architecture::kGlm4Moe;
   c.architecture_name = std::string(ArchitectureClassName(c.architecture));
   c.model_type = std::string(ArchitectureModelType(c.architecture));
   c.torch_dtype = "bfloat16";
@@ -176,11 +223,13 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufCheckpoint& checkpoint
   TANDEM_ASSIGN_OR_RETURN(c.hidden_size, r.Int("embedding_length"));
   TANDEM_ASSIGN_OR_RETURN(c.num_hidden_layers, r.Int("block_count"));
   // Qwen: the experts' width apart from the (unused) dense MLP's.
-  TANDEM_ASSIGN_OR_RETURN(c.intermediate_size, r.Int(qwen ? "expert_feed_forward_length" : "feed_forward_length"));
+  TANDEM_ASSIGN_OR_RETURN(c.intermediate_size,
+                          r.Int(qwen || glm ? "expert_feed_forward_length" : "feed_forward_length"));
   // llama.cpp renormalises the top-k weights of llama (Mixtral) and
   // qwen3moe, not of qwen2moe or olmoe (its build_moe_ffn norm_w).
   c.norm_topk_prob = c.architecture == Architecture::kMixtral || c.architecture == Architecture::kQwen3Moe;
   if (qwen) TANDEM_RETURN_IF_ERROR(ReadDenseLayers(checkpoint, r, c));
+  if (glm) TANDEM_RETURN_IF_ERROR(ReadGlm4Moe(checkpoint, r, arch, c));
   if (c.architecture == Architecture::kQwen2Moe) {
     TANDEM_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size, r.Int("expert_shared_feed_forward_length"));
     TANDEM_RETURN_IF_ERROR(r.Positive("expert_shared_feed_forward_length", c.shared_expert_intermediate_size));
@@ -193,11 +242,20 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufCheckpoint& checkpoint
   TANDEM_ASSIGN_OR_RETURN(c.head_dim, r.IntOr("attention.key_length", c.hidden_size / c.num_attention_heads));
   TANDEM_ASSIGN_OR_RETURN(const int64_t value_length, r.IntOr("attention.value_length", c.head_dim));
   TANDEM_ASSIGN_OR_RETURN(const int64_t rope_dims, r.IntOr("rope.dimension_count", c.head_dim));
-  if (value_length != c.head_dim || rope_dims != c.head_dim) {
+  // glm4moe rotates the first rope.dimension_count values of a head.
+  if (value_length != c.head_dim || (rope_dims != c.head_dim && !glm)) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": key ", GgufKey(arch, "attention.value_length"), " (",
                                                    value_length, ") and ", GgufKey(arch, "rope.dimension_count"), " (",
                                                    rope_dims, ") must equal the head size ", c.head_dim,
                                                    ": tandem rotates and attends over whole heads"));
+  }
+  if (glm) {
+    if (rope_dims <= 0 || rope_dims > c.head_dim || rope_dims % 2 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": key ", GgufKey(arch, "rope.dimension_count"), " is ",
+                                                     rope_dims, ": must be even and in [2, head size ", c.head_dim,
+                                                     "]"));
+    }
+    c.rotary_dim = rope_dims;
   }
   TANDEM_ASSIGN_OR_RETURN(c.num_local_experts, r.Int("expert_count"));
   TANDEM_ASSIGN_OR_RETURN(c.num_experts_per_tok, r.Int("expert_used_count"));
@@ -253,14 +311,27 @@ absl::Status AddModelConfigToGguf(const ModelConfig& c, const std::string& model
   set("block_count", u32(c.num_hidden_layers));
   set("context_length", u32(c.max_position_embeddings));
   set("embedding_length", u32(c.hidden_size));
-  const bool qwen = c.architecture == Architecture::kQwen3Moe || c.architecture == Architecture::kQwen2Moe;
+  const bool glm = c.architecture == Architecture::kGlm4Moe;
+  const bool qwen = c.architecture == Architecture::kQwen3Moe || c.architecture == Architecture::kQwen2Moe || glm;
   // Qwen: its dense MLP's width, as the converter writes intermediate_size.
   const int64_t dense_width = c.dense_intermediate_size > 0 ? c.dense_intermediate_size
                               : c.shared_expert()           ? c.shared_expert_intermediate_size
                                                             : c.intermediate_size;
   set("feed_forward_length", u32(qwen ? dense_width : c.intermediate_size));
   if (qwen) set("expert_feed_forward_length", u32(c.intermediate_size));
-  if (c.shared_expert()) set("expert_shared_feed_forward_length", u32(c.shared_expert_intermediate_size));
+  if (c.shared_expert() && !glm) set("expert_shared_feed_forward_length", u32(c.shared_expert_intermediate_size));
+  if (glm) {  // as the converter's Glm4MoeModel writes them
+    set("expert_shared_count", u32(c.shared_expert_intermediate_size / c.intermediate_size));
+    set("leading_dense_block_count", u32(static_cast<int64_t>(c.dense_layers.size())));
+    set("expert_gating_func", u32(kGgufExpertGatingSigmoid));
+    set("expert_weights_scale", f32(c.routed_scaling_factor));
+    set("expert_weights_norm", GgufValue(c.norm_topk_prob));
+    set("nextn_predict_layers", u32(0));
+    if (c.n_group > 1) {
+      set("expert_group_count", u32(c.n_group));
+      set("expert_group_used_count", u32(c.topk_group));
+    }
+  }
   set("attention.head_count", u32(c.num_attention_heads));
   set("attention.head_count_kv", u32(c.num_key_value_heads));
   set("rope.freq_base", f32(c.rope_theta));
@@ -271,7 +342,7 @@ absl::Status AddModelConfigToGguf(const ModelConfig& c, const std::string& model
     set("attention.key_length", u32(c.head_dim));
     set("attention.value_length", u32(c.head_dim));
   }
-  set("rope.dimension_count", u32(c.head_dim));
+  set("rope.dimension_count", u32(c.rope_dim()));
   if (c.rope_scaling.type == "yarn") {
     const RopeScaling& s = c.rope_scaling;
     set("rope.scaling.type", GgufValue(std::string("yarn")));

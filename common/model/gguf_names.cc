@@ -10,6 +10,7 @@ std::string_view GgufArchitecture(Architecture architecture) {
     case Architecture::kQwen3Moe: return kGgufArchQwen3Moe;
     case Architecture::kQwen2Moe: return kGgufArchQwen2Moe;
     case Architecture::kOlmoe: return kGgufArchOlmoe;
+    case Architecture::kGlm4Moe: return kGgufArchGlm4Moe;
     case Architecture::kMixtral: break;
   }
   return kGgufArchLlama;
@@ -21,9 +22,10 @@ absl::StatusOr<Architecture> ArchitectureFromGguf(std::string_view name, const s
   if (name == kGgufArchQwen3Moe) return Architecture::kQwen3Moe;
   if (name == kGgufArchQwen2Moe) return Architecture::kQwen2Moe;
   if (name == kGgufArchOlmoe) return Architecture::kOlmoe;
+  if (name == kGgufArchGlm4Moe) return Architecture::kGlm4Moe;
   return absl::InvalidArgumentError(absl::StrCat(source, ": ", kGgufArchitectureKey, " is \"", std::string(name),
                                                  "\"; tandem runs \"llama\" with experts (Mixtral), \"phimoe\", "
-                                                 "\"qwen3moe\", \"qwen2moe\" and \"olmoe\""));
+                                                 "\"qwen3moe\", \"qwen2moe\", \"olmoe\" and \"glm4moe\""));
 }
 
 std::string GgufKey(std::string_view arch, std::string_view suffix) {
@@ -49,6 +51,7 @@ std::string GgufTensorName(WeightRole role, int layer) {
     case WeightRole::kPostAttentionNorm: return b + "ffn_norm.weight";
     case WeightRole::kPostAttentionNormBias: return b + "ffn_norm.bias";
     case WeightRole::kRouter: return b + "ffn_gate_inp.weight";
+    case WeightRole::kRouterCorrectionBias: return b + "exp_probs_b.bias";
     case WeightRole::kExpertW1: return b + "ffn_gate_exps.weight";
     case WeightRole::kExpertW2: return b + "ffn_down_exps.weight";
     case WeightRole::kExpertW3: return b + "ffn_up_exps.weight";
@@ -65,6 +68,12 @@ std::string GgufTensorName(WeightRole role, int layer) {
     case WeightRole::kLmHeadBias: return "output.bias";
   }
   return "";
+}
+
+std::string GgufTensorName(Architecture architecture, WeightRole role, int layer) {
+  if (architecture == Architecture::kGlm4Moe && role == WeightRole::kPostAttentionNorm)
+    return absl::StrCat("blk.", layer, ".post_attention_norm.weight");
+  return GgufTensorName(role, layer);
 }
 
 std::vector<int64_t> GgufDims(const WeightSpec& w) {

@@ -56,6 +56,9 @@ inline constexpr char kGgufArchPhiMoE[] = "phimoe";
 inline constexpr char kGgufArchQwen3Moe[] = "qwen3moe";
 inline constexpr char kGgufArchQwen2Moe[] = "qwen2moe";
 inline constexpr char kGgufArchOlmoe[] = "olmoe";
+inline constexpr char kGgufArchGlm4Moe[] = "glm4moe";
+// {arch}.expert_gating_func: llama.cpp's LLM_EXPERT_GATING_FUNC_TYPE_SIGMOID.
+inline constexpr int64_t kGgufExpertGatingSigmoid = 2;
 
 // "llama" for Mixtral, "phimoe" for PhiMoE, "qwen3moe", "qwen2moe", "olmoe".
 std::string_view GgufArchitecture(Architecture architecture);
@@ -70,6 +73,9 @@ std::string GgufKey(std::string_view arch, std::string_view suffix);
 // The GGUF tensor holding `role` of `layer`. Expert roles name the stacked
 // tensor (blk.l.ffn_gate_exps.weight); the expert is its index along dims[2].
 std::string GgufTensorName(WeightRole role, int layer = -1);
+// The name in `architecture`'s files: glm4moe calls the pre-FFN norm
+// post_attention_norm (HF's post_attention_layernorm), the others ffn_norm.
+std::string GgufTensorName(Architecture architecture, WeightRole role, int layer);
 // The GGUF dims of `w` (ggml order): its HF shape reversed, squeezed as the
 // converter squeezes ([1, D] -> {D}).
 std::vector<int64_t> GgufDims(const WeightSpec& w);

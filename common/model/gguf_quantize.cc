@@ -317,7 +317,7 @@ absl::StatusOr<std::vector<GgufTensorPlan>> PlanGgufTensors(const ModelConfig& c
   for (const WeightSpec& w : ExpectedWeights(c)) {
     if (IsExpertRole(w.role) && w.expert != 0) continue;  // stacked with expert 0
     GgufTensorPlan plan;
-    plan.spec.name = GgufTensorName(w.role, w.layer);
+    plan.spec.name = GgufTensorName(c.architecture, w.role, w.layer);
     plan.spec.dims = GgufDims(w);
     plan.permute_rows = GgufPermutesRows(c.architecture, w.role);
     if (IsExpertRole(w.role)) {

@@ -36,7 +36,7 @@ struct Located {
 absl::StatusOr<Located> Locate(const GgufCheckpoint& checkpoint, const ModelConfig& c, const WeightSpec& w,
                                bool* per_expert) {
   std::vector<int64_t> dims = GgufDims(w);  // ggml order
-  std::string name = GgufTensorName(w.role, w.layer);
+  std::string name = GgufTensorName(c.architecture, w.role, w.layer);
   bool stacked = IsExpertRole(w.role);
   if (stacked && !checkpoint.Get(name).ok()) {
     const std::string single = GgufPerExpertTensorName(w.role, w.layer, w.expert);

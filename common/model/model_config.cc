@@ -178,6 +178,7 @@ constexpr ArchitectureNames kArchitectures[] = {
     {Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe"},
     {Architecture::kQwen2Moe, "Qwen2MoeForCausalLM", "qwen2_moe"},
     {Architecture::kOlmoe, "OlmoeForCausalLM", "olmoe"},
+    {Architecture::kGlm4Moe, "Glm4MoeForCausalLM", "glm4_moe"},
 };
 
 // Qwen2/3-MoE's dense layers, as modeling_qwen2_moe.py picks them: layer l
@@ -251,6 +252,71 @@ absl::Status ReadOlmoeFields(const json& root, const std::string& source, ModelC
   return absl::OkStatus();
 }
 
+// GLM-4.5 (modeling_glm4_moe.py, Glm4MoeConfig's defaults): the sigmoid
+// router's keys, the shared experts, the leading dense layers, the partial
+// RoPE and the optional QK norm.
+absl::Status ReadGlm4MoeFields(const json& root, const std::string& source, ModelConfig& c) {
+  Fields f(root, source);
+  TANDEM_ASSIGN_OR_RETURN(c.norm_topk_prob, f.Bool("norm_topk_prob", true));
+  TANDEM_ASSIGN_OR_RETURN(c.n_group, f.Int("n_group", 1));
+  TANDEM_ASSIGN_OR_RETURN(c.topk_group, f.Int("topk_group", 1));
+  TANDEM_ASSIGN_OR_RETURN(c.routed_scaling_factor, f.Number("routed_scaling_factor", 1.0));
+  TANDEM_ASSIGN_OR_RETURN(c.use_qk_norm, f.Bool("use_qk_norm", false));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t shared, f.Int("n_shared_experts", 1));
+  if (shared < 0 || shared > kMaxExperts) {
+    return FieldError(source, "n_shared_experts", absl::StrCat("must be in [0, ", kMaxExperts, "], got ", shared));
+  }
+  c.shared_expert_intermediate_size = shared * c.intermediate_size;  // one MLP, n_shared_experts wide
+  TANDEM_ASSIGN_OR_RETURN(const int64_t dense, f.Int("first_k_dense_replace", 1));
+  if (dense < 0 || dense > kMaxLayers) {
+    return FieldError(source, "first_k_dense_replace", absl::StrCat("must be in [0, ", kMaxLayers, "], got ", dense));
+  }
+  c.dense_layers.clear();
+  for (int64_t l = 0; l < std::min(dense, c.num_hidden_layers); ++l) c.dense_layers.push_back(l);
+  if (dense > c.num_hidden_layers) {
+    return FieldError(source, "first_k_dense_replace",
+                      absl::StrCat("(", dense, ") exceeds num_hidden_layers (", c.num_hidden_layers, ")"));
+  }
+  if (!c.dense_layers.empty()) {
+    TANDEM_ASSIGN_OR_RETURN(c.dense_intermediate_size, f.Int("intermediate_size", std::nullopt));
+  }
+  TANDEM_ASSIGN_OR_RETURN(const double partial, f.Number("partial_rotary_factor", 0.5));
+  if (!(partial > 0.0) || partial > 1.0) {
+    return FieldError(source, "partial_rotary_factor", absl::StrCat("must be in (0, 1], got ", partial));
+  }
+  c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);  // HF's int(head_dim * factor)
+  TANDEM_ASSIGN_OR_RETURN(const int64_t nextn, f.Int("num_nextn_predict_layers", 0));
+  if (nextn < 0 || nextn > kMaxLayers) {
+    return FieldError(source, "num_nextn_predict_layers",
+                      absl::StrCat("must be in [0, ", kMaxLayers, "], got ", nextn));
+  }
+  return absl::OkStatus();
+}
+
+// The sigmoid router's groups and scale, and the rotary width.
+absl::Status ValidateRouterGroups(const ModelConfig& c, const std::string& source) {
+  if (c.router_kind() != RouterKind::kSigmoidGroupedTopK) return absl::OkStatus();
+  if (c.n_group < 1 || c.num_local_experts % c.n_group != 0 || c.num_local_experts / c.n_group < 2) {
+    return FieldError(source, "n_group",
+                      absl::StrCat("(", c.n_group, ") must divide the ", c.num_local_experts,
+                                   " routed experts into groups of at least 2 (a group scores by its top 2)"));
+  }
+  if (c.topk_group < 1 || c.topk_group > c.n_group) {
+    return FieldError(source, "topk_group",
+                      absl::StrCat("must be in [1, n_group = ", c.n_group, "], got ", c.topk_group));
+  }
+  if (c.num_experts_per_tok > c.topk_group * (c.num_local_experts / c.n_group)) {
+    return FieldError(source, "num_experts_per_tok",
+                      absl::StrCat("(", c.num_experts_per_tok, ") exceeds the experts of topk_group (", c.topk_group,
+                                   ") groups of ", c.num_local_experts / c.n_group));
+  }
+  if (!(c.routed_scaling_factor > 0.0) || !std::isfinite(c.routed_scaling_factor)) {
+    return FieldError(source, "routed_scaling_factor",
+                      absl::StrCat("must be positive and finite, got ", c.routed_scaling_factor));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 double YarnMscale(double factor, double mscale) { return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0; }
@@ -266,15 +332,17 @@ namespace {
 // Dense layers: valid, sorted, unique indices, at least one MoE layer left,
 // and a width for them.
 absl::Status ValidateDenseLayers(const ModelConfig& c, const std::string& source) {
+  // The key that made them: GLM's leading count, Qwen's list.
+  const char* key = c.architecture == Architecture::kGlm4Moe ? "first_k_dense_replace" : "mlp_only_layers";
   for (size_t i = 0; i < c.dense_layers.size(); ++i) {
     const int64_t l = c.dense_layers[i];
     if (l < 0 || l >= c.num_hidden_layers || (i > 0 && l <= c.dense_layers[i - 1])) {
-      return FieldError(source, "mlp_only_layers",
+      return FieldError(source, key,
                         absl::StrCat("layer ", l, " is out of range [0, ", c.num_hidden_layers, ") or repeated"));
     }
   }
   if (c.num_moe_layers() < 1) {
-    return FieldError(source, "mlp_only_layers",
+    return FieldError(source, key,
                       absl::StrCat("makes all ", c.num_hidden_layers, " layers dense: no MoE layer is left"));
   }
   if (c.dense_intermediate_size < 0 || c.dense_intermediate_size > kMaxIntermediateSize ||
@@ -362,6 +430,12 @@ absl::Status ModelConfig::Validate(const std::string& source) const {
   if (head_dim % 2 != 0 || head_dim > 1024) {
     return FieldError(source, "head_dim", absl::StrCat("must be even and at most 1024, got ", head_dim));
   }
+  if (rotary_dim < 0 || rotary_dim % 2 != 0 || rotary_dim > head_dim) {
+    return FieldError(source, "partial_rotary_factor",
+                      absl::StrCat("gives ", rotary_dim,
+                                   " rotated values per head: must be even and at most head_dim (", head_dim, ")"));
+  }
+  TANDEM_RETURN_IF_ERROR(ValidateRouterGroups(*this, source));
   if (num_experts_per_tok > num_local_experts) {
     return FieldError(source, "num_experts_per_tok",
                       absl::StrCat("(", num_experts_per_tok, ") exceeds num_local_experts (", num_local_experts, ")"));
@@ -445,6 +519,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
   const bool phimoe = c.architecture == Architecture::kPhiMoE;
   const bool qwen = c.architecture == Architecture::kQwen3Moe || c.architecture == Architecture::kQwen2Moe;
   const bool olmoe = c.architecture == Architecture::kOlmoe;
+  const bool glm = c.architecture == Architecture::kGlm4Moe;
   const std::string expected_type(names->model_type);
 
   Fields f(root, source);
@@ -458,7 +533,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
   // Qwen's experts are moe_intermediate_size wide (intermediate_size is
   // its dense MLP layers', read with them).
   TANDEM_ASSIGN_OR_RETURN(c.intermediate_size,
-                          f.Int(qwen ? "moe_intermediate_size" : "intermediate_size", std::nullopt));
+                          f.Int(qwen || glm ? "moe_intermediate_size" : "intermediate_size", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.num_hidden_layers, f.Int("num_hidden_layers", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.num_attention_heads, f.Int("num_attention_heads", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.num_key_value_heads, f.Int("num_key_value_heads", c.num_attention_heads));
@@ -471,19 +546,22 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
                                    c.num_attention_heads, ") and no head_dim is given"));
   }
   TANDEM_ASSIGN_OR_RETURN(c.max_position_embeddings, f.Int("max_position_embeddings", std::nullopt));
-  TANDEM_ASSIGN_OR_RETURN(c.rope_theta, f.Number("rope_theta", 1e6));
+  TANDEM_ASSIGN_OR_RETURN(c.rope_theta, f.Number("rope_theta", glm ? 10000.0 : 1e6));
   TANDEM_ASSIGN_OR_RETURN(c.rms_norm_eps, f.Number("rms_norm_eps", 1e-5));
   auto sw = root.find("sliding_window");
-  if (sw != root.end() && !sw->is_null() && !qwen) {
+  if (sw != root.end() && !sw->is_null() && !qwen && !glm) {
     if (!sw->is_number_integer()) return FieldError(source, "sliding_window", "must be an integer or null");
     c.sliding_window = sw->get<int64_t>();
   }
-  TANDEM_ASSIGN_OR_RETURN(c.num_local_experts,
-                          f.Int(qwen || olmoe ? "num_experts" : "num_local_experts", std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(c.num_local_experts, f.Int(qwen || olmoe ? "num_experts"
+                                                     : glm         ? "n_routed_experts"
+                                                                   : "num_local_experts",
+                                                     std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.num_experts_per_tok, f.Int("num_experts_per_tok", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.attention_bias, f.Bool("attention_bias", false));
   if (qwen) TANDEM_RETURN_IF_ERROR(ReadQwenMoeFields(root, source, c));
   if (olmoe) TANDEM_RETURN_IF_ERROR(ReadOlmoeFields(root, source, c));
+  if (glm) TANDEM_RETURN_IF_ERROR(ReadGlm4MoeFields(root, source, c));
   TANDEM_ASSIGN_OR_RETURN(c.lm_head_bias, f.Bool("lm_head_bias", false));
   TANDEM_ASSIGN_OR_RETURN(c.tie_word_embeddings, f.Bool("tie_word_embeddings", false));
   TANDEM_ASSIGN_OR_RETURN(c.router_jitter_noise, f.Number("router_jitter_noise", phimoe ? 0.01 : 0.0));
@@ -493,7 +571,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
   c.bos_token_id = static_cast<int32_t>(bos);
   TANDEM_ASSIGN_OR_RETURN(c.eos_token_ids, ParseEosIds(root, source));
   TANDEM_ASSIGN_OR_RETURN(c.torch_dtype, f.String("torch_dtype", "bfloat16"));
-  const bool biases_allowed = phimoe || olmoe || c.architecture == Architecture::kQwen2Moe;
+  const bool biases_allowed = phimoe || olmoe || glm || c.architecture == Architecture::kQwen2Moe;
   if ((!biases_allowed && c.attention_bias) || (!phimoe && c.lm_head_bias)) {
     return FieldError(source, c.attention_bias && !biases_allowed ? "attention_bias" : "lm_head_bias",
                       absl::StrCat("is true, but ", c.architecture_name, " has no such biases"));
@@ -558,6 +636,20 @@ std::string ModelConfigToJson(const ModelConfig& c) {
     } else {
       root["attention_bias"] = false;
     }
+  } else if (c.architecture == Architecture::kGlm4Moe) {
+    root["moe_intermediate_size"] = c.intermediate_size;
+    if (c.dense_intermediate_size > 0) root["intermediate_size"] = c.dense_intermediate_size;
+    root["n_routed_experts"] = c.num_local_experts;
+    root["n_shared_experts"] = c.shared_expert_intermediate_size / c.intermediate_size;
+    root["first_k_dense_replace"] = c.dense_layers.size();
+    root["norm_topk_prob"] = c.norm_topk_prob;
+    root["n_group"] = c.n_group;
+    root["topk_group"] = c.topk_group;
+    root["routed_scaling_factor"] = c.routed_scaling_factor;
+    root["partial_rotary_factor"] = static_cast<double>(c.rope_dim()) / static_cast<double>(c.head_dim);
+    root["use_qk_norm"] = c.use_qk_norm;
+    root["attention_bias"] = c.attention_bias;
+    root["num_nextn_predict_layers"] = 0;
   } else if (c.architecture == Architecture::kOlmoe) {
     root["num_experts"] = c.num_local_experts;
     root["norm_topk_prob"] = c.norm_topk_prob;

@@ -14,6 +14,16 @@
 //                         by sigmoid(shared_expert_gate · x).
 //   OlmoeForCausalLM    — RMSNorm over the whole q and k projections (QK norm
 //                         over H·hd and Hkv·hd values), Qwen3's router.
+//   Glm4MoeForCausalLM  — GLM-4.5: biases on q, k, v; optional per-head QK
+//                         norm (use_qk_norm); RoPE over the first
+//                         partial_rotary_factor of each head; router =
+//                         sigmoid scores, chosen by score + e_score_correction_bias
+//                         within the best topk_group of n_group groups,
+//                         weighted by the chosen scores (renormalised when
+//                         norm_topk_prob) times routed_scaling_factor; an
+//                         ungated shared expert; the first first_k_dense_replace
+//                         layers dense. Its multi-token-prediction layers
+//                         (num_nextn_predict_layers) are not run, as in HF.
 // Qwen2/3-MoE may make some layers dense (mlp_only_layers, decoder_sparse_step):
 // their feed-forward is one SwiGLU MLP, no router and no experts.
 // Extra keys are ignored, as Hugging Face does; missing or inconsistent
@@ -44,9 +54,10 @@ inline constexpr int64_t kMaxExpertsPerModel = int64_t{1} << 16;  // layers x ex
 inline constexpr int64_t kMaxPositionEmbeddings = int64_t{1} << 24;
 inline constexpr int64_t kMaxConfigFileBytes = int64_t{16} << 20;
 
-enum class Architecture { kMixtral, kPhiMoE, kQwen3Moe, kQwen2Moe, kOlmoe };
+enum class Architecture { kMixtral, kPhiMoE, kQwen3Moe, kQwen2Moe, kOlmoe, kGlm4Moe };
 enum class NormKind { kRmsNorm, kLayerNorm };
-enum class RouterKind { kSoftmaxTopK, kSparseMixer };
+// kSigmoidGroupedTopK: DeepSeek-V3's noaux_tc, which GLM-4.5 uses (above).
+enum class RouterKind { kSoftmaxTopK, kSparseMixer, kSigmoidGroupedTopK };
 
 // RoPE scaling (config.json's rope_scaling). PhiMoE's "longrope": per-
 // frequency extension factors, chosen by whether the sequence is longer
@@ -71,13 +82,15 @@ struct RopeScaling {
 struct ModelConfig {
   Architecture architecture = Architecture::kMixtral;
   std::string architecture_name;  // as in config.json, e.g. "MixtralForCausalLM"
-  std::string model_type;         // "mixtral" / "phimoe" / "qwen3_moe" / "qwen2_moe" / "olmoe"
+  std::string model_type;         // "mixtral" / "phimoe" / "qwen3_moe" / "qwen2_moe" / "olmoe" / "glm4_moe"
 
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;          // D
   int64_t intermediate_size = 0;    // I, per routed expert (Qwen2/3: moe_intermediate_size)
-  // Qwen2-MoE's shared expert (Is wide, gated by sigmoid(shared_expert_gate · x));
-  // 0: none. Dense work, run by the backend, never routed or planned.
+  // The shared expert every token runs (Is wide; Qwen2-MoE gates it by
+  // sigmoid(shared_expert_gate · x), GLM-4.5 does not: n_shared_experts x
+  // moe_intermediate_size); 0: none. Dense work, run by the backend, never
+  // routed or planned.
   int64_t shared_expert_intermediate_size = 0;
   int64_t num_hidden_layers = 0;    // L
   // Layers whose feed-forward is one dense SwiGLU MLP (mlp.gate_proj, up_proj,
@@ -89,6 +102,9 @@ struct ModelConfig {
   int64_t num_attention_heads = 0;  // H
   int64_t num_key_value_heads = 0;  // Hkv (GQA groups)
   int64_t head_dim = 0;             // hidden_size / H unless given
+  // Values of each head RoPE rotates, from the front (GLM-4.5: head_dim x
+  // partial_rotary_factor); 0: the whole head.
+  int64_t rotary_dim = 0;
   int64_t max_position_embeddings = 0;
   double rope_theta = 10000.0;
   double rms_norm_eps = 1e-5;  // also the LayerNorm eps for PhiMoE
@@ -102,6 +118,13 @@ struct ModelConfig {
   // Softmax top-k routers: the k weights renormalised to sum to 1 (Mixtral
   // always; Qwen3's norm_topk_prob), or the full softmax's values kept.
   bool norm_topk_prob = true;
+  // The sigmoid router's groups (n_group, topk_group) and the factor on
+  // its weights (routed_scaling_factor).
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  double routed_scaling_factor = 1.0;
+  // GLM-4.5's use_qk_norm: per-head RMSNorm of q and k before RoPE.
+  bool use_qk_norm = false;
   int32_t bos_token_id = 1;
   std::vector<int32_t> eos_token_ids;  // config may give one id or a list
   std::string torch_dtype;
@@ -111,14 +134,29 @@ struct ModelConfig {
     return architecture == Architecture::kPhiMoE ? NormKind::kLayerNorm : NormKind::kRmsNorm;
   }
   RouterKind router_kind() const {
-    return architecture == Architecture::kPhiMoE ? RouterKind::kSparseMixer : RouterKind::kSoftmaxTopK;
+    if (architecture == Architecture::kPhiMoE) return RouterKind::kSparseMixer;
+    if (architecture == Architecture::kGlm4Moe) return RouterKind::kSigmoidGroupedTopK;
+    return RouterKind::kSoftmaxTopK;
   }
+  // The sigmoid router's per-expert bias ([E] f32, mlp.gate.e_score_correction_bias),
+  // added to the scores for choosing the experts only.
+  bool router_correction_bias() const { return router_kind() == RouterKind::kSigmoidGroupedTopK; }
   // Qwen3: RMSNorm over each head of q and k (q_norm, k_norm: [head_dim]),
   // before RoPE. OLMoE: over the whole projections (q_norm [Hq], k_norm [Hkv]).
-  bool qk_norm() const { return architecture == Architecture::kQwen3Moe || architecture == Architecture::kOlmoe; }
-  bool qk_norm_per_head() const { return architecture == Architecture::kQwen3Moe; }
-  bool o_proj_bias() const { return attention_bias && architecture != Architecture::kQwen2Moe; }
+  // GLM-4.5 with use_qk_norm: as Qwen3.
+  bool qk_norm() const {
+    return architecture == Architecture::kQwen3Moe || architecture == Architecture::kOlmoe ||
+           (architecture == Architecture::kGlm4Moe && use_qk_norm);
+  }
+  bool qk_norm_per_head() const { return qk_norm() && architecture != Architecture::kOlmoe; }
+  bool o_proj_bias() const {
+    return attention_bias && architecture != Architecture::kQwen2Moe && architecture != Architecture::kGlm4Moe;
+  }
   bool shared_expert() const { return shared_expert_intermediate_size > 0; }
+  // Qwen2-MoE's shared expert is scaled by sigmoid(shared_expert_gate · x).
+  bool shared_expert_gated() const { return shared_expert() && architecture == Architecture::kQwen2Moe; }
+  // The values of each head RoPE rotates (rotary_dim, or the whole head).
+  int64_t rope_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
   bool dense_layer(int64_t layer) const;
   bool moe_layer(int64_t layer) const { return !dense_layer(layer); }
   int64_t num_moe_layers() const { return num_hidden_layers - static_cast<int64_t>(dense_layers.size()); }
@@ -129,7 +167,7 @@ struct ModelConfig {
   // by role (mlp.experts.e.gate_proj); Mixtral and PhiMoE "block_sparse_moe" and w1/w2/w3.
   bool mlp_expert_names() const {
     return architecture == Architecture::kQwen3Moe || architecture == Architecture::kQwen2Moe ||
-           architecture == Architecture::kOlmoe;
+           architecture == Architecture::kOlmoe || architecture == Architecture::kGlm4Moe;
   }
   int64_t q_dim() const { return num_attention_heads * head_dim; }
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }

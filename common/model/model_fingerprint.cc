@@ -59,6 +59,11 @@ uint64_t HashConfig(const ModelConfig& c) {
   if (!c.dense_layers.empty()) {
     h.Add(absl::StrCat("dense_layers=", absl::StrJoin(c.dense_layers, ","), ";", c.dense_intermediate_size));
   }
+  if (c.router_kind() == RouterKind::kSigmoidGroupedTopK) {
+    h.Add(absl::StrCat("sigmoid_router=", c.n_group, ",", c.topk_group, ",", Double(c.routed_scaling_factor)));
+  }
+  if (c.rope_dim() != c.head_dim) h.Add(absl::StrCat("rotary_dim=", c.rope_dim()));
+  if (c.use_qk_norm) h.Add("use_qk_norm=true");
   h.Add(absl::StrCat("bos_token_id=", c.bos_token_id));
   h.Add(absl::StrCat("eos_token_ids=", absl::StrJoin(c.eos_token_ids, ",")));
   const RopeScaling& r = c.rope_scaling;

@@ -101,6 +101,9 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModelWeights(const ModelConfig
       continue;
     }
     TANDEM_ASSIGN_OR_RETURN(layer.router, bind.Linear(WeightRole::kRouter, l));
+    if (config.router_correction_bias()) {
+      TANDEM_ASSIGN_OR_RETURN(layer.router_correction_bias, bind.Vector(WeightRole::kRouterCorrectionBias, l));
+    }
     const int64_t before_experts = bind.bytes();
     layer.experts.resize(static_cast<size_t>(config.num_local_experts));
     for (int e = 0; e < config.num_local_experts; ++e) {
@@ -111,7 +114,9 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModelWeights(const ModelConfig
     }
     w->expert_bytes += bind.bytes() - before_experts;
     if (config.shared_expert()) {
-      TANDEM_ASSIGN_OR_RETURN(layer.shared_expert_gate, bind.Vector(WeightRole::kSharedExpertGate, l));
+      if (config.shared_expert_gated()) {
+        TANDEM_ASSIGN_OR_RETURN(layer.shared_expert_gate, bind.Vector(WeightRole::kSharedExpertGate, l));
+      }
       TANDEM_ASSIGN_OR_RETURN(layer.shared_expert.w1, bind.Linear(WeightRole::kSharedW1, l));
       TANDEM_ASSIGN_OR_RETURN(layer.shared_expert.w2, bind.Linear(WeightRole::kSharedW2, l));
       TANDEM_ASSIGN_OR_RETURN(layer.shared_expert.w3, bind.Linear(WeightRole::kSharedW3, l));

@@ -40,9 +40,10 @@ struct LayerWeights {
   NormWeights post_attention_norm;
   // An MoE layer's router and experts; both empty in a dense layer.
   LinearWeight router;                 // [E, D] block_sparse_moe.gate (Qwen3: mlp.gate)
+  std::vector<float> router_correction_bias;  // [E] f32 (GLM-4.5); empty without one
   std::vector<ExpertWeights> experts;  // [E]
-  // Qwen2-MoE: the shared expert ([Is, D] / [D, Is]) and its gate row [D]
-  // f32; empty (w1.data null, gate empty) without one.
+  // The shared expert ([Is, D] / [D, Is]) and Qwen2-MoE's gate row [D] f32;
+  // empty (w1.data null, gate empty) without one (the gate: ungated).
   ExpertWeights shared_expert;
   std::vector<float> shared_expert_gate;
   // A dense layer's MLP ([Id, D] / [D, Id]); w1.data null in an MoE layer.

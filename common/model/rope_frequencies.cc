@@ -15,7 +15,7 @@ double CorrectionDim(double rotations, double dim, double base, double original_
 
 void ApplyYarn(const ModelConfig& c, std::vector<double>& inv_freq) {
   const RopeScaling& s = c.rope_scaling;
-  const double dim = static_cast<double>(c.head_dim);
+  const double dim = static_cast<double>(c.rope_dim());
   const double original = static_cast<double>(s.original_max_position_embeddings);
   double low = CorrectionDim(s.beta_fast, dim, c.rope_theta, original);
   double high = CorrectionDim(s.beta_slow, dim, c.rope_theta, original);
@@ -36,9 +36,10 @@ void ApplyYarn(const ModelConfig& c, std::vector<double>& inv_freq) {
 
 RopeFrequencies ComputeRopeFrequencies(const ModelConfig& c, bool long_factors) {
   RopeFrequencies f;
-  const int64_t half = c.head_dim / 2;
+  // Partial RoPE (GLM-4.5): the frequencies of a rope_dim-wide head.
+  const int64_t dim = c.rope_dim(), half = dim / 2;
   for (int64_t i = 0; i < half; ++i)
-    f.inv_freq.push_back(1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(c.head_dim)));
+    f.inv_freq.push_back(1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(dim)));
   const RopeScaling& s = c.rope_scaling;
   if (s.type == "longrope") {
     const std::vector<double>& factors = long_factors ? s.long_factor : s.short_factor;

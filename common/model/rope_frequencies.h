@@ -13,7 +13,7 @@
 namespace tandem {
 
 struct RopeFrequencies {
-  std::vector<double> inv_freq;  // [head_dim / 2]
+  std::vector<double> inv_freq;  // [rope_dim / 2]: the whole head, or GLM-4.5's rotated part
   double mscale = 1.0;           // cos and sin are multiplied by it
 };
 

@@ -1,5 +1,6 @@
 #include "common/model/routing.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -64,11 +65,74 @@ void RouteSparseMixer(const float* scores, int64_t num_experts, double jitter_ep
   weights[1] = BandWeight(scores, num_experts, second, first, scores[second], jitter_eps);
 }
 
-void Route(const ModelConfig& config, const float* logits, int64_t num_tokens, int32_t* experts, float* weights) {
+void RouteSigmoidGroupedTopK(const float* logits, const float* correction_bias, int64_t num_experts, int64_t k,
+                             int64_t n_group, int64_t topk_group, bool normalize, double scale, int32_t* experts,
+                             float* weights) {
+  // f32 throughout, as the HF router computes (router_logits.float()).
+  float scores[kMaxExperts], choice[kMaxExperts];
+  for (int64_t e = 0; e < num_experts; ++e) {
+    scores[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+    choice[e] = scores[e] + (correction_bias != nullptr ? correction_bias[e] : 0.0f);
+  }
+  if (n_group > 1) {
+    // A group scores by the sum of its two best choice values; experts
+    // outside the topk_group best groups get choice 0 (masked_fill(0.0)).
+    const int64_t per_group = num_experts / n_group;
+    float group_score[kMaxExperts];
+    for (int64_t g = 0; g < n_group; ++g) {
+      const float* c = choice + g * per_group;
+      float first = -std::numeric_limits<float>::infinity(), second = first;
+      for (int64_t i = 0; i < per_group; ++i) {
+        if (c[i] > first) {
+          second = first, first = c[i];
+        } else if (c[i] > second) {
+          second = c[i];
+        }
+      }
+      group_score[g] = first + second;
+    }
+    bool kept[kMaxExperts] = {};
+    for (int64_t pick = 0; pick < topk_group; ++pick) {
+      int64_t best = -1;
+      for (int64_t g = 0; g < n_group; ++g) {
+        if (!kept[g] && (best < 0 || group_score[g] > group_score[best])) best = g;
+      }
+      kept[best] = true;
+    }
+    for (int64_t e = 0; e < num_experts; ++e) {
+      if (!kept[e / per_group]) choice[e] = 0.0f;
+    }
+  }
+  // Repeated argmax, ties to the lower index (K is at most a few dozen).
+  bool taken[kMaxExperts] = {};
+  double sum = 0.0;
+  for (int64_t slot = 0; slot < k; ++slot) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < num_experts; ++e) {
+      if (!taken[e] && (best < 0 || choice[e] > choice[best])) best = e;
+    }
+    taken[best] = true;
+    experts[slot] = static_cast<int32_t>(best);
+    weights[slot] = scores[best];
+    sum += scores[best];
+  }
+  // HF: topk_weights / (sum + 1e-20) in f32, then * routed_scaling_factor.
+  const float denominator = static_cast<float>(sum) + 1e-20f;
+  for (int64_t slot = 0; slot < k; ++slot) {
+    const float w = normalize ? weights[slot] / denominator : weights[slot];
+    weights[slot] = static_cast<float>(w * scale);
+  }
+}
+
+void Route(const ModelConfig& config, const float* correction_bias, const float* logits, int64_t num_tokens,
+           int32_t* experts, float* weights) {
   const int64_t e = config.num_local_experts;
   const int64_t k = config.num_experts_per_tok;
   for (int64_t t = 0; t < num_tokens; ++t) {
-    if (config.router_kind() == RouterKind::kSparseMixer) {
+    if (config.router_kind() == RouterKind::kSigmoidGroupedTopK) {
+      RouteSigmoidGroupedTopK(logits + t * e, correction_bias, e, k, config.n_group, config.topk_group,
+                              config.norm_topk_prob, config.routed_scaling_factor, experts + t * k, weights + t * k);
+    } else if (config.router_kind() == RouterKind::kSparseMixer) {
       RouteSparseMixer(logits + t * e, e, config.router_jitter_noise, experts + t * k, weights + t * k);
     } else {
       RouteSoftmaxTopK(logits + t * e, e, k, experts + t * k, weights + t * k, config.norm_topk_prob);

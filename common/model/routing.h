@@ -25,8 +25,21 @@ void RouteSoftmaxTopK(const float* logits, int64_t num_experts, int64_t k, int32
 // The weights are not renormalised.
 void RouteSparseMixer(const float* logits, int64_t num_experts, double jitter_eps, int32_t* experts, float* weights);
 
+// DeepSeek-V3's noaux_tc router, as GLM-4.5 runs it (modeling_glm4_moe.py
+// Glm4MoeTopkRouter), in f32: scores = sigmoid(logits); the experts are
+// chosen by score + correction_bias (null: zeros), only within the
+// topk_group groups (of n_group equal runs of experts) whose two best
+// choice values sum highest, experts of the other groups taking choice 0;
+// weights = the chosen scores, divided by their sum (+ 1e-20) when
+// `normalize`, times `scale`. Ties go to the lower index. E <= kMaxExperts.
+void RouteSigmoidGroupedTopK(const float* logits, const float* correction_bias, int64_t num_experts, int64_t k,
+                             int64_t n_group, int64_t topk_group, bool normalize, double scale, int32_t* experts,
+                             float* weights);
+
 // Routes `num_tokens` rows of `logits` [T, E] by the config's router into
-// experts [T, K] and weights [T, K].
-void Route(const ModelConfig& config, const float* logits, int64_t num_tokens, int32_t* experts, float* weights);
+// experts [T, K] and weights [T, K]. `correction_bias`: the layer's [E]
+// e_score_correction_bias when config.router_correction_bias(), else null.
+void Route(const ModelConfig& config, const float* correction_bias, const float* logits, int64_t num_tokens,
+           int32_t* experts, float* weights);
 
 }  // namespace tandem

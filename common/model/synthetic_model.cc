@@ -115,6 +115,16 @@ ModelConfig OlmoeBase() {
   return c;
 }
 
+// GLM-4.5: q/k/v biases, half of each head rotated, the sigmoid router
+// with its correction bias, one ungated shared expert, leading dense layers.
+ModelConfig Glm4MoeBase() {
+  ModelConfig c = BaseConfig(Architecture::kGlm4Moe);
+  c.attention_bias = true;
+  c.norm_topk_prob = true;
+  c.num_experts_per_tok = 8;
+  return c;
+}
+
 ModelConfig PhiMoEBase() {
   ModelConfig c = BaseConfig(Architecture::kPhiMoE);
   c.attention_bias = true;
@@ -194,6 +204,17 @@ absl::StatusOr<Preset> FindPreset(const std::string& name) {
     c.num_local_experts = 16, c.num_experts_per_tok = 4, c.max_position_embeddings = 256;
     return Preset{c, 512};
   }
+  if (name == "tiny-glm4moe") {  // layer 0 dense; groups (4, best 2) as DeepSeek-V3 routes, QK norm, partial RoPE
+    ModelConfig c = Glm4MoeBase();
+    c.vocab_size = 512, c.hidden_size = 64, c.intermediate_size = 32, c.num_hidden_layers = 3;
+    c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 32, c.rotary_dim = 16;
+    c.num_local_experts = 16, c.num_experts_per_tok = 4, c.max_position_embeddings = 256;
+    c.n_group = 4, c.topk_group = 2, c.routed_scaling_factor = 2.5, c.use_qk_norm = true;
+    c.shared_expert_intermediate_size = 64;  // two shared experts' width
+    c.dense_layers = {0};
+    c.dense_intermediate_size = 96;
+    return Preset{c, 512};
+  }
   if (name == "demo") {
     ModelConfig c = MixtralBase();
     c.vocab_size = 2000, c.hidden_size = 512, c.intermediate_size = 1024, c.num_hidden_layers = 4;
@@ -245,6 +266,27 @@ absl::StatusOr<Preset> FindPreset(const std::string& name) {
     c.num_local_experts = 64, c.num_experts_per_tok = 8, c.max_position_embeddings = 4096;
     return Preset{c, 32000};
   }
+  if (name == "glm-4.5-air") {  // zai-org/GLM-4.5-Air config.json
+    ModelConfig c = Glm4MoeBase();
+    c.vocab_size = 151552, c.hidden_size = 4096, c.intermediate_size = 1408, c.num_hidden_layers = 46;
+    c.num_attention_heads = 96, c.num_key_value_heads = 8, c.head_dim = 128, c.rotary_dim = 64;
+    c.num_local_experts = 128, c.max_position_embeddings = 131072;
+    c.shared_expert_intermediate_size = 1408;
+    c.dense_layers = {0};
+    c.dense_intermediate_size = 10944;
+    return Preset{c, 32000};
+  }
+  if (name == "glm-4.5") {  // zai-org/GLM-4.5 config.json
+    ModelConfig c = Glm4MoeBase();
+    c.vocab_size = 151552, c.hidden_size = 5120, c.intermediate_size = 1536, c.num_hidden_layers = 92;
+    c.num_attention_heads = 96, c.num_key_value_heads = 8, c.head_dim = 128, c.rotary_dim = 64;
+    c.num_local_experts = 160, c.max_position_embeddings = 131072;
+    c.routed_scaling_factor = 2.5, c.use_qk_norm = true;
+    c.shared_expert_intermediate_size = 1536;
+    c.dense_layers = {0, 1, 2};
+    c.dense_intermediate_size = 12288;
+    return Preset{c, 32000};
+  }
   if (name == "phi-3.5-moe") {  // microsoft/Phi-3.5-MoE-instruct config.json
     ModelConfig c = PhiMoEBase();
     c.vocab_size = 32064, c.hidden_size = 4096, c.intermediate_size = 6400, c.num_hidden_layers = 32;
@@ -288,10 +330,25 @@ void Store(void* out, DType dtype, size_t i, float v) {
 }  // namespace
 
 std::vector<std::string> SyntheticPresets() {
-  return {"tiny",          "tiny-phimoe",       "tiny-qwen3moe",       "tiny-qwen3moe-128",
-          "tiny-qwen2moe", "tiny-olmoe",        "tiny-qwen3moe-dense", "tiny-qwen2moe-dense",
-          "demo",          "small-mixtral",     "mixtral-8x7b",        "phi-3.5-moe",
-          "qwen3-30b-a3b", "qwen1.5-moe-a2.7b", "qwen2-57b-a14b",      "olmoe-1b-7b"};
+  return {"tiny",
+          "tiny-phimoe",
+          "tiny-qwen3moe",
+          "tiny-qwen3moe-128",
+          "tiny-qwen2moe",
+          "tiny-olmoe",
+          "tiny-qwen3moe-dense",
+          "tiny-qwen2moe-dense",
+          "tiny-glm4moe",
+          "demo",
+          "small-mixtral",
+          "mixtral-8x7b",
+          "phi-3.5-moe",
+          "qwen3-30b-a3b",
+          "qwen1.5-moe-a2.7b",
+          "qwen2-57b-a14b",
+          "olmoe-1b-7b",
+          "glm-4.5-air",
+          "glm-4.5"};
 }
 
 absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& spec) {
@@ -373,6 +430,7 @@ void FillSyntheticRange(const ModelConfig& c, const WeightSpec& w, uint64_t seed
     case WeightRole::kVBias:
     case WeightRole::kOBias:
     case WeightRole::kLmHeadBias: fill(0.02f); return;
+    case WeightRole::kRouterCorrectionBias: fill(0.1f); return;  // sigmoid scores are in (0, 1)
     case WeightRole::kQProj:
     case WeightRole::kKProj:
     case WeightRole::kVProj:

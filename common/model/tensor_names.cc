@@ -21,9 +21,15 @@ std::string WeightName(const ModelConfig& config, WeightRole role, int layer, in
   const std::string e = absl::StrCat(p, "block_sparse_moe.experts.", expert, ".");
   if (config.mlp_expert_names()) {
     if (role == WeightRole::kRouter) return p + "mlp.gate.weight";
+    if (role == WeightRole::kRouterCorrectionBias) return p + "mlp.gate.e_score_correction_bias";
     if (role == WeightRole::kExpertW1 || role == WeightRole::kExpertW2 || role == WeightRole::kExpertW3) {
       return MlpExpertName(role, p, expert);
     }
+  }
+  if (config.architecture == Architecture::kGlm4Moe) {  // DeepSeek's names: shared_experts
+    if (role == WeightRole::kSharedW1) return p + "mlp.shared_experts.gate_proj.weight";
+    if (role == WeightRole::kSharedW2) return p + "mlp.shared_experts.down_proj.weight";
+    if (role == WeightRole::kSharedW3) return p + "mlp.shared_experts.up_proj.weight";
   }
   switch (role) {
     case WeightRole::kEmbedTokens: return "model.embed_tokens.weight";
@@ -42,6 +48,7 @@ std::string WeightName(const ModelConfig& config, WeightRole role, int layer, in
     case WeightRole::kPostAttentionNorm: return p + "post_attention_layernorm.weight";
     case WeightRole::kPostAttentionNormBias: return p + "post_attention_layernorm.bias";
     case WeightRole::kRouter: return p + "block_sparse_moe.gate.weight";
+    case WeightRole::kRouterCorrectionBias: return p + "block_sparse_moe.gate.e_score_correction_bias";
     case WeightRole::kExpertW1: return e + "w1.weight";
     case WeightRole::kExpertW2: return e + "w2.weight";
     case WeightRole::kExpertW3: return e + "w3.weight";
@@ -83,6 +90,7 @@ std::vector<int64_t> WeightShape(const ModelConfig& c, WeightRole role) {
     case WeightRole::kVBias: return {c.kv_dim()};
     case WeightRole::kOProj: return {d, c.q_dim()};
     case WeightRole::kRouter: return {c.num_local_experts, d};
+    case WeightRole::kRouterCorrectionBias: return {c.num_local_experts};
     case WeightRole::kExpertW1:
     case WeightRole::kExpertW3: return {c.intermediate_size, d};
     case WeightRole::kExpertW2: return {d, c.intermediate_size};
@@ -130,13 +138,14 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
       continue;
     }
     add(WeightRole::kRouter, l);
+    if (c.router_correction_bias()) add(WeightRole::kRouterCorrectionBias, l);
     for (int e = 0; e < c.num_local_experts; ++e) {
       add(WeightRole::kExpertW1, l, e);
       add(WeightRole::kExpertW2, l, e);
       add(WeightRole::kExpertW3, l, e);
     }
     if (c.shared_expert()) {
-      add(WeightRole::kSharedExpertGate, l);
+      if (c.shared_expert_gated()) add(WeightRole::kSharedExpertGate, l);
       add(WeightRole::kSharedW1, l);
       add(WeightRole::kSharedW2, l);
       add(WeightRole::kSharedW3, l);

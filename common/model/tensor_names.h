@@ -31,11 +31,12 @@ enum class WeightRole {
   kPostAttentionNorm,      // [D]
   kPostAttentionNormBias,  // [D]        LayerNorm only
   kRouter,                 // [E, D]     block_sparse_moe.gate (Qwen3: mlp.gate)
+  kRouterCorrectionBias,   // [E]        GLM-4.5 mlp.gate.e_score_correction_bias
   kExpertW1,               // [I, D]     gate_proj
   kExpertW2,               // [D, I]     down_proj
   kExpertW3,               // [I, D]     up_proj
   kSharedExpertGate,       // [1, D]     Qwen2-MoE mlp.shared_expert_gate
-  kSharedW1,               // [Is, D]    mlp.shared_expert.gate_proj
+  kSharedW1,               // [Is, D]    mlp.shared_expert.gate_proj (GLM-4.5: shared_experts)
   kSharedW2,               // [D, Is]    mlp.shared_expert.down_proj
   kSharedW3,               // [Is, D]    mlp.shared_expert.up_proj
   kDenseW1,                // [Id, D]    a dense layer's mlp.gate_proj

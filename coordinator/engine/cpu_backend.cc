@@ -208,7 +208,8 @@ absl::Status CpuBackend::Router(int layer, int64_t num_rows, const float* hidden
   // that rounds x to bf16, whatever the plan says.
   TANDEM_RETURN_IF_ERROR(
       Linear(moe_input, num_rows, lw.router, nullptr, router_logits, pool_, LinearOptions{.f32_activations = true}));
-  Route(config_, router_logits, num_rows, experts, weights);
+  Route(config_, lw.router_correction_bias.empty() ? nullptr : lw.router_correction_bias.data(), router_logits,
+        num_rows, experts, weights);
   return absl::OkStatus();
 }
 
@@ -230,10 +231,15 @@ absl::Status CpuBackend::SwiGluMlp(const ExpertWeights& mlp, int64_t width, int6
 
 absl::Status CpuBackend::SharedExpert(int layer, int64_t num_rows, const float* moe_input, float* hidden, float* term) {
   const LayerWeights& lw = weights_->layers[static_cast<size_t>(layer)];
-  if (lw.shared_expert_gate.empty())
+  if (lw.shared_expert.w1.data == nullptr)
     return absl::FailedPreconditionError(absl::StrCat("layer ", layer, " has no shared expert"));
   const int64_t d = config_.hidden_size;
   TANDEM_RETURN_IF_ERROR(SwiGluMlp(lw.shared_expert, config_.shared_expert_intermediate_size, num_rows, moe_input));
+  if (!config_.shared_expert_gated()) {  // GLM-4.5: added as it is
+    if (term != nullptr) std::copy_n(mlp_out_.data(), num_rows * d, term);
+    AddInPlace(hidden, mlp_out_.data(), num_rows * d);
+    return absl::OkStatus();
+  }
   for (int64_t t = 0; t < num_rows; ++t) {
     // The gate is one f32 dot product per row (x stays f32, as the router's).
     const float* x = moe_input + t * d;

@@ -40,7 +40,7 @@ void ApplyNorm(const ModelConfig& config, const NormWeights& norm, const float* 
   }
 }
 
-RotaryEmbedding::RotaryEmbedding(const ModelConfig& config) : head_dim_(config.head_dim) {
+RotaryEmbedding::RotaryEmbedding(const ModelConfig& config) : head_dim_(config.head_dim), rope_dim_(config.rope_dim()) {
   const RopeFrequencies short_set = ComputeRopeFrequencies(config, /*long_factors=*/false);
   const RopeFrequencies long_set = ComputeRopeFrequencies(config, /*long_factors=*/true);
   inv_freq_short_ = short_set.inv_freq, mscale_short_ = short_set.mscale;
@@ -53,7 +53,7 @@ bool RotaryEmbedding::UseLongFactors(int64_t max_position) const {
 }
 
 void RotaryEmbedding::Apply(float* x, int64_t heads, int64_t position, bool long_factors) const {
-  const int64_t half = head_dim_ / 2;
+  const int64_t half = rope_dim_ / 2;
   const std::vector<double>& inv_freq = long_factors ? inv_freq_long_ : inv_freq_short_;
   const double mscale = long_factors ? mscale_long_ : mscale_short_;
   // cos/sin once per row, shared by every head.

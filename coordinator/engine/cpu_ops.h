@@ -22,9 +22,10 @@ void LayerNorm(const float* x, int64_t rows, int64_t d, const float* weight, con
 void ApplyNorm(const ModelConfig& config, const NormWeights& norm, const float* x, int64_t rows, float* y);
 
 // Rotary position embedding, Hugging Face's rotate_half convention: pairs
-// (i, i + hd/2). PhiMoE's longrope divides each frequency by its factor and
-// scales cos/sin by mscale; the long factors apply when the sequence reaches
-// past original_max_position_embeddings.
+// (i, i + r/2) over the first r = config.rope_dim() values of each head
+// (the whole head but for GLM-4.5's partial RoPE; the rest pass through). PhiMoE's longrope divides each frequency by
+// its factor and scales cos/sin by mscale; the long factors apply when the sequence reaches past
+// original_max_position_embeddings.
 class RotaryEmbedding {
  public:
   explicit RotaryEmbedding(const ModelConfig& config);
@@ -35,6 +36,7 @@ class RotaryEmbedding {
 
  private:
   int64_t head_dim_;
+  int64_t rope_dim_;
   int64_t original_max_ = 0;  // 0: no longrope
   std::vector<double> inv_freq_short_, inv_freq_long_;
   double mscale_short_ = 1.0, mscale_long_ = 1.0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -222,11 +223,29 @@ void DaopPrecalc::ApplyPrediction(const RoutedLayer& routed, PrecalcStats* delta
     }
     // The used set, weighted by this layer's own router over that set.
     const float* logits = routed.router_logits + t * e_count;
+    if (config_.router_kind() == RouterKind::kSigmoidGroupedTopK) {
+      // Its weights are the set's own sigmoid scores (the correction bias
+      // only chooses): masking the others' logits would let the bias
+      // choose a masked expert.
+      float* weights = routed.weights + t * k;
+      double sum = 0.0;
+      for (int64_t s = 0; s < k; ++s) {
+        experts[s] = used[s];
+        weights[s] = 1.0f / (1.0f + std::exp(-logits[used[s]]));
+        sum += weights[s];
+      }
+      const float denominator = static_cast<float>(sum) + 1e-20f;
+      for (int64_t s = 0; s < k; ++s) {
+        const float w = config_.norm_topk_prob ? weights[s] / denominator : weights[s];
+        weights[s] = static_cast<float>(w * config_.routed_scaling_factor);
+      }
+      continue;
+    }
     for (int64_t e = 0; e < e_count; ++e) {
       masked_logits_[static_cast<size_t>(e)] =
           Contains(used, k, static_cast<int32_t>(e)) ? logits[e] : std::numeric_limits<float>::lowest();
     }
-    Route(config_, masked_logits_.data(), 1, experts, routed.weights + t * k);
+    Route(config_, /*correction_bias=*/nullptr, masked_logits_.data(), 1, experts, routed.weights + t * k);
   }
 }
 

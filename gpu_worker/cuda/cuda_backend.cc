@@ -152,6 +152,11 @@ absl::Status CheckSupportedShape(const ModelConfig& c) {
                                                  ": the CUDA backend has no shared expert and no q/k/v-only biases "
                                                  "yet; use the CPU backend"));
   }
+  if (c.router_kind() == RouterKind::kSigmoidGroupedTopK || c.rope_dim() != c.head_dim) {
+    return absl::UnimplementedError(absl::StrCat(c.architecture_name,
+                                                 ": the CUDA backend has no sigmoid grouped router and no partial "
+                                                 "RoPE yet; use the CPU backend"));
+  }
   if (!c.dense_layers.empty()) {
     return absl::UnimplementedError(absl::StrCat(c.architecture_name, ": the CUDA backend has no dense MLP layers (",
                                                  c.dense_layers.size(), " in this model) yet; use the CPU backend"));
