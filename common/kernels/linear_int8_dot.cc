@@ -534,11 +534,78 @@ void Int8DotPrepareGroupMajor(const float* x, int64_t ldx, int64_t m, int64_t k,
   }
 }
 
+namespace {
+constexpr int64_t kGemmPanelRows = 8;
+}  // namespace
+
+// A decoded row, the slice's panels, and the panel outputs of a block of x rows.
+int64_t Int8GemmScratchBytes(const LinearWeight& w, int64_t, int64_t features) {
+  const int64_t panels = (features + kGemmPanelRows - 1) / kGemmPanelRows;
+  return kGemmPanelRows * RowLayout(w.k).stride + panels * RoundUp64(Int8GemmPanelBytes(w.k)) +
+         kInt8GemmRowBlock * kGemmPanelRows * static_cast<int64_t>(sizeof(float));
+}
+
 int64_t Int8DotScratchBytes(const LinearWeight& w, int64_t, int64_t) {
   return kF * RowLayout(w.k).stride + kXBlock * kF * static_cast<int64_t>(sizeof(float));
 }
 
+int64_t Avx2Int8DotScratchBytes(const LinearWeight& w, int64_t m, int64_t features) {
+  const int64_t tile = Int8DotScratchBytes(w, m, features);
+  return m >= kInt8GemmMinRows ? std::max(tile, Int8GemmScratchBytes(w, m, features)) : tile;
+}
+
+// The slice's W rows decoded and packed into panels once; then blocks of
+// kInt8GemmRowBlock x rows (in L2) against every panel in turn (each panel
+// in L1 while the block's rows pass it), so W is read from L2/L3 once per
+// block, not once per x row.
+absl::Status Avx2Int8GemmSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
+  const RowDecoder decode = DecoderOf(w.dtype, w.order);
+  if (decode == nullptr || a.prepared == nullptr || w.k % 32 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("int8 GEMM: no block decoder or prepared input for ",
+                                                   std::string(DTypeName(w.dtype)), " weights"));
+  }
+  const RowLayout layout(w.k);
+  const int64_t panel_bytes = RoundUp64(Int8GemmPanelBytes(w.k));
+  const int64_t panels = (a.n_end - a.n_begin + kGemmPanelRows - 1) / kGemmPanelRows;
+  uint8_t* decoded = static_cast<uint8_t*>(scratch);
+  uint8_t* packed = decoded + kGemmPanelRows * layout.stride;
+  float* out = reinterpret_cast<float*>(packed + panels * panel_bytes);
+  bool any_offset = false;
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t j0 = a.n_begin + p * kGemmPanelRows, count = std::min(kGemmPanelRows, a.n_end - j0);
+    Int8DecodedRows rows;
+    for (int64_t c = 0; c < kGemmPanelRows; ++c) {
+      uint8_t* row = decoded + c * layout.stride;
+      if (c < count) {
+        decode(static_cast<const uint8_t*>(w.data) + (j0 + c) * w.row_bytes(), w.k, /*to_unsigned=*/false,
+               DecodedRow{row, reinterpret_cast<float*>(row + layout.scales_at),
+                          reinterpret_cast<float*>(row + layout.offsets_at)});
+      }
+      const uint8_t* base = decoded + std::min(c, count - 1) * layout.stride;  // a tail panel repeats its last row
+      rows.levels[c] = base;
+      rows.scales[c] = reinterpret_cast<const float*>(base + layout.scales_at);
+      rows.offsets[c] = reinterpret_cast<const float*>(base + layout.offsets_at);
+    }
+    any_offset |= Int8GemmPackPanel(rows, w.k, packed + p * panel_bytes);
+  }
+  const Int8RowLayoutView x_layout{layout.stride, layout.scales_at, layout.offsets_at};
+  const auto* x = static_cast<const uint8_t*>(a.prepared);
+  for (int64_t r0 = 0; r0 < a.m; r0 += kInt8GemmRowBlock) {
+    const int64_t rows = std::min(kInt8GemmRowBlock, a.m - r0);
+    for (int64_t p = 0; p < panels; ++p) {
+      const int64_t j0 = a.n_begin + p * kGemmPanelRows, count = std::min(kGemmPanelRows, a.n_end - j0);
+      const uint8_t* panel = packed + p * panel_bytes;
+      Avx2Int8GemmPanel(panel, w.k, w.dtype == DType::kQ8_0, any_offset, x + r0 * layout.stride, rows, x_layout, out);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < count; ++c)
+          a.y[(r0 + r) * a.ldy + j0 + c] = out[r * kGemmPanelRows + c] + (a.bias != nullptr ? a.bias[j0 + c] : 0.0f);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Avx2Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
+  if (a.prepared != nullptr && a.m >= kInt8GemmMinRows && w.k % 32 == 0) return Avx2Int8GemmSlice(w, a, scratch);
   if (a.prepared != nullptr && isa::Avx2Int8Fused(w, a, PreparedX(w.k, a.prepared))) return absl::OkStatus();
   return Int8DotSlice<Avx2Dot, false>(w, a, scratch);
 }

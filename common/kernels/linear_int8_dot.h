@@ -15,6 +15,10 @@
 //     f32; the offsets (Q4_K's mins, Q6_K's -32) come in once per block
 //     through x's sums per 16 values, Q8_0's +128 and Q4_0's -8 through
 //     vpdpbusd's start value (VNNI) or signed levels (AVX2).
+//   GEMM (AVX2, from kInt8GemmMinRows x rows, every type; linear_int8_gemm.cc):
+//     the slice's W rows decoded once into panels of 8 rows side by side,
+//     each broadcast of 4 x levels multiplied with 8 W rows at once, the
+//     f32 scaling once per 16 values for 8 outputs.
 //   tile slice (Q4_1, Q5_0, and every type in the *_int8_tile entries, the
 //     A/B reference of the fused slice):
 //     W rows are decoded 4 at a time by vectorized block decoders into
@@ -65,8 +69,41 @@ void Int8DotPrepareGroupMajor(const float* x, int64_t ldx, int64_t m, int64_t k,
                               void* prepared);
 
 int64_t Int8DotScratchBytes(const LinearWeight& w, int64_t m, int64_t features);
+// The AVX2 slice's: the GEMM's from kInt8GemmMinRows rows.
+int64_t Avx2Int8DotScratchBytes(const LinearWeight& w, int64_t m, int64_t features);
 absl::Status Avx2Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
 absl::Status Avx512VnniInt8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+// The int8 GEMM (linear_int8_gemm.cc) alone: panels of 8 decoded W rows
+// with the rows in the lanes, every x row against each panel. The AVX2
+// slice above takes it from kInt8GemmMinRows rows of x; the VNNI slice
+// does not (its fused pass, 64 values per vpdpbusd zmm, was as fast or
+// faster than the same GEMM with vpdpbusd ymm at every row count
+// measured: docs/BENCHMARKS.md, Other instruction sets).
+inline constexpr int64_t kInt8GemmMinRows = 32;
+inline constexpr int64_t kInt8GemmRowBlock = 32;  // x rows that meet every panel before the next block
+absl::Status Avx2Int8GemmSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+int64_t Int8GemmScratchBytes(const LinearWeight& w, int64_t m, int64_t features);
+
+// Decoded W rows and the prepared x layout, as the GEMM's panel kernel
+// reads them (linear_int8_dot.cc decodes, linear_int8_gemm.cc multiplies).
+struct Int8DecodedRows {
+  const uint8_t* levels[8];
+  const float* scales[8];   // per 16 values
+  const float* offsets[8];  // per 16 values
+};
+struct Int8RowLayoutView {
+  int64_t stride = 0, scales_at = 0, offsets_at = 0;
+};
+int64_t Int8GemmPanelBytes(int64_t k);
+// Packs 8 decoded W rows into `panel` (Int8GemmPanelBytes(k)); returns
+// whether any of their offsets is nonzero.
+bool Int8GemmPackPanel(const Int8DecodedRows& rows, int64_t k, uint8_t* panel);
+// out[r * 8 + c] = x row r . W row c of the packed `panel`, for r < m.
+// `is_signed`: Q8_0's levels (the others' are in [0, 64)); `offsets`: add
+// the offsets' terms (Int8GemmPackPanel said some are nonzero).
+void Avx2Int8GemmPanel(const uint8_t* panel, int64_t k, bool is_signed, bool offsets, const uint8_t* x, int64_t m,
+                       const Int8RowLayoutView& layout, float* out);
+
 // The tile path alone, for every type (the fused kernels' reference in
 // tests and benchmarks).
 absl::Status Avx2Int8TileSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);

@@ -87,11 +87,18 @@ std::vector<LinearKernel> QuantizedEntries() {
     // The K-quants' x: for the AVX2 pass one scale per 256-value block (it
     // sums a block in int32), for the fused VNNI pass group-major (linear_isa.h).
     const bool k_quant = dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K;
-    LinearKernel avx2{KernelPath::kInt8Dot, IsaLevel::kAvx2, dtype, "avx2_int8_dot", true,
-                      Int8DotPreparedBytes, Int8DotPrepareBlocks,
-                      k_quant ? Int8DotPrepareSuperBlocks : Int8DotPrepare, Int8DotScratchBytes,
+    LinearKernel avx2{KernelPath::kInt8Dot,
+                      IsaLevel::kAvx2,
+                      dtype,
+                      "avx2_int8_dot",
+                      true,
+                      Int8DotPreparedBytes,
+                      Int8DotPrepareBlocks,
+                      k_quant ? Int8DotPrepareSuperBlocks : Int8DotPrepare,
+                      Avx2Int8DotScratchBytes,
                       Avx2Int8DotSlice};
     avx2.x_block = k_quant ? 256 : 32;
+    avx2.same_at_every_m = false;  // the int8 GEMM from kInt8GemmMinRows rows sums in another order
     entries.push_back(avx2);
     entries.push_back(LinearKernel{KernelPath::kInt8Dot, IsaLevel::kAvx512Vnni, dtype, "avx512_vnni_int8_dot", true,
                                    Int8DotPreparedBytes, Int8DotPrepareBlocks,
@@ -103,6 +110,9 @@ std::vector<LinearKernel> QuantizedEntries() {
     entries.push_back(LinearKernel{KernelPath::kInt8Dot, IsaLevel::kAvx2, dtype, "avx2_int8_tile", true,
                                    Int8DotPreparedBytes, Int8DotPrepareBlocks, Int8DotPrepare, Int8DotScratchBytes,
                                    Avx2Int8TileSlice});
+    entries.push_back(LinearKernel{KernelPath::kInt8Dot, IsaLevel::kAvx2, dtype, "avx2_int8_gemm", true,
+                                   Int8DotPreparedBytes, Int8DotPrepareBlocks, Int8DotPrepare, Int8GemmScratchBytes,
+                                   Avx2Int8GemmSlice});
     entries.push_back(LinearKernel{KernelPath::kInt8Dot, IsaLevel::kAvx512Vnni, dtype, "avx512_vnni_int8_tile", true,
                                    Int8DotPreparedBytes, Int8DotPrepareBlocks, Int8DotPrepare, Int8DotScratchBytes,
                                    Avx512VnniInt8TileSlice});
