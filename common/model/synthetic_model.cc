@@ -115,8 +115,8 @@ ModelConfig OlmoeBase() {
   return c;
 }
 
-// GLM-4.5: q/k/v biases, half of each head rotated, the sigmoid router
-// with its correction bias, one ungated shared expert, leading dense layers.
+// GLM-4.5: q/k/v biases, top-8 of the sigmoid router renormalised (the
+// presets add its partial RoPE, shared expert and leading dense layers).
 ModelConfig Glm4MoeBase() {
   ModelConfig c = BaseConfig(Architecture::kGlm4Moe);
   c.attention_bias = true;
