@@ -723,6 +723,21 @@ TEST_F(GgufModelTest, BadFilesAreRefusedNamingTheFileAndTheKeyOrTensor) {
   RewriteGguf(good, bad, same, [](TensorEdit& t) { return t.name != "output_norm.weight"; });
   expect_error(absl::StatusCode::kNotFound, {"output_norm.weight"});
 
+  // GLM-4.5's router: groups that do not split the experts, a gating
+  // function other than sigmoid, MTP layers past the blocks, a missing bias.
+  const fs::path glm = Gguf("glm4moe", "q8_0");
+  RewriteGguf(
+      glm, bad, [](GgufMetadata& m) { m.Set("glm4moe.expert_group_count", uint32_t{3}); }, keep);
+  expect_error(absl::StatusCode::kInvalidArgument, {"glm4moe.expert_group_count", "(3)"});
+  RewriteGguf(
+      glm, bad, [](GgufMetadata& m) { m.Set("glm4moe.expert_gating_func", uint32_t{1}); }, keep);
+  expect_error(absl::StatusCode::kInvalidArgument, {"glm4moe.expert_gating_func", "sigmoid"});
+  RewriteGguf(
+      glm, bad, [](GgufMetadata& m) { m.Set("glm4moe.nextn_predict_layers", uint32_t{3}); }, keep);
+  expect_error(absl::StatusCode::kInvalidArgument, {"glm4moe.nextn_predict_layers"});
+  RewriteGguf(glm, bad, same, [](TensorEdit& t) { return t.name != "blk.1.exp_probs_b.bias"; });
+  expect_error(absl::StatusCode::kNotFound, {"blk.1.exp_probs_b.bias"});
+
   // A type tandem does not run: iq2_xxs (id 16, 66 bytes per 256 values).
   RewriteGguf(good, bad, same, [](TensorEdit& t) {
     if (t.name == "blk.1.ffn_down_exps.weight") {

@@ -259,6 +259,12 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufCheckpoint& checkpoint
   }
   TANDEM_ASSIGN_OR_RETURN(c.num_local_experts, r.Int("expert_count"));
   TANDEM_ASSIGN_OR_RETURN(c.num_experts_per_tok, r.Int("expert_used_count"));
+  if (glm && (c.n_group < 1 || c.num_local_experts % c.n_group != 0 || c.topk_group < 1 || c.topk_group > c.n_group)) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": keys ", GgufKey(arch, "expert_group_count"), " (",
+                                                   c.n_group, ") and ", GgufKey(arch, "expert_group_used_count"), " (",
+                                                   c.topk_group, ") must split the ", c.num_local_experts,
+                                                   " experts into equal groups and keep 1 to all of them"));
+  }
   TANDEM_ASSIGN_OR_RETURN(c.rope_theta, r.ArchFloatOr("rope.freq_base", 10000.0));
   TANDEM_ASSIGN_OR_RETURN(c.rms_norm_eps, r.ArchFloat("attention.layer_norm_rms_epsilon"));
   TANDEM_ASSIGN_OR_RETURN(const int64_t window, r.IntOr("attention.sliding_window", 0));
