@@ -28,9 +28,10 @@ constexpr int kPromptTokens = 12;
 constexpr int kDecodeSteps = 16;
 
 // slots < 0: no orchestrator.
-absl::StatusOr<std::unique_ptr<LocalRuntime>> MakeRuntime(int slots, const PrecalcOptions& precalc) {
+absl::StatusOr<std::unique_ptr<LocalRuntime>> MakeRuntime(int slots, const PrecalcOptions& precalc,
+                                                          const std::string& preset = "tiny") {
   TANDEM_ASSIGN_OR_RETURN(
-      auto model, LoadSyntheticModel(SyntheticModelSpec{.preset = "tiny", .seed = kSeed, .dtype = DType::kBF16}));
+      auto model, LoadSyntheticModel(SyntheticModelSpec{.preset = preset, .seed = kSeed, .dtype = DType::kBF16}));
   LocalRuntimeOptions options;
   options.num_threads = 2;
   options.precalc = precalc;
@@ -58,11 +59,11 @@ struct Outcome {
 
 // Teacher-forced on the exact greedy sequence; checks every step up to and
 // including the first one whose logits differ.
-void CheckAgainstExact(int slots, Outcome* outcome) {
+void CheckAgainstExact(int slots, Outcome* outcome, const std::string& preset = "tiny") {
   SCOPED_TRACE(slots < 0 ? std::string("no orchestrator") : "slots " + std::to_string(slots));
-  auto exact = MakeRuntime(-1, {});
+  auto exact = MakeRuntime(-1, {}, preset);
   ASSERT_OK(exact);
-  auto daop = MakeRuntime(slots, PrecalcOptions{.policy = PrecalcPolicy::kDaop, .start_layer = 1});
+  auto daop = MakeRuntime(slots, PrecalcOptions{.policy = PrecalcPolicy::kDaop, .start_layer = 1}, preset);
   ASSERT_OK(daop);
   LocalRuntime& x = **exact;
   LocalRuntime& y = **daop;
@@ -127,6 +128,15 @@ TEST(PrecalcTest, DiffersFromExactOnlyWhenAPredictionOrAPrecomputationDid) {
   // Both kinds of step were seen, so the check above meant something.
   EXPECT_GT(outcome.exact_steps, 0);
   EXPECT_GT(outcome.lossy_steps, 0);
+}
+
+// GLM-4.5's sigmoid router (dense layer 0, layers 1-2 MoE): a pre-computed
+// set is re-weighted by its own sigmoid scores, and the run still differs
+// from the exact one only where a prediction or a pre-computation did.
+TEST(PrecalcTest, SigmoidRouterDiffersFromExactOnlyWhenAPredictionOrAPrecomputationDid) {
+  Outcome outcome;
+  for (int slots : {0, -1}) CheckAgainstExact(slots, &outcome, "tiny-glm4moe");
+  EXPECT_GT(outcome.exact_steps + outcome.lossy_steps, 0);
 }
 
 TEST(PrecalcTest, GeneratesEndToEndAndCounts) {

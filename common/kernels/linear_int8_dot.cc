@@ -424,20 +424,26 @@ void Avx2Dot(const isa::Int8DotTile& t) {
   if (r < t.rows) Avx2Tile<1>(t, r);
 }
 
-// Decodes W rows [j0, j0 + count) into the scratch tile and points `tile` at
-// them (a tail tile repeats its last row).
-void DecodeTile(const LinearWeight& w, RowDecoder decode, bool to_unsigned, int64_t j0, int64_t count, uint8_t* scratch,
-                isa::Int8DotTile* tile) {
+// Decodes W rows [j0, j0 + count) into `slots` scratch rows and points
+// levels/scales/offsets[0, slots) at them (slots past count repeat the last
+// row): the int8_dot tile's 4 rows and the GEMM's panel of 8.
+void DecodeRows(const LinearWeight& w, RowDecoder decode, bool to_unsigned, int64_t j0, int64_t count, int64_t slots,
+                uint8_t* scratch, const uint8_t** levels, const float** scales, const float** offsets) {
   const RowLayout layout(w.k);
-  for (int64_t f = 0; f < kF; ++f) {
+  for (int64_t f = 0; f < slots; ++f) {
     uint8_t* base = scratch + std::min(f, count - 1) * layout.stride;
     const DecodedRow row{base, reinterpret_cast<float*>(base + layout.scales_at),
                          reinterpret_cast<float*>(base + layout.offsets_at)};
     if (f < count) decode(static_cast<const uint8_t*>(w.data) + (j0 + f) * w.row_bytes(), w.k, to_unsigned, row);
-    tile->w_levels[f] = row.levels;
-    tile->w_scales[f] = row.scales;
-    tile->w_offsets[f] = row.offsets;
+    levels[f] = row.levels;
+    scales[f] = row.scales;
+    offsets[f] = row.offsets;
   }
+}
+
+void DecodeTile(const LinearWeight& w, RowDecoder decode, bool to_unsigned, int64_t j0, int64_t count, uint8_t* scratch,
+                isa::Int8DotTile* tile) {
+  DecodeRows(w, decode, to_unsigned, j0, count, kF, scratch, tile->w_levels, tile->w_scales, tile->w_offsets);
 }
 
 template <void (*kDot)(const isa::Int8DotTile&), bool kUnsigned>
@@ -574,18 +580,8 @@ absl::Status Avx2Int8GemmSlice(const LinearWeight& w, const LinearSliceArgs& a, 
   for (int64_t p = 0; p < panels; ++p) {
     const int64_t j0 = a.n_begin + p * kGemmPanelRows, count = std::min(kGemmPanelRows, a.n_end - j0);
     Int8DecodedRows rows;
-    for (int64_t c = 0; c < kGemmPanelRows; ++c) {
-      uint8_t* row = decoded + c * layout.stride;
-      if (c < count) {
-        decode(static_cast<const uint8_t*>(w.data) + (j0 + c) * w.row_bytes(), w.k, /*to_unsigned=*/false,
-               DecodedRow{row, reinterpret_cast<float*>(row + layout.scales_at),
-                          reinterpret_cast<float*>(row + layout.offsets_at)});
-      }
-      const uint8_t* base = decoded + std::min(c, count - 1) * layout.stride;  // a tail panel repeats its last row
-      rows.levels[c] = base;
-      rows.scales[c] = reinterpret_cast<const float*>(base + layout.scales_at);
-      rows.offsets[c] = reinterpret_cast<const float*>(base + layout.offsets_at);
-    }
+    DecodeRows(w, decode, /*to_unsigned=*/false, j0, count, kGemmPanelRows, decoded, rows.levels, rows.scales,
+               rows.offsets);
     any_offset |= Int8GemmPackPanel(rows, w.k, packed + p * panel_bytes);
   }
   const Int8RowLayoutView x_layout{layout.stride, layout.scales_at, layout.offsets_at};

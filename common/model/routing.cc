@@ -105,7 +105,6 @@ void RouteSigmoidGroupedTopK(const float* logits, const float* correction_bias, 
   }
   // Repeated argmax, ties to the lower index (K is at most a few dozen).
   bool taken[kMaxExperts] = {};
-  double sum = 0.0;
   for (int64_t slot = 0; slot < k; ++slot) {
     int64_t best = -1;
     for (int64_t e = 0; e < num_experts; ++e) {
@@ -113,8 +112,16 @@ void RouteSigmoidGroupedTopK(const float* logits, const float* correction_bias, 
     }
     taken[best] = true;
     experts[slot] = static_cast<int32_t>(best);
-    weights[slot] = scores[best];
-    sum += scores[best];
+  }
+  SigmoidRouterWeights(logits, experts, k, normalize, scale, weights);
+}
+
+void SigmoidRouterWeights(const float* logits, const int32_t* experts, int64_t k, bool normalize, double scale,
+                          float* weights) {
+  double sum = 0.0;
+  for (int64_t slot = 0; slot < k; ++slot) {
+    weights[slot] = 1.0f / (1.0f + std::exp(-logits[experts[slot]]));
+    sum += weights[slot];
   }
   // HF: topk_weights / (sum + 1e-20) in f32, then * routed_scaling_factor.
   const float denominator = static_cast<float>(sum) + 1e-20f;

@@ -36,6 +36,13 @@ void RouteSigmoidGroupedTopK(const float* logits, const float* correction_bias, 
                              int64_t n_group, int64_t topk_group, bool normalize, double scale, int32_t* experts,
                              float* weights);
 
+// That router's weights for the K chosen `experts`: their sigmoid scores
+// (the correction bias only chooses), divided by their sum (+ 1e-20) when
+// `normalize`, times `scale`; in f32. Also what DAOP re-weights a
+// pre-computed set with.
+void SigmoidRouterWeights(const float* logits, const int32_t* experts, int64_t k, bool normalize, double scale,
+                          float* weights);
+
 // Routes `num_tokens` rows of `logits` [T, E] by the config's router into
 // experts [T, K] and weights [T, K]. `correction_bias`: the layer's [E]
 // e_score_correction_bias when config.router_correction_bias(), else null.

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -227,18 +226,9 @@ void DaopPrecalc::ApplyPrediction(const RoutedLayer& routed, PrecalcStats* delta
       // Its weights are the set's own sigmoid scores (the correction bias
       // only chooses): masking the others' logits would let the bias
       // choose a masked expert.
-      float* weights = routed.weights + t * k;
-      double sum = 0.0;
-      for (int64_t s = 0; s < k; ++s) {
-        experts[s] = used[s];
-        weights[s] = 1.0f / (1.0f + std::exp(-logits[used[s]]));
-        sum += weights[s];
-      }
-      const float denominator = static_cast<float>(sum) + 1e-20f;
-      for (int64_t s = 0; s < k; ++s) {
-        const float w = config_.norm_topk_prob ? weights[s] / denominator : weights[s];
-        weights[s] = static_cast<float>(w * config_.routed_scaling_factor);
-      }
+      std::copy_n(used, k, experts);
+      SigmoidRouterWeights(logits, experts, k, config_.norm_topk_prob, config_.routed_scaling_factor,
+                           routed.weights + t * k);
       continue;
     }
     for (int64_t e = 0; e < e_count; ++e) {
