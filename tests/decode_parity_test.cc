@@ -163,7 +163,8 @@ INSTANTIATE_TEST_SUITE_P(Presets, DecodeParityTest,
                                            DecodeCase{"tiny-qwen2moe", 20, 40}, DecodeCase{"tiny-olmoe", 20, 40},
                                            DecodeCase{"tiny-qwen3moe-dense", 20, 40},
                                            DecodeCase{"tiny-qwen2moe-dense", 20, 40},
-                                           DecodeCase{"tiny-glm4moe", 20, 40}),
+                                           DecodeCase{"tiny-glm4moe", 20, 40}, DecodeCase{"tiny-deepseek-v2", 20, 40},
+                                           DecodeCase{"tiny-deepseek-v3", 16, 40}),
                          [](const auto& info) {
                            return absl::StrCat(ArchTestName(info.param.preset), "_P",
                                                info.param.prompt_tokens, "_N", info.param.decode_tokens);
@@ -253,7 +254,8 @@ TEST_P(BatchParityTest, BatchedSequencesEqualEachAlone) {
 
 INSTANTIATE_TEST_SUITE_P(Presets, BatchParityTest,
                          ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe", "tiny-qwen2moe", "tiny-olmoe",
-                                           "tiny-qwen3moe-dense", "tiny-glm4moe"),
+                                           "tiny-qwen3moe-dense", "tiny-glm4moe", "tiny-deepseek-v2",
+                                           "tiny-deepseek-v3"),
                          [](const auto& info) { return ArchTestName(info.param); });
 
 }  // namespace

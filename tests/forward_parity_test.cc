@@ -446,7 +446,9 @@ INSTANTIATE_TEST_SUITE_P(
                       ForwardCase{"tiny-olmoe", 24, 112}, ForwardCase{"tiny-olmoe", 100, 113},
                       ForwardCase{"tiny-qwen3moe-dense", 24, 114}, ForwardCase{"tiny-qwen3moe-dense", 100, 115},
                       ForwardCase{"tiny-qwen2moe-dense", 24, 116}, ForwardCase{"tiny-qwen2moe-dense", 100, 117},
-                      ForwardCase{"tiny-glm4moe", 24, 118}, ForwardCase{"tiny-glm4moe", 100, 119}),
+                      ForwardCase{"tiny-glm4moe", 24, 118}, ForwardCase{"tiny-glm4moe", 100, 119},
+                      ForwardCase{"tiny-deepseek-v2", 24, 120}, ForwardCase{"tiny-deepseek-v2", 100, 121},
+                      ForwardCase{"tiny-deepseek-v3", 24, 122}, ForwardCase{"tiny-deepseek-v3", 100, 123}),
     [](const auto& info) { return absl::StrCat(ArchTestName(info.param.preset), "_T", info.param.length); });
 
 }  // namespace

@@ -207,7 +207,8 @@ TEST(GenerationChunksTest, PromptsLongerThanAChunkGiveTheReferenceTokens) {
 
 INSTANTIATE_TEST_SUITE_P(Presets, GenerationTest,
                          ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe", "tiny-qwen2moe", "tiny-olmoe",
-                                           "tiny-qwen2moe-dense", "tiny-glm4moe"),
+                                           "tiny-qwen2moe-dense", "tiny-glm4moe", "tiny-deepseek-v2",
+                                           "tiny-deepseek-v3"),
                          [](const auto& info) { return ArchTestName(info.param); });
 
 }  // namespace

@@ -76,6 +76,12 @@ ModelConfig KConfig(const std::string& arch) {
   c.hidden_size = 256, c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 64;
   c.intermediate_size = arch == "mixtral" ? 512 : 256;
   if (c.shared_expert()) c.shared_expert_intermediate_size = 512;
+  if (c.mla()) {  // whole Q4_K blocks along every matrix's rows
+    c.num_key_value_heads = c.num_attention_heads;
+    c.qk_nope_head_dim = 64, c.qk_rope_head_dim = 32, c.v_head_dim = 64, c.head_dim = 96;
+    c.kv_lora_rank = 256;
+    if (c.q_lora_rank > 0) c.q_lora_rank = 256;
+  }
   if (!c.dense_layers.empty()) c.dense_intermediate_size = 768;
   if (c.rope_scaling.type == "longrope") {
     c.rope_scaling.short_factor.clear(), c.rope_scaling.long_factor.clear();
@@ -288,7 +294,8 @@ TEST_P(GgufFloatRoundTripTest, SameConfigWeightsAndLogitsAsTheFolder) {
 
 INSTANTIATE_TEST_SUITE_P(Types, GgufFloatRoundTripTest,
                          ::testing::Combine(::testing::Values("mixtral", "phimoe", "qwen3moe", "qwen2moe", "olmoe",
-                                                              "qwen3moe-dense", "glm4moe"),
+                                                              "qwen3moe-dense", "glm4moe", "deepseek-v2",
+                                                              "deepseek-v3"),
                                             ::testing::Values("f32", "bf16", "f16")),
                          [](const auto& info) {
                            std::string name = absl::StrCat(std::get<0>(info.param), "_", std::get<1>(info.param));
@@ -532,7 +539,8 @@ TEST_P(GgufQuantizedTest, AllBlocksKeptGiveTheDequantizedEmbeddingRowsAndLogits)
   auto exact = LoadModel(Gguf(c.arch, c.type), {.quantized = QuantizedWeights::kDequantizeToF32});
   ASSERT_OK(kept);
   ASSERT_OK(exact);
-  EXPECT_TRUE(IsQuantized((*kept)->weights->layers[0].q_proj.dtype));
+  const LayerWeights& layer0 = (*kept)->weights->layers[0];
+  EXPECT_TRUE(IsQuantized((*kept)->config.mla() ? layer0.mla.kv_b_proj.dtype : layer0.q_proj.dtype));
   EXPECT_TRUE(IsQuantized((*kept)->weights->lm_head.dtype));
   EXPECT_TRUE(IsQuantized((*kept)->weights->embed_tokens.dtype));
   EXPECT_THAT((*kept)->summary, Not(HasSubstr("dequantized at load")));
@@ -579,26 +587,26 @@ TEST_P(GgufQuantizedTest, QuantizedExpertsGiveTheDequantizedLogits) {
   EXPECT_LT(nmse, 3e-2);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, GgufQuantizedTest,
-                         ::testing::Values(QuantCase{"mixtral", "q8_0", 5e-4}, QuantCase{"mixtral", "q6_k", 2e-2},
-                                           QuantCase{"mixtral", "q5_k_m", 0.1}, QuantCase{"mixtral", "q4_k_m", 0.15},
-                                           QuantCase{"mixtral", "q4_0", 0.2}, QuantCase{"phimoe", "q8_0", 5e-3},
-                                           QuantCase{"phimoe", "q6_k", 0.08}, QuantCase{"phimoe", "q5_k_m", 0.2},
-                                           QuantCase{"phimoe", "q4_k_m", 0.4}, QuantCase{"phimoe", "q4_0", 0.5},
-                                           QuantCase{"qwen3moe", "q8_0", 5e-4}, QuantCase{"qwen3moe", "q4_k_m", 0.06},
-                                           QuantCase{"qwen2moe", "q8_0", 5e-4}, QuantCase{"qwen2moe", "q4_k_m", 0.06},
-                                           QuantCase{"olmoe", "q8_0", 4e-3}, QuantCase{"olmoe", "q4_k_m", 0.06},
-                                           QuantCase{"qwen3moe-dense", "q8_0", 5e-4},
-                                           QuantCase{"qwen3moe-dense", "q4_k_m", 0.06},
-                                           QuantCase{"qwen2moe-dense", "q4_k_m", 0.06},
-                                           // GLM: a flip of the group-limited router swaps several experts
-                                           // at once, scaled by routed_scaling_factor 2.5
-                                           QuantCase{"glm4moe", "q8_0", 0.03}, QuantCase{"glm4moe", "q4_k_m", 0.25}),
-                         [](const auto& info) {
-                           std::string name = absl::StrCat(info.param.arch, "_", info.param.type);
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Types, GgufQuantizedTest,
+    ::testing::Values(
+        QuantCase{"mixtral", "q8_0", 5e-4}, QuantCase{"mixtral", "q6_k", 2e-2}, QuantCase{"mixtral", "q5_k_m", 0.1},
+        QuantCase{"mixtral", "q4_k_m", 0.15}, QuantCase{"mixtral", "q4_0", 0.2}, QuantCase{"phimoe", "q8_0", 5e-3},
+        QuantCase{"phimoe", "q6_k", 0.08}, QuantCase{"phimoe", "q5_k_m", 0.2}, QuantCase{"phimoe", "q4_k_m", 0.4},
+        QuantCase{"phimoe", "q4_0", 0.5}, QuantCase{"qwen3moe", "q8_0", 5e-4}, QuantCase{"qwen3moe", "q4_k_m", 0.06},
+        QuantCase{"qwen2moe", "q8_0", 5e-4}, QuantCase{"qwen2moe", "q4_k_m", 0.06}, QuantCase{"olmoe", "q8_0", 4e-3},
+        QuantCase{"olmoe", "q4_k_m", 0.06}, QuantCase{"qwen3moe-dense", "q8_0", 5e-4},
+        QuantCase{"qwen3moe-dense", "q4_k_m", 0.06}, QuantCase{"qwen2moe-dense", "q4_k_m", 0.06},
+        // GLM: a flip of the group-limited router swaps several experts
+        // at once, scaled by routed_scaling_factor 2.5
+        QuantCase{"glm4moe", "q8_0", 0.03}, QuantCase{"glm4moe", "q4_k_m", 0.25},
+        QuantCase{"deepseek-v2", "q8_0", 0.03}, QuantCase{"deepseek-v2", "q4_k_m", 0.25},
+        QuantCase{"deepseek-v3", "q8_0", 0.03}, QuantCase{"deepseek-v3", "q4_k_m", 0.25}),
+    [](const auto& info) {
+      std::string name = absl::StrCat(info.param.arch, "_", info.param.type);
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name;
+    });
 
 // ------------------------------------------------------------ streaming
 
@@ -737,6 +745,19 @@ TEST_F(GgufModelTest, BadFilesAreRefusedNamingTheFileAndTheKeyOrTensor) {
   expect_error(absl::StatusCode::kInvalidArgument, {"glm4moe.nextn_predict_layers"});
   RewriteGguf(glm, bad, same, [](TensorEdit& t) { return t.name != "blk.1.exp_probs_b.bias"; });
   expect_error(absl::StatusCode::kNotFound, {"blk.1.exp_probs_b.bias"});
+
+  // DeepSeek: a latent rank the tensors do not have, a gating function
+  // deepseek2 does not define, a rope part as wide as the head.
+  const fs::path deepseek = Gguf("deepseek-v2", "q8_0");
+  RewriteGguf(
+      deepseek, bad, [](GgufMetadata& m) { m.Set("deepseek2.attention.kv_lora_rank", uint32_t{128}); }, keep);
+  expect_error(absl::StatusCode::kInvalidArgument, {"blk.0.attn_kv_a_mqa.weight", "{256, 160}"});
+  RewriteGguf(
+      deepseek, bad, [](GgufMetadata& m) { m.Set("deepseek2.expert_gating_func", uint32_t{3}); }, keep);
+  expect_error(absl::StatusCode::kInvalidArgument, {"deepseek2.expert_gating_func", "softmax"});
+  RewriteGguf(
+      deepseek, bad, [](GgufMetadata& m) { m.Set("deepseek2.rope.dimension_count", uint32_t{96}); }, keep);
+  expect_error(absl::StatusCode::kInvalidArgument, {"deepseek2.rope.dimension_count"});
 
   // A type tandem does not run: iq2_xxs (id 16, 66 bytes per 256 values).
   RewriteGguf(good, bad, same, [](TensorEdit& t) {
@@ -924,6 +945,58 @@ TEST(QuantizedDTypeTest, ConsumersThatCannotComputeBlocksRefuseThem) {
   absl::Status st = WriteSafetensors(dir.path() / "m.safetensors", {&t});
   ASSERT_FALSE(st.ok());
   EXPECT_THAT(std::string(st.message()), HasSubstr("Q4_0"));
+}
+
+// Newer converters split attn_kv_b into attn_k_b (each head's key rows
+// transposed, {nope, R, H}) and attn_v_b ({R, v, H}) and may drop attn_kv_b:
+// such a file gives the logits of the one with attn_kv_b.
+TEST_F(GgufModelTest, DeepseekSplitKvBGivesTheJoinedLogits) {
+  const fs::path joined = Gguf("deepseek-v2", "f32");
+  const fs::path split = dir_->path() / "deepseek-v2-split.gguf";
+  const ModelConfig c = KConfig("deepseek-v2");
+  const int64_t heads = c.num_attention_heads, rank = c.kv_lora_rank, nope = c.qk_nope_head_dim, v = c.v_head_dim;
+  auto checkpoint = GgufCheckpoint::Open(joined);
+  ASSERT_OK(checkpoint);
+  std::vector<TensorEdit> tensors;
+  for (const GgufTensor& t : (*checkpoint)->tensors()) {
+    TensorEdit e{t.info->name, t.info->type, t.info->dims, {t.data.begin(), t.data.end()}};
+    if (!e.name.ends_with("attn_kv_b.weight")) {
+      tensors.push_back(std::move(e));
+      continue;
+    }
+    ASSERT_EQ(e.type, GgmlType::kF32);
+    const float* kv_b = reinterpret_cast<const float*>(e.bytes.data());  // [H (nope + v), R]
+    std::vector<float> k_b(static_cast<size_t>(heads * rank * nope)), v_b(static_cast<size_t>(heads * v * rank));
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < nope; ++i)
+        for (int64_t r = 0; r < rank; ++r)
+          k_b[static_cast<size_t>((h * rank + r) * nope + i)] = kv_b[(h * (nope + v) + i) * rank + r];
+      for (int64_t j = 0; j < v; ++j)
+        for (int64_t r = 0; r < rank; ++r)
+          v_b[static_cast<size_t>((h * v + j) * rank + r)] = kv_b[(h * (nope + v) + nope + j) * rank + r];
+    }
+    const std::string layer = e.name.substr(0, e.name.size() - std::string("attn_kv_b.weight").size());
+    auto bytes = [](const std::vector<float>& f) {
+      return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(f.data()),
+                                  reinterpret_cast<const uint8_t*>(f.data() + f.size()));
+    };
+    tensors.push_back({layer + "attn_k_b.weight", GgmlType::kF32, {nope, rank, heads}, bytes(k_b)});
+    tensors.push_back({layer + "attn_v_b.weight", GgmlType::kF32, {rank, v, heads}, bytes(v_b)});
+  }
+  std::vector<GgufTensorSpec> specs;
+  for (const TensorEdit& e : tensors) specs.push_back({e.name, e.dims, e.type});
+  auto writer = GgufWriter::Create(split, (*checkpoint)->metadata(), specs);
+  ASSERT_OK(writer);
+  for (const TensorEdit& e : tensors) ASSERT_OK((*writer)->Write(e.name, e.bytes));
+  ASSERT_OK((*writer)->Finish());
+
+  auto a = LoadModel(joined), b = LoadModel(split);
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  const std::vector<int32_t> tokens = Prompt((*a)->config);
+  const double nmse = LogitsNmse(Logits(std::move(*b), tokens), Logits(std::move(*a), tokens));
+  std::cout << "[ nmse     ] deepseek-v2 f32 attn_k_b + attn_v_b vs attn_kv_b: " << nmse << "\n";
+  EXPECT_LT(nmse, 1e-12);
 }
 
 }  // namespace

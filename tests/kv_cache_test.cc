@@ -54,6 +54,41 @@ TEST(KvCacheTest, RejectsNonPositiveOptions) {
   EXPECT_EQ(pool.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// DeepSeek's latent cache: one key row per position and layer (the latent
+// and the rope key), no value rows; a block is L x B key rows and nothing
+// else, rows of different layers and positions never overlap, and a fork's
+// copy-on-write copies them.
+TEST(KvCacheTest, KeyRowsOnlyWhenValueDimIsZero) {
+  auto pool = KvBlockPool::Create({.num_layers = 3, .kv_dim = 576, .value_dim = 0, .block_size = 4, .max_blocks = 4});
+  ASSERT_OK(pool);
+  EXPECT_EQ((*pool)->bytes_per_block(), 3 * 4 * 576 * 4);
+  SequenceKv kv(pool->get());
+  ASSERT_OK(kv.Reserve(8));
+  kv.set_length(8);
+  for (int64_t l = 0; l < 3; ++l)
+    for (int64_t p = 0; p < 8; ++p) std::fill_n(kv.KeyRow(l, p), 576, static_cast<float>(l * 100 + p));
+  for (int64_t l = 0; l < 3; ++l) {
+    std::vector<const float*> rows;
+    kv.AppendKeyRows(l, 8, rows);
+    ASSERT_EQ(rows.size(), 8u);
+    for (int64_t p = 0; p < 8; ++p) {
+      EXPECT_EQ(rows[static_cast<size_t>(p)][0], static_cast<float>(l * 100 + p));
+      EXPECT_EQ(rows[static_cast<size_t>(p)][575], static_cast<float>(l * 100 + p));
+    }
+  }
+  SequenceKv fork(pool->get());
+  fork.ForkFrom(kv);
+  fork.set_length(7);
+  ASSERT_OK(fork.Reserve(8));  // position 7's block is shared: rewriting it copies it
+  std::fill_n(fork.KeyRow(2, 7), 576, -1.0f);
+  EXPECT_EQ(kv.KeyRow(2, 7)[0], 207.0f);
+  EXPECT_EQ(fork.KeyRow(1, 6)[575], 106.0f);
+  EXPECT_EQ(KvBlockPool::Create({.num_layers = 1, .kv_dim = 4, .value_dim = -2, .block_size = 4, .max_blocks = 1})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(KvCacheTest, GrowsByBlocksAndStopsAtTheLimit) {
   auto pool = MakePool(3);
   SequenceKv kv(pool.get());

@@ -381,6 +381,120 @@ TEST(ModelConfigTest, Glm4MoeBadGroupsAndLayoutsAreRefusedByKey) {
   EXPECT_THAT(std::string(c.status().message()), HasSubstr("num_experts_per_tok"));
 }
 
+json DeepseekV2LiteJson() {  // deepseek-ai/DeepSeek-V2-Lite's config.json
+  return json::parse(R"({
+    "architectures": ["DeepseekV2ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "aux_loss_alpha": 0.001, "bos_token_id": 100000, "eos_token_id": 100001, "first_k_dense_replace": 1,
+    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 10944,
+    "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v2",
+    "moe_intermediate_size": 1408, "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 64,
+    "n_shared_experts": 2, "norm_topk_prob": false, "num_attention_heads": 16, "num_experts_per_tok": 6,
+    "num_hidden_layers": 27, "num_key_value_heads": 16, "pretraining_tp": 1, "q_lora_rank": null,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707, "mscale_all_dim": 0.707,
+                     "original_max_position_embeddings": 4096, "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax", "seq_aux": true,
+    "tie_word_embeddings": false, "topk_group": 1, "topk_method": "greedy", "torch_dtype": "bfloat16",
+    "use_cache": true, "v_head_dim": 128, "vocab_size": 102400})");
+}
+
+json DeepseekV3Json() {  // deepseek-ai/DeepSeek-V3's config.json (R1's is the same shape)
+  return json::parse(R"({
+    "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3, "hidden_act": "silu",
+    "hidden_size": 7168, "initializer_range": 0.02, "intermediate_size": 18432, "kv_lora_rank": 512,
+    "max_position_embeddings": 163840, "model_type": "deepseek_v3", "moe_intermediate_size": 2048,
+    "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1, "norm_topk_prob": true,
+    "num_attention_heads": 128, "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
+    "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                     "original_max_position_embeddings": 4096, "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "tie_word_embeddings": false,
+    "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16", "use_cache": true,
+    "v_head_dim": 128, "vocab_size": 129280})");
+}
+
+TEST(ModelConfigTest, ReadsDeepseekV2Lite) {
+  ASSERT_OK_AND_ASSIGN(ModelConfig c, Parse(DeepseekV2LiteJson()));
+  EXPECT_EQ(c.architecture, Architecture::kDeepseekV2);
+  EXPECT_TRUE(c.mla());
+  EXPECT_EQ(c.router_kind(), RouterKind::kSoftmaxGroupedTopK);
+  EXPECT_FALSE(c.router_correction_bias());
+  EXPECT_EQ(c.q_lora_rank, 0);
+  EXPECT_EQ(c.kv_lora_rank, 512);
+  EXPECT_EQ(c.head_dim, 192);
+  EXPECT_EQ(c.rope_dim(), 64);
+  EXPECT_EQ(c.attention_out_dim(), 16 * 128);
+  EXPECT_EQ(c.cache_key_dim(), 576);  // the latent and the rope key, per position and layer
+  EXPECT_EQ(c.cache_value_dim(), 0);
+  EXPECT_EQ(c.n_group, 1);  // greedy
+  EXPECT_FALSE(c.norm_topk_prob);
+  EXPECT_EQ(c.shared_expert_intermediate_size, 2 * 1408);
+  EXPECT_EQ(c.dense_layers, (std::vector<int64_t>{0}));
+  EXPECT_EQ(c.dense_intermediate_size, 10944);
+  // softmax_scale = 192^-0.5 x (0.1 x 0.707 x ln 40 + 1)^2; cos/sin unscaled (mscale = mscale_all_dim).
+  const double m = 0.1 * 0.707 * std::log(40.0) + 1.0;
+  EXPECT_NEAR(c.attention_scale(), m * m / std::sqrt(192.0), 1e-12);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.attention_factor, 1.0);
+  EXPECT_EQ(WeightName(c, WeightRole::kKvAProj, 2), "model.layers.2.self_attn.kv_a_proj_with_mqa.weight");
+  EXPECT_EQ(WeightShape(c, WeightRole::kKvBProj), (std::vector<int64_t>{16 * 256, 512}));
+  EXPECT_EQ(WeightShape(c, WeightRole::kOProj), (std::vector<int64_t>{2048, 2048}));
+  for (const WeightSpec& w : ExpectedWeights(c)) {
+    EXPECT_NE(w.role, WeightRole::kKProj) << w.name;
+    EXPECT_NE(w.role, WeightRole::kQAProj) << w.name;
+  }
+  // Written and read back, the same config.
+  ASSERT_OK_AND_ASSIGN(ModelConfig again, ParseModelConfig(ModelConfigToJson(c), "round trip"));
+  EXPECT_EQ(ModelConfigToJson(again), ModelConfigToJson(c));
+  EXPECT_NEAR(again.attention_scale(), c.attention_scale(), 1e-15);
+}
+
+TEST(ModelConfigTest, ReadsDeepseekV3) {
+  ASSERT_OK_AND_ASSIGN(ModelConfig c, Parse(DeepseekV3Json()));
+  EXPECT_EQ(c.architecture, Architecture::kDeepseekV3);
+  EXPECT_EQ(c.router_kind(), RouterKind::kSigmoidGroupedTopK);
+  EXPECT_TRUE(c.router_correction_bias());
+  EXPECT_EQ(c.q_lora_rank, 1536);
+  EXPECT_EQ(c.n_group, 8);
+  EXPECT_EQ(c.topk_group, 4);
+  EXPECT_EQ(c.num_hidden_layers, 61);  // the MTP layer is not run
+  EXPECT_EQ(c.dense_layers, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(c.shared_expert_intermediate_size, 2048);
+  EXPECT_EQ(WeightShape(c, WeightRole::kQBProj), (std::vector<int64_t>{128 * 192, 1536}));
+  // V2's group-limited softmax router.
+  json j = DeepseekV2LiteJson();
+  j["topk_method"] = "group_limited_greedy", j["n_group"] = 8, j["topk_group"] = 3;
+  ASSERT_OK_AND_ASSIGN(ModelConfig v2, Parse(j));
+  EXPECT_EQ(v2.n_group, 8);
+  EXPECT_EQ(v2.topk_group, 3);
+}
+
+TEST(ModelConfigTest, DeepseekBadRanksRoutersAndLayoutsAreRefusedByKey) {
+  const std::vector<std::pair<std::string, json>> cases = {
+      {"kv_lora_rank", 0},   {"kv_lora_rank", nullptr},     {"qk_rope_head_dim", 63},    {"qk_nope_head_dim", 0},
+      {"v_head_dim", -1},    {"q_lora_rank", -5},           {"scoring_func", "sigmoid"}, {"topk_method", "noaux_tc"},
+      {"moe_layer_freq", 2}, {"first_k_dense_replace", 27}, {"n_shared_experts", -1},
+  };
+  for (const auto& [key, value] : cases) {
+    json j = DeepseekV2LiteJson();
+    j[key] = value;
+    auto c = Parse(j);
+    ASSERT_FALSE(c.ok()) << key << " = " << value.dump();
+    EXPECT_THAT(std::string(c.status().message()), HasSubstr(key)) << value.dump();
+  }
+  json j = DeepseekV2LiteJson();
+  j["topk_method"] = "group_limited_greedy", j["n_group"] = 5;  // 64 experts in 5 groups
+  auto c = Parse(j);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("n_group"));
+  j = DeepseekV3Json();
+  j["scoring_func"] = "softmax";
+  c = Parse(j);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("scoring_func"));
+}
+
 TEST(ModelConfigTest, ReadsMixtral) {
   auto c = Parse(MixtralJson());
   ASSERT_OK(c);

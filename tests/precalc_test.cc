@@ -139,6 +139,14 @@ TEST(PrecalcTest, SigmoidRouterDiffersFromExactOnlyWhenAPredictionOrAPrecomputat
   EXPECT_GT(outcome.exact_steps + outcome.lossy_steps, 0);
 }
 
+// DeepSeek-V2's grouped softmax router (re-weighting by the set's own full
+// softmax scores, x routed_scaling_factor) over latent attention.
+TEST(PrecalcTest, GroupedSoftmaxRouterDiffersFromExactOnlyWhenAPredictionOrAPrecomputationDid) {
+  Outcome outcome;
+  for (int slots : {0, -1}) CheckAgainstExact(slots, &outcome, "tiny-deepseek-v2");
+  EXPECT_GT(outcome.exact_steps + outcome.lossy_steps, 0);
+}
+
 TEST(PrecalcTest, GeneratesEndToEndAndCounts) {
   auto rt = MakeRuntime(4, PrecalcOptions{.policy = PrecalcPolicy::kDaop, .start_layer = 4});  // clamped to 1
   ASSERT_OK(rt);

@@ -87,7 +87,8 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(const Mod
   const bool qwen2 = c.architecture == Architecture::kQwen2Moe;
   const bool olmoe = c.architecture == Architecture::kOlmoe;
   const bool glm = c.architecture == Architecture::kGlm4Moe;
-  const bool mlp_names = qwen3 || qwen2 || olmoe || glm;
+  const bool deepseek = c.architecture == Architecture::kDeepseekV2 || c.architecture == Architecture::kDeepseekV3;
+  const bool mlp_names = qwen3 || qwen2 || olmoe || glm || deepseek;
 
   // Assigns `expr` (a StatusOr) to `lhs` or returns its error.
 #define REF_ASSIGN(lhs, expr)                   \
@@ -107,10 +108,29 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(const Mod
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     RefLayer layer;
     if (absl::Status s = read_norm(LayerName(l, "input_layernorm"), layer.input_norm); !s.ok()) return s;
-    REF_ASSIGN(layer.q_proj, ReadTensor(src, LayerName(l, "self_attn.q_proj.weight"), {c.q_dim(), d}));
-    REF_ASSIGN(layer.k_proj, ReadTensor(src, LayerName(l, "self_attn.k_proj.weight"), {c.kv_dim(), d}));
-    REF_ASSIGN(layer.v_proj, ReadTensor(src, LayerName(l, "self_attn.v_proj.weight"), {c.kv_dim(), d}));
-    REF_ASSIGN(layer.o_proj, ReadTensor(src, LayerName(l, "self_attn.o_proj.weight"), {d, c.q_dim()}));
+    if (deepseek) {  // modeling_deepseek.py DeepseekV2Attention
+      const int64_t heads = c.num_attention_heads, rank = c.kv_lora_rank;
+      const int64_t qhd = c.qk_nope_head_dim + c.qk_rope_head_dim;
+      if (c.q_lora_rank > 0) {
+        REF_ASSIGN(layer.q_a_proj, ReadTensor(src, LayerName(l, "self_attn.q_a_proj.weight"), {c.q_lora_rank, d}));
+        REF_ASSIGN(layer.q_a_norm, ReadVector(src, LayerName(l, "self_attn.q_a_layernorm.weight"), c.q_lora_rank));
+        REF_ASSIGN(layer.q_b_proj,
+                   ReadTensor(src, LayerName(l, "self_attn.q_b_proj.weight"), {heads * qhd, c.q_lora_rank}));
+      } else {
+        REF_ASSIGN(layer.q_proj, ReadTensor(src, LayerName(l, "self_attn.q_proj.weight"), {heads * qhd, d}));
+      }
+      REF_ASSIGN(layer.kv_a_proj,
+                 ReadTensor(src, LayerName(l, "self_attn.kv_a_proj_with_mqa.weight"), {rank + c.qk_rope_head_dim, d}));
+      REF_ASSIGN(layer.kv_a_norm, ReadVector(src, LayerName(l, "self_attn.kv_a_layernorm.weight"), rank));
+      REF_ASSIGN(layer.kv_b_proj, ReadTensor(src, LayerName(l, "self_attn.kv_b_proj.weight"),
+                                             {heads * (c.qk_nope_head_dim + c.v_head_dim), rank}));
+      REF_ASSIGN(layer.o_proj, ReadTensor(src, LayerName(l, "self_attn.o_proj.weight"), {d, heads * c.v_head_dim}));
+    } else {
+      REF_ASSIGN(layer.q_proj, ReadTensor(src, LayerName(l, "self_attn.q_proj.weight"), {c.q_dim(), d}));
+      REF_ASSIGN(layer.k_proj, ReadTensor(src, LayerName(l, "self_attn.k_proj.weight"), {c.kv_dim(), d}));
+      REF_ASSIGN(layer.v_proj, ReadTensor(src, LayerName(l, "self_attn.v_proj.weight"), {c.kv_dim(), d}));
+      REF_ASSIGN(layer.o_proj, ReadTensor(src, LayerName(l, "self_attn.o_proj.weight"), {d, c.q_dim()}));
+    }
     if (c.attention_bias) {
       REF_ASSIGN(layer.q_bias, ReadVector(src, LayerName(l, "self_attn.q_proj.bias"), c.q_dim()));
       REF_ASSIGN(layer.k_bias, ReadVector(src, LayerName(l, "self_attn.k_proj.bias"), c.kv_dim()));
@@ -143,7 +163,9 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(const Mod
     }
     REF_ASSIGN(layer.router,
                ReadTensor(src, LayerName(l, mlp_names ? "mlp.gate.weight" : "block_sparse_moe.gate.weight"), {e, d}));
-    if (glm) REF_ASSIGN(layer.router_bias, ReadVector(src, LayerName(l, "mlp.gate.e_score_correction_bias"), e));
+    if (glm || c.architecture == Architecture::kDeepseekV3) {
+      REF_ASSIGN(layer.router_bias, ReadVector(src, LayerName(l, "mlp.gate.e_score_correction_bias"), e));
+    }
     for (int x = 0; x < e; ++x) {
       RefExpert expert;
       REF_ASSIGN(expert.w1, ReadTensor(src, mlp_names ? MlpExpertName(l, x, "gate_proj") : ExpertName(l, x, "w1"),
@@ -163,8 +185,8 @@ absl::StatusOr<std::unique_ptr<ReferenceModel>> ReferenceModel::Create(const Mod
                  ReadTensor(src, LayerName(l, "mlp.shared_expert.down_proj.weight"), {d, shared}));
       REF_ASSIGN(layer.shared_expert.w3, ReadTensor(src, LayerName(l, "mlp.shared_expert.up_proj.weight"), {shared, d}));
     }
-    if (glm && c.shared_expert_intermediate_size > 0) {
-      // Glm4MoeMLP(intermediate_size = moe_intermediate_size * n_shared_experts), ungated.
+    if ((glm || deepseek) && c.shared_expert_intermediate_size > 0) {
+      // Glm4MoeMLP / DeepseekV2MLP(intermediate_size = moe_intermediate_size * n_shared_experts), ungated.
       const int64_t shared = c.shared_expert_intermediate_size;
       REF_ASSIGN(layer.shared_expert.w1,
                  ReadTensor(src, LayerName(l, "mlp.shared_experts.gate_proj.weight"), {shared, d}));
@@ -288,6 +310,80 @@ void ReferenceModel::Rope(const ModelConfig& config, double* x, int64_t heads, i
       v[i + half] = b * cos_v + a * sin_v;
     }
   }
+}
+
+void ReferenceModel::RopeDeepseek(const ModelConfig& config, double* x, int64_t heads, int64_t stride, int64_t position,
+                                  int64_t seq_len) {
+  const int64_t d = config.qk_rope_head_dim;
+  std::vector<double> v(static_cast<size_t>(d));
+  for (int64_t h = 0; h < heads; ++h) {
+    double* head = x + h * stride;
+    // q.view(b, h, s, d // 2, 2).transpose(4, 3).reshape(b, h, s, d): evens, then odds.
+    for (int64_t i = 0; i < d / 2; ++i) {
+      v[static_cast<size_t>(i)] = head[2 * i];
+      v[static_cast<size_t>(d / 2 + i)] = head[2 * i + 1];
+    }
+    Rope(config, v.data(), 1, position, seq_len);  // q * cos + rotate_half(q) * sin over the rope part
+    std::copy(v.begin(), v.end(), head);
+  }
+}
+
+RefTensor ReferenceModel::LatentAttention(const RefLayer& lw, const RefTensor& x) const {
+  const ModelConfig& c = config_;
+  const int64_t t_len = x.rows, heads = c.num_attention_heads, nope = c.qk_nope_head_dim;
+  const int64_t rope = c.qk_rope_head_dim, v_dim = c.v_head_dim, rank = c.kv_lora_rank, qhd = nope + rope;
+  // q = q_proj(x), or q_b_proj(q_a_layernorm(q_a_proj(x)))
+  RefTensor q = c.q_lora_rank > 0 ? Linear(RmsNorm(Linear(x, lw.q_a_proj), lw.q_a_norm, c.rms_norm_eps), lw.q_b_proj)
+                                  : Linear(x, lw.q_proj);  // [T, H qhd]
+  // compressed_kv, k_pe = split(kv_a_proj_with_mqa(x), [R, rope])
+  const RefTensor compressed = Linear(x, lw.kv_a_proj);  // [T, R + rope]
+  RefTensor latent(t_len, rank), k_pe(t_len, rope);
+  for (int64_t t = 0; t < t_len; ++t) {
+    std::copy_n(compressed.row(t), rank, latent.row(t));
+    std::copy_n(compressed.row(t) + rank, rope, k_pe.row(t));
+  }
+  // kv = kv_b_proj(kv_a_layernorm(compressed_kv)).view(T, H, nope + v)
+  const RefTensor kv = Linear(RmsNorm(latent, lw.kv_a_norm, c.rms_norm_eps), lw.kv_b_proj);
+  for (int64_t t = 0; t < t_len; ++t) {
+    RopeDeepseek(c, q.row(t) + nope, heads, qhd, t, t_len);
+    RopeDeepseek(c, k_pe.row(t), 1, rope, t, t_len);
+  }
+  // query_states = [q_nope, q_pe]; key_states = [k_nope, k_pe] (k_pe shared by the heads)
+  RefTensor keys(t_len, heads * qhd), values(t_len, heads * v_dim);
+  for (int64_t t = 0; t < t_len; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      std::copy_n(kv.row(t) + h * (nope + v_dim), nope, keys.row(t) + h * qhd);
+      std::copy_n(k_pe.row(t), rope, keys.row(t) + h * qhd + nope);
+      std::copy_n(kv.row(t) + h * (nope + v_dim) + nope, v_dim, values.row(t) + h * v_dim);
+    }
+  }
+  // softmax_scale = q_head_dim^-0.5, x mscale^2 with mscale = yarn_get_mscale(factor, mscale_all_dim)
+  double scale = 1.0 / std::sqrt(static_cast<double>(qhd));
+  if (c.rope_scaling.type == "yarn" && c.rope_scaling.mscale_all_dim > 0.0 && c.rope_scaling.factor > 1.0) {
+    const double m = 0.1 * c.rope_scaling.mscale_all_dim * std::log(c.rope_scaling.factor) + 1.0;
+    scale *= m * m;
+  }
+  RefTensor out(t_len, heads * v_dim);
+  std::vector<double> scores(static_cast<size_t>(t_len));
+  for (int64_t i = 0; i < t_len; ++i) {
+    for (int64_t h = 0; h < heads; ++h) {
+      double max_score = -kInf;
+      for (int64_t j = 0; j <= i; ++j) {
+        double dot = 0.0;
+        for (int64_t e = 0; e < qhd; ++e) dot += q.at(i, h * qhd + e) * keys.at(j, h * qhd + e);
+        scores[static_cast<size_t>(j)] = dot * scale;
+        max_score = std::max(max_score, dot * scale);
+      }
+      double sum = 0.0;
+      for (int64_t j = 0; j <= i; ++j)
+        sum += scores[static_cast<size_t>(j)] = std::exp(scores[static_cast<size_t>(j)] - max_score);
+      for (int64_t j = 0; j <= i; ++j) {
+        const double p = scores[static_cast<size_t>(j)] / sum;
+        for (int64_t e = 0; e < v_dim; ++e) out.at(i, h * v_dim + e) += p * values.at(j, h * v_dim + e);
+      }
+    }
+  }
+  return out;
 }
 
 RefTensor ReferenceModel::Attention(const RefTensor& q, const RefTensor& k, const RefTensor& v, int64_t heads,
@@ -460,10 +556,71 @@ RefRouting ReferenceModel::SigmoidGroupedTopK(const ModelConfig& config, std::sp
   return r;
 }
 
+RefRouting ReferenceModel::SoftmaxGroupedTopK(const ModelConfig& config, std::span<const double> logits) {
+  const size_t n = logits.size();
+  const int64_t k = config.num_experts_per_tok, groups = config.n_group;
+  const int64_t per_group = static_cast<int64_t>(n) / groups;
+  // scores = logits.softmax(dim=-1)
+  const double max_logit = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> scores(n);
+  double total = 0.0;
+  for (size_t e = 0; e < n; ++e) total += scores[e] = std::exp(logits[e] - max_logit);
+  for (double& s : scores) s /= total;
+  RefRouting r;
+  r.margin = kInf;
+  std::vector<double> choice = scores;
+  if (groups > 1) {
+    // group_scores = scores.view(-1, n_group, E / n_group).max(dim=-1).values
+    std::vector<double> group_scores(static_cast<size_t>(groups));
+    for (int64_t g = 0; g < groups; ++g)
+      group_scores[static_cast<size_t>(g)] =
+          *std::max_element(scores.begin() + g * per_group, scores.begin() + (g + 1) * per_group);
+    const std::vector<int32_t> group_order = DescendingOrder(group_scores);
+    std::vector<bool> kept(static_cast<size_t>(groups), false);
+    for (int64_t g = 0; g < config.topk_group; ++g)
+      kept[static_cast<size_t>(group_order[static_cast<size_t>(g)])] = true;
+    if (config.topk_group < groups) {
+      // In logits (softmax is monotone): the best logits of the last kept and first dropped group.
+      auto best_logit = [&](int32_t g) {
+        return *std::max_element(logits.begin() + g * per_group, logits.begin() + (g + 1) * per_group);
+      };
+      r.margin = best_logit(group_order[static_cast<size_t>(config.topk_group - 1)]) -
+                 best_logit(group_order[static_cast<size_t>(config.topk_group)]);
+    }
+    for (size_t e = 0; e < n; ++e) {
+      if (!kept[e / static_cast<size_t>(per_group)]) choice[e] = 0.0;  // masked_fill(~score_mask, 0.0)
+    }
+  }
+  const std::vector<int32_t> order = DescendingOrder(choice);
+  double sum = 0.0;
+  for (int64_t s = 0; s < k; ++s) {
+    r.experts.push_back(order[static_cast<size_t>(s)]);
+    r.weights.push_back(scores[static_cast<size_t>(order[static_cast<size_t>(s)])]);
+    sum += r.weights.back();
+  }
+  const size_t next = order[static_cast<size_t>(std::min<int64_t>(k, static_cast<int64_t>(n) - 1))];
+  if (static_cast<size_t>(k) < n && choice[next] > 0.0) {
+    // The K-th and (K+1)-th of the kept experts, in logits; a masked (K+1)-th
+    // only changes with the groups (above).
+    r.margin = std::min(r.margin, logits[static_cast<size_t>(order[static_cast<size_t>(k - 1)])] - logits[next]);
+  }
+  for (double& w : r.weights) {
+    if (k > 1 && config.norm_topk_prob) {
+      w /= sum + 1e-20;
+    } else {
+      w *= config.routed_scaling_factor;
+    }
+  }
+  return r;
+}
+
 RefRouting ReferenceModel::Route(const ModelConfig& config, std::span<const double> logits,
                                  std::span<const double> correction_bias) {
   if (config.architecture == Architecture::kPhiMoE) return SparseMixer(logits, config.router_jitter_noise);
-  if (config.architecture == Architecture::kGlm4Moe) return SigmoidGroupedTopK(config, logits, correction_bias);
+  if (config.architecture == Architecture::kGlm4Moe || config.architecture == Architecture::kDeepseekV3) {
+    return SigmoidGroupedTopK(config, logits, correction_bias);
+  }
+  if (config.architecture == Architecture::kDeepseekV2) return SoftmaxGroupedTopK(config, logits);
   return SoftmaxTopK(logits, config.num_experts_per_tok, config.norm_topk_prob);
 }
 
@@ -503,28 +660,34 @@ absl::StatusOr<ReferenceForward> ReferenceModel::Forward(const std::vector<int32
     const RefLayer& lw = layers_[static_cast<size_t>(l)];
     // Attention block.
     const RefTensor x = Norm(c, lw.input_norm, h);
-    RefTensor q = Linear(x, lw.q_proj, lw.q_bias);  // [T, H·hd]
-    RefTensor k = Linear(x, lw.k_proj, lw.k_bias);  // [T, Hkv·hd]
-    const RefTensor v = Linear(x, lw.v_proj, lw.v_bias);
-    if (c.architecture == Architecture::kQwen3Moe || (c.architecture == Architecture::kGlm4Moe && c.use_qk_norm)) {
-      // Qwen3 (and GLM-4.5's use_qk_norm): q_norm / k_norm, an RMSNorm over each head's head_dim values.
-      q = HeadRmsNorm(q, lw.q_norm, c.head_dim, c.rms_norm_eps);
-      k = HeadRmsNorm(k, lw.k_norm, c.head_dim, c.rms_norm_eps);
-    } else if (c.architecture == Architecture::kOlmoe) {
-      // OLMoE: q_norm / k_norm over each row's whole projection.
-      q = RmsNorm(q, lw.q_norm, c.rms_norm_eps);
-      k = RmsNorm(k, lw.k_norm, c.rms_norm_eps);
+    if (c.kv_lora_rank > 0) {
+      const RefTensor o = Linear(LatentAttention(lw, x), lw.o_proj);
+      for (size_t i = 0; i < h.data.size(); ++i) h.data[i] += o.data[i];
+      record("attention_out", l, h);
+    } else {
+      RefTensor q = Linear(x, lw.q_proj, lw.q_bias);  // [T, H·hd]
+      RefTensor k = Linear(x, lw.k_proj, lw.k_bias);  // [T, Hkv·hd]
+      const RefTensor v = Linear(x, lw.v_proj, lw.v_bias);
+      if (c.architecture == Architecture::kQwen3Moe || (c.architecture == Architecture::kGlm4Moe && c.use_qk_norm)) {
+        // Qwen3 (and GLM-4.5's use_qk_norm): q_norm / k_norm, an RMSNorm over each head's head_dim values.
+        q = HeadRmsNorm(q, lw.q_norm, c.head_dim, c.rms_norm_eps);
+        k = HeadRmsNorm(k, lw.k_norm, c.head_dim, c.rms_norm_eps);
+      } else if (c.architecture == Architecture::kOlmoe) {
+        // OLMoE: q_norm / k_norm over each row's whole projection.
+        q = RmsNorm(q, lw.q_norm, c.rms_norm_eps);
+        k = RmsNorm(k, lw.k_norm, c.rms_norm_eps);
+      }
+      for (int64_t t = 0; t < t_len; ++t) {
+        // One forward, one choice of longrope factors: seq_len = max(position_ids) + 1.
+        Rope(c, q.row(t), c.num_attention_heads, t, t_len);
+        Rope(c, k.row(t), c.num_key_value_heads, t, t_len);
+      }
+      const RefTensor attn =
+          Attention(q, k, v, c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.sliding_window);
+      const RefTensor o = Linear(attn, lw.o_proj, lw.o_bias);
+      for (size_t i = 0; i < h.data.size(); ++i) h.data[i] += o.data[i];
+      record("attention_out", l, h);
     }
-    for (int64_t t = 0; t < t_len; ++t) {
-      // One forward, one choice of longrope factors: seq_len = max(position_ids) + 1.
-      Rope(c, q.row(t), c.num_attention_heads, t, t_len);
-      Rope(c, k.row(t), c.num_key_value_heads, t, t_len);
-    }
-    const RefTensor attn =
-        Attention(q, k, v, c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.sliding_window);
-    const RefTensor o = Linear(attn, lw.o_proj, lw.o_bias);
-    for (size_t i = 0; i < h.data.size(); ++i) h.data[i] += o.data[i];
-    record("attention_out", l, h);
 
     const RefTensor moe_input = Norm(c, lw.post_attention_norm, h);
     record("moe_input", l, moe_input);

@@ -72,6 +72,9 @@ struct RefNorm {
 struct RefLayer {
   RefNorm input_norm;
   RefTensor q_proj, k_proj, v_proj, o_proj;            // [Hq, D], [Hkv, D], [Hkv, D], [D, Hq]
+  // DeepSeek's latent attention (q_proj without q_lora_rank; o_proj [D, H v]).
+  RefTensor q_a_proj, q_b_proj, kv_a_proj, kv_b_proj;  // [Rq, D], [H qhd, Rq], [R + rope, D], [H (nope + v), R]
+  std::vector<double> q_a_norm, kv_a_norm;             // [Rq], [R]
   std::vector<double> q_bias, k_bias, v_bias, o_bias;  // empty without attention_bias
   std::vector<double> q_norm, k_norm;                  // [head_dim] Qwen3's QK norm, [Hq] / [Hkv] OLMoE's
   RefNorm post_attention_norm;
@@ -115,6 +118,8 @@ inline std::string ArchTestName(const std::string& preset) {
   if (preset == "tiny-qwen3moe-dense") return "Qwen3MoeDense";
   if (preset == "tiny-qwen2moe-dense") return "Qwen2MoeDense";
   if (preset == "tiny-glm4moe") return "Glm4Moe";
+  if (preset == "tiny-deepseek-v2") return "DeepseekV2";
+  if (preset == "tiny-deepseek-v3") return "DeepseekV3";
   return "Mixtral";
 }
 
@@ -170,6 +175,17 @@ class ReferenceModel {
   // is at most 1/4).
   static RefRouting SigmoidGroupedTopK(const ModelConfig& config, std::span<const double> logits,
                                        std::span<const double> correction_bias);
+  // DeepSeek-V2's MoEGate, line by line: softmax scores; with n_group > 1
+  // ("group_limited_greedy") the experts outside the topk_group groups of
+  // highest best score are scored 0; top-K; weights = the chosen scores,
+  // / (sum + 1e-20) when norm_topk_prob, else x routed_scaling_factor.
+  static RefRouting SoftmaxGroupedTopK(const ModelConfig& config, std::span<const double> logits);
+  // DeepSeek's rope part of `heads` vectors `stride` apart: HF's
+  // apply_rotary_pos_emb in modeling_deepseek.py, which de-interleaves
+  // (view(d/2, 2).transpose) and then rotates halves; the result stays in
+  // that de-interleaved order (q and k alike, so q.k is unchanged).
+  static void RopeDeepseek(const ModelConfig& config, double* x, int64_t heads, int64_t stride, int64_t position,
+                           int64_t seq_len);
   // The config's router; `correction_bias` is the layer's [E] bias for the
   // sigmoid router (empty for the others).
   static RefRouting Route(const ModelConfig& config, std::span<const double> logits,
@@ -184,6 +200,10 @@ class ReferenceModel {
   // from position 0, recomputed from scratch. InvalidArgument for an empty
   // sequence, a token outside the vocabulary or a sequence past the context.
   absl::StatusOr<ReferenceForward> Forward(const std::vector<int32_t>& tokens) const;
+  // One layer's self-attention output (before o_proj's residual add) in
+  // DeepSeek's latent form, as modeling_deepseek.py computes it: keys and
+  // values expanded from the latent through kv_b_proj (the unabsorbed form).
+  RefTensor LatentAttention(const RefLayer& lw, const RefTensor& x) const;
 
   // `n` greedy tokens (argmax, ties: lower id) after `prompt`, each step a
   // full Forward over prompt + tokens so far. EOS does not stop it: callers

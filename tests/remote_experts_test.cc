@@ -184,7 +184,9 @@ INSTANTIATE_TEST_SUITE_P(All, RemoteExpertsTest,
                                            Case{"split", "shm", "tiny-qwen3moe-dense"},
                                            Case{"shard", "shm", "tiny-qwen2moe-dense"},
                                            // GLM-4.5: sigmoid router with its bias, ungated shared expert
-                                           Case{"split", "shm", "tiny-glm4moe"}),
+                                           Case{"split", "shm", "tiny-glm4moe"},
+                                           // DeepSeek-V2: latent attention, grouped softmax router
+                                           Case{"shard", "shm", "tiny-deepseek-v2"}),
                          [](const auto& info) {
                            std::string name = (info.param.preset == "tiny" ? "" : info.param.preset.substr(5) + "_") +
                                               info.param.division + "_" + info.param.transport;

@@ -228,6 +228,35 @@ TEST(SigmoidGroupedTopKTest, RouteTakesTheLayersBias) {
   for (float w : weights) EXPECT_NEAR(w, c->routed_scaling_factor / static_cast<double>(k), 1e-6);
 }
 
+// DeepSeek-V2's router, by hand: 8 experts in 4 groups of 2.
+TEST(SoftmaxGroupedTopKTest, GroupsByTheirBestScoreAndScalesUnlessNormalising) {
+  const std::vector<float> logits = {2.0f, -3.0f, 1.5f, 1.4f, 0.0f, 1.9f, -1.0f, -2.0f};
+  std::vector<double> p(8);
+  double total = 0.0;
+  for (size_t e = 0; e < 8; ++e) total += p[e] = std::exp(static_cast<double>(logits[e]));
+  for (double& v : p) v /= total;
+  int32_t experts[3];
+  float weights[3];
+  // Groups' best: g0 2.0, g1 1.5, g2 1.9, g3 -1.0; the best 2 are g0 and g2:
+  // experts 0, 5, then 4 (1.4 in g1 is masked).
+  RouteSoftmaxGroupedTopK(logits.data(), 8, 3, 4, 2, /*normalize=*/false, 16.0, experts, weights);
+  EXPECT_EQ(std::vector<int32_t>(experts, experts + 3), (std::vector<int32_t>{0, 5, 4}));
+  EXPECT_NEAR(weights[0], 16.0 * p[0], 1e-6);
+  EXPECT_NEAR(weights[1], 16.0 * p[5], 1e-6);
+  EXPECT_NEAR(weights[2], 16.0 * p[4], 1e-6);
+  // norm_topk_prob: renormalised over the three, no scale.
+  RouteSoftmaxGroupedTopK(logits.data(), 8, 3, 4, 2, /*normalize=*/true, 16.0, experts, weights);
+  EXPECT_NEAR(weights[0] + weights[1] + weights[2], 1.0, 1e-6);
+  // One group ("greedy"): the plain top 3 (0, 5, 2), the full softmax's values.
+  RouteSoftmaxGroupedTopK(logits.data(), 8, 3, 1, 1, false, 1.0, experts, weights);
+  EXPECT_EQ(std::vector<int32_t>(experts, experts + 3), (std::vector<int32_t>{0, 5, 2}));
+  EXPECT_NEAR(weights[2], p[2], 1e-6);
+  // The weights DAOP re-weights a chosen set with are the router's own.
+  float again[3];
+  SoftmaxGroupedRouterWeights(logits.data(), 8, experts, 3, false, 1.0, again);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(again[i], weights[i]);
+}
+
 TEST(SparseMixerTest, RouteDispatchesByArchitecture) {
   ModelConfig config;
   config.architecture = Architecture::kPhiMoE;
@@ -297,7 +326,8 @@ struct RecordingEngine {
         recorder(&local, static_cast<int>(model.config.num_local_experts), model.config.hidden_size,
                  add_empty_experts) {
     kv_pool = std::move(*KvBlockPool::Create({.num_layers = model.config.num_hidden_layers,
-                                              .kv_dim = model.config.kv_dim(),
+                                              .kv_dim = model.config.cache_key_dim(),
+                                              .value_dim = model.config.cache_value_dim(),
                                               .block_size = 16,
                                               .max_blocks = 32}));
     engine = std::make_unique<Engine>(model.config, &backend, &recorder, EngineOptions{dump.Hook()});
@@ -389,7 +419,7 @@ TEST_P(ExpertDispatchTest, AnExpertWithZeroRowsChangesNothing) {
 
 INSTANTIATE_TEST_SUITE_P(Presets, ExpertDispatchTest,
                          ::testing::Values("tiny", "tiny-phimoe", "tiny-qwen3moe", "tiny-qwen2moe", "tiny-olmoe",
-                                           "tiny-glm4moe"),
+                                           "tiny-glm4moe", "tiny-deepseek-v2", "tiny-deepseek-v3"),
                          [](const auto& info) { return ArchTestName(info.param); });
 
 }  // namespace

@@ -31,6 +31,10 @@ absl::Status AttendBlockWithIsa(IsaLevel isa, const AttentionBlockArgs& a, float
     return absl::InvalidArgumentError(
         absl::StrCat("attention block: rows must be 1..", kAttentionBlockMaxRows, ", got ", a.rows));
   }
+  if (a.value_dim < 0 || a.value_dim > a.head_dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention block: value_dim must be 0..head_dim (", a.head_dim, "), got ", a.value_dim));
+  }
   if (const std::string why = IsaUnavailableReason(isa); !why.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("attention block: ", why));
   }

@@ -39,6 +39,8 @@ constexpr int64_t kL = Vec::kLanes;
 inline int64_t RoundUp(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 inline int64_t Min(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t Max(int64_t a, int64_t b) { return a > b ? a : b; }
+// The width of value and output rows (AttentionBlockArgs::value_dim).
+inline int64_t ValueDim(const AttentionBlockArgs& a) { return a.value_dim > 0 ? a.value_dim : a.head_dim; }
 
 // Where the block's keys and scratch sections are. Probabilities of row r
 // and relative key j at st[j * key_stride + r * row_stride].
@@ -53,7 +55,7 @@ struct Plan {
   float* end = nullptr;      // [rpad] one past its last key
   float* inv_sum = nullptr;  // [rpad]
   float* o = nullptr;        // [rpad][opad] P.V accumulators
-  int64_t opad = 0;          // head_dim padded to whole vectors
+  int64_t opad = 0;          // value_dim padded to whole vectors
 };
 
 // Queries in lanes: St [width][rpad]. Keys in lanes: S [rows][width padded
@@ -72,7 +74,7 @@ inline Plan MakePlan(const AttentionBlockArgs& a, float* scratch, bool keys_in_l
   p.first = p.qt + (keys_in_lanes ? 0 : RoundUp(a.head_dim * p.rpad, 16));
   p.end = p.first + kAttentionBlockMaxRows;
   p.inv_sum = p.end + kAttentionBlockMaxRows;
-  p.opad = RoundUp(a.head_dim, 16);
+  p.opad = RoundUp(ValueDim(a), 16);
   p.o = p.inv_sum + kAttentionBlockMaxRows;
   p.st = p.o + p.rpad * p.opad;
   p.key_stride = keys_in_lanes ? 1 : p.rpad;
@@ -297,7 +299,7 @@ inline constexpr int64_t kValueTileKeys = 64;  // 64 x 512 B value rows: 32 KB, 
 template <int kRows>
 inline void ValueRows(const AttentionBlockArgs& a, const Plan& p, int64_t r0, int64_t begin, int64_t end) {
   constexpr int kChunks = Vec::kValueChunks;
-  const int64_t full = a.head_dim / kL, tail = a.head_dim % kL;
+  const int64_t full = ValueDim(a) / kL, tail = ValueDim(a) % kL;
   int64_t chunk = 0;
   for (; chunk + kChunks <= full; chunk += kChunks)
     ValueTile<kRows, kChunks, false>(a, p, r0, chunk * kL, 0, begin, end);
@@ -312,11 +314,11 @@ inline void Values(const AttentionBlockArgs& a, const Plan& p) {
   for (int64_t i = 0; i < p.rpad * p.opad; i += kL) Vec::Store(p.o + i, Vec::Zero());
   // Each tile's value rows are prefetched (to L2: L1 holds the tile in
   // use) while the tile before it computes, not right before their own use.
-  for (int64_t j = 0; j < Min(p.width, kValueTileKeys); ++j) PrefetchRow(a.values[p.lo + j] + a.kv_offset, a.head_dim);
+  for (int64_t j = 0; j < Min(p.width, kValueTileKeys); ++j) PrefetchRow(a.values[p.lo + j] + a.kv_offset, ValueDim(a));
   for (int64_t begin = 0; begin < p.width; begin += kValueTileKeys) {
     const int64_t end = Min(p.width, begin + kValueTileKeys);
     for (int64_t j = end; j < Min(p.width, end + kValueTileKeys); ++j)
-      PrefetchRow<_MM_HINT_T1>(a.values[p.lo + j] + a.kv_offset, a.head_dim);
+      PrefetchRow<_MM_HINT_T1>(a.values[p.lo + j] + a.kv_offset, ValueDim(a));
     int64_t r0 = 0;
     for (; r0 < p.value_rows; r0 += 4) ValueRows<4>(a, p, r0, begin, end);
     for (; r0 < a.rows; ++r0) ValueRows<1>(a, p, r0, begin, end);
@@ -326,8 +328,9 @@ inline void Values(const AttentionBlockArgs& a, const Plan& p) {
     const float* o = p.o + r * p.opad;
     float* y = a.out + r * a.out_stride;
     int64_t d = 0;
-    for (; d + kL <= a.head_dim; d += kL) Vec::Store(y + d, Vec::Mul(Vec::Load(o + d), inv));
-    if (d < a.head_dim) Vec::StoreN(y + d, Vec::Mul(Vec::Load(o + d), inv), a.head_dim - d);
+    const int64_t width = ValueDim(a);
+    for (; d + kL <= width; d += kL) Vec::Store(y + d, Vec::Mul(Vec::Load(o + d), inv));
+    if (d < width) Vec::StoreN(y + d, Vec::Mul(Vec::Load(o + d), inv), width - d);
   }
 }
 

@@ -25,6 +25,10 @@ struct AttentionBlockArgs {
   const float* const* keys = nullptr;
   const float* const* values = nullptr;
   int64_t kv_offset = 0;
+  // Floats of each value row (and output row) when fewer than head_dim: 0
+  // means head_dim. DeepSeek's absorbed attention scores over the latent and
+  // rope key (head_dim) and sums the latent alone (value_dim <= head_dim).
+  int64_t value_dim = 0;
   float scale = 1.0f;  // applied to q.k before the softmax
   float* out = nullptr;
   int64_t out_stride = 0;

@@ -70,6 +70,8 @@ class Reader {
     *values = v;
     return absl::OkStatus();
   }
+  const std::string& source() const { return m_.source(); }
+  const std::string& arch() const { return arch_; }
   absl::Status Positive(std::string_view suffix, int64_t value) const {
     if (value > 0) return absl::OkStatus();
     return absl::InvalidArgumentError(
@@ -138,7 +140,20 @@ absl::Status ReadRopeScaling(const GgufMetadata& m, const Reader& r, const std::
   TANDEM_ASSIGN_OR_RETURN(s.beta_fast, r.ArchFloatOr("rope.scaling.yarn_beta_fast", 32.0));
   TANDEM_ASSIGN_OR_RETURN(s.beta_slow, r.ArchFloatOr("rope.scaling.yarn_beta_slow", 1.0));
   TANDEM_ASSIGN_OR_RETURN(const double attn_factor, r.ArchFloatOr("rope.scaling.attn_factor", 1.0));
-  TANDEM_ASSIGN_OR_RETURN(s.attention_factor, r.FloatOr(kTandemYarnAttentionFactorKey, attn_factor * YarnMscale(s.factor)));
+  // deepseek2: llama.cpp leaves cos/sin unscaled (HF's mscale / mscale_all_dim,
+  // 1 in every released model) and puts yarn_log_multiplier (0.1 x
+  // mscale_all_dim) on the softmax scale.
+  const double default_factor = c.deepseek() ? 1.0 : attn_factor * YarnMscale(s.factor);
+  TANDEM_ASSIGN_OR_RETURN(s.attention_factor, r.FloatOr(kTandemYarnAttentionFactorKey, default_factor));
+  if (c.deepseek()) {
+    TANDEM_ASSIGN_OR_RETURN(const double log_multiplier, r.ArchFloatOr("rope.scaling.yarn_log_multiplier", 0.0));
+    if (!(log_multiplier >= 0.0) || !std::isfinite(log_multiplier)) {
+      return absl::InvalidArgumentError(absl::StrCat(m.source(), ": key ",
+                                                     GgufKey(arch, "rope.scaling.yarn_log_multiplier"),
+                                                     " must be finite and not negative, got ", log_multiplier));
+    }
+    s.mscale_all_dim = FromF32(log_multiplier / 0.1);
+  }
   if (!(s.factor >= 1.0) || s.factor > 1024.0) {
     return absl::InvalidArgumentError(absl::StrCat(m.source(), ": key ", GgufKey(arch, "rope.scaling.factor"),
                                                    " must be in [1, 1024] for yarn, got ", s.factor));
@@ -161,11 +176,13 @@ absl::Status ReadDenseLayers(const GgufCheckpoint& checkpoint, const Reader& r, 
   return absl::OkStatus();
 }
 
-// glm4moe, read as llama.cpp reads it (llama-hparams.cpp): the leading
-// dense layers, the shared experts (expert_shared_count of the experts'
-// width), the sigmoid router's scale, renormalisation and groups; the
+// glm4moe and deepseek2, read as llama.cpp reads them (llama-hparams.cpp):
+// the leading dense layers, the shared experts (expert_shared_count of the
+// experts' width), the router's scale, renormalisation and groups (deepseek2:
+// softmax, V2, unless expert_gating_func says sigmoid, V3); the
 // multi-token-prediction layers at the end of block_count are not run.
-absl::Status ReadGlm4Moe(const GgufCheckpoint& checkpoint, const Reader& r, const std::string& arch, ModelConfig& c) {
+absl::Status ReadDeepseekMoeLayout(const GgufCheckpoint& checkpoint, const Reader& r, const std::string& arch,
+                                   ModelConfig& c) {
   const std::string& source = checkpoint.Describe();
   TANDEM_ASSIGN_OR_RETURN(const int64_t nextn, r.IntOr("nextn_predict_layers", 0));
   if (nextn < 0 || nextn >= c.num_hidden_layers) {
@@ -190,17 +207,46 @@ absl::Status ReadGlm4Moe(const GgufCheckpoint& checkpoint, const Reader& r, cons
                                                    shared, ", not in [0, ", kMaxExperts, "]"));
   }
   c.shared_expert_intermediate_size = shared * c.intermediate_size;
-  TANDEM_ASSIGN_OR_RETURN(c.routed_scaling_factor, r.ArchFloat("expert_weights_scale"));
+  const bool glm = c.architecture == Architecture::kGlm4Moe;
+  // Old deepseek2 files (V2, V2-Lite) carry no scale: 1.
+  TANDEM_ASSIGN_OR_RETURN(c.routed_scaling_factor,
+                          glm ? r.ArchFloat("expert_weights_scale") : r.ArchFloatOr("expert_weights_scale", 1.0));
   TANDEM_ASSIGN_OR_RETURN(c.norm_topk_prob, r.BoolOr("expert_weights_norm", false));
-  TANDEM_ASSIGN_OR_RETURN(const int64_t gating, r.IntOr("expert_gating_func", kGgufExpertGatingSigmoid));
-  if (gating != 0 && gating != kGgufExpertGatingSigmoid) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": key ", GgufKey(arch, "expert_gating_func"), " is ",
-                                                   gating, "; glm4moe routes by sigmoid (", kGgufExpertGatingSigmoid,
-                                                   ")"));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t gating,
+                          r.IntOr("expert_gating_func", glm ? kGgufExpertGatingSigmoid : kGgufExpertGatingSoftmax));
+  if (glm ? gating != 0 && gating != kGgufExpertGatingSigmoid
+          : gating != kGgufExpertGatingSoftmax && gating != kGgufExpertGatingSigmoid) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": key ", GgufKey(arch, "expert_gating_func"), " is ", gating,
+                     glm ? "; glm4moe routes by sigmoid (2)" : "; deepseek2 routes by softmax (1) or sigmoid (2)"));
   }
+  if (!glm && gating == kGgufExpertGatingSigmoid) c.architecture = Architecture::kDeepseekV3;
   TANDEM_ASSIGN_OR_RETURN(c.n_group, r.IntOr("expert_group_count", 1));
   TANDEM_ASSIGN_OR_RETURN(c.topk_group, r.IntOr("expert_group_used_count", 1));
-  c.use_qk_norm = Has(checkpoint, GgufTensorName(WeightRole::kQNorm, 0));
+  if (glm) c.use_qk_norm = Has(checkpoint, GgufTensorName(WeightRole::kQNorm, 0));
+  return absl::OkStatus();
+}
+
+// deepseek2's latent attention: the ranks, and the head as key_length
+// (nope + rope) with rope.dimension_count rotated and value_length for v.
+// Newer converters write the latent's widths as key/value_length and the
+// head's as key_length_mla / value_length_mla.
+absl::Status ReadLatentAttention(const Reader& r, ModelConfig& c) {
+  TANDEM_ASSIGN_OR_RETURN(c.q_lora_rank, r.IntOr("attention.q_lora_rank", 0));
+  TANDEM_ASSIGN_OR_RETURN(c.kv_lora_rank, r.Int("attention.kv_lora_rank"));
+  TANDEM_RETURN_IF_ERROR(r.Positive("attention.kv_lora_rank", c.kv_lora_rank));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t key, r.Int("attention.key_length"));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t value, r.Int("attention.value_length"));
+  TANDEM_ASSIGN_OR_RETURN(c.head_dim, r.IntOr("attention.key_length_mla", key));
+  TANDEM_ASSIGN_OR_RETURN(c.v_head_dim, r.IntOr("attention.value_length_mla", value));
+  TANDEM_ASSIGN_OR_RETURN(c.qk_rope_head_dim, r.Int("rope.dimension_count"));
+  c.qk_nope_head_dim = c.head_dim - c.qk_rope_head_dim;
+  if (c.qk_nope_head_dim < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(r.source(), ": key ", GgufKey(r.arch(), "rope.dimension_count"),
+                                                   " (", c.qk_rope_head_dim,
+                                                   ") must be less than the head's key length (", c.head_dim, ")"));
+  }
+  c.num_key_value_heads = c.num_attention_heads;
   return absl::OkStatus();
 }
 
@@ -215,8 +261,7 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufCheckpoint& checkpoint
   const bool phimoe = c.architecture == Architecture::kPhiMoE;
   const bool qwen = c.architecture == Architecture::kQwen3Moe || c.architecture == Architecture::kQwen2Moe;
   const bool glm = c.architecture == Architecture::kGlm4Moe;
-  c.architecture_name = std::string(ArchitectureClassName(c.architecture));
-  c.model_type = std::string(ArchitectureModelType(c.architecture));
+  const bool deepseek = c.deepseek();
   c.torch_dtype = "bfloat16";
   const Reader r(m, arch);
 
@@ -224,12 +269,15 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufCheckpoint& checkpoint
   TANDEM_ASSIGN_OR_RETURN(c.num_hidden_layers, r.Int("block_count"));
   // Qwen: the experts' width apart from the (unused) dense MLP's.
   TANDEM_ASSIGN_OR_RETURN(c.intermediate_size,
-                          r.Int(qwen || glm ? "expert_feed_forward_length" : "feed_forward_length"));
+                          r.Int(qwen || glm || deepseek ? "expert_feed_forward_length" : "feed_forward_length"));
   // llama.cpp renormalises the top-k weights of llama (Mixtral) and
   // qwen3moe, not of qwen2moe or olmoe (its build_moe_ffn norm_w).
   c.norm_topk_prob = c.architecture == Architecture::kMixtral || c.architecture == Architecture::kQwen3Moe;
   if (qwen) TANDEM_RETURN_IF_ERROR(ReadDenseLayers(checkpoint, r, c));
-  if (glm) TANDEM_RETURN_IF_ERROR(ReadGlm4Moe(checkpoint, r, arch, c));
+  if (glm || deepseek) TANDEM_RETURN_IF_ERROR(ReadDeepseekMoeLayout(checkpoint, r, arch, c));
+  // deepseek2 is V2 or V3 by its router (ReadDeepseekMoeLayout).
+  c.architecture_name = std::string(ArchitectureClassName(c.architecture));
+  c.model_type = std::string(ArchitectureModelType(c.architecture));
   if (c.architecture == Architecture::kQwen2Moe) {
     TANDEM_ASSIGN_OR_RETURN(c.shared_expert_intermediate_size, r.Int("expert_shared_feed_forward_length"));
     TANDEM_RETURN_IF_ERROR(r.Positive("expert_shared_feed_forward_length", c.shared_expert_intermediate_size));
@@ -239,11 +287,13 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufCheckpoint& checkpoint
   TANDEM_RETURN_IF_ERROR(r.Positive("attention.head_count", c.num_attention_heads));
   TANDEM_RETURN_IF_ERROR(r.Positive("embedding_length", c.hidden_size));
   TANDEM_ASSIGN_OR_RETURN(c.num_key_value_heads, r.IntOr("attention.head_count_kv", c.num_attention_heads));
+  if (deepseek) TANDEM_RETURN_IF_ERROR(ReadLatentAttention(r, c));
   TANDEM_ASSIGN_OR_RETURN(c.head_dim, r.IntOr("attention.key_length", c.hidden_size / c.num_attention_heads));
+  if (deepseek) c.head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
   TANDEM_ASSIGN_OR_RETURN(const int64_t value_length, r.IntOr("attention.value_length", c.head_dim));
   TANDEM_ASSIGN_OR_RETURN(const int64_t rope_dims, r.IntOr("rope.dimension_count", c.head_dim));
   // glm4moe rotates the first rope.dimension_count values of a head.
-  if (value_length != c.head_dim || (rope_dims != c.head_dim && !glm)) {
+  if (!deepseek && (value_length != c.head_dim || (rope_dims != c.head_dim && !glm))) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": key ", GgufKey(arch, "attention.value_length"), " (",
                                                    value_length, ") and ", GgufKey(arch, "rope.dimension_count"), " (",
                                                    rope_dims, ") must equal the head size ", c.head_dim,
@@ -259,7 +309,8 @@ absl::StatusOr<ModelConfig> ModelConfigFromGguf(const GgufCheckpoint& checkpoint
   }
   TANDEM_ASSIGN_OR_RETURN(c.num_local_experts, r.Int("expert_count"));
   TANDEM_ASSIGN_OR_RETURN(c.num_experts_per_tok, r.Int("expert_used_count"));
-  if (glm && (c.n_group < 1 || c.num_local_experts % c.n_group != 0 || c.topk_group < 1 || c.topk_group > c.n_group)) {
+  if ((glm || deepseek) &&
+      (c.n_group < 1 || c.num_local_experts % c.n_group != 0 || c.topk_group < 1 || c.topk_group > c.n_group)) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": keys ", GgufKey(arch, "expert_group_count"), " (",
                                                    c.n_group, ") and ", GgufKey(arch, "expert_group_used_count"), " (",
                                                    c.topk_group, ") must split the ", c.num_local_experts,
@@ -318,21 +369,23 @@ absl::Status AddModelConfigToGguf(const ModelConfig& c, const std::string& model
   set("context_length", u32(c.max_position_embeddings));
   set("embedding_length", u32(c.hidden_size));
   const bool glm = c.architecture == Architecture::kGlm4Moe;
-  const bool qwen = c.architecture == Architecture::kQwen3Moe || c.architecture == Architecture::kQwen2Moe || glm;
+  const bool layout = c.deepseek_moe_layout();  // GLM-4.5 or DeepSeek
+  const bool qwen = c.architecture == Architecture::kQwen3Moe || c.architecture == Architecture::kQwen2Moe || layout;
   // Qwen: its dense MLP's width, as the converter writes intermediate_size.
   const int64_t dense_width = c.dense_intermediate_size > 0 ? c.dense_intermediate_size
                               : c.shared_expert()           ? c.shared_expert_intermediate_size
                                                             : c.intermediate_size;
   set("feed_forward_length", u32(qwen ? dense_width : c.intermediate_size));
   if (qwen) set("expert_feed_forward_length", u32(c.intermediate_size));
-  if (c.shared_expert() && !glm) set("expert_shared_feed_forward_length", u32(c.shared_expert_intermediate_size));
-  if (glm) {  // as the converter's Glm4MoeModel writes them
+  if (c.shared_expert() && !layout) set("expert_shared_feed_forward_length", u32(c.shared_expert_intermediate_size));
+  if (layout) {  // as the converter's Glm4MoeModel and DeepseekV2Model write them
     set("expert_shared_count", u32(c.shared_expert_intermediate_size / c.intermediate_size));
     set("leading_dense_block_count", u32(static_cast<int64_t>(c.dense_layers.size())));
-    set("expert_gating_func", u32(kGgufExpertGatingSigmoid));
+    set("expert_gating_func",
+        u32(c.router_kind() == RouterKind::kSigmoidGroupedTopK ? kGgufExpertGatingSigmoid : kGgufExpertGatingSoftmax));
     set("expert_weights_scale", f32(c.routed_scaling_factor));
     set("expert_weights_norm", GgufValue(c.norm_topk_prob));
-    set("nextn_predict_layers", u32(0));
+    if (glm) set("nextn_predict_layers", u32(0));
     if (c.n_group > 1) {
       set("expert_group_count", u32(c.n_group));
       set("expert_group_used_count", u32(c.topk_group));
@@ -344,7 +397,12 @@ absl::Status AddModelConfigToGguf(const ModelConfig& c, const std::string& model
   set("attention.layer_norm_rms_epsilon", f32(c.rms_norm_eps));
   set("expert_count", u32(c.num_local_experts));
   set("expert_used_count", u32(c.num_experts_per_tok));
-  if (c.head_dim != c.hidden_size / c.num_attention_heads || qwen) {
+  if (c.mla()) {
+    if (c.q_lora_rank > 0) set("attention.q_lora_rank", u32(c.q_lora_rank));
+    set("attention.kv_lora_rank", u32(c.kv_lora_rank));
+    set("attention.key_length", u32(c.head_dim));
+    set("attention.value_length", u32(c.v_head_dim));
+  } else if (c.head_dim != c.hidden_size / c.num_attention_heads || qwen) {
     set("attention.key_length", u32(c.head_dim));
     set("attention.value_length", u32(c.head_dim));
   }
@@ -356,6 +414,7 @@ absl::Status AddModelConfigToGguf(const ModelConfig& c, const std::string& model
     set("rope.scaling.original_context_length", u32(s.original_max_position_embeddings));
     if (s.beta_fast != 32.0) set("rope.scaling.yarn_beta_fast", f32(s.beta_fast));
     if (s.beta_slow != 1.0) set("rope.scaling.yarn_beta_slow", f32(s.beta_slow));
+    if (s.mscale_all_dim > 0.0) set("rope.scaling.yarn_log_multiplier", f32(0.1 * s.mscale_all_dim));
     m->Set(kTandemYarnAttentionFactorKey, s.attention_factor);
   }
   if (!phimoe) {

@@ -11,6 +11,8 @@ std::string_view GgufArchitecture(Architecture architecture) {
     case Architecture::kQwen2Moe: return kGgufArchQwen2Moe;
     case Architecture::kOlmoe: return kGgufArchOlmoe;
     case Architecture::kGlm4Moe: return kGgufArchGlm4Moe;
+    case Architecture::kDeepseekV2:
+    case Architecture::kDeepseekV3: return kGgufArchDeepseek2;
     case Architecture::kMixtral: break;
   }
   return kGgufArchLlama;
@@ -23,9 +25,11 @@ absl::StatusOr<Architecture> ArchitectureFromGguf(std::string_view name, const s
   if (name == kGgufArchQwen2Moe) return Architecture::kQwen2Moe;
   if (name == kGgufArchOlmoe) return Architecture::kOlmoe;
   if (name == kGgufArchGlm4Moe) return Architecture::kGlm4Moe;
+  if (name == kGgufArchDeepseek2) return Architecture::kDeepseekV2;  // V3 by its gating function
   return absl::InvalidArgumentError(absl::StrCat(source, ": ", kGgufArchitectureKey, " is \"", std::string(name),
                                                  "\"; tandem runs \"llama\" with experts (Mixtral), \"phimoe\", "
-                                                 "\"qwen3moe\", \"qwen2moe\", \"olmoe\" and \"glm4moe\""));
+                                                 "\"qwen3moe\", \"qwen2moe\", \"olmoe\", \"glm4moe\" and "
+                                                 "\"deepseek2\""));
 }
 
 std::string GgufKey(std::string_view arch, std::string_view suffix) {
@@ -66,6 +70,14 @@ std::string GgufTensorName(WeightRole role, int layer) {
     case WeightRole::kFinalNormBias: return "output_norm.bias";
     case WeightRole::kLmHead: return "output.weight";
     case WeightRole::kLmHeadBias: return "output.bias";
+    case WeightRole::kQAProj: return b + "attn_q_a.weight";
+    case WeightRole::kQANorm: return b + "attn_q_a_norm.weight";
+    case WeightRole::kQBProj: return b + "attn_q_b.weight";
+    case WeightRole::kKvAProj: return b + "attn_kv_a_mqa.weight";
+    case WeightRole::kKvANorm: return b + "attn_kv_a_norm.weight";
+    case WeightRole::kKvBProj: return b + "attn_kv_b.weight";
+    case WeightRole::kKBProj: return b + "attn_k_b.weight";
+    case WeightRole::kVBProj: return b + "attn_v_b.weight";
   }
   return "";
 }

@@ -19,6 +19,11 @@
 //            top-k weights not renormalised
 //   OLMoE    general.architecture "olmoe"; no permutation; q_norm / k_norm
 //            over the whole projections; top-k weights not renormalised
+//   DeepSeek general.architecture "deepseek2" (V2 and V3); no permutation
+//            (llama.cpp rotates adjacent pairs, as DeepSeek does); MLA as
+//            blk.l.attn_{q_a,q_a_norm,q_b,kv_a_mqa,kv_a_norm,kv_b}.weight,
+//            kv_b split by newer converters into attn_k_b ({nope, R, H} or
+//            {nope, H R}: each head's key rows transposed) and attn_v_b
 //
 //   HF name (layer l, expert e)                          GGUF name
 //   model.embed_tokens.weight                            token_embd.weight
@@ -57,7 +62,11 @@ inline constexpr char kGgufArchQwen3Moe[] = "qwen3moe";
 inline constexpr char kGgufArchQwen2Moe[] = "qwen2moe";
 inline constexpr char kGgufArchOlmoe[] = "olmoe";
 inline constexpr char kGgufArchGlm4Moe[] = "glm4moe";
+// DeepSeek-V2 and V3 (R1, Kimi K2): one GGUF architecture, told apart by
+// deepseek2.expert_gating_func (sigmoid: V3).
+inline constexpr char kGgufArchDeepseek2[] = "deepseek2";
 // {arch}.expert_gating_func: llama.cpp's LLM_EXPERT_GATING_FUNC_TYPE_SIGMOID.
+inline constexpr int64_t kGgufExpertGatingSoftmax = 1;
 inline constexpr int64_t kGgufExpertGatingSigmoid = 2;
 
 // "llama" for Mixtral, "phimoe" for PhiMoE, "qwen3moe", "qwen2moe", "olmoe".

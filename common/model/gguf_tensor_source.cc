@@ -186,7 +186,71 @@ bool Dequantized(QuantizedWeights mode, WeightRole role) {
   return true;
 }
 
+// Dequantizes all of tensor `t` (rows of dims[0] values, in ggml's order)
+// into f32.
+absl::StatusOr<std::vector<float>> DequantizeTensor(const GgufTensor& t) {
+  const int64_t row_length = t.info->dims[0];
+  int64_t rows = 1;
+  for (size_t i = 1; i < t.info->dims.size(); ++i) rows *= t.info->dims[i];
+  TANDEM_ASSIGN_OR_RETURN(const size_t row_bytes, GgmlRowBytes(t.info->type, row_length));
+  std::vector<float> out(static_cast<size_t>(rows * row_length));
+  for (int64_t r = 0; r < rows; ++r) {
+    TANDEM_RETURN_IF_ERROR(DequantizeRow(t.info->type, {t.data.data() + r * row_bytes, row_bytes},
+                                         absl::MakeSpan(out.data() + r * row_length, static_cast<size_t>(row_length))));
+  }
+  return out;
+}
+
 }  // namespace
+
+// kv_b_proj [H (nope + v), R] put back together from a newer converter's
+// attn_k_b (each head's key rows transposed: {nope, R, H} or {nope, H R})
+// and attn_v_b ({R, v, H} or {R, H v}), in BF16 (F32 when both are F32).
+absl::StatusOr<TensorView> GgufTensorSource::JoinSplitKvB(const ModelConfig& c, const WeightSpec& w) {
+  const std::string k_name = GgufTensorName(WeightRole::kKBProj, w.layer);
+  const std::string v_name = GgufTensorName(WeightRole::kVBProj, w.layer);
+  TANDEM_ASSIGN_OR_RETURN(const GgufTensor k_b, checkpoint_->Get(k_name));
+  TANDEM_ASSIGN_OR_RETURN(const GgufTensor v_b, checkpoint_->Get(v_name));
+  const int64_t heads = c.num_attention_heads, rank = c.kv_lora_rank, nope = c.qk_nope_head_dim, v = c.v_head_dim;
+  auto elements = [](const GgufTensor& t) {
+    int64_t n = 1;
+    for (int64_t d : t.info->dims) n *= d;
+    return n;
+  };
+  if (k_b.info->dims[0] != nope || elements(k_b) != heads * rank * nope) {
+    return absl::InvalidArgumentError(absl::StrCat(checkpoint_->Describe(), ": tensor ", k_name, " has dims ",
+                                                   DimsString(k_b.info->dims), ", the model's hyperparameters imply {",
+                                                   nope, ", ", rank, ", ", heads, "}"));
+  }
+  if (v_b.info->dims[0] != rank || elements(v_b) != heads * v * rank) {
+    return absl::InvalidArgumentError(absl::StrCat(checkpoint_->Describe(), ": tensor ", v_name, " has dims ",
+                                                   DimsString(v_b.info->dims), ", the model's hyperparameters imply {",
+                                                   rank, ", ", v, ", ", heads, "}"));
+  }
+  TANDEM_ASSIGN_OR_RETURN(const std::vector<float> k, DequantizeTensor(k_b));
+  TANDEM_ASSIGN_OR_RETURN(const std::vector<float> vv, DequantizeTensor(v_b));
+  const bool f32 = k_b.info->type == GgmlType::kF32 && v_b.info->type == GgmlType::kF32;
+  const DType dtype = f32 ? DType::kF32 : DType::kBF16;
+  const size_t bytes = static_cast<size_t>(heads * (nope + v) * rank) * DTypeSize(dtype);
+  uint8_t* out = Own(bytes);
+  auto put = [&](int64_t row, int64_t col, float value) {
+    const size_t at = static_cast<size_t>(row * rank + col);
+    if (f32) {
+      reinterpret_cast<float*>(out)[at] = value;
+    } else {
+      reinterpret_cast<uint16_t*>(out)[at] = F32ToBf16(value);
+    }
+  };
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t r = 0; r < rank; ++r)
+      for (int64_t i = 0; i < nope; ++i) put(h * (nope + v) + i, r, k[static_cast<size_t>((h * rank + r) * nope + i)]);
+    for (int64_t j = 0; j < v; ++j)
+      for (int64_t r = 0; r < rank; ++r)
+        put(h * (nope + v) + nope + j, r, vv[static_cast<size_t>((h * v + j) * rank + r)]);
+  }
+  gguf_names_[w.name] = absl::StrCat(k_name, " + ", v_name);
+  return TensorView{w.name, dtype, w.shape, out, bytes};
+}
 
 absl::Status GgufTensorSource::Bind(const ModelConfig& c, const GgufSourceOptions& options) {
   std::unique_ptr<ThreadPool> pool;
@@ -200,6 +264,11 @@ absl::Status GgufTensorSource::Bind(const ModelConfig& c, const GgufSourceOption
   for (const GgufTensor& t : checkpoint_->tensors()) file_bytes += static_cast<int64_t>(t.data.size());
   ProgressReporter progress(absl::StrCat("reading ", checkpoint_->Describe()), file_bytes);
   for (const WeightSpec& w : ExpectedWeights(c)) {
+    if (w.role == WeightRole::kKvBProj && !checkpoint_->Get(GgufTensorName(w.role, w.layer)).ok() &&
+        checkpoint_->Get(GgufTensorName(WeightRole::kKBProj, w.layer)).ok()) {
+      TANDEM_ASSIGN_OR_RETURN(views_[w.name], JoinSplitKvB(c, w));
+      continue;
+    }
     TANDEM_ASSIGN_OR_RETURN(const Located loc, Locate(*checkpoint_, c, w, &per_expert_layout_));
     absl::StatusOr<DType> stored = DTypeFromGgml(loc.info->type);
     if (!stored.ok()) {

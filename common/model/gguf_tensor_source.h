@@ -41,6 +41,7 @@
 #include "common/model/model_config.h"
 #include "common/model/safetensors.h"
 #include "common/model/synthetic_model.h"
+#include "common/model/tensor_names.h"
 #include "common/platform/huge_page_arena.h"
 
 namespace tandem {
@@ -123,6 +124,7 @@ class GgufTensorSource : public TensorSource {
   GgufTensorSource() = default;
   struct Planned;
   absl::Status Bind(const ModelConfig& config, const GgufSourceOptions& options);
+  absl::StatusOr<TensorView> JoinSplitKvB(const ModelConfig& config, const WeightSpec& w);
   uint8_t* Own(size_t bytes);
 
   std::unique_ptr<GgufCheckpoint> checkpoint_;

@@ -91,6 +91,9 @@ absl::Status ParseYarn(const json& scaling, const std::string& source, int64_t m
   if (!(s.beta_fast > 0) || !(s.beta_slow > 0)) return FieldError(source, "beta_fast/beta_slow", "must be positive");
   TANDEM_ASSIGN_OR_RETURN(const double mscale, f.Number("mscale", 0.0));
   TANDEM_ASSIGN_OR_RETURN(const double mscale_all_dim, f.Number("mscale_all_dim", 0.0));
+  if (mscale_all_dim < 0.0 || !std::isfinite(mscale_all_dim))
+    return FieldError(source, "mscale_all_dim", absl::StrCat("must be finite and not negative, got ", mscale_all_dim));
+  s.mscale_all_dim = mscale_all_dim;
   if (scaling.contains("attention_factor") && !scaling["attention_factor"].is_null()) {
     TANDEM_ASSIGN_OR_RETURN(s.attention_factor, f.Number("attention_factor", 1.0));
   } else if (mscale != 0.0 && mscale_all_dim != 0.0) {
@@ -179,6 +182,8 @@ constexpr ArchitectureNames kArchitectures[] = {
     {Architecture::kQwen2Moe, "Qwen2MoeForCausalLM", "qwen2_moe"},
     {Architecture::kOlmoe, "OlmoeForCausalLM", "olmoe"},
     {Architecture::kGlm4Moe, "Glm4MoeForCausalLM", "glm4_moe"},
+    {Architecture::kDeepseekV2, "DeepseekV2ForCausalLM", "deepseek_v2"},
+    {Architecture::kDeepseekV3, "DeepseekV3ForCausalLM", "deepseek_v3"},
 };
 
 // Qwen2/3-MoE's dense layers, as modeling_qwen2_moe.py picks them: layer l
@@ -252,22 +257,17 @@ absl::Status ReadOlmoeFields(const json& root, const std::string& source, ModelC
   return absl::OkStatus();
 }
 
-// GLM-4.5 (modeling_glm4_moe.py, Glm4MoeConfig's defaults): the sigmoid
-// router's keys, the shared experts, the leading dense layers, the partial
-// RoPE and the optional QK norm.
-absl::Status ReadGlm4MoeFields(const json& root, const std::string& source, ModelConfig& c) {
+// GLM-4.5's and DeepSeek's shared experts (one MLP n_shared_experts x
+// moe_intermediate_size wide) and leading dense layers
+// (first_k_dense_replace of them, intermediate_size wide).
+absl::Status ReadSharedExpertsAndDenseLayers(const json& root, const std::string& source, ModelConfig& c) {
   Fields f(root, source);
-  TANDEM_ASSIGN_OR_RETURN(c.norm_topk_prob, f.Bool("norm_topk_prob", true));
-  TANDEM_ASSIGN_OR_RETURN(c.n_group, f.Int("n_group", 1));
-  TANDEM_ASSIGN_OR_RETURN(c.topk_group, f.Int("topk_group", 1));
-  TANDEM_ASSIGN_OR_RETURN(c.routed_scaling_factor, f.Number("routed_scaling_factor", 1.0));
-  TANDEM_ASSIGN_OR_RETURN(c.use_qk_norm, f.Bool("use_qk_norm", false));
-  TANDEM_ASSIGN_OR_RETURN(const int64_t shared, f.Int("n_shared_experts", 1));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t shared, f.Int("n_shared_experts", c.deepseek() ? 0 : 1));
   if (shared < 0 || shared > kMaxExperts) {
     return FieldError(source, "n_shared_experts", absl::StrCat("must be in [0, ", kMaxExperts, "], got ", shared));
   }
   c.shared_expert_intermediate_size = shared * c.intermediate_size;  // one MLP, n_shared_experts wide
-  TANDEM_ASSIGN_OR_RETURN(const int64_t dense, f.Int("first_k_dense_replace", 1));
+  TANDEM_ASSIGN_OR_RETURN(const int64_t dense, f.Int("first_k_dense_replace", c.deepseek() ? 0 : 1));
   if (dense < 0 || dense > kMaxLayers) {
     return FieldError(source, "first_k_dense_replace", absl::StrCat("must be in [0, ", kMaxLayers, "], got ", dense));
   }
@@ -280,11 +280,6 @@ absl::Status ReadGlm4MoeFields(const json& root, const std::string& source, Mode
   if (!c.dense_layers.empty()) {
     TANDEM_ASSIGN_OR_RETURN(c.dense_intermediate_size, f.Int("intermediate_size", std::nullopt));
   }
-  TANDEM_ASSIGN_OR_RETURN(const double partial, f.Number("partial_rotary_factor", 0.5));
-  if (!(partial > 0.0) || partial > 1.0) {
-    return FieldError(source, "partial_rotary_factor", absl::StrCat("must be in (0, 1], got ", partial));
-  }
-  c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);  // HF's int(head_dim * factor)
   TANDEM_ASSIGN_OR_RETURN(const int64_t nextn, f.Int("num_nextn_predict_layers", 0));
   if (nextn < 0 || nextn > kMaxLayers) {
     return FieldError(source, "num_nextn_predict_layers",
@@ -293,13 +288,100 @@ absl::Status ReadGlm4MoeFields(const json& root, const std::string& source, Mode
   return absl::OkStatus();
 }
 
+// GLM-4.5 (modeling_glm4_moe.py, Glm4MoeConfig's defaults): the sigmoid
+// router's keys, the shared experts, the leading dense layers, the partial
+// RoPE and the optional QK norm.
+absl::Status ReadGlm4MoeFields(const json& root, const std::string& source, ModelConfig& c) {
+  Fields f(root, source);
+  TANDEM_ASSIGN_OR_RETURN(c.norm_topk_prob, f.Bool("norm_topk_prob", true));
+  TANDEM_ASSIGN_OR_RETURN(c.n_group, f.Int("n_group", 1));
+  TANDEM_ASSIGN_OR_RETURN(c.topk_group, f.Int("topk_group", 1));
+  TANDEM_ASSIGN_OR_RETURN(c.routed_scaling_factor, f.Number("routed_scaling_factor", 1.0));
+  TANDEM_ASSIGN_OR_RETURN(c.use_qk_norm, f.Bool("use_qk_norm", false));
+  TANDEM_RETURN_IF_ERROR(ReadSharedExpertsAndDenseLayers(root, source, c));
+  TANDEM_ASSIGN_OR_RETURN(const double partial, f.Number("partial_rotary_factor", 0.5));
+  if (!(partial > 0.0) || partial > 1.0) {
+    return FieldError(source, "partial_rotary_factor", absl::StrCat("must be in (0, 1], got ", partial));
+  }
+  c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * partial);  // HF's int(head_dim * factor)
+  return absl::OkStatus();
+}
+
+// DeepSeek-V2/V3 (modeling_deepseek.py): the latent attention's ranks and
+// head split, the router (scoring_func, topk_method), shared experts and
+// leading dense layers. Layouts tandem does not run are refused by key.
+absl::Status ReadDeepseekFields(const json& root, const std::string& source, ModelConfig& c) {
+  Fields f(root, source);
+  const bool v3 = c.architecture == Architecture::kDeepseekV3;
+  TANDEM_ASSIGN_OR_RETURN(c.q_lora_rank, f.Int("q_lora_rank", 0));  // null: one q_proj
+  TANDEM_ASSIGN_OR_RETURN(c.kv_lora_rank, f.Int("kv_lora_rank", std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(c.qk_nope_head_dim, f.Int("qk_nope_head_dim", std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(c.qk_rope_head_dim, f.Int("qk_rope_head_dim", std::nullopt));
+  TANDEM_ASSIGN_OR_RETURN(c.v_head_dim, f.Int("v_head_dim", std::nullopt));
+  c.head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  c.num_key_value_heads = c.num_attention_heads;
+  TANDEM_ASSIGN_OR_RETURN(c.norm_topk_prob, f.Bool("norm_topk_prob", false));
+  TANDEM_ASSIGN_OR_RETURN(c.routed_scaling_factor, f.Number("routed_scaling_factor", 1.0));
+  TANDEM_ASSIGN_OR_RETURN(const std::string scoring, f.String("scoring_func", v3 ? "sigmoid" : "softmax"));
+  if (scoring != (v3 ? "sigmoid" : "softmax")) {
+    return FieldError(
+        source, "scoring_func",
+        absl::StrCat("is \"", scoring, "\"; ", c.architecture_name, " scores by ", v3 ? "\"sigmoid\"" : "\"softmax\""));
+  }
+  TANDEM_ASSIGN_OR_RETURN(const std::string method, f.String("topk_method", v3 ? "noaux_tc" : "greedy"));
+  if (method != (v3 ? "noaux_tc" : "greedy") && (v3 || method != "group_limited_greedy")) {
+    return FieldError(
+        source, "topk_method",
+        absl::StrCat("is \"", method, "\"; tandem runs ",
+                     v3 ? "\"noaux_tc\"" : "\"greedy\" and \"group_limited_greedy\"", " for ", c.architecture_name));
+  }
+  TANDEM_ASSIGN_OR_RETURN(c.n_group, f.Int("n_group", 1));
+  TANDEM_ASSIGN_OR_RETURN(c.topk_group, f.Int("topk_group", 1));
+  if (method == "greedy") c.n_group = 1, c.topk_group = 1;  // greedy ignores the groups
+  TANDEM_ASSIGN_OR_RETURN(const int64_t freq, f.Int("moe_layer_freq", 1));
+  if (freq != 1) return FieldError(source, "moe_layer_freq", absl::StrCat("must be 1, got ", freq));
+  return ReadSharedExpertsAndDenseLayers(root, source, c);
+}
+
+// The latent attention's widths (DeepSeek): positive, even rope part,
+// bounded, and the head as its two parts.
+absl::Status ValidateLatentAttention(const ModelConfig& c, const std::string& source) {
+  if (!c.deepseek()) {
+    if (c.mla()) return FieldError(source, "kv_lora_rank", "is set for an architecture without latent attention");
+    return absl::OkStatus();
+  }
+  const std::pair<const char*, int64_t> widths[] = {{"kv_lora_rank", c.kv_lora_rank},
+                                                    {"qk_nope_head_dim", c.qk_nope_head_dim},
+                                                    {"qk_rope_head_dim", c.qk_rope_head_dim},
+                                                    {"v_head_dim", c.v_head_dim}};
+  for (const auto& [name, v] : widths) {
+    if (v < 1 || v > 4096) return FieldError(source, name, absl::StrCat("must be in [1, 4096], got ", v));
+  }
+  if (c.q_lora_rank < 0 || c.q_lora_rank > kMaxHiddenSize) {
+    return FieldError(source, "q_lora_rank",
+                      absl::StrCat("must be null or in [1, ", kMaxHiddenSize, "], got ", c.q_lora_rank));
+  }
+  if (c.qk_rope_head_dim % 2 != 0)
+    return FieldError(source, "qk_rope_head_dim", absl::StrCat("must be even, got ", c.qk_rope_head_dim));
+  if (c.head_dim != c.qk_nope_head_dim + c.qk_rope_head_dim || c.num_key_value_heads != c.num_attention_heads) {
+    return FieldError(source, "qk_nope_head_dim",
+                      absl::StrCat("+ qk_rope_head_dim (", c.qk_nope_head_dim, " + ", c.qk_rope_head_dim,
+                                   ") must be the head (", c.head_dim, "), one per attention head"));
+  }
+  return absl::OkStatus();
+}
+
 // The sigmoid router's groups and scale, and the rotary width.
 absl::Status ValidateRouterGroups(const ModelConfig& c, const std::string& source) {
-  if (c.router_kind() != RouterKind::kSigmoidGroupedTopK) return absl::OkStatus();
-  if (c.n_group < 1 || c.num_local_experts % c.n_group != 0 || c.num_local_experts / c.n_group < 2) {
+  const bool sigmoid = c.router_kind() == RouterKind::kSigmoidGroupedTopK;
+  if (!sigmoid && c.router_kind() != RouterKind::kSoftmaxGroupedTopK) return absl::OkStatus();
+  // The sigmoid router scores a group by its top 2, the softmax one by its best.
+  const int64_t min_group = sigmoid ? 2 : 1;
+  if (c.n_group < 1 || c.num_local_experts % c.n_group != 0 || c.num_local_experts / c.n_group < min_group) {
     return FieldError(source, "n_group",
                       absl::StrCat("(", c.n_group, ") must divide the ", c.num_local_experts,
-                                   " routed experts into groups of at least 2 (a group scores by its top 2)"));
+                                   " routed experts into groups of at least ", min_group,
+                                   sigmoid ? " (a group scores by its top 2)" : ""));
   }
   if (c.topk_group < 1 || c.topk_group > c.n_group) {
     return FieldError(source, "topk_group",
@@ -321,6 +403,15 @@ absl::Status ValidateRouterGroups(const ModelConfig& c, const std::string& sourc
 
 double YarnMscale(double factor, double mscale) { return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0; }
 
+double ModelConfig::attention_scale() const {
+  double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  if (rope_scaling.type == "yarn" && rope_scaling.mscale_all_dim > 0.0) {
+    const double m = YarnMscale(rope_scaling.factor, rope_scaling.mscale_all_dim);
+    scale *= m * m;
+  }
+  return scale;
+}
+
 void StretchContextForYarn(ModelConfig& c) {
   if (c.rope_scaling.type != "yarn") return;
   const double stretched = static_cast<double>(c.rope_scaling.original_max_position_embeddings) * c.rope_scaling.factor;
@@ -333,7 +424,7 @@ namespace {
 // and a width for them.
 absl::Status ValidateDenseLayers(const ModelConfig& c, const std::string& source) {
   // The key that made them: GLM's leading count, Qwen's list.
-  const char* key = c.architecture == Architecture::kGlm4Moe ? "first_k_dense_replace" : "mlp_only_layers";
+  const char* key = c.deepseek_moe_layout() ? "first_k_dense_replace" : "mlp_only_layers";
   for (size_t i = 0; i < c.dense_layers.size(); ++i) {
     const int64_t l = c.dense_layers[i];
     if (l < 0 || l >= c.num_hidden_layers || (i > 0 && l <= c.dense_layers[i - 1])) {
@@ -427,6 +518,7 @@ absl::Status ModelConfig::Validate(const std::string& source) const {
         source, "num_key_value_heads",
         absl::StrCat("(", num_key_value_heads, ") must divide num_attention_heads (", num_attention_heads, ")"));
   }
+  TANDEM_RETURN_IF_ERROR(ValidateLatentAttention(*this, source));
   if (head_dim % 2 != 0 || head_dim > 1024) {
     return FieldError(source, "head_dim", absl::StrCat("must be even and at most 1024, got ", head_dim));
   }
@@ -513,13 +605,15 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
     return FieldError(source, "architectures",
                       absl::StrCat("names \"", c.architecture_name,
                                    "\", which tandem does not support (MixtralForCausalLM, PhiMoEForCausalLM, "
-                                   "Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, OlmoeForCausalLM)"));
+                                   "Qwen3MoeForCausalLM, Qwen2MoeForCausalLM, OlmoeForCausalLM, Glm4MoeForCausalLM, "
+                                   "DeepseekV2ForCausalLM, DeepseekV3ForCausalLM)"));
   }
   c.architecture = names->architecture;
   const bool phimoe = c.architecture == Architecture::kPhiMoE;
   const bool qwen = c.architecture == Architecture::kQwen3Moe || c.architecture == Architecture::kQwen2Moe;
   const bool olmoe = c.architecture == Architecture::kOlmoe;
   const bool glm = c.architecture == Architecture::kGlm4Moe;
+  const bool deepseek = c.deepseek();
   const std::string expected_type(names->model_type);
 
   Fields f(root, source);
@@ -533,35 +627,37 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
   // Qwen's experts are moe_intermediate_size wide (intermediate_size is
   // its dense MLP layers', read with them).
   TANDEM_ASSIGN_OR_RETURN(c.intermediate_size,
-                          f.Int(qwen || glm ? "moe_intermediate_size" : "intermediate_size", std::nullopt));
+                          f.Int(qwen || glm || deepseek ? "moe_intermediate_size" : "intermediate_size", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.num_hidden_layers, f.Int("num_hidden_layers", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.num_attention_heads, f.Int("num_attention_heads", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.num_key_value_heads, f.Int("num_key_value_heads", c.num_attention_heads));
   if (c.num_attention_heads <= 0) return FieldError(source, "num_attention_heads", "must be positive");
   const bool head_dim_given = root.contains("head_dim") && !root["head_dim"].is_null();
   TANDEM_ASSIGN_OR_RETURN(c.head_dim, f.Int("head_dim", c.hidden_size / c.num_attention_heads));
-  if (!head_dim_given && c.hidden_size % c.num_attention_heads != 0) {
+  // DeepSeek's head is its nope and rope parts (ReadDeepseekFields), not hidden / heads.
+  if (!head_dim_given && !deepseek && c.hidden_size % c.num_attention_heads != 0) {
     return FieldError(source, "hidden_size",
                       absl::StrCat("(", c.hidden_size, ") is not divisible by num_attention_heads (",
                                    c.num_attention_heads, ") and no head_dim is given"));
   }
   TANDEM_ASSIGN_OR_RETURN(c.max_position_embeddings, f.Int("max_position_embeddings", std::nullopt));
-  TANDEM_ASSIGN_OR_RETURN(c.rope_theta, f.Number("rope_theta", glm ? 10000.0 : 1e6));
+  TANDEM_ASSIGN_OR_RETURN(c.rope_theta, f.Number("rope_theta", glm || deepseek ? 10000.0 : 1e6));
   TANDEM_ASSIGN_OR_RETURN(c.rms_norm_eps, f.Number("rms_norm_eps", 1e-5));
   auto sw = root.find("sliding_window");
-  if (sw != root.end() && !sw->is_null() && !qwen && !glm) {
+  if (sw != root.end() && !sw->is_null() && !qwen && !glm && !deepseek) {
     if (!sw->is_number_integer()) return FieldError(source, "sliding_window", "must be an integer or null");
     c.sliding_window = sw->get<int64_t>();
   }
-  TANDEM_ASSIGN_OR_RETURN(c.num_local_experts, f.Int(qwen || olmoe ? "num_experts"
-                                                     : glm         ? "n_routed_experts"
-                                                                   : "num_local_experts",
+  TANDEM_ASSIGN_OR_RETURN(c.num_local_experts, f.Int(qwen || olmoe     ? "num_experts"
+                                                     : glm || deepseek ? "n_routed_experts"
+                                                                       : "num_local_experts",
                                                      std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.num_experts_per_tok, f.Int("num_experts_per_tok", std::nullopt));
   TANDEM_ASSIGN_OR_RETURN(c.attention_bias, f.Bool("attention_bias", false));
   if (qwen) TANDEM_RETURN_IF_ERROR(ReadQwenMoeFields(root, source, c));
   if (olmoe) TANDEM_RETURN_IF_ERROR(ReadOlmoeFields(root, source, c));
   if (glm) TANDEM_RETURN_IF_ERROR(ReadGlm4MoeFields(root, source, c));
+  if (deepseek) TANDEM_RETURN_IF_ERROR(ReadDeepseekFields(root, source, c));
   TANDEM_ASSIGN_OR_RETURN(c.lm_head_bias, f.Bool("lm_head_bias", false));
   TANDEM_ASSIGN_OR_RETURN(c.tie_word_embeddings, f.Bool("tie_word_embeddings", false));
   TANDEM_ASSIGN_OR_RETURN(c.router_jitter_noise, f.Number("router_jitter_noise", phimoe ? 0.01 : 0.0));
@@ -572,6 +668,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, const s
   TANDEM_ASSIGN_OR_RETURN(c.eos_token_ids, ParseEosIds(root, source));
   TANDEM_ASSIGN_OR_RETURN(c.torch_dtype, f.String("torch_dtype", "bfloat16"));
   const bool biases_allowed = phimoe || olmoe || glm || c.architecture == Architecture::kQwen2Moe;
+  // DeepSeek's attention_bias would put biases on its low-rank projections,
+  // which no released model has and tandem does not load.
   if ((!biases_allowed && c.attention_bias) || (!phimoe && c.lm_head_bias)) {
     return FieldError(source, c.attention_bias && !biases_allowed ? "attention_bias" : "lm_head_bias",
                       absl::StrCat("is true, but ", c.architecture_name, " has no such biases"));
@@ -650,6 +748,28 @@ std::string ModelConfigToJson(const ModelConfig& c) {
     root["use_qk_norm"] = c.use_qk_norm;
     root["attention_bias"] = c.attention_bias;
     root["num_nextn_predict_layers"] = 0;
+  } else if (c.deepseek()) {
+    const bool v3 = c.architecture == Architecture::kDeepseekV3;
+    root["moe_intermediate_size"] = c.intermediate_size;
+    if (c.dense_intermediate_size > 0) root["intermediate_size"] = c.dense_intermediate_size;
+    root.erase("head_dim");
+    root["n_routed_experts"] = c.num_local_experts;
+    root["n_shared_experts"] = c.shared_expert_intermediate_size / c.intermediate_size;
+    root["first_k_dense_replace"] = c.dense_layers.size();
+    root["moe_layer_freq"] = 1;
+    root["norm_topk_prob"] = c.norm_topk_prob;
+    root["n_group"] = c.n_group;
+    root["topk_group"] = c.topk_group;
+    root["scoring_func"] = v3 ? "sigmoid" : "softmax";
+    root["topk_method"] = v3 ? "noaux_tc" : c.n_group > 1 ? "group_limited_greedy" : "greedy";
+    root["routed_scaling_factor"] = c.routed_scaling_factor;
+    root["q_lora_rank"] = c.q_lora_rank > 0 ? json(c.q_lora_rank) : json(nullptr);
+    root["kv_lora_rank"] = c.kv_lora_rank;
+    root["qk_nope_head_dim"] = c.qk_nope_head_dim;
+    root["qk_rope_head_dim"] = c.qk_rope_head_dim;
+    root["v_head_dim"] = c.v_head_dim;
+    root["attention_bias"] = false;
+    root["num_nextn_predict_layers"] = 0;
   } else if (c.architecture == Architecture::kOlmoe) {
     root["num_experts"] = c.num_local_experts;
     root["norm_topk_prob"] = c.norm_topk_prob;
@@ -681,6 +801,7 @@ std::string ModelConfigToJson(const ModelConfig& c) {
                             {"beta_slow", s.beta_slow},
                             {"attention_factor", s.attention_factor},
                             {"truncate", s.truncate}};
+    if (s.mscale_all_dim > 0.0) root["rope_scaling"]["mscale_all_dim"] = s.mscale_all_dim;
   } else {
     root["rope_scaling"] = {{"type", c.rope_scaling.type},
                             {"short_factor", c.rope_scaling.short_factor},

@@ -24,6 +24,19 @@
 //                         ungated shared expert; the first first_k_dense_replace
 //                         layers dense. Its multi-token-prediction layers
 //                         (num_nextn_predict_layers) are not run, as in HF.
+//   DeepseekV2ForCausalLM / DeepseekV3ForCausalLM — multi-head latent
+//                         attention (MLA): q through a low-rank q_a/q_b pair
+//                         (q_lora_rank; V2-Lite: one q_proj), keys and values
+//                         from one compressed latent (kv_lora_rank) and one
+//                         rope key shared by every head, each head split into
+//                         a nope and an interleaved-RoPE part; YaRN with
+//                         mscale_all_dim on the softmax scale. GLM-4.5's
+//                         shared experts and leading dense layers. V2's
+//                         router: softmax, top-k within the best topk_group
+//                         of n_group groups (a group scored by its best;
+//                         "greedy": one group), weights renormalised when
+//                         norm_topk_prob, else times routed_scaling_factor.
+//                         V3's: GLM-4.5's sigmoid noaux_tc.
 // Qwen2/3-MoE may make some layers dense (mlp_only_layers, decoder_sparse_step):
 // their feed-forward is one SwiGLU MLP, no router and no experts.
 // Extra keys are ignored, as Hugging Face does; missing or inconsistent
@@ -54,10 +67,11 @@ inline constexpr int64_t kMaxExpertsPerModel = int64_t{1} << 16;  // layers x ex
 inline constexpr int64_t kMaxPositionEmbeddings = int64_t{1} << 24;
 inline constexpr int64_t kMaxConfigFileBytes = int64_t{16} << 20;
 
-enum class Architecture { kMixtral, kPhiMoE, kQwen3Moe, kQwen2Moe, kOlmoe, kGlm4Moe };
+enum class Architecture { kMixtral, kPhiMoE, kQwen3Moe, kQwen2Moe, kOlmoe, kGlm4Moe, kDeepseekV2, kDeepseekV3 };
 enum class NormKind { kRmsNorm, kLayerNorm };
-// kSigmoidGroupedTopK: DeepSeek-V3's noaux_tc, which GLM-4.5 uses (above).
-enum class RouterKind { kSoftmaxTopK, kSparseMixer, kSigmoidGroupedTopK };
+// kSigmoidGroupedTopK: DeepSeek-V3's noaux_tc, which GLM-4.5 uses;
+// kSoftmaxGroupedTopK: DeepSeek-V2's greedy / group_limited_greedy (above).
+enum class RouterKind { kSoftmaxTopK, kSparseMixer, kSigmoidGroupedTopK, kSoftmaxGroupedTopK };
 
 // RoPE scaling (config.json's rope_scaling). PhiMoE's "longrope": per-
 // frequency extension factors, chosen by whether the sequence is longer
@@ -76,6 +90,9 @@ struct RopeScaling {
   double factor = 1.0;  // yarn
   double beta_fast = 32.0, beta_slow = 1.0;
   double attention_factor = 1.0;
+  // DeepSeek's mscale_all_dim: the softmax scale is multiplied by
+  // YarnMscale(factor, mscale_all_dim)^2; 0: not given (no change).
+  double mscale_all_dim = 0.0;
   bool truncate = true;
 };
 
@@ -125,6 +142,15 @@ struct ModelConfig {
   double routed_scaling_factor = 1.0;
   // GLM-4.5's use_qk_norm: per-head RMSNorm of q and k before RoPE.
   bool use_qk_norm = false;
+  // DeepSeek's multi-head latent attention (kv_lora_rank > 0): head_dim is
+  // qk_nope_head_dim + qk_rope_head_dim (q and k), v_head_dim the values';
+  // q_lora_rank 0: q from one q_proj (V2-Lite). num_key_value_heads equals
+  // the heads (every head has its own k and v, from the shared latent).
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
   int32_t bos_token_id = 1;
   std::vector<int32_t> eos_token_ids;  // config may give one id or a list
   std::string torch_dtype;
@@ -135,9 +161,16 @@ struct ModelConfig {
   }
   RouterKind router_kind() const {
     if (architecture == Architecture::kPhiMoE) return RouterKind::kSparseMixer;
-    if (architecture == Architecture::kGlm4Moe) return RouterKind::kSigmoidGroupedTopK;
+    if (architecture == Architecture::kGlm4Moe || architecture == Architecture::kDeepseekV3)
+      return RouterKind::kSigmoidGroupedTopK;
+    if (architecture == Architecture::kDeepseekV2) return RouterKind::kSoftmaxGroupedTopK;
     return RouterKind::kSoftmaxTopK;
   }
+  bool deepseek() const {
+    return architecture == Architecture::kDeepseekV2 || architecture == Architecture::kDeepseekV3;
+  }
+  // Multi-head latent attention (DeepSeek-V2/V3).
+  bool mla() const { return kv_lora_rank > 0; }
   // The sigmoid router's per-expert bias ([E] f32, mlp.gate.e_score_correction_bias),
   // added to the scores for choosing the experts only.
   bool router_correction_bias() const { return router_kind() == RouterKind::kSigmoidGroupedTopK; }
@@ -152,11 +185,15 @@ struct ModelConfig {
   bool o_proj_bias() const {
     return attention_bias && architecture != Architecture::kQwen2Moe && architecture != Architecture::kGlm4Moe;
   }
+  // GLM-4.5 and DeepSeek: n_shared_experts x moe_intermediate_size, named
+  // mlp.shared_experts, leading dense layers from first_k_dense_replace.
+  bool deepseek_moe_layout() const { return architecture == Architecture::kGlm4Moe || deepseek(); }
   bool shared_expert() const { return shared_expert_intermediate_size > 0; }
   // Qwen2-MoE's shared expert is scaled by sigmoid(shared_expert_gate · x).
   bool shared_expert_gated() const { return shared_expert() && architecture == Architecture::kQwen2Moe; }
-  // The values of each head RoPE rotates (rotary_dim, or the whole head).
-  int64_t rope_dim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  // The values of each head RoPE rotates (rotary_dim, MLA's rope part, or
+  // the whole head).
+  int64_t rope_dim() const { return mla() ? qk_rope_head_dim : rotary_dim > 0 ? rotary_dim : head_dim; }
   bool dense_layer(int64_t layer) const;
   bool moe_layer(int64_t layer) const { return !dense_layer(layer); }
   int64_t num_moe_layers() const { return num_hidden_layers - static_cast<int64_t>(dense_layers.size()); }
@@ -167,10 +204,21 @@ struct ModelConfig {
   // by role (mlp.experts.e.gate_proj); Mixtral and PhiMoE "block_sparse_moe" and w1/w2/w3.
   bool mlp_expert_names() const {
     return architecture == Architecture::kQwen3Moe || architecture == Architecture::kQwen2Moe ||
-           architecture == Architecture::kOlmoe || architecture == Architecture::kGlm4Moe;
+           architecture == Architecture::kOlmoe || deepseek_moe_layout();
   }
   int64_t q_dim() const { return num_attention_heads * head_dim; }
   int64_t kv_dim() const { return num_key_value_heads * head_dim; }
+  // The attention output o_proj reads: H x v_head_dim under MLA, else q_dim.
+  int64_t attention_out_dim() const { return mla() ? num_attention_heads * v_head_dim : q_dim(); }
+  // One position's row in each layer's KV cache: keys and values of every kv
+  // head; under MLA the normalised latent then the rotated rope key
+  // (kv_lora_rank + qk_rope_head_dim), and no value row (the values are
+  // read back from the latent).
+  int64_t cache_key_dim() const { return mla() ? kv_lora_rank + qk_rope_head_dim : kv_dim(); }
+  int64_t cache_value_dim() const { return mla() ? 0 : kv_dim(); }
+  // The softmax's scale on q.k: 1/sqrt(head_dim), times DeepSeek's
+  // YarnMscale(factor, mscale_all_dim)^2 under its YaRN.
+  double attention_scale() const;
 
   // Checks cross-field consistency; `source` names the file in messages.
   absl::Status Validate(const std::string& source = "config") const;

@@ -62,6 +62,13 @@ uint64_t HashConfig(const ModelConfig& c) {
   if (c.router_kind() == RouterKind::kSigmoidGroupedTopK) {
     h.Add(absl::StrCat("sigmoid_router=", c.n_group, ",", c.topk_group, ",", Double(c.routed_scaling_factor)));
   }
+  if (c.router_kind() == RouterKind::kSoftmaxGroupedTopK) {
+    h.Add(absl::StrCat("softmax_grouped_router=", c.n_group, ",", c.topk_group, ",", Double(c.routed_scaling_factor)));
+  }
+  if (c.mla()) {
+    h.Add(absl::StrCat("mla=", c.q_lora_rank, ",", c.kv_lora_rank, ",", c.qk_nope_head_dim, ",", c.qk_rope_head_dim,
+                       ",", c.v_head_dim, ";", Double(c.rope_scaling.mscale_all_dim)));
+  }
   if (c.rope_dim() != c.head_dim) h.Add(absl::StrCat("rotary_dim=", c.rope_dim()));
   if (c.use_qk_norm) h.Add("use_qk_norm=true");
   h.Add(absl::StrCat("bos_token_id=", c.bos_token_id));

@@ -4,7 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/model/gguf_tensor_source.h"
 #include "common/model/tensor_names.h"
+#include "common/quant/block_order.h"
+#include "common/quant/quantize.h"
 
 namespace tandem {
 namespace {
@@ -64,7 +67,77 @@ class Binder {
   int64_t bytes_ = 0;
 };
 
+// k_b [H R, nope] from kv_b [H (nope + v), R]: row h R + r of k_b is
+// column r of head h's key rows, so each head's absorbed query is one
+// Linear. BF16 stays BF16; F32, F16 and quantized blocks become F32, which
+// holds their values exactly (so a quantized file computes what its
+// dequantized twin does).
+absl::Status DeriveKeyAbsorb(const ModelConfig& c, const std::string& source, LatentAttentionWeights& m) {
+  const int64_t heads = c.num_attention_heads, rank = c.kv_lora_rank, nope = c.qk_nope_head_dim;
+  const int64_t per_head = nope + c.v_head_dim;
+  const DType to = m.kv_b_proj.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  m.k_b_bytes.resize(static_cast<size_t>(heads * rank * nope) * DTypeSize(to));
+  std::vector<float> row(static_cast<size_t>(rank));
+  const int64_t row_bytes = m.kv_b_proj.row_bytes();
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < nope; ++i) {
+      const uint8_t* src = static_cast<const uint8_t*>(m.kv_b_proj.data) + (h * per_head + i) * row_bytes;
+      if (IsQuantized(m.kv_b_proj.dtype)) {
+        const GgmlType type = GgmlFromDType(m.kv_b_proj.dtype);
+        std::vector<uint8_t> blocks(src, src + row_bytes);  // in ggml's order for DequantizeRow
+        if (m.kv_b_proj.order == BlockOrder::kGroupMajor)
+          TANDEM_RETURN_IF_ERROR(ToGgmlOrder(type, absl::MakeSpan(blocks)));
+        if (absl::Status s = DequantizeRow(type, blocks, absl::MakeSpan(row)); !s.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(source, ": kv_b_proj of ", c.architecture_name, ": ", s.message()));
+        }
+      } else {
+        for (int64_t r = 0; r < rank; ++r)
+          row[static_cast<size_t>(r)] = LoadAsF32(src, m.kv_b_proj.dtype, static_cast<size_t>(r));
+      }
+      for (int64_t r = 0; r < rank; ++r) {
+        const size_t at = static_cast<size_t>((h * rank + r) * nope + i);
+        if (to == DType::kF32) {
+          reinterpret_cast<float*>(m.k_b_bytes.data())[at] = row[static_cast<size_t>(r)];
+        } else {
+          reinterpret_cast<uint16_t*>(m.k_b_bytes.data())[at] = F32ToBf16(row[static_cast<size_t>(r)]);
+        }
+      }
+    }
+  }
+  m.k_b = LinearWeight{m.k_b_bytes.data(), to, heads * rank, nope};
+  return absl::OkStatus();
+}
+
+absl::Status BindLatentAttention(const ModelConfig& c, const TensorSource& source, Binder& bind, int l,
+                                 LayerWeights& layer) {
+  LatentAttentionWeights& m = layer.mla;
+  if (c.q_lora_rank > 0) {
+    TANDEM_ASSIGN_OR_RETURN(m.q_a_proj, bind.Linear(WeightRole::kQAProj, l));
+    TANDEM_ASSIGN_OR_RETURN(m.q_a_norm, bind.Vector(WeightRole::kQANorm, l));
+    TANDEM_ASSIGN_OR_RETURN(m.q_b_proj, bind.Linear(WeightRole::kQBProj, l));
+  } else {
+    TANDEM_ASSIGN_OR_RETURN(layer.q_proj, bind.Linear(WeightRole::kQProj, l));
+  }
+  TANDEM_ASSIGN_OR_RETURN(m.kv_a_proj, bind.Linear(WeightRole::kKvAProj, l));
+  TANDEM_ASSIGN_OR_RETURN(m.kv_a_norm, bind.Vector(WeightRole::kKvANorm, l));
+  TANDEM_ASSIGN_OR_RETURN(m.kv_b_proj, bind.Linear(WeightRole::kKvBProj, l));
+  TANDEM_ASSIGN_OR_RETURN(layer.o_proj, bind.Linear(WeightRole::kOProj, l));
+  return DeriveKeyAbsorb(c, source.Describe(), m);
+}
+
 }  // namespace
+
+LinearWeight LatentAttentionWeights::KeyAbsorb(int64_t head) const {
+  const int64_t rank = kv_b_proj.k;
+  return LinearWeight{static_cast<const uint8_t*>(k_b.data) + head * rank * k_b.row_bytes(), k_b.dtype, rank, k_b.k};
+}
+
+LinearWeight LatentAttentionWeights::ValueUp(int64_t head, int64_t nope, int64_t v) const {
+  const int64_t row = head * (nope + v) + nope;
+  return LinearWeight{static_cast<const uint8_t*>(kv_b_proj.data) + row * kv_b_proj.row_bytes(), kv_b_proj.dtype, v,
+                      kv_b_proj.k, kv_b_proj.order};
+}
 
 absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModelWeights(const ModelConfig& config,
                                                                std::shared_ptr<const TensorSource> source) {
@@ -76,10 +149,14 @@ absl::StatusOr<std::unique_ptr<ModelWeights>> LoadModelWeights(const ModelConfig
   for (int l = 0; l < config.num_hidden_layers; ++l) {
     LayerWeights& layer = w->layers[static_cast<size_t>(l)];
     TANDEM_ASSIGN_OR_RETURN(layer.input_norm, bind.Norm(WeightRole::kInputNorm, WeightRole::kInputNormBias, l));
-    TANDEM_ASSIGN_OR_RETURN(layer.q_proj, bind.Linear(WeightRole::kQProj, l));
-    TANDEM_ASSIGN_OR_RETURN(layer.k_proj, bind.Linear(WeightRole::kKProj, l));
-    TANDEM_ASSIGN_OR_RETURN(layer.v_proj, bind.Linear(WeightRole::kVProj, l));
-    TANDEM_ASSIGN_OR_RETURN(layer.o_proj, bind.Linear(WeightRole::kOProj, l));
+    if (config.mla()) {
+      TANDEM_RETURN_IF_ERROR(BindLatentAttention(config, *source, bind, l, layer));
+    } else {
+      TANDEM_ASSIGN_OR_RETURN(layer.q_proj, bind.Linear(WeightRole::kQProj, l));
+      TANDEM_ASSIGN_OR_RETURN(layer.k_proj, bind.Linear(WeightRole::kKProj, l));
+      TANDEM_ASSIGN_OR_RETURN(layer.v_proj, bind.Linear(WeightRole::kVProj, l));
+      TANDEM_ASSIGN_OR_RETURN(layer.o_proj, bind.Linear(WeightRole::kOProj, l));
+    }
     if (config.qk_norm()) {
       TANDEM_ASSIGN_OR_RETURN(layer.q_norm, bind.Vector(WeightRole::kQNorm, l));
       TANDEM_ASSIGN_OR_RETURN(layer.k_norm, bind.Vector(WeightRole::kKNorm, l));

@@ -29,12 +29,33 @@ struct ExpertWeights {
   LinearWeight w3;  // up_proj   [I, D]
 };
 
+// DeepSeek's multi-head latent attention (R kv_lora_rank, Rq q_lora_rank,
+// qhd = nope + rope, H heads). The absorbed form's per-head matrices are
+// derived from kv_b_proj at load: k_b_h = (kv_b's key rows of head h)^T
+// ([R, nope], so q_nope folds into the latent: q_lat = k_b_h q_nope), and
+// v_b_h = its value rows ([v, R], viewed in place).
+struct LatentAttentionWeights {
+  LinearWeight q_a_proj;         // [Rq, D]; null without q_lora_rank (LayerWeights::q_proj [H qhd, D])
+  std::vector<float> q_a_norm;   // [Rq] f32
+  LinearWeight q_b_proj;         // [H qhd, Rq]
+  LinearWeight kv_a_proj;        // [R + rope, D] kv_a_proj_with_mqa
+  std::vector<float> kv_a_norm;  // [R] f32
+  LinearWeight kv_b_proj;        // [H (nope + v), R]
+  LinearWeight k_b;              // [H R, nope], in k_b_bytes (BF16 when kv_b is, else F32)
+  std::vector<uint8_t> k_b_bytes;
+
+  // Head h's slices: k_b_h [R, nope] and v_b_h [v, R].
+  LinearWeight KeyAbsorb(int64_t head) const;
+  LinearWeight ValueUp(int64_t head, int64_t nope, int64_t v) const;
+};
+
 struct LayerWeights {
   NormWeights input_norm;
   LinearWeight q_proj;                                // [Hq, D]
   LinearWeight k_proj;                                // [Hkv, D]
   LinearWeight v_proj;                                // [Hkv, D]
-  LinearWeight o_proj;                                // [D, Hq]
+  LinearWeight o_proj;                                // [D, Hq] (MLA: [D, H v])
+  LatentAttentionWeights mla;                         // DeepSeek only
   std::vector<float> q_bias, k_bias, v_bias, o_bias;  // f32, empty without attention_bias
   std::vector<float> q_norm, k_norm;                  // [head_dim] (OLMoE: [Hq], [Hkv]) f32, empty without qk_norm
   NormWeights post_attention_norm;

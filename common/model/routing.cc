@@ -131,6 +131,71 @@ void SigmoidRouterWeights(const float* logits, const int32_t* experts, int64_t k
   }
 }
 
+namespace {
+// softmax(logits) in f32, as torch's softmax(dtype=float32): max-shifted
+// exponentials over their sum.
+void SoftmaxScores(const float* logits, int64_t num_experts, float* scores) {
+  float max = logits[0];
+  for (int64_t e = 1; e < num_experts; ++e) max = std::max(max, logits[e]);
+  float sum = 0.0f;
+  for (int64_t e = 0; e < num_experts; ++e) sum += scores[e] = std::exp(logits[e] - max);
+  for (int64_t e = 0; e < num_experts; ++e) scores[e] /= sum;
+}
+
+void WeighChosenScores(const float* scores, const int32_t* experts, int64_t k, bool normalize, double scale,
+                       float* weights) {
+  float sum = 0.0f;
+  for (int64_t slot = 0; slot < k; ++slot) sum += weights[slot] = scores[experts[slot]];
+  for (int64_t slot = 0; slot < k; ++slot) {
+    weights[slot] = normalize && k > 1 ? weights[slot] / (sum + 1e-20f)
+                                       : static_cast<float>(weights[slot] * static_cast<float>(scale));
+  }
+}
+}  // namespace
+
+void RouteSoftmaxGroupedTopK(const float* logits, int64_t num_experts, int64_t k, int64_t n_group, int64_t topk_group,
+                             bool normalize, double scale, int32_t* experts, float* weights) {
+  float scores[kMaxExperts], choice[kMaxExperts];
+  SoftmaxScores(logits, num_experts, scores);
+  std::copy_n(scores, num_experts, choice);
+  if (n_group > 1) {
+    // A group scores by its best expert; the rest of the groups' scores
+    // become 0 (masked_fill(~score_mask, 0.0)).
+    const int64_t per_group = num_experts / n_group;
+    float group_score[kMaxExperts];
+    for (int64_t g = 0; g < n_group; ++g)
+      group_score[g] = *std::max_element(scores + g * per_group, scores + (g + 1) * per_group);
+    bool kept[kMaxExperts] = {};
+    for (int64_t pick = 0; pick < topk_group; ++pick) {
+      int64_t best = -1;
+      for (int64_t g = 0; g < n_group; ++g) {
+        if (!kept[g] && (best < 0 || group_score[g] > group_score[best])) best = g;
+      }
+      kept[best] = true;
+    }
+    for (int64_t e = 0; e < num_experts; ++e) {
+      if (!kept[e / per_group]) choice[e] = 0.0f;
+    }
+  }
+  bool taken[kMaxExperts] = {};
+  for (int64_t slot = 0; slot < k; ++slot) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < num_experts; ++e) {
+      if (!taken[e] && (best < 0 || choice[e] > choice[best])) best = e;
+    }
+    taken[best] = true;
+    experts[slot] = static_cast<int32_t>(best);
+  }
+  WeighChosenScores(scores, experts, k, normalize, scale, weights);
+}
+
+void SoftmaxGroupedRouterWeights(const float* logits, int64_t num_experts, const int32_t* experts, int64_t k,
+                                 bool normalize, double scale, float* weights) {
+  float scores[kMaxExperts];
+  SoftmaxScores(logits, num_experts, scores);
+  WeighChosenScores(scores, experts, k, normalize, scale, weights);
+}
+
 void Route(const ModelConfig& config, const float* correction_bias, const float* logits, int64_t num_tokens,
            int32_t* experts, float* weights) {
   const int64_t e = config.num_local_experts;
@@ -139,6 +204,9 @@ void Route(const ModelConfig& config, const float* correction_bias, const float*
     if (config.router_kind() == RouterKind::kSigmoidGroupedTopK) {
       RouteSigmoidGroupedTopK(logits + t * e, correction_bias, e, k, config.n_group, config.topk_group,
                               config.norm_topk_prob, config.routed_scaling_factor, experts + t * k, weights + t * k);
+    } else if (config.router_kind() == RouterKind::kSoftmaxGroupedTopK) {
+      RouteSoftmaxGroupedTopK(logits + t * e, e, k, config.n_group, config.topk_group, config.norm_topk_prob,
+                              config.routed_scaling_factor, experts + t * k, weights + t * k);
     } else if (config.router_kind() == RouterKind::kSparseMixer) {
       RouteSparseMixer(logits + t * e, e, config.router_jitter_noise, experts + t * k, weights + t * k);
     } else {

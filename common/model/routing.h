@@ -43,6 +43,21 @@ void RouteSigmoidGroupedTopK(const float* logits, const float* correction_bias, 
 void SigmoidRouterWeights(const float* logits, const int32_t* experts, int64_t k, bool normalize, double scale,
                           float* weights);
 
+// DeepSeek-V2's router (modeling_deepseek.py MoEGate, "greedy" and
+// "group_limited_greedy"), in f32: scores = softmax(logits); with n_group
+// > 1 only the experts of the topk_group groups (n_group equal runs) whose
+// best score is highest may be chosen; the K highest scores; weights = the
+// chosen scores divided by their sum (+ 1e-20) when `normalize` (and K >
+// 1), else times `scale`. Ties go to the lower index. E <= kMaxExperts.
+void RouteSoftmaxGroupedTopK(const float* logits, int64_t num_experts, int64_t k, int64_t n_group, int64_t topk_group,
+                             bool normalize, double scale, int32_t* experts, float* weights);
+
+// That router's weights for the K chosen `experts` (their full-softmax
+// scores, renormalised or scaled as above): what DAOP re-weights a
+// pre-computed set with.
+void SoftmaxGroupedRouterWeights(const float* logits, int64_t num_experts, const int32_t* experts, int64_t k,
+                                 bool normalize, double scale, float* weights);
+
 // Routes `num_tokens` rows of `logits` [T, E] by the config's router into
 // experts [T, K] and weights [T, K]. `correction_bias`: the layer's [E]
 // e_score_correction_bias when config.router_correction_bias(), else null.

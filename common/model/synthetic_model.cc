@@ -125,6 +125,27 @@ ModelConfig Glm4MoeBase() {
   return c;
 }
 
+// DeepSeek-V2/V3: latent attention (the presets set its ranks and head
+// split), shared experts, leading dense layers, DeepSeek's YaRN (mscale and
+// mscale_all_dim 0.707 as V2's config: a softmax scale off 1/sqrt(head)).
+ModelConfig DeepseekBase(Architecture architecture, int64_t heads, int64_t nope, int64_t rope, int64_t v,
+                         int64_t kv_lora_rank, int64_t q_lora_rank) {
+  ModelConfig c = BaseConfig(architecture);
+  c.rope_theta = 10000.0;
+  c.rms_norm_eps = 1e-6;
+  c.num_attention_heads = c.num_key_value_heads = heads;
+  c.qk_nope_head_dim = nope, c.qk_rope_head_dim = rope, c.v_head_dim = v, c.head_dim = nope + rope;
+  c.kv_lora_rank = kv_lora_rank, c.q_lora_rank = q_lora_rank;
+  const bool v3 = architecture == Architecture::kDeepseekV3;
+  c.norm_topk_prob = v3;
+  c.rope_scaling.type = "yarn";
+  c.rope_scaling.factor = 40.0;
+  c.rope_scaling.original_max_position_embeddings = 4096;
+  c.rope_scaling.mscale_all_dim = v3 ? 1.0 : 0.707;
+  c.rope_scaling.attention_factor = 1.0;  // YarnMscale(factor, mscale) / YarnMscale(factor, mscale_all_dim)
+  return c;
+}
+
 ModelConfig PhiMoEBase() {
   ModelConfig c = BaseConfig(Architecture::kPhiMoE);
   c.attention_bias = true;
@@ -215,6 +236,31 @@ absl::StatusOr<Preset> FindPreset(const std::string& name) {
     c.dense_intermediate_size = 96;
     return Preset{c, 512};
   }
+  if (name ==
+      "tiny-deepseek-v2") {  // V2's group-limited softmax router (4 groups, best 2, x 2), no q_lora, layer 0 dense
+    ModelConfig c = DeepseekBase(Architecture::kDeepseekV2, 4, 16, 8, 12, 32, 0);
+    c.vocab_size = 512, c.hidden_size = 64, c.intermediate_size = 32, c.num_hidden_layers = 3;
+    c.num_local_experts = 16, c.num_experts_per_tok = 4, c.max_position_embeddings = 256;
+    c.n_group = 4, c.topk_group = 2, c.routed_scaling_factor = 2.0;
+    c.rope_scaling.original_max_position_embeddings = 64;  // tests' prompts span YaRN's ramp
+    c.rope_scaling.factor = 4.0;
+    c.shared_expert_intermediate_size = 64;  // two shared experts
+    c.dense_layers = {0};
+    c.dense_intermediate_size = 96;
+    return Preset{c, 512};
+  }
+  if (name == "tiny-deepseek-v3") {  // V3's sigmoid noaux_tc router (4 groups, best 2, x 2.5), q through q_lora
+    ModelConfig c = DeepseekBase(Architecture::kDeepseekV3, 4, 16, 8, 16, 32, 24);
+    c.vocab_size = 512, c.hidden_size = 64, c.intermediate_size = 32, c.num_hidden_layers = 3;
+    c.num_local_experts = 16, c.num_experts_per_tok = 4, c.max_position_embeddings = 256;
+    c.n_group = 4, c.topk_group = 2, c.routed_scaling_factor = 2.5;
+    c.rope_scaling.original_max_position_embeddings = 64;
+    c.rope_scaling.factor = 4.0;
+    c.shared_expert_intermediate_size = 32;
+    c.dense_layers = {0};
+    c.dense_intermediate_size = 96;
+    return Preset{c, 512};
+  }
   if (name == "demo") {
     ModelConfig c = MixtralBase();
     c.vocab_size = 2000, c.hidden_size = 512, c.intermediate_size = 1024, c.num_hidden_layers = 4;
@@ -287,6 +333,25 @@ absl::StatusOr<Preset> FindPreset(const std::string& name) {
     c.dense_intermediate_size = 12288;
     return Preset{c, 32000};
   }
+  if (name == "deepseek-v2-lite") {  // deepseek-ai/DeepSeek-V2-Lite config.json
+    ModelConfig c = DeepseekBase(Architecture::kDeepseekV2, 16, 128, 64, 128, 512, 0);
+    c.vocab_size = 102400, c.hidden_size = 2048, c.intermediate_size = 1408, c.num_hidden_layers = 27;
+    c.num_local_experts = 64, c.num_experts_per_tok = 6, c.max_position_embeddings = 163840;
+    c.shared_expert_intermediate_size = 2 * 1408;
+    c.dense_layers = {0};
+    c.dense_intermediate_size = 10944;
+    return Preset{c, 32000};
+  }
+  if (name == "deepseek-v3") {  // deepseek-ai/DeepSeek-V3 config.json (R1's too)
+    ModelConfig c = DeepseekBase(Architecture::kDeepseekV3, 128, 128, 64, 128, 512, 1536);
+    c.vocab_size = 129280, c.hidden_size = 7168, c.intermediate_size = 2048, c.num_hidden_layers = 61;
+    c.num_local_experts = 256, c.num_experts_per_tok = 8, c.max_position_embeddings = 163840;
+    c.n_group = 8, c.topk_group = 4, c.routed_scaling_factor = 2.5;
+    c.shared_expert_intermediate_size = 2048;
+    c.dense_layers = {0, 1, 2};
+    c.dense_intermediate_size = 18432;
+    return Preset{c, 32000};
+  }
   if (name == "phi-3.5-moe") {  // microsoft/Phi-3.5-MoE-instruct config.json
     ModelConfig c = PhiMoEBase();
     c.vocab_size = 32064, c.hidden_size = 4096, c.intermediate_size = 6400, c.num_hidden_layers = 32;
@@ -311,7 +376,7 @@ Scales ScalesFor(const ModelConfig& c) {
   return Scales{
       .embed = 1.0f / std::sqrt(d),
       .linear_in_d = 1.0f / std::sqrt(d),
-      .linear_in_q = 1.0f / std::sqrt(static_cast<float>(c.q_dim())),
+      .linear_in_q = 1.0f / std::sqrt(static_cast<float>(c.attention_out_dim())),
       .w2 = 1.0f / std::sqrt(static_cast<float>(c.intermediate_size)),
       .router = 2.0f / std::sqrt(d),   // logits with std ≈ 2: clear but not one-hot routing
       .lm_head = 3.0f / std::sqrt(d),  // peaked enough that greedy text is not noise
@@ -339,6 +404,8 @@ std::vector<std::string> SyntheticPresets() {
           "tiny-qwen3moe-dense",
           "tiny-qwen2moe-dense",
           "tiny-glm4moe",
+          "tiny-deepseek-v2",
+          "tiny-deepseek-v3",
           "demo",
           "small-mixtral",
           "mixtral-8x7b",
@@ -348,7 +415,9 @@ std::vector<std::string> SyntheticPresets() {
           "qwen2-57b-a14b",
           "olmoe-1b-7b",
           "glm-4.5-air",
-          "glm-4.5"};
+          "glm-4.5",
+          "deepseek-v2-lite",
+          "deepseek-v3"};
 }
 
 absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& spec) {
@@ -419,6 +488,8 @@ void FillSyntheticRange(const ModelConfig& c, const WeightSpec& w, uint64_t seed
     case WeightRole::kFinalNorm:
     case WeightRole::kQNorm:
     case WeightRole::kKNorm:
+    case WeightRole::kQANorm:
+    case WeightRole::kKvANorm:
       for (int64_t i = begin; i < end; ++i)
         Store(out, dtype, static_cast<size_t>(i - out_first), 1.0f + 0.1f * Uniform(key, static_cast<uint64_t>(i)));
       return;
@@ -440,7 +511,13 @@ void FillSyntheticRange(const ModelConfig& c, const WeightSpec& w, uint64_t seed
     case WeightRole::kSharedW3:
     case WeightRole::kDenseW1:
     case WeightRole::kDenseW3:
-    case WeightRole::kSharedExpertGate: fill(s.linear_in_d); return;
+    case WeightRole::kSharedExpertGate:
+    case WeightRole::kQAProj:
+    case WeightRole::kKvAProj: fill(s.linear_in_d); return;
+    case WeightRole::kQBProj: fill(1.0f / std::sqrt(static_cast<float>(c.q_lora_rank))); return;
+    case WeightRole::kKvBProj:
+    case WeightRole::kVBProj: fill(1.0f / std::sqrt(static_cast<float>(c.kv_lora_rank))); return;
+    case WeightRole::kKBProj: fill(1.0f / std::sqrt(static_cast<float>(c.qk_nope_head_dim))); return;
     case WeightRole::kOProj: fill(s.linear_in_q); return;
     case WeightRole::kExpertW2: fill(s.w2); return;
     case WeightRole::kSharedW2: fill(1.0f / std::sqrt(static_cast<float>(c.shared_expert_intermediate_size))); return;

@@ -14,6 +14,22 @@ std::string MlpExpertName(WeightRole role, const std::string& layer_prefix, int 
   return absl::StrCat(layer_prefix, "mlp.experts.", expert, ".", matrix, ".weight");
 }
 
+// MLA's projections in checkpoint order (modeling_deepseek.py's).
+template <typename Add>
+void AddLatentAttention(const ModelConfig& c, int l, Add& add) {
+  if (c.q_lora_rank > 0) {
+    add(WeightRole::kQAProj, l);
+    add(WeightRole::kQANorm, l);
+    add(WeightRole::kQBProj, l);
+  } else {
+    add(WeightRole::kQProj, l);
+  }
+  add(WeightRole::kKvAProj, l);
+  add(WeightRole::kKvANorm, l);
+  add(WeightRole::kKvBProj, l);
+  add(WeightRole::kOProj, l);
+}
+
 }  // namespace
 
 std::string WeightName(const ModelConfig& config, WeightRole role, int layer, int expert) {
@@ -26,7 +42,7 @@ std::string WeightName(const ModelConfig& config, WeightRole role, int layer, in
       return MlpExpertName(role, p, expert);
     }
   }
-  if (config.architecture == Architecture::kGlm4Moe) {  // DeepSeek's names: shared_experts
+  if (config.deepseek_moe_layout()) {  // DeepSeek's names: shared_experts
     if (role == WeightRole::kSharedW1) return p + "mlp.shared_experts.gate_proj.weight";
     if (role == WeightRole::kSharedW2) return p + "mlp.shared_experts.down_proj.weight";
     if (role == WeightRole::kSharedW3) return p + "mlp.shared_experts.up_proj.weight";
@@ -63,6 +79,14 @@ std::string WeightName(const ModelConfig& config, WeightRole role, int layer, in
     case WeightRole::kFinalNormBias: return "model.norm.bias";
     case WeightRole::kLmHead: return "lm_head.weight";
     case WeightRole::kLmHeadBias: return "lm_head.bias";
+    case WeightRole::kQAProj: return p + "self_attn.q_a_proj.weight";
+    case WeightRole::kQANorm: return p + "self_attn.q_a_layernorm.weight";
+    case WeightRole::kQBProj: return p + "self_attn.q_b_proj.weight";
+    case WeightRole::kKvAProj: return p + "self_attn.kv_a_proj_with_mqa.weight";
+    case WeightRole::kKvANorm: return p + "self_attn.kv_a_layernorm.weight";
+    case WeightRole::kKvBProj: return p + "self_attn.kv_b_proj.weight";
+    case WeightRole::kKBProj: return p + "self_attn.k_b_proj.weight";
+    case WeightRole::kVBProj: return p + "self_attn.v_b_proj.weight";
   }
   return "";
 }
@@ -88,7 +112,15 @@ std::vector<int64_t> WeightShape(const ModelConfig& c, WeightRole role) {
     case WeightRole::kQBias: return {c.q_dim()};
     case WeightRole::kKBias:
     case WeightRole::kVBias: return {c.kv_dim()};
-    case WeightRole::kOProj: return {d, c.q_dim()};
+    case WeightRole::kOProj: return {d, c.attention_out_dim()};
+    case WeightRole::kQAProj: return {c.q_lora_rank, d};
+    case WeightRole::kQANorm: return {c.q_lora_rank};
+    case WeightRole::kQBProj: return {c.q_dim(), c.q_lora_rank};
+    case WeightRole::kKvAProj: return {c.kv_lora_rank + c.qk_rope_head_dim, d};
+    case WeightRole::kKvANorm: return {c.kv_lora_rank};
+    case WeightRole::kKvBProj: return {c.num_attention_heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank};
+    case WeightRole::kKBProj: return {c.num_attention_heads * c.kv_lora_rank, c.qk_nope_head_dim};
+    case WeightRole::kVBProj: return {c.num_attention_heads * c.v_head_dim, c.kv_lora_rank};
     case WeightRole::kRouter: return {c.num_local_experts, d};
     case WeightRole::kRouterCorrectionBias: return {c.num_local_experts};
     case WeightRole::kExpertW1:
@@ -115,10 +147,14 @@ std::vector<WeightSpec> ExpectedWeights(const ModelConfig& c) {
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     add(WeightRole::kInputNorm, l);
     if (layer_norm) add(WeightRole::kInputNormBias, l);
-    add(WeightRole::kQProj, l);
-    add(WeightRole::kKProj, l);
-    add(WeightRole::kVProj, l);
-    add(WeightRole::kOProj, l);
+    if (c.mla()) {
+      AddLatentAttention(c, l, add);
+    } else {
+      add(WeightRole::kQProj, l);
+      add(WeightRole::kKProj, l);
+      add(WeightRole::kVProj, l);
+      add(WeightRole::kOProj, l);
+    }
     if (c.qk_norm()) {
       add(WeightRole::kQNorm, l);
       add(WeightRole::kKNorm, l);

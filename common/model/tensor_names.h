@@ -46,6 +46,18 @@ enum class WeightRole {
   kFinalNormBias,          // [D]        LayerNorm only
   kLmHead,                 // [V, D]
   kLmHeadBias,             // [V]        lm_head_bias only
+  // Multi-head latent attention (DeepSeek; R kv_lora_rank, Rq q_lora_rank,
+  // qhd = nope + rope, H heads). kQProj is [H qhd, D] without q_lora_rank.
+  kQAProj,   // [Rq, D]              self_attn.q_a_proj
+  kQANorm,   // [Rq]                 self_attn.q_a_layernorm
+  kQBProj,   // [H qhd, Rq]          self_attn.q_b_proj
+  kKvAProj,  // [R + rope, D]        self_attn.kv_a_proj_with_mqa
+  kKvANorm,  // [R]                  self_attn.kv_a_layernorm
+  kKvBProj,  // [H (nope + v), R]    self_attn.kv_b_proj
+  // GGUF's split of kv_b (llama.cpp's converter writes these beside or
+  // instead of it): each head's key part transposed, and its value part.
+  kKBProj,  // [H R, nope]          blk.l.attn_k_b
+  kVBProj,  // [H v, R]             blk.l.attn_v_b
 };
 
 struct WeightSpec {

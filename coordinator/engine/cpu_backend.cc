@@ -47,6 +47,7 @@ absl::Status CpuBackend::Embed(std::span<const int32_t> tokens, float* hidden) {
 }
 
 absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> slices, int64_t num_rows, float* hidden) {
+  if (config_.mla()) return LatentAttention(layer, slices, num_rows, hidden);
   const LayerWeights& lw = weights_->layers[static_cast<size_t>(layer)];
   TANDEM_RETURN_IF_ERROR(GrowAttentionBuffers(num_rows));
   TANDEM_RETURN_IF_ERROR(ProjectQkv(lw, num_rows, hidden));

@@ -58,6 +58,17 @@ class CpuBackend final : public ComputeBackend {
   absl::Status PlanAttention(int layer, std::span<const SequenceSlice> slices);
   void AttendTask(const AttentionTask& task, int thread);  // on pool threads
   absl::Status ProjectOutput(const LayerWeights& lw, int64_t num_rows, float* hidden);
+  // DeepSeek's latent attention (cpu_latent_attention.cc), its steps in order.
+  // A decode row's task attends this many heads (they share every cached row).
+  static constexpr int64_t kLatentHeadsPerTask = 8;
+  absl::Status LatentAttention(int layer, std::span<const SequenceSlice> slices, int64_t num_rows, float* hidden);
+  absl::Status GrowLatentBuffers(int64_t num_rows);
+  absl::Status ProjectLatentQkv(const LayerWeights& lw, int64_t num_rows, const float* hidden);
+  void RopeAndCacheLatent(int layer, std::span<const SequenceSlice> slices, int64_t num_rows);
+  absl::Status AbsorbQueries(const LayerWeights& lw, int64_t num_rows);
+  absl::Status PlanLatentAttention(int layer, std::span<const SequenceSlice> slices);
+  void AttendLatentTask(const AttentionTask& task, int64_t num_rows, int thread);  // on pool threads
+  absl::Status ProjectLatentOutput(const LayerWeights& lw, int64_t num_rows, float* hidden);
   // mlp_out_ = down(silu(gate(x)) * up(x)) for the shared expert's or a
   // dense layer's MLP, `width` wide.
   absl::Status SwiGluMlp(const ExpertWeights& mlp, int64_t width, int64_t num_rows, const float* x);
@@ -69,6 +80,8 @@ class CpuBackend final : public ComputeBackend {
   // Run state, reused across steps.
   ScratchArray<float> normed_, q_, k_, v_, attn_, o_;
   ScratchArray<float> mlp_gate_, mlp_up_, mlp_out_;  // [T, Is or Id], [T, Is or Id], [T, D]
+  // The latent attention's (cpu_latent_attention.cc says their shapes).
+  ScratchArray<float> q_lora_, q_nope_, q_latent_, latent_out_, v_heads_;
   std::vector<ScratchArray<float>> scores_;  // per thread
   std::vector<const float*> kv_rows_;        // one layer's key, then value rows, per slice
   std::vector<AttentionRowBlock> blocks_;    // one layer's, PlanAttention's

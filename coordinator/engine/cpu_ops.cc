@@ -73,6 +73,24 @@ void RotaryEmbedding::Apply(float* x, int64_t heads, int64_t position, bool long
   }
 }
 
+void RotaryEmbedding::ApplyInterleaved(float* x, int64_t heads, int64_t stride, int64_t position) const {
+  const int64_t half = rope_dim_ / 2;
+  float cos_v[512], sin_v[512];
+  for (int64_t i = 0; i < half; ++i) {
+    const double angle = static_cast<double>(position) * inv_freq_short_[static_cast<size_t>(i)];
+    cos_v[i] = static_cast<float>(std::cos(angle) * mscale_short_);
+    sin_v[i] = static_cast<float>(std::sin(angle) * mscale_short_);
+  }
+  for (int64_t h = 0; h < heads; ++h) {
+    float* v = x + h * stride;
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = v[2 * i], b = v[2 * i + 1];
+      v[2 * i] = a * cos_v[i] - b * sin_v[i];
+      v[2 * i + 1] = b * cos_v[i] + a * sin_v[i];
+    }
+  }
+}
+
 void AddInPlace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }

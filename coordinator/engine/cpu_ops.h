@@ -33,6 +33,11 @@ class RotaryEmbedding {
   bool UseLongFactors(int64_t max_position) const;
   // Rotates `heads` vectors of head_dim floats laid out contiguously.
   void Apply(float* x, int64_t heads, int64_t position, bool long_factors) const;
+  // DeepSeek's rope part: adjacent pairs (2i, 2i + 1) of the rope_dim values
+  // at x + h * stride for each of `heads` heads (HF de-interleaves them and
+  // rotates halves, which gives the same dot products; llama.cpp's NORM mode
+  // is this).
+  void ApplyInterleaved(float* x, int64_t heads, int64_t stride, int64_t position) const;
 
  private:
   int64_t head_dim_;

@@ -35,6 +35,9 @@ absl::Status HostKvBlockStorage::CopyBlock(const float* src, float* dst, int64_t
 
 absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(const KvCacheOptions& options,
                                                                  std::unique_ptr<KvBlockStorage> storage) {
+  if (options.value_dim < -1) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache value_dim ", options.value_dim, " is negative"));
+  }
   if (options.num_layers <= 0 || options.kv_dim <= 0 || options.block_size <= 0 || options.max_blocks <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("KV cache options must be positive: layers ", options.num_layers,
                                                    ", kv_dim ", options.kv_dim, ", block_size ", options.block_size,
@@ -48,8 +51,9 @@ absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(const KvCacheOp
     return absl::InvalidArgumentError(absl::StrCat("KV cache max_blocks ", options.max_blocks, " exceeds 2^31 - 1"));
   }
   int64_t block_bytes = 0, pool_bytes = 0;
-  if (__builtin_mul_overflow(int64_t{8} * options.num_layers, options.block_size, &block_bytes) ||
-      __builtin_mul_overflow(block_bytes, options.kv_dim, &block_bytes) ||
+  const int64_t row_floats = options.kv_dim + (options.value_dim < 0 ? options.kv_dim : options.value_dim);
+  if (__builtin_mul_overflow(int64_t{4} * options.num_layers, options.block_size, &block_bytes) ||
+      __builtin_mul_overflow(block_bytes, row_floats, &block_bytes) ||
       __builtin_mul_overflow(block_bytes, options.max_blocks, &pool_bytes)) {
     return absl::InvalidArgumentError(absl::StrCat("KV cache of ", options.max_blocks, " blocks x ", options.block_size,
                                                    " positions x ", options.num_layers, " layers x kv_dim ",
@@ -143,11 +147,12 @@ float* KvBlockPool::Keys(int32_t block, int64_t layer) {
 }
 
 float* KvBlockPool::Values(int32_t block, int64_t layer) {
-  return BlockBase(block) + (options_.num_layers + layer) * options_.block_size * options_.kv_dim;
+  return BlockBase(block) + options_.num_layers * options_.block_size * options_.kv_dim +
+         layer * options_.block_size * value_dim();
 }
 
 void SequenceKv::AppendRows(int64_t layer, int64_t end, bool values, std::vector<const float*>& rows) const {
-  const int64_t block = block_size(), kv_dim = pool_->options().kv_dim;
+  const int64_t block = block_size(), kv_dim = values ? pool_->value_dim() : pool_->options().kv_dim;
   for (int64_t first = 0; first < end; first += block) {
     const int32_t id = blocks_[static_cast<size_t>(first / block)];
     const float* base = values ? pool_->Values(id, layer) : pool_->Keys(id, layer);

@@ -4,10 +4,12 @@
 // the first write into a shared block copies that one block (copy-on-write;
 // in a beam step only the partly filled last block is ever written).
 //
-// Legend: L layers, B block_size (positions per block), Hkv·hd = kv_dim.
+// Legend: L layers, B block_size (positions per block), Hkv·hd = kv_dim,
+// value_dim the value rows' width (kv_dim; 0 under DeepSeek's latent
+// attention, whose key row, the latent and the rope key, is all it caches).
 // One block holds, for every layer, B positions of K and of V:
-//   keys[block]:   [L, B, kv_dim] f32      values[block]: [L, B, kv_dim] f32
-// laid out as one run of floats per block: [2, L, B, kv_dim] (K then V).
+//   keys[block]:   [L, B, kv_dim] f32      values[block]: [L, B, value_dim] f32
+// laid out as one run of floats per block: [L, B, kv_dim] then [L, B, value_dim].
 //
 // Where the blocks live is the KvBlockStorage's business: host memory by
 // default (the CPU backend reads them through KeyRow/ValueRow), device
@@ -65,7 +67,8 @@ inline constexpr int64_t kMaxKvBlockSize = 1024;
 
 struct KvCacheOptions {
   int64_t num_layers = 0;
-  int64_t kv_dim = 0;
+  int64_t kv_dim = 0;       // a key row's floats
+  int64_t value_dim = -1;   // a value row's: -1 means kv_dim; 0: no value rows
   int64_t block_size = 16;  // 1..kMaxKvBlockSize
   int64_t max_blocks = 0;   // memory limit: blocks are allocated lazily up to this
 };
@@ -102,8 +105,8 @@ class KvBlockPool {
   int64_t prefix_evictions() const { return prefix_evictions_; }
 
   float* Keys(int32_t block, int64_t layer);    // [B, kv_dim]
-  float* Values(int32_t block, int64_t layer);  // [B, kv_dim]
-  // The start of one block: [2, L, B, kv_dim] f32 (host or device memory).
+  float* Values(int32_t block, int64_t layer);  // [B, value_dim]
+  // The start of one block: [L, B, kv_dim] + [L, B, value_dim] f32 (host or device memory).
   float* BlockData(int32_t block) { return BlockBase(block); }
   const KvBlockStorage* storage() const { return storage_.get(); }
 
@@ -111,7 +114,10 @@ class KvBlockPool {
   int64_t blocks_in_use() const { return blocks_in_use_; }  // held by sequences
   int64_t max_blocks() const { return options_.max_blocks; }
   int64_t copies_on_write() const { return copies_on_write_; }
-  int64_t bytes_per_block() const { return 2 * options_.num_layers * options_.block_size * options_.kv_dim * 4; }
+  int64_t value_dim() const { return options_.value_dim < 0 ? options_.kv_dim : options_.value_dim; }
+  int64_t bytes_per_block() const {
+    return options_.num_layers * options_.block_size * (options_.kv_dim + value_dim()) * 4;
+  }
 
  private:
   KvBlockPool(const KvCacheOptions& options, std::unique_ptr<KvBlockStorage> storage)
@@ -163,7 +169,7 @@ class SequenceKv {
     return pool_->Keys(blocks_[position / block_size()], layer) + (position % block_size()) * pool_->options().kv_dim;
   }
   float* ValueRow(int64_t layer, int64_t position) {
-    return pool_->Values(blocks_[position / block_size()], layer) + (position % block_size()) * pool_->options().kv_dim;
+    return pool_->Values(blocks_[position / block_size()], layer) + (position % block_size()) * pool_->value_dim();
   }
   // Appends the key (then, with values, the value) rows of positions [0,
   // end) of `layer` to `rows`, as KeyRow/ValueRow give them: one block-table

@@ -231,6 +231,14 @@ void DaopPrecalc::ApplyPrediction(const RoutedLayer& routed, PrecalcStats* delta
                            routed.weights + t * k);
       continue;
     }
+    if (config_.router_kind() == RouterKind::kSoftmaxGroupedTopK) {
+      // DeepSeek-V2: the set's own scores in the full softmax (scaled, or
+      // renormalised), as its router weighs a chosen set.
+      std::copy_n(used, k, experts);
+      SoftmaxGroupedRouterWeights(logits, e_count, experts, k, config_.norm_topk_prob, config_.routed_scaling_factor,
+                                  routed.weights + t * k);
+      continue;
+    }
     for (int64_t e = 0; e < e_count; ++e) {
       masked_logits_[static_cast<size_t>(e)] =
           Contains(used, k, static_cast<int32_t>(e)) ? logits[e] : std::numeric_limits<float>::lowest();

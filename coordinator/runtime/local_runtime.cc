@@ -180,8 +180,9 @@ absl::Status CheckKvCacheOptions(const ModelConfig& config, int64_t kv_cache_tok
     return absl::InvalidArgumentError(absl::StrCat("--kv_cache_tokens ", kv_cache_tokens, ": must be >= 1"));
   }
   if (kv_cache_tokens == 0) return absl::OkStatus();
-  // K and V, f32, every layer, per position; whole blocks.
-  const int64_t per_token = 8 * config.num_hidden_layers * config.kv_dim();
+  // K and V (MLA: the latent and rope key), f32, every layer, per position; whole blocks.
+  const int64_t row_floats = config.cache_key_dim() + config.cache_value_dim();
+  const int64_t per_token = 4 * config.num_hidden_layers * row_floats;
   const int64_t blocks = kv_cache_tokens / kv_block_size + (kv_cache_tokens % kv_block_size != 0);
   const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
   const double memory = pages > 0 && page_bytes > 0 ? static_cast<double>(pages) * static_cast<double>(page_bytes) : 0;
@@ -189,10 +190,10 @@ absl::Status CheckKvCacheOptions(const ModelConfig& config, int64_t kv_cache_tok
       static_cast<double>(blocks) * static_cast<double>(kv_block_size) * static_cast<double>(per_token);
   if (memory > 0 && needed > memory) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "--kv_cache_tokens %d: a KV cache of %d tokens (%d layers x kv_dim %d, f32 K and V: %d bytes per token) "
+        "--kv_cache_tokens %d: a KV cache of %d tokens (%d layers x %d f32 values of K and V: %d bytes per token) "
         "takes %.1f GiB, more than this machine's %.1f GiB of memory",
-        kv_cache_tokens, blocks * kv_block_size, config.num_hidden_layers, config.kv_dim(), per_token,
-        needed / (1 << 30), memory / (1 << 30)));
+        kv_cache_tokens, blocks * kv_block_size, config.num_hidden_layers, row_floats, per_token, needed / (1 << 30),
+        memory / (1 << 30)));
   }
   return absl::OkStatus();
 }
@@ -272,7 +273,8 @@ absl::StatusOr<std::unique_ptr<LocalRuntime>> LocalRuntime::Create(std::shared_p
 
   const int64_t tokens = options.kv_cache_tokens > 0 ? options.kv_cache_tokens : config.max_position_embeddings;
   KvCacheOptions kv{.num_layers = config.num_hidden_layers,
-                    .kv_dim = config.kv_dim(),
+                    .kv_dim = config.cache_key_dim(),
+                    .value_dim = config.cache_value_dim(),
                     .block_size = options.kv_block_size,
                     .max_blocks = (tokens + options.kv_block_size - 1) / options.kv_block_size};
   if (cuda_backend != nullptr) {

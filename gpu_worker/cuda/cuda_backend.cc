@@ -140,6 +140,11 @@ absl::Status CheckSupportedShape(const ModelConfig& c) {
     return absl::InvalidArgumentError("the sparsemixer router is top-2");
   }
   // Not yet on the GPU: run such a model with the CPU backend.
+  if (c.mla()) {
+    return absl::UnimplementedError(absl::StrCat(c.architecture_name,
+                                                 ": the CUDA backend has no multi-head latent attention yet; use "
+                                                 "the CPU backend"));
+  }
   if (c.qk_norm()) {
     return absl::UnimplementedError(absl::StrCat(c.architecture_name,
                                                  ": the CUDA backend has no QK norm yet; use the CPU backend"));
