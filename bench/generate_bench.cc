@@ -64,6 +64,9 @@ ABSL_FLAG(std::string, load_weights, "copy",
 ABSL_FLAG(int32_t, prompt_tokens, 128, "prefill length of the generate run");
 ABSL_FLAG(int32_t, decode_tokens, 32, "decode steps timed");
 ABSL_FLAG(int32_t, reps, 3, "repetitions; the best is reported");
+ABSL_FLAG(int64_t, mla_expanded_min_rows, tandem::CpuBackend::kExpandedLatentMinRows,
+          "latent attention (DeepSeek): slices of at least this many new rows attend in the expanded form, the "
+          "rest absorbed (a huge value: always absorbed)");
 ABSL_FLAG(int32_t, threads, 0, "compute threads; 0 = all available cores");
 ABSL_FLAG(std::string, ttft_prompts, "",
           "prompt lengths whose time to first token is measured (one prefill each, best of --reps), e.g. "
@@ -213,6 +216,8 @@ absl::Status BenchModel(std::unique_ptr<Model> model, const std::string& name, c
   options.kv_cache_tokens = max_prompt + decode_tokens + 16;
   TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<LocalRuntime> runtime, LocalRuntime::Create(std::move(model), options));
   LocalRuntime& rt = *runtime;
+  if (auto* cpu = dynamic_cast<CpuBackend*>(&rt.backend()))
+    cpu->set_expanded_latent_min_rows(absl::GetFlag(FLAGS_mla_expanded_min_rows));
   const ModelConfig& c = rt.model().config;
   if (max_prompt + decode_tokens > c.max_position_embeddings)
     return absl::InvalidArgumentError("prompt plus decode tokens exceed the model's context");

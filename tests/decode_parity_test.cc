@@ -164,6 +164,7 @@ INSTANTIATE_TEST_SUITE_P(Presets, DecodeParityTest,
                                            DecodeCase{"tiny-qwen3moe-dense", 20, 40},
                                            DecodeCase{"tiny-qwen2moe-dense", 20, 40},
                                            DecodeCase{"tiny-glm4moe", 20, 40}, DecodeCase{"tiny-deepseek-v2", 20, 40},
+                                           DecodeCase{"tiny-deepseek-v2", 40, 20},
                                            DecodeCase{"tiny-deepseek-v3", 16, 40}),
                          [](const auto& info) {
                            return absl::StrCat(ArchTestName(info.param.preset), "_P",

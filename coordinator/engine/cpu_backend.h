@@ -35,6 +35,11 @@ class CpuBackend final : public ComputeBackend {
   // and flops, so benchmarks can tell GEMM speed from attention proper.
   double projection_us() const { return projection_us_; }
   double projection_flops() const { return projection_flops_; }
+  // Latent attention (DeepSeek): slices of at least `rows` new rows attend in
+  // the expanded form (cpu_latent_attention.cc); benchmarks compare the two
+  // forms with it. Default kExpandedLatentMinRows.
+  void set_expanded_latent_min_rows(int64_t rows) { expanded_latent_min_rows_ = rows; }
+  static constexpr int64_t kExpandedLatentMinRows = 32;
 
  private:
   // Query rows of one sequence per attention block (prefill): 32, the
@@ -46,6 +51,7 @@ class CpuBackend final : public ComputeBackend {
     const SequenceSlice* slice;
     int64_t begin, count;
     size_t keys_at;
+    bool expanded = false;  // latent attention: this slice's keys and values were expanded (prefill)
   };
   struct AttentionTask {
     int32_t block, head, heads;  // query heads [head, head + heads)
@@ -66,7 +72,9 @@ class CpuBackend final : public ComputeBackend {
   absl::Status ProjectLatentQkv(const LayerWeights& lw, int64_t num_rows, const float* hidden);
   void RopeAndCacheLatent(int layer, std::span<const SequenceSlice> slices, int64_t num_rows);
   absl::Status AbsorbQueries(const LayerWeights& lw, int64_t num_rows);
-  absl::Status PlanLatentAttention(int layer, std::span<const SequenceSlice> slices);
+  absl::Status PlanLatentAttention(const LayerWeights& lw, int layer, std::span<const SequenceSlice> slices);
+  absl::Status ExpandLatentKeysAndValues(const LayerWeights& lw, const SequenceSlice& s, int64_t layer, int64_t at);
+  void AttendExpandedTask(const AttentionTask& task, int thread);                  // on pool threads
   void AttendLatentTask(const AttentionTask& task, int64_t num_rows, int thread);  // on pool threads
   absl::Status ProjectLatentOutput(const LayerWeights& lw, int64_t num_rows, float* hidden);
   // mlp_out_ = down(silu(gate(x)) * up(x)) for the shared expert's or a
@@ -82,6 +90,14 @@ class CpuBackend final : public ComputeBackend {
   ScratchArray<float> mlp_gate_, mlp_up_, mlp_out_;  // [T, Is or Id], [T, Is or Id], [T, D]
   // The latent attention's (cpu_latent_attention.cc says their shapes).
   ScratchArray<float> q_lora_, q_nope_, q_latent_, latent_out_, v_heads_;
+  ScratchArray<float> latents_, kv_expanded_, keys_expanded_, values_expanded_;
+  bool any_absorbed_ = false;  // this call's plan has a slice in the absorbed form
+  // A slice of at least this many new rows attends in the expanded form:
+  // every cached position's keys and values computed through kv_b_proj
+  // once, then ordinary attention over qk_nope + qk_rope keys and v_head
+  // values per head (fewer flops than the absorbed form's R + rope keys and
+  // R values per head, once the rows amortise the expansion).
+  int64_t expanded_latent_min_rows_ = kExpandedLatentMinRows;
   std::vector<ScratchArray<float>> scores_;  // per thread
   std::vector<const float*> kv_rows_;        // one layer's key, then value rows, per slice
   std::vector<AttentionRowBlock> blocks_;    // one layer's, PlanAttention's

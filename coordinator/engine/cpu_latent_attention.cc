@@ -11,7 +11,14 @@
 // so the cache holds [c_t | kpe_t] per position and layer (R + rope floats,
 // not 2 H head_dim), every head attends the same rows (one kv head of
 // R + rope, the values its first R), and W_UK_h / W_UV_h are applied once
-// per row rather than once per cached position.
+// per row rather than once per cached position: the form for decode.
+//
+// A slice of expanded_latent_min_rows_ new rows or more (prefill) attends in
+// the expanded form instead: kv_b_proj turns each of its cached latents into
+// every head's nope key and value once ([k_nope | kpe] keys of qhd and v
+// values per head), and each head attends those as ordinary attention,
+// straight into attn_. Per row and cached position that is qhd + v
+// multiply-adds per head against the absorbed form's 2R + rope.
 //
 // Buffers: q_ [T, H qhd]; k_ [T, R + rope] (the latent and rope key);
 // q_nope_ [H][T][nope]; q_latent_ [H][T][R + rope]; latent_out_ [H][T][R]
@@ -35,10 +42,17 @@ absl::Status CpuBackend::LatentAttention(int layer, std::span<const SequenceSlic
   TANDEM_RETURN_IF_ERROR(GrowLatentBuffers(num_rows));
   TANDEM_RETURN_IF_ERROR(ProjectLatentQkv(lw, num_rows, hidden));
   RopeAndCacheLatent(layer, slices, num_rows);
-  TANDEM_RETURN_IF_ERROR(AbsorbQueries(lw, num_rows));
-  TANDEM_RETURN_IF_ERROR(PlanLatentAttention(layer, slices));
+  TANDEM_RETURN_IF_ERROR(PlanLatentAttention(lw, layer, slices));
+  if (any_absorbed_) TANDEM_RETURN_IF_ERROR(AbsorbQueries(lw, num_rows));
   const auto num_tasks = static_cast<int64_t>(tasks_.size());
-  auto attend = [&](int64_t t, int thread) { AttendLatentTask(tasks_[static_cast<size_t>(t)], num_rows, thread); };
+  auto attend = [&](int64_t t, int thread) {
+    const AttentionTask& task = tasks_[static_cast<size_t>(t)];
+    if (blocks_[static_cast<size_t>(task.block)].expanded) {
+      AttendExpandedTask(task, thread);
+    } else {
+      AttendLatentTask(task, num_rows, thread);
+    }
+  };
   if (pool_) {
     pool_->ParallelFor(num_tasks, attend);
   } else {
@@ -125,36 +139,118 @@ absl::Status CpuBackend::AbsorbQueries(const LayerWeights& lw, int64_t num_rows)
   });
 }
 
-// As PlanAttention, with one cached row per position (keys and values
-// alike) and, for a block of one row (decode), kLatentHeadsPerTask heads
-// per task: every head reads the same rows, so a task of several heads
-// loads each once for all of them, and the tasks still spread over the
-// threads.
-absl::Status CpuBackend::PlanLatentAttention(int layer, std::span<const SequenceSlice> slices) {
+// As PlanAttention. An absorbed slice reads one cached row per position
+// (keys and values alike) and, for a block of one row (decode), gives a
+// task kLatentHeadsPerTask heads: every head reads the same rows, so a task
+// of several heads loads each once for all of them, and the tasks still
+// spread over the threads. An expanded slice first has its keys and values
+// computed (ExpandLatentKeysAndValues), then one head per task.
+absl::Status CpuBackend::PlanLatentAttention(const LayerWeights& lw, int layer, std::span<const SequenceSlice> slices) {
+  const int64_t heads = config_.num_attention_heads, qhd = config_.head_dim;
+  int64_t expanded_rows = 0, max_keys = 0;
+  for (const SequenceSlice& s : slices) {
+    if (s.num_tokens >= expanded_latent_min_rows_) expanded_rows += s.start_position + s.num_tokens;
+  }
+  TANDEM_RETURN_IF_ERROR(keys_expanded_.Grow(expanded_rows * heads * qhd, "the expanded keys"));
+  TANDEM_RETURN_IF_ERROR(values_expanded_.Grow(expanded_rows * heads * qhd, "the expanded values"));
   blocks_.clear();
   kv_rows_.clear();
-  int64_t max_keys = 0;
+  any_absorbed_ = false;
+  int64_t expanded_at = 0;
   for (const SequenceSlice& s : slices) {
     const size_t keys_at = kv_rows_.size();
     const int64_t end = s.start_position + s.num_tokens;
-    s.kv->AppendKeyRows(layer, end, kv_rows_);
+    const bool expanded = s.num_tokens >= expanded_latent_min_rows_;
+    if (expanded) {
+      TANDEM_RETURN_IF_ERROR(ExpandLatentKeysAndValues(lw, s, layer, expanded_at));
+      for (int64_t j = 0; j < end; ++j) kv_rows_.push_back(keys_expanded_.data() + (expanded_at + j) * heads * qhd);
+      for (int64_t j = 0; j < end; ++j) kv_rows_.push_back(values_expanded_.data() + (expanded_at + j) * heads * qhd);
+      expanded_at += end;
+    } else {
+      s.kv->AppendKeyRows(layer, end, kv_rows_);
+      any_absorbed_ = true;
+    }
     for (int64_t i = 0; i < s.num_tokens; i += kAttentionRows)
-      blocks_.push_back({&s, i, std::min(kAttentionRows, s.num_tokens - i), keys_at});
+      blocks_.push_back({&s, i, std::min(kAttentionRows, s.num_tokens - i), keys_at, expanded});
     max_keys = std::max(max_keys, end);
   }
-  const int64_t row = config_.kv_lora_rank + config_.qk_rope_head_dim;
+  const int64_t row = std::max(config_.kv_lora_rank + config_.qk_rope_head_dim, qhd);
   for (auto& scratch : scores_)
     TANDEM_RETURN_IF_ERROR(scratch.Grow(AttentionBlockScratchFloats(max_keys, row), "attention scores"));
-  const int64_t heads = config_.num_attention_heads;
   tasks_.clear();
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    const int64_t step = blocks_[i].count == 1 ? std::min(heads, kLatentHeadsPerTask) : 1;
+    const int64_t step = blocks_[i].count == 1 && !blocks_[i].expanded ? std::min(heads, kLatentHeadsPerTask) : 1;
     for (int64_t h = 0; h < heads; h += step) {
       tasks_.push_back(
           {static_cast<int32_t>(i), static_cast<int32_t>(h), static_cast<int32_t>(std::min(step, heads - h))});
     }
   }
   return absl::OkStatus();
+}
+
+// Positions [0, end) of `s`: their cached latents through kv_b_proj into
+// each head's nope key and value, laid as key rows [k_nope | kpe] (qhd per
+// head) and value rows (v of each qhd per head), from row `at` of the
+// expanded buffers (ParallelFor over positions for the copies).
+absl::Status CpuBackend::ExpandLatentKeysAndValues(const LayerWeights& lw, const SequenceSlice& s, int64_t layer,
+                                                   int64_t at) {
+  const int64_t heads = config_.num_attention_heads, qhd = config_.head_dim, nope = config_.qk_nope_head_dim;
+  const int64_t rank = config_.kv_lora_rank, rope = config_.qk_rope_head_dim, v = config_.v_head_dim;
+  const int64_t end = s.start_position + s.num_tokens, per_head = nope + v;
+  TANDEM_RETURN_IF_ERROR(latents_.Grow(end * rank, "the latents to expand"));
+  TANDEM_RETURN_IF_ERROR(kv_expanded_.Grow(end * heads * per_head, "the expanded latents"));
+  std::vector<const float*> cached;
+  s.kv->AppendKeyRows(layer, end, cached);
+  for (int64_t j = 0; j < end; ++j) std::copy_n(cached[static_cast<size_t>(j)], rank, latents_.data() + j * rank);
+  TANDEM_RETURN_IF_ERROR(Linear(latents_.data(), end, lw.mla.kv_b_proj, nullptr, kv_expanded_.data(), pool_));
+  constexpr int64_t kPositionsPerTask = 16;
+  auto lay_out = [&](int64_t task, int) {
+    for (int64_t j = task * kPositionsPerTask; j < std::min(end, (task + 1) * kPositionsPerTask); ++j) {
+      const float* kv = kv_expanded_.data() + j * heads * per_head;
+      float* key = keys_expanded_.data() + (at + j) * heads * qhd;
+      float* value = values_expanded_.data() + (at + j) * heads * qhd;
+      for (int64_t h = 0; h < heads; ++h) {
+        std::copy_n(kv + h * per_head, nope, key + h * qhd);
+        std::copy_n(cached[static_cast<size_t>(j)] + rank, rope, key + h * qhd + nope);
+        std::copy_n(kv + h * per_head + nope, v, value + h * qhd);
+      }
+    }
+  };
+  const int64_t tasks = (end + kPositionsPerTask - 1) / kPositionsPerTask;
+  if (pool_) {
+    pool_->ParallelFor(tasks, lay_out);
+  } else {
+    for (int64_t t = 0; t < tasks; ++t) lay_out(t, 0);
+  }
+  return absl::OkStatus();
+}
+
+// One head of an expanded block: q [q_nope | q_pe] straight from q_ against
+// the expanded keys, values into attn_'s head columns.
+void CpuBackend::AttendExpandedTask(const AttentionTask& task, int thread) {
+  const AttentionRowBlock& b = blocks_[static_cast<size_t>(task.block)];
+  const int64_t heads = config_.num_attention_heads, qhd = config_.head_dim, v = config_.v_head_dim;
+  int64_t first[kAttentionRows], count[kAttentionRows];
+  for (int64_t r = 0; r < b.count; ++r) {
+    first[r] = 0;
+    count[r] = b.slice->start_position + b.begin + r + 1;
+  }
+  const float* const* keys = kv_rows_.data() + b.keys_at;
+  const int64_t t0 = b.slice->row_offset + b.begin;
+  AttendBlock({.q = q_.data() + t0 * heads * qhd + task.head * qhd,
+               .q_stride = heads * qhd,
+               .rows = b.count,
+               .head_dim = qhd,
+               .first_key = first,
+               .num_keys = count,
+               .keys = keys,
+               .values = keys + b.slice->start_position + b.slice->num_tokens,
+               .kv_offset = task.head * qhd,
+               .value_dim = v,
+               .scale = static_cast<float>(config_.attention_scale()),
+               .out = attn_.data() + t0 * heads * v + task.head * v,
+               .out_stride = heads * v},
+              scores_[static_cast<size_t>(thread)].data());
 }
 
 void CpuBackend::AttendLatentTask(const AttentionTask& task, int64_t num_rows, int thread) {
@@ -193,13 +289,23 @@ void CpuBackend::AttendLatentTask(const AttentionTask& task, int64_t num_rows, i
 absl::Status CpuBackend::ProjectLatentOutput(const LayerWeights& lw, int64_t num_rows, float* hidden) {
   const int64_t heads = config_.num_attention_heads, rank = config_.kv_lora_rank;
   const int64_t nope = config_.qk_nope_head_dim, v = config_.v_head_dim;
-  TANDEM_RETURN_IF_ERROR(ParallelTasks(pool_, heads, [&](int64_t h) -> absl::Status {
-    float* out = v_heads_.data() + h * num_rows * v;
-    TANDEM_RETURN_IF_ERROR(
-        Linear(latent_out_.data() + h * num_rows * rank, num_rows, lw.mla.ValueUp(h, nope, v), nullptr, out, nullptr));
-    for (int64_t t = 0; t < num_rows; ++t) std::copy_n(out + t * v, v, attn_.data() + t * heads * v + h * v);
-    return absl::OkStatus();
-  }));
+  // The absorbed blocks' rows (the expanded ones already wrote attn_).
+  std::vector<std::pair<int64_t, int64_t>> absorbed;
+  for (const AttentionRowBlock& b : blocks_) {
+    if (!b.expanded) absorbed.emplace_back(b.slice->row_offset + b.begin, b.count);
+  }
+  if (!absorbed.empty()) {
+    TANDEM_RETURN_IF_ERROR(ParallelTasks(pool_, heads, [&](int64_t h) -> absl::Status {
+      float* out = v_heads_.data() + h * num_rows * v;
+      TANDEM_RETURN_IF_ERROR(Linear(latent_out_.data() + h * num_rows * rank, num_rows, lw.mla.ValueUp(h, nope, v),
+                                    nullptr, out, nullptr));
+      for (const auto& [first, count] : absorbed) {
+        for (int64_t t = first; t < first + count; ++t)
+          std::copy_n(out + t * v, v, attn_.data() + t * heads * v + h * v);
+      }
+      return absl::OkStatus();
+    }));
+  }
   const auto start = std::chrono::steady_clock::now();
   TANDEM_RETURN_IF_ERROR(Linear(attn_.data(), num_rows, lw.o_proj, nullptr, o_.data(), pool_));
   projection_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
