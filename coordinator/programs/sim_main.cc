@@ -18,6 +18,7 @@
 //   llamacpp — cpu-only execution, static cache, whole first layers on the
 //             GPU (llama.cpp's -ngl: first-layers with every expert a way)
 // or "execution/cache/placement" triples, e.g. makespan/lru/first-layers.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -44,6 +45,8 @@ ABSL_FLAG(std::string, division, "split", "split or shard");
 ABSL_FLAG(int, slots, 0, "GPU expert slots; 0: the profile's");
 ABSL_FLAG(int, lru_ways, 4, "collab/offload: ways per cached layer (the paper's (N, M) = (slots / M, M))");
 ABSL_FLAG(double, non_expert_us, 0, "non-expert time per layer (attention, norms, router), the same for every policy");
+ABSL_FLAG(int, leading_dense_layers, 0,
+          "the model's first N layers are dense (DeepSeek-V3: 3, GLM-4.5: 3): no routing, no expert slots");
 ABSL_FLAG(int, prompt, 128, "prompt tokens per sequence");
 ABSL_FLAG(int, decode, 128, "decode steps per sequence");
 ABSL_FLAG(int, beams, 1, "rows per decode step (beam width or batch)");
@@ -51,6 +54,8 @@ ABSL_FLAG(int, sequences, 4, "sequences, one after another");
 ABSL_FLAG(std::string, trace, "", "recorded routing trace (tandem-routing-trace/1); empty = synthetic");
 ABSL_FLAG(std::string, usage, "", "expert usage profile for popularity placement; empty = from a synthetic trace");
 ABSL_FLAG(std::string, scenario, "", "scenario name copied into every result line (bench/run_scenarios.sh)");
+ABSL_FLAG(bool, per_layer, false,
+          "also print each preset's plan per layer (kind \"layer\": slots, GPU runs, CPU runs, copies, time)");
 ABSL_FLAG(uint64_t, seed, 2, "routing seed of the measured trace (the calibration trace uses seed + 1000)");
 
 namespace tandem {
@@ -107,6 +112,19 @@ absl::StatusOr<SimOptions> Preset(const std::string& name, const RoutingTrace& t
   return o;
 }
 
+// A synthetic trace routes every layer; a model whose first layers are
+// dense (DeepSeek-V3, GLM-4.5) routes none there: their rows become zero and
+// the trace names them, so no slot or run is spent on them.
+void MakeLeadingLayersDense(int count, RoutingTrace& trace) {
+  for (int l = 0; l < std::min(count, trace.num_layers - 1); ++l) {
+    if (std::find(trace.dense_layers.begin(), trace.dense_layers.end(), l) != trace.dense_layers.end()) continue;
+    trace.dense_layers.push_back(l);
+    for (TraceStep& step : trace.steps)
+      std::fill_n(step.rows.begin() + static_cast<int64_t>(l) * trace.num_experts, trace.num_experts, 0);
+  }
+  std::sort(trace.dense_layers.begin(), trace.dense_layers.end());
+}
+
 int Run() {
   absl::StatusOr<HardwareProfile> profile = LoadHardwareProfile(absl::GetFlag(FLAGS_profile));
   if (!profile.ok()) {
@@ -139,6 +157,7 @@ int Run() {
     LOG_ERROR(trace.status().ToString());
     return 1;
   }
+  MakeLeadingLayersDense(absl::GetFlag(FLAGS_leading_dense_layers), *trace);
   ExpertUsage usage;
   if (!absl::GetFlag(FLAGS_usage).empty()) {
     absl::StatusOr<ExpertUsage> loaded = LoadExpertUsage(absl::GetFlag(FLAGS_usage));
@@ -227,6 +246,22 @@ int Run() {
                   {"cpu_busy_s", r->cpu_busy_us / 1e6},
                   {"gpu_busy_s", r->gpu_busy_us / 1e6},
                   {"copy_busy_s", r->copy_busy_us / 1e6}});
+    if (!absl::GetFlag(FLAGS_per_layer)) continue;
+    for (size_t l = 0; l < r->layers.size(); ++l) {
+      const SimLayerResult& layer = r->layers[l];
+      const bool dense = std::find(trace->dense_layers.begin(), trace->dense_layers.end(), static_cast<int64_t>(l)) !=
+                         trace->dense_layers.end();
+      EmitJsonLine({{"kind", "layer"},
+                    {"preset", std::string(name)},
+                    {"layer", l},
+                    {"dense", dense},
+                    {"slots", layer.slots},
+                    {"expert_runs", layer.expert_runs},
+                    {"gpu_runs", layer.gpu_hits},
+                    {"migrations", layer.migrations},
+                    {"cpu_runs", layer.cpu_runs},
+                    {"ms", layer.makespan_us / 1000}});
+    }
   }
   return 0;
 }

@@ -47,7 +47,7 @@ class Simulation {
   // A new sequence: tell the cache how long it will decode, and how wide.
   void StartSequence(size_t i);
   absl::Status RunLayer(size_t i, int layer);
-  void CountPlan(std::span<const int32_t> rows);
+  void CountPlan(int layer, std::span<const int32_t> rows);
   absl::Status ApplyDecisions(double at);
 
   const RoutingTrace& trace_;
@@ -75,6 +75,8 @@ absl::Status Simulation::Place() {
   TANDEM_ASSIGN_OR_RETURN(std::vector<ExpertKey> placed,
                           PlaceExperts(placement, trace_.num_layers, trace_.num_experts, options_.usage));
   TANDEM_RETURN_IF_ERROR(ApplyPlacement(placed, &table_));
+  result_.layers.assign(static_cast<size_t>(trace_.num_layers), SimLayerResult{});
+  for (const ExpertKey& key : placed) ++result_.layers[static_cast<size_t>(key.layer)].slots;
   return cache_->Reset(table_);
 }
 
@@ -134,8 +136,9 @@ absl::Status Simulation::RunLayer(size_t i, int layer) {
     copy_free_at_ = std::max(copy_free_at_, now_) + plan_.num_migrations * migrate_us_;
     result_.copy_busy_us += plan_.num_migrations * migrate_us_;
   }
-  CountPlan(cache_step.rows);
+  CountPlan(layer, cache_step.rows);
   now_ += plan_.makespan_us;
+  result_.layers[static_cast<size_t>(layer)].makespan_us += plan_.makespan_us;
 
   table_.CompleteMigrationsBy(now_);
   decisions_.clear();
@@ -144,7 +147,8 @@ absl::Status Simulation::RunLayer(size_t i, int layer) {
 }
 
 // The plan's placements and busy times into the result.
-void Simulation::CountPlan(std::span<const int32_t> rows) {
+void Simulation::CountPlan(int layer, std::span<const int32_t> rows) {
+  SimLayerResult& per_layer = result_.layers[static_cast<size_t>(layer)];
   double slowest_worker = 0;
   for (double t : plan_.cpu_worker_us) slowest_worker = std::max(slowest_worker, t);
   result_.cpu_busy_us += slowest_worker;
@@ -152,12 +156,12 @@ void Simulation::CountPlan(std::span<const int32_t> rows) {
     const ExpertAssignment& a = plan_.experts[static_cast<size_t>(e)];
     switch (a.placement) {
       case ExpertPlacement::kIdle: continue;
-      case ExpertPlacement::kGpuResident: ++result_.gpu_hits; break;
-      case ExpertPlacement::kGpuAfterInflight: ++result_.inflight_waits; break;
-      case ExpertPlacement::kMigrateThenGpu: ++result_.planner_migrations; break;
-      case ExpertPlacement::kCpu: ++result_.cpu_runs; break;
+      case ExpertPlacement::kGpuResident: ++result_.gpu_hits, ++per_layer.gpu_hits; break;
+      case ExpertPlacement::kGpuAfterInflight: ++result_.inflight_waits, ++per_layer.gpu_hits; break;
+      case ExpertPlacement::kMigrateThenGpu: ++result_.planner_migrations, ++per_layer.migrations; break;
+      case ExpertPlacement::kCpu: ++result_.cpu_runs, ++per_layer.cpu_runs; break;
     }
-    ++result_.expert_runs;
+    ++result_.expert_runs, ++per_layer.expert_runs;
     if (a.placement != ExpertPlacement::kCpu) result_.gpu_busy_us += cost_.GpuUs(rows[static_cast<size_t>(e)]);
   }
 }

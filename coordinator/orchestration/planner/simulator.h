@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "coordinator/orchestration/planner/cache_policy.h"
@@ -37,6 +38,16 @@ struct SimOptions {
   int max_new_migrations = kUnlimitedMigrations;  // staging buffers per layer plan
 };
 
+// One layer's share of a simulation: what its plan was, step by step.
+struct SimLayerResult {
+  int64_t slots = 0;        // GPU slots the initial placement gave it
+  int64_t expert_runs = 0;  // (step, expert) with rows
+  int64_t gpu_hits = 0;     // ran on the GPU without a copy of its own
+  int64_t migrations = 0;   // copied by the plan to run on the GPU
+  int64_t cpu_runs = 0;
+  double makespan_us = 0;  // Σ over steps of the plan's makespan
+};
+
 struct SimResult {
   double total_us = 0;
   double ttft_us = 0;         // mean over sequences: the prefill step
@@ -52,6 +63,7 @@ struct SimResult {
   double cpu_busy_us = 0;        // Σ over layers of the busiest worker's T_cpu_w
   double gpu_busy_us = 0;        // Σ gpu(s) of the experts run on the GPU
   double copy_busy_us = 0;       // weight copies (cache + planner)
+  std::vector<SimLayerResult> layers;  // [num_layers]; a dense layer's stays zero
 
   double hit_rate() const {
     return expert_runs > 0 ? static_cast<double>(gpu_hits) / static_cast<double>(expert_runs) : 0;
