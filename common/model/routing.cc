@@ -65,6 +65,39 @@ void RouteSparseMixer(const float* scores, int64_t num_experts, double jitter_ep
   weights[1] = BandWeight(scores, num_experts, second, first, scores[second], jitter_eps);
 }
 
+namespace {
+// Experts outside the topk_group best-scoring groups get choice 0
+// (HF's masked_fill(~score_mask, 0.0)); ties go to the lower group.
+void MaskAllButBestGroups(const float* group_score, int64_t n_group, int64_t topk_group, int64_t num_experts,
+                          float* choice) {
+  const int64_t per_group = num_experts / n_group;
+  bool kept[kMaxExperts] = {};
+  for (int64_t pick = 0; pick < topk_group; ++pick) {
+    int64_t best = -1;
+    for (int64_t g = 0; g < n_group; ++g) {
+      if (!kept[g] && (best < 0 || group_score[g] > group_score[best])) best = g;
+    }
+    kept[best] = true;
+  }
+  for (int64_t e = 0; e < num_experts; ++e) {
+    if (!kept[e / per_group]) choice[e] = 0.0f;
+  }
+}
+
+// Repeated argmax, ties to the lower index (K is at most a few dozen).
+void TakeTopK(const float* choice, int64_t num_experts, int64_t k, int32_t* experts) {
+  bool taken[kMaxExperts] = {};
+  for (int64_t slot = 0; slot < k; ++slot) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < num_experts; ++e) {
+      if (!taken[e] && (best < 0 || choice[e] > choice[best])) best = e;
+    }
+    taken[best] = true;
+    experts[slot] = static_cast<int32_t>(best);
+  }
+}
+}  // namespace
+
 void RouteSigmoidGroupedTopK(const float* logits, const float* correction_bias, int64_t num_experts, int64_t k,
                              int64_t n_group, int64_t topk_group, bool normalize, double scale, int32_t* experts,
                              float* weights) {
@@ -75,8 +108,7 @@ void RouteSigmoidGroupedTopK(const float* logits, const float* correction_bias, 
     choice[e] = scores[e] + (correction_bias != nullptr ? correction_bias[e] : 0.0f);
   }
   if (n_group > 1) {
-    // A group scores by the sum of its two best choice values; experts
-    // outside the topk_group best groups get choice 0 (masked_fill(0.0)).
+    // A group scores by the sum of its two best choice values.
     const int64_t per_group = num_experts / n_group;
     float group_score[kMaxExperts];
     for (int64_t g = 0; g < n_group; ++g) {
@@ -91,28 +123,9 @@ void RouteSigmoidGroupedTopK(const float* logits, const float* correction_bias, 
       }
       group_score[g] = first + second;
     }
-    bool kept[kMaxExperts] = {};
-    for (int64_t pick = 0; pick < topk_group; ++pick) {
-      int64_t best = -1;
-      for (int64_t g = 0; g < n_group; ++g) {
-        if (!kept[g] && (best < 0 || group_score[g] > group_score[best])) best = g;
-      }
-      kept[best] = true;
-    }
-    for (int64_t e = 0; e < num_experts; ++e) {
-      if (!kept[e / per_group]) choice[e] = 0.0f;
-    }
+    MaskAllButBestGroups(group_score, n_group, topk_group, num_experts, choice);
   }
-  // Repeated argmax, ties to the lower index (K is at most a few dozen).
-  bool taken[kMaxExperts] = {};
-  for (int64_t slot = 0; slot < k; ++slot) {
-    int64_t best = -1;
-    for (int64_t e = 0; e < num_experts; ++e) {
-      if (!taken[e] && (best < 0 || choice[e] > choice[best])) best = e;
-    }
-    taken[best] = true;
-    experts[slot] = static_cast<int32_t>(best);
-  }
+  TakeTopK(choice, num_experts, k, experts);
   SigmoidRouterWeights(logits, experts, k, normalize, scale, weights);
 }
 
@@ -159,33 +172,14 @@ void RouteSoftmaxGroupedTopK(const float* logits, int64_t num_experts, int64_t k
   SoftmaxScores(logits, num_experts, scores);
   std::copy_n(scores, num_experts, choice);
   if (n_group > 1) {
-    // A group scores by its best expert; the rest of the groups' scores
-    // become 0 (masked_fill(~score_mask, 0.0)).
+    // A group scores by its best expert.
     const int64_t per_group = num_experts / n_group;
     float group_score[kMaxExperts];
     for (int64_t g = 0; g < n_group; ++g)
       group_score[g] = *std::max_element(scores + g * per_group, scores + (g + 1) * per_group);
-    bool kept[kMaxExperts] = {};
-    for (int64_t pick = 0; pick < topk_group; ++pick) {
-      int64_t best = -1;
-      for (int64_t g = 0; g < n_group; ++g) {
-        if (!kept[g] && (best < 0 || group_score[g] > group_score[best])) best = g;
-      }
-      kept[best] = true;
-    }
-    for (int64_t e = 0; e < num_experts; ++e) {
-      if (!kept[e / per_group]) choice[e] = 0.0f;
-    }
+    MaskAllButBestGroups(group_score, n_group, topk_group, num_experts, choice);
   }
-  bool taken[kMaxExperts] = {};
-  for (int64_t slot = 0; slot < k; ++slot) {
-    int64_t best = -1;
-    for (int64_t e = 0; e < num_experts; ++e) {
-      if (!taken[e] && (best < 0 || choice[e] > choice[best])) best = e;
-    }
-    taken[best] = true;
-    experts[slot] = static_cast<int32_t>(best);
-  }
+  TakeTopK(choice, num_experts, k, experts);
   WeighChosenScores(scores, experts, k, normalize, scale, weights);
 }
 
