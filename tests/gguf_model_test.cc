@@ -558,12 +558,15 @@ TEST_P(GgufQuantizedTest, AllBlocksKeptGiveTheDequantizedEmbeddingRowsAndLogits)
     EXPECT_THAT(std::string(kept_backend.Embed(outside, a.data()).message()), HasSubstr("outside the vocabulary"));
   }
   const std::vector<int32_t> tokens = Prompt(config);
+  const bool mla = config.mla();
   const double nmse = LogitsNmse(Logits(std::move(*kept), tokens), Logits(std::move(*exact), tokens));
   std::cout << "[ nmse     ] " << c.arch << " " << c.type << ": every matrix quantized vs exact dequantization " << nmse
             << "\n";
   // This binary runs the exact plan (f32 inputs, exact_kernels_testlib.h):
-  // the same values summed in another order; measured ~2e-13.
-  EXPECT_LT(nmse, 1e-9);
+  // the same values summed in another order; measured ~2e-13. Latent
+  // attention derives k_b from kv_b as BF16 unless kv_b is F32 (measured
+  // ~2e-6).
+  EXPECT_LT(nmse, mla ? 2e-5 : 1e-9);
 }
 
 // The experts kept quantized (the rest dequantized to F32 here) give the

@@ -41,7 +41,7 @@ struct LatentAttentionWeights {
   LinearWeight kv_a_proj;        // [R + rope, D] kv_a_proj_with_mqa
   std::vector<float> kv_a_norm;  // [R] f32
   LinearWeight kv_b_proj;        // [H (nope + v), R]
-  LinearWeight k_b;              // [H R, nope], in k_b_bytes (BF16 when kv_b is, else F32)
+  LinearWeight k_b;              // [H R, nope], in k_b_bytes (F32 when kv_b is, else BF16)
   std::vector<uint8_t> k_b_bytes;
 
   // Head h's slices: k_b_h [R, nope] and v_b_h [v, R].
