@@ -186,7 +186,10 @@ INSTANTIATE_TEST_SUITE_P(All, RemoteExpertsTest,
                                            // GLM-4.5: sigmoid router with its bias, ungated shared expert
                                            Case{"split", "shm", "tiny-glm4moe"},
                                            // DeepSeek-V2: latent attention, grouped softmax router
-                                           Case{"shard", "shm", "tiny-deepseek-v2"}),
+                                           Case{"shard", "shm", "tiny-deepseek-v2"},
+                                           // DeepSeek-V3: 256 routed experts top-8 per layer, both divisions
+                                           Case{"split", "shm", "tiny-deepseek-v3-256"},
+                                           Case{"shard", "shm", "tiny-deepseek-v3-256"}),
                          [](const auto& info) {
                            std::string name = (info.param.preset == "tiny" ? "" : info.param.preset.substr(5) + "_") +
                                               info.param.division + "_" + info.param.transport;

@@ -261,6 +261,18 @@ absl::StatusOr<Preset> FindPreset(const std::string& name) {
     c.dense_intermediate_size = 96;
     return Preset{c, 512};
   }
+  if (name == "tiny-deepseek-v3-256") {  // V3's 256 routed experts top-8 in 8 groups (best 4), tiny: workers
+    ModelConfig c = DeepseekBase(Architecture::kDeepseekV3, 4, 16, 8, 16, 32, 24);
+    c.vocab_size = 512, c.hidden_size = 64, c.intermediate_size = 16, c.num_hidden_layers = 3;
+    c.num_local_experts = 256, c.num_experts_per_tok = 8, c.max_position_embeddings = 256;
+    c.n_group = 8, c.topk_group = 4, c.routed_scaling_factor = 2.5;
+    c.rope_scaling.original_max_position_embeddings = 64;
+    c.rope_scaling.factor = 4.0;
+    c.shared_expert_intermediate_size = 16;
+    c.dense_layers = {0};
+    c.dense_intermediate_size = 96;
+    return Preset{c, 512};
+  }
   if (name == "demo") {
     ModelConfig c = MixtralBase();
     c.vocab_size = 2000, c.hidden_size = 512, c.intermediate_size = 1024, c.num_hidden_layers = 4;
@@ -395,29 +407,32 @@ void Store(void* out, DType dtype, size_t i, float v) {
 }  // namespace
 
 std::vector<std::string> SyntheticPresets() {
-  return {"tiny",
-          "tiny-phimoe",
-          "tiny-qwen3moe",
-          "tiny-qwen3moe-128",
-          "tiny-qwen2moe",
-          "tiny-olmoe",
-          "tiny-qwen3moe-dense",
-          "tiny-qwen2moe-dense",
-          "tiny-glm4moe",
-          "tiny-deepseek-v2",
-          "tiny-deepseek-v3",
-          "demo",
-          "small-mixtral",
-          "mixtral-8x7b",
-          "phi-3.5-moe",
-          "qwen3-30b-a3b",
-          "qwen1.5-moe-a2.7b",
-          "qwen2-57b-a14b",
-          "olmoe-1b-7b",
-          "glm-4.5-air",
-          "glm-4.5",
-          "deepseek-v2-lite",
-          "deepseek-v3"};
+  return {
+      "tiny",
+      "tiny-phimoe",
+      "tiny-qwen3moe",
+      "tiny-qwen3moe-128",
+      "tiny-qwen2moe",
+      "tiny-olmoe",
+      "tiny-qwen3moe-dense",
+      "tiny-qwen2moe-dense",
+      "tiny-glm4moe",
+      "tiny-deepseek-v2",
+      "tiny-deepseek-v3",
+      "tiny-deepseek-v3-256",
+      "demo",
+      "small-mixtral",
+      "mixtral-8x7b",
+      "phi-3.5-moe",
+      "qwen3-30b-a3b",
+      "qwen1.5-moe-a2.7b",
+      "qwen2-57b-a14b",
+      "olmoe-1b-7b",
+      "glm-4.5-air",
+      "glm-4.5",
+      "deepseek-v2-lite",
+      "deepseek-v3",
+  };
 }
 
 absl::StatusOr<ModelConfig> SyntheticConfig(const SyntheticModelSpec& spec) {
