@@ -212,7 +212,7 @@ absl::Status Main() {
   TANDEM_ASSIGN_OR_RETURN(const DType dtype, ParseDtypeFlag(dtype_flag));
   const std::vector<int64_t> row_counts = ParsePositiveList<int64_t>(absl::GetFlag(FLAGS_rows));
   const std::vector<int64_t> compare_rows = ParsePositiveList<int64_t>(absl::GetFlag(FLAGS_compare_rows));
-  KernelPlan plan = KernelPlan::BuiltIn(ActiveIsa());
+  KernelPlan plan = BuiltInKernelPlan();
   if (absl::GetFlag(FLAGS_kernel_plan) != "builtin") {
     auto parsed = KernelPlan::Parse(absl::GetFlag(FLAGS_kernel_plan), "--kernel_plan");
     if (!parsed.ok()) return absl::InvalidArgumentError(absl::StrCat("--kernel_plan: ", parsed.status().message()));

@@ -166,17 +166,34 @@ INSTANTIATE_TEST_SUITE_P(Types, QuantizedLinearTest, ::testing::ValuesIn(AllCase
                          [](const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); });
 
 // The built-in plan runs int8_dot at decode and on small batches and, where
-// the CPU has bf16 dot products, the bf16 GEMM on dequantized rows from 32
-// rows (every type); float weights take bf16_dot from
-// 12. Below avx512_bf16 quantized weights keep int8_dot at prefill (faster
-// there than q_packed's f32 FMAs at every row count) while float weights
-// get packed.
+// the CPU has fast bf16 dot products, the bf16 GEMM on dequantized rows from
+// 32 rows (every type); float weights take bf16_dot from 12. Below
+// avx512_bf16, or where bf16 dot products are slow, quantized weights keep
+// int8_dot at prefill (faster there than q_packed's f32 FMAs at every row
+// count) while float weights get packed.
 // The exact plan keeps x in f32 (stream, then packed), and so does a layer
 // that asks for f32 activations.
+// Where bf16 dot products are slow, the built-in plan at avx512_bf16 never
+// takes them: int8_dot for quantized weights at every row count, packed from
+// 12 rows for float weights.
+TEST(QuantizedLinear, SlowBf16DotPlanTakesInt8DotAndPacked) {
+  const KernelPlan slow = KernelPlan::BuiltIn(IsaLevel::kAvx512Bf16, Bf16DotSpeed::kSlow);
+  for (int64_t m : {1, 12, 32, 512}) {
+    for (DType dtype : {DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
+      EXPECT_EQ(slow.PathFor(m, dtype), KernelPath::kInt8Dot);
+    EXPECT_EQ(slow.PathFor(m, DType::kBF16), m >= 12 ? KernelPath::kPacked : KernelPath::kInt8Dot) << m;
+  }
+  EXPECT_NE(slow.source().find("slow bf16"), std::string::npos) << slow.source();
+  // A fast CPU's plan at the same level takes the bf16 GEMMs.
+  const KernelPlan fast = KernelPlan::BuiltIn(IsaLevel::kAvx512Bf16, Bf16DotSpeed::kFast);
+  EXPECT_EQ(fast.PathFor(32, DType::kQ8_0), KernelPath::kBf16Dot);
+  EXPECT_EQ(fast.PathFor(12, DType::kBF16), KernelPath::kBf16Dot);
+}
+
 TEST(QuantizedLinear, PlanRunsInt8DotAtDecodeAndExactPlanKeepsF32) {
-  const KernelPlan built_in = KernelPlan::BuiltIn(ActiveIsa());
+  const KernelPlan built_in = BuiltInKernelPlan();
   const LinearOptions options{.plan = &built_in};
-  const bool bf16_dot = ActiveIsa() >= IsaLevel::kAvx512Bf16;
+  const bool bf16_dot = ActiveIsa() >= IsaLevel::kAvx512Bf16 && MeasuredBf16DotSpeed() == Bf16DotSpeed::kFast;
   EXPECT_EQ(ChooseLinearKernel(1, DType::kQ4_K, options).path, KernelPath::kInt8Dot);
   for (int64_t m : {12, 31, 32, 127, 128, 512}) {
     // At plain avx512 (no VNNI) packed's zmm FMAs win again from 128 rows.
@@ -213,7 +230,7 @@ TEST(QuantizedLinear, MeasuredPlanServesTheTypesTimed) {
   options.reps = 1;
   ASSERT_OK_AND_ASSIGN(const KernelCalibration measured, MeasureKernelPlan(groups, &pool, options));
   auto spec = [](const std::vector<KernelPlanStep>& steps) { return KernelPlan::Create(steps, "t")->Spec(); };
-  const KernelPlan built_in = KernelPlan::BuiltIn(ActiveIsa());
+  const KernelPlan built_in = BuiltInKernelPlan();
   // Float weights and the types not timed keep the built-in steps.
   for (DType dtype : {DType::kBF16, DType::kQ4_K, DType::kQ6_K})
     EXPECT_EQ(spec(measured.plan.StepsFor(dtype)), spec(built_in.StepsFor(dtype))) << DTypeName(dtype);

@@ -389,7 +389,7 @@ TEST(KernelCalibrationTest, MeasuresEveryRunnablePathAndMakesAPlan) {
   }
   EXPECT_FALSE(measured.plan.source().empty());
   // Timed on bf16 weights: quantized weights keep the built-in steps.
-  const KernelPlan built_in = KernelPlan::BuiltIn(ActiveIsa());
+  const KernelPlan built_in = BuiltInKernelPlan();
   for (DType dtype : {DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
     EXPECT_EQ(KernelPlan::Create(measured.plan.StepsFor(dtype), "t")->Spec(),
               KernelPlan::Create(built_in.StepsFor(dtype), "t")->Spec());

@@ -60,7 +60,7 @@ absl::StatusOr<KernelCalibration> MeasureKernelPlan(std::span<const std::vector<
 
   std::vector<KernelPath> candidates;
   for (KernelPath path : kAllKernelPaths) candidates.push_back(path);
-  KernelCalibration result{KernelPlan::BuiltIn(ActiveIsa()), {}, 0};
+  KernelCalibration result{BuiltInKernelPlan(), {}, 0};
   std::vector<KernelPlanStep> steps;
   size_t next_group = 0;
   for (size_t i = 0; i < options.rows.size(); ++i) {
@@ -106,7 +106,7 @@ absl::StatusOr<KernelCalibration> MeasureKernelPlan(std::span<const std::vector<
   // The steps serve the types timed (float weights, or each quantized type
   // in the groups: a Q4_K_M expert's Q4_K and Q6_K); every other type keeps
   // its built-in steps, since crossovers differ by type.
-  const KernelPlan built_in = KernelPlan::BuiltIn(ActiveIsa());
+  const KernelPlan built_in = BuiltInKernelPlan();
   std::set<DType> timed;
   for (const std::vector<LinearWeight>& group : groups)
     for (const LinearWeight& w : group) timed.insert(w.dtype);

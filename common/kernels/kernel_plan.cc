@@ -1,6 +1,7 @@
 #include "common/kernels/kernel_plan.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <deque>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/status_macros.h"
+#include "common/kernels/compute_peak.h"
 
 namespace tandem {
 namespace {
@@ -118,7 +120,7 @@ absl::StatusOr<KernelPlan> KernelPlan::Create(KernelPlanSteps steps, std::string
   return plan;
 }
 
-KernelPlan KernelPlan::BuiltIn(IsaLevel isa) {
+KernelPlan KernelPlan::BuiltIn(IsaLevel isa, Bf16DotSpeed bf16_dot) {
   // Float weights, crossovers measured with tandem-expert-ffn-bench on a
   // Mixtral-width bf16 expert (docs/BENCHMARKS.md, Prefill GEMM and Other
   // instruction sets): on an AVX2-only CPU stream gives way to packed
@@ -142,6 +144,19 @@ KernelPlan KernelPlan::BuiltIn(IsaLevel isa) {
   // Prefill GEMM). Where int8_dot computes relatively faster (a CPU that
   // runs 512-bit operations in two halves), it can win to many more rows:
   // `--kernel_plan measure` or the calibration's plan picks per machine.
+  //
+  // Where bf16 dot products are slow (Intel's Sapphire/Emerald Rapids,
+  // Bf16DotSpeed), the level below's plan: quantized weights int8_dot at
+  // every row count (its AVX512-VNNI GEMM from 32 rows), float weights
+  // packed's f32 FMAs from 12 (measured on Qwen3-30B-A3B's expert shape,
+  // docs/BENCHMARKS.md, Intel).
+  if (isa >= IsaLevel::kAvx512Bf16 && bf16_dot == Bf16DotSpeed::kSlow) {
+    std::vector<KernelPlanOverride> int8_dot;
+    for (DType dtype : kQuantizedTypes) int8_dot.push_back({dtype, {{1, KernelPath::kInt8Dot}}});
+    return *Create({{1, KernelPath::kInt8Dot}, {12, KernelPath::kPacked}},
+                   absl::StrCat("built-in for ", IsaLevelName(isa), " with slow bf16 dot products"),
+                   std::move(int8_dot));
+  }
   constexpr int64_t kBf16DotFrom = 12;
   constexpr int64_t kQuantizedBf16DotFrom = 32;
   constexpr int64_t kAvx512PackedFrom = 128;
@@ -231,16 +246,37 @@ std::string KernelPlan::Spec() const {
   return spec;
 }
 
+Bf16DotSpeed MeasuredBf16DotSpeed() {
+  static const Bf16DotSpeed speed = [] {
+    const ComputePeakOptions options{.flops_per_task = int64_t{1} << 24, .tasks_per_thread = 2, .reps = 5};
+    const absl::StatusOr<ComputePeak> bf16 = MeasureComputePeak(PeakInstruction::kBf16Dot, nullptr, options);
+    const absl::StatusOr<ComputePeak> fma = MeasureComputePeak(PeakInstruction::kAvx512Fma, nullptr, options);
+    if (!bf16.ok() || !fma.ok()) return Bf16DotSpeed::kFast;  // no bf16 dot products: nothing uses them
+    return bf16->gflops < 1.5 * fma->gflops ? Bf16DotSpeed::kSlow : Bf16DotSpeed::kFast;
+  }();
+  return speed;
+}
+
+const KernelPlan& BuiltInKernelPlan() {
+  // The level the kernels run at now, which --max_isa may still lower at
+  // start-up; the bf16 speed is measured only for a level that uses it.
+  static std::array<std::atomic<const KernelPlan*>, std::size(kAllIsaLevels)> plans{};
+  const IsaLevel isa = ActiveIsa();
+  std::atomic<const KernelPlan*>& slot = plans[static_cast<size_t>(isa)];
+  if (const KernelPlan* plan = slot.load(std::memory_order_acquire)) return *plan;
+  const Bf16DotSpeed speed = isa >= IsaLevel::kAvx512Bf16 ? MeasuredBf16DotSpeed() : Bf16DotSpeed::kFast;
+  auto* built = new KernelPlan(KernelPlan::BuiltIn(isa, speed));
+  const KernelPlan* expected = nullptr;
+  if (!slot.compare_exchange_strong(expected, built, std::memory_order_acq_rel)) {
+    delete built;  // another thread built the same plan first
+    return *expected;
+  }
+  return *built;
+}
+
 const KernelPlan& ProcessKernelPlan() {
   if (const KernelPlan* plan = State().current.load(std::memory_order_acquire)) return *plan;
-  // None installed: the built-in plan of the level the kernels run at now
-  // (which --max_isa may still lower at start-up).
-  static const std::deque<KernelPlan>* built_in = [] {
-    auto* plans = new std::deque<KernelPlan>;
-    for (IsaLevel level : kAllIsaLevels) plans->push_back(KernelPlan::BuiltIn(level));
-    return plans;
-  }();
-  return (*built_in)[static_cast<size_t>(ActiveIsa())];
+  return BuiltInKernelPlan();  // none installed
 }
 
 void SetProcessKernelPlan(KernelPlan plan) {

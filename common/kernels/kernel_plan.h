@@ -38,6 +38,14 @@ struct KernelPlanOverride {
   KernelPlanSteps steps;
 };
 
+// How a CPU's bf16 dot products (vdpbf16ps) compare with its f32 FMAs.
+// AMD Zen 4/5 run them at the FMA's rate, twice its flops: the bf16 GEMMs
+// win prefill. Intel's Sapphire and Emerald Rapids give them no more flops
+// than f32 FMA (measured: half), and their int8 dot products four to eight
+// times as many: there the int8 GEMM takes quantized prefill and the f32
+// GEMM float prefill.
+enum class Bf16DotSpeed : uint8_t { kFast, kSlow };
+
 // Immutable; copyable.
 class KernelPlan {
  public:
@@ -48,8 +56,8 @@ class KernelPlan {
                                            std::vector<KernelPlanOverride> overrides = {});
   // The built-in plan for a CPU at `isa`, from the crossovers measured on the
   // machines tandem was developed on (docs/BENCHMARKS.md, Prefill GEMM): bf16_dot for
-  // GEMMs where the CPU has it (x rounded to bf16, see linear.h).
-  static KernelPlan BuiltIn(IsaLevel isa);
+  // GEMMs where the CPU has it and runs it fast (x rounded to bf16, see linear.h).
+  static KernelPlan BuiltIn(IsaLevel isa, Bf16DotSpeed bf16_dot = Bf16DotSpeed::kFast);
   // The same without any kernel that rounds its input: stream, then packed
   // (f32 FMA), every layer as if LinearOptions::f32_activations (so the
   // stream is never the bf16 one). What tests holding the engine to a
@@ -78,7 +86,15 @@ class KernelPlan {
   bool f32_inputs_ = false;
 };
 
-// The process's plan: KernelPlan::BuiltIn(ActiveIsa()) until set.
+// This CPU's bf16 dot products, measured once per process (a few ms, one
+// thread, best of 5 register-only loops): kSlow where they give less than
+// 1.5x the flops of f32 FMA (AMD: 2x; Intel: 0.5-1x); kFast where the CPU
+// lacks them (no plan uses them there). Thread-safe.
+Bf16DotSpeed MeasuredBf16DotSpeed();
+// KernelPlan::BuiltIn(ActiveIsa(), MeasuredBf16DotSpeed()), built once per
+// level. Thread-safe; the reference stays valid for the life of the process.
+const KernelPlan& BuiltInKernelPlan();
+// The process's plan: BuiltInKernelPlan() until set.
 // Thread-safe; the reference stays valid for the life of the process.
 const KernelPlan& ProcessKernelPlan();
 // Installs `plan` for every later call. Call at start-up, before compute

@@ -541,14 +541,123 @@ void Int8DotPrepareGroupMajor(const float* x, int64_t ldx, int64_t m, int64_t k,
 }
 
 namespace {
-constexpr int64_t kGemmPanelRows = 8;
+
+// The two GEMM flavours: how a panel is laid out, packed and multiplied.
+struct Avx2Gemm {
+  static constexpr int64_t kPanelRows = 8;
+  static constexpr bool kUnsigned = false;  // vpmaddubsw takes |W| and x with W's sign
+  static int64_t PanelBytes(const LinearWeight& w) { return Int8GemmPanelBytes(w.k); }
+  static bool Pack(const LinearWeight& w, const Int8DecodedRows& rows, uint8_t* panel) {
+    return Int8GemmPackPanel(rows, w.k, panel);
+  }
+  static void Multiply(const LinearWeight& w, const uint8_t* panel, bool offsets, const uint8_t* x, int64_t m,
+                       const Int8RowLayoutView& layout, float* out) {
+    Avx2Int8GemmPanel(panel, w.k, w.dtype == DType::kQ8_0, offsets, x, m, layout, out);
+  }
+  static bool GroupMajorX(const LinearWeight&) { return false; }
+};
+
+struct VnniGemm {
+  static constexpr int64_t kPanelRows = kVnniGemmPanelRows;
+  static constexpr bool kUnsigned = true;  // vpdpbusd's unsigned operand
+  // Q6_K scales per 16 values; every other type per 32.
+  static bool Pairs(const LinearWeight& w) { return w.dtype != DType::kQ6_K; }
+  static int64_t PanelBytes(const LinearWeight& w) { return VnniInt8GemmPanelBytes(w.k, Pairs(w)); }
+  static bool Pack(const LinearWeight& w, const Int8DecodedRows& rows, uint8_t* panel) {
+    return VnniInt8GemmPackPanel(rows, w.k, Pairs(w), panel);
+  }
+  static void Multiply(const LinearWeight& w, const uint8_t* panel, bool offsets, const uint8_t* x, int64_t m,
+                       const Int8RowLayoutView& layout, float* out) {
+    Avx512VnniInt8GemmPanel(panel, w.k, Pairs(w), offsets, x, m, layout, out);
+  }
+  // The VNNI entry prepares the K-quants' x group-major (for its fused pass).
+  static bool GroupMajorX(const LinearWeight& w) {
+    return w.dtype == DType::kQ4_K || w.dtype == DType::kQ5_K || w.dtype == DType::kQ6_K;
+  }
+};
+
+// Group-major levels of a prepared row back to plain order (the inverse of
+// Int8DotPrepareGroupMajor's transpose; whole 256-value blocks only, as there).
+void PlainFromGroupMajor(const uint8_t* group_major, int64_t k, uint8_t* plain) {
+  constexpr int64_t kBlock = 256, kGroups = kBlock / 16, kSteps = 4;
+  int64_t b = 0;
+  for (; b + kBlock <= k; b += kBlock) {
+    uint32_t from[kGroups * kSteps], to[kGroups * kSteps];
+    std::memcpy(from, group_major + b, sizeof(from));
+    for (int64_t s = 0; s < kSteps; ++s)
+      for (int64_t l = 0; l < kGroups; ++l) to[kSteps * l + s] = from[kGroups * s + l];
+    std::memcpy(plain + b, to, sizeof(to));
+  }
+  std::memcpy(plain + b, group_major + b, static_cast<size_t>(k - b));
+}
+
+// Decoded rows, the slice's panels, the panel outputs of a block of x rows,
+// and (group-major x) that block's rows in plain order.
+template <typename Flavour>
+int64_t GemmScratchBytes(const LinearWeight& w, int64_t features) {
+  const int64_t panels = (features + Flavour::kPanelRows - 1) / Flavour::kPanelRows;
+  const int64_t stride = RowLayout(w.k).stride;
+  return Flavour::kPanelRows * stride + panels * RoundUp64(Flavour::PanelBytes(w)) +
+         kInt8GemmRowBlock * Flavour::kPanelRows * static_cast<int64_t>(sizeof(float)) +
+         (Flavour::GroupMajorX(w) ? kInt8GemmRowBlock * stride : 0);
+}
+
+// The slice's W rows decoded and packed into panels once; then blocks of
+// kInt8GemmRowBlock x rows (in L2) against every panel in turn (each panel
+// in L1 while the block's rows pass it), so W is read from L2/L3 once per
+// block, not once per x row.
+template <typename Flavour>
+absl::Status Int8GemmSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
+  constexpr int64_t kRows = Flavour::kPanelRows;
+  const RowDecoder decode = DecoderOf(w.dtype, w.order);
+  if (decode == nullptr || a.prepared == nullptr || w.k % 32 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("int8 GEMM: no block decoder or prepared input for ",
+                                                   std::string(DTypeName(w.dtype)), " weights"));
+  }
+  const RowLayout layout(w.k);
+  const int64_t panel_bytes = RoundUp64(Flavour::PanelBytes(w));
+  const int64_t panels = (a.n_end - a.n_begin + kRows - 1) / kRows;
+  uint8_t* decoded = static_cast<uint8_t*>(scratch);
+  uint8_t* packed = decoded + kRows * layout.stride;
+  float* out = reinterpret_cast<float*>(packed + panels * panel_bytes);
+  uint8_t* plain_x = reinterpret_cast<uint8_t*>(out + kInt8GemmRowBlock * kRows);
+  bool any_offset = false;
+  for (int64_t p = 0; p < panels; ++p) {
+    const int64_t j0 = a.n_begin + p * kRows, count = std::min(kRows, a.n_end - j0);
+    Int8DecodedRows rows;
+    DecodeRows(w, decode, Flavour::kUnsigned, j0, count, kRows, decoded, rows.levels, rows.scales, rows.offsets);
+    any_offset |= Flavour::Pack(w, rows, packed + p * panel_bytes);
+  }
+  const Int8RowLayoutView x_layout{layout.stride, layout.scales_at, layout.offsets_at};
+  for (int64_t r0 = 0; r0 < a.m; r0 += kInt8GemmRowBlock) {
+    const int64_t rows = std::min(kInt8GemmRowBlock, a.m - r0);
+    const uint8_t* x = static_cast<const uint8_t*>(a.prepared) + r0 * layout.stride;
+    if (Flavour::GroupMajorX(w)) {
+      for (int64_t r = 0; r < rows; ++r) {
+        PlainFromGroupMajor(x + r * layout.stride, w.k, plain_x + r * layout.stride);
+        std::memcpy(plain_x + r * layout.stride + layout.scales_at, x + r * layout.stride + layout.scales_at,
+                    static_cast<size_t>(layout.stride - layout.scales_at));
+      }
+      x = plain_x;
+    }
+    for (int64_t p = 0; p < panels; ++p) {
+      const int64_t j0 = a.n_begin + p * kRows, count = std::min(kRows, a.n_end - j0);
+      Flavour::Multiply(w, packed + p * panel_bytes, any_offset, x, rows, x_layout, out);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < count; ++c)
+          a.y[(r0 + r) * a.ldy + j0 + c] = out[r * kRows + c] + (a.bias != nullptr ? a.bias[j0 + c] : 0.0f);
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-// A decoded row, the slice's panels, and the panel outputs of a block of x rows.
 int64_t Int8GemmScratchBytes(const LinearWeight& w, int64_t, int64_t features) {
-  const int64_t panels = (features + kGemmPanelRows - 1) / kGemmPanelRows;
-  return kGemmPanelRows * RowLayout(w.k).stride + panels * RoundUp64(Int8GemmPanelBytes(w.k)) +
-         kInt8GemmRowBlock * kGemmPanelRows * static_cast<int64_t>(sizeof(float));
+  return GemmScratchBytes<Avx2Gemm>(w, features);
+}
+int64_t VnniInt8GemmScratchBytes(const LinearWeight& w, int64_t, int64_t features) {
+  return GemmScratchBytes<VnniGemm>(w, features);
 }
 
 int64_t Int8DotScratchBytes(const LinearWeight& w, int64_t, int64_t) {
@@ -559,45 +668,16 @@ int64_t Avx2Int8DotScratchBytes(const LinearWeight& w, int64_t m, int64_t featur
   const int64_t tile = Int8DotScratchBytes(w, m, features);
   return m >= kInt8GemmMinRows ? std::max(tile, Int8GemmScratchBytes(w, m, features)) : tile;
 }
+int64_t Avx512VnniInt8DotScratchBytes(const LinearWeight& w, int64_t m, int64_t features) {
+  const int64_t tile = Int8DotScratchBytes(w, m, features);
+  return m >= kInt8GemmMinRows ? std::max(tile, VnniInt8GemmScratchBytes(w, m, features)) : tile;
+}
 
-// The slice's W rows decoded and packed into panels once; then blocks of
-// kInt8GemmRowBlock x rows (in L2) against every panel in turn (each panel
-// in L1 while the block's rows pass it), so W is read from L2/L3 once per
-// block, not once per x row.
 absl::Status Avx2Int8GemmSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
-  const RowDecoder decode = DecoderOf(w.dtype, w.order);
-  if (decode == nullptr || a.prepared == nullptr || w.k % 32 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("int8 GEMM: no block decoder or prepared input for ",
-                                                   std::string(DTypeName(w.dtype)), " weights"));
-  }
-  const RowLayout layout(w.k);
-  const int64_t panel_bytes = RoundUp64(Int8GemmPanelBytes(w.k));
-  const int64_t panels = (a.n_end - a.n_begin + kGemmPanelRows - 1) / kGemmPanelRows;
-  uint8_t* decoded = static_cast<uint8_t*>(scratch);
-  uint8_t* packed = decoded + kGemmPanelRows * layout.stride;
-  float* out = reinterpret_cast<float*>(packed + panels * panel_bytes);
-  bool any_offset = false;
-  for (int64_t p = 0; p < panels; ++p) {
-    const int64_t j0 = a.n_begin + p * kGemmPanelRows, count = std::min(kGemmPanelRows, a.n_end - j0);
-    Int8DecodedRows rows;
-    DecodeRows(w, decode, /*to_unsigned=*/false, j0, count, kGemmPanelRows, decoded, rows.levels, rows.scales,
-               rows.offsets);
-    any_offset |= Int8GemmPackPanel(rows, w.k, packed + p * panel_bytes);
-  }
-  const Int8RowLayoutView x_layout{layout.stride, layout.scales_at, layout.offsets_at};
-  const auto* x = static_cast<const uint8_t*>(a.prepared);
-  for (int64_t r0 = 0; r0 < a.m; r0 += kInt8GemmRowBlock) {
-    const int64_t rows = std::min(kInt8GemmRowBlock, a.m - r0);
-    for (int64_t p = 0; p < panels; ++p) {
-      const int64_t j0 = a.n_begin + p * kGemmPanelRows, count = std::min(kGemmPanelRows, a.n_end - j0);
-      const uint8_t* panel = packed + p * panel_bytes;
-      Avx2Int8GemmPanel(panel, w.k, w.dtype == DType::kQ8_0, any_offset, x + r0 * layout.stride, rows, x_layout, out);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < count; ++c)
-          a.y[(r0 + r) * a.ldy + j0 + c] = out[r * kGemmPanelRows + c] + (a.bias != nullptr ? a.bias[j0 + c] : 0.0f);
-    }
-  }
-  return absl::OkStatus();
+  return Int8GemmSlice<Avx2Gemm>(w, a, scratch);
+}
+absl::Status Avx512VnniInt8GemmSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
+  return Int8GemmSlice<VnniGemm>(w, a, scratch);
 }
 
 absl::Status Avx2Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
@@ -607,6 +687,7 @@ absl::Status Avx2Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, v
 }
 
 absl::Status Avx512VnniInt8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
+  if (a.prepared != nullptr && a.m >= kInt8GemmMinRows && w.k % 32 == 0) return Avx512VnniInt8GemmSlice(w, a, scratch);
   if (a.prepared != nullptr && isa::Avx512VnniInt8Fused(w, a, PreparedX(w.k, a.prepared))) return absl::OkStatus();
   return Int8DotSlice<isa::Avx512VnniInt8Dot, true>(w, a, scratch);
 }

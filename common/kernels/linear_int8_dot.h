@@ -15,10 +15,12 @@
 //     f32; the offsets (Q4_K's mins, Q6_K's -32) come in once per block
 //     through x's sums per 16 values, Q8_0's +128 and Q4_0's -8 through
 //     vpdpbusd's start value (VNNI) or signed levels (AVX2).
-//   GEMM (AVX2, from kInt8GemmMinRows x rows, every type; linear_int8_gemm.cc):
-//     the slice's W rows decoded once into panels of 8 rows side by side,
-//     each broadcast of 4 x levels multiplied with 8 W rows at once, the
-//     f32 scaling once per 16 values for 8 outputs.
+//   GEMM (from kInt8GemmMinRows x rows, every type): the slice's W rows
+//     decoded once into panels of rows side by side, each broadcast of 4 x
+//     levels multiplied with a panel's rows at once, the f32 scaling once
+//     per group for all of them: AVX2 panels of 8 rows, scaled per 16
+//     values (linear_int8_gemm.cc); AVX512-VNNI panels of 16, scaled per 32
+//     (linear_avx512_vnni_gemm.cc).
 //   tile slice (Q4_1, Q5_0, and every type in the *_int8_tile entries, the
 //     A/B reference of the fused slice):
 //     W rows are decoded 4 at a time by vectorized block decoders into
@@ -26,8 +28,7 @@
 //     values; see linear_isa.h), then dotted with up to 4 x rows per
 //     register tile: integer products and sums of 4 values, scaled and
 //     summed in f32. The stored bytes are read once per call for up to 16
-//     x rows (decode), once per 16 rows beyond (prefill at AVX2/AVX-512;
-//     avx512_bf16 CPUs take QuantizedBf16DotSlice below instead).
+//     x rows (decode), once per 16 rows beyond.
 //
 // Numerics: y is the exact product of the dequantized W (as ggml computes
 // it) with x rounded per 32-value block: |x_i - x~_i| <= d/2 = max_b |x| /
@@ -73,12 +74,9 @@ int64_t Int8DotScratchBytes(const LinearWeight& w, int64_t m, int64_t features);
 int64_t Avx2Int8DotScratchBytes(const LinearWeight& w, int64_t m, int64_t features);
 absl::Status Avx2Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
 absl::Status Avx512VnniInt8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
-// The int8 GEMM (linear_int8_gemm.cc) alone: panels of 8 decoded W rows
-// with the rows in the lanes, every x row against each panel. The AVX2
-// slice above takes it from kInt8GemmMinRows rows of x; the VNNI slice
-// does not (its fused pass, 64 values per vpdpbusd zmm, was as fast or
-// faster than the same GEMM with vpdpbusd ymm at every row count
-// measured: docs/BENCHMARKS.md, Other instruction sets).
+// The AVX2 int8 GEMM (linear_int8_gemm.cc) alone: panels of 8 decoded W
+// rows with the rows in the lanes, every x row against each panel. The AVX2
+// slice above takes it from kInt8GemmMinRows rows of x.
 inline constexpr int64_t kInt8GemmMinRows = 32;
 inline constexpr int64_t kInt8GemmRowBlock = 32;  // x rows that meet every panel before the next block
 absl::Status Avx2Int8GemmSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
@@ -86,10 +84,11 @@ int64_t Int8GemmScratchBytes(const LinearWeight& w, int64_t m, int64_t features)
 
 // Decoded W rows and the prepared x layout, as the GEMM's panel kernel
 // reads them (linear_int8_dot.cc decodes, linear_int8_gemm.cc multiplies).
-struct Int8DecodedRows {
-  const uint8_t* levels[8];
-  const float* scales[8];   // per 16 values
-  const float* offsets[8];  // per 16 values
+inline constexpr int kVnniGemmPanelRows = 16;
+struct Int8DecodedRows {  // the AVX2 panel's 8 rows, the VNNI panel's 16
+  const uint8_t* levels[kVnniGemmPanelRows];
+  const float* scales[kVnniGemmPanelRows];   // per 16 values
+  const float* offsets[kVnniGemmPanelRows];  // per 16 values
 };
 struct Int8RowLayoutView {
   int64_t stride = 0, scales_at = 0, offsets_at = 0;
@@ -103,6 +102,22 @@ bool Int8GemmPackPanel(const Int8DecodedRows& rows, int64_t k, uint8_t* panel);
 // the offsets' terms (Int8GemmPackPanel said some are nonzero).
 void Avx2Int8GemmPanel(const uint8_t* panel, int64_t k, bool is_signed, bool offsets, const uint8_t* x, int64_t m,
                        const Int8RowLayoutView& layout, float* out);
+
+// The AVX512-VNNI GEMM (linear_avx512_vnni_gemm.cc): panels of 16 decoded
+// W rows (levels unsigned), vpdpbusd on 4 broadcast x levels against 16 W
+// rows; `pairs`: groups of 32 values share one scale and offset per row
+// (every type but Q6_K), else groups of 16. The VNNI slice takes it from
+// kInt8GemmMinRows rows of x.
+absl::Status Avx512VnniInt8GemmSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+int64_t VnniInt8GemmScratchBytes(const LinearWeight& w, int64_t m, int64_t features);
+int64_t Avx512VnniInt8DotScratchBytes(const LinearWeight& w, int64_t m, int64_t features);
+int64_t VnniInt8GemmPanelBytes(int64_t k, bool pairs);
+// Packs 16 decoded rows; returns whether any of their offsets is nonzero.
+bool VnniInt8GemmPackPanel(const Int8DecodedRows& rows, int64_t k, bool pairs, uint8_t* panel);
+// out[r * 16 + c] = x row r . W row c of the packed `panel`, for r < m
+// (x in the plain, not group-major, order).
+void Avx512VnniInt8GemmPanel(const uint8_t* panel, int64_t k, bool pairs, bool offsets, const uint8_t* x, int64_t m,
+                             const Int8RowLayoutView& layout, float* out);
 
 // The tile path alone, for every type (the fused kernels' reference in
 // tests and benchmarks).

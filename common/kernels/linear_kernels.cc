@@ -100,10 +100,18 @@ std::vector<LinearKernel> QuantizedEntries() {
     avx2.x_block = k_quant ? 256 : 32;
     avx2.same_at_every_m = false;  // the int8 GEMM from kInt8GemmMinRows rows sums in another order
     entries.push_back(avx2);
-    entries.push_back(LinearKernel{KernelPath::kInt8Dot, IsaLevel::kAvx512Vnni, dtype, "avx512_vnni_int8_dot", true,
-                                   Int8DotPreparedBytes, Int8DotPrepareBlocks,
-                                   k_quant ? Int8DotPrepareGroupMajor : Int8DotPrepare, Int8DotScratchBytes,
-                                   Avx512VnniInt8DotSlice});
+    LinearKernel vnni{KernelPath::kInt8Dot,
+                      IsaLevel::kAvx512Vnni,
+                      dtype,
+                      "avx512_vnni_int8_dot",
+                      true,
+                      Int8DotPreparedBytes,
+                      Int8DotPrepareBlocks,
+                      k_quant ? Int8DotPrepareGroupMajor : Int8DotPrepare,
+                      Avx512VnniInt8DotScratchBytes,
+                      Avx512VnniInt8DotSlice};
+    vnni.same_at_every_m = false;  // the VNNI GEMM from kInt8GemmMinRows rows sums in another order
+    entries.push_back(vnni);
     // The tile path alone, after the fused entries of the same level so a
     // plan never picks it; tests and tandem-expert-ffn-bench's compare pass
     // run it beside them.
@@ -113,6 +121,10 @@ std::vector<LinearKernel> QuantizedEntries() {
     entries.push_back(LinearKernel{KernelPath::kInt8Dot, IsaLevel::kAvx2, dtype, "avx2_int8_gemm", true,
                                    Int8DotPreparedBytes, Int8DotPrepareBlocks, Int8DotPrepare, Int8GemmScratchBytes,
                                    Avx2Int8GemmSlice});
+    entries.push_back(LinearKernel{KernelPath::kInt8Dot, IsaLevel::kAvx512Vnni, dtype, "avx512_vnni_int8_gemm", true,
+                                   Int8DotPreparedBytes, Int8DotPrepareBlocks,
+                                   k_quant ? Int8DotPrepareGroupMajor : Int8DotPrepare, VnniInt8GemmScratchBytes,
+                                   Avx512VnniInt8GemmSlice});
     entries.push_back(LinearKernel{KernelPath::kInt8Dot, IsaLevel::kAvx512Vnni, dtype, "avx512_vnni_int8_tile", true,
                                    Int8DotPreparedBytes, Int8DotPrepareBlocks, Int8DotPrepare, Int8DotScratchBytes,
                                    Avx512VnniInt8TileSlice});

@@ -19,13 +19,17 @@
 //              avx512_vnni                   avx512_vnni_int8_dot  integer dot products on W blocks
 //                                                              unpacked in registers (Q8_0 Q4_0 Q4_K
 //                                                              Q5_K Q6_K; the tile below for Q4_1,
-//                                                              Q5_0) (linear_int8_dot.h); AVX2 from
-//                                                              32 rows: the int8 GEMM below
+//                                                              Q5_0) (linear_int8_dot.h); from 32
+//                                                              rows: the int8 GEMMs below
 //   int8_dot   avx2          the same        avx2_int8_gemm    W decoded once into panels of 8 rows
 //                                                              side by side, 4 x levels broadcast
 //                                                              against 8 rows per instruction
 //                                                              (linear_int8_gemm.cc); in a plan only
 //                                                              through avx2_int8_dot
+//   int8_dot   avx512_vnni   the same        avx512_vnni_int8_gemm  the same with panels of 16 rows,
+//                                                              vpdpbusd zmm, scaled per 32 values
+//                                                              (linear_avx512_vnni_gemm.cc); in a
+//                                                              plan only through avx512_vnni_int8_dot
 //   int8_dot   avx2          the same        avx2_int8_tile,   the same on W rows decoded 4 at a time
 //              avx512_vnni                   avx512_vnni_int8_tile  into a tile in memory: the fused
 //                                                              kernels' reference, never in a plan

@@ -13,7 +13,8 @@ ABSL_FLAG(std::string, max_isa, "",
           "CPU has (the env variable TANDEM_MAX_ISA does the same; this flag wins)");
 ABSL_FLAG(std::string, kernel_plan, "builtin",
           "CPU linear-layer kernel path per row count: builtin (measured for this CPU's ISA level; GEMMs round "
-          "their input to bf16 where the CPU has bf16 dot products) | exact (no kernel rounds its input: f32 "
+          "their input to bf16 where the CPU has fast bf16 dot products, to int8 where it has int8 ones) | exact (no "
+          "kernel rounds its input: f32 "
           "throughout, as the float64 parity tests run) | measure (time every path on this model at start-up; cached "
           "in --calibration_profile with --execution_policy) | "
           "ROWS:PATH,... e.g. 1:stream,8:bf16_dot (paths stream, packed, bf16_dot, onednn, int8_dot: the "
