@@ -122,13 +122,9 @@ bool VnniInt8GemmPackPanel(const Int8DecodedRows& rows, int64_t k, bool pairs, u
       const __m512i quad = _mm512_i32gather_epi32(index, rows.levels[0] + g * group + 4 * q, 1);
       _mm512_storeu_si512(grp + q * kQuadBytes, quad);
     }
-    auto* params = reinterpret_cast<float*>(grp + GroupLevelBytes(group));
-    const int64_t at = g * group / 16;  // the decoders' scales and offsets are per 16 values
-    for (int c = 0; c < kPanelRows; ++c) {
-      params[c] = rows.scales[c][at];
-      params[kPanelRows + c] = rows.offsets[c][at];
-      any_offset |= rows.offsets[c][at] != 0.0f;
-    }
+    // The decoders' scales and offsets are per 16 values.
+    any_offset |=
+        Int8GemmPackParams(rows, kPanelRows, g * group / 16, reinterpret_cast<float*>(grp + GroupLevelBytes(group)));
   }
   return any_offset;
 }

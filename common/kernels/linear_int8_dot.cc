@@ -540,6 +540,16 @@ void Int8DotPrepareGroupMajor(const float* x, int64_t ldx, int64_t m, int64_t k,
   }
 }
 
+bool Int8GemmPackParams(const Int8DecodedRows& rows, int panel_rows, int64_t group16, float* params) {
+  bool any_offset = false;
+  for (int c = 0; c < panel_rows; ++c) {
+    params[c] = rows.scales[c][group16];
+    params[panel_rows + c] = rows.offsets[c][group16];
+    any_offset |= rows.offsets[c][group16] != 0.0f;
+  }
+  return any_offset;
+}
+
 namespace {
 
 // The two GEMM flavours: how a panel is laid out, packed and multiplied.

@@ -93,6 +93,10 @@ struct Int8DecodedRows {  // the AVX2 panel's 8 rows, the VNNI panel's 16
 struct Int8RowLayoutView {
   int64_t stride = 0, scales_at = 0, offsets_at = 0;
 };
+// A panel group's scales then offsets, `panel_rows` of each, from the
+// decoded rows' 16-value group `group16`; returns whether an offset is
+// nonzero. Baseline code, shared by both GEMMs' packing.
+bool Int8GemmPackParams(const Int8DecodedRows& rows, int panel_rows, int64_t group16, float* params);
 int64_t Int8GemmPanelBytes(int64_t k);
 // Packs 8 decoded W rows into `panel` (Int8GemmPanelBytes(k)); returns
 // whether any of their offsets is nonzero.

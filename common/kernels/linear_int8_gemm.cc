@@ -145,14 +145,9 @@ bool Int8GemmPackPanel(const Int8DecodedRows& rows, int64_t k, uint8_t* panel) {
                           v[q]);
   }
   bool any_offset = false;
-  for (int64_t g = 0; g < k / kGroup; ++g) {
-    auto* scales = reinterpret_cast<float*>(panel + g * kGroupBytes + kGroupLevelBytes);
-    for (int c = 0; c < kPanelRows; ++c) {
-      scales[c] = rows.scales[c][g];
-      scales[kPanelRows + c] = rows.offsets[c][g];
-      any_offset |= rows.offsets[c][g] != 0.0f;
-    }
-  }
+  for (int64_t g = 0; g < k / kGroup; ++g)
+    any_offset |=
+        Int8GemmPackParams(rows, kPanelRows, g, reinterpret_cast<float*>(panel + g * kGroupBytes + kGroupLevelBytes));
   return any_offset;
 }
 
