@@ -147,8 +147,9 @@ std::vector<Case> AllCases() {
     // 64-value VNNI step.
     for (int64_t m = 1; m <= 9; ++m)
       for (int threads : {1, 2}) cases.push_back({dtype, 13, 3 * block, m, threads});
-    // One x row read one W row at a time (9 blocks) and the first K past
-    // that path's bound (6400, kInt8OneRowMaxK in common/kernels/linear_isa.h).
+    // One x row at 9 blocks and at the first K past the bound where two x
+    // rows stop reading split streams (6400, kInt8OneRowMaxK in
+    // common/kernels/linear_isa.h); 7 W rows leave uneven split-stream parts.
     for (int64_t k : {9 * block, (6400 / block + 1) * block}) cases.push_back({dtype, 7, k, 1, 2});
     // Longer rows of the 32-value types: 34 blocks, and 65 (a half unit
     // after 32 whole ones).
@@ -273,9 +274,10 @@ void ExpectRowResultsIndependentOfRowCountAndThreads(DType dtype, int64_t rows, 
 // a row's result is bit for bit the same in a call of 1 row and of 11 or 10
 // (the fused kernels' passes of 8 x rows and 3 or 2, the tile's register
 // tiles of 4), with 1 or 2 threads; 13 W rows leave short parts of the
-// split streams. K of 3 and 9 blocks and the first K past 6400
+// split streams and the lane groups of the 32-value types (4 (W row, x
+// row) pairs a group). K of 3 and 9 blocks and the first K past 6400
 // (kInt8OneRowMaxK, common/kernels/linear_isa.h), where two x rows and
-// Q5_K's one change how their W rows are read.
+// Q5_K's one change how their W rows are read at AVX-512 VNNI.
 TEST(QuantizedLinear, Int8DotRowResultIndependentOfRowCountAndThreads) {
   for (DType dtype : kQuantized) {
     const int64_t block = DTypeBlockSize(dtype);

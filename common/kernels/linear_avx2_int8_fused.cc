@@ -14,8 +14,10 @@
 // 256-value block (as llama.cpp's q8_K): a step is vpmaddubsw, vpmaddwd and
 // vpaddd per (W row, x row), and the block's int32 sum takes one conversion
 // and one FMA by `d` times x's scale (docs/BENCHMARKS.md, Other
-// instruction sets). Q8_0 and Q4_0 scale every 32 values: a
-// conversion and an FMA by the product of the two scales per step.
+// instruction sets). Q8_0, Q4_0 and Q5_0 scale every 32 values: their
+// conversion and FMA by the product of the two scales run on 4 (W row,
+// x row) pairs' sums at once (LaneUnit). One x row (decode) reads its W rows
+// as split streams, each prefetched ahead.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -75,15 +77,9 @@ inline __m128i UnpackKScalesMins(const uint8_t* scales) {
 
 struct Q8_0Format {
   static constexpr int64_t kValues = kQ8_0BlockSize, kBytes = sizeof(BlockQ8_0);
-  static constexpr int kSteps = 1;
-  static constexpr bool kOffsets = false, kIntScales = false;
-  struct State {
-    __m256 scale;
-  };
-  static State Begin(const uint8_t* block) { return {_mm256_set1_ps(HalfAt(block + offsetof(BlockQ8_0, d)))}; }
-  static __m256i Levels(const uint8_t* block, int) { return Load32(block + offsetof(BlockQ8_0, qs)); }
-  static __m256 Scales(const State& s, int) { return s.scale; }
-  static void Offsets(const State&, __m256 (&)[2]) {}
+  static constexpr int64_t kScaleAt = offsetof(BlockQ8_0, d);
+  static constexpr bool kIntScales = false;
+  static __m256i Levels(const uint8_t* block) { return Load32(block + offsetof(BlockQ8_0, qs)); }
 };
 
 // A 32-value block's 16 bytes of nibbles as its levels 0..15: values 0..15
@@ -95,15 +91,11 @@ inline __m256i NibbleLevels(const uint8_t* qs) {
 
 struct Q4_0Format {
   static constexpr int64_t kValues = kQ4_0BlockSize, kBytes = sizeof(BlockQ4_0);
-  static constexpr int kSteps = 1;
-  static constexpr bool kOffsets = false, kIntScales = false;
-  using State = Q8_0Format::State;
-  static State Begin(const uint8_t* block) { return {_mm256_set1_ps(HalfAt(block + offsetof(BlockQ4_0, d)))}; }
-  static __m256i Levels(const uint8_t* block, int) {
+  static constexpr int64_t kScaleAt = offsetof(BlockQ4_0, d);
+  static constexpr bool kIntScales = false;
+  static __m256i Levels(const uint8_t* block) {
     return _mm256_sub_epi8(NibbleLevels(block + offsetof(BlockQ4_0, qs)), _mm256_set1_epi8(8));
   }
-  static __m256 Scales(const State& s, int) { return s.scale; }
-  static void Offsets(const State&, __m256 (&)[2]) {}
 };
 
 // Q5_0: Q4_0's nibbles plus bit v of the block's little-endian qh as 16 for
@@ -111,11 +103,9 @@ struct Q4_0Format {
 // compare (byte v all ones where bit v is set).
 struct Q5_0Format {
   static constexpr int64_t kValues = kQ5_0BlockSize, kBytes = sizeof(BlockQ5_0);
-  static constexpr int kSteps = 1;
-  static constexpr bool kOffsets = false, kIntScales = false;
-  using State = Q8_0Format::State;
-  static State Begin(const uint8_t* block) { return {_mm256_set1_ps(HalfAt(block + offsetof(BlockQ5_0, d)))}; }
-  static __m256i Levels(const uint8_t* block, int) {
+  static constexpr int64_t kScaleAt = offsetof(BlockQ5_0, d);
+  static constexpr bool kIntScales = false;
+  static __m256i Levels(const uint8_t* block) {
     const __m256i nibbles = NibbleLevels(block + offsetof(BlockQ5_0, qs));
     uint32_t qh;
     std::memcpy(&qh, block + offsetof(BlockQ5_0, qh), sizeof(qh));
@@ -128,8 +118,6 @@ struct Q5_0Format {
     const __m256i levels = _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
     return _mm256_sub_epi8(levels, _mm256_set1_epi8(16));
   }
-  static __m256 Scales(const State& s, int) { return s.scale; }
-  static void Offsets(const State&, __m256 (&)[2]) {}
 };
 
 // Q4_K and Q5_K: step j is sub-block j: the low (j even) or high nibbles of
@@ -139,7 +127,7 @@ struct KFormat {
   using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
   static constexpr int64_t kValues = kKBlockSize, kBytes = sizeof(Block);
   static constexpr int kSteps = kKBlockSize / kStep;
-  static constexpr bool kOffsets = true, kIntScales = true;
+  static constexpr bool kIntScales = true;
   struct State {
     __m256i scales;  // the 8 6-bit sub-block scales (bytes 0..7 of each 128-bit lane)
     __m256 d;
@@ -182,7 +170,7 @@ struct KFormat {
 struct Q6KFormat {
   static constexpr int64_t kValues = kKBlockSize, kBytes = sizeof(BlockQ6_K);
   static constexpr int kSteps = kKBlockSize / kStep;
-  static constexpr bool kOffsets = true, kIntScales = true;
+  static constexpr bool kIntScales = true;
   struct State {
     __m256i scales;  // the 16 group scales in each 128-bit lane
     __m256 d;
@@ -307,90 +295,198 @@ inline void IntScaledSteps(const uint8_t* const (&w)[kW], const XRows<kRows>& x,
   }
 }
 
-template <class Format, int kRows, int kW, class Acc>
+// One K-quant block of kW W rows against kRows x rows. kAhead: each W row
+// is its own sequential stream and prefetches its bytes
+// kDecodePrefetchAheadBytes ahead; else the rows are adjacent and prefetch
+// the next pass's (`next`).
+template <class Format, int kRows, int kW, bool kAhead, class Acc>
 inline void Unit(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows<kRows>& x, int64_t i, int64_t at,
                  Acc& acc) {
-  if constexpr (kRows > 1 || kW > 1) {
-    PrefetchLines(next + kW * at, kW * Format::kBytes);
+  if constexpr (kAhead) {
+    for (int f = 0; f < kW; ++f)
+      for (int64_t o = 0; o < Format::kBytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(w[f] + at + kDecodePrefetchAheadBytes + o), _MM_HINT_T0);
   } else {
-    for (int64_t o = 0; o < Format::kBytes; o += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(w[0] + at + kDecodePrefetchAheadBytes + o), _MM_HINT_T0);
+    PrefetchLines(next + kW * at, kW * Format::kBytes);
   }
   typename Format::State state[kW];
   for (int f = 0; f < kW; ++f) state[f] = Format::Begin(w[f] + at);
-  if constexpr (Format::kOffsets) {
-    for (int f = 0; f < kW; ++f) {
-      __m256 offsets[2];
-      Format::Offsets(state[f], offsets);
-      for (int r = 0; r < kRows; ++r) {
-        const __m256 sum = _mm256_fmadd_ps(offsets[0], _mm256_loadu_ps(x.offsets(r) + i / 16), acc.Get(f, r));
-        acc.Set(f, r, _mm256_fmadd_ps(offsets[1], _mm256_loadu_ps(x.offsets(r) + i / 16 + 8), sum));
-      }
+  for (int f = 0; f < kW; ++f) {
+    __m256 offsets[2];
+    Format::Offsets(state[f], offsets);
+    for (int r = 0; r < kRows; ++r) {
+      const __m256 sum = _mm256_fmadd_ps(offsets[0], _mm256_loadu_ps(x.offsets(r) + i / 16), acc.Get(f, r));
+      acc.Set(f, r, _mm256_fmadd_ps(offsets[1], _mm256_loadu_ps(x.offsets(r) + i / 16 + 8), sum));
     }
   }
-  if constexpr (Format::kIntScales) {
-    IntScaledSteps<Format, kRows, kW>(w, x, i, at, state, acc);
-  } else {
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int s = 0; s < Format::kSteps; ++s) {
-      const int64_t v = i + kStep * s;
-      __m256i wv[kW];
-      __m256 ws[kW];
-      for (int f = 0; f < kW; ++f) {
-        wv[f] = Format::Levels(w[f] + at, s);
-        ws[f] = Format::Scales(state[f], s);
-      }
-      for (int r = 0; r < kRows; ++r) {
-        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.levels(r) + v));
-        const __m256 xs = _mm256_broadcast_ss(x.scales(r) + v / 16);
-        for (int f = 0; f < kW; ++f) {
-          const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(wv[f], wv[f]), _mm256_sign_epi8(xv, wv[f]));
-          const __m256i dot = _mm256_madd_epi16(pairs, ones);
-          acc.Set(f, r, _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ws[f], xs), acc.Get(f, r)));
-        }
-      }
-    }
-  }
+  IntScaledSteps<Format, kRows, kW>(w, x, i, at, state, acc);
 }
 
-template <class Format, int kRows, int kW>
-void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0, int64_t j0) {
+// kW W rows (`rows`; a negative one repeats rows[0] and its sums are
+// dropped) against kRows x rows from r0, all of K. The f32 sums stay in
+// registers for up to 2 (W row, x row) pairs: in memory each block's three
+// FMAs on a sum wait on a store-forwarded load, a chain that bound one x row.
+template <class Format, int kRows, int kW, bool kAhead>
+void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0,
+          const int64_t (&rows)[kW]) {
   const int64_t row_bytes = w.row_bytes();
-  const uint8_t* rows[kW];
-  for (int f = 0; f < kW; ++f)  // a tail pass repeats the last row (its sums are dropped)
-    rows[f] = static_cast<const uint8_t*>(w.data) + (j0 + std::min<int64_t>(f, a.n_end - 1 - j0)) * row_bytes;
-  const uint8_t* next = static_cast<const uint8_t*>(w.data) + (j0 + kW) * row_bytes;  // the next pass's rows
+  const uint8_t* const data = static_cast<const uint8_t*>(w.data);
+  const uint8_t* wr[kW];
+  for (int f = 0; f < kW; ++f) wr[f] = data + (rows[f] >= 0 ? rows[f] : rows[0]) * row_bytes;
+  const uint8_t* const next = data + (rows[0] + kW) * row_bytes;  // prefetches never fault
   const XRows<kRows> x{static_cast<const uint8_t*>(px.base) + r0 * px.stride, px.stride, px.scales_at,
                        px.offsets_at};
-  std::conditional_t<Format::kIntScales, MemorySums<kW, kRows>, RegisterSums<kW, kRows>> acc;
+  std::conditional_t<kRows * kW <= 2, RegisterSums<kW, kRows>, MemorySums<kW, kRows>> acc;
   for (int f = 0; f < kW; ++f)
     for (int r = 0; r < kRows; ++r) acc.Set(f, r, _mm256_setzero_ps());
   for (int64_t u = 0; u < w.k / Format::kValues; ++u)
-    Unit<Format, kRows, kW>(rows, next, x, u * Format::kValues, u * Format::kBytes, acc);
-  for (int f = 0; f < kW && j0 + f < a.n_end; ++f) {
-    const float bias = a.bias != nullptr ? a.bias[j0 + f] : 0.0f;
-    for (int r = 0; r < kRows; ++r) a.y[(r0 + r) * a.ldy + j0 + f] = Sum(acc.Get(f, r)) + bias;
+    Unit<Format, kRows, kW, kAhead>(wr, next, x, u * Format::kValues, u * Format::kBytes, acc);
+  for (int f = 0; f < kW; ++f) {
+    if (rows[f] < 0) continue;
+    const float bias = a.bias != nullptr ? a.bias[rows[f]] : 0.0f;
+    for (int r = 0; r < kRows; ++r) a.y[(r0 + r) * a.ldy + rows[f]] = Sum(acc.Get(f, r)) + bias;
   }
 }
 
+// ---- Formats scaled every 32 values (Q8_0, Q4_0, Q5_0): sums in lanes ----
+// A block's int32 dot vector per (W row, x row) needs a conversion, a scale
+// product and an FMA of its own: at one x row half of a block's port 0/1
+// work. Two vphaddd fold 4 such vectors into one, lanes c0 c1 c2 c3 in each
+// 128-bit half (the int32 sums are exact), so those three run once per block
+// for 4 (W row, x row) pairs, on their 4 scale products side by side. Every
+// pair's arithmetic is the same in whichever pass and lane it lands, so a
+// row's result does not depend on the row count.
+template <int kRows, int kW>
+struct Pairs {
+  static_assert(kW == 2 || kW == 4);
+  static constexpr int kCount = kRows * kW, kGroups = (kCount + 3) / 4;
+  // Pair p is x row p / kW against W row p % kW; the last group's spare
+  // lanes repeat the last pair (their sums are dropped).
+  static constexpr int Row(int p) { return (p < kCount ? p : kCount - 1) / kW; }
+  static constexpr int W(int p) { return (p < kCount ? p : kCount - 1) % kW; }
+};
+
+template <class Format, int kRows, int kW>
+inline void LaneUnit(const uint8_t* const (&w)[kW], const XRows<kRows>& x, int64_t i, int64_t at,
+                     __m256 (&acc)[Pairs<kRows, kW>::kGroups]) {
+  using P = Pairs<kRows, kW>;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i wv[kW], wabs[kW];
+  int16_t half[kW];
+  for (int f = 0; f < kW; ++f) {
+    wv[f] = Format::Levels(w[f] + at);
+    wabs[f] = _mm256_sign_epi8(wv[f], wv[f]);
+    std::memcpy(&half[f], w[f] + at + Format::kScaleAt, sizeof(half[f]));
+  }
+  // Every group holds the W rows in the same lanes (4 % kW == 0).
+  const __m128 ws =
+      _mm_cvtph_ps(_mm_setr_epi16(half[P::W(0)], half[P::W(1)], half[P::W(2)], half[P::W(3)], 0, 0, 0, 0));
+#pragma GCC unroll 4
+  for (int g = 0; g < P::kGroups; ++g) {
+    __m256i dot[4];
+    for (int q = 0; q < 4; ++q) {
+      const int r = P::Row(4 * g + q), f = P::W(4 * g + q);
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.levels(r) + i));
+      dot[q] = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs[f], _mm256_sign_epi8(xv, wv[f])), ones);
+    }
+    const __m256i lanes = _mm256_hadd_epi32(_mm256_hadd_epi32(dot[0], dot[1]), _mm256_hadd_epi32(dot[2], dot[3]));
+    // A group's x rows: one (kW = 4) or two (kW = 2: lanes 0-1, 2-3).
+    __m128 xs = _mm_broadcast_ss(x.scales(P::Row(4 * g)) + i / 16);
+    if constexpr (kW == 2) xs = _mm_blend_ps(xs, _mm_broadcast_ss(x.scales(P::Row(4 * g + 2)) + i / 16), 0b1100);
+    const __m128 scales = _mm_mul_ps(ws, xs);
+    acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set_m128(scales, scales), acc[g]);
+  }
+}
+
+// kW W rows (`rows`, a negative one repeats rows[0] and is dropped) against
+// kRows x rows from r0, all of K. kSplit: each W row is the next of its own
+// sequential stream and prefetches its bytes kDecodePrefetchAheadBytes ahead
+// (one x row); else the rows are adjacent and prefetch the next pass's.
+template <class Format, int kRows, int kW, bool kSplit>
+void LanePass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0,
+              const int64_t (&rows)[kW]) {
+  using P = Pairs<kRows, kW>;
+  const int64_t row_bytes = w.row_bytes();
+  const uint8_t* const data = static_cast<const uint8_t*>(w.data);
+  const uint8_t* wr[kW];
+  for (int f = 0; f < kW; ++f) wr[f] = data + (rows[f] >= 0 ? rows[f] : rows[0]) * row_bytes;
+  const uint8_t* const next = data + (rows[0] + kW) * row_bytes;  // prefetches never fault
+  const XRows<kRows> x{static_cast<const uint8_t*>(px.base) + r0 * px.stride, px.stride, px.scales_at, px.offsets_at};
+  __m256 acc[P::kGroups];
+  for (__m256& v : acc) v = _mm256_setzero_ps();
+  for (int64_t u = 0; u < w.k / Format::kValues; ++u) {
+    const int64_t at = u * Format::kBytes;
+    if constexpr (kSplit) {
+      for (int f = 0; f < kW; ++f)
+        for (int64_t o = 0; o < Format::kBytes; o += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(wr[f] + at + kDecodePrefetchAheadBytes + o), _MM_HINT_T0);
+    } else {
+      PrefetchLines(next + kW * at, kW * Format::kBytes);
+    }
+    LaneUnit<Format, kRows, kW>(wr, x, u * Format::kValues, at, acc);
+  }
+  alignas(32) float sums[P::kGroups][8];
+  for (int g = 0; g < P::kGroups; ++g) _mm256_store_ps(sums[g], acc[g]);
+  for (int p = 0; p < P::kCount; ++p) {
+    const int64_t j = rows[P::W(p)];
+    if (j < 0) continue;
+    const float bias = a.bias != nullptr ? a.bias[j] : 0.0f;
+    a.y[(r0 + P::Row(p)) * a.ldy + j] = sums[p / 4][p % 4] + sums[p / 4][p % 4 + 4] + bias;
+  }
+}
+
+// ---- The passes over a slice ----
+
+template <class Format, int kRows, int kW, bool kAhead>
+void AnyPass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0,
+             const int64_t (&rows)[kW]) {
+  if constexpr (Format::kIntScales) {
+    Pass<Format, kRows, kW, kAhead>(w, a, px, r0, rows);
+  } else {
+    LanePass<Format, kRows, kW, kAhead>(w, a, px, r0, rows);
+  }
+}
+
+// The slice cut into kW contiguous parts, a pass taking the next row of
+// each: kW sequential streams, each prefetched ahead.
+template <class Format, int kRows, int kW>
+void SplitStreams(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
+  const int64_t part = (a.n_end - a.n_begin + kW - 1) / kW;
+  for (int64_t p = 0; p < part; ++p) {
+    int64_t rows[kW];
+    for (int f = 0; f < kW; ++f) {
+      const int64_t j = a.n_begin + f * part + p;
+      rows[f] = j < a.n_end ? j : -1;
+    }
+    AnyPass<Format, kRows, kW, true>(w, a, px, r0, rows);
+  }
+}
+
+// Adjacent W rows kW a pass, the next pass's rows prefetched.
 template <class Format, int kRows, int kW>
 void RowsBy(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
-  for (int64_t j0 = a.n_begin; j0 < a.n_end; j0 += kW) Pass<Format, kRows, kW>(w, a, px, r0, j0);
+  for (int64_t j0 = a.n_begin; j0 < a.n_end; j0 += kW) {
+    int64_t rows[kW];
+    for (int f = 0; f < kW; ++f) rows[f] = j0 + f < a.n_end ? j0 + f : -1;
+    AnyPass<Format, kRows, kW, false>(w, a, px, r0, rows);
+  }
 }
 
 template <class Format, int kRows>
 void Rows(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
-  // One x row at K <= kInt8OneRowMaxK reads one W row at a time, one
-  // sequential stream, prefetched kDecodePrefetchAheadBytes ahead (Unit)
-  // (why, and the K bound: linear_isa.h, kInt8OneRowMaxK; the VNNI pass
-  // reads split streams instead, linear_avx512_vnni_fused.cc, SplitStreams).
-  if constexpr (kRows == 1) {
-    if (w.k <= kInt8OneRowMaxK) return RowsBy<Format, 1, 1>(w, a, px, r0);
+  if constexpr (!Format::kIntScales) {
+    // One x row: 4 split streams, one lane group a block.
+    if constexpr (kRows == 1) return SplitStreams<Format, 1, 4>(w, a, px, r0);
+    RowsBy<Format, kRows, 2>(w, a, px, r0);
+  } else {
+    // One x row: 2 split streams, faster than one W row at a time (one
+    // stream) at every K-quant and shape measured, and than 4 streams
+    // within noise (docs/BENCHMARKS.md, Other instruction sets).
+    if constexpr (kRows == 1) return SplitStreams<Format, 1, 2>(w, a, px, r0);
+    // 16 ymm registers: the kW x kRows int32 sums come first.
+    constexpr int kW = kRows <= 2 ? 2 : 1;
+    RowsBy<Format, kRows, kW>(w, a, px, r0);
   }
-  // 16 ymm registers: the kW x kRows f32 sums (per-32 formats) or int32
-  // sums (K-quants) come first.
-  constexpr int kW = kRows <= 2 ? 2 : 1;
-  RowsBy<Format, kRows, kW>(w, a, px, r0);
 }
 
 template <class Format>

@@ -121,14 +121,11 @@ struct Int8DotTile {
 // tile path runs those). Each y[r, j] is the sum plus bias[j].
 inline constexpr int64_t kInt8FusedRows = 8;
 // Up to this K, x (K bytes of levels, up to K / 2 of scales and offsets)
-// stays in L1 beside the W stream. AVX2: one x row (decode) reads one W
-// row at a time, front to back (one stream, prefetched
-// kDecodePrefetchAheadBytes ahead); past it every block reloads its x lines, so W rows go
-// several a pass, sharing each x load. The bound (K = 6400 is Phi-3.5-MoE's
-// down projection) was measured with one row at a time against the pass
-// (docs/BENCHMARKS.md, Decode GEMV). AVX-512 VNNI reads split streams
-// (several W rows a pass, each from its own contiguous part of the slice)
-// for one x row at any K and for two up to this one (why there,
+// stays in L1 beside the W streams. One x row (decode) reads split streams
+// (several W rows a pass, each from its own contiguous part of the slice,
+// each prefetched kDecodePrefetchAheadBytes ahead) at any K, at AVX2 and
+// AVX-512 VNNI alike; AVX-512 VNNI reads them for two x rows up to this K
+// (K = 6400 is Phi-3.5-MoE's down projection; why there,
 // linear_avx512_vnni_fused.cc, Rows).
 inline constexpr int64_t kInt8OneRowMaxK = 6400;
 // How far ahead of each step, in each sequential W stream it reads, a
