@@ -562,7 +562,7 @@ struct Avx2Gemm {
   }
   static void Multiply(const LinearWeight& w, const uint8_t* panel, bool offsets, const uint8_t* x, int64_t m,
                        const Int8RowLayoutView& layout, float* out) {
-    Avx2Int8GemmPanel(panel, w.k, w.dtype == DType::kQ8_0, offsets, x, m, layout, out);
+    Avx2Int8GemmPanel(panel, w.k, w.dtype == DType::kQ8_0, offsets, w.dtype != DType::kQ6_K, x, m, layout, out);
   }
   static bool GroupMajorX(const LinearWeight&) { return false; }
 };

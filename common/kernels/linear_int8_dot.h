@@ -103,9 +103,11 @@ int64_t Int8GemmPanelBytes(int64_t k);
 bool Int8GemmPackPanel(const Int8DecodedRows& rows, int64_t k, uint8_t* panel);
 // out[r * 8 + c] = x row r . W row c of the packed `panel`, for r < m.
 // `is_signed`: Q8_0's levels (the others' are in [0, 64)); `offsets`: add
-// the offsets' terms (Int8GemmPackPanel said some are nonzero).
-void Avx2Int8GemmPanel(const uint8_t* panel, int64_t k, bool is_signed, bool offsets, const uint8_t* x, int64_t m,
-                       const Int8RowLayoutView& layout, float* out);
+// the offsets' terms (Int8GemmPackPanel said some are nonzero); `pairs`:
+// each two 16-value groups share their scales and offsets (every type but
+// Q6_K; a signed type must be one).
+void Avx2Int8GemmPanel(const uint8_t* panel, int64_t k, bool is_signed, bool offsets, bool pairs, const uint8_t* x,
+                       int64_t m, const Int8RowLayoutView& layout, float* out);
 
 // The AVX512-VNNI GEMM (linear_avx512_vnni_gemm.cc): panels of 16 decoded
 // W rows (levels unsigned), vpdpbusd on 4 broadcast x levels against 16 W

@@ -55,57 +55,70 @@ inline __m256i Broadcast4(const int8_t* p) {
 
 // acc[r] (8 lanes: the panel's rows) += row r of x . the panel, r < kR.
 // x rows `x_stride` bytes apart: levels, then scales and offsets per group.
-template <int kR, bool kSigned, bool kOffsets>
+// kPairs: the type scales per 32 values (all but Q6_K), so two groups' int32
+// sums add before one f32 step (their scales and offsets are the same).
+template <int kR, bool kSigned, bool kOffsets, bool kPairs>
 inline void PanelTile(const PanelView& panel, const uint8_t* x, int64_t x_stride, int64_t scales_at, int64_t offsets_at,
                       float* out, int64_t ldo) {
+  constexpr int kSpan = kPairs ? 2 : 1;  // groups a step
   __m256 acc[kR];
   for (int r = 0; r < kR; ++r) acc[r] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t g = 0; g < panel.num_groups; ++g) {
-    const uint8_t* grp = panel.groups + g * kGroupBytes;
-    __m256i w[4], a[4];
-    for (int q = 0; q < 4; ++q) {
-      w[q] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(grp + q * kQuadBytes));
-      a[q] = kSigned ? _mm256_abs_epi8(w[q]) : w[q];
+  for (int64_t g = 0; g < panel.num_groups; g += kSpan) {
+    __m256i sum[kR];
+    for (int r = 0; r < kR; ++r) sum[r] = _mm256_setzero_si256();
+    for (int h = 0; h < kSpan; ++h) {
+      const uint8_t* grp = panel.groups + (g + h) * kGroupBytes;
+      __m256i w[4], a[4];
+      for (int q = 0; q < 4; ++q) {
+        w[q] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(grp + q * kQuadBytes));
+        a[q] = kSigned ? _mm256_abs_epi8(w[q]) : w[q];
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < kR; ++r) {
+        const auto* xq = reinterpret_cast<const int8_t*>(x + r * x_stride + (g + h) * kGroup);
+        if constexpr (kSigned) {
+          __m256i s[4];
+          for (int q = 0; q < 4; ++q)
+            s[q] = _mm256_madd_epi16(_mm256_maddubs_epi16(a[q], _mm256_sign_epi8(Broadcast4(xq + 4 * q), w[q])), ones);
+          sum[r] =
+              _mm256_add_epi32(sum[r], _mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3])));
+        } else {
+          const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(a[0], Broadcast4(xq)),
+                                               _mm256_maddubs_epi16(a[1], Broadcast4(xq + 4)));
+          const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(a[2], Broadcast4(xq + 8)),
+                                               _mm256_maddubs_epi16(a[3], Broadcast4(xq + 12)));
+          sum[r] =
+              _mm256_add_epi32(sum[r], _mm256_add_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones)));
+        }
+      }
     }
-    const __m256 w_scale = _mm256_loadu_ps(reinterpret_cast<const float*>(grp + kGroupLevelBytes));
+    const float* params = reinterpret_cast<const float*>(panel.groups + g * kGroupBytes + kGroupLevelBytes);
+    const __m256 w_scale = _mm256_loadu_ps(params);
 #pragma GCC unroll 4
     for (int r = 0; r < kR; ++r) {
       const uint8_t* xr = x + r * x_stride;
-      const auto* xq = reinterpret_cast<const int8_t*>(xr + g * kGroup);
-      __m256i sum;
-      if constexpr (kSigned) {
-        __m256i s[4];
-        for (int q = 0; q < 4; ++q)
-          s[q] = _mm256_madd_epi16(_mm256_maddubs_epi16(a[q], _mm256_sign_epi8(Broadcast4(xq + 4 * q), w[q])), ones);
-        sum = _mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3]));
-      } else {
-        const __m256i p01 = _mm256_add_epi16(_mm256_maddubs_epi16(a[0], Broadcast4(xq)),
-                                             _mm256_maddubs_epi16(a[1], Broadcast4(xq + 4)));
-        const __m256i p23 = _mm256_add_epi16(_mm256_maddubs_epi16(a[2], Broadcast4(xq + 8)),
-                                             _mm256_maddubs_epi16(a[3], Broadcast4(xq + 12)));
-        sum = _mm256_add_epi32(_mm256_madd_epi16(p01, ones), _mm256_madd_epi16(p23, ones));
-      }
       const float x_scale = reinterpret_cast<const float*>(xr + scales_at)[g];
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(w_scale, _mm256_set1_ps(x_scale)), acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), _mm256_mul_ps(w_scale, _mm256_set1_ps(x_scale)), acc[r]);
       if constexpr (kOffsets) {
-        const __m256 w_offset = _mm256_loadu_ps(reinterpret_cast<const float*>(grp + kGroupLevelBytes) + kPanelRows);
-        acc[r] = _mm256_fmadd_ps(w_offset, _mm256_set1_ps(reinterpret_cast<const float*>(xr + offsets_at)[g]), acc[r]);
+        const float* xo = reinterpret_cast<const float*>(xr + offsets_at) + g;
+        const float x_offset = kPairs ? xo[0] + xo[1] : xo[0];
+        acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(params + kPanelRows), _mm256_set1_ps(x_offset), acc[r]);
       }
     }
   }
   for (int r = 0; r < kR; ++r) _mm256_storeu_ps(out + r * ldo, acc[r]);
 }
 
-template <bool kSigned, bool kOffsets>
+template <bool kSigned, bool kOffsets, bool kPairs>
 void PanelRows(const PanelView& panel, const uint8_t* x, int64_t m, const Int8RowLayoutView& layout, float* out) {
   int64_t r = 0;
   for (; r + kRows <= m; r += kRows)
-    PanelTile<kRows, kSigned, kOffsets>(panel, x + r * layout.stride, layout.stride, layout.scales_at,
-                                        layout.offsets_at, out + r * kPanelRows, kPanelRows);
+    PanelTile<kRows, kSigned, kOffsets, kPairs>(panel, x + r * layout.stride, layout.stride, layout.scales_at,
+                                                layout.offsets_at, out + r * kPanelRows, kPanelRows);
   for (; r < m; ++r)
-    PanelTile<1, kSigned, kOffsets>(panel, x + r * layout.stride, layout.stride, layout.scales_at, layout.offsets_at,
-                                    out + r * kPanelRows, kPanelRows);
+    PanelTile<1, kSigned, kOffsets, kPairs>(panel, x + r * layout.stride, layout.stride, layout.scales_at,
+                                            layout.offsets_at, out + r * kPanelRows, kPanelRows);
 }
 
 }  // namespace
@@ -151,13 +164,20 @@ bool Int8GemmPackPanel(const Int8DecodedRows& rows, int64_t k, uint8_t* panel) {
   return any_offset;
 }
 
-void Avx2Int8GemmPanel(const uint8_t* panel, int64_t k, bool is_signed, bool offsets, const uint8_t* x, int64_t m,
-                       const Int8RowLayoutView& layout, float* out) {
+void Avx2Int8GemmPanel(const uint8_t* panel, int64_t k, bool is_signed, bool offsets, bool pairs, const uint8_t* x,
+                       int64_t m, const Int8RowLayoutView& layout, float* out) {
   const PanelView view{panel, k / kGroup};
-  if (is_signed) {
-    offsets ? PanelRows<true, true>(view, x, m, layout, out) : PanelRows<true, false>(view, x, m, layout, out);
+  if (pairs) {
+    if (is_signed) {
+      offsets ? PanelRows<true, true, true>(view, x, m, layout, out)
+              : PanelRows<true, false, true>(view, x, m, layout, out);
+    } else {
+      offsets ? PanelRows<false, true, true>(view, x, m, layout, out)
+              : PanelRows<false, false, true>(view, x, m, layout, out);
+    }
   } else {
-    offsets ? PanelRows<false, true>(view, x, m, layout, out) : PanelRows<false, false>(view, x, m, layout, out);
+    offsets ? PanelRows<false, true, false>(view, x, m, layout, out)
+            : PanelRows<false, false, false>(view, x, m, layout, out);
   }
 }
 
