@@ -18,8 +18,8 @@
 //   GEMM (from kInt8GemmMinRows x rows, every type): the slice's W rows
 //     decoded once into panels of rows side by side, each broadcast of 4 x
 //     levels multiplied with a panel's rows at once, the f32 scaling once
-//     per group for all of them: AVX2 panels of 8 rows, scaled per 16
-//     values (linear_int8_gemm.cc); AVX512-VNNI panels of 16, scaled per 32
+//     per group for all of them: AVX2 panels of 8 rows, scaled per 32
+//     values (16 for Q6_K; linear_int8_gemm.cc); AVX512-VNNI panels of 16, scaled per 32
 //     (linear_avx512_vnni_gemm.cc).
 //   tile slice (Q4_1, Q5_0, and every type in the *_int8_tile entries, the
 //     A/B reference of the fused slice):

@@ -9,7 +9,8 @@
 // every few rows. Here a panel of 8 W rows is decoded once per call into
 // 8-bit levels with the 8 rows side by side in each 4-byte column, so one
 // broadcast of 4 x levels meets 8 W rows in one vpmaddubsw, and the f32
-// work (convert, scale, offset) is done once per 16 values for 8 outputs.
+// work (convert, scale, offset) is done once per 32 values (16 for Q6_K)
+// for 8 outputs.
 //
 // Layout of a panel, per 16-value group g (kGroupBytes): the levels of
 // quads 0..3 (values 16g + 4q .. +3), each [8 rows][4 bytes]; then the 8
@@ -23,7 +24,8 @@
 // products take |l| and x carrying l's sign (vpsignb), each quad widened
 // alone (2 * 127 * 127 fits int16, twice that does not). The int32 lanes
 // of a group are exact; then y += float(sum) * w_scale * x_scale + w_offset
-// * x_offset, in f32, group by group: the same terms as the int8_dot tile,
+// * x_offset, in f32, group by group (two groups' int32 sums first where
+// the type scales per 32): the same terms as the int8_dot tile,
 // summed in another order (its error bound, linear_int8_dot.h).
 #include <immintrin.h>
 
