@@ -451,15 +451,8 @@ void AnyPass(const LinearWeight& w, const LinearSliceArgs& a, const Int8Prepared
 // each: kW sequential streams, each prefetched ahead.
 template <class Format, int kRows, int kW>
 void SplitStreams(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
-  const int64_t part = (a.n_end - a.n_begin + kW - 1) / kW;
-  for (int64_t p = 0; p < part; ++p) {
-    int64_t rows[kW];
-    for (int f = 0; f < kW; ++f) {
-      const int64_t j = a.n_begin + f * part + p;
-      rows[f] = j < a.n_end ? j : -1;
-    }
-    AnyPass<Format, kRows, kW, true>(w, a, px, r0, rows);
-  }
+  ForEachSplitStreamPass<kW>(a.n_begin, a.n_end,
+                             [&](const int64_t(&rows)[kW]) { AnyPass<Format, kRows, kW, true>(w, a, px, r0, rows); });
 }
 
 // Adjacent W rows kW a pass, the next pass's rows prefetched.

@@ -141,17 +141,12 @@ inline void DotRowTile(const uint16_t* x, const uint16_t* const (&w)[kW], int64_
 template <int kW, typename DotFn>
 inline void SplitStreams(const LinearWeight& w, const LinearSliceArgs& a, DotFn dot) {
   const auto* weights = static_cast<const uint16_t*>(w.data);
-  const int64_t part = (a.n_end - a.n_begin + kW - 1) / kW;
-  for (int64_t i = 0; i < part; ++i) {
-    int64_t rows[kW];
+  isa::ForEachSplitStreamPass<kW>(a.n_begin, a.n_end, [&](const int64_t(&rows)[kW]) {
     const uint16_t* wrows[kW];
-    for (int f = 0; f < kW; ++f) {
-      const int64_t j = a.n_begin + f * part + i;
-      rows[f] = j < a.n_end ? j : -1;  // a row past the slice repeats the first and is dropped
+    for (int f = 0; f < kW; ++f)  // a row past the slice repeats the first and is dropped
       wrows[f] = weights + (rows[f] >= 0 ? rows[f] : rows[0]) * w.k;
-    }
     dot(wrows, rows);
-  }
+  });
 }
 
 // kMR rows of x: as many W rows side by side as the registers hold with

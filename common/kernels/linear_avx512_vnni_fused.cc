@@ -490,15 +490,9 @@ void RowsBy(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX
 // measured (docs/BENCHMARKS.md, Decode GEMV).
 template <class Format, int kRows, int kW>
 void SplitStreams(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0) {
-  const int64_t part = (a.n_end - a.n_begin + kW - 1) / kW;
-  for (int64_t i = 0; i < part; ++i) {
-    int64_t rows[kW];
-    for (int f = 0; f < kW; ++f) {
-      const int64_t j = a.n_begin + f * part + i;
-      rows[f] = j < a.n_end ? j : -1;
-    }
+  ForEachSplitStreamPass<kW>(a.n_begin, a.n_end, [&](const int64_t(&rows)[kW]) {
     Pass<Format, kRows, kW, Prefetch::kAhead>(w, a, px, r0, rows);
-  }
+  });
 }
 
 template <class Format, int kRows>

@@ -136,6 +136,21 @@ inline constexpr int64_t kInt8OneRowMaxK = 6400;
 // longer distances helped less; docs/BENCHMARKS.md, Decode GEMV; why:
 // linear_avx512_vnni_fused.cc, PrefetchStep).
 inline constexpr int64_t kDecodePrefetchAheadBytes = 1536;
+// The W rows [n_begin, n_end) as kW split streams: the range cut into kW
+// contiguous parts, pass(rows) called with the next row of each part in
+// turn (-1 where a shorter last part has none).
+template <int kW, class PassFn>
+inline void ForEachSplitStreamPass(int64_t n_begin, int64_t n_end, PassFn&& pass) {
+  const int64_t part = (n_end - n_begin + kW - 1) / kW;
+  for (int64_t i = 0; i < part; ++i) {
+    int64_t rows[kW];
+    for (int f = 0; f < kW; ++f) {
+      const int64_t j = n_begin + f * part + i;
+      rows[f] = j < n_end ? j : -1;
+    }
+    pass(rows);
+  }
+}
 struct Int8PreparedX {
   const void* base = nullptr;  // row r at base + r * stride: levels, then scales, offsets
   int64_t stride = 0;
