@@ -45,12 +45,6 @@ inline void PrefetchLines(const uint8_t* p, int64_t bytes) {
   for (int64_t at = 0; at < bytes; at += 64) _mm_prefetch(reinterpret_cast<const char*>(p) + at, _MM_HINT_T1);
 }
 
-// One W row at a time (decode's one x row) is one sequential stream; each
-// step prefetches its own bytes kDecodePrefetchAheadBytes on into L1
-// (linear_isa.h): faster on the small model's short rows, level elsewhere
-// (the GEMV bench capped at AVX2, builds alternating; docs/BENCHMARKS.md,
-// Decode GEMV).
-
 inline __m256i Load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 
 // The 8 6-bit scales (bytes 0..7) and mins (8..15) of a Q4_K/Q5_K block's
@@ -223,13 +217,13 @@ inline float Sum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// The f32 sums of kW W rows by kRows x rows, one ymm each. Formats that
-// scale every step keep them in registers; the K-quants touch them once a
-// block, so they wait in memory and leave the 16 registers to the block's
-// int32 sums: all 8 x rows' in one sweep of the steps, not two sweeps of 4
-// beside 8 register accumulators (faster on one Q4_K expert at 8 rows,
-// more so with the running sums of IntScaledSteps; docs/BENCHMARKS.md,
-// Other instruction sets).
+// The K-quant pass's f32 sums of kW W rows by kRows x rows, one ymm each.
+// They are touched once a block, so past 2 (W row, x row) pairs they wait
+// in memory and leave the 16 registers to the block's int32 sums: all 8 x
+// rows' in one sweep of the steps, not two sweeps of 4 beside 8 register
+// accumulators (faster on one Q4_K expert at 8 rows, more so with the
+// running sums of IntScaledSteps; docs/BENCHMARKS.md, Other instruction
+// sets). Up to 2 pairs they stay in registers (Pass).
 template <int kW, int kRows>
 struct RegisterSums {
   __m256 v[kW][kRows];
@@ -241,6 +235,33 @@ struct MemorySums {
   alignas(32) float v[kW][kRows][8];
   __m256 Get(int f, int r) const { return _mm256_load_ps(v[f][r]); }
   void Set(int f, int r, __m256 x) { _mm256_store_ps(v[f][r], x); }
+};
+
+// The W rows of one pass (`rows`; a negative one repeats rows[0], its sums
+// dropped by the caller) and their prefetch rule. kAhead: each W row is the
+// next of its own sequential stream and prefetches its own bytes
+// kDecodePrefetchAheadBytes ahead; else the rows are adjacent and each step
+// prefetches its share of the next pass's rows.
+template <int kW, bool kAhead>
+struct PassWeights {
+  const uint8_t* rows[kW];
+  const uint8_t* next;  // the next pass's first row (prefetches never fault)
+  PassWeights(const LinearWeight& w, const int64_t (&j)[kW]) {
+    const int64_t row_bytes = w.row_bytes();
+    const uint8_t* const data = static_cast<const uint8_t*>(w.data);
+    for (int f = 0; f < kW; ++f) rows[f] = data + (j[f] >= 0 ? j[f] : j[0]) * row_bytes;
+    next = data + (j[0] + kW) * row_bytes;
+  }
+  // Before the unit of `bytes` at byte `at` of each row.
+  void Prefetch(int64_t at, int64_t bytes) const {
+    if constexpr (kAhead) {
+      for (int f = 0; f < kW; ++f)
+        for (int64_t o = 0; o < bytes; o += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(rows[f] + at + kDecodePrefetchAheadBytes + o), _MM_HINT_T0);
+    } else {
+      PrefetchLines(next + kW * at, kW * bytes);
+    }
+  }
 };
 
 // The x rows of one pass: the first row and the stride, so a pass of 8
@@ -295,20 +316,9 @@ inline void IntScaledSteps(const uint8_t* const (&w)[kW], const XRows<kRows>& x,
   }
 }
 
-// One K-quant block of kW W rows against kRows x rows. kAhead: each W row
-// is its own sequential stream and prefetches its bytes
-// kDecodePrefetchAheadBytes ahead; else the rows are adjacent and prefetch
-// the next pass's (`next`).
-template <class Format, int kRows, int kW, bool kAhead, class Acc>
-inline void Unit(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows<kRows>& x, int64_t i, int64_t at,
-                 Acc& acc) {
-  if constexpr (kAhead) {
-    for (int f = 0; f < kW; ++f)
-      for (int64_t o = 0; o < Format::kBytes; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(w[f] + at + kDecodePrefetchAheadBytes + o), _MM_HINT_T0);
-  } else {
-    PrefetchLines(next + kW * at, kW * Format::kBytes);
-  }
+// One K-quant block of kW W rows against kRows x rows.
+template <class Format, int kRows, int kW, class Acc>
+inline void Unit(const uint8_t* const (&w)[kW], const XRows<kRows>& x, int64_t i, int64_t at, Acc& acc) {
   typename Format::State state[kW];
   for (int f = 0; f < kW; ++f) state[f] = Format::Begin(w[f] + at);
   for (int f = 0; f < kW; ++f) {
@@ -323,24 +333,23 @@ inline void Unit(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows
 }
 
 // kW W rows (`rows`; a negative one repeats rows[0] and its sums are
-// dropped) against kRows x rows from r0, all of K. The f32 sums stay in
-// registers for up to 2 (W row, x row) pairs: in memory each block's three
-// FMAs on a sum wait on a store-forwarded load, a chain that bound one x row.
+// dropped) against kRows x rows from r0, all of K (kAhead: PassWeights).
+// The f32 sums stay in registers for up to 2 (W row, x row) pairs: in
+// memory each block's three FMAs on a sum wait on a store-forwarded load, a
+// chain that bound one x row.
 template <class Format, int kRows, int kW, bool kAhead>
 void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0,
           const int64_t (&rows)[kW]) {
-  const int64_t row_bytes = w.row_bytes();
-  const uint8_t* const data = static_cast<const uint8_t*>(w.data);
-  const uint8_t* wr[kW];
-  for (int f = 0; f < kW; ++f) wr[f] = data + (rows[f] >= 0 ? rows[f] : rows[0]) * row_bytes;
-  const uint8_t* const next = data + (rows[0] + kW) * row_bytes;  // prefetches never fault
+  const PassWeights<kW, kAhead> wr(w, rows);
   const XRows<kRows> x{static_cast<const uint8_t*>(px.base) + r0 * px.stride, px.stride, px.scales_at,
                        px.offsets_at};
   std::conditional_t<kRows * kW <= 2, RegisterSums<kW, kRows>, MemorySums<kW, kRows>> acc;
   for (int f = 0; f < kW; ++f)
     for (int r = 0; r < kRows; ++r) acc.Set(f, r, _mm256_setzero_ps());
-  for (int64_t u = 0; u < w.k / Format::kValues; ++u)
-    Unit<Format, kRows, kW, kAhead>(wr, next, x, u * Format::kValues, u * Format::kBytes, acc);
+  for (int64_t u = 0; u < w.k / Format::kValues; ++u) {
+    wr.Prefetch(u * Format::kBytes, Format::kBytes);
+    Unit<Format, kRows, kW>(wr.rows, x, u * Format::kValues, u * Format::kBytes, acc);
+  }
   for (int f = 0; f < kW; ++f) {
     if (rows[f] < 0) continue;
     const float bias = a.bias != nullptr ? a.bias[rows[f]] : 0.0f;
@@ -399,31 +408,19 @@ inline void LaneUnit(const uint8_t* const (&w)[kW], const XRows<kRows>& x, int64
 }
 
 // kW W rows (`rows`, a negative one repeats rows[0] and is dropped) against
-// kRows x rows from r0, all of K. kSplit: each W row is the next of its own
-// sequential stream and prefetches its bytes kDecodePrefetchAheadBytes ahead
-// (one x row); else the rows are adjacent and prefetch the next pass's.
-template <class Format, int kRows, int kW, bool kSplit>
+// kRows x rows from r0, all of K (kAhead: PassWeights).
+template <class Format, int kRows, int kW, bool kAhead>
 void LanePass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& px, int64_t r0,
               const int64_t (&rows)[kW]) {
   using P = Pairs<kRows, kW>;
-  const int64_t row_bytes = w.row_bytes();
-  const uint8_t* const data = static_cast<const uint8_t*>(w.data);
-  const uint8_t* wr[kW];
-  for (int f = 0; f < kW; ++f) wr[f] = data + (rows[f] >= 0 ? rows[f] : rows[0]) * row_bytes;
-  const uint8_t* const next = data + (rows[0] + kW) * row_bytes;  // prefetches never fault
+  const PassWeights<kW, kAhead> wr(w, rows);
   const XRows<kRows> x{static_cast<const uint8_t*>(px.base) + r0 * px.stride, px.stride, px.scales_at, px.offsets_at};
   __m256 acc[P::kGroups];
   for (__m256& v : acc) v = _mm256_setzero_ps();
   for (int64_t u = 0; u < w.k / Format::kValues; ++u) {
     const int64_t at = u * Format::kBytes;
-    if constexpr (kSplit) {
-      for (int f = 0; f < kW; ++f)
-        for (int64_t o = 0; o < Format::kBytes; o += 64)
-          _mm_prefetch(reinterpret_cast<const char*>(wr[f] + at + kDecodePrefetchAheadBytes + o), _MM_HINT_T0);
-    } else {
-      PrefetchLines(next + kW * at, kW * Format::kBytes);
-    }
-    LaneUnit<Format, kRows, kW>(wr, x, u * Format::kValues, at, acc);
+    wr.Prefetch(at, Format::kBytes);
+    LaneUnit<Format, kRows, kW>(wr.rows, x, u * Format::kValues, at, acc);
   }
   alignas(32) float sums[P::kGroups][8];
   for (int g = 0; g < P::kGroups; ++g) _mm256_store_ps(sums[g], acc[g]);
