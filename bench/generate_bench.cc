@@ -102,11 +102,12 @@ struct Machine {
 
 // Sums of the engine's per-part timings over several forwards.
 struct PartSums {
-  int64_t steps = 0;
+  int64_t steps = 0, routed_rows = 0;
   double embed_us = 0, attention_us = 0, projection_us = 0, router_us = 0, experts_us = 0, combine_us = 0,
          shared_expert_us = 0, dense_mlp_us = 0, logits_us = 0, engine_us = 0, wall_us = 0, wait_us = 0;
   void Add(const ForwardTiming& t) {
     ++steps;
+    routed_rows += t.routed_rows;
     embed_us += t.embed_us;
     attention_us += t.attention_us;
     router_us += t.router_us;
@@ -120,17 +121,18 @@ struct PartSums {
 };
 
 // GEMM figures of one prefill: the experts' (2 x 3 x D x I flops per routed
-// row) and the attention projections', against the peak of the instruction
-// the kernel at that row count uses for the weights' dtype (a Q4_K_M
-// file's experts run int8 or bf16 dot products, not its bf16 kernels).
+// row the engine ran; the last layer runs only the prompt's last token) and
+// the attention projections', against the peak of the instruction the
+// kernel at that row count uses for the weights' dtype (a Q4_K_M file's
+// experts run int8 or bf16 dot products, not its bf16 kernels).
 struct GemmDTypes {
   DType experts, projections;
 };
-void AddGemmFigures(const ModelConfig& c, int64_t prompt_tokens, double experts_us, double projection_us,
-                    double projection_flops, const GemmDTypes& dtypes, const Machine& machine, json* line) {
-  const double routed_rows = static_cast<double>(prompt_tokens * c.num_experts_per_tok);
+void AddGemmFigures(const ModelConfig& c, int64_t prompt_tokens, const PartSums& parts, double projection_flops,
+                    const GemmDTypes& dtypes, const Machine& machine, json* line) {
+  const double experts_us = parts.experts_us, projection_us = parts.projection_us;
   const double expert_flops = 2.0 * 3.0 * static_cast<double>(c.hidden_size) *
-                              static_cast<double>(c.intermediate_size) * routed_rows * c.num_moe_layers();
+                              static_cast<double>(c.intermediate_size) * static_cast<double>(parts.routed_rows);
   const int64_t rows_per_expert = std::max<int64_t>(1, prompt_tokens * c.num_experts_per_tok / c.num_local_experts);
   const LinearKernel& expert_kernel = ChooseLinearKernel(rows_per_expert, dtypes.experts, LinearOptions{});
   const LinearKernel& projection_kernel = ChooseLinearKernel(prompt_tokens, dtypes.projections, LinearOptions{});
@@ -324,8 +326,7 @@ absl::Status BenchModel(std::unique_ptr<Model> model, const std::string& name, c
                  {"dense_mlp_ms", Ms(p.dense_mlp_us)},
                  {"lm_head_ms", Ms(p.logits_us)},
                  {"thread_wait_ms", Ms(p.wait_us)}};
-    AddGemmFigures(c, prompt_tokens, p.experts_us, p.projection_us, best_prefill_run.prefill_projection_flops,
-                   gemm_dtypes, machine, &line);
+    AddGemmFigures(c, prompt_tokens, p, best_prefill_run.prefill_projection_flops, gemm_dtypes, machine, &line);
     EmitJsonLine(line);
   }
 
@@ -351,8 +352,7 @@ absl::Status BenchModel(std::unique_ptr<Model> model, const std::string& name, c
                  {"attention_core_ms", Ms(t.attention_us - t.projection_us)},
                  {"thread_wait_ms", Ms(t.wait_us)},
                  {"peak_rss_growth_mb", PeakRssMb() - rss_before}};
-    AddGemmFigures(c, length, t.experts_us, t.projection_us, fastest.prefill_projection_flops, gemm_dtypes, machine,
-                   &line);
+    AddGemmFigures(c, length, t, fastest.prefill_projection_flops, gemm_dtypes, machine, &line);
     EmitJsonLine(line);
   }
   return absl::OkStatus();

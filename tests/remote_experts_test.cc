@@ -219,7 +219,8 @@ TEST_F(RemoteConnectTest, LayerTooLargeForTheArenaFallsBackToInlineExactly) {
   EXPECT_EQ(std::memcmp(got->logits.data(), want.logits.data(), want.logits.size() * sizeof(float)), 0);
   const int64_t layers = 4;  // demo preset
   for (const RemoteWorkerStats& s : (*remote)->stats()) {
-    EXPECT_EQ(s.inline_fallbacks, layers) << s.address << ": the prefill's layers go inline";
+    // The last layer's experts run only the prompt's last token, which fits.
+    EXPECT_EQ(s.inline_fallbacks, layers - 1) << s.address << ": the prefill's layers but the last go inline";
     EXPECT_EQ(s.calls, 3 * layers) << s.address;
     EXPECT_EQ(s.failures, 0) << s.address;
   }

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <random>
 #include <set>
@@ -369,9 +370,10 @@ TEST_P(ExpertDispatchTest, OnlyChosenExpertsAreCalledWithTheirRows) {
     rt.recorder.Clear();
     const ForwardInput input{&kv, *tokens, false};
     ASSERT_OK(rt.engine->Forward({&input, 1}, &logits));
-    const int64_t rows = static_cast<int64_t>(tokens->size());
     for (int layer = 0; layer < config.num_hidden_layers; ++layer) {
       if (config.dense_layer(layer)) continue;  // no router, no experts
+      // The last layer routes only the row whose logits are asked for.
+      const int64_t rows = layer == config.num_hidden_layers - 1 ? 1 : static_cast<int64_t>(tokens->size());
       // What the router chose, from the logits the engine dumped.
       const RefTensor& router_logits = rt.dump.Get("router_logits", layer);
       ASSERT_EQ(router_logits.rows, rows);
@@ -415,6 +417,44 @@ TEST_P(ExpertDispatchTest, AnExpertWithZeroRowsChangesNothing) {
   }
   // Bit for bit: a zero-row expert must neither write nor disturb anything.
   EXPECT_EQ(results[0], results[1]);
+}
+
+// After the last layer's attention only the rows whose logits are asked for
+// go on (a prompt's last token; every row of an all_logits input): its
+// experts see those rows alone, and the logits are those of the full pass.
+TEST_P(ExpertDispatchTest, TheLastLayerRunsOnlyTheRowsWhoseLogitsAreAskedFor) {
+  const ModelConfig& config = model_->config;
+  const int64_t k = config.num_experts_per_tok, last = config.num_hidden_layers - 1;
+  const std::vector<int32_t> prompt_a = {5, 77, 301, 12, 450, 9};
+  const std::vector<int32_t> prompt_b = {8, 61, 222, 3};
+  std::vector<float> logits[2];  // [0]: a's last row only, [1]: every row of a
+  for (bool all_a : {false, true}) {
+    RecordingEngine rt(*model_, /*add_empty_experts=*/false);
+    SequenceKv kv_a(rt.kv_pool.get()), kv_b(rt.kv_pool.get());
+    const ForwardInput inputs[] = {{&kv_a, prompt_a, all_a}, {&kv_b, prompt_b, true}};
+    ASSERT_OK(rt.engine->Forward(inputs, &logits[all_a]));
+    std::map<int, int64_t> rows_of_layer;
+    for (const RecordingExecutor::Call& call : rt.recorder.calls()) rows_of_layer[call.layer] += call.rows;
+    const int64_t a_rows = all_a ? 6 : 1;
+    EXPECT_EQ(rows_of_layer[static_cast<int>(last)], k * (a_rows + 4)) << "all_a " << all_a;
+    for (int layer = 0; layer < last; ++layer) {
+      if (!config.dense_layer(layer)) {
+        EXPECT_EQ(rows_of_layer[layer], k * 10) << "layer " << layer;
+      }
+    }
+    EXPECT_EQ(rt.dump.Get("layer_out", static_cast<int>(last)).rows, a_rows + 4);
+  }
+  // a's last row and b's four rows agree (kernels may differ by row count).
+  const int64_t v = config.vocab_size;
+  ASSERT_EQ(static_cast<int64_t>(logits[0].size()), 5 * v);
+  ASSERT_EQ(static_cast<int64_t>(logits[1].size()), 10 * v);
+  float scale = 0;
+  for (float x : logits[1]) scale = std::max(scale, std::abs(x));
+  for (int64_t r = 0; r < 5; ++r) {
+    for (int64_t i = 0; i < v; ++i) {
+      ASSERT_NEAR(logits[0][r * v + i], logits[1][(r + 5) * v + i], 2e-3f * scale) << "row " << r << " id " << i;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, ExpertDispatchTest,

@@ -1,5 +1,6 @@
 #include "coordinator/engine/engine.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -69,8 +70,12 @@ absl::Status Engine::ForwardLayers(std::span<const ForwardInput> inputs, std::ve
   TANDEM_RETURN_IF_ERROR(backend_->Embed(tokens_, hidden_.data()));  // [T, D]
   timing_.embed_us = MicrosSince(t);
   Dump("embedding", -1, hidden_.data(), rows, config_.hidden_size);
+  routing_step_ = &step_;
+  int64_t layer_rows = rows;
   for (int layer = 0; layer < config_.num_hidden_layers; ++layer) {
-    TANDEM_RETURN_IF_ERROR(ForwardLayer(layer, slices, rows));
+    TANDEM_RETURN_IF_ERROR(RunAttention(layer, slices, layer_rows));
+    if (layer == config_.num_hidden_layers - 1) layer_rows = KeepOutputRows(slices, &logit_rows);
+    TANDEM_RETURN_IF_ERROR(RunFeedForward(layer, layer_rows));
   }
   t = std::chrono::steady_clock::now();
   logits->resize(logit_rows.size() * static_cast<size_t>(config_.vocab_size));
@@ -129,18 +134,60 @@ void Engine::Dump(std::string_view name, int layer, const float* data, int64_t n
   if (options_.dump) options_.dump(name, layer, data, n, cols);
 }
 
-// One decoder layer on hidden_: attention, router, experts, combine.
-absl::Status Engine::ForwardLayer(int layer, std::span<const SequenceSlice> slices, int64_t rows) {
-  const int64_t d = config_.hidden_size;
+// A decoder layer's first half on hidden_: attention (every row's keys and
+// values reach the cache).
+absl::Status Engine::RunAttention(int layer, std::span<const SequenceSlice> slices, int64_t rows) {
   LayerTimingUs& layer_timing = timing_.layers[static_cast<size_t>(layer)];
-  auto t = std::chrono::steady_clock::now();
+  const auto t = std::chrono::steady_clock::now();
   TANDEM_RETURN_IF_ERROR(backend_->Attention(layer, slices, rows, hidden_.data()));
   layer_timing.attention_us = MicrosSince(t);
   timing_.attention_us += layer_timing.attention_us;
-  Dump("attention_out", layer, hidden_.data(), rows, d);
+  Dump("attention_out", layer, hidden_.data(), rows, config_.hidden_size);
+  return absl::OkStatus();
+}
+
+// After the last layer's attention nothing reads a row but through its
+// logits, so the rest of the pass runs on the rows whose logits are asked
+// for (a prompt's last token): hidden_ keeps those rows, in order, at the
+// top; logit_rows becomes 0..R-1; the observers see the sequences' rows so
+// placed. Returns R.
+int64_t Engine::KeepOutputRows(std::span<const SequenceSlice> slices, std::vector<int64_t>* logit_rows) {
+  const int64_t rows = static_cast<int64_t>(tokens_.size());
+  const int64_t kept = static_cast<int64_t>(logit_rows->size());
+  if (kept == rows) return rows;
+  if (step_begun_) {
+    // Each slice keeps all its rows or its last; logit_rows ascend.
+    output_sequences_.assign(step_sequences_.begin(), step_sequences_.end());
+    auto from = logit_rows->begin();
+    for (size_t s = 0; s < output_sequences_.size(); ++s) {
+      const int64_t end = slices[s].row_offset + slices[s].num_tokens;
+      const auto to = std::lower_bound(from, logit_rows->end(), end);
+      output_sequences_[s].row_offset = from - logit_rows->begin();
+      output_sequences_[s].num_tokens = to - from;
+      from = to;
+    }
+    output_step_ = step_;
+    output_step_.rows = kept;
+    output_step_.sequences = output_sequences_;
+    routing_step_ = &output_step_;
+  }
+  const int64_t d = config_.hidden_size;
+  for (int64_t i = 0; i < kept; ++i) {
+    const int64_t from = (*logit_rows)[static_cast<size_t>(i)];  // ascending, so from >= i
+    if (from != i) std::copy_n(hidden_.data() + from * d, d, hidden_.data() + i * d);
+    (*logit_rows)[static_cast<size_t>(i)] = i;
+  }
+  return kept;
+}
+
+// A decoder layer's second half on hidden_'s first `rows` rows: router,
+// experts, combine, shared expert (or a dense layer's MLP).
+absl::Status Engine::RunFeedForward(int layer, int64_t rows) {
+  const int64_t d = config_.hidden_size;
+  LayerTimingUs& layer_timing = timing_.layers[static_cast<size_t>(layer)];
   if (config_.dense_layer(layer)) return RunDenseMlp(layer, rows);
 
-  t = std::chrono::steady_clock::now();
+  auto t = std::chrono::steady_clock::now();
   TANDEM_RETURN_IF_ERROR(backend_->Router(layer, rows, hidden_.data(), moe_input_.data(), router_logits_.data(),
                                           routing_experts_.data(), routing_weights_.data()));
   layer_timing.router_us = MicrosSince(t);
@@ -205,7 +252,8 @@ absl::Status Engine::RunDenseMlp(int layer, int64_t rows) {
 absl::Status Engine::AnnounceRouting(int layer, int64_t rows) {
   const int64_t k = config_.num_experts_per_tok;
   for (ForwardObserver* observer : options_.observers) {
-    observer->OnRouting(step_, layer, std::span<const int32_t>(routing_experts_.data(), static_cast<size_t>(rows * k)),
+    observer->OnRouting(*routing_step_, layer,
+                        std::span<const int32_t>(routing_experts_.data(), static_cast<size_t>(rows * k)),
                         static_cast<int>(k));
   }
   if (options_.layer_hook != nullptr) {
@@ -217,7 +265,7 @@ absl::Status Engine::AnnounceRouting(int layer, int64_t rows) {
                        router_logits_.data(),
                        routing_experts_.data(),
                        routing_weights_.data()};
-    TANDEM_RETURN_IF_ERROR(options_.layer_hook->OnLayerRouted(step_, backend_, routed));
+    TANDEM_RETURN_IF_ERROR(options_.layer_hook->OnLayerRouted(*routing_step_, backend_, routed));
   }
   return absl::OkStatus();
 }
@@ -245,6 +293,7 @@ absl::Status Engine::RunExperts(int layer, int64_t rows) {
     work.push_back({static_cast<int>(x), n, expert_in_.data() + offsets[x] * d, expert_res_.data() + offsets[x] * d});
   }
   TANDEM_RETURN_IF_ERROR(experts_->RunExperts(layer, work));
+  timing_.routed_rows += rows * k;
   for (int64_t i = 0; i < rows * k; ++i) {
     std::copy_n(expert_res_.data() + slot_of_row_[i] * d, d, expert_out_.data() + i * d);
   }

@@ -5,6 +5,10 @@
 //                    h += Σ_k w_k · FFN_{e_k}(x)        (expert executor + backend combine)
 //                    h += σ(g·x) · FFN_shared(x)         (backend, Qwen2-MoE's shared expert)
 //   logits = lm_head(norm(h))                          (backend)
+// The last layer's feed-forward (router onward) and the logits run only on
+// the rows whose logits are asked for (a prompt's last token, unless
+// all_logits): nothing else reads them, and for a short stack of layers it
+// is a large share of a prefill (llama.cpp selects its output rows there too).
 // The engine owns the run state (activation buffers) and nothing else: the
 // config and weights are borrowed, the KV cache belongs to each sequence.
 //
@@ -32,7 +36,8 @@ namespace tandem {
 // tests: "embedding", "attention_out", "moe_input", "router_logits",
 // "moe_out" (the weighted expert sum), "shared_expert_out" (the gated
 // shared expert's term, Qwen2-MoE), "layer_out", "logits". layer is -1
-// outside layers. data: [rows, cols] f32, valid only during the call.
+// outside layers. data: [rows, cols] f32, valid only during the call; after
+// the last layer's "attention_out", only the rows whose logits are asked for.
 using DumpHook = std::function<void(std::string_view name, int layer, const float* data, int64_t rows, int64_t cols)>;
 
 struct EngineOptions {
@@ -60,6 +65,7 @@ struct LayerTimingUs {
 // Wall time of the parts of the last Forward, microseconds.
 struct ForwardTiming {
   int64_t rows = 0;
+  int64_t routed_rows = 0;  // (row, expert) pairs the routed experts ran, all layers
   double embed_us = 0, attention_us = 0, router_us = 0, experts_us = 0, combine_us = 0, shared_expert_us = 0,
          dense_mlp_us = 0, logits_us = 0, total_us = 0;
   std::vector<LayerTimingUs> layers;  // [L]
@@ -82,7 +88,9 @@ class Engine {
   absl::Status LayOutBatch(std::span<const ForwardInput> inputs, std::vector<SequenceSlice>* slices,
                            std::vector<int64_t>* logit_rows);
   absl::Status GrowRunState(int64_t rows);
-  absl::Status ForwardLayer(int layer, std::span<const SequenceSlice> slices, int64_t rows);
+  absl::Status RunAttention(int layer, std::span<const SequenceSlice> slices, int64_t rows);
+  int64_t KeepOutputRows(std::span<const SequenceSlice> slices, std::vector<int64_t>* logit_rows);
+  absl::Status RunFeedForward(int layer, int64_t rows);
   absl::Status AnnounceRouting(int layer, int64_t rows);
   absl::Status RunExperts(int layer, int64_t rows);
   absl::Status RunSharedExpert(int layer, int64_t rows);
@@ -110,6 +118,11 @@ class Engine {
   ForwardStep step_;
   bool step_begun_ = false;  // OnStepBegin was called for the current Forward
   std::vector<StepSequence> step_sequences_;
+  // The step as the last layer's feed-forward sees it (only the rows whose
+  // logits are asked for), and the one OnRouting and the layer hook get.
+  ForwardStep output_step_;
+  std::vector<StepSequence> output_sequences_;
+  const ForwardStep* routing_step_ = &step_;
   std::unordered_map<const SequenceKv*, int64_t> sequence_ids_;
   int64_t next_sequence_id_ = 0;
   int64_t steps_ = 0;

@@ -43,7 +43,9 @@ class ForwardObserver {
   // Before the first layer.
   virtual void OnStepBegin(const ForwardStep& step) {}
   // After the router of `layer`, before its experts: experts[t * K + j] is
-  // row t's j-th expert.
+  // row t's j-th expert. In the last layer `step` has only the rows whose
+  // logits are asked for (a prefill's last token), its sequences' row_offset
+  // and num_tokens counting those.
   virtual void OnRouting(const ForwardStep& step, int layer, std::span<const int32_t> experts,
                          int num_experts_per_token) {}
   // After the step, with its status (a failed step changed no sequence).
