@@ -180,10 +180,16 @@ absl::StatusOr<TimedRun> TimedGenerate(LocalRuntime& rt, const GenerationRequest
   double wait_us = 0;
   auto last = std::chrono::steady_clock::now();
   int64_t tokens = 0;
+  // Every forward since the last token (a long prompt's chunks all count
+  // toward its first token).
+  ForwardTiming seen = rt.engine().total_timing();
   auto on_token = [&](const GeneratedToken&) {
     const auto now = std::chrono::steady_clock::now();
     PartSums& sums = tokens++ == 0 ? run.prefill : run.decode;
-    sums.Add(rt.engine().last_timing());
+    ForwardTiming since = rt.engine().total_timing();
+    since.Add(seen, -1.0);
+    seen = rt.engine().total_timing();
+    sums.Add(since);
     sums.wall_us += std::chrono::duration<double, std::micro>(now - last).count();
     const double pool_wait = rt.pool().stats().caller_wait_us;
     sums.wait_us += pool_wait - wait_us;

@@ -11,9 +11,38 @@ namespace tandem {
 Engine::Engine(const ModelConfig& config, ComputeBackend* backend, ExpertExecutor* experts, EngineOptions options)
     : config_(config), backend_(backend), experts_(experts), options_(std::move(options)) {}
 
+void ForwardTiming::Add(const ForwardTiming& t, double sign) {
+  const auto i = static_cast<int64_t>(sign);
+  rows += i * t.rows;
+  routed_rows += i * t.routed_rows;
+  for (auto [to, from] : {std::pair{&embed_us, t.embed_us},
+                          {&attention_us, t.attention_us},
+                          {&router_us, t.router_us},
+                          {&experts_us, t.experts_us},
+                          {&combine_us, t.combine_us},
+                          {&shared_expert_us, t.shared_expert_us},
+                          {&dense_mlp_us, t.dense_mlp_us},
+                          {&logits_us, t.logits_us},
+                          {&total_us, t.total_us}}) {
+    *to += sign * from;
+  }
+  if (layers.size() < t.layers.size()) layers.resize(t.layers.size());
+  for (size_t l = 0; l < t.layers.size(); ++l) {
+    LayerTimingUs& to = layers[l];
+    const LayerTimingUs& from = t.layers[l];
+    to.attention_us += sign * from.attention_us;
+    to.router_us += sign * from.router_us;
+    to.experts_us += sign * from.experts_us;
+    to.combine_us += sign * from.combine_us;
+    to.shared_expert_us += sign * from.shared_expert_us;
+    to.dense_mlp_us += sign * from.dense_mlp_us;
+  }
+}
+
 absl::Status Engine::Forward(std::span<const ForwardInput> inputs, std::vector<float>* logits) {
   step_begun_ = false;
   absl::Status status = ForwardLayers(inputs, logits);
+  total_timing_.Add(timing_);
   if (step_begun_) {
     for (ForwardObserver* observer : options_.observers) observer->OnStepEnd(step_, status);
   }

@@ -69,6 +69,9 @@ struct ForwardTiming {
   double embed_us = 0, attention_us = 0, router_us = 0, experts_us = 0, combine_us = 0, shared_expert_us = 0,
          dense_mlp_us = 0, logits_us = 0, total_us = 0;
   std::vector<LayerTimingUs> layers;  // [L]
+
+  // Field by field (sign -1: subtracts), for sums over several forwards.
+  void Add(const ForwardTiming& t, double sign = 1.0);
 };
 
 // Engine thread only.
@@ -81,6 +84,9 @@ class Engine {
   absl::Status Forward(std::span<const ForwardInput> inputs, std::vector<float>* logits);
 
   const ForwardTiming& last_timing() const { return timing_; }
+  // Every Forward's timing summed since the engine was made (a prompt
+  // longer than a prefill chunk takes several).
+  const ForwardTiming& total_timing() const { return total_timing_; }
 
  private:
   absl::Status ForwardLayers(std::span<const ForwardInput> inputs, std::vector<float>* logits);
@@ -103,7 +109,7 @@ class Engine {
   ComputeBackend* backend_;
   ExpertExecutor* experts_;
   EngineOptions options_;
-  ForwardTiming timing_;
+  ForwardTiming timing_, total_timing_;
 
   // Run state: [T, D] hidden and moe_input, [T, E] router logits, [T, K]
   // routing, [T·K, D] expert inputs/outputs grouped by expert.
