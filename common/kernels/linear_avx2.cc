@@ -127,12 +127,46 @@ inline void StreamBlock(const float* x, int64_t ldx, const void* const* rows, in
   for (; j < nb; ++j) StreamColumns<kDType, 1>(x, ldx, rows, mc, k0, kb, acc, j, first);
 }
 
+// One row of x (decode): the slice cut into kStreamBlock contiguous parts, a
+// pass taking the next W row of each (isa::ForEachSplitStreamPass), each
+// prefetched ahead: the same arithmetic per output as StreamTile<1, 8>, but
+// every part is read front to back as its own stream, which the hardware
+// prefetcher alone keeps short of the read bandwidth.
+template <DType kDType>
+void StreamOneRow(const LinearWeight& w, const LinearSliceArgs& a) {
+  constexpr int kW = static_cast<int>(kStreamBlock);
+  const int64_t k = w.k, k8 = k & ~int64_t{7};
+  const float* x = a.x;
+  isa::ForEachSplitStreamPass<kW>(a.n_begin, a.n_end, [&](const int64_t(&rows)[kW]) {
+    const char* wr[kW];
+    for (int f = 0; f < kW; ++f)  // a row past the slice repeats the first and is dropped
+      wr[f] = static_cast<const char*>(WeightRow<kDType>(w.data, rows[f] >= 0 ? rows[f] : rows[0], k));
+    __m256 acc[kW];
+    for (int f = 0; f < kW; ++f) acc[f] = _mm256_setzero_ps();
+    for (int64_t kk = 0; kk < k8; kk += 8) {
+      const __m256 xv = _mm256_loadu_ps(x + kk);
+      for (int f = 0; f < kW; ++f) {
+        _mm_prefetch(wr[f] + kk * kWeightBytes<kDType> + isa::kDecodePrefetchAheadBytes, _MM_HINT_T0);
+        acc[f] = _mm256_fmadd_ps(xv, LoadWeights8<kDType>(wr[f], kk), acc[f]);
+      }
+    }
+    for (int f = 0; f < kW; ++f) {
+      if (rows[f] < 0) continue;
+      float sum = k8 > 0 ? HorizontalSum(acc[f]) : 0.0f;
+      for (int64_t kk = k8; kk < k; ++kk) sum += x[kk] * LoadAsF32(wr[f], kDType, kk);
+      if (a.bias != nullptr) sum += a.bias[rows[f]];
+      a.y[rows[f]] = sum;
+    }
+  });
+}
+
 // Output features are walked in blocks of kStreamBlock W rows, K in blocks of
 // kStreamBlockK, so the x block and the W rows in use stay in L1: DRAM sees
 // each weight once per kStreamRows rows of x, and L2 is not the bottleneck
 // (without K blocking, 4+ rows of x at K = 4096 spill to L2).
 template <DType kDType>
 void StreamSlice(const LinearWeight& w, const LinearSliceArgs& a) {
+  if (a.m == 1) return StreamOneRow<kDType>(w, a);
   const int64_t k = w.k, m = a.m, ldx = a.ldx, ldy = a.ldy, n_begin = a.n_begin, n_end = a.n_end;
   const float* x = a.x;
   const float* bias = a.bias;
