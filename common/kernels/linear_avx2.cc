@@ -127,6 +127,15 @@ inline void StreamBlock(const float* x, int64_t ldx, const void* const* rows, in
   for (; j < nb; ++j) StreamColumns<kDType, 1>(x, ldx, rows, mc, k0, kb, acc, j, first);
 }
 
+// One output from its 8-lane sum over K's first k8 values: the lanes, then
+// K's tail, in the order every row count uses.
+template <DType kDType>
+inline float FinishRow(__m256 acc, const float* x, const void* row, int64_t k8, int64_t k) {
+  float sum = k8 > 0 ? HorizontalSum(acc) : 0.0f;
+  for (int64_t kk = k8; kk < k; ++kk) sum += x[kk] * LoadAsF32(row, kDType, kk);
+  return sum;
+}
+
 // One row of x (decode): the slice cut into kStreamBlock contiguous parts, a
 // pass taking the next W row of each (isa::ForEachSplitStreamPass), each
 // prefetched ahead: the same arithmetic per output as StreamTile<1, 8>, but
@@ -152,10 +161,8 @@ void StreamOneRow(const LinearWeight& w, const LinearSliceArgs& a) {
     }
     for (int f = 0; f < kW; ++f) {
       if (rows[f] < 0) continue;
-      float sum = k8 > 0 ? HorizontalSum(acc[f]) : 0.0f;
-      for (int64_t kk = k8; kk < k; ++kk) sum += x[kk] * LoadAsF32(wr[f], kDType, kk);
-      if (a.bias != nullptr) sum += a.bias[rows[f]];
-      a.y[rows[f]] = sum;
+      const float sum = FinishRow<kDType>(acc[f], x, wr[f], k8, k);
+      a.y[rows[f]] = a.bias != nullptr ? sum + a.bias[rows[f]] : sum;
     }
   });
 }
@@ -196,10 +203,8 @@ void StreamSlice(const LinearWeight& w, const LinearSliceArgs& a) {
       }
       for (int r = 0; r < mc; ++r) {
         for (int j = 0; j < nb; ++j) {
-          float sum = k8 > 0 ? HorizontalSum(acc[r][j]) : 0.0f;
-          for (int64_t kk = k8; kk < k; ++kk) sum += xc[r * ldx + kk] * LoadAsF32(rows[j], kDType, kk);
-          if (bias != nullptr) sum += bias[j0 + j];
-          y[(row0 + r) * ldy + j0 + j] = sum;
+          const float sum = FinishRow<kDType>(acc[r][j], xc + r * ldx, rows[j], k8, k);
+          y[(row0 + r) * ldy + j0 + j] = bias != nullptr ? sum + bias[j0 + j] : sum;
         }
       }
     }
