@@ -105,7 +105,6 @@ class SchemaCompiler {
   std::string where_;
   Grammar& g_;
   std::map<std::string, int32_t> refs_;  // JSON pointer -> node (recursion)
-  int32_t any_value_ = -1;
 };
 
 absl::Status SchemaCompiler::CheckKeywords(const Json& schema, const std::string& path) const {

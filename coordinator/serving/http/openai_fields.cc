@@ -22,7 +22,6 @@ constexpr size_t kMaxNameBytes = 64;
 
 bool IsString(const Json& v) { return v.is_string(); }
 bool IsObject(const Json& v) { return v.is_object(); }
-bool IsBool(const Json& v) { return v.is_boolean(); }
 bool IsFalse(const Json& v) { return v.is_boolean() && !v.get<bool>(); }
 bool IsNone(const Json& v) { return v.is_string() && v.get_ref<const std::string&>() == "none"; }
 bool IsOne(const Json& v) { return v.is_number_integer() && v.get<int64_t>() == 1; }
