@@ -442,6 +442,7 @@ TEST_P(ExpertDispatchTest, TheLastLayerRunsOnlyTheRowsWhoseLogitsAreAskedFor) {
         EXPECT_EQ(rows_of_layer[layer], k * 10) << "layer " << layer;
       }
     }
+    EXPECT_EQ(rt.dump.Get("attention_out", static_cast<int>(last)).rows, a_rows + 4);
     EXPECT_EQ(rt.dump.Get("layer_out", static_cast<int>(last)).rows, a_rows + 4);
   }
   // a's last row and b's four rows agree (kernels may differ by row count).
@@ -455,6 +456,59 @@ TEST_P(ExpertDispatchTest, TheLastLayerRunsOnlyTheRowsWhoseLogitsAreAskedFor) {
       ASSERT_NEAR(logits[0][r * v + i], logits[1][(r + 5) * v + i], 2e-3f * scale) << "row " << r << " id " << i;
     }
   }
+}
+
+// The last layer's attention asked for some rows only (queries, attention
+// and output projection on those): their results are the full pass's, and
+// every row's keys and values reach the cache as in the full pass. Slice a
+// has a run of output rows longer than one attention block.
+TEST_P(ExpertDispatchTest, AttentionForOutputRowsMatchesTheFullPassOnThem) {
+  const ModelConfig& config = model_->config;
+  const int64_t d = config.hidden_size, a_tokens = 40, b_tokens = 5, rows = a_tokens + b_tokens;
+  std::vector<int64_t> output_rows;
+  for (int64_t r = 2; r <= 37; ++r) output_rows.push_back(r);
+  output_rows.insert(output_rows.end(), {39, 41, 44});
+  std::vector<float> input(static_cast<size_t>(rows * d));
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  for (float& x : input) x = normal(rng);
+
+  ThreadPool pool(ThreadPoolOptions{.num_threads = 2, .name = "attn-rows"});
+  CpuBackend backend(model_->weights.get(), &pool);
+  std::vector<float> hidden[2];
+  std::vector<std::vector<float>> cache[2];  // every position's key row, then its value row
+  for (bool only_output : {false, true}) {
+    auto kv_pool = KvBlockPool::Create({.num_layers = config.num_hidden_layers,
+                                        .kv_dim = config.cache_key_dim(),
+                                        .value_dim = config.cache_value_dim(),
+                                        .block_size = 16,
+                                        .max_blocks = 8});
+    ASSERT_OK(kv_pool);
+    SequenceKv a(kv_pool->get()), b(kv_pool->get());
+    ASSERT_OK(a.Reserve(a_tokens));
+    ASSERT_OK(b.Reserve(b_tokens));
+    const SequenceSlice slices[] = {{&a, 0, a_tokens, 0}, {&b, 0, b_tokens, a_tokens}};
+    hidden[only_output] = input;
+    float* h = hidden[only_output].data();
+    ASSERT_OK(only_output ? backend.AttentionForOutputRows(0, slices, rows, output_rows, h)
+                          : backend.Attention(0, slices, rows, h));
+    for (const SequenceSlice& s : slices) {
+      for (int64_t p = 0; p < s.num_tokens; ++p) {
+        cache[only_output].emplace_back(s.kv->KeyRow(0, p), s.kv->KeyRow(0, p) + config.cache_key_dim());
+        cache[only_output].emplace_back(s.kv->ValueRow(0, p), s.kv->ValueRow(0, p) + config.cache_value_dim());
+      }
+    }
+  }
+  EXPECT_EQ(cache[0], cache[1]);
+  float scale = 0;
+  for (float x : hidden[0]) scale = std::max(scale, std::abs(x));
+  for (int64_t r : output_rows) {
+    for (int64_t i = 0; i < d; ++i) {
+      ASSERT_NEAR(hidden[1][r * d + i], hidden[0][r * d + i], 1e-3f * scale) << "row " << r << " column " << i;
+    }
+  }
+  EXPECT_EQ(backend.AttentionForOutputRows(0, {}, rows, std::vector<int64_t>{5, 5}, hidden[1].data()).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, ExpertDispatchTest,

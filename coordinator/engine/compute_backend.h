@@ -36,6 +36,16 @@ class ComputeBackend {
   // rows' keys and values to each slice's cache (which must have room).
   virtual absl::Status Attention(int layer, std::span<const SequenceSlice> slices, int64_t num_rows, float* hidden) = 0;
 
+  // As Attention, when only the rows of `output_rows` (ascending) are read
+  // afterwards (the last layer: the rows whose logits are asked for). Every
+  // row's keys and values still reach the cache; hidden's other rows are
+  // left unspecified. A backend may skip their queries, attention and output
+  // projection; this default runs every row.
+  virtual absl::Status AttentionForOutputRows(int layer, std::span<const SequenceSlice> slices, int64_t num_rows,
+                                              std::span<const int64_t> output_rows, float* hidden) {
+    return Attention(layer, slices, num_rows, hidden);
+  }
+
   // moe_input = post_attention_norm(hidden)                  [T, D]
   // router_logits = gate(moe_input)                          [T, E]
   // experts, weights = the architecture's router            [T, K] each

@@ -48,18 +48,36 @@ absl::Status CpuBackend::Embed(std::span<const int32_t> tokens, float* hidden) {
 
 absl::Status CpuBackend::Attention(int layer, std::span<const SequenceSlice> slices, int64_t num_rows, float* hidden) {
   if (config_.mla()) return LatentAttention(layer, slices, num_rows, hidden);
+  return RunAttention(layer, slices, num_rows, {}, hidden);
+}
+
+absl::Status CpuBackend::AttentionForOutputRows(int layer, std::span<const SequenceSlice> slices, int64_t num_rows,
+                                                std::span<const int64_t> output_rows, float* hidden) {
+  for (size_t i = 0; i < output_rows.size(); ++i) {
+    if (output_rows[i] < 0 || output_rows[i] >= num_rows || (i > 0 && output_rows[i] <= output_rows[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat("attention's output row ", i, " (", output_rows[i],
+                                                     ") is not ascending within the batch's ", num_rows, " rows"));
+    }
+  }
+  if (config_.mla()) return LatentAttention(layer, slices, num_rows, hidden);
+  if (static_cast<int64_t>(output_rows.size()) == num_rows) output_rows = {};  // every row: in place
+  return RunAttention(layer, slices, num_rows, output_rows, hidden);
+}
+
+absl::Status CpuBackend::RunAttention(int layer, std::span<const SequenceSlice> slices, int64_t num_rows,
+                                      std::span<const int64_t> output_rows, float* hidden) {
   const LayerWeights& lw = weights_->layers[static_cast<size_t>(layer)];
   TANDEM_RETURN_IF_ERROR(GrowAttentionBuffers(num_rows));
-  TANDEM_RETURN_IF_ERROR(ProjectQkv(lw, num_rows, hidden));
-  RopeAndCache(layer, slices);
-  TANDEM_RETURN_IF_ERROR(PlanAttention(layer, slices));
+  TANDEM_RETURN_IF_ERROR(ProjectQkv(lw, num_rows, output_rows, hidden));
+  RopeAndCache(layer, slices, output_rows);
+  TANDEM_RETURN_IF_ERROR(PlanAttention(layer, slices, output_rows));
   const auto num_tasks = static_cast<int64_t>(tasks_.size());
   if (pool_) {
     pool_->ParallelFor(num_tasks, [&](int64_t t, int thread) { AttendTask(tasks_[static_cast<size_t>(t)], thread); });
   } else {
     for (int64_t t = 0; t < num_tasks; ++t) AttendTask(tasks_[static_cast<size_t>(t)], 0);
   }
-  return ProjectOutput(lw, num_rows, hidden);
+  return ProjectOutput(lw, num_rows, output_rows, hidden);
 }
 
 absl::Status CpuBackend::GrowAttentionBuffers(int64_t num_rows) {
@@ -76,41 +94,59 @@ namespace {
 const float* BiasOrNull(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
 }  // namespace
 
-// [T, D] → q [T, Hq], k/v [T, Hkv].
-absl::Status CpuBackend::ProjectQkv(const LayerWeights& lw, int64_t num_rows, const float* hidden) {
+// [T, D] → q [T or output rows, Hq], k/v [T, Hkv].
+absl::Status CpuBackend::ProjectQkv(const LayerWeights& lw, int64_t num_rows, std::span<const int64_t> output_rows,
+                                    const float* hidden) {
   const int64_t d = config_.hidden_size, q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  const int64_t q_rows = output_rows.empty() ? num_rows : static_cast<int64_t>(output_rows.size());
   ApplyNorm(config_, lw.input_norm, hidden, num_rows, normed_.data());
   const auto start = std::chrono::steady_clock::now();
-  // One dispatch for q, k and v: k and v are a quarter of q each (GQA), too
-  // few tasks on their own to keep every thread busy to the end.
-  const LinearProduct qkv[] = {{.w = &lw.q_proj, .bias = BiasOrNull(lw.q_bias), .y = q_.data()},
-                               {.w = &lw.k_proj, .bias = BiasOrNull(lw.k_bias), .y = k_.data()},
-                               {.w = &lw.v_proj, .bias = BiasOrNull(lw.v_bias), .y = v_.data()}};
-  TANDEM_RETURN_IF_ERROR(LinearShared(normed_.data(), num_rows, qkv, pool_));
+  const LinearProduct q = {.w = &lw.q_proj, .bias = BiasOrNull(lw.q_bias), .y = q_.data()};
+  const LinearProduct k = {.w = &lw.k_proj, .bias = BiasOrNull(lw.k_bias), .y = k_.data()};
+  const LinearProduct v = {.w = &lw.v_proj, .bias = BiasOrNull(lw.v_bias), .y = v_.data()};
+  if (output_rows.empty()) {
+    // One dispatch for q, k and v: k and v are a quarter of q each (GQA), too
+    // few tasks on their own to keep every thread busy to the end.
+    const LinearProduct qkv[] = {q, k, v};
+    TANDEM_RETURN_IF_ERROR(LinearShared(normed_.data(), num_rows, qkv, pool_));
+  } else {
+    // Every row's keys and values go to the cache; queries only for the
+    // output rows, packed (normed_ is not read after this).
+    const LinearProduct kv[] = {k, v};
+    TANDEM_RETURN_IF_ERROR(LinearShared(normed_.data(), num_rows, kv, pool_));
+    PackRows(normed_.data(), d, output_rows);
+    TANDEM_RETURN_IF_ERROR(Linear(normed_.data(), q_rows, lw.q_proj, q.bias, q_.data(), pool_));
+  }
   if (config_.qk_norm_per_head()) {
     // Qwen3: each head of q and k RMS-normalised over head_dim (in place).
     const int64_t hd = config_.head_dim;
-    RmsNorm(q_.data(), num_rows * config_.num_attention_heads, hd, lw.q_norm.data(), config_.rms_norm_eps, q_.data());
+    RmsNorm(q_.data(), q_rows * config_.num_attention_heads, hd, lw.q_norm.data(), config_.rms_norm_eps, q_.data());
     RmsNorm(k_.data(), num_rows * config_.num_key_value_heads, hd, lw.k_norm.data(), config_.rms_norm_eps, k_.data());
   } else if (config_.qk_norm()) {
     // OLMoE: each row's whole q (and k) RMS-normalised.
-    RmsNorm(q_.data(), num_rows, q_dim, lw.q_norm.data(), config_.rms_norm_eps, q_.data());
+    RmsNorm(q_.data(), q_rows, q_dim, lw.q_norm.data(), config_.rms_norm_eps, q_.data());
     RmsNorm(k_.data(), num_rows, kv_dim, lw.k_norm.data(), config_.rms_norm_eps, k_.data());
   }
   projection_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-  projection_flops_ += 2.0 * static_cast<double>(num_rows) * static_cast<double>(d) *
-                       static_cast<double>(q_dim + 2 * kv_dim + q_dim);  // q, k, v, and o (ProjectOutput)
+  // q and o (ProjectOutput) on the query rows, k and v on every row.
+  projection_flops_ += 2.0 * static_cast<double>(d) * static_cast<double>(q_rows * 2 * q_dim + num_rows * 2 * kv_dim);
   return absl::OkStatus();
 }
 
 // RoPE on q and k, then the new keys/values join each sequence's cache.
-void CpuBackend::RopeAndCache(int layer, std::span<const SequenceSlice> slices) {
+void CpuBackend::RopeAndCache(int layer, std::span<const SequenceSlice> slices, std::span<const int64_t> output_rows) {
   const int64_t q_dim = config_.q_dim(), kv_dim = config_.kv_dim();
+  size_t next_output = 0;  // output_rows ascend through the slices, which lie in row order
   for (const SequenceSlice& s : slices) {
     const bool long_factors = rope_.UseLongFactors(s.start_position + s.num_tokens - 1);
     for (int64_t i = 0; i < s.num_tokens; ++i) {
       const int64_t row = s.row_offset + i, position = s.start_position + i;
-      rope_.Apply(q_.data() + row * q_dim, config_.num_attention_heads, position, long_factors);
+      if (output_rows.empty()) {
+        rope_.Apply(q_.data() + row * q_dim, config_.num_attention_heads, position, long_factors);
+      } else if (next_output < output_rows.size() && output_rows[next_output] == row) {
+        rope_.Apply(q_.data() + static_cast<int64_t>(next_output++) * q_dim, config_.num_attention_heads, position,
+                    long_factors);
+      }
       rope_.Apply(k_.data() + row * kv_dim, config_.num_key_value_heads, position, long_factors);
       std::copy_n(k_.data() + row * kv_dim, kv_dim, s.kv->KeyRow(layer, position));
       std::copy_n(v_.data() + row * kv_dim, kv_dim, s.kv->ValueRow(layer, position));
@@ -124,7 +160,8 @@ void CpuBackend::RopeAndCache(int layer, std::span<const SequenceSlice> slices) 
 // block reads each key and value once for all its rows (prefill), and
 // decode's single rows still spread over the threads by head. Scratch per
 // thread: about kAttentionRows x keys floats, linear in the sequence length.
-absl::Status CpuBackend::PlanAttention(int layer, std::span<const SequenceSlice> slices) {
+absl::Status CpuBackend::PlanAttention(int layer, std::span<const SequenceSlice> slices,
+                                       std::span<const int64_t> output_rows) {
   // Every cached position's key and value row is looked up once per layer
   // into kv_rows_ (the slice's keys from `keys_at`, then its values), with
   // one block-table lookup per block of positions: the lookup (block
@@ -134,13 +171,13 @@ absl::Status CpuBackend::PlanAttention(int layer, std::span<const SequenceSlice>
   blocks_.clear();
   kv_rows_.clear();
   int64_t max_keys = 0;
+  size_t next_output = 0;
   for (const SequenceSlice& s : slices) {
     const size_t keys_at = kv_rows_.size();
     const int64_t end = s.start_position + s.num_tokens;
     s.kv->AppendKeyRows(layer, end, kv_rows_);
     s.kv->AppendValueRows(layer, end, kv_rows_);
-    for (int64_t i = 0; i < s.num_tokens; i += kAttentionRows)
-      blocks_.push_back({&s, i, std::min(kAttentionRows, s.num_tokens - i), keys_at});
+    PlanQueryBlocks(s, keys_at, output_rows, &next_output);
     max_keys = std::max(max_keys, end);
   }
   for (auto& scratch : scores_)
@@ -163,6 +200,28 @@ absl::Status CpuBackend::PlanAttention(int layer, std::span<const SequenceSlice>
   return absl::OkStatus();
 }
 
+// Blocks of up to kAttentionRows consecutive query rows of `s`: all its
+// rows, or the run of output rows from *next_output that fall in it.
+void CpuBackend::PlanQueryBlocks(const SequenceSlice& s, size_t keys_at, std::span<const int64_t> output_rows,
+                                 size_t* next_output) {
+  if (output_rows.empty()) {
+    for (int64_t i = 0; i < s.num_tokens; i += kAttentionRows)
+      blocks_.push_back({&s, i, std::min(kAttentionRows, s.num_tokens - i), keys_at, false, s.row_offset + i});
+    return;
+  }
+  const int64_t end = s.row_offset + s.num_tokens;
+  size_t i = *next_output;
+  while (i < output_rows.size() && output_rows[i] < end) {
+    const size_t first = i++;
+    while (i < output_rows.size() && output_rows[i] < end && output_rows[i] == output_rows[i - 1] + 1 &&
+           static_cast<int64_t>(i - first) < kAttentionRows)
+      ++i;
+    blocks_.push_back({&s, output_rows[first] - s.row_offset, static_cast<int64_t>(i - first), keys_at, false,
+                       static_cast<int64_t>(first)});
+  }
+  *next_output = i;
+}
+
 void CpuBackend::AttendTask(const AttentionTask& task, int thread) {
   const AttentionRowBlock& b = blocks_[static_cast<size_t>(task.block)];
   const int64_t hd = config_.head_dim, q_dim = config_.q_dim();
@@ -177,7 +236,7 @@ void CpuBackend::AttendTask(const AttentionTask& task, int thread) {
   const int64_t rows = b.count * task.heads, stride = task.heads > 1 ? hd : q_dim;
   for (int64_t r = b.count; r < rows; ++r) first[r] = first[0], count[r] = count[0];
   const float* const* keys = kv_rows_.data() + b.keys_at;
-  const int64_t row0 = b.slice->row_offset + b.begin;
+  const int64_t row0 = b.q_row;
   AttendBlock({.q = q_.data() + row0 * q_dim + task.head * hd,
                .q_stride = stride,
                .rows = rows,
@@ -193,11 +252,19 @@ void CpuBackend::AttendTask(const AttentionTask& task, int thread) {
               scores_[static_cast<size_t>(thread)].data());
 }
 
-absl::Status CpuBackend::ProjectOutput(const LayerWeights& lw, int64_t num_rows, float* hidden) {
+absl::Status CpuBackend::ProjectOutput(const LayerWeights& lw, int64_t num_rows, std::span<const int64_t> output_rows,
+                                       float* hidden) {
+  const int64_t d = config_.hidden_size;
+  const int64_t rows = output_rows.empty() ? num_rows : static_cast<int64_t>(output_rows.size());
   const auto start = std::chrono::steady_clock::now();
-  TANDEM_RETURN_IF_ERROR(Linear(attn_.data(), num_rows, lw.o_proj, BiasOrNull(lw.o_bias), o_.data(), pool_));
+  TANDEM_RETURN_IF_ERROR(Linear(attn_.data(), rows, lw.o_proj, BiasOrNull(lw.o_bias), o_.data(), pool_));
   projection_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
-  AddInPlace(hidden, o_.data(), num_rows * config_.hidden_size);
+  if (output_rows.empty()) {
+    AddInPlace(hidden, o_.data(), rows * d);
+  } else {
+    for (int64_t i = 0; i < rows; ++i)
+      AddInPlace(hidden + output_rows[static_cast<size_t>(i)] * d, o_.data() + i * d, d);
+  }
   return absl::OkStatus();
 }
 

@@ -24,6 +24,10 @@ class CpuBackend final : public ComputeBackend {
 
   absl::Status Embed(std::span<const int32_t> tokens, float* hidden) override;
   absl::Status Attention(int layer, std::span<const SequenceSlice> slices, int64_t num_rows, float* hidden) override;
+  // Queries, attention and the output projection for `output_rows` only
+  // (latent attention runs every row).
+  absl::Status AttentionForOutputRows(int layer, std::span<const SequenceSlice> slices, int64_t num_rows,
+                                      std::span<const int64_t> output_rows, float* hidden) override;
   absl::Status Router(int layer, int64_t num_rows, const float* hidden, float* moe_input, float* router_logits,
                       int32_t* experts, float* weights) override;
   absl::Status SharedExpert(int layer, int64_t num_rows, const float* moe_input, float* hidden, float* term) override;
@@ -52,18 +56,27 @@ class CpuBackend final : public ComputeBackend {
     int64_t begin, count;
     size_t keys_at;
     bool expanded = false;  // latent attention: this slice's keys and values were expanded (prefill)
+    int64_t q_row = 0;      // standard attention: the first row's row of q_ and attn_
   };
   struct AttentionTask {
     int32_t block, head, heads;  // query heads [head, head + heads)
   };
 
-  // Attention's steps, in order.
+  // Attention's steps, in order. `output_rows` (ascending) are the rows that
+  // get a query, an attention result and an output projection, packed in
+  // that order at the top of q_ and attn_; empty: every row, in place.
+  absl::Status RunAttention(int layer, std::span<const SequenceSlice> slices, int64_t num_rows,
+                            std::span<const int64_t> output_rows, float* hidden);
   absl::Status GrowAttentionBuffers(int64_t num_rows);
-  absl::Status ProjectQkv(const LayerWeights& lw, int64_t num_rows, const float* hidden);
-  void RopeAndCache(int layer, std::span<const SequenceSlice> slices);
-  absl::Status PlanAttention(int layer, std::span<const SequenceSlice> slices);
+  absl::Status ProjectQkv(const LayerWeights& lw, int64_t num_rows, std::span<const int64_t> output_rows,
+                          const float* hidden);
+  void RopeAndCache(int layer, std::span<const SequenceSlice> slices, std::span<const int64_t> output_rows);
+  absl::Status PlanAttention(int layer, std::span<const SequenceSlice> slices, std::span<const int64_t> output_rows);
+  void PlanQueryBlocks(const SequenceSlice& s, size_t keys_at, std::span<const int64_t> output_rows,
+                       size_t* next_output);
   void AttendTask(const AttentionTask& task, int thread);  // on pool threads
-  absl::Status ProjectOutput(const LayerWeights& lw, int64_t num_rows, float* hidden);
+  absl::Status ProjectOutput(const LayerWeights& lw, int64_t num_rows, std::span<const int64_t> output_rows,
+                             float* hidden);
   // DeepSeek's latent attention (cpu_latent_attention.cc), its steps in order.
   // A decode row's task attends this many heads (they share every cached row).
   static constexpr int64_t kLatentHeadsPerTask = 8;

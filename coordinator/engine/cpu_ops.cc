@@ -1,5 +1,6 @@
 #include "coordinator/engine/cpu_ops.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/model/rope_frequencies.h"
@@ -93,6 +94,13 @@ void RotaryEmbedding::ApplyInterleaved(float* x, int64_t heads, int64_t stride, 
 
 void AddInPlace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void PackRows(float* data, int64_t cols, std::span<const int64_t> rows) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t from = rows[i];  // ascending, so from >= i: row i is not needed any more
+    if (from != static_cast<int64_t>(i)) std::copy_n(data + from * cols, cols, data + static_cast<int64_t>(i) * cols);
+  }
 }
 
 }  // namespace tandem

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "common/base/thread_pool.h"
@@ -57,6 +58,9 @@ void AttendOneRow(const float* q, int64_t heads, int64_t kv_heads, int64_t head_
 
 // out[t] += x[t] (residual add), and hidden += Σ_k w[t,k] · expert_out[t,k].
 void AddInPlace(float* y, const float* x, int64_t n);
+
+// Moves rows[i] of data ([*, cols]) to row i, in place; rows ascend.
+void PackRows(float* data, int64_t cols, std::span<const int64_t> rows);
 
 }  // namespace tandem
 

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/clock.h"
 #include "common/base/status_macros.h"
+#include "coordinator/engine/cpu_ops.h"
 
 namespace tandem {
 Engine::Engine(const ModelConfig& config, ComputeBackend* backend, ExpertExecutor* experts, EngineOptions options)
@@ -102,8 +104,10 @@ absl::Status Engine::ForwardLayers(std::span<const ForwardInput> inputs, std::ve
   routing_step_ = &step_;
   int64_t layer_rows = rows;
   for (int layer = 0; layer < config_.num_hidden_layers; ++layer) {
-    TANDEM_RETURN_IF_ERROR(RunAttention(layer, slices, layer_rows));
-    if (layer == config_.num_hidden_layers - 1) layer_rows = KeepOutputRows(slices, &logit_rows);
+    const bool last = layer == config_.num_hidden_layers - 1;
+    TANDEM_RETURN_IF_ERROR(RunAttention(layer, slices, layer_rows, last ? logit_rows : std::span<const int64_t>()));
+    if (last) layer_rows = KeepOutputRows(slices, &logit_rows);
+    Dump("attention_out", layer, hidden_.data(), layer_rows, config_.hidden_size);
     TANDEM_RETURN_IF_ERROR(RunFeedForward(layer, layer_rows));
   }
   t = std::chrono::steady_clock::now();
@@ -164,14 +168,20 @@ void Engine::Dump(std::string_view name, int layer, const float* data, int64_t n
 }
 
 // A decoder layer's first half on hidden_: attention (every row's keys and
-// values reach the cache).
-absl::Status Engine::RunAttention(int layer, std::span<const SequenceSlice> slices, int64_t rows) {
+// values reach the cache). With `output_rows` (the last layer), only those
+// rows come out right: the backend may skip the others' queries, attention
+// and output projection.
+absl::Status Engine::RunAttention(int layer, std::span<const SequenceSlice> slices, int64_t rows,
+                                  std::span<const int64_t> output_rows) {
   LayerTimingUs& layer_timing = timing_.layers[static_cast<size_t>(layer)];
   const auto t = std::chrono::steady_clock::now();
-  TANDEM_RETURN_IF_ERROR(backend_->Attention(layer, slices, rows, hidden_.data()));
+  if (output_rows.empty() || static_cast<int64_t>(output_rows.size()) == rows) {
+    TANDEM_RETURN_IF_ERROR(backend_->Attention(layer, slices, rows, hidden_.data()));
+  } else {
+    TANDEM_RETURN_IF_ERROR(backend_->AttentionForOutputRows(layer, slices, rows, output_rows, hidden_.data()));
+  }
   layer_timing.attention_us = MicrosSince(t);
   timing_.attention_us += layer_timing.attention_us;
-  Dump("attention_out", layer, hidden_.data(), rows, config_.hidden_size);
   return absl::OkStatus();
 }
 
@@ -200,12 +210,8 @@ int64_t Engine::KeepOutputRows(std::span<const SequenceSlice> slices, std::vecto
     output_step_.sequences = output_sequences_;
     routing_step_ = &output_step_;
   }
-  const int64_t d = config_.hidden_size;
-  for (int64_t i = 0; i < kept; ++i) {
-    const int64_t from = (*logit_rows)[static_cast<size_t>(i)];  // ascending, so from >= i
-    if (from != i) std::copy_n(hidden_.data() + from * d, d, hidden_.data() + i * d);
-    (*logit_rows)[static_cast<size_t>(i)] = i;
-  }
+  PackRows(hidden_.data(), config_.hidden_size, *logit_rows);
+  std::iota(logit_rows->begin(), logit_rows->end(), int64_t{0});
   return kept;
 }
 

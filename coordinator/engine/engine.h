@@ -36,8 +36,9 @@ namespace tandem {
 // tests: "embedding", "attention_out", "moe_input", "router_logits",
 // "moe_out" (the weighted expert sum), "shared_expert_out" (the gated
 // shared expert's term, Qwen2-MoE), "layer_out", "logits". layer is -1
-// outside layers. data: [rows, cols] f32, valid only during the call; after
-// the last layer's "attention_out", only the rows whose logits are asked for.
+// outside layers. data: [rows, cols] f32, valid only during the call; from
+// the last layer's "attention_out" on, only the rows whose logits are asked
+// for.
 using DumpHook = std::function<void(std::string_view name, int layer, const float* data, int64_t rows, int64_t cols)>;
 
 struct EngineOptions {
@@ -94,7 +95,8 @@ class Engine {
   absl::Status LayOutBatch(std::span<const ForwardInput> inputs, std::vector<SequenceSlice>* slices,
                            std::vector<int64_t>* logit_rows);
   absl::Status GrowRunState(int64_t rows);
-  absl::Status RunAttention(int layer, std::span<const SequenceSlice> slices, int64_t rows);
+  absl::Status RunAttention(int layer, std::span<const SequenceSlice> slices, int64_t rows,
+                            std::span<const int64_t> output_rows);
   int64_t KeepOutputRows(std::span<const SequenceSlice> slices, std::vector<int64_t>* logit_rows);
   absl::Status RunFeedForward(int layer, int64_t rows);
   absl::Status AnnounceRouting(int layer, int64_t rows);
