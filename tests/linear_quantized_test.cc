@@ -176,13 +176,13 @@ INSTANTIATE_TEST_SUITE_P(Types, QuantizedLinearTest, ::testing::ValuesIn(AllCase
 // that asks for f32 activations.
 // Where bf16 dot products are slow, the built-in plan at avx512_bf16 never
 // takes them: int8_dot for quantized weights at every row count, packed from
-// 12 rows for float weights.
+// 32 rows for float weights.
 TEST(QuantizedLinear, SlowBf16DotPlanTakesInt8DotAndPacked) {
   const KernelPlan slow = KernelPlan::BuiltIn(IsaLevel::kAvx512Bf16, Bf16DotSpeed::kSlow);
-  for (int64_t m : {1, 12, 32, 512}) {
+  for (int64_t m : {1, 16, 31, 32, 512}) {
     for (DType dtype : {DType::kQ8_0, DType::kQ4_K, DType::kQ6_K})
       EXPECT_EQ(slow.PathFor(m, dtype), KernelPath::kInt8Dot);
-    EXPECT_EQ(slow.PathFor(m, DType::kBF16), m >= 12 ? KernelPath::kPacked : KernelPath::kInt8Dot) << m;
+    EXPECT_EQ(slow.PathFor(m, DType::kBF16), m >= 32 ? KernelPath::kPacked : KernelPath::kInt8Dot) << m;
   }
   EXPECT_NE(slow.source().find("slow bf16"), std::string::npos) << slow.source();
   // A fast CPU's plan at the same level takes the bf16 GEMMs.
@@ -206,7 +206,11 @@ TEST(QuantizedLinear, PlanRunsInt8DotAtDecodeAndExactPlanKeepsF32) {
     EXPECT_EQ(ChooseLinearKernel(m, DType::kQ8_0, options).path, quantized(32)) << m;
     EXPECT_EQ(ChooseLinearKernel(m, DType::kQ4_K, options).path, quantized(32)) << m;
     EXPECT_EQ(ChooseLinearKernel(m, DType::kQ6_K, options).path, quantized(32)) << m;
-    EXPECT_EQ(ChooseLinearKernel(m, DType::kBF16, options).path, bf16_dot ? KernelPath::kBf16Dot : KernelPath::kPacked)
+    // Slow bf16 dot products: float weights stream up to 31 rows.
+    const bool slow_bf16 = ActiveIsa() >= IsaLevel::kAvx512Bf16 && !bf16_dot;
+    EXPECT_EQ(ChooseLinearKernel(m, DType::kBF16, options).path, bf16_dot              ? KernelPath::kBf16Dot
+                                                                 : slow_bf16 && m < 32 ? KernelPath::kStream
+                                                                                       : KernelPath::kPacked)
         << m;
   }
   EXPECT_EQ(ChooseLinearKernel(1, DType::kBF16, options).path, KernelPath::kStream);  // int8_dot: quantized only

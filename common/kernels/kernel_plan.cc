@@ -148,12 +148,16 @@ KernelPlan KernelPlan::BuiltIn(IsaLevel isa, Bf16DotSpeed bf16_dot) {
   // Where bf16 dot products are slow (Intel's Sapphire/Emerald Rapids,
   // Bf16DotSpeed), the level below's plan: quantized weights int8_dot at
   // every row count (its AVX512-VNNI GEMM from 32 rows), float weights
-  // packed's f32 FMAs from 12 (measured on Qwen3-30B-A3B's expert shape,
-  // docs/BENCHMARKS.md, Intel).
+  // packed's f32 FMAs from 32. The stream reads bf16 W once while it
+  // multiplies; packed first widens W into f32 panels, a third of its time
+  // on weights that come from memory (a served model's 16-row decode steps:
+  // lm_head, shared expert, projections), so it pays only once a call has
+  // rows enough (docs/BENCHMARKS.md, Intel and serving).
   if (isa >= IsaLevel::kAvx512Bf16 && bf16_dot == Bf16DotSpeed::kSlow) {
+    constexpr int64_t kSlowBf16PackedFrom = 32;
     std::vector<KernelPlanOverride> int8_dot;
     for (DType dtype : kQuantizedTypes) int8_dot.push_back({dtype, {{1, KernelPath::kInt8Dot}}});
-    return *Create({{1, KernelPath::kInt8Dot}, {12, KernelPath::kPacked}},
+    return *Create({{1, KernelPath::kInt8Dot}, {kSlowBf16PackedFrom, KernelPath::kPacked}},
                    absl::StrCat("built-in for ", IsaLevelName(isa), " with slow bf16 dot products"),
                    std::move(int8_dot));
   }
