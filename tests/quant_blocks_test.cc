@@ -103,6 +103,100 @@ TEST(BlockLayoutTest, Q5_0) {
   EXPECT_EQ(Encode(GgmlType::kQ5_0, y), b);
 }
 
+// Q5_1: f16 d, f16 m, 4 bytes qh, 16 bytes of low nibbles; value = d * q + m.
+TEST(BlockLayoutTest, Q5_1) {
+  std::vector<int> q(32);
+  for (int i = 0; i < 32; ++i) q[i] = (i * 11 + 7) % 32;
+  q[4] = 0;
+  q[9] = 31;  // both ends, so quantizing finds d and m again
+  std::vector<uint8_t> b(24);
+  PutU16(b, 0, kHalfHalf);
+  PutU16(b, 2, kHalfMinusTwo);
+  uint32_t qh = 0;
+  for (int i = 0; i < 32; ++i) qh |= static_cast<uint32_t>(q[i] >> 4) << i;
+  for (int k = 0; k < 4; ++k) b[4 + k] = static_cast<uint8_t>(qh >> (8 * k));
+  for (int j = 0; j < 16; ++j) b[8 + j] = static_cast<uint8_t>((q[j] & 15) | ((q[j + 16] & 15) << 4));
+  const std::vector<float> y = Decode(GgmlType::kQ5_1, b);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(y[i], 0.5f * q[i] - 2.0f) << i;
+  EXPECT_EQ(Encode(GgmlType::kQ5_1, y), b);
+}
+
+// Q3_K (110 bytes: hmask[32], qs[64], scales[12], f16 d): value i = 128h +
+// 32j + l has bits 2j, 2j+1 of qs[32h + l] and, as its third bit, bit 4h + j
+// of hmask[l] (clear: minus 4); sub-block g's 6-bit scale s has its low
+// nibble in scales[g % 8] (high nibble from g = 8) and its top two bits at
+// 2 (g / 4) of scales[8 + g % 4]; value = d (s - 32) q.
+TEST(BlockLayoutTest, Q3_K) {
+  std::vector<uint8_t> b(110, 0);
+  std::vector<int> q(256), sc(16);
+  for (int g = 0; g < 16; ++g) sc[g] = (g * 23 + 3) % 64;
+  for (int i = 0; i < 256; ++i) q[i] = (i * 5 + i / 7) % 8 - 4;
+  for (int i = 0; i < 256; ++i) {
+    const int h = i / 128, j = (i % 128) / 32, l = i % 32, u = q[i] + 4;
+    b[32 + 32 * h + l] |= static_cast<uint8_t>((u & 3) << (2 * j));
+    if (u & 4) b[l] |= static_cast<uint8_t>(1 << (4 * h + j));
+  }
+  for (int g = 0; g < 16; ++g) {
+    b[96 + g % 8] |= static_cast<uint8_t>((sc[g] & 15) << (4 * (g / 8)));
+    b[96 + 8 + g % 4] |= static_cast<uint8_t>((sc[g] >> 4) << (2 * (g / 4)));
+  }
+  PutU16(b, 108, kHalfQuarter);
+  const std::vector<float> y = Decode(GgmlType::kQ3_K, b);
+  for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], 0.25f * (sc[i / 16] - 32) * q[i]) << i;
+}
+
+// Q2_K (84 bytes: scales[16], qs[64], f16 d, f16 dmin): value i's two bits
+// as Q3_K's low ones; scales[g] holds sub-block g's scale (low nibble) and
+// min (high); value = d s q - dmin m.
+TEST(BlockLayoutTest, Q2_K) {
+  std::vector<uint8_t> b(84, 0);
+  std::vector<int> q(256), sc(16), mn(16);
+  for (int g = 0; g < 16; ++g) sc[g] = (g * 7 + 1) % 16, mn[g] = (g * 5 + 2) % 16;
+  for (int i = 0; i < 256; ++i) q[i] = (i * 3 + i / 9) % 4;
+  for (int g = 0; g < 16; ++g) b[g] = static_cast<uint8_t>(sc[g] | (mn[g] << 4));
+  for (int i = 0; i < 256; ++i) {
+    const int h = i / 128, j = (i % 128) / 32, l = i % 32;
+    b[16 + 32 * h + l] |= static_cast<uint8_t>(q[i] << (2 * j));
+  }
+  PutU16(b, 80, kHalfHalf);
+  PutU16(b, 82, kHalfQuarter);
+  const std::vector<float> y = Decode(GgmlType::kQ2_K, b);
+  for (int i = 0; i < 256; ++i) EXPECT_EQ(y[i], 0.5f * sc[i / 16] * q[i] - 0.25f * mn[i / 16]) << i;
+}
+
+// IQ4_NL (f16 d, 16 bytes of nibbles as Q4_0's) and IQ4_XS (f16 d, u16
+// scales_h, scales_l[4], qs[128]: sub-block j's 6-bit scale s has its low
+// nibble in nibble j % 2 of scales_l[j / 2] and its top two bits at 2j of
+// scales_h): value = d (s - 32) kIq4NlValues[nibble].
+TEST(BlockLayoutTest, IQ4_NLAndIQ4_XS) {
+  constexpr int kTable[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  std::vector<uint8_t> nl(18, 0);
+  PutU16(nl, 0, kHalfHalf);
+  for (int j = 0; j < 16; ++j) nl[2 + j] = static_cast<uint8_t>((j * 3) % 16 | (((j * 7 + 1) % 16) << 4));
+  std::vector<float> y = Decode(GgmlType::kIQ4_NL, nl);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], 0.5f * kTable[(j * 3) % 16]) << j;
+    EXPECT_EQ(y[16 + j], 0.5f * kTable[(j * 7 + 1) % 16]) << j;
+  }
+  std::vector<uint8_t> xs(136, 0);
+  PutU16(xs, 0, kHalfQuarter);
+  int sc[8];
+  uint16_t scales_h = 0;
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = (j * 19 + 5) % 64;
+    xs[4 + j / 2] |= static_cast<uint8_t>((sc[j] & 15) << (4 * (j % 2)));
+    scales_h |= static_cast<uint16_t>((sc[j] >> 4) << (2 * j));
+  }
+  PutU16(xs, 2, scales_h);
+  for (int i = 0; i < 128; ++i) xs[8 + i] = static_cast<uint8_t>((i * 5) % 16 | (((i * 9 + 4) % 16) << 4));
+  y = Decode(GgmlType::kIQ4_XS, xs);
+  for (int i = 0; i < 256; ++i) {
+    const int j = i / 32, l = i % 32, byte = 16 * j + l % 16;
+    const int nibble = l < 16 ? (byte * 5) % 16 : (byte * 9 + 4) % 16;
+    EXPECT_EQ(y[i], 0.25f * (sc[j] - 32) * kTable[nibble]) << i;
+  }
+}
+
 // Q4_K/Q5_K scale bytes, from the format description: for j < 4, byte j =
 // scale[j] low 6 bits | top 2 bits of scale[j+4] in bits 6-7; byte j+4 =
 // min[j] | top 2 bits of min[j+4]; byte j+8 = low nibble of scale[j+4] |
@@ -199,8 +293,8 @@ TEST(BlockLayoutTest, PlainFloatsAreLittleEndianValues) {
 }
 
 TEST(BlockLayoutTest, AllZeroBlocksStayZero) {
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ4_K,
-                        GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     SCOPED_TRACE(GgmlTypeName(type));
     const std::vector<float> zeros(256, 0.0f);
     const std::vector<float> y = Decode(type, Encode(type, zeros));

@@ -1,11 +1,12 @@
 // Golden vectors: the bytes ggml's reference quantizers (quantize_row_*_ref,
 // reached through ggml_quantize_chunk with no importance matrix, as
 // llama-quantize does) produce for GoldenInput(), recorded from ggml commit
-// d99724f (2026-08) built for x86-64. tandem's quantizers must match them bit
+// d99724f (2026-08) built for x86-64 (Q5_1 from llama.cpp 82bb485's ggml). tandem's quantizers must match them bit
 // for bit, so the files tandem-quantize writes are the files llama-quantize
 // writes; decoding them must land close to the input.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,15 @@ constexpr Golden kGolden[] = {
      "f12011a1f9ffbb3d101e0c032243e02003f403220032c1c00d21f455774c0f1e01dc41010401f1df532de2de25ed789b"
      "2d92a2fbd5d9a0eaabd09ddb4fd0eb5d071a30bb0080ffffffff00000000000000000000000000000000de24cdf17e97"
      "e11013310f0f02f0210f3fee02e1e020"},
+    {GgmlType::kQ5_1,
+     "43216ab4feffffffb0ec9cebec9cdf7beab9d7ecd9ccadbd0c1b42ab7dbe9a90f507e81122415f85990b9ae114765e13"
+     "3f1db1a80014000097a7457e86646b0a6976cf9c40355895c82046a9008000006989678627284718772768594907767f"
+     "05197ca81865c834cb97ee72e4ffe780cf09156df011796e9c1ed3a9000000824dc7947af7a0bc8c70fb8933c7937e1d"
+     "242171a9000000405602414525576522654538344345f757f919d0a99b0dc3893736981ba9ab683af780aa7ba74fd37a"
+     "aa20ebaa080000004744443f2706976b277a9b6916356b36fe20daaa000100006779a69b045657534f63783135079733"
+     "5e1c04afffdfffff420cb8c19987d791966aa8548f108bd9831ef8a800000400565afc6133119636618071326624d4c7"
+     "eb1e0db1ffff7fff86948842d9897e086926ecb34a45bf43151b42aad26c5d0419155e04440e5103af0e0391e6d5bf32"
+     "000000000000000000000000000000000000000000000000df21deb4fdffffff8dc0dffca8a9ad9aedb9f878bd7c7aeb"},
     {GgmlType::kQ4_K,
      "930d7a1c3f96df7d3f0d090a8fa9bea2a03dbd8d8d8eef2d4dcccb8e9cae7e9e7d7e6c8e8e2c2ebb4e0d4e6e8e3d3c8d"
      "444433373342364535334f46483334e234453243141323103314362422023335653427593a0753500f544a1630186c67"
@@ -143,6 +153,78 @@ TEST(QuantGoldenTest, GoldenBytesDecodeCloseToTheInput) {
     }
     EXPECT_LT(std::sqrt(err / sig), 0.2);  // outliers every 37 values make this data hard for 4 bits
     for (size_t i = 448; i < 480; ++i) EXPECT_EQ(y[i], 0.0f) << i;  // the zero block stays zero
+  }
+}
+
+// The types tandem reads but does not write: the bytes ggml's reference
+// quantizers give GoldenInput() (recorded from llama.cpp 82bb485's ggml,
+// x86-64), and the FNV-1a 64 hash of the f32 bits its dequantizers
+// (dequantize_row_*) give for them. tandem decodes those bytes to the same
+// bits.
+struct DecodeGolden {
+  GgmlType type;
+  uint64_t fnv;
+  const char* hex;
+};
+
+constexpr DecodeGolden kDecodeGolden[] = {
+    {GgmlType::kQ3_K, 0xec999a91b97a3e09ULL,
+     "b4f75dabaf1739f78f3da0d3718d2f357f5ff8efd7d0496279d5ed7dc3e1b85fcccc083000d031cc0804c7f0ec0c040c"
+     "50e36ec383b73648bb80ba1fe219b7909db2b8fbf3d0bafbb039c6c8933b1e8cc0dd80c24c4c8cc2008383864cc3428a"
+     "505ba6294efcbd5ba8e55eb56998bb1fbfb087a78f9aa5b68693af9386bfba1a362ebc9abf8f1c0b3f99a8a893043080"
+     "c07c80800033404343b410d0c30012071f1a017022000e2106683942f8da050a400a0f030d0c03000e0e0b09000ec4c0"
+     "8807490008404cc301cd03c3cd0768fa6aba010c0b51a785279ddd98"},
+    {GgmlType::kQ2_K, 0x7c09c2fb187203e0ULL,
+     "ff2223331522092223233327121a232308020a160a061e12120e3a561a0a06caeafbd9eb6b61a70ce762f7ab9b17d6fa"
+     "ad8945de9a711d8c932dbad508663e7d8185450645458786c54c468147067589d120b624283329335322221612862322"
+     "0000ff23a5f4f0277170b5a13d313561b04475b0190ded2d21187b2a295a2b1625016e758408858089868b8986858a88"
+     "82888f800b838fca4f434f408682cb074a0a07c262213125"},
+    {GgmlType::kIQ4_NL, 0x20c0b19060a7a697ULL,
+     "73188098789898799a689887969997898989e80e7b726d8899181fd1330e3e688a2b269ae19378789985889986b79789"
+     "607694a99779019876767777979687967797768686a77770208d9abc883684870c2f90fb64d90f66c2d8ff9495687986"
+     "586b66768b0677aa687a8545de188967878878899877888889788788f989350eacac431e5d55c3aefc304ece532761c4"
+     "5e9797999990a7a8688698767687a898869882188999a89a688888877f878976786898770a1355499794777797847668"
+     "87667a4078981c958886058a99aa78988a7a8a9a88a95968181587968866a9898b087967ba966967ab661a8f6bf3487e"
+     "44f846f5b7f875b68d94a0ee000088888888888888888888888888888888e71879809aa9878789789987a77789697898"},
+    {GgmlType::kIQ4_XS, 0x9f971a805d12b9cbULL,
+     "de84e44ea3ad04b08098789898799a6898879699978989897b726d8899182fc2430d4d688a2b269a78789985889986b7"
+     "9789607694a9977976767777979687967797768686a777709acc883584870c2f90fb63d90f66d2d895687986586b6676"
+     "8b0677aa687a85458967878878899877888889788788f989acac431e5d55c3aefd304ece532761c4e784d32838156f00"
+     "97999990a7a8688698767687a89886988999a89a688888877f878976786898775549979477779784766887667a407898"
+     "8886058a99aa78988a7a8a9a88a9596887968866a9898b087967ba9669679b666bf4487d44f846f5b7f875b68c94a0ee"
+     "8888888888888888888888888888888879809aa9878789789987a77789697898"},
+};
+
+uint64_t Fnv1a64(const std::vector<float>& values) {
+  uint64_t h = 1469598103934665603ULL;
+  for (float v : values) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    for (int k = 0; k < 4; ++k) {
+      h ^= (bits >> (8 * k)) & 0xff;
+      h *= 1099511628211ULL;
+    }
+  }
+  return h;
+}
+
+TEST(QuantGoldenTest, ReadOnlyTypesDecodeAsGgmlBitForBit) {
+  const std::vector<float> x = GoldenInput();
+  for (const DecodeGolden& golden : kDecodeGolden) {
+    SCOPED_TRACE(GgmlTypeName(golden.type));
+    const std::string bytes = absl::HexStringToBytes(golden.hex);
+    ASSERT_EQ(bytes.size(), *GgmlRowBytes(golden.type, 512));
+    std::vector<float> y(512);
+    ASSERT_OK(DequantizeRow(golden.type,
+                            absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+                            absl::MakeSpan(y)));
+    EXPECT_EQ(Fnv1a64(y), golden.fnv);
+    double err = 0, sig = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      err += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+      sig += double(x[i]) * x[i];
+    }
+    EXPECT_LT(std::sqrt(err / sig), 0.4);  // 2 and 3 bits on outlier-laden data
   }
 }
 

@@ -297,7 +297,9 @@ TEST(QuantContractTest, RaggedRowsWrongBuffersAndUnsupportedTypesAreRefused) {
   EXPECT_THAT(s.message(), HasSubstr("256 values take 144 bytes as q4_K, not the 1000 given"));
 
   s = QuantizeRow(GgmlType::kQ2_K, x, absl::MakeSpan(q.data(), 84));
-  EXPECT_THAT(s.message(), HasSubstr("tensor type q2_K cannot be encoded by tandem"));
+  EXPECT_THAT(s.message(), HasSubstr("tensor type q2_K is read by tandem but not written"));
+  s = QuantizeRow(GgmlType::kIQ2_XXS, x, absl::MakeSpan(q.data(), 66));
+  EXPECT_THAT(s.message(), HasSubstr("tensor type iq2_xxs cannot be encoded by tandem"));
 
   std::vector<float> y(256);
   s = DequantizeRow(GgmlType::kIQ2_XXS, absl::MakeConstSpan(q.data(), 66), absl::MakeSpan(y));
@@ -309,13 +311,18 @@ TEST(QuantContractTest, RaggedRowsWrongBuffersAndUnsupportedTypesAreRefused) {
   s = DequantizeRow(GgmlType::kQ8_0, absl::MakeConstSpan(q.data(), 68), absl::MakeSpan(y.data(), 32));
   EXPECT_THAT(s.message(), HasSubstr("2 q8_0 blocks hold 64 values, not the 32 asked for"));
 
-  for (GgmlType type : {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0,
-                        GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
+  for (GgmlType type :
+       {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1,
+        GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     EXPECT_TRUE(CanQuantize(type));
     EXPECT_TRUE(CanDequantize(type));
   }
-  EXPECT_FALSE(CanDequantize(GgmlType::kQ5_1));
-  EXPECT_FALSE(CanDequantize(GgmlType::kQ3_K));
+  for (GgmlType type : {GgmlType::kQ3_K, GgmlType::kQ2_K, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS}) {
+    EXPECT_FALSE(CanQuantize(type));
+    EXPECT_TRUE(CanDequantize(type));
+  }
+  EXPECT_FALSE(CanDequantize(GgmlType::kIQ2_XXS));
+  EXPECT_FALSE(CanDequantize(GgmlType::kMXFP4));
 }
 
 TEST(QuantContractTest, NonFiniteValuesAreRefusedNamingTheIndex) {
@@ -335,8 +342,9 @@ TEST(QuantContractTest, DecodingArbitraryBytesIsSafe) {
   std::mt19937 rng(9);
   std::vector<uint8_t> bytes(210 * 34 * 8);
   for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
-  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ4_K,
-                        GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kF16, GgmlType::kBF16, GgmlType::kF32}) {
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ3_K, GgmlType::kQ2_K,
+                        GgmlType::kIQ4_NL, GgmlType::kIQ4_XS, GgmlType::kF16, GgmlType::kBF16, GgmlType::kF32}) {
     const size_t block_bytes = GgmlBlockBytes(type);
     const size_t blocks = bytes.size() / block_bytes / 2;
     std::vector<float> y(blocks * GgmlBlockSize(type));

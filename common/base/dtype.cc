@@ -25,6 +25,11 @@ DTypeInfo Info(DType dtype) {
     case DType::kQ4_K: return {"Q4_K", 256, 144};
     case DType::kQ5_K: return {"Q5_K", 256, 176};
     case DType::kQ6_K: return {"Q6_K", 256, 210};
+    case DType::kQ5_1: return {"Q5_1", 32, 24};
+    case DType::kQ3_K: return {"Q3_K", 256, 110};
+    case DType::kQ2_K: return {"Q2_K", 256, 84};
+    case DType::kIQ4_NL: return {"IQ4_NL", 32, 18};
+    case DType::kIQ4_XS: return {"IQ4_XS", 256, 136};
   }
   return {"?", 1, 0};
 }

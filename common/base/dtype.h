@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -21,10 +22,31 @@ namespace tandem {
 
 // The float types come first and keep their numbers (shared-memory headers
 // and protos store them); the quantized ones follow, in no ggml order.
-enum class DType : uint8_t { kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ4_K, kQ5_K, kQ6_K };
-inline constexpr size_t kNumDTypes = static_cast<size_t>(DType::kQ6_K) + 1;  // a new last type updates this
+enum class DType : uint8_t {
+  kF32,
+  kF16,
+  kBF16,
+  kQ8_0,
+  kQ4_0,
+  kQ4_1,
+  kQ5_0,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+  kQ5_1,
+  kQ3_K,
+  kQ2_K,
+  kIQ4_NL,
+  kIQ4_XS
+};
+inline constexpr size_t kNumDTypes = static_cast<size_t>(DType::kIQ4_XS) + 1;  // a new last type updates this
 
 inline bool IsQuantized(DType dtype) { return dtype >= DType::kQ8_0; }
+// Every quantized type, in enum order.
+inline constexpr DType kQuantizedDTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,   DType::kQ5_0,
+                                             DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,   DType::kQ5_1,
+                                             DType::kQ3_K, DType::kQ2_K, DType::kIQ4_NL, DType::kIQ4_XS};
+static_assert(std::size(kQuantizedDTypes) == kNumDTypes - static_cast<size_t>(DType::kQ8_0));
 
 // The order of a block's level bits in memory: ggml's, as GGUF files store
 // them, or group-major, the AVX512-VNNI decode GEMV's own (Q4_K and Q6_K
@@ -33,12 +55,20 @@ inline bool IsQuantized(DType dtype) { return dtype >= DType::kQ8_0; }
 // Whoever reads a matrix's blocks reads its order with it.
 enum class BlockOrder : uint8_t { kGgml, kGroupMajor };
 inline bool HasGroupMajorOrder(DType dtype) { return dtype == DType::kQ4_K || dtype == DType::kQ6_K; }
+// A scale (and offset) per 16 values rather than per 32: Q6_K, Q3_K, Q2_K.
+inline bool ScalesPer16(DType dtype) { return dtype == DType::kQ6_K || dtype == DType::kQ3_K || dtype == DType::kQ2_K; }
+// Levels that are signed 8-bit values beyond [0, 64) as the int8 kernels
+// decode them (Q8_0's, the IQ4 tables'): vpmaddubsw takes their magnitude.
+inline bool HasSignedLevels(DType dtype) {
+  return dtype == DType::kQ8_0 || dtype == DType::kIQ4_NL || dtype == DType::kIQ4_XS;
+}
 inline const char* BlockOrderName(BlockOrder order) { return order == BlockOrder::kGgml ? "ggml" : "group_major"; }
 // Bytes of one element of a float type; 0 for a quantized type, which has
 // none (use DTypeRowBytes).
 size_t DTypeSize(DType dtype);
 // Values per block (1 for float types) and bytes per block (DTypeSize for
-// float types): Q8_0/Q4_0/Q4_1/Q5_0 pack 32 values, the K-quants 256.
+// float types): Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL pack 32 values, the
+// K-quants and IQ4_XS 256.
 int64_t DTypeBlockSize(DType dtype);
 int64_t DTypeBlockBytes(DType dtype);
 // Bytes of a row of `row_length` values; the length must be a whole number

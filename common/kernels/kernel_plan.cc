@@ -33,9 +33,7 @@ PlanState& State() {
 }
 
 constexpr absl::string_view kQuantizedKey = "quantized";
-constexpr DType kQuantizedTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
-                                     DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
-static_assert(std::size(kQuantizedTypes) == kNumDTypes - static_cast<size_t>(DType::kQ8_0));
+constexpr auto& kQuantizedTypes = kQuantizedDTypes;
 
 // Checks one list (`what` names it in errors) and merges adjacent steps with
 // one path.

@@ -9,7 +9,8 @@
 // -32 come in once per block through x's prepared offsets, as in the VNNI
 // kernel); Q8_0's and Q4_0's (q - 8) are signed, so they multiply |W| by x
 // with W's sign (|W| <= 128, |x| <= 127: no int16 pair saturates).
-// The K-quants (Q4_K, Q5_K, Q6_K) fold their sub-block scales into
+// IQ4_NL's and IQ4_XS's table levels are signed too.
+// The 256-value types (Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_XS) fold their sub-block scales into
 // vpmaddwd, which then costs nothing extra, and their x has one scale per
 // 256-value block (as llama.cpp's q8_K): a step is vpmaddubsw, vpmaddwd and
 // vpaddd per (W row, x row), and the block's int32 sum takes one conversion
@@ -27,6 +28,7 @@
 
 #include "common/kernels/linear_isa.h"
 #include "common/quant/block_formats.h"
+#include "common/quant/k_quants.h"
 
 namespace tandem::isa {
 namespace {
@@ -72,6 +74,7 @@ inline __m128i UnpackKScalesMins(const uint8_t* scales) {
 struct Q8_0Format {
   static constexpr int64_t kValues = kQ8_0BlockSize, kBytes = sizeof(BlockQ8_0);
   static constexpr int64_t kScaleAt = offsetof(BlockQ8_0, d);
+  static constexpr int64_t kMinAt = -1;  // no min
   static constexpr bool kIntScales = false;
   static __m256i Levels(const uint8_t* block) { return Load32(block + offsetof(BlockQ8_0, qs)); }
 };
@@ -86,31 +89,60 @@ inline __m256i NibbleLevels(const uint8_t* qs) {
 struct Q4_0Format {
   static constexpr int64_t kValues = kQ4_0BlockSize, kBytes = sizeof(BlockQ4_0);
   static constexpr int64_t kScaleAt = offsetof(BlockQ4_0, d);
+  static constexpr int64_t kMinAt = -1;  // no min
   static constexpr bool kIntScales = false;
   static __m256i Levels(const uint8_t* block) {
     return _mm256_sub_epi8(NibbleLevels(block + offsetof(BlockQ4_0, qs)), _mm256_set1_epi8(8));
   }
 };
 
-// Q5_0: Q4_0's nibbles plus bit v of the block's little-endian qh as 16 for
-// value v; minus 16. The 32 bits become 32 bytes by one shuffle, an OR and a
-// compare (byte v all ones where bit v is set).
+// A 32-value block's nibbles plus bit v of its little-endian qh as 16 for
+// value v (levels 0..31). The 32 bits become 32 bytes by one shuffle, an OR
+// and a compare (byte v all ones where bit v is set).
+inline __m256i FifthBitLevels(const uint8_t* qs, const uint8_t* qh_bytes) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, sizeof(qh));
+  // Byte v gets qh's byte v / 8, then all bits but bit v % 8 set.
+  const __m256i spread =
+      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)),
+                          _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+  const __m256i set =
+      _mm256_cmpeq_epi8(_mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)), _mm256_set1_epi64x(-1));
+  return _mm256_or_si256(NibbleLevels(qs), _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+}
+
+// Q5_0: FifthBitLevels minus 16.
 struct Q5_0Format {
   static constexpr int64_t kValues = kQ5_0BlockSize, kBytes = sizeof(BlockQ5_0);
   static constexpr int64_t kScaleAt = offsetof(BlockQ5_0, d);
+  static constexpr int64_t kMinAt = -1;
   static constexpr bool kIntScales = false;
   static __m256i Levels(const uint8_t* block) {
-    const __m256i nibbles = NibbleLevels(block + offsetof(BlockQ5_0, qs));
-    uint32_t qh;
-    std::memcpy(&qh, block + offsetof(BlockQ5_0, qh), sizeof(qh));
-    // Byte v gets qh's byte v / 8, then all bits but bit v % 8 set.
-    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(qh)),
-                                               _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
-                                                                 0x0101010101010101, 0x0000000000000000));
-    const __m256i set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
-                                          _mm256_set1_epi64x(-1));
-    const __m256i levels = _mm256_or_si256(nibbles, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
-    return _mm256_sub_epi8(levels, _mm256_set1_epi8(16));
+    return _mm256_sub_epi8(FifthBitLevels(block + offsetof(BlockQ5_0, qs), block + offsetof(BlockQ5_0, qh)),
+                           _mm256_set1_epi8(16));
+  }
+};
+
+// Q4_1 and Q5_1: Q4_0's and Q5_0's levels without the shift (0..15, 0..31),
+// and a min per block, which comes in through x's prepared offsets (its
+// scale times its sum of levels per 16 values): y += m * x offsets.
+// (llama.cpp's Q5_K_M files hold the rows that are not whole 256-value
+// blocks in Q5_1.)
+struct Q4_1Format {
+  static constexpr int64_t kValues = kQ4_1BlockSize, kBytes = sizeof(BlockQ4_1);
+  static constexpr int64_t kScaleAt = offsetof(BlockQ4_1, d);
+  static constexpr int64_t kMinAt = offsetof(BlockQ4_1, m);
+  static constexpr bool kIntScales = false;
+  static __m256i Levels(const uint8_t* block) { return NibbleLevels(block + offsetof(BlockQ4_1, qs)); }
+};
+
+struct Q5_1Format {
+  static constexpr int64_t kValues = kQ5_1BlockSize, kBytes = sizeof(BlockQ5_1);
+  static constexpr int64_t kScaleAt = offsetof(BlockQ5_1, d);
+  static constexpr int64_t kMinAt = offsetof(BlockQ5_1, m);
+  static constexpr bool kIntScales = false;
+  static __m256i Levels(const uint8_t* block) {
+    return FifthBitLevels(block + offsetof(BlockQ5_1, qs), block + offsetof(BlockQ5_1, qh));
   }
 };
 
@@ -122,6 +154,7 @@ struct KFormat {
   static constexpr int64_t kValues = kKBlockSize, kBytes = sizeof(Block);
   static constexpr int kSteps = kKBlockSize / kStep;
   static constexpr bool kIntScales = true;
+  static constexpr bool kSigned = false, kOffsets = true;
   struct State {
     __m256i scales;  // the 8 6-bit sub-block scales (bytes 0..7 of each 128-bit lane)
     __m256 d;
@@ -155,29 +188,59 @@ struct KFormat {
   }
 };
 
+// Signed 8-bit group scales (bytes 0..15 of each 128-bit lane of `scales`)
+// as int16s: group `lo`'s in the low lane's, `hi`'s in the high lane's.
+// pshufb cannot sign-extend: it puts each scale in its int16's high byte
+// and an arithmetic shift brings it down.
+inline __m256i SignedGroupScales(__m256i scales, int lo, int hi) {
+  const auto l = static_cast<int16_t>(static_cast<uint16_t>(0x0080 | lo << 8));
+  const auto h = static_cast<int16_t>(static_cast<uint16_t>(0x0080 | hi << 8));
+  return _mm256_srai_epi16(
+      _mm256_shuffle_epi8(scales, _mm256_setr_epi16(l, l, l, l, l, l, l, l, h, h, h, h, h, h, h, h)), 8);
+}
+
+// The formats with 16 group scales folded into vpmaddwd and an f32 offset
+// per group through x's sums (Q6_K, Q3_K, Q2_K): their block state.
+struct GroupScaledFormat {
+  static constexpr int64_t kValues = kKBlockSize;
+  static constexpr int kSteps = kKBlockSize / kStep;
+  static constexpr bool kIntScales = true;
+  static constexpr bool kSigned = false, kOffsets = true;
+  struct State {
+    __m256i scales;  // the 16 group scales (bytes) in each 128-bit lane
+    __m256 d;
+    __m256 offsets[2];  // groups 0..7, 8..15
+  };
+  // `scales` the group scales vpmaddwd takes; offset g = factor * values[g]
+  // (signed or unsigned bytes).
+  template <bool kSignedValues>
+  static State Make(__m128i scales, float d, __m128i values, float factor) {
+    const __m256 f = _mm256_set1_ps(factor);
+    auto widen = [](__m128i v) { return kSignedValues ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v); };
+    return {_mm256_broadcastsi128_si256(scales),
+            _mm256_set1_ps(d),
+            {_mm256_mul_ps(_mm256_cvtepi32_ps(widen(values)), f),
+             _mm256_mul_ps(_mm256_cvtepi32_ps(widen(_mm_srli_si128(values, 8))), f)}};
+  }
+  static __m256 BlockScale(const State& s) { return s.d; }
+  static void Offsets(const State& s, __m256 (&out)[2]) {
+    out[0] = s.offsets[0];
+    out[1] = s.offsets[1];
+  }
+};
+
 // Q6_K: step s is quarter s % 4 of 128-value half s / 4 (see the VNNI
 // kernel); lanes 0..3 are group 2s, 4..7 group 2s + 1. Its signed 8-bit
 // group scales fold into vpmaddwd as KFormat's do (pshufb cannot
 // sign-extend: it puts each scale in its int16's high byte and an
 // arithmetic shift brings it down), and x has one scale per block as for
 // Q4_K (|pair| <= 2 * 63 * 127, times 2 * 128 per step, 8 steps: < 2^26).
-struct Q6KFormat {
-  static constexpr int64_t kValues = kKBlockSize, kBytes = sizeof(BlockQ6_K);
-  static constexpr int kSteps = kKBlockSize / kStep;
-  static constexpr bool kIntScales = true;
-  struct State {
-    __m256i scales;  // the 16 group scales in each 128-bit lane
-    __m256 d;
-    __m256 offsets[2];  // -32 * d * scale of groups 0..7, 8..15
-  };
+struct Q6KFormat : GroupScaledFormat {
+  static constexpr int64_t kBytes = sizeof(BlockQ6_K);
   static State Begin(const uint8_t* block) {
     const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + offsetof(BlockQ6_K, scales)));
     const float d = HalfAt(block + offsetof(BlockQ6_K, d));
-    const __m256 minus32d = _mm256_set1_ps(-32.0f * d);
-    return {_mm256_broadcastsi128_si256(sc),
-            _mm256_set1_ps(d),
-            {_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)), minus32d),
-             _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))), minus32d)}};
+    return Make<true>(sc, d, sc, -32.0f * d);
   }
   static __m256i Levels(const uint8_t* block, int step) {
     const int half = step / 4, quarter = step % 4;
@@ -193,18 +256,98 @@ struct Q6KFormat {
     }
     return _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(0x30)));
   }
-  // Group 2s's scale in the low lane's int16s, group 2s + 1's in the high lane's.
-  static __m256i StepScales(const State& s, int step) {
-    const auto lo = static_cast<int16_t>(static_cast<uint16_t>(0x0080 | (2 * step) << 8));
-    const auto hi = static_cast<int16_t>(static_cast<uint16_t>(0x0080 | (2 * step + 1) << 8));
-    return _mm256_srai_epi16(_mm256_shuffle_epi8(s.scales, _mm256_setr_epi16(lo, lo, lo, lo, lo, lo, lo, lo, hi, hi,
-                                                                             hi, hi, hi, hi, hi, hi)),
-                             8);
+  static __m256i StepScales(const State& s, int step) { return SignedGroupScales(s.scales, 2 * step, 2 * step + 1); }
+};
+
+// Q3_K: step s is values 32s..32s+31: bits 2 (s % 4), 2 (s % 4) + 1 of
+// qs[32 (s / 4) ..] and bit s of hmask as 4, levels 0..7 (the stored level
+// plus 4); group scales (6 bits minus 32, signed) as Q6_K's, offsets -4 d
+// times the scale. x as Q6_K's (|pair| <= 2 * 7 * 127).
+struct Q3KFormat : GroupScaledFormat {
+  static constexpr int64_t kBytes = sizeof(BlockQ3_K);
+  static State Begin(const uint8_t* block) {
+    alignas(16) int8_t scales[16];
+    UnpackQ3KScales(block + offsetof(BlockQ3_K, scales), scales);
+    const __m128i sc = _mm_load_si128(reinterpret_cast<const __m128i*>(scales));
+    const float d = HalfAt(block + offsetof(BlockQ3_K, d));
+    return Make<true>(sc, d, sc, -4.0f * d);
   }
+  static __m256i Levels(const uint8_t* block, int step) {
+    const __m256i qs = Load32(block + offsetof(BlockQ3_K, qs) + 32 * (step / 4));
+    const __m256i low = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * (step % 4)), _mm256_set1_epi8(3));
+    const __m256i bit = _mm256_set1_epi8(static_cast<char>(1u << step));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(Load32(block + offsetof(BlockQ3_K, hmask)), bit), bit);
+    return _mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(4)));
+  }
+  static __m256i StepScales(const State& s, int step) { return SignedGroupScales(s.scales, 2 * step, 2 * step + 1); }
+};
+
+// Q2_K: levels as Q3_K's low two bits (0..3); group scales the low nibbles
+// of scales[16] (unsigned, zero-extended as KFormat's), offsets -dmin times
+// the high nibbles.
+struct Q2KFormat : GroupScaledFormat {
+  static constexpr int64_t kBytes = sizeof(BlockQ2_K);
+  static State Begin(const uint8_t* block) {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + offsetof(BlockQ2_K, scales)));
+    const __m128i mins = _mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0f));
+    return Make<false>(_mm_and_si128(packed, _mm_set1_epi8(0x0f)), HalfAt(block + offsetof(BlockQ2_K, d)), mins,
+                       -HalfAt(block + offsetof(BlockQ2_K, dmin)));
+  }
+  static __m256i Levels(const uint8_t* block, int step) {
+    const __m256i qs = Load32(block + offsetof(BlockQ2_K, qs) + 32 * (step / 4));
+    return _mm256_and_si256(_mm256_srli_epi16(qs, 2 * (step % 4)), _mm256_set1_epi8(3));
+  }
+  // Group 2s's scale in the low lane's int16s, 2s + 1's in the high lane's (zero-extended).
+  static __m256i StepScales(const State& s, int step) {
+    const auto lo = static_cast<int16_t>(0x8000 | (2 * step)), hi = static_cast<int16_t>(0x8000 | (2 * step + 1));
+    return _mm256_shuffle_epi8(s.scales,
+                               _mm256_setr_epi16(lo, lo, lo, lo, lo, lo, lo, lo, hi, hi, hi, hi, hi, hi, hi, hi));
+  }
+};
+
+// IQ4_XS: step s is sub-block s, its 16 bytes of nibbles looked up in
+// kIq4NlValues (signed levels, |l| <= 127: products take |l| and x with
+// l's sign, |pair| <= 2 * 127 * 127 < 2^15), its scale 6 bits minus 32 in
+// both halves' int16s; no offsets.
+struct IQ4XSFormat {
+  static constexpr int64_t kValues = kKBlockSize, kBytes = sizeof(BlockIQ4_XS);
+  static constexpr int kSteps = kKBlockSize / kStep;
+  static constexpr bool kIntScales = true;
+  static constexpr bool kSigned = true, kOffsets = false;
+  struct State {
+    __m256i scales;  // the 8 sub-block scales (bytes 0..7 of each 128-bit lane)
+    __m256 d;
+  };
+  static State Begin(const uint8_t* block) {
+    uint16_t scales_h;
+    std::memcpy(&scales_h, block + offsetof(BlockIQ4_XS, scales_h), sizeof(scales_h));
+    const uint8_t* scales_l = block + offsetof(BlockIQ4_XS, scales_l);
+    alignas(16) int8_t scales[16] = {};
+    for (int j = 0; j < 8; ++j) {
+      const int low = (scales_l[j / 2] >> (4 * (j % 2))) & 0x0f, high = (scales_h >> (2 * j)) & 3;
+      scales[j] = static_cast<int8_t>((low | high << 4) - 32);
+    }
+    return {_mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(scales))),
+            _mm256_set1_ps(HalfAt(block + offsetof(BlockIQ4_XS, d)))};
+  }
+  static __m256i Levels(const uint8_t* block, int step) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues)));
+    return _mm256_shuffle_epi8(table, NibbleLevels(block + offsetof(BlockIQ4_XS, qs) + 16 * step));
+  }
+  static __m256i StepScales(const State& s, int step) { return SignedGroupScales(s.scales, step, step); }
   static __m256 BlockScale(const State& s) { return s.d; }
-  static void Offsets(const State& s, __m256 (&out)[2]) {
-    out[0] = s.offsets[0];
-    out[1] = s.offsets[1];
+  static void Offsets(const State&, __m256 (&out)[2]) { out[0] = out[1] = _mm256_setzero_ps(); }
+};
+
+// IQ4_NL: Q4_0's nibbles looked up in kIq4NlValues (signed levels, as Q8_0's).
+struct IQ4NLFormat {
+  static constexpr int64_t kValues = kIQ4_NLBlockSize, kBytes = sizeof(BlockIQ4_NL);
+  static constexpr int64_t kScaleAt = offsetof(BlockIQ4_NL, d);
+  static constexpr int64_t kMinAt = -1;
+  static constexpr bool kIntScales = false;
+  static __m256i Levels(const uint8_t* block) {
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues)));
+    return _mm256_shuffle_epi8(table, NibbleLevels(block + offsetof(BlockIQ4_NL, qs)));
   }
 };
 
@@ -300,7 +443,10 @@ inline void IntScaledSteps(const uint8_t* const (&w)[kW], const XRows<kRows>& x,
     for (int r = 0; r < kRows; ++r) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.levels(r) + v));
       for (int f = 0; f < kW; ++f) {
-        sums[f][r] = _mm256_add_epi32(sums[f][r], _mm256_madd_epi16(_mm256_maddubs_epi16(wv[f], xv), scales[f]));
+        const __m256i products = Format::kSigned
+                                     ? _mm256_maddubs_epi16(_mm256_sign_epi8(wv[f], wv[f]), _mm256_sign_epi8(xv, wv[f]))
+                                     : _mm256_maddubs_epi16(wv[f], xv);
+        sums[f][r] = _mm256_add_epi32(sums[f][r], _mm256_madd_epi16(products, scales[f]));
         // An empty asm that "changes" the sum keeps it a running sum: GCC
         // otherwise reassociates the integer adds and keeps every step's
         // product of the 8 rows on the stack to sum at the block's end.
@@ -321,7 +467,7 @@ template <class Format, int kRows, int kW, class Acc>
 inline void Unit(const uint8_t* const (&w)[kW], const XRows<kRows>& x, int64_t i, int64_t at, Acc& acc) {
   typename Format::State state[kW];
   for (int f = 0; f < kW; ++f) state[f] = Format::Begin(w[f] + at);
-  for (int f = 0; f < kW; ++f) {
+  for (int f = 0; f < kW && Format::kOffsets; ++f) {
     __m256 offsets[2];
     Format::Offsets(state[f], offsets);
     for (int r = 0; r < kRows; ++r) {
@@ -357,7 +503,7 @@ void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& 
   }
 }
 
-// ---- Formats scaled every 32 values (Q8_0, Q4_0, Q5_0): sums in lanes ----
+// ---- Formats scaled every 32 values (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1): sums in lanes ----
 // A block's int32 dot vector per (W row, x row) needs a conversion, a scale
 // product and an FMA of its own: at one x row half of a block's port 0/1
 // work. Two vphaddd fold 4 such vectors into one, lanes c0 c1 c2 c3 in each
@@ -390,6 +536,12 @@ inline void LaneUnit(const uint8_t* const (&w)[kW], const XRows<kRows>& x, int64
   // Every group holds the W rows in the same lanes (4 % kW == 0).
   const __m128 ws =
       _mm_cvtph_ps(_mm_setr_epi16(half[P::W(0)], half[P::W(1)], half[P::W(2)], half[P::W(3)], 0, 0, 0, 0));
+  __m128 mins = _mm_setzero_ps();
+  if constexpr (Format::kMinAt >= 0) {
+    int16_t m[kW];
+    for (int f = 0; f < kW; ++f) std::memcpy(&m[f], w[f] + at + Format::kMinAt, sizeof(m[f]));
+    mins = _mm_cvtph_ps(_mm_setr_epi16(m[P::W(0)], m[P::W(1)], m[P::W(2)], m[P::W(3)], 0, 0, 0, 0));
+  }
 #pragma GCC unroll 4
   for (int g = 0; g < P::kGroups; ++g) {
     __m256i dot[4];
@@ -404,6 +556,14 @@ inline void LaneUnit(const uint8_t* const (&w)[kW], const XRows<kRows>& x, int64
     if constexpr (kW == 2) xs = _mm_blend_ps(xs, _mm_broadcast_ss(x.scales(P::Row(4 * g + 2)) + i / 16), 0b1100);
     const __m128 scales = _mm_mul_ps(ws, xs);
     acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lanes), _mm256_set_m128(scales, scales), acc[g]);
+    if constexpr (Format::kMinAt >= 0) {
+      // Lane q (low half) is pair q: its W row's min times its x row's two
+      // offsets of the block.
+      auto block_offset = [&](int r) { return x.offsets(r)[i / 16] + x.offsets(r)[i / 16 + 1]; };
+      __m128 xo = _mm_set1_ps(block_offset(P::Row(4 * g)));
+      if constexpr (kW == 2) xo = _mm_blend_ps(xo, _mm_set1_ps(block_offset(P::Row(4 * g + 2))), 0b1100);
+      acc[g] = _mm256_fmadd_ps(_mm256_zextps128_ps256(mins), _mm256_zextps128_ps256(xo), acc[g]);
+    }
   }
 }
 
@@ -505,9 +665,15 @@ bool Avx2Int8Fused(const LinearWeight& w, const LinearSliceArgs& a, const Int8Pr
     case DType::kQ8_0: Run<Q8_0Format>(w, a, x); return true;
     case DType::kQ4_0: Run<Q4_0Format>(w, a, x); return true;
     case DType::kQ5_0: Run<Q5_0Format>(w, a, x); return true;
+    case DType::kQ4_1: Run<Q4_1Format>(w, a, x); return true;
+    case DType::kQ5_1: Run<Q5_1Format>(w, a, x); return true;
     case DType::kQ4_K: Run<KFormat<false>>(w, a, x); return true;
     case DType::kQ5_K: Run<KFormat<true>>(w, a, x); return true;
     case DType::kQ6_K: Run<Q6KFormat>(w, a, x); return true;
+    case DType::kQ3_K: Run<Q3KFormat>(w, a, x); return true;
+    case DType::kQ2_K: Run<Q2KFormat>(w, a, x); return true;
+    case DType::kIQ4_XS: Run<IQ4XSFormat>(w, a, x); return true;
+    case DType::kIQ4_NL: Run<IQ4NLFormat>(w, a, x); return true;
     default: return false;
   }
 }

@@ -12,7 +12,8 @@
 //   - Q8_0, Q4_0 and Q5_0: a step is two blocks in x's plain order; their
 //     constant shift (+128 to make Q8_0 unsigned, Q4_0's -8, Q5_0's -16) is vpdpbusd's start
 //     value, -shift * the lane's sum of x levels, so each int32 lane is the
-//     exact signed dot product; one conversion and FMA per step.
+//     exact signed dot product; one conversion and FMA per step. Q4_1 and
+//     Q5_1 (unshifted) add each block's min times x's prepared offsets.
 //   - K-quants: x is group-major (lane l of every step of a block is in
 //     group l), so a block's 4 steps sum in one int32 vector and take one
 //     conversion and FMA per block; the mins (Q4_K, Q5_K) and Q6_K's -32
@@ -115,6 +116,7 @@ inline __m128i Lane(__m512i v, int f) {
 struct Q8_0Format {
   static constexpr int64_t kValues = 64, kBlockBytes = sizeof(BlockQ8_0), kBytes = 2 * kBlockBytes;
   static constexpr int64_t kScaleAt = offsetof(BlockQ8_0, d);
+  static constexpr int64_t kMinAt = -1;  // no min
   static constexpr int kShift = 128;  // levels stored +128 for vpdpbusd's unsigned side
   static constexpr bool kGroupMajor = false;
   static constexpr bool kFifthBit = false;
@@ -144,6 +146,7 @@ inline __m512i NibbleLevels(const uint8_t* first, const uint8_t* second) {
 struct Q4_0Format {
   static constexpr int64_t kValues = 64, kBlockBytes = sizeof(BlockQ4_0), kBytes = 2 * kBlockBytes;
   static constexpr int64_t kScaleAt = offsetof(BlockQ4_0, d);
+  static constexpr int64_t kMinAt = -1;  // no min
   static constexpr int kShift = 8;
   static constexpr bool kGroupMajor = false;
   static constexpr bool kFifthBit = false;
@@ -153,6 +156,20 @@ struct Q4_0Format {
   }
 };
 
+// Two blocks of a 5-bit type (Q5_0, Q5_1): the nibbles plus bit v of each
+// block's little-endian qh as 16 for value v (levels 0..31); the two
+// blocks' qh make one 64-bit mask of the step's bytes.
+template <class Block>
+inline __m512i FifthBitLevels(const uint8_t* unit, bool half) {
+  constexpr int64_t qs = offsetof(Block, qs);
+  const __m512i nibbles = NibbleLevels(unit + qs, half ? nullptr : unit + sizeof(Block) + qs);
+  uint32_t qh_a, qh_b = 0;
+  std::memcpy(&qh_a, unit + offsetof(Block, qh), sizeof(qh_a));
+  if (!half) std::memcpy(&qh_b, unit + sizeof(Block) + offsetof(Block, qh), sizeof(qh_b));
+  const __mmask64 fifth = _cvtu64_mask64(uint64_t{qh_a} | uint64_t{qh_b} << 32);
+  return _mm512_or_si512(nibbles, _mm512_maskz_mov_epi8(fifth, _mm512_set1_epi8(0x10)));
+}
+
 // Q5_0: Q4_0's nibbles (the same byte order) plus a fifth bit per value,
 // bit v of the block's little-endian qh for value v, as 16: levels 0..31,
 // shift 16. The two blocks' qh make one 64-bit mask of the step's bytes.
@@ -161,18 +178,38 @@ struct Q4_0Format {
 struct Q5_0Format {
   static constexpr int64_t kValues = 64, kBlockBytes = sizeof(BlockQ5_0), kBytes = 2 * kBlockBytes;
   static constexpr int64_t kScaleAt = offsetof(BlockQ5_0, d);
+  static constexpr int64_t kMinAt = -1;  // no min
   static constexpr int kShift = 16;
   static constexpr bool kGroupMajor = false;
   static constexpr bool kFifthBit = false;  // (Q5_K's register pressure; the mask costs none)
+  static __m512i Levels(const uint8_t* unit, bool half) { return FifthBitLevels<BlockQ5_0>(unit, half); }
+};
+
+// Q4_1 and Q5_1: Q4_0's and Q5_0's levels unshifted (0..15, 0..31) and a
+// min per block, which comes in through x's prepared offsets (its scale
+// times its sum of levels per 16 values): y += m * x offsets. (llama.cpp's
+// Q5_K_M files hold the rows that are not whole 256-value blocks in Q5_1.)
+struct Q4_1Format {
+  static constexpr int64_t kValues = 64, kBlockBytes = sizeof(BlockQ4_1), kBytes = 2 * kBlockBytes;
+  static constexpr int64_t kScaleAt = offsetof(BlockQ4_1, d);
+  static constexpr int64_t kMinAt = offsetof(BlockQ4_1, m);
+  static constexpr int kShift = 0;
+  static constexpr bool kGroupMajor = false;
+  static constexpr bool kFifthBit = false;
   static __m512i Levels(const uint8_t* unit, bool half) {
-    constexpr int64_t qs = offsetof(BlockQ5_0, qs);
-    const __m512i nibbles = NibbleLevels(unit + qs, half ? nullptr : unit + sizeof(BlockQ5_0) + qs);
-    uint32_t qh_a, qh_b = 0;
-    std::memcpy(&qh_a, unit + offsetof(BlockQ5_0, qh), sizeof(qh_a));
-    if (!half) std::memcpy(&qh_b, unit + sizeof(BlockQ5_0) + offsetof(BlockQ5_0, qh), sizeof(qh_b));
-    const __mmask64 fifth = _cvtu64_mask64(uint64_t{qh_a} | uint64_t{qh_b} << 32);
-    return _mm512_or_si512(nibbles, _mm512_maskz_mov_epi8(fifth, _mm512_set1_epi8(0x10)));
+    constexpr int64_t qs = offsetof(BlockQ4_1, qs);
+    return NibbleLevels(unit + qs, half ? nullptr : unit + sizeof(BlockQ4_1) + qs);
   }
+};
+
+struct Q5_1Format {
+  static constexpr int64_t kValues = 64, kBlockBytes = sizeof(BlockQ5_1), kBytes = 2 * kBlockBytes;
+  static constexpr int64_t kScaleAt = offsetof(BlockQ5_1, d);
+  static constexpr int64_t kMinAt = offsetof(BlockQ5_1, m);
+  static constexpr int kShift = 0;
+  static constexpr bool kGroupMajor = false;
+  static constexpr bool kFifthBit = false;
+  static __m512i Levels(const uint8_t* unit, bool half) { return FifthBitLevels<BlockQ5_1>(unit, half); }
 };
 
 // The f16 scales of a unit's two blocks in kW <= 4 W rows, converted in
@@ -183,14 +220,15 @@ struct Q5_0Format {
 // blend per W row were half of a Q8_0 pass's vector instructions, and a
 // Q8_0 decode pass that computes barely faster than DRAM streams shows
 // every instruction.
-template <class Format, int kW>
+// (`kField`: the f16 field read, the scale; the min's for Q4_1 and Q5_1.)
+template <class Format, int kW, int64_t kField = Format::kScaleAt>
 inline __m256 UnitScales(const uint8_t* const (&w)[kW], int64_t at, bool half) {
   static_assert(kW <= 4);
   uint64_t packed[2] = {0, 0};
   for (int f = 0; f < kW; ++f) {
     for (int b = 0; b < (half ? 1 : 2); ++b) {
       uint16_t h;
-      std::memcpy(&h, w[f] + at + b * Format::kBlockBytes + Format::kScaleAt, sizeof(h));
+      std::memcpy(&h, w[f] + at + b * Format::kBlockBytes + kField, sizeof(h));
       packed[f / 2] |= uint64_t{h} << (16 * (2 * b + f % 2));
     }
   }
@@ -372,13 +410,25 @@ struct XRows {
   const float* offsets[kRows];
 };
 
+// A 32-value type with a min per block (Q4_1, Q5_1).
+template <class Format>
+constexpr bool HasMin() {
+  if constexpr (Format::kGroupMajor) {
+    return false;
+  } else {
+    return Format::kMinAt >= 0;
+  }
+}
+
 // One unit of a 32-value type (at value `i`, byte `at` of each W row) into
 // the accumulators.
 template <class Format, int kRows, int kW, Prefetch kPrefetch>
 inline void Unit(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows<kRows>& x, int64_t i, int64_t at,
-                 bool half, __m512 (&acc)[kW][kRows]) {
+                 bool half, __m512 (&acc)[kW][kRows], __m256 (&min_acc)[kRows]) {
   PrefetchStep<kPrefetch, kW>(w, next, at, Format::kBytes);
   const __m256 w_scales = UnitScales<Format, kW>(w, at, half);
+  __m256 w_mins = _mm256_setzero_ps();
+  if constexpr (Format::kMinAt >= 0) w_mins = UnitScales<Format, kW, Format::kMinAt>(w, at, half);
   __m512i wv[kW];
   for (int f = 0; f < kW; ++f) wv[f] = Format::Levels(w[f] + at, half);
   for (int r = 0; r < kRows; ++r) {
@@ -398,6 +448,15 @@ inline void Unit(const uint8_t* const (&w)[kW], const uint8_t* next, const XRows
       const __m512i dot = _mm512_dpbusd_epi32(start, wv[f], xv);
       acc[f][r] =
           _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(UnitScaleLanes(f), scales), acc[f][r]);
+    }
+    if constexpr (Format::kMinAt >= 0) {
+      // Each block's min (UnitScales' lanes) times x's sum of offsets over
+      // that block (s0 s0 s1 s1 | s0 s0 s1 s1): one FMA for all kW rows.
+      const float* xop = x.offsets[r] + i / 16;
+      const __m128 xo = half ? _mm_maskz_loadu_ps(0x3, xop) : _mm_loadu_ps(xop);
+      const __m128 sums = _mm_hadd_ps(xo, xo);
+      const __m128 per_lane = _mm_shuffle_ps(sums, sums, _MM_SHUFFLE(1, 1, 0, 0));
+      min_acc[r] = _mm256_fmadd_ps(w_mins, _mm256_set_m128(per_lane, per_lane), min_acc[r]);
     }
   }
 }
@@ -450,21 +509,31 @@ void Pass(const LinearWeight& w, const LinearSliceArgs& a, const Int8PreparedX& 
   __m512 acc[kW][kRows];
   for (int f = 0; f < kW; ++f)
     for (int r = 0; r < kRows; ++r) acc[f][r] = _mm512_setzero_ps();
+  __m256 min_acc[kRows];  // Q4_1/Q5_1: the blocks' mins times x's offsets
+  for (__m256& v : min_acc) v = _mm256_setzero_ps();
   if constexpr (Format::kGroupMajor) {
     for (int64_t b = 0; b < w.k / kKBlockSize; ++b)
       Block<Format, kRows, kW, kPrefetch>(wrows, next, x, b * kKBlockSize, b * Format::kBytes, acc);
   } else {
     const int64_t units = w.k / Format::kValues;
     for (int64_t u = 0; u < units; ++u)
-      Unit<Format, kRows, kW, kPrefetch>(wrows, next, x, u * Format::kValues, u * Format::kBytes, false, acc);
+      Unit<Format, kRows, kW, kPrefetch>(wrows, next, x, u * Format::kValues, u * Format::kBytes, false, acc, min_acc);
     if (w.k % Format::kValues != 0)
-      Unit<Format, kRows, kW, kPrefetch>(wrows, next, x, units * Format::kValues, units * Format::kBytes, true,
-                                         acc);
+      Unit<Format, kRows, kW, kPrefetch>(wrows, next, x, units * Format::kValues, units * Format::kBytes, true, acc,
+                                         min_acc);
   }
+  alignas(32) float mins[kRows][8];
+  if constexpr (HasMin<Format>())
+    for (int r = 0; r < kRows; ++r) _mm256_store_ps(mins[r], min_acc[r]);
   for (int f = 0; f < kW; ++f) {
     if (rows[f] < 0) continue;
     const float bias = a.bias != nullptr ? a.bias[rows[f]] : 0.0f;
-    for (int r = 0; r < kRows; ++r) a.y[(r0 + r) * a.ldy + rows[f]] = Sum(acc[f][r]) + bias;
+    const int lane = 4 * (f / 2) + f % 2;  // row f's first block's (UnitScales); its second's is lane + 2
+    for (int r = 0; r < kRows; ++r) {
+      float sum = Sum(acc[f][r]);
+      if constexpr (HasMin<Format>()) sum += mins[r][lane] + mins[r][lane + 2];
+      a.y[(r0 + r) * a.ldy + rows[f]] = sum + bias;
+    }
   }
 }
 
@@ -542,6 +611,8 @@ bool Avx512VnniInt8Fused(const LinearWeight& w, const LinearSliceArgs& a, const 
     case DType::kQ8_0: Run<Q8_0Format>(w, a, x); return true;
     case DType::kQ4_0: Run<Q4_0Format>(w, a, x); return true;
     case DType::kQ5_0: Run<Q5_0Format>(w, a, x); return true;
+    case DType::kQ4_1: Run<Q4_1Format>(w, a, x); return true;
+    case DType::kQ5_1: Run<Q5_1Format>(w, a, x); return true;
     case DType::kQ4_K:
       if (w.order == BlockOrder::kGroupMajor)
         Run<KFormat<false, BlockOrder::kGroupMajor>>(w, a, x);

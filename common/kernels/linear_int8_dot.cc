@@ -12,6 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/kernels/linear_isa.h"
 #include "common/quant/block_formats.h"
+#include "common/quant/k_quants.h"
+#include "common/quant/nonlinear_quants.h"
 
 namespace tandem {
 namespace {
@@ -123,19 +125,62 @@ void DecodeQ4_1(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
   }
 }
 
+// A 5-bit block's levels (Q5_0, Q5_1): its nibbles plus bit v of its
+// little-endian qh as 16 for value v.
+template <class Block>
+void StoreFifthBitLevels(const uint8_t* block, uint8_t* levels) {
+  uint32_t qh;
+  std::memcpy(&qh, block + offsetof(Block, qh), sizeof(qh));
+  SplitNibbles(block + offsetof(Block, qs), levels);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(levels));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels), _mm256_or_si256(v, BitsAsSixteen(qh)));
+}
+
 void DecodeQ5_0(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
   for (int64_t b = 0; b < k / kQ5_0BlockSize; ++b) {
     const uint8_t* block = row + b * sizeof(BlockQ5_0);
     PrefetchAhead(block, sizeof(BlockQ5_0));
     const float d = HalfAt(block, offsetof(BlockQ5_0, d));
-    uint32_t qh;
-    std::memcpy(&qh, block + offsetof(BlockQ5_0, qh), sizeof(qh));
-    uint8_t* levels = out.levels + 32 * b;
-    SplitNibbles(block + offsetof(BlockQ5_0, qs), levels);
-    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(levels));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(levels), _mm256_or_si256(v, BitsAsSixteen(qh)));
+    StoreFifthBitLevels<BlockQ5_0>(block, out.levels + 32 * b);
     SetGroup(out, 2 * b, d, -16.0f * d);
     SetGroup(out, 2 * b + 1, d, -16.0f * d);
+  }
+}
+
+void DecodeQ5_1(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
+  for (int64_t b = 0; b < k / kQ5_1BlockSize; ++b) {
+    const uint8_t* block = row + b * sizeof(BlockQ5_1);
+    PrefetchAhead(block, sizeof(BlockQ5_1));
+    const float d = HalfAt(block, offsetof(BlockQ5_1, d));
+    const float m = HalfAt(block, offsetof(BlockQ5_1, m));
+    StoreFifthBitLevels<BlockQ5_1>(block, out.levels + 32 * b);
+    SetGroup(out, 2 * b, d, m);
+    SetGroup(out, 2 * b + 1, d, m);
+  }
+}
+
+// IQ4's 32 values of one sub-block: 16 bytes of nibbles (as Q4_0's) looked
+// up in kIq4NlValues, the signed levels (+128 for vpdpbusd).
+inline void StoreIq4Levels(const uint8_t* qs, bool to_unsigned, uint8_t* levels) {
+  const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4NlValues));
+  const __m128i flip = _mm_set1_epi8(static_cast<char>(to_unsigned ? 0x80 : 0));
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m128i mask = _mm_set1_epi8(0x0f);
+  const __m128i lo = _mm_shuffle_epi8(table, _mm_and_si128(q, mask));
+  const __m128i hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), mask));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(levels), _mm_xor_si128(lo, flip));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(levels + 16), _mm_xor_si128(hi, flip));
+}
+
+void DecodeIQ4_NL(const uint8_t* row, int64_t k, bool to_unsigned, const DecodedRow& out) {
+  for (int64_t b = 0; b < k / kIQ4_NLBlockSize; ++b) {
+    const uint8_t* block = row + b * sizeof(BlockIQ4_NL);
+    PrefetchAhead(block, sizeof(BlockIQ4_NL));
+    const float d = HalfAt(block, offsetof(BlockIQ4_NL, d));
+    StoreIq4Levels(block + offsetof(BlockIQ4_NL, qs), to_unsigned, out.levels + 32 * b);
+    const float offset = to_unsigned ? -128.0f * d : 0.0f;
+    SetGroup(out, 2 * b, d, offset);
+    SetGroup(out, 2 * b + 1, d, offset);
   }
 }
 
@@ -256,6 +301,74 @@ void DecodeQ6_K(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
   }
 }
 
+// Q3_K and Q2_K: value 128h + 32j + l takes bits 2j, 2j+1 of qs[32h + l];
+// Q3_K's third bit (bit 4h + j of hmask[l]) adds 4 (the level is q + 4,
+// in [0, 8), and the offset -4 times the scale). Groups of 16 values.
+void DecodeQ3_K(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
+  const __m256i three = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  for (int64_t b = 0; b < k / kKBlockSize; ++b) {
+    const uint8_t* block = row + b * sizeof(BlockQ3_K);
+    PrefetchAhead(block, sizeof(BlockQ3_K));
+    const __m256i hmask = Load32(block + offsetof(BlockQ3_K, hmask));
+    for (int half = 0; half < 2; ++half) {
+      const __m256i qs = Load32(block + offsetof(BlockQ3_K, qs) + 32 * half);
+      for (int j = 0; j < 4; ++j) {
+        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * j), three);
+        const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hmask, 4 * half + j), one);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.levels + b * kKBlockSize + 128 * half + 32 * j),
+                            _mm256_or_si256(low, _mm256_slli_epi16(high, 2)));
+      }
+    }
+    const float d = HalfAt(block, offsetof(BlockQ3_K, d));
+    int8_t scales[kKBlockSize / 16];
+    UnpackQ3KScales(block + offsetof(BlockQ3_K, scales), scales);
+    for (int g = 0; g < kKBlockSize / 16; ++g) {
+      const float scale = d * static_cast<float>(scales[g]);
+      SetGroup(out, b * kKBlockSize / 16 + g, scale, -4.0f * scale);
+    }
+  }
+}
+
+void DecodeQ2_K(const uint8_t* row, int64_t k, bool, const DecodedRow& out) {
+  const __m256i three = _mm256_set1_epi8(3);
+  for (int64_t b = 0; b < k / kKBlockSize; ++b) {
+    const uint8_t* block = row + b * sizeof(BlockQ2_K);
+    PrefetchAhead(block, sizeof(BlockQ2_K));
+    for (int half = 0; half < 2; ++half) {
+      const __m256i qs = Load32(block + offsetof(BlockQ2_K, qs) + 32 * half);
+      for (int j = 0; j < 4; ++j) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.levels + b * kKBlockSize + 128 * half + 32 * j),
+                            _mm256_and_si256(_mm256_srli_epi16(qs, 2 * j), three));
+      }
+    }
+    const float d = HalfAt(block, offsetof(BlockQ2_K, d)), dmin = HalfAt(block, offsetof(BlockQ2_K, dmin));
+    const uint8_t* scales = block + offsetof(BlockQ2_K, scales);
+    for (int g = 0; g < kKBlockSize / 16; ++g) {
+      SetGroup(out, b * kKBlockSize / 16 + g, d * static_cast<float>(scales[g] & 0x0f),
+               -dmin * static_cast<float>(scales[g] >> 4));
+    }
+  }
+}
+
+// IQ4_XS: eight sub-blocks of 32 as IQ4_NL's, each with its 6-bit scale.
+void DecodeIQ4_XS(const uint8_t* row, int64_t k, bool to_unsigned, const DecodedRow& out) {
+  for (int64_t b = 0; b < k / kKBlockSize; ++b) {
+    const uint8_t* block = row + b * sizeof(BlockIQ4_XS);
+    PrefetchAhead(block, sizeof(BlockIQ4_XS));
+    const float d = HalfAt(block, offsetof(BlockIQ4_XS, d));
+    uint16_t scales_h;
+    std::memcpy(&scales_h, block + offsetof(BlockIQ4_XS, scales_h), sizeof(scales_h));
+    const uint8_t* scales_l = block + offsetof(BlockIQ4_XS, scales_l);
+    for (int j = 0; j < kKBlockSize / 32; ++j) {
+      StoreIq4Levels(block + offsetof(BlockIQ4_XS, qs) + 16 * j, to_unsigned, out.levels + b * kKBlockSize + 32 * j);
+      const float scale = d * static_cast<float>(UnpackIQ4XSScale(scales_h, scales_l, j) - 32);
+      const float offset = to_unsigned ? -128.0f * scale : 0.0f;
+      SetGroup(out, b * kKBlockSize / 16 + 2 * j, scale, offset);
+      SetGroup(out, b * kKBlockSize / 16 + 2 * j + 1, scale, offset);
+    }
+  }
+}
+
 // Group-major K-quant blocks (block_order.h): `steps[s]` holds step s's
 // levels for 8 groups (lane l = dword l: values 16l + 4s .. 16l + 4s + 3);
 // a 4 x 4 dword transpose per 128-bit half puts each group's 16 values in
@@ -331,6 +444,11 @@ RowDecoder DecoderOf(DType dtype, BlockOrder order) {
     case DType::kQ4_K: return DecodeQ4_K;
     case DType::kQ5_K: return DecodeQ5_K;
     case DType::kQ6_K: return DecodeQ6_K;
+    case DType::kQ5_1: return DecodeQ5_1;
+    case DType::kQ3_K: return DecodeQ3_K;
+    case DType::kQ2_K: return DecodeQ2_K;
+    case DType::kIQ4_NL: return DecodeIQ4_NL;
+    case DType::kIQ4_XS: return DecodeIQ4_XS;
     default: return nullptr;
   }
 }
@@ -562,7 +680,7 @@ struct Avx2Gemm {
   }
   static void Multiply(const LinearWeight& w, const uint8_t* panel, bool offsets, const uint8_t* x, int64_t m,
                        const Int8RowLayoutView& layout, float* out) {
-    Avx2Int8GemmPanel(panel, w.k, w.dtype == DType::kQ8_0, offsets, w.dtype != DType::kQ6_K, x, m, layout, out);
+    Avx2Int8GemmPanel(panel, w.k, HasSignedLevels(w.dtype), offsets, !ScalesPer16(w.dtype), x, m, layout, out);
   }
   static bool GroupMajorX(const LinearWeight&) { return false; }
 };
@@ -570,8 +688,8 @@ struct Avx2Gemm {
 struct VnniGemm {
   static constexpr int64_t kPanelRows = kVnniGemmPanelRows;
   static constexpr bool kUnsigned = true;  // vpdpbusd's unsigned operand
-  // Q6_K scales per 16 values; every other type per 32.
-  static bool Pairs(const LinearWeight& w) { return w.dtype != DType::kQ6_K; }
+  // Q6_K, Q3_K and Q2_K scale per 16 values; every other type per 32.
+  static bool Pairs(const LinearWeight& w) { return !ScalesPer16(w.dtype); }
   static int64_t PanelBytes(const LinearWeight& w) { return VnniInt8GemmPanelBytes(w.k, Pairs(w)); }
   static bool Pack(const LinearWeight& w, const Int8DecodedRows& rows, uint8_t* panel) {
     return VnniInt8GemmPackPanel(rows, w.k, Pairs(w), panel);
@@ -690,6 +808,14 @@ absl::Status Avx512VnniInt8GemmSlice(const LinearWeight& w, const LinearSliceArg
   return Int8GemmSlice<VnniGemm>(w, a, scratch);
 }
 
+namespace {
+// The types whose fused pass is the AVX2 one at every level (x prepared as
+// it reads it by both entries).
+bool RunsAvx2FusedUnderVnni(DType dtype) {
+  return dtype == DType::kQ3_K || dtype == DType::kQ2_K || dtype == DType::kIQ4_XS || dtype == DType::kIQ4_NL;
+}
+}  // namespace
+
 absl::Status Avx2Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
   if (a.prepared != nullptr && a.m >= kInt8GemmMinRows && w.k % 32 == 0) return Avx2Int8GemmSlice(w, a, scratch);
   if (a.prepared != nullptr && isa::Avx2Int8Fused(w, a, PreparedX(w.k, a.prepared))) return absl::OkStatus();
@@ -699,6 +825,9 @@ absl::Status Avx2Int8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, v
 absl::Status Avx512VnniInt8DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
   if (a.prepared != nullptr && a.m >= kInt8GemmMinRows && w.k % 32 == 0) return Avx512VnniInt8GemmSlice(w, a, scratch);
   if (a.prepared != nullptr && isa::Avx512VnniInt8Fused(w, a, PreparedX(w.k, a.prepared))) return absl::OkStatus();
+  // The types without a VNNI pass (their x prepared as the AVX2 pass reads it).
+  if (a.prepared != nullptr && RunsAvx2FusedUnderVnni(w.dtype) && isa::Avx2Int8Fused(w, a, PreparedX(w.k, a.prepared)))
+    return absl::OkStatus();
   return Int8DotSlice<isa::Avx512VnniInt8Dot, true>(w, a, scratch);
 }
 

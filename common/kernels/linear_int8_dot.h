@@ -7,22 +7,23 @@
 //     per 32 values (d = max |x| / 127, q = round-to-nearest-even(x / d)),
 //     with the scaled sum of q per 16 values (for the types whose values
 //     carry an offset: Q4_0's -8, Q4_1's min, Q4_K's dmin, ...).
-//   slice (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): fused, W blocks unpacked in
+//   slice (every type; Q3_K, Q2_K, IQ4_NL and IQ4_XS on the AVX2 pass at
+//     either level): fused, W blocks unpacked in
 //     registers straight into the integer dot products, up to 8 x rows per
 //     pass over the slice's W rows (linear_avx2_int8_fused.cc,
 //     linear_avx512_vnni_fused.cc): decode reads the stored bytes once with
 //     no decoded row in memory. The group scales multiply the int32 lanes in
-//     f32; the offsets (Q4_K's mins, Q6_K's -32) come in once per block
+//     f32; the offsets (Q4_K's mins, Q6_K's -32, Q4_1/Q5_1's mins) come in once per block
 //     through x's sums per 16 values, Q8_0's +128 and Q4_0's -8 through
 //     vpdpbusd's start value (VNNI) or signed levels (AVX2).
 //   GEMM (from kInt8GemmMinRows x rows, every type): the slice's W rows
 //     decoded once into panels of rows side by side, each broadcast of 4 x
 //     levels multiplied with a panel's rows at once, the f32 scaling once
 //     per group for all of them: AVX2 panels of 8 rows, scaled per 32
-//     values (16 for Q6_K; linear_int8_gemm.cc); AVX512-VNNI panels of 16, scaled per 32
+//     values (16 for Q6_K, Q3_K, Q2_K; linear_int8_gemm.cc); AVX512-VNNI panels of 16, scaled per 32
 //     (linear_avx512_vnni_gemm.cc).
-//   tile slice (Q4_1, Q5_0, and every type in the *_int8_tile entries, the
-//     A/B reference of the fused slice):
+//   tile slice (group-major blocks under an AVX2 cap, and every type in the
+//     *_int8_tile entries, the A/B reference of the fused slice):
 //     W rows are decoded 4 at a time by vectorized block decoders into
 //     the tile layout (8-bit levels, one f32 scale and offset per 16
 //     values; see linear_isa.h), then dotted with up to 4 x rows per

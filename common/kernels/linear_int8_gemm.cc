@@ -17,7 +17,8 @@
 // rows' scales and offsets (f32), as the decoders give them
 // (W = scale * level + offset; linear_isa.h).
 //
-// Arithmetic. Levels of every type but Q8_0 are in [0, 64): vpmaddubsw
+// Arithmetic. Levels of every type but Q8_0 and IQ4_NL/IQ4_XS (signed, as
+// decoded here) are in [0, 64): vpmaddubsw
 // takes them as its unsigned operand and x's int8 levels as the signed one;
 // a pair sum is at most 2 * 63 * 127 = 16002, so two quads add in int16
 // before vpmaddwd widens. Q8_0's levels are signed (|l| <= 127): its

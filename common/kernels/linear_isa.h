@@ -117,8 +117,9 @@ struct Int8DotTile {
 // offsets as above.
 // They take up to kInt8FusedRows x rows per pass over the slice's W rows
 // (each output's arithmetic the same whatever the pass), and return false,
-// computing nothing, for a type they have no decoder for (Q4_1, Q5_0: the
-// tile path runs those). Each y[r, j] is the sum plus bias[j].
+// computing nothing, for a type they have no pass for (the VNNI kernel:
+// Q3_K, Q2_K, IQ4_NL, IQ4_XS, which the VNNI entry runs on the AVX2 pass;
+// group-major blocks at AVX2: the tile path). Each y[r, j] is the sum plus bias[j].
 inline constexpr int64_t kInt8FusedRows = 8;
 // Up to this K, x (K bytes of levels, up to K / 2 of scales and offsets)
 // stays in L1 beside the W streams. One x row (decode) reads split streams

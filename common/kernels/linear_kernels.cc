@@ -76,17 +76,19 @@ std::vector<LinearKernel> FloatEntries() {
 // packed at AVX2 and AVX-512, int8_dot at AVX2 and AVX512-VNNI.
 std::vector<LinearKernel> QuantizedEntries() {
   std::vector<LinearKernel> entries;
-  for (DType dtype :
-       {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType dtype : kQuantizedDTypes) {
     entries.push_back(
         Plain(KernelPath::kStream, IsaLevel::kAvx2, dtype, "q_stream", NoScratchBytes, QuantizedStreamSlice));
     entries.push_back(Plain(KernelPath::kPacked, IsaLevel::kAvx2, dtype, "avx2_q_packed",
                             QuantizedAvx2PackedScratchBytes, QuantizedAvx2PackedSlice));
     entries.push_back(Plain(KernelPath::kPacked, IsaLevel::kAvx512, dtype, "avx512_q_packed",
                             QuantizedAvx512PackedScratchBytes, QuantizedAvx512PackedSlice));
-    // The K-quants' x: for the AVX2 pass one scale per 256-value block (it
-    // sums a block in int32), for the fused VNNI pass group-major (linear_isa.h).
+    // The 256-value types' x: for the AVX2 pass one scale per block (it sums
+    // a block in int32), for the fused VNNI pass group-major (linear_isa.h;
+    // Q3_K, Q2_K and IQ4_XS, which the VNNI entry runs on the AVX2 pass,
+    // keep one scale per block there too).
     const bool k_quant = dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K;
+    const bool super_block = k_quant || dtype == DType::kQ3_K || dtype == DType::kQ2_K || dtype == DType::kIQ4_XS;
     LinearKernel avx2{KernelPath::kInt8Dot,
                       IsaLevel::kAvx2,
                       dtype,
@@ -94,10 +96,10 @@ std::vector<LinearKernel> QuantizedEntries() {
                       true,
                       Int8DotPreparedBytes,
                       Int8DotPrepareBlocks,
-                      k_quant ? Int8DotPrepareSuperBlocks : Int8DotPrepare,
+                      super_block ? Int8DotPrepareSuperBlocks : Int8DotPrepare,
                       Avx2Int8DotScratchBytes,
                       Avx2Int8DotSlice};
-    avx2.x_block = k_quant ? 256 : 32;
+    avx2.x_block = super_block ? 256 : 32;
     avx2.same_at_every_m = false;  // the int8 GEMM from kInt8GemmMinRows rows sums in another order
     entries.push_back(avx2);
     LinearKernel vnni{KernelPath::kInt8Dot,
@@ -107,9 +109,12 @@ std::vector<LinearKernel> QuantizedEntries() {
                       true,
                       Int8DotPreparedBytes,
                       Int8DotPrepareBlocks,
-                      k_quant ? Int8DotPrepareGroupMajor : Int8DotPrepare,
+                      k_quant       ? Int8DotPrepareGroupMajor
+                      : super_block ? Int8DotPrepareSuperBlocks
+                                    : Int8DotPrepare,
                       Avx512VnniInt8DotScratchBytes,
                       Avx512VnniInt8DotSlice};
+    vnni.x_block = super_block && !k_quant ? 256 : 32;
     vnni.same_at_every_m = false;  // the VNNI GEMM from kInt8GemmMinRows rows sums in another order
     entries.push_back(vnni);
     // The tile path alone, after the fused entries of the same level so a

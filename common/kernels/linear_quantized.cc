@@ -10,6 +10,7 @@
 #include "common/quant/block_order.h"
 #include "common/quant/k_quants.h"
 #include "common/quant/legacy_quants.h"
+#include "common/quant/nonlinear_quants.h"
 
 namespace tandem {
 namespace {
@@ -49,6 +50,11 @@ BlockDecoder DecoderOf(DType dtype, BlockOrder order) {
     case DType::kQ4_K: return DequantizeBlockQ4_K;
     case DType::kQ5_K: return DequantizeBlockQ5_K;
     case DType::kQ6_K: return DequantizeBlockQ6_K;
+    case DType::kQ5_1: return DequantizeBlockQ5_1;
+    case DType::kQ3_K: return DequantizeBlockQ3_K;
+    case DType::kQ2_K: return DequantizeBlockQ2_K;
+    case DType::kIQ4_NL: return DequantizeBlockIQ4_NL;
+    case DType::kIQ4_XS: return DequantizeBlockIQ4_XS;
     default: return nullptr;
   }
 }

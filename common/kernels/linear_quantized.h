@@ -1,5 +1,6 @@
 // Linear-layer kernels for block-quantized weights (Q8_0, Q4_0, Q4_1, Q5_0,
-// Q4_K, Q5_K, Q6_K; layouts in common/quant/block_formats.h), entries of the
+// Q5_1, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, IQ4_NL, IQ4_XS; layouts in
+// common/quant/block_formats.h), entries of the
 // dispatch table (linear_kernels.h) beside the float kernels:
 //
 //   stream (decode): each W row is dequantized one block at a time into an

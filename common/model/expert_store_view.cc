@@ -16,7 +16,7 @@ absl::Status Corrupt(const std::string& region_name, const std::string& what) {
   return absl::DataLossError(absl::StrCat("expert store region ", region_name, " is corrupt: ", what));
 }
 
-constexpr uint32_t kLastDType = static_cast<uint32_t>(DType::kQ6_K);
+constexpr uint32_t kLastDType = static_cast<uint32_t>(kNumDTypes - 1);
 
 // rows x DTypeRowBytes(dtype, cols) bytes, or -1 when it overflows or
 // exceeds `limit`.

@@ -135,6 +135,11 @@ absl::StatusOr<DType> DTypeFromGgml(GgmlType type) {
     case GgmlType::kQ4_K: return DType::kQ4_K;
     case GgmlType::kQ5_K: return DType::kQ5_K;
     case GgmlType::kQ6_K: return DType::kQ6_K;
+    case GgmlType::kQ5_1: return DType::kQ5_1;
+    case GgmlType::kQ3_K: return DType::kQ3_K;
+    case GgmlType::kQ2_K: return DType::kQ2_K;
+    case GgmlType::kIQ4_NL: return DType::kIQ4_NL;
+    case GgmlType::kIQ4_XS: return DType::kIQ4_XS;
     default: break;
   }
   return absl::InvalidArgumentError(
@@ -153,6 +158,11 @@ GgmlType GgmlFromDType(DType dtype) {
     case DType::kQ4_K: return GgmlType::kQ4_K;
     case DType::kQ5_K: return GgmlType::kQ5_K;
     case DType::kQ6_K: return GgmlType::kQ6_K;
+    case DType::kQ5_1: return GgmlType::kQ5_1;
+    case DType::kQ3_K: return GgmlType::kQ3_K;
+    case DType::kQ2_K: return GgmlType::kQ2_K;
+    case DType::kIQ4_NL: return GgmlType::kIQ4_NL;
+    case DType::kIQ4_XS: return GgmlType::kIQ4_XS;
   }
   return GgmlType::kF32;
 }

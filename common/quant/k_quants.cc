@@ -250,4 +250,32 @@ void DequantizeBlockQ6_K(const uint8_t* block, float* y) {
   }
 }
 
+void DequantizeBlockQ3_K(const uint8_t* block, float* y) {
+  BlockQ3_K b;
+  std::memcpy(&b, block, sizeof(b));
+  const float d = GgmlF16ToF32(b.d);
+  int8_t scales[kKBlockSize / 16];
+  UnpackQ3KScales(b.scales, scales);
+  for (int i = 0; i < kKBlockSize; ++i) {
+    const int half = i / 128, shift = 2 * ((i % 128) / 32), l = i % 32;
+    const int low = (b.qs[32 * half + l] >> shift) & 3;
+    const int q = low - ((b.hmask[l] >> (i / 32)) & 1 ? 0 : 4);
+    const float dl = d * static_cast<float>(scales[i / 16]);
+    y[i] = dl * static_cast<float>(q);
+  }
+}
+
+void DequantizeBlockQ2_K(const uint8_t* block, float* y) {
+  BlockQ2_K b;
+  std::memcpy(&b, block, sizeof(b));
+  const float d = GgmlF16ToF32(b.d), dmin = GgmlF16ToF32(b.dmin);
+  for (int i = 0; i < kKBlockSize; ++i) {
+    const int half = i / 128, shift = 2 * ((i % 128) / 32), l = i % 32;
+    const int q = (b.qs[32 * half + l] >> shift) & 3;
+    const uint8_t sc = b.scales[i / 16];
+    const float dl = d * static_cast<float>(sc & 0x0f), ml = dmin * static_cast<float>(sc >> 4);
+    y[i] = dl * static_cast<float>(q) - ml;
+  }
+}
+
 }  // namespace tandem

@@ -1,5 +1,5 @@
-// The 256-value "K" super-block formats (Q4_K, Q5_K, Q6_K): one block per
-// call, `x`/`y` 256 floats, `block` the format's bytes (block_formats.h).
+// The 256-value "K" super-block formats (Q4_K, Q5_K, Q6_K; Q3_K and Q2_K
+// decoded only): one block per call, `x`/`y` 256 floats, `block` the format's bytes (block_formats.h).
 // The quantizers follow ggml's reference quantizers (quantize_row_q*_K_ref,
 // what llama-quantize uses without an importance matrix) step for step:
 //   Q4_K/Q5_K  per 32-value sub-block an affine fit (scale_search.h,
@@ -22,9 +22,17 @@
 // for l < 32 the values 128h + l + 32k (k = 0..3) take ql[64h+l] low,
 // ql[64h+l+32] low, ql[64h+l] high, ql[64h+l+32] high nibble and bits 2k,
 // 2k+1 of qh[32h+l]; value i uses scale scales[i / 16].
+// Q3_K and Q2_K: value i = 128h + 32j + l (h = 0, 1; j = 0..3; l < 32) has
+// its low two bits at bits 2j, 2j+1 of qs[32h + l]; Q3_K's third bit is bit
+// i / 32 of hmask[l] (clear: the level is 4 lower). Q3_K's sixteen 6-bit
+// scales: scale j has its low nibble in scales[j % 8] (low nibble for j < 8,
+// high for j >= 8) and its top two bits at bits 2 (j / 4), 2 (j / 4) + 1 of
+// scales[8 + j % 4]; the scale is that minus 32. Q2_K's scales[j]: the
+// scale in the low nibble, the min in the high.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace tandem {
 
@@ -35,8 +43,24 @@ void QuantizeBlockQ6_K(const float* x, uint8_t* block);
 void DequantizeBlockQ4_K(const uint8_t* block, float* y);
 void DequantizeBlockQ5_K(const uint8_t* block, float* y);
 void DequantizeBlockQ6_K(const uint8_t* block, float* y);
+void DequantizeBlockQ3_K(const uint8_t* block, float* y);
+void DequantizeBlockQ2_K(const uint8_t* block, float* y);
 
 // The 6-bit scale and min of sub-block `j` (0..7) of a Q4_K/Q5_K scales[12].
 void UnpackKScaleMin(const uint8_t* scales, int j, uint8_t* scale, uint8_t* min);
+// The sixteen scales of a Q3_K scales[12], each minus 32 (in [-32, 31]), in
+// four 32-bit steps (ggml's unpacking; inline for the kernels' decoders).
+inline void UnpackQ3KScales(const uint8_t* packed, int8_t* scales) {
+  constexpr uint32_t kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  uint32_t u[3], out[4];
+  std::memcpy(u, packed, sizeof(u));
+  out[0] = (u[0] & kLow4) | ((u[2] & kLow2) << 4);
+  out[1] = (u[1] & kLow4) | (((u[2] >> 2) & kLow2) << 4);
+  out[2] = ((u[0] >> 4) & kLow4) | (((u[2] >> 4) & kLow2) << 4);
+  out[3] = ((u[1] >> 4) & kLow4) | (((u[2] >> 6) & kLow2) << 4);
+  uint8_t bytes[16];
+  std::memcpy(bytes, out, sizeof(out));
+  for (int g = 0; g < 16; ++g) scales[g] = static_cast<int8_t>(bytes[g] - 32);
+}
 
 }  // namespace tandem

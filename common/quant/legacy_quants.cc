@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "common/quant/block_formats.h"
 #include "common/quant/half.h"
@@ -32,6 +33,17 @@ float SignedAbsMax(const float* x, int n) {
     }
   }
   return max;
+}
+
+// The smallest and largest value, as ggml's affine quantizers scan them.
+std::pair<float, float> MinMax(const float* x, int n) {
+  float min = FLT_MAX;
+  float max = -FLT_MAX;
+  for (int j = 0; j < n; ++j) {
+    if (x[j] < min) min = x[j];
+    if (x[j] > max) max = x[j];
+  }
+  return {min, max};
 }
 
 }  // namespace
@@ -67,12 +79,7 @@ void QuantizeBlockQ4_0(const float* x, uint8_t* block) {
 
 void QuantizeBlockQ4_1(const float* x, uint8_t* block) {
   BlockQ4_1 b;
-  float min = FLT_MAX;
-  float max = -FLT_MAX;
-  for (int j = 0; j < kQ4_1BlockSize; ++j) {
-    if (x[j] < min) min = x[j];
-    if (x[j] > max) max = x[j];
-  }
+  const auto [min, max] = MinMax(x, kQ4_1BlockSize);
   const float d = (max - min) / 15;
   const float id = d ? 1.0f / d : 0.0f;
   b.d = GgmlF32ToF16(d);
@@ -97,6 +104,28 @@ void QuantizeBlockQ5_0(const float* x, uint8_t* block) {
   for (int j = 0; j < kHalf; ++j) {
     const int lo = std::min(31, TruncToInt8(x[j] * id + 16.5f));
     const int hi = std::min(31, TruncToInt8(x[kHalf + j] * id + 16.5f));
+    b.qs[j] = static_cast<uint8_t>((lo & 0x0f) | ((hi & 0x0f) << 4));
+    qh |= static_cast<uint32_t>((lo >> 4) & 1) << j;
+    qh |= static_cast<uint32_t>((hi >> 4) & 1) << (j + kHalf);
+  }
+  for (int k = 0; k < 4; ++k) b.qh[k] = static_cast<uint8_t>(qh >> (8 * k));
+  std::memcpy(block, &b, sizeof(b));
+}
+
+void QuantizeBlockQ5_1(const float* x, uint8_t* block) {
+  BlockQ5_1 b;
+  const auto [min, max] = MinMax(x, kQ5_1BlockSize);
+  const float d = (max - min) / 31;
+  const float id = d ? 1.0f / d : 0.0f;
+  b.d = GgmlF32ToF16(d);
+  b.m = GgmlF32ToF16(min);
+  constexpr int kHalf = kQ5_1BlockSize / 2;
+  uint32_t qh = 0;
+  for (int j = 0; j < kHalf; ++j) {
+    // ggml converts to uint8_t without a clamp: (x - min) / d + 0.5 is in
+    // [0.5, 31.5] for finite blocks.
+    const int lo = std::clamp(TruncToInt8((x[j] - min) * id + 0.5f), 0, 31);
+    const int hi = std::clamp(TruncToInt8((x[kHalf + j] - min) * id + 0.5f), 0, 31);
     b.qs[j] = static_cast<uint8_t>((lo & 0x0f) | ((hi & 0x0f) << 4));
     qh |= static_cast<uint32_t>((lo >> 4) & 1) << j;
     qh |= static_cast<uint32_t>((hi >> 4) & 1) << (j + kHalf);
@@ -146,6 +175,21 @@ void DequantizeBlockQ5_0(const uint8_t* block, float* y) {
     const int hi = (b.qs[j] >> 4) | (((qh >> (j + kHalf)) & 1) << 4);
     y[j] = (lo - 16) * d;
     y[kHalf + j] = (hi - 16) * d;
+  }
+}
+
+void DequantizeBlockQ5_1(const uint8_t* block, float* y) {
+  BlockQ5_1 b;
+  std::memcpy(&b, block, sizeof(b));
+  const float d = GgmlF16ToF32(b.d);
+  const float m = GgmlF16ToF32(b.m);
+  const uint32_t qh = b.qh[0] | (b.qh[1] << 8) | (b.qh[2] << 16) | (static_cast<uint32_t>(b.qh[3]) << 24);
+  constexpr int kHalf = kQ5_1BlockSize / 2;
+  for (int j = 0; j < kHalf; ++j) {
+    const int lo = (b.qs[j] & 0x0f) | (((qh >> j) & 1) << 4);
+    const int hi = (b.qs[j] >> 4) | (((qh >> (j + kHalf)) & 1) << 4);
+    y[j] = lo * d + m;
+    y[kHalf + j] = hi * d + m;
   }
 }
 

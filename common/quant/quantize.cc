@@ -9,6 +9,7 @@
 #include "common/quant/half.h"
 #include "common/quant/k_quants.h"
 #include "common/quant/legacy_quants.h"
+#include "common/quant/nonlinear_quants.h"
 
 namespace tandem {
 namespace {
@@ -18,7 +19,7 @@ using DecodeBlock = void (*)(const uint8_t* block, float* y);
 
 struct Codec {
   GgmlType type;
-  EncodeBlock encode;
+  EncodeBlock encode;  // null: decoded only
   DecodeBlock decode;
 };
 
@@ -56,6 +57,11 @@ constexpr Codec kCodecs[] = {
     {GgmlType::kQ4_K, QuantizeBlockQ4_K, DequantizeBlockQ4_K},
     {GgmlType::kQ5_K, QuantizeBlockQ5_K, DequantizeBlockQ5_K},
     {GgmlType::kQ6_K, QuantizeBlockQ6_K, DequantizeBlockQ6_K},
+    {GgmlType::kQ5_1, QuantizeBlockQ5_1, DequantizeBlockQ5_1},
+    {GgmlType::kQ3_K, nullptr, DequantizeBlockQ3_K},
+    {GgmlType::kQ2_K, nullptr, DequantizeBlockQ2_K},
+    {GgmlType::kIQ4_NL, nullptr, DequantizeBlockIQ4_NL},
+    {GgmlType::kIQ4_XS, nullptr, DequantizeBlockIQ4_XS},
 };
 
 const Codec* FindCodec(GgmlType type) {
@@ -73,7 +79,10 @@ absl::Status Unsupported(GgmlType type, absl::string_view what) {
 }  // namespace
 
 bool CanDequantize(GgmlType type) { return FindCodec(type) != nullptr; }
-bool CanQuantize(GgmlType type) { return FindCodec(type) != nullptr; }
+bool CanQuantize(GgmlType type) {
+  const Codec* codec = FindCodec(type);
+  return codec != nullptr && codec->encode != nullptr;
+}
 
 std::string SupportedDequantizeTypes() {
   std::string out;
@@ -103,6 +112,10 @@ absl::Status DequantizeRow(GgmlType type, absl::Span<const uint8_t> src, absl::S
 absl::Status QuantizeRow(GgmlType type, absl::Span<const float> src, absl::Span<uint8_t> dst) {
   const Codec* codec = FindCodec(type);
   if (codec == nullptr) return Unsupported(type, "encoded");
+  if (codec->encode == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor type ", GgmlTypeName(type),
+                                                   " is read by tandem but not written (llama-quantize writes it)"));
+  }
   absl::StatusOr<uint64_t> row_bytes = GgmlRowBytes(type, static_cast<int64_t>(src.size()));
   if (!row_bytes.ok()) return row_bytes.status();
   if (dst.size() != *row_bytes) {

@@ -2,9 +2,11 @@
 // supports: the scalar reference that faster kernels are checked against and
 // that the GGUF loader and quantizer use directly.
 //
-//   decode: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K
-//   encode: the same; the quantized types bit-identical to ggml's reference
-//           quantizers (legacy_quants.h, k_quants.h)
+//   decode: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K,
+//           Q3_K, Q2_K, IQ4_NL, IQ4_XS
+//   encode: the same but Q3_K, Q2_K, IQ4_NL and IQ4_XS; the quantized types
+//           bit-identical to ggml's reference quantizers (legacy_quants.h,
+//           k_quants.h)
 //
 // Rows are whole blocks: a length that is not a multiple of the type's block
 // size, a destination of the wrong size, or an unsupported type is an
