@@ -49,6 +49,7 @@
 #include "common/platform/huge_page_arena.h"
 #include "common/quant/block_order.h"
 #include "common/quant/quantize.h"
+#include "common/quant/synthetic_blocks.h"
 #include "cpu_worker/expert_ffn.h"
 #include "dnnl.hpp"
 #include "nlohmann/json.hpp"
@@ -111,8 +112,12 @@ class WeightBuffer {
         }
         uint8_t* out = reinterpret_cast<uint8_t*>(data()) + r * row_bytes;
         if (IsQuantized(dtype)) {
-          // Finite values of a valid row length: cannot fail.
-          (void)QuantizeRow(GgmlFromDType(dtype), row, absl::MakeSpan(out, static_cast<size_t>(row_bytes)));
+          // Finite values (or, for a type tandem only reads, random blocks)
+          // of a valid row length: cannot fail.
+          const GgmlType type = GgmlFromDType(dtype);
+          const absl::Span<uint8_t> blocks(out, static_cast<size_t>(row_bytes));
+          (void)(CanQuantize(type) ? QuantizeRow(type, row, blocks)
+                                   : SyntheticBlocks(type, static_cast<uint32_t>(seed * 131 + r), blocks));
         } else {
           for (int64_t i = 0; i < cols; ++i) StoreAsDType(out, dtype, static_cast<size_t>(i), row[i]);
         }

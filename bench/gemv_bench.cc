@@ -40,6 +40,7 @@
 #include "common/platform/hardware_probe.h"
 #include "common/platform/huge_page_arena.h"
 #include "common/quant/quantize.h"
+#include "common/quant/synthetic_blocks.h"
 
 ABSL_FLAG(std::string, dtype, "q4_K", "bf16, f16, f32 or a ggml block type: q4_0, q8_0, q4_K, q5_K, q6_K");
 ABSL_FLAG(std::string, shapes, "14336x4096,4096x14336",
@@ -93,8 +94,11 @@ absl::StatusOr<std::vector<const uint8_t*>> MakeWeights(DType dtype, Shape s, in
       for (int64_t i = 0; i < s.k; ++i) StoreAsDType(out, dtype, static_cast<size_t>(i), row[static_cast<size_t>(i)]);
       continue;
     }
-    TANDEM_RETURN_IF_ERROR(
-        QuantizeRow(GgmlFromDType(dtype), row, absl::MakeSpan(out, static_cast<size_t>(row_bytes))));
+    const GgmlType type = GgmlFromDType(dtype);
+    const absl::Span<uint8_t> blocks(out, static_cast<size_t>(row_bytes));
+    // A type tandem only reads: random blocks (common/quant/synthetic_blocks.h).
+    TANDEM_RETURN_IF_ERROR(CanQuantize(type) ? QuantizeRow(type, row, blocks)
+                                             : SyntheticBlocks(type, static_cast<uint32_t>(p), blocks));
   }
   const auto bytes = static_cast<size_t>(s.n * row_bytes);
   std::vector<const uint8_t*> weights;

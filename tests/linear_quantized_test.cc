@@ -3,8 +3,6 @@
 // quantized kernel this CPU runs, odd row counts and one and two threads.
 #include <algorithm>
 #include <cmath>
-#include <cstddef>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,10 +13,9 @@
 #include "common/kernels/kernel_plan.h"
 #include "common/kernels/linear.h"
 #include "common/model/gguf_tensor_source.h"
-#include "common/quant/block_formats.h"
 #include "common/quant/block_order.h"
-#include "common/quant/half.h"
 #include "common/quant/quantize.h"
+#include "common/quant/synthetic_blocks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/status_testlib.h"
@@ -38,18 +35,6 @@ std::vector<float> Random(int64_t count, uint32_t seed) {
   return v;
 }
 
-// Where the f16 super-block scales sit in the blocks of the types tandem
-// reads but does not write (block_formats.h).
-std::vector<size_t> HalfScaleOffsets(DType dtype) {
-  switch (dtype) {
-    case DType::kQ3_K: return {offsetof(BlockQ3_K, d)};
-    case DType::kQ2_K: return {offsetof(BlockQ2_K, d), offsetof(BlockQ2_K, dmin)};
-    case DType::kIQ4_NL: return {offsetof(BlockIQ4_NL, d)};
-    case DType::kIQ4_XS: return {offsetof(BlockIQ4_XS, d)};
-    default: return {};
-  }
-}
-
 // W [N, K] quantized to `dtype` from random values (random block bytes with
 // small finite scales for a type tandem only reads: every level, sub-block
 // scale and min occurs), and its exact f32 values.
@@ -60,20 +45,12 @@ struct QuantizedMatrix {
     blocks.resize(static_cast<size_t>(n * row_bytes));
     values.resize(static_cast<size_t>(n * k));
     const std::vector<float> source = Random(n * k, seed);
-    std::mt19937 rng(seed);
     for (int64_t j = 0; j < n; ++j) {
       absl::Span<uint8_t> row(blocks.data() + j * row_bytes, static_cast<size_t>(row_bytes));
       if (CanQuantize(type)) {
         EXPECT_OK(QuantizeRow(type, absl::MakeConstSpan(source.data() + j * k, static_cast<size_t>(k)), row));
       } else {
-        for (uint8_t& byte : row) byte = static_cast<uint8_t>(rng());
-        const int64_t block_bytes = DTypeBlockBytes(dtype);
-        for (int64_t b = 0; b < row_bytes; b += block_bytes) {
-          for (size_t at : HalfScaleOffsets(dtype)) {
-            const uint16_t h = GgmlF32ToF16(0.001f + 0.01f * static_cast<float>(rng() % 1000) / 1000.0f);
-            std::memcpy(row.data() + b + at, &h, sizeof(h));
-          }
-        }
+        EXPECT_OK(SyntheticBlocks(type, seed * 7919 + static_cast<uint32_t>(j), row));
       }
       EXPECT_OK(DequantizeRow(type, row, absl::MakeSpan(values.data() + j * k, static_cast<size_t>(k))));
     }

@@ -3,6 +3,7 @@
 // chosen levels, the scale searches never losing to the naive scale, and
 // refusal of ragged rows, wrong buffers, unsupported types and non-finite
 // values.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -14,6 +15,7 @@
 #include "common/quant/k_quants.h"
 #include "common/quant/quantize.h"
 #include "common/quant/scale_search.h"
+#include "common/quant/synthetic_blocks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/status_testlib.h"
@@ -360,6 +362,34 @@ TEST(QuantRoundTripTest, QuantizingIsDeterministic) {
     ASSERT_OK(QuantizeRow(type, x, absl::MakeSpan(b)));
     EXPECT_EQ(a, b);
   }
+}
+
+// Synthetic blocks (benchmarks and tests of the types tandem only reads)
+// decode to finite values of every type; other types and partial blocks
+// are refused by name.
+TEST(QuantContractTest, SyntheticBlocksDecodeToFiniteValues) {
+  for (GgmlType type :
+       {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1, GgmlType::kQ4_K,
+        GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ3_K, GgmlType::kQ2_K, GgmlType::kIQ4_NL, GgmlType::kIQ4_XS}) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    std::vector<uint8_t> blocks(static_cast<size_t>(4 * GgmlBlockBytes(type)));
+    ASSERT_OK(SyntheticBlocks(type, 3, absl::MakeSpan(blocks)));
+    std::vector<float> y(static_cast<size_t>(4 * GgmlBlockSize(type)));
+    ASSERT_OK(DequantizeRow(type, blocks, absl::MakeSpan(y)));
+    float largest = 0;
+    for (float v : y) {
+      ASSERT_TRUE(std::isfinite(v));
+      largest = std::max(largest, std::abs(v));
+    }
+    EXPECT_GT(largest, 0.0f);
+    EXPECT_LT(largest, 100.0f);
+  }
+  std::vector<uint8_t> bytes(100);
+  EXPECT_THAT(SyntheticBlocks(GgmlType::kQ8_0, 1, absl::MakeSpan(bytes)).message(),
+              HasSubstr("100 bytes are not whole q8_0 blocks"));
+  EXPECT_THAT(SyntheticBlocks(GgmlType::kIQ2_XXS, 1, absl::MakeSpan(bytes)).message(),
+              HasSubstr("no synthetic blocks of iq2_xxs"));
+  EXPECT_FALSE(SyntheticBlocks(GgmlType::kF32, 1, absl::MakeSpan(bytes)).ok());
 }
 
 }  // namespace

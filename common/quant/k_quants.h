@@ -48,18 +48,25 @@ void DequantizeBlockQ2_K(const uint8_t* block, float* y);
 
 // The 6-bit scale and min of sub-block `j` (0..7) of a Q4_K/Q5_K scales[12].
 void UnpackKScaleMin(const uint8_t* scales, int j, uint8_t* scale, uint8_t* min);
-// The sixteen scales of a Q3_K scales[12], each minus 32 (in [-32, 31]), in
-// four 32-bit steps (ggml's unpacking; inline for the kernels' decoders).
-inline void UnpackQ3KScales(const uint8_t* packed, int8_t* scales) {
+// The sixteen 6-bit scales of a Q3_K scales[12] (before their -32), four
+// bytes to a word, in four 32-bit steps (ggml's unpacking; inline for the
+// kernels, which keep the words in registers).
+inline void UnpackQ3KScaleWords(const uint8_t* packed, uint32_t (&words)[4]) {
   constexpr uint32_t kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
-  uint32_t u[3], out[4];
+  uint32_t u[3];
   std::memcpy(u, packed, sizeof(u));
-  out[0] = (u[0] & kLow4) | ((u[2] & kLow2) << 4);
-  out[1] = (u[1] & kLow4) | (((u[2] >> 2) & kLow2) << 4);
-  out[2] = ((u[0] >> 4) & kLow4) | (((u[2] >> 4) & kLow2) << 4);
-  out[3] = ((u[1] >> 4) & kLow4) | (((u[2] >> 6) & kLow2) << 4);
+  words[0] = (u[0] & kLow4) | ((u[2] & kLow2) << 4);
+  words[1] = (u[1] & kLow4) | (((u[2] >> 2) & kLow2) << 4);
+  words[2] = ((u[0] >> 4) & kLow4) | (((u[2] >> 4) & kLow2) << 4);
+  words[3] = ((u[1] >> 4) & kLow4) | (((u[2] >> 6) & kLow2) << 4);
+}
+
+// The same, each minus 32 (in [-32, 31]).
+inline void UnpackQ3KScales(const uint8_t* packed, int8_t* scales) {
+  uint32_t words[4];
+  UnpackQ3KScaleWords(packed, words);
   uint8_t bytes[16];
-  std::memcpy(bytes, out, sizeof(out));
+  std::memcpy(bytes, words, sizeof(words));
   for (int g = 0; g < 16; ++g) scales[g] = static_cast<int8_t>(bytes[g] - 32);
 }
 
