@@ -175,11 +175,10 @@ absl::Status Engine::RunAttention(int layer, std::span<const SequenceSlice> slic
                                   std::span<const int64_t> output_rows) {
   LayerTimingUs& layer_timing = timing_.layers[static_cast<size_t>(layer)];
   const auto t = std::chrono::steady_clock::now();
-  if (output_rows.empty() || static_cast<int64_t>(output_rows.size()) == rows) {
-    TANDEM_RETURN_IF_ERROR(backend_->Attention(layer, slices, rows, hidden_.data()));
-  } else {
-    TANDEM_RETURN_IF_ERROR(backend_->AttentionForOutputRows(layer, slices, rows, output_rows, hidden_.data()));
-  }
+  // (A backend runs every row in place when every row is an output row.)
+  TANDEM_RETURN_IF_ERROR(output_rows.empty()
+                             ? backend_->Attention(layer, slices, rows, hidden_.data())
+                             : backend_->AttentionForOutputRows(layer, slices, rows, output_rows, hidden_.data()));
   layer_timing.attention_us = MicrosSince(t);
   timing_.attention_us += layer_timing.attention_us;
   return absl::OkStatus();
