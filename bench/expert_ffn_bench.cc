@@ -197,8 +197,8 @@ Json ProbeOneDnn(int64_t k) {
 // The peaks of every instruction the kernels use that this process may run.
 absl::StatusOr<Json> MeasurePeaks(ThreadPool* pool, std::map<PeakInstruction, double>* peaks) {
   Json out = Json::object();
-  for (PeakInstruction instruction :
-       {PeakInstruction::kAvx2Fma, PeakInstruction::kAvx512Fma, PeakInstruction::kBf16Dot, PeakInstruction::kVnniDot}) {
+  for (PeakInstruction instruction : {PeakInstruction::kAvx2Fma, PeakInstruction::kAvx512Fma, PeakInstruction::kBf16Dot,
+                                      PeakInstruction::kVnniDot, PeakInstruction::kAmxBf16}) {
     if (PeakInstructionIsa(instruction) > ActiveIsa()) continue;
     TANDEM_ASSIGN_OR_RETURN(const ComputePeak peak, MeasureComputePeak(instruction, pool));
     (*peaks)[instruction] = peak.gflops;

@@ -371,8 +371,8 @@ absl::StatusOr<Machine> MeasureMachine(int threads) {
   machine.triad_gb_s = bw.triad_gb_s;
   machine.read_gb_s = bw.read_gb_s;
   json peaks = json::object();
-  for (PeakInstruction instruction :
-       {PeakInstruction::kAvx2Fma, PeakInstruction::kAvx512Fma, PeakInstruction::kBf16Dot, PeakInstruction::kVnniDot}) {
+  for (PeakInstruction instruction : {PeakInstruction::kAvx2Fma, PeakInstruction::kAvx512Fma, PeakInstruction::kBf16Dot,
+                                      PeakInstruction::kVnniDot, PeakInstruction::kAmxBf16}) {
     if (PeakInstructionIsa(instruction) > ActiveIsa()) continue;
     TANDEM_ASSIGN_OR_RETURN(const ComputePeak peak, MeasureComputePeak(instruction, &pool));
     machine.peak_gflops[instruction] = peak.gflops;

@@ -157,6 +157,10 @@ std::vector<Case> AllCases() {
     // rows stop reading split streams (6400, kInt8OneRowMaxK in
     // common/kernels/linear_isa.h); 7 W rows leave uneven split-stream parts.
     for (int64_t k : {9 * block, (6400 / block + 1) * block}) cases.push_back({dtype, 7, k, 1, 2});
+    // The AMX GEMM's passes over x (linear_amx_gemm.cc): at K = 4608 a
+    // pass takes two 16-row blocks, so 37 rows make two, the second part
+    // filled; its tasks are 32 W rows, 64 of them two tasks.
+    cases.push_back({dtype, 64, 4608, 37, 1});
     // Longer rows of the 32-value types: 34 blocks, and 65 (a half unit
     // after 32 whole ones).
     if (block == 32) {
@@ -195,29 +199,52 @@ TEST(QuantizedLinear, SlowBf16DotPlanTakesInt8DotAndPacked) {
   const KernelPlan fast = KernelPlan::BuiltIn(IsaLevel::kAvx512Bf16, Bf16DotSpeed::kFast);
   EXPECT_EQ(fast.PathFor(32, DType::kQ8_0), KernelPath::kBf16Dot);
   EXPECT_EQ(fast.PathFor(12, DType::kBF16), KernelPath::kBf16Dot);
+  // With AMX tiles, whatever the vector bf16 speed: the tiles from 4 rows
+  // on bf16 weights, from 12 on quantized ones; f32 and f16 weights as
+  // where bf16 dot products are slow.
+  for (Bf16DotSpeed speed : {Bf16DotSpeed::kSlow, Bf16DotSpeed::kFast}) {
+    const KernelPlan amx = KernelPlan::BuiltIn(IsaLevel::kAmx, speed);
+    for (DType dtype : {DType::kQ8_0, DType::kQ4_K, DType::kIQ4_XS}) {
+      EXPECT_EQ(amx.PathFor(11, dtype), KernelPath::kInt8Dot);
+      EXPECT_EQ(amx.PathFor(12, dtype), KernelPath::kBf16Dot);
+      EXPECT_EQ(amx.PathFor(512, dtype), KernelPath::kBf16Dot);
+    }
+    EXPECT_EQ(amx.PathFor(3, DType::kBF16), KernelPath::kInt8Dot);
+    EXPECT_EQ(amx.PathFor(4, DType::kBF16), KernelPath::kBf16Dot);
+    for (DType dtype : {DType::kF16, DType::kF32}) {
+      EXPECT_EQ(amx.PathFor(31, dtype), KernelPath::kInt8Dot);
+      EXPECT_EQ(amx.PathFor(32, dtype), KernelPath::kPacked);
+    }
+    EXPECT_EQ(amx.Spec(), "1:int8_dot,32:packed;BF16=1:int8_dot,4:bf16_dot;quantized=1:int8_dot,12:bf16_dot");
+  }
 }
 
 TEST(QuantizedLinear, PlanRunsInt8DotAtDecodeAndExactPlanKeepsF32) {
   const KernelPlan built_in = BuiltInKernelPlan();
   const LinearOptions options{.plan = &built_in};
-  const bool bf16_dot = ActiveIsa() >= IsaLevel::kAvx512Bf16 && MeasuredBf16DotSpeed() == Bf16DotSpeed::kFast;
+  const bool amx = ActiveIsa() >= IsaLevel::kAmx;
+  const bool bf16_dot = amx || (ActiveIsa() >= IsaLevel::kAvx512Bf16 && MeasuredBf16DotSpeed() == Bf16DotSpeed::kFast);
+  // AMX tiles take bf16 weights from 4 rows, quantized ones from 12.
+  const int64_t quantized_from = amx ? 12 : 32, float_from = amx ? 4 : 12;
   EXPECT_EQ(ChooseLinearKernel(1, DType::kQ4_K, options).path, KernelPath::kInt8Dot);
-  for (int64_t m : {12, 31, 32, 127, 128, 512}) {
+  for (int64_t m : {4, 11, 12, 15, 16, 31, 32, 127, 128, 512}) {
     // At plain avx512 (no VNNI) packed's zmm FMAs win again from 128 rows.
-    auto quantized = [&](int64_t bf16_from) {
-      return bf16_dot && m >= bf16_from                        ? KernelPath::kBf16Dot
-             : ActiveIsa() == IsaLevel::kAvx512 && m >= 128 ? KernelPath::kPacked
-                                                            : KernelPath::kInt8Dot;
-    };
-    EXPECT_EQ(ChooseLinearKernel(m, DType::kQ8_0, options).path, quantized(32)) << m;
-    EXPECT_EQ(ChooseLinearKernel(m, DType::kQ4_K, options).path, quantized(32)) << m;
-    EXPECT_EQ(ChooseLinearKernel(m, DType::kQ6_K, options).path, quantized(32)) << m;
+    const KernelPath quantized = bf16_dot && m >= quantized_from                ? KernelPath::kBf16Dot
+                                 : ActiveIsa() == IsaLevel::kAvx512 && m >= 128 ? KernelPath::kPacked
+                                                                                : KernelPath::kInt8Dot;
+    EXPECT_EQ(ChooseLinearKernel(m, DType::kQ8_0, options).path, quantized) << m;
+    EXPECT_EQ(ChooseLinearKernel(m, DType::kQ4_K, options).path, quantized) << m;
+    EXPECT_EQ(ChooseLinearKernel(m, DType::kQ6_K, options).path, quantized) << m;
     // Slow bf16 dot products: float weights stream up to 31 rows.
     const bool slow_bf16 = ActiveIsa() >= IsaLevel::kAvx512Bf16 && !bf16_dot;
-    EXPECT_EQ(ChooseLinearKernel(m, DType::kBF16, options).path, bf16_dot              ? KernelPath::kBf16Dot
-                                                                 : slow_bf16 && m < 32 ? KernelPath::kStream
-                                                                                       : KernelPath::kPacked)
+    // Without bf16 GEMMs, and for f16 weights: the stream below 12 rows
+    // (below 32 where the plan is the slow-bf16 one, as with AMX), packed on.
+    const int64_t packed_from = slow_bf16 || amx ? 32 : 12;
+    const KernelPath float_path = m < packed_from ? KernelPath::kStream : KernelPath::kPacked;
+    EXPECT_EQ(ChooseLinearKernel(m, DType::kBF16, options).path,
+              bf16_dot ? (m >= float_from ? KernelPath::kBf16Dot : KernelPath::kStream) : float_path)
         << m;
+    EXPECT_EQ(ChooseLinearKernel(m, DType::kF16, options).path, float_path) << m;
   }
   EXPECT_EQ(ChooseLinearKernel(1, DType::kBF16, options).path, KernelPath::kStream);  // int8_dot: quantized only
   const KernelPlan exact = KernelPlan::Exact(ActiveIsa());

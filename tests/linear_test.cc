@@ -249,10 +249,15 @@ TEST(LinearKernelTable, EveryPathHasABaselineVariantExceptBf16Dot) {
     EXPECT_EQ(FindLinearKernel(dtype, KernelPath::kBf16Dot, IsaLevel::kAvx512Vnni), nullptr);
   }
   EXPECT_EQ(FindLinearKernel(DType::kF32, KernelPath::kBf16Dot, IsaLevel::kAmx), nullptr);
-  const LinearKernel* dot = FindLinearKernel(DType::kBF16, KernelPath::kBf16Dot, IsaLevel::kAmx);
+  const LinearKernel* dot = FindLinearKernel(DType::kBF16, KernelPath::kBf16Dot, IsaLevel::kAvx512Bf16);
   ASSERT_NE(dot, nullptr);
   EXPECT_STREQ(dot->name, "avx512_bf16_dot");
   EXPECT_TRUE(dot->rounds_activations);
+  const LinearKernel* tiles = FindLinearKernel(DType::kBF16, KernelPath::kBf16Dot, IsaLevel::kAmx);
+  ASSERT_NE(tiles, nullptr);
+  EXPECT_STREQ(tiles->name, "amx_bf16_dot");
+  EXPECT_STREQ(FindLinearKernel(DType::kQ4_K, KernelPath::kBf16Dot, IsaLevel::kAmx)->name, "amx_q_dot");
+  EXPECT_STREQ(FindLinearKernel(DType::kQ4_K, KernelPath::kBf16Dot, IsaLevel::kAvx512Bf16)->name, "avx512_bf16_q_dot");
   EXPECT_STREQ(FindLinearKernel(DType::kF16, KernelPath::kStream, IsaLevel::kAvx512)->name, "avx512_stream");
 }
 
@@ -285,7 +290,8 @@ TEST(LinearKernelChoice, ForcedKernelAboveTheCpuFails) {
   LinearOptions options{.kernel = dot};
   const absl::Status status = Linear(x.data(), 2, w.view, nullptr, y.data(), nullptr, options);
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
-  EXPECT_NE(status.message().find("avx512_bf16"), std::string::npos) << status;
+  EXPECT_NE(status.message().find(dot->name), std::string::npos) << status;
+  EXPECT_NE(status.message().find(IsaLevelName(dot->isa)), std::string::npos) << status;
 }
 
 TEST(KernelPlanTest, ParsesPrintsAndRejects) {
@@ -326,6 +332,16 @@ TEST(KernelPlanTest, QuantizedTypesTakeTheirOwnSteps) {
                                          "48:bf16_dot",
                                          "t"));
   EXPECT_EQ(plan.Spec(), "1:stream,12:bf16_dot;quantized=1:int8_dot,48:bf16_dot;Q8_0=1:int8_dot,32:bf16_dot");
+  // bf16 weights may take a list of their own (AMX tiles serve them alone);
+  // f32 and f16 keep the common one.
+  ASSERT_OK_AND_ASSIGN(const KernelPlan bf16_own,
+                       KernelPlan::Parse("1:stream,32:packed;bf16=1:stream,4:bf16_dot", "t"));
+  EXPECT_EQ(bf16_own.Spec(), "1:stream,32:packed;BF16=1:stream,4:bf16_dot");
+  EXPECT_EQ(bf16_own.PathFor(4, DType::kBF16), KernelPath::kBf16Dot);
+  EXPECT_EQ(bf16_own.PathFor(4, DType::kF16), KernelPath::kStream);
+  EXPECT_EQ(bf16_own.PathFor(4, DType::kQ4_K), KernelPath::kStream);
+  EXPECT_EQ(KernelPlan::Parse("1:stream;bf16=1:packed;BF16=1:stream", "t").status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(plan.PathFor(12, DType::kBF16), KernelPath::kBf16Dot);
   EXPECT_EQ(plan.PathFor(12, DType::kF32), KernelPath::kBf16Dot);
   EXPECT_EQ(plan.PathFor(12, DType::kQ4_K), KernelPath::kInt8Dot);
@@ -345,8 +361,8 @@ TEST(KernelPlanTest, QuantizedTypesTakeTheirOwnSteps) {
   EXPECT_EQ(one.Spec(), "1:stream;Q4_K=1:int8_dot");
   EXPECT_EQ(one.PathFor(1, DType::kQ5_K), KernelPath::kStream);
   EXPECT_EQ(one.PathFor(1, DType::kQ4_K), KernelPath::kInt8Dot);
-  // Create refuses a float type's list and a type given twice.
-  EXPECT_FALSE(KernelPlan::Create({{1, KernelPath::kStream}}, "t", {{DType::kBF16, {{1, KernelPath::kPacked}}}}).ok());
+  // Create refuses an f32 or f16 list (bf16 may have one) and a type given twice.
+  EXPECT_FALSE(KernelPlan::Create({{1, KernelPath::kStream}}, "t", {{DType::kF16, {{1, KernelPath::kPacked}}}}).ok());
   EXPECT_FALSE(KernelPlan::Create({{1, KernelPath::kStream}}, "t",
                                   {{DType::kQ8_0, {{1, KernelPath::kPacked}}}, {DType::kQ8_0, {{1, KernelPath::kPacked}}}})
                    .ok());

@@ -14,6 +14,7 @@ const char* PeakInstructionName(PeakInstruction instruction) {
     case PeakInstruction::kAvx512Fma: return "avx512_fma";
     case PeakInstruction::kBf16Dot: return "avx512_bf16_dot";
     case PeakInstruction::kVnniDot: return "avx512_vnni_dot";
+    case PeakInstruction::kAmxBf16: return "amx_bf16";
   }
   return "?";
 }
@@ -24,12 +25,14 @@ IsaLevel PeakInstructionIsa(PeakInstruction instruction) {
     case PeakInstruction::kAvx512Fma: return IsaLevel::kAvx512;
     case PeakInstruction::kBf16Dot: return IsaLevel::kAvx512Bf16;
     case PeakInstruction::kVnniDot: return IsaLevel::kAvx512Vnni;
+    case PeakInstruction::kAmxBf16: return IsaLevel::kAmx;
   }
   return IsaLevel::kAmx;
 }
 
 PeakInstruction PeakInstructionOf(const LinearKernel& kernel) {
-  if (kernel.path == KernelPath::kBf16Dot) return PeakInstruction::kBf16Dot;
+  if (kernel.path == KernelPath::kBf16Dot)
+    return kernel.isa >= IsaLevel::kAmx ? PeakInstruction::kAmxBf16 : PeakInstruction::kBf16Dot;
   // The int8_dot kernels: vpdpbusd at VNNI; at AVX2 vpmaddubsw + vpmaddwd,
   // bounded here by the ymm FMA that scales every int32 lane.
   if (kernel.path == KernelPath::kInt8Dot && kernel.isa >= IsaLevel::kAvx512Vnni) return PeakInstruction::kVnniDot;
@@ -54,6 +57,9 @@ absl::StatusOr<ComputePeak> MeasureComputePeak(PeakInstruction instruction, Thre
   } else if (instruction == PeakInstruction::kVnniDot) {
     loop = isa::Avx512VnniDotLoop;
     flops_per_iteration = isa::kVnniDotLoopOps;
+  } else if (instruction == PeakInstruction::kAmxBf16) {
+    loop = isa::AmxDotLoop;
+    flops_per_iteration = isa::kAmxDotLoopFlops;
   }
   const int threads = pool == nullptr ? 1 : pool->num_threads();
   const int64_t iterations = std::max<int64_t>(options.flops_per_task / flops_per_iteration, 1);

@@ -19,8 +19,9 @@ enum class PeakInstruction : uint8_t {
   kAvx512Fma,  // vfmadd231ps zmm: 32 flops
   kBf16Dot,    // vdpbf16ps zmm: 64 flops (32 bf16 products and their sums)
   kVnniDot,    // vpdpbusd zmm: 128 int8 ops (64 products and their sums)
+  kAmxBf16,    // tdpbf16ps 16 x 16 x 32: 16384 flops
 };
-// "avx2_fma", "avx512_fma", "avx512_bf16_dot", "avx512_vnni_dot"
+// "avx2_fma", "avx512_fma", "avx512_bf16_dot", "avx512_vnni_dot", "amx_bf16"
 const char* PeakInstructionName(PeakInstruction instruction);
 IsaLevel PeakInstructionIsa(PeakInstruction instruction);
 // The instruction whose peak bounds `kernel` (oneDNN: the widest FMA it may

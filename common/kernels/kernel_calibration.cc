@@ -113,18 +113,19 @@ absl::StatusOr<KernelCalibration> MeasureKernelPlan(std::span<const std::vector<
   const bool quantized = IsQuantized(groups.front().front().dtype);
   std::vector<std::string> timed_names;
   for (DType dtype : timed) timed_names.emplace_back(DTypeName(dtype));
-  std::vector<KernelPlanOverride> overrides;
+  // Float weights timed: their steps serve every float type (bf16's own
+  // list, where the built-in plan has one, too).
+  std::vector<KernelPlanOverride> overrides = {{DType::kBF16, quantized ? built_in.StepsFor(DType::kBF16) : steps}};
   for (size_t d = static_cast<size_t>(DType::kQ8_0); d < kNumDTypes; ++d) {
     const DType dtype = static_cast<DType>(d);
     overrides.push_back({dtype, quantized && timed.count(dtype) != 0 ? steps : built_in.StepsFor(dtype)});
   }
   TANDEM_ASSIGN_OR_RETURN(
-      result.plan,
-      KernelPlan::Create(quantized ? built_in.StepsFor(DType::kBF16) : steps,
-                         absl::StrFormat("measured on %s at %s (%.1f s) for %s weights", HostCpu().brand,
-                                         IsaLevelName(ActiveIsa()), result.seconds,
-                                         quantized ? absl::StrJoin(timed_names, ", ") : "float"),
-                         std::move(overrides)));
+      result.plan, KernelPlan::Create(quantized ? built_in.StepsFor(DType::kF32) : steps,
+                                      absl::StrFormat("measured on %s at %s (%.1f s) for %s weights", HostCpu().brand,
+                                                      IsaLevelName(ActiveIsa()), result.seconds,
+                                                      quantized ? absl::StrJoin(timed_names, ", ") : "float"),
+                                      std::move(overrides)));
   return result;
 }
 

@@ -86,15 +86,16 @@ bool SameSteps(const KernelPlanSteps& a, const KernelPlanSteps& b) {
   });
 }
 
-// A key of the spec: "quantized" (nullopt) or a quantized type's name,
-// case-insensitive ("q8_0", "Q4_K"); InvalidArgument otherwise.
+// A key of the spec: "quantized" (nullopt), "bf16" or a quantized type's
+// name, case-insensitive ("q8_0", "Q4_K"); InvalidArgument otherwise.
 absl::StatusOr<std::optional<DType>> ParseKey(absl::string_view key, const std::string& spec) {
   if (absl::EqualsIgnoreCase(key, kQuantizedKey)) return std::optional<DType>();
+  if (absl::EqualsIgnoreCase(key, std::string(DTypeName(DType::kBF16)))) return std::optional<DType>(DType::kBF16);
   for (DType dtype : kQuantizedTypes)
     if (absl::EqualsIgnoreCase(key, std::string(DTypeName(dtype)))) return std::optional<DType>(dtype);
   return absl::InvalidArgumentError(absl::StrCat("kernel plan \"", spec, "\": \"", std::string(key),
-                                                 "\" is not \"quantized\" or a quantized type (q8_0, q4_0, q4_1, "
-                                                 "q5_0, q4_K, q5_K, q6_K)"));
+                                                 "\" is not \"quantized\", \"bf16\" or a quantized type (q8_0, "
+                                                 "q4_0, q4_1, q5_0, q4_K, q5_K, q6_K, ...)"));
 }
 
 }  // namespace
@@ -107,8 +108,9 @@ absl::StatusOr<KernelPlan> KernelPlan::Create(KernelPlanSteps steps, std::string
   std::array<bool, kNumDTypes> overridden{};
   for (KernelPlanOverride& o : overrides) {
     const std::string name(DTypeName(o.dtype));
-    if (!IsQuantized(o.dtype))
-      return absl::InvalidArgumentError(absl::StrCat("kernel plan: ", name, " is not a quantized type"));
+    if (!IsQuantized(o.dtype) && o.dtype != DType::kBF16)
+      return absl::InvalidArgumentError(
+          absl::StrCat("kernel plan: ", name, " takes the common list (only bf16 and quantized types have their own)"));
     if (overridden[static_cast<size_t>(o.dtype)])
       return absl::InvalidArgumentError(absl::StrCat("kernel plan: ", name, " has two lists"));
     overridden[static_cast<size_t>(o.dtype)] = true;
@@ -151,6 +153,24 @@ KernelPlan KernelPlan::BuiltIn(IsaLevel isa, Bf16DotSpeed bf16_dot) {
   // on weights that come from memory (a served model's 16-row decode steps:
   // lm_head, shared expert, projections), so it pays only once a call has
   // rows enough (docs/BENCHMARKS.md, Intel and serving).
+  // With AMX tiles (Intel Sapphire Rapids on), the AMX GEMM (amx_bf16_dot,
+  // amx_q_dot) multiplies at several times any vector path's rate once a
+  // call has rows enough to pay for copying or dequantizing W to bf16 rows:
+  // from kAmxBf16From rows on bf16 weights, kAmxQuantizedFrom on quantized
+  // ones (one Qwen3-30B-A3B expert, tandem-expert-ffn-bench;
+  // docs/BENCHMARKS.md, Prefill GEMM). f32 and f16 weights (no AMX entry)
+  // take the slow-bf16 plan's list below.
+  if (isa >= IsaLevel::kAmx) {
+    constexpr int64_t kAmxBf16From = 4;
+    constexpr int64_t kAmxQuantizedFrom = 12;
+    constexpr int64_t kPackedFrom = 32;
+    std::vector<KernelPlanOverride> overrides = {
+        {DType::kBF16, {{1, KernelPath::kInt8Dot}, {kAmxBf16From, KernelPath::kBf16Dot}}}};
+    for (DType dtype : kQuantizedTypes)
+      overrides.push_back({dtype, {{1, KernelPath::kInt8Dot}, {kAmxQuantizedFrom, KernelPath::kBf16Dot}}});
+    return *Create({{1, KernelPath::kInt8Dot}, {kPackedFrom, KernelPath::kPacked}},
+                   absl::StrCat("built-in for ", IsaLevelName(isa)), std::move(overrides));
+  }
   if (isa >= IsaLevel::kAvx512Bf16 && bf16_dot == Bf16DotSpeed::kSlow) {
     constexpr int64_t kSlowBf16PackedFrom = 32;
     std::vector<KernelPlanOverride> int8_dot;
@@ -240,6 +260,8 @@ std::string KernelPlan::Spec() const {
     if (count > best) best = count, quantized = &StepsFor(candidate);
   }
   std::string spec = StepsSpec(common);
+  if (!SameSteps(StepsFor(DType::kBF16), common))
+    absl::StrAppend(&spec, ";", std::string(DTypeName(DType::kBF16)), "=", StepsSpec(StepsFor(DType::kBF16)));
   if (!SameSteps(*quantized, common)) absl::StrAppend(&spec, ";", kQuantizedKey, "=", StepsSpec(*quantized));
   for (DType dtype : kQuantizedTypes) {
     if (!SameSteps(StepsFor(dtype), *quantized))

@@ -1,6 +1,7 @@
 // Which kernel path a linear layer takes at each row count: a short list of
 // steps "from M rows on, path P" (e.g. 1:stream,16:bf16_dot). Float weights
-// (f32, f16, bf16) share one list; a quantized type may have its own, since
+// (f32, f16, bf16) share one list, but bf16 may have its own (where AMX
+// tiles multiply bf16 and nothing else); a quantized type may have its own, since
 // the crossovers differ by type and by CPU: the bf16 GEMM beats the
 // streaming GEMV from ~12 rows on bf16 weights, but on quantized weights it
 // must first dequantize each row, and int8 dot products on the blocks stay
@@ -50,8 +51,8 @@ enum class Bf16DotSpeed : uint8_t { kFast, kSlow };
 class KernelPlan {
  public:
   // `steps` serve every dtype except those `overrides` names, at most once
-  // each and quantized only. Each list: min_rows strictly ascending, the
-  // first 1. InvalidArgument naming the list otherwise.
+  // each, bf16 or quantized only. Each list: min_rows strictly ascending,
+  // the first 1. InvalidArgument naming the list otherwise.
   static absl::StatusOr<KernelPlan> Create(KernelPlanSteps steps, std::string source,
                                            std::vector<KernelPlanOverride> overrides = {});
   // The built-in plan for a CPU at `isa`, from the crossovers measured on the
@@ -64,14 +65,15 @@ class KernelPlan {
   // float64 reference at f32 precision run, and --kernel_plan exact.
   static KernelPlan Exact(IsaLevel isa);
   // As Spec() prints: "1:stream,16:bf16_dot" for every dtype, optionally
-  // followed by ";quantized=STEPS" (every quantized type) and ";TYPE=STEPS"
-  // (one type, e.g. q8_0=1:int8_dot,32:bf16_dot, overriding "quantized"),
-  // each key at most once. InvalidArgument naming the step or key otherwise.
+  // followed by ";bf16=STEPS" (bf16 weights), ";quantized=STEPS" (every
+  // quantized type) and ";TYPE=STEPS" (one quantized type, e.g.
+  // q8_0=1:int8_dot,32:bf16_dot, overriding "quantized"), each key at most
+  // once. InvalidArgument naming the step or key otherwise.
   static absl::StatusOr<KernelPlan> Parse(const std::string& spec, std::string source);
 
   // The path for `rows` rows of `dtype` weights.
   KernelPath PathFor(int64_t rows, DType dtype) const;
-  // The steps of `dtype` (float weights all share one list).
+  // The steps of `dtype` (f32 and f16 weights share the common list).
   const KernelPlanSteps& StepsFor(DType dtype) const { return steps_[static_cast<size_t>(dtype)]; }
   std::string Spec() const;
   // Where it came from: "built-in for avx512_bf16", "measured ...", "--kernel_plan".

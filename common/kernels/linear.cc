@@ -13,6 +13,7 @@
 #include "common/base/parallel_status.h"
 #include "common/base/status_macros.h"
 #include "common/kernels/attention_block.h"
+#include "common/kernels/linear_amx_gemm.h"
 
 namespace tandem {
 namespace {
@@ -108,7 +109,8 @@ absl::Status ValidateLinear(const float* x, int64_t m, const LinearWeight& w, co
 // docs/BENCHMARKS.md, Decode GEMV). Packed paths: up to
 // 128 features whose f32 panels fit 4 MB. bf16_dot: 120 features (ten
 // 12-feature register tiles), whose K block of W (120 x 512 B) and f32
-// accumulators stay in L2. oneDNN: a W tile of 256 rows. All shrink so every
+// accumulators stay in L2; at amx as many as keep their bf16 rows in L2
+// (AmxTaskFeatures). oneDNN: a W tile of 256 rows. All shrink so every
 // thread gets >= 4 tasks, which lets dynamic scheduling even out a slow core.
 int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, const LinearKernel& kernel) {
   constexpr int64_t kStreamTaskBytes = 256 << 10;
@@ -118,6 +120,7 @@ int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, co
   constexpr int64_t kPackedSliceBytes = 4 << 20;
   constexpr int64_t kDotTile = 12;
   constexpr int64_t kDotTaskFeatures = 120;
+  constexpr int64_t kAmxTile = 32;
   constexpr int64_t kInt8TaskBytes = 1 << 20;
   constexpr int64_t kInt8Tile = 4;
   const int64_t threads = std::max(num_threads, 1);
@@ -136,6 +139,11 @@ int64_t LinearTaskFeatures(int64_t m, const LinearWeight& w, int num_threads, co
       break;
     }
     case KernelPath::kBf16Dot:
+      if (kernel.isa >= IsaLevel::kAmx) {  // whole pairs of 16-row tiles
+        features = AmxTaskFeatures(w.k);
+        if (threads > 1) features = std::min(features, RoundUp(CeilDiv(w.n, per_thread), kAmxTile));
+        break;
+      }
       features = kDotTaskFeatures;
       if (threads > 1) features = std::min(features, RoundUp(CeilDiv(w.n, per_thread), kDotTile));
       break;

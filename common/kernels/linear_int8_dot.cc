@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/kernels/linear_amx_gemm.h"
 #include "common/kernels/linear_isa.h"
 #include "common/quant/block_formats.h"
 #include "common/quant/k_quants.h"
@@ -877,6 +878,38 @@ absl::Status QuantizedBf16DotSlice(const LinearWeight& w, const LinearSliceArgs&
   args.bias = a.bias != nullptr ? a.bias + a.n_begin : nullptr;
   isa::Bf16DotBf16(slice, args, decoded + layout.stride);
   return absl::OkStatus();
+}
+
+}  // namespace tandem
+
+namespace tandem {
+
+int64_t QuantizedAmxScratchBytes(const LinearWeight& w, int64_t, int64_t features) {
+  return AmxGemmScratchBytes(w, features, RowLayout(w.k).stride);
+}
+
+absl::Status QuantizedAmxSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
+  const RowDecoder decode = DecoderOf(w.dtype, w.order);
+  if (decode == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("amx kernel: no block decoder for ", std::string(DTypeName(w.dtype)), " weights"));
+  }
+  const auto* stored = static_cast<const uint8_t*>(w.data);
+  return AmxGemmSlice(w, a, scratch, [&](int64_t row0, int64_t rows, uint16_t* out, int64_t ldo, void* source) {
+    const RowLayout layout(w.k);
+    auto* decoded = static_cast<uint8_t*>(source);
+    const DecodedRow row{decoded, reinterpret_cast<float*>(decoded + layout.scales_at),
+                         reinterpret_cast<float*>(decoded + layout.offsets_at)};
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* blocks = stored + (row0 + r) * w.row_bytes();
+      if (w.dtype == DType::kQ8_0) {
+        isa::Bf16FromQ8_0(blocks, w.k, out + r * ldo);
+      } else {
+        decode(blocks, w.k, false, row);
+        isa::Bf16FromLevels(reinterpret_cast<const int8_t*>(row.levels), row.scales, row.offsets, w.k, out + r * ldo);
+      }
+    }
+  });
 }
 
 }  // namespace tandem

@@ -140,4 +140,9 @@ absl::Status Avx512VnniInt8TileSlice(const LinearWeight& w, const LinearSliceArg
 int64_t QuantizedBf16DotScratchBytes(const LinearWeight& w, int64_t m, int64_t features);
 absl::Status QuantizedBf16DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
 
+// Prefill at AMX: the same dequantization to bf16, then the AMX GEMM
+// (linear_amx_gemm.h); the same numerics.
+int64_t QuantizedAmxScratchBytes(const LinearWeight& w, int64_t m, int64_t features);
+absl::Status QuantizedAmxSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch);
+
 }  // namespace tandem

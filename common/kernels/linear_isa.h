@@ -170,4 +170,42 @@ bool Avx512VnniInt8Fused(const LinearWeight& w, const LinearSliceArgs& a, const 
 void Avx512VnniDotLoop(int64_t iterations);
 inline constexpr int64_t kVnniDotLoopOps = 24 * 64 * 2;
 
+// ---- AMX-BF16 (linear_amx.cc): tdpbf16ps on 16 x 32 bf16 tiles ----
+// One tile op multiplies 16 W rows by 16 x rows over 32 K values into a
+// 16 x 16 f32 accumulator (products of bf16 pairs exact, sums in f32,
+// denormals flushed): bf16_dot's rounding. W rows are the A tiles, read
+// as bf16 rows; x is the B tiles, prepared once per call as Bf16DotPrepare
+// lays it out ([block of 16 rows][pairs][16 rows] dwords) with the pairs
+// padded to AmxPaddedK(k) / 2, zero past k and past m.
+inline constexpr int64_t kAmxRows = 16;   // W rows per A tile; x rows per B tile
+inline constexpr int64_t kAmxChunk = 32;  // K values per tile op
+int64_t AmxPaddedK(int64_t k);
+int64_t AmxRowBlocks(int64_t m);
+int64_t AmxPreparedBytes(int64_t m, int64_t k);
+void AmxPrepare(const float* x, int64_t ldx, int64_t m, int64_t k, int64_t block_begin, int64_t block_end,
+                void* prepared);
+// y[r, j] = W row j . x row r (+ bias[j]) for j < w_rows and x rows r in
+// row blocks [block_begin, block_end), r < m.
+struct AmxProduct {
+  // bf16 W rows `ldw` values apart, each AmxPaddedK(k) values (zero past
+  // k), rounded up to whole pairs of 16 rows.
+  const uint16_t* w = nullptr;
+  int64_t ldw = 0;
+  int64_t w_rows = 0;
+  const void* x = nullptr;  // prepared x
+  int64_t k = 0;
+  int64_t block_begin = 0, block_end = 0, m = 0;
+  const float* bias = nullptr;  // [w_rows] or null
+  float* y = nullptr;           // at W row 0's column
+  int64_t ldy = 0;
+};
+// Loads the tile configuration on the calling thread (tile state is per
+// thread); AmxRelease returns the tiles (so the thread's next context
+// switch saves no tile data).
+void AmxMultiply(const AmxProduct& p);
+void AmxRelease();
+// Four independent 16 x 16 x 32 tdpbf16ps chains on tiles (the AMX peak).
+void AmxDotLoop(int64_t iterations);
+inline constexpr int64_t kAmxDotLoopFlops = 4 * kAmxRows * kAmxRows * kAmxChunk * 2;
+
 }  // namespace tandem::isa

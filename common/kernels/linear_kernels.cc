@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/kernels/linear_amx_gemm.h"
 #include "common/kernels/linear_int8_dot.h"
 #include "common/kernels/linear_isa.h"
 #include "common/kernels/linear_onednn.h"
@@ -66,6 +67,8 @@ std::vector<LinearKernel> FloatEntries() {
       Plain(P::kPacked, I::kAvx512, D::kBF16, "avx512_packed", Avx512PackedBytes, WithScratch<isa::Avx512PackedBf16>),
       LinearKernel{P::kBf16Dot, I::kAvx512Bf16, D::kBF16, "avx512_bf16_dot", true, isa::Bf16DotPreparedBytes,
                    isa::Bf16DotRowBlocks, isa::Bf16DotPrepare, Bf16DotBytes, WithScratch<isa::Bf16DotBf16>, 0x1p-8},
+      LinearKernel{P::kBf16Dot, I::kAmx, D::kBF16, "amx_bf16_dot", true, isa::AmxPreparedBytes, isa::AmxRowBlocks,
+                   isa::AmxPrepare, AmxBf16ScratchBytes, AmxBf16Slice, 0x1p-8},
       Plain(P::kOneDnn, I::kAvx2, D::kF32, "onednn", NoScratchBytes, OneDnn),
       Plain(P::kOneDnn, I::kAvx2, D::kF16, "onednn", NoScratchBytes, OneDnn),
       Plain(P::kOneDnn, I::kAvx2, D::kBF16, "onednn", NoScratchBytes, OneDnn),
@@ -136,6 +139,9 @@ std::vector<LinearKernel> QuantizedEntries() {
     entries.push_back(LinearKernel{KernelPath::kBf16Dot, IsaLevel::kAvx512Bf16, dtype, "avx512_bf16_q_dot", true,
                                    isa::Bf16DotPreparedBytes, isa::Bf16DotRowBlocks, isa::Bf16DotPrepare,
                                    QuantizedBf16DotScratchBytes, QuantizedBf16DotSlice, 0x1p-8});
+    entries.push_back(LinearKernel{KernelPath::kBf16Dot, IsaLevel::kAmx, dtype, "amx_q_dot", true,
+                                   isa::AmxPreparedBytes, isa::AmxRowBlocks, isa::AmxPrepare, QuantizedAmxScratchBytes,
+                                   QuantizedAmxSlice, 0x1p-8});
   }
   return entries;
 }

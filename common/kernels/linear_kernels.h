@@ -9,6 +9,9 @@
 //   packed     avx2          f32 f16 bf16    avx2_packed       W widened to f32 panels, 6x16 FMA tile
 //   packed     avx512        f32 f16 bf16    avx512_packed     W widened to f32 panels, 14x32 FMA tile
 //   bf16_dot   avx512_bf16   bf16            avx512_bf16_dot   vdpbf16ps on the stored weights, x in bf16
+//   bf16_dot   amx           bf16            amx_bf16_dot      tdpbf16ps tiles, W packed per call into
+//                                                              panels of 16 rows of bf16 pairs
+//                                                              (linear_amx.cc), x in bf16
 //   onednn     avx2          f32 f16 bf16    onednn            W tile widened, oneDNN f32 matmul
 //   stream     avx2          q8_0 q4_0 q4_1  q_stream          W rows decoded block by block in L1
 //                            q5_0 q4_K q5_K                    (linear_quantized.h), f32 FMA
@@ -35,6 +38,8 @@
 //                                                              kernels' reference, never in a plan
 //   bf16_dot   avx512_bf16   the same        avx512_bf16_q_dot the slice's W rows dequantized to bf16,
 //                                                              then the bf16 dot-product GEMM
+//   bf16_dot   amx           the same        amx_q_dot         the same rows, K block by K block,
+//                                                              into the AMX GEMM's panels
 //
 // A call takes the best entry for its (dtype, path) whose ISA the CPU has
 // (ActiveIsa(), capped by LinearOptions::max_isa); which path runs at which
@@ -42,8 +47,7 @@
 // resolves to its nearest one: int8_dot for float weights (or with f32
 // activations) to stream; bf16_dot below avx512_bf16 and onednn for
 // quantized weights to int8_dot (they round x too; with f32 activations to
-// packed). AMX has no entry: no machine tandem was developed on has AMX,
-// and no kernel is written that could not be run.
+// packed).
 #pragma once
 
 #include <cstdint>
