@@ -848,6 +848,29 @@ int64_t QuantizedBf16DotScratchBytes(const LinearWeight& w, int64_t m, int64_t f
   return Bf16RowsBytes(w.k, features) + RowLayout(w.k).stride + isa::Bf16DotScratchBytes(m, features);
 }
 
+namespace {
+
+// W rows [row0, row0 + rows) dequantized to bf16 rows `ldo` values apart:
+// Q8_0 straight from its blocks, the other types decoded first into the
+// one-row `decoded` buffer (RowLayout(w.k).stride bytes).
+void DequantizeRowsToBf16(const LinearWeight& w, RowDecoder decode, int64_t row0, int64_t rows, uint16_t* out,
+                          int64_t ldo, uint8_t* decoded) {
+  const RowLayout layout(w.k);
+  const DecodedRow row{decoded, reinterpret_cast<float*>(decoded + layout.scales_at),
+                       reinterpret_cast<float*>(decoded + layout.offsets_at)};
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* stored = static_cast<const uint8_t*>(w.data) + (row0 + r) * w.row_bytes();
+    if (w.dtype == DType::kQ8_0) {
+      isa::Bf16FromQ8_0(stored, w.k, out + r * ldo);
+    } else {
+      decode(stored, w.k, false, row);
+      isa::Bf16FromLevels(reinterpret_cast<const int8_t*>(row.levels), row.scales, row.offsets, w.k, out + r * ldo);
+    }
+  }
+}
+
+}  // namespace
+
 absl::Status QuantizedBf16DotSlice(const LinearWeight& w, const LinearSliceArgs& a, void* scratch) {
   const RowDecoder decode = DecoderOf(w.dtype, w.order);
   if (decode == nullptr || a.prepared == nullptr) {
@@ -855,20 +878,9 @@ absl::Status QuantizedBf16DotSlice(const LinearWeight& w, const LinearSliceArgs&
                                                    std::string(DTypeName(w.dtype)), " weights"));
   }
   const int64_t k = w.k, features = a.n_end - a.n_begin;
-  const RowLayout layout(k);
   auto* bf16 = static_cast<uint16_t*>(scratch);
   uint8_t* decoded = static_cast<uint8_t*>(scratch) + Bf16RowsBytes(k, features);
-  const DecodedRow row{decoded, reinterpret_cast<float*>(decoded + layout.scales_at),
-                       reinterpret_cast<float*>(decoded + layout.offsets_at)};
-  for (int64_t f = 0; f < features; ++f) {
-    const uint8_t* stored = static_cast<const uint8_t*>(w.data) + (a.n_begin + f) * w.row_bytes();
-    if (w.dtype == DType::kQ8_0) {
-      isa::Bf16FromQ8_0(stored, k, bf16 + f * k);
-    } else {
-      decode(stored, k, false, row);
-      isa::Bf16FromLevels(reinterpret_cast<const int8_t*>(row.levels), row.scales, row.offsets, k, bf16 + f * k);
-    }
-  }
+  DequantizeRowsToBf16(w, decode, a.n_begin, features, bf16, k, decoded);
   // The slice's rows as a bf16 matrix of their own: outputs and bias shift with it.
   const LinearWeight slice{bf16, DType::kBF16, features, k};
   LinearSliceArgs args = a;
@@ -876,13 +888,9 @@ absl::Status QuantizedBf16DotSlice(const LinearWeight& w, const LinearSliceArgs&
   args.n_end = features;
   args.y = a.y + a.n_begin;
   args.bias = a.bias != nullptr ? a.bias + a.n_begin : nullptr;
-  isa::Bf16DotBf16(slice, args, decoded + layout.stride);
+  isa::Bf16DotBf16(slice, args, decoded + RowLayout(k).stride);
   return absl::OkStatus();
 }
-
-}  // namespace tandem
-
-namespace tandem {
 
 int64_t QuantizedAmxScratchBytes(const LinearWeight& w, int64_t, int64_t features) {
   return AmxGemmScratchBytes(w, features, RowLayout(w.k).stride);
@@ -894,21 +902,8 @@ absl::Status QuantizedAmxSlice(const LinearWeight& w, const LinearSliceArgs& a, 
     return absl::InvalidArgumentError(
         absl::StrCat("amx kernel: no block decoder for ", std::string(DTypeName(w.dtype)), " weights"));
   }
-  const auto* stored = static_cast<const uint8_t*>(w.data);
   return AmxGemmSlice(w, a, scratch, [&](int64_t row0, int64_t rows, uint16_t* out, int64_t ldo, void* source) {
-    const RowLayout layout(w.k);
-    auto* decoded = static_cast<uint8_t*>(source);
-    const DecodedRow row{decoded, reinterpret_cast<float*>(decoded + layout.scales_at),
-                         reinterpret_cast<float*>(decoded + layout.offsets_at)};
-    for (int64_t r = 0; r < rows; ++r) {
-      const uint8_t* blocks = stored + (row0 + r) * w.row_bytes();
-      if (w.dtype == DType::kQ8_0) {
-        isa::Bf16FromQ8_0(blocks, w.k, out + r * ldo);
-      } else {
-        decode(blocks, w.k, false, row);
-        isa::Bf16FromLevels(reinterpret_cast<const int8_t*>(row.levels), row.scales, row.offsets, w.k, out + r * ldo);
-      }
-    }
+    DequantizeRowsToBf16(w, decode, row0, rows, out, ldo, static_cast<uint8_t*>(source));
   });
 }
 
