@@ -120,6 +120,15 @@ absl::StatusOr<KernelPlan> KernelPlan::Create(KernelPlanSteps steps, std::string
   return plan;
 }
 
+namespace {
+// Float weights where no bf16 GEMM pays (slow vdpbf16ps; f32/f16 under
+// AMX): the stream up to 31 rows, then the f32 packed GEMM (why: BuiltIn).
+KernelPlanSteps SlowBf16FloatSteps() {
+  constexpr int64_t kSlowBf16PackedFrom = 32;
+  return {{1, KernelPath::kInt8Dot}, {kSlowBf16PackedFrom, KernelPath::kPacked}};
+}
+}  // namespace
+
 KernelPlan KernelPlan::BuiltIn(IsaLevel isa, Bf16DotSpeed bf16_dot) {
   // Float weights, crossovers measured with tandem-expert-ffn-bench on a
   // Mixtral-width bf16 expert (docs/BENCHMARKS.md, Prefill GEMM and Other
@@ -153,29 +162,27 @@ KernelPlan KernelPlan::BuiltIn(IsaLevel isa, Bf16DotSpeed bf16_dot) {
   // on weights that come from memory (a served model's 16-row decode steps:
   // lm_head, shared expert, projections), so it pays only once a call has
   // rows enough (docs/BENCHMARKS.md, Intel and serving).
+  //
   // With AMX tiles (Intel Sapphire Rapids on), the AMX GEMM (amx_bf16_dot,
   // amx_q_dot) multiplies at several times any vector path's rate once a
   // call has rows enough to pay for copying or dequantizing W to bf16 rows:
   // from kAmxBf16From rows on bf16 weights, kAmxQuantizedFrom on quantized
   // ones (one Qwen3-30B-A3B expert, tandem-expert-ffn-bench;
   // docs/BENCHMARKS.md, Prefill GEMM). f32 and f16 weights (no AMX entry)
-  // take the slow-bf16 plan's list below.
+  // take the slow-bf16 list.
   if (isa >= IsaLevel::kAmx) {
     constexpr int64_t kAmxBf16From = 4;
     constexpr int64_t kAmxQuantizedFrom = 12;
-    constexpr int64_t kPackedFrom = 32;
     std::vector<KernelPlanOverride> overrides = {
         {DType::kBF16, {{1, KernelPath::kInt8Dot}, {kAmxBf16From, KernelPath::kBf16Dot}}}};
     for (DType dtype : kQuantizedTypes)
       overrides.push_back({dtype, {{1, KernelPath::kInt8Dot}, {kAmxQuantizedFrom, KernelPath::kBf16Dot}}});
-    return *Create({{1, KernelPath::kInt8Dot}, {kPackedFrom, KernelPath::kPacked}},
-                   absl::StrCat("built-in for ", IsaLevelName(isa)), std::move(overrides));
+    return *Create(SlowBf16FloatSteps(), absl::StrCat("built-in for ", IsaLevelName(isa)), std::move(overrides));
   }
   if (isa >= IsaLevel::kAvx512Bf16 && bf16_dot == Bf16DotSpeed::kSlow) {
-    constexpr int64_t kSlowBf16PackedFrom = 32;
     std::vector<KernelPlanOverride> int8_dot;
     for (DType dtype : kQuantizedTypes) int8_dot.push_back({dtype, {{1, KernelPath::kInt8Dot}}});
-    return *Create({{1, KernelPath::kInt8Dot}, {kSlowBf16PackedFrom, KernelPath::kPacked}},
+    return *Create(SlowBf16FloatSteps(),
                    absl::StrCat("built-in for ", IsaLevelName(isa), " with slow bf16 dot products"),
                    std::move(int8_dot));
   }
